@@ -1,0 +1,205 @@
+"""Typed configs: the model's architecture (parsed from a Hugging Face config.json) and the engine's knobs.
+
+Every variant seen in the wild is normalised here once, so model code reads plain fields:
+`rope_theta` vs `rope_parameters`, `torch_dtype` vs `dtype`, `head_dim` given or derived,
+`num_experts` vs `num_local_experts`, tied or untied embeddings.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM")
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def parse_dtype(dtype: str | torch.dtype | None, default: torch.dtype = torch.float32) -> torch.dtype:
+    if dtype is None or dtype == "auto":
+        return default
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).replace("torch.", "").lower()
+    if key not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of float32, bfloat16, float16")
+    return _DTYPES[key]
+
+
+@dataclass
+class RopeConfig:
+    theta: float = 10000.0
+    rope_type: str = "default"            # "default" | "llama3" | "linear"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    @classmethod
+    def from_hf(cls, raw: dict[str, Any]) -> "RopeConfig":
+        # transformers >= 4.56 writes `rope_parameters` (holding rope_theta); older configs write
+        # `rope_theta` plus an optional `rope_scaling` dict. Accept both, and both at once.
+        params = dict(raw.get("rope_parameters") or {})
+        scaling = dict(raw.get("rope_scaling") or {})
+        merged = {**scaling, **params}
+        theta = merged.get("rope_theta", raw.get("rope_theta", 10000.0))
+        rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
+        if rope_type not in ("default", "llama3", "linear"):
+            raise ValueError(
+                f"rope type {rope_type!r} is not supported: turbospec implements 'default', 'linear' "
+                "and 'llama3' rotary embeddings")
+        return cls(
+            theta=float(theta), rope_type=rope_type,
+            factor=float(merged.get("factor", 1.0)),
+            low_freq_factor=float(merged.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
+            original_max_position_embeddings=int(merged.get("original_max_position_embeddings", 8192)),
+        )
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a decoder-only target, normalised from config.json."""
+    architecture: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope: RopeConfig
+    tie_word_embeddings: bool
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    dtype: torch.dtype = torch.bfloat16       # the checkpoint's stored dtype
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+    # MoE (Qwen3-MoE); num_experts == 0 means dense
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    quantization_config: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def is_sparse_layer(self, layer_idx: int) -> bool:
+        """Qwen3-MoE rule: a layer is sparse unless listed in mlp_only_layers or off the sparse step."""
+        if not self.is_moe or layer_idx in self.mlp_only_layers:
+            return False
+        step = max(self.decoder_sparse_step, 1)
+        return (layer_idx + 1) % step == 0
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "ModelConfig":
+        archs = raw.get("architectures") or []
+        arch = archs[0] if archs else None
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(
+                f"unsupported architecture {arch!r} in config.json: turbospec loads "
+                f"{', '.join(SUPPORTED_ARCHITECTURES)}; set `architectures` to one of them if the "
+                "model really is one of these")
+        missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+                   if k not in raw]
+        if missing:
+            raise ValueError(f"config.json is missing required key(s) {missing}: add them to the config")
+        hidden = int(raw["hidden_size"])
+        n_heads = int(raw["num_attention_heads"])
+        head_dim = raw.get("head_dim") or hidden // n_heads
+        eos = raw.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
+        num_experts = int(raw.get("num_experts", raw.get("num_local_experts", 0)) or 0)
+        if arch != "Qwen3MoeForCausalLM":
+            num_experts = 0
+        cfg = cls(
+            architecture=arch,
+            model_type=raw.get("model_type", ""),
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(raw.get("intermediate_size", 4 * hidden)),
+            num_hidden_layers=int(raw["num_hidden_layers"]),
+            num_attention_heads=n_heads,
+            num_key_value_heads=int(raw.get("num_key_value_heads") or n_heads),
+            head_dim=int(head_dim),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
+            rope=RopeConfig.from_hf(raw),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            attention_bias=bool(raw.get("attention_bias", False)),
+            mlp_bias=bool(raw.get("mlp_bias", False)),
+            dtype=parse_dtype(raw.get("torch_dtype") or raw.get("dtype"), torch.bfloat16),
+            eos_token_ids=tuple(int(e) for e in eos_ids),
+            bos_token_id=raw.get("bos_token_id"),
+            num_experts=num_experts,
+            num_experts_per_tok=int(raw.get("num_experts_per_tok", 0) or 0),
+            moe_intermediate_size=int(raw.get("moe_intermediate_size", 0) or 0),
+            norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+            decoder_sparse_step=int(raw.get("decoder_sparse_step", 1) or 1),
+            mlp_only_layers=tuple(int(i) for i in (raw.get("mlp_only_layers") or ())),
+            quantization_config=raw.get("quantization_config"),
+            raw=raw,
+        )
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str) -> "ModelConfig":
+        path = os.path.join(model_dir, "config.json")
+        if not os.path.isfile(path):
+            raise ValueError(f"{model_dir!r} has no config.json: pass a Hugging Face model directory")
+        with open(path) as f:
+            try:
+                raw = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} is not valid JSON ({e}): fix or re-download the config") from e
+        return cls.from_dict(raw)
+
+    def validate(self) -> None:
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}: fix config.json")
+        if self.is_moe and not (0 < self.num_experts_per_tok <= self.num_experts):
+            raise ValueError(
+                f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, num_experts="
+                f"{self.num_experts}]: fix config.json")
+        if self.is_moe and self.moe_intermediate_size <= 0:
+            raise ValueError("a Qwen3-MoE config needs moe_intermediate_size > 0")
+
+
+@dataclass
+class EngineConfig:
+    """Engine knobs. Defaults suit a single GPU; CPU tests shrink them."""
+    block_size: int = 16
+    num_kv_blocks: int | None = None          # None: size from free memory (GPU) or max_model_len (CPU)
+    gpu_memory_utilization: float = 0.85
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192         # token budget per step (chunked prefill beyond it)
+    max_model_len: int | None = None           # None: the model's max_position_embeddings
+    enforce_eager: bool = False                # True: never use CUDA graphs
+
+    def validate(self) -> None:
+        if self.block_size <= 0 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size={self.block_size} must be a positive power of two (e.g. 16)")
+        if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
+            raise ValueError(f"num_kv_blocks={self.num_kv_blocks} must be positive")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")

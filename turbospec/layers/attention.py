@@ -1,0 +1,127 @@
+"""Paged attention: store the new K/V by slot mapping, then attend over the sequence's pages.
+
+KV cache layout per layer: `[num_blocks, block_size, num_kv_heads, head_dim]`; block 0 is the null
+block (never handed out), so padded tokens and padded block-table entries point there harmlessly.
+
+Two backends share this one interface: the plain PyTorch path below (CPU, float32, and the
+reference for every kernel) and the Triton kernels in `turbospec.kernels` (CUDA only, imported
+lazily so that CPU machines never import Triton).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turbospec.engine.forward_context import AttentionMetadata, get_forward_context
+
+
+def store_kv_torch(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> None:
+    """k, v: [num_tokens, num_kv_heads, head_dim]; slot -1 goes to the null block's slot 0."""
+    slots = slot_mapping.clamp_min(0)
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v.to(v_cache.dtype))
+
+
+class _PaddedLayout:
+    """Index maps between packed tokens and a [num_seqs, max_query_len] grid, plus the attention
+    mask. Built once per forward and shared by all layers (cached on the metadata object)."""
+
+    def __init__(self, meta: AttentionMetadata, num_tokens: int, device: torch.device):
+        qsl = meta.query_start_loc.to(device=device, dtype=torch.long)
+        q_lens = qsl[1:] - qsl[:-1]                                  # [B]
+        B, Lq, Lk = meta.num_seqs, meta.max_query_len, meta.max_seq_len
+        seq_idx = torch.repeat_interleave(torch.arange(B, device=device), q_lens,
+                                          output_size=num_tokens)    # [T]
+        q_idx = torch.arange(num_tokens, device=device) - qsl[seq_idx]  # [T]
+        self.flat_index = seq_idx * Lq + q_idx                       # [T] into the B*Lq grid
+        seq_lens = meta.seq_lens.to(device=device, dtype=torch.long)
+        ctx_lens = seq_lens - q_lens                                 # [B]
+        kpos = torch.arange(Lk, device=device)                       # [Lk]
+        qpos = torch.arange(Lq, device=device)                       # [Lq]
+        in_ctx = kpos[None, None, :] < ctx_lens[:, None, None]       # [B, 1, Lk]
+        rel = kpos[None, None, :] - ctx_lens[:, None, None]          # [B, 1, Lk] index among new tokens
+        is_new = (rel >= 0) & (rel < q_lens[:, None, None])
+        if meta.tree_mask is None:
+            new_ok = rel <= qpos[None, :, None]                      # [B, Lq, Lk] causal
+        else:
+            tm = meta.tree_mask.to(device)                           # [B, Lq, Lq]
+            gather_idx = rel.clamp(0, Lq - 1).expand(B, Lq, Lk)
+            new_ok = torch.gather(tm, 2, gather_idx)
+        mask = in_ctx | (is_new & new_ok)                            # [B, Lq, Lk]
+        # padded query rows must see something, else softmax gives NaN; their output is dropped
+        mask[:, :, 0] |= (qpos[None, :] >= q_lens[:, None])
+        self.mask = mask[:, None]                                    # [B, 1, Lq, Lk]
+
+
+def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """q: [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
+    T, H, D = q.shape
+    layout = getattr(meta, "_torch_layout", None)
+    if layout is None:
+        layout = _PaddedLayout(meta, T, q.device)
+        meta._torch_layout = layout
+    B, Lq, Lk = meta.num_seqs, meta.max_query_len, meta.max_seq_len
+    bs = k_cache.shape[1]
+    nb = -(-Lk // bs)
+    bt = meta.block_tables[:, :nb].to(device=q.device, dtype=torch.long)   # [B, nb]
+    KVH = k_cache.shape[2]
+    k = k_cache[bt].reshape(B, nb * bs, KVH, D)[:, :Lk].transpose(1, 2)     # [B, KVH, Lk, D]
+    v = v_cache[bt].reshape(B, nb * bs, KVH, D)[:, :Lk].transpose(1, 2)
+    qp = q.new_zeros(B * Lq, H, D)
+    qp[layout.flat_index] = q
+    qp = qp.view(B, Lq, H, D).transpose(1, 2)                               # [B, H, Lq, D]
+    if KVH != H:
+        k = k.repeat_interleave(H // KVH, dim=1)
+        v = v.repeat_interleave(H // KVH, dim=1)
+    out = F.scaled_dot_product_attention(qp, k.to(q.dtype), v.to(q.dtype),
+                                         attn_mask=layout.mask, scale=scale)  # [B, H, Lq, D]
+    out = out.transpose(1, 2).reshape(B * Lq, H, D)
+    return out[layout.flat_index]
+
+
+class Attention(nn.Module):
+    """Attention over the paged KV cache. q/k/v arrive already projected, normed and rotated."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+        # set by the model runner once the KV pool is allocated
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q: [T, H*D], k/v: [T, KVH*D] -> [T, H*D]."""
+        meta = get_forward_context()
+        T = q.shape[0]
+        q = q.view(T, self.num_heads, self.head_dim)
+        k = k.view(T, self.num_kv_heads, self.head_dim)
+        v = v.view(T, self.num_kv_heads, self.head_dim)
+        backend = _backend_for(q)
+        backend.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        out = backend.attention(q, self.k_cache, self.v_cache, meta, self.scale)
+        return out.reshape(T, self.num_heads * self.head_dim)
+
+
+class TorchBackend:
+    store_kv = staticmethod(store_kv_torch)
+    attention = staticmethod(paged_attention_torch)
+
+
+_TRITON_BACKEND = None
+
+
+def _backend_for(q: torch.Tensor):
+    """Triton kernels on CUDA when they import; the PyTorch path everywhere else."""
+    global _TRITON_BACKEND
+    if q.device.type != "cuda":
+        return TorchBackend
+    if _TRITON_BACKEND is None:
+        try:
+            from turbospec.kernels.backend import TritonBackend  # CUDA-only import, lazily
+            _TRITON_BACKEND = TritonBackend
+        except ImportError:
+            _TRITON_BACKEND = TorchBackend
+    return _TRITON_BACKEND
