@@ -1,0 +1,93 @@
+"""A Sequence is one request's state inside the engine: its tokens, its KV blocks, its sampler."""
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from turbospec.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class RequestMetrics:
+    arrival_time: float = field(default_factory=time.time)
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Tokens per verify step, bonus included."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+
+_seq_counter = itertools.count()
+
+
+class Sequence:
+    def __init__(self, request_id: str, prompt: str | None, prompt_token_ids: list[int],
+                 params: SamplingParams, device: torch.device, max_model_len: int):
+        self.seq_id = next(_seq_counter)
+        self.request_id = request_id
+        self.prompt = prompt
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.params = params
+        self.status = SequenceStatus.WAITING
+        self.block_table: list[int] = []
+        self.num_computed_tokens = 0          # tokens whose KV is in the cache
+        self.max_model_len = max_model_len
+        self.output_logprobs: list[dict] = []
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+        self.output_text = ""
+        self.metrics = RequestMetrics()
+        self.generator: torch.Generator | None = None
+        if params.seed is not None:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(params.seed)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def last_token_id(self) -> int:
+        return self.token_ids[-1]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    @property
+    def max_total_tokens(self) -> int:
+        """Hard cap on len(self): the context length, or prompt + max_tokens."""
+        cap = self.max_model_len
+        if self.params.max_tokens is not None:
+            cap = min(cap, self.num_prompt_tokens + self.params.max_tokens)
+        return cap
