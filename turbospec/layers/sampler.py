@@ -1,0 +1,219 @@
+"""The plain sampler: the user's distribution (temperature -> top-k -> top-p, greedy one-hot),
+sampling without a host sync, per-request seeds, and raw-model logprobs.
+
+`compute_probs` defines "the user's distribution"; the rejection sampler (`turbospec/spec/verify.py`)
+and every stochastic drafter use it, so speculative and plain decoding target the same law.
+
+Randomness is drawn per row: a row whose request has a seed draws its noise from its own
+`torch.Generator`, so its samples do not depend on what else is in the batch; the other rows draw
+from the default generator in one batched call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
+
+import torch
+
+from turbospec.sampling_params import SamplingParams
+
+_TINY = torch.finfo(torch.float32).tiny
+
+
+@dataclass
+class SamplingTensors:
+    temperature: torch.Tensor            # [N] float32; greedy rows hold 1.0 (never divided by ~0)
+    top_k: torch.Tensor                  # [N] int64; 0 = off
+    top_p: torch.Tensor                  # [N] float32; 1.0 = off
+    greedy: torch.Tensor                 # [N] bool
+    generators: list[torch.Generator | None]
+    # host-side flags, known at construction, so that no step needs a sync to skip work
+    any_top_k: bool = False
+    max_top_k: int = 0
+    any_top_p: bool = False
+    all_greedy: bool = False
+    any_generator: bool = False
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.generators)
+
+    @property
+    def device(self) -> torch.device:
+        return self.temperature.device
+
+    @staticmethod
+    def from_params(params_list: Sequence[SamplingParams],
+                    generators: Sequence[torch.Generator | None] | None,
+                    device: torch.device | str,
+                    repeats: Sequence[int] | None = None) -> "SamplingTensors":
+        """One row per params (row i repeated repeats[i] times: the verify step has K+1 rows per
+        sequence, all with the same sampling settings)."""
+        n = len(params_list)
+        gens = list(generators) if generators is not None else [None] * n
+        if len(gens) != n:
+            raise ValueError(f"got {n} SamplingParams but {len(gens)} generators; pass one per row (or None)")
+        reps = list(repeats) if repeats is not None else [1] * n
+        if len(reps) != n:
+            raise ValueError(f"got {n} SamplingParams but {len(reps)} repeats; pass one count per row")
+        temps, ks, ps, greedy, row_gens = [], [], [], [], []
+        for p, g, r in zip(params_list, gens, reps):
+            is_greedy = p.greedy
+            temps += [1.0 if is_greedy else float(p.temperature)] * r
+            ks += [int(p.top_k) if p.uses_top_k and not is_greedy else 0] * r
+            ps += [float(p.top_p) if not is_greedy else 1.0] * r
+            greedy += [is_greedy] * r
+            row_gens += [g] * r
+        return SamplingTensors(
+            temperature=torch.tensor(temps, dtype=torch.float32, device=device),
+            top_k=torch.tensor(ks, dtype=torch.long, device=device),
+            top_p=torch.tensor(ps, dtype=torch.float32, device=device),
+            greedy=torch.tensor(greedy, dtype=torch.bool, device=device),
+            generators=row_gens,
+            any_top_k=any(k > 0 for k in ks),
+            max_top_k=max(ks, default=0),
+            any_top_p=any(p < 1.0 for p in ps),
+            all_greedy=bool(greedy) and all(greedy),
+            any_generator=any(g is not None for g in row_gens),
+        )
+
+
+# ----------------------------------------------------------------------------- distributions
+
+def _top_k_top_p_mask(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+    """[N, V] bool, True = token removed. Top-k keeps every token tied with the k-th largest
+    logit; top-p then keeps the smallest prefix (by descending prob) whose mass reaches top_p
+    (a token stays iff the mass strictly before it is < top_p, so at least one token stays)."""
+    V = logits.shape[-1]
+    k_on = (st.top_k > 0) & (st.top_k < V)                                           # [N]
+    if not st.any_top_p:
+        # top-k only: a partial top-k (host-known max k) is much cheaper than a full sort
+        max_k = min(V, st.max_top_k)
+        vals = torch.topk(logits, max_k, dim=-1).values                              # [N, max_k]
+        kth = vals.gather(-1, (st.top_k.clamp(1, max_k) - 1).unsqueeze(-1))          # [N, 1]
+        return (logits < kth) & k_on.unsqueeze(-1)
+    k = torch.where(k_on, st.top_k, torch.full_like(st.top_k, V))                    # [N]
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)               # [N, V]
+    kth = sorted_logits.gather(-1, (k - 1).unsqueeze(-1))                            # [N, 1]
+    removed_sorted = sorted_logits < kth
+    sorted_logits = sorted_logits.masked_fill(removed_sorted, float("-inf"))
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)                              # [N, V]
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs                  # exclusive cumsum
+    # rows with top_p == 1 get a threshold above any rounding drift of the cumsum
+    top_p = torch.where(st.top_p < 1.0, st.top_p, torch.full_like(st.top_p, 2.0)).unsqueeze(-1)
+    removed_sorted |= mass_before >= top_p
+    return torch.zeros_like(removed_sorted).scatter(-1, order, removed_sorted)
+
+
+def compute_probs(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+    """[N, V] logits -> [N, V] float32 probs: the user's distribution. Order (as vLLM):
+    temperature, then top-k, then top-p; greedy rows are one-hot at argmax (ties -> lowest id)."""
+    logits = logits.float()
+    if st.all_greedy:
+        return _one_hot_argmax(logits)
+    scaled = logits / st.temperature.unsqueeze(-1)                                   # [N, V]
+    if st.any_top_k or st.any_top_p:
+        scaled = scaled.masked_fill(_top_k_top_p_mask(scaled, st), float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)                                            # [N, V]
+    return torch.where(st.greedy.unsqueeze(-1), _one_hot_argmax(logits), probs)
+
+
+def _one_hot_argmax(x: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(x, dtype=torch.float32)
+    return out.scatter_(-1, x.argmax(dim=-1, keepdim=True), 1.0)
+
+
+# ----------------------------------------------------------------------------- randomness
+
+def random_rows(st: SamplingTensors, shape: tuple[int, ...],
+                fill: Callable[[torch.Tensor, torch.Generator | None], torch.Tensor]) -> torch.Tensor:
+    """A float32 tensor [N, *shape] whose row i is filled by `fill(row, generator_i)` when row i
+    has a generator, and whose other rows are filled together from the default generator."""
+    out = torch.empty((st.num_rows, *shape), dtype=torch.float32, device=st.device)
+    if not st.any_generator:
+        return fill(out, None)
+    fill(out, None)   # unseeded rows (seeded ones are overwritten below)
+    for i, g in enumerate(st.generators):
+        if g is not None:
+            fill(out[i], g)
+    return out
+
+
+def uniform(st: SamplingTensors, shape: tuple[int, ...] = ()) -> torch.Tensor:
+    """[N, *shape] U[0, 1) per row, from each row's generator where it has one."""
+    return random_rows(st, shape, lambda t, g: t.uniform_(generator=g))
+
+
+def exponential(st: SamplingTensors, shape: tuple[int, ...] = ()) -> torch.Tensor:
+    """[N, *shape] Exp(1) per row, strictly positive (so probs / E never makes 0/0)."""
+    return random_rows(st, shape, lambda t, g: t.exponential_(generator=g)).clamp_min_(_TINY)
+
+
+def sample_with_noise(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Exponential race: argmax(p / E), E ~ Exp(1) i.i.d., picks token v with probability p(v).
+    probs [..., V], noise [..., V] -> [...] int64."""
+    return (probs / noise).argmax(dim=-1)
+
+
+def sample(probs: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+    """[N, V] probs -> [N] int64 token ids, without a host sync. Greedy rows take argmax."""
+    greedy_ids = probs.argmax(dim=-1)                                                # [N]
+    if st.all_greedy:
+        return greedy_ids
+    drawn = sample_with_noise(probs, exponential(st, (probs.shape[-1],)))            # [N]
+    return torch.where(st.greedy, greedy_ids, drawn)
+
+
+# ----------------------------------------------------------------------------- logprobs
+
+@dataclass
+class Logprob:
+    """vLLM's per-token logprob entry."""
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+class LogprobsTensors(NamedTuple):
+    chosen: torch.Tensor                 # [N] float32 logprob of the sampled token
+    topk_ids: torch.Tensor               # [N, k] int64
+    topk_vals: torch.Tensor              # [N, k] float32
+    chosen_rank: torch.Tensor            # [N] int64, 1 = most likely
+
+
+def compute_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, k: int) -> LogprobsTensors:
+    """Logprobs of the RAW model distribution (log_softmax of unscaled logits; vLLM's default
+    "raw_logprobs"). logits [N, V], token_ids [N] -> chosen [N], top-k [N, k], rank [N]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)                                 # [N, V]
+    chosen = logp.gather(-1, token_ids.long().unsqueeze(-1))                         # [N, 1]
+    rank = (logp > chosen).sum(dim=-1) + 1                                           # [N]
+    k = max(0, min(int(k), logp.shape[-1]))
+    topk_vals, topk_ids = torch.topk(logp, k, dim=-1)                                # [N, k]
+    return LogprobsTensors(chosen.squeeze(-1), topk_ids, topk_vals, rank)
+
+
+def logprobs_to_dicts(lp: LogprobsTensors, token_ids: torch.Tensor) -> list[dict[int, Logprob]]:
+    """Host-side (syncs): one dict per row in vLLM's shape, the chosen token first (with its rank),
+    then the top-k (rank 1..k)."""
+    ids = token_ids.tolist()
+    chosen, ranks = lp.chosen.tolist(), lp.chosen_rank.tolist()
+    top_ids, top_vals = lp.topk_ids.tolist(), lp.topk_vals.tolist()
+    out = []
+    for i, tok in enumerate(ids):
+        d = {tok: Logprob(chosen[i], ranks[i])}
+        for r, (t, v) in enumerate(zip(top_ids[i], top_vals[i]), start=1):
+            if t not in d:
+                d[t] = Logprob(v, r)
+        out.append(d)
+    return out
+
+
+class Sampler:
+    """logits -> token ids (the user's distribution), plus optional raw logprobs."""
+
+    def __call__(self, logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+        return sample(compute_probs(logits, st), st)
+
+    compute_probs = staticmethod(compute_probs)
+    sample = staticmethod(sample)
+    compute_logprobs = staticmethod(compute_logprobs)
