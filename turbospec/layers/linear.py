@@ -1,0 +1,148 @@
+"""Linear layers with vLLM's names, and the one place where a dense matmul happens.
+
+No tensor parallelism yet (one rank), but the shapes and loaders follow vLLM's so that it can be
+added here without touching model files:
+
+- `ReplicatedLinear`   plain `[out, in]` weight (MoE router, fc layers of drafters)
+- `ColumnLinear`       output dimension is the one a TP split would shard
+- `RowLinear`          input dimension is the one a TP split would shard (o_proj, down_proj)
+- `MergedColumnLinear` several column outputs stored as one weight (gate_up_proj); shard id = index
+- `QKVLinear`          q, k and v stored as one weight (qkv_proj); shard id = "q" | "k" | "v"
+
+Every matmul goes through `quant_method.apply`, so that a quantized weight (FP8, in
+`layers/quant/`) only swaps the method; `UnquantizedLinearMethod` is the plain `F.linear`.
+A parameter's `weight_loader(param, loaded_weight, shard_id)` copies one checkpoint tensor into
+its slice; `shard_ids` lists the pieces that must all arrive (see `model_loader`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class WeightShapeError(ValueError):
+    """A checkpoint tensor whose shape does not fit its parameter (the loader adds the name)."""
+
+    def __init__(self, expected: Sequence[int], found: Sequence[int]):
+        self.expected, self.found = list(expected), list(found)
+        super().__init__(f"expected {self.expected}, found {self.found}")
+
+
+def copy_checked(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy `src` into `dst` (casting dtype, moving device) after checking the shape."""
+    if tuple(dst.shape) != tuple(src.shape):
+        raise WeightShapeError(dst.shape, src.shape)
+    dst.copy_(src)
+
+
+def default_weight_loader(param: nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
+    if shard_id is not None:
+        raise ValueError(f"parameter of shape {list(param.shape)} has no shard {shard_id!r}")
+    with torch.no_grad():
+        copy_checked(param.data, loaded_weight)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The dense matmul (`x @ weight.T + bias`); used by every unquantized layer, the LM head and
+    the reference MoE experts."""
+    return F.linear(x, weight, bias)
+
+
+class UnquantizedLinearMethod:
+    """How a layer with a plain float weight computes its output."""
+
+    @staticmethod
+    def apply(layer: "LinearBase", x: torch.Tensor) -> torch.Tensor:
+        return linear(x, layer.weight, layer.bias)
+
+
+class LinearBase(nn.Module):
+    """Holds `weight` [output_size, input_size] and an optional `bias` [output_size]."""
+
+    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+        super().__init__()
+        self.input_size, self.output_size = input_size, output_size
+        self.quant_method = UnquantizedLinearMethod()
+        self.weight = nn.Parameter(torch.empty(output_size, input_size), requires_grad=False)
+        self._set_loader(self.weight)
+        if bias:
+            self.bias = nn.Parameter(torch.empty(output_size), requires_grad=False)
+            self._set_loader(self.bias)
+        else:
+            self.register_parameter("bias", None)
+
+    def _set_loader(self, param: nn.Parameter) -> None:
+        param.weight_loader = default_weight_loader
+        param.shard_ids = (None,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.quant_method.apply(self, x)           # [*, output_size]
+
+    def extra_repr(self) -> str:
+        return f"in={self.input_size}, out={self.output_size}, bias={self.bias is not None}"
+
+
+class ReplicatedLinear(LinearBase):
+    pass
+
+
+class ColumnLinear(LinearBase):
+    pass
+
+
+class RowLinear(LinearBase):
+    pass
+
+
+class _ShardedOutputLinear(ColumnLinear):
+    """A column linear whose output rows are the concatenation of named shards."""
+
+    def _shard_slices(self) -> dict:          # shard id -> (row offset, rows)
+        raise NotImplementedError
+
+    def _set_loader(self, param: nn.Parameter) -> None:
+        param.weight_loader = self.weight_loader
+        param.shard_ids = tuple(self._shard_slices())
+        param.shard_shape = lambda shard_id, p=param: self._shard_view(p, shard_id).shape
+
+    def _shard_view(self, param: nn.Parameter, shard_id) -> torch.Tensor:
+        if shard_id not in self._shard_slices():
+            raise ValueError(f"unknown shard id {shard_id!r}: expected one of {list(self._shard_slices())}")
+        offset, rows = self._shard_slices()[shard_id]
+        return param.data.narrow(0, offset, rows)
+
+    def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
+        with torch.no_grad():
+            if shard_id is None:                  # an already-fused checkpoint tensor
+                copy_checked(param.data, loaded_weight)
+            else:
+                copy_checked(self._shard_view(param, shard_id), loaded_weight)
+
+
+class MergedColumnLinear(_ShardedOutputLinear):
+    """Column outputs `output_sizes` stored back to back; shard id i loads output i (gate=0, up=1)."""
+
+    def __init__(self, input_size: int, output_sizes: Sequence[int], bias: bool = False):
+        self.output_sizes = list(output_sizes)
+        super().__init__(input_size, sum(self.output_sizes), bias)
+
+    def _shard_slices(self) -> dict:
+        offsets = [sum(self.output_sizes[:i]) for i in range(len(self.output_sizes))]
+        return {i: (off, n) for i, (off, n) in enumerate(zip(offsets, self.output_sizes))}
+
+
+class QKVLinear(_ShardedOutputLinear):
+    """q, k, v projections as one weight [(num_heads + 2 * num_kv_heads) * head_dim, hidden]."""
+
+    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int,
+                 bias: bool = False):
+        self.head_dim, self.num_heads, self.num_kv_heads = head_dim, num_heads, num_kv_heads
+        self.q_size, self.kv_size = num_heads * head_dim, num_kv_heads * head_dim
+        super().__init__(hidden_size, self.q_size + 2 * self.kv_size, bias)
+
+    def _shard_slices(self) -> dict:
+        return {"q": (0, self.q_size), "k": (self.q_size, self.kv_size),
+                "v": (self.q_size + self.kv_size, self.kv_size)}

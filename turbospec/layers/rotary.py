@@ -1,0 +1,74 @@
+"""Rotary position embedding (neox style: the two halves of each head rotate together, as in HF
+Llama/Qwen3 `rotate_half`), from a cos/sin cache precomputed over all positions.
+
+Rope scaling changes only the inverse frequencies: `linear` divides them all by `factor`;
+`llama3` (Llama 3.1) divides the low frequencies by `factor`, keeps the high ones and blends in
+between. The cache is float32; it is cast to the query dtype on use, as HF does.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import astuple
+
+import torch
+from torch import nn
+
+from turbospec.config import RopeConfig
+
+
+def compute_inv_freq(rotary_dim: int, rope: RopeConfig) -> torch.Tensor:
+    """[rotary_dim // 2] float32 inverse frequencies, scaled as `rope.rope_type` says."""
+    exponent = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(torch.float32) / rotary_dim
+    inv_freq = 1.0 / (rope.theta ** exponent)
+    if rope.rope_type == "linear":
+        inv_freq = inv_freq / rope.factor
+    elif rope.rope_type == "llama3":
+        old_ctx = rope.original_max_position_embeddings
+        low_freq_wavelen = old_ctx / rope.low_freq_factor
+        high_freq_wavelen = old_ctx / rope.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / rope.factor, inv_freq)
+        smooth = (old_ctx / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+        is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        inv_freq = torch.where(is_medium, smoothed, scaled)
+    elif rope.rope_type != "default":
+        raise ValueError(f"rope type {rope.rope_type!r} is not supported")
+    return inv_freq
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int, max_position: int, rope: RopeConfig):
+        super().__init__()
+        self.head_dim = head_dim
+        inv_freq = compute_inv_freq(head_dim, rope)                      # [D/2]
+        t = torch.arange(max_position, dtype=torch.float32)              # [max_position]
+        freqs = torch.outer(t, inv_freq.to(t.device))                    # [max_position, D/2]
+        # not checkpoint tensors: excluded from state_dict and from the loader's bookkeeping
+        self.register_buffer("cos_cache", freqs.cos(), persistent=False)  # [max_position, D/2]
+        self.register_buffer("sin_cache", freqs.sin(), persistent=False)  # [max_position, D/2]
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [T]; q [T, num_heads, D], k [T, num_kv_heads, D] -> rotated q, k."""
+        cos = self.cos_cache[positions].to(q.dtype)[:, None, :]          # [T, 1, D/2]
+        sin = self.sin_cache[positions].to(q.dtype)[:, None, :]
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x * cat(cos, cos) + rotate_half(x) * cat(sin, sin), written per half
+    x1, x2 = x.chunk(2, dim=-1)                                          # [T, heads, D/2] each
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+_ROPE_CACHE: dict[tuple, RotaryEmbedding] = {}
+
+
+def get_rope(head_dim: int, max_position: int, rope: RopeConfig) -> RotaryEmbedding:
+    """One shared cache per (shape, scaling, device): all layers of a model (and a drafter with the
+    same rope) read the same cos/sin tables instead of holding a copy each."""
+    key = (head_dim, max_position, astuple(rope), str(torch.get_default_device()))
+    if key not in _ROPE_CACHE:
+        _ROPE_CACHE[key] = RotaryEmbedding(head_dim, max_position, rope)
+    return _ROPE_CACHE[key]

@@ -1,0 +1,189 @@
+"""Build a model on its device and stream its safetensors weights into it.
+
+`load_model(dir, device, dtype)` creates the parameters directly on `device` in `dtype` (no CPU
+copy of the whole model), then `load_weights` reads the checkpoint one tensor at a time with
+`safe_open(..., device=...)` and hands each to its parameter's `weight_loader`.
+
+Name resolution (the model class declares the mapping):
+- `packed_modules_mapping`: checkpoint module -> (our fused module, shard id), e.g.
+  `...self_attn.k_proj.weight` -> `...self_attn.qkv_proj.weight` shard "k";
+- `expert_params_mapping`: `...experts.{e}.gate_proj.weight` -> `...experts.gate_up_proj`
+  shard (e, "w1"); fused `...experts.gate_up_proj` / `down_proj` tensors load 1:1 (whole);
+- every other name loads 1:1.
+Skipped: `mtp.*` and `model.layers.{>= L}.*` (MTP weights, loaded by the speculation code),
+`lm_head.weight` when embeddings are tied, and the allow-list `IGNORED_SUFFIXES`.
+Every parameter shard must be loaded exactly once and every other tensor used, else ValueError.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from turbospec.config import ModelConfig, parse_dtype
+from turbospec.layers.linear import WeightShapeError
+from turbospec.models.registry import get_model_class
+
+# checkpoint tensors that carry nothing we need (old exporters saved the rope frequencies)
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
+_FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                                 "float8_e5m2fnuz") if hasattr(torch, n))
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def checkpoint_files(model_dir: str) -> list[str]:
+    """The *.safetensors files of a checkpoint: the ones its index names, else all of them."""
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as f:
+            weight_map = json.load(f).get("weight_map", {})
+        files = sorted(set(weight_map.values()))
+        absent = [fn for fn in files if not os.path.isfile(os.path.join(model_dir, fn))]
+        if absent:
+            raise ValueError(f"{index} names shard(s) {absent} that are not in {model_dir}: "
+                             "download the missing files or fix the index")
+    else:
+        files = sorted(fn for fn in os.listdir(model_dir) if fn.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"no *.safetensors files in {model_dir}: turbospec loads safetensors "
+                         "checkpoints (convert .bin files with transformers' save_pretrained)")
+    return [os.path.join(model_dir, fn) for fn in files]
+
+
+def iterate_weights(model_dir_or_files: str | list[str], device: torch.device | str = "cpu"
+                    ) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) over one checkpoint directory (or explicit files), one tensor at a time."""
+    from safetensors import safe_open
+    files = (checkpoint_files(model_dir_or_files) if isinstance(model_dir_or_files, str)
+             else list(model_dir_or_files))
+    for path in files:
+        with safe_open(path, framework="pt", device=str(device)) as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def _is_skipped(name: str, num_layers: int) -> bool:
+    if name.startswith("mtp.") or name.endswith(IGNORED_SUFFIXES):
+        return True
+    m = _LAYER_RE.match(name)
+    return m is not None and int(m.group(1)) >= num_layers
+
+
+def _resolve(model: nn.Module, name: str) -> tuple[str, object]:
+    """Checkpoint name -> (our parameter name, shard id or None)."""
+    parts = name.split(".")
+    experts = getattr(model, "expert_params_mapping", {})
+    if experts and "experts" in parts:
+        i = parts.index("experts")
+        if i + 2 < len(parts) and parts[i + 1].isdigit() and parts[i + 2] in experts:
+            param, shard = experts[parts[i + 2]]
+            return ".".join(parts[:i + 1] + [param]), (int(parts[i + 1]), shard)
+    packed = getattr(model, "packed_modules_mapping", {})
+    if len(parts) >= 2 and parts[-2] in packed:
+        module, shard = packed[parts[-2]]
+        return ".".join(parts[:-2] + [module, parts[-1]]), shard
+    return name, None
+
+
+def _checkpoint_name(model: nn.Module, param_name: str, shard) -> str:
+    """Inverse of `_resolve`, for error messages about tensors that never arrived."""
+    if shard is None:
+        return param_name
+    parts = param_name.split(".")
+    if isinstance(shard, tuple):                                  # (expert, w1 | w2 | w3)
+        for ckpt, (param, s) in model.expert_params_mapping.items():
+            if param == parts[-1] and s == shard[1]:
+                return ".".join(parts[:-1] + [str(shard[0]), ckpt, "weight"])
+    for ckpt, (module, s) in model.packed_modules_mapping.items():
+        if len(parts) >= 2 and module == parts[-2] and s == shard:
+            return ".".join(parts[:-2] + [ckpt, parts[-1]])
+    return f"{param_name} (shard {shard!r})"
+
+
+def _check_not_fp8(name: str, tensor: torch.Tensor) -> None:
+    # hook for layers/quant/: a float8 weight with a sibling `<name>_scale_inv` is block-FP8
+    if tensor.dtype in _FP8_DTYPES or name.endswith("_scale_inv"):
+        raise ValueError(f"checkpoint tensor {name} is {tensor.dtype} (block-FP8): FP8 checkpoints "
+                         "are not supported yet; use the bf16 checkpoint of this model")
+
+
+def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
+                 num_layers: int | None = None, tied_lm_head: bool = False) -> None:
+    """Load (name, tensor) pairs into `model`; ValueError for anything missing, misshapen, unknown
+    or loaded twice. Drafters reuse this with their own mapping attributes."""
+    params = dict(model.named_parameters())
+    loaded: set[tuple[str, object]] = set()
+    unknown, twice = [], []
+    for name, tensor in weights:
+        if num_layers is not None and _is_skipped(name, num_layers):
+            continue
+        if tied_lm_head and name == "lm_head.weight":
+            continue                          # tied: the head is the embedding
+        _check_not_fp8(name, tensor)
+        param_name, shard = _resolve(model, name)
+        param = params.get(param_name)
+        if param is None:
+            unknown.append(name)
+            continue
+        shards = param.shard_ids if shard is None else (shard,)
+        if any((param_name, s) in loaded for s in shards):
+            twice.append(name)
+            continue
+        try:
+            param.weight_loader(param, tensor, shard)
+        except WeightShapeError as e:
+            raise ValueError(f"checkpoint tensor {name} has shape {e.found}, expected {e.expected} "
+                             "(does config.json match the weights?)") from None
+        loaded.update((param_name, s) for s in shards)
+    if unknown:
+        raise ValueError(f"checkpoint has tensor(s) this {type(model).__name__} does not use: "
+                         f"{_listing(unknown)}; is `architectures` in config.json right?")
+    if twice:
+        raise ValueError(f"checkpoint holds these weights twice (e.g. both per-expert and fused "
+                         f"layouts): {_listing(twice)}; keep one copy")
+    missing = []
+    for pname, param in params.items():
+        for s in param.shard_ids:
+            if (pname, s) not in loaded:
+                shape = list(param.shape) if s is None else list(param.shard_shape(s))
+                missing.append(f"{_checkpoint_name(model, pname, s)} (expected {shape})")
+    if missing:
+        raise ValueError(f"checkpoint is missing {_listing(missing)}; re-export the checkpoint or "
+                         "fix its index")
+
+
+def _listing(names: list[str], limit: int = 8) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _check_quantization(cfg: ModelConfig) -> None:
+    qc = cfg.quantization_config
+    if qc:
+        raise ValueError(f"config.json has quantization_config {qc.get('quant_method', qc)!r}: "
+                         "quantized (FP8) checkpoints are not supported yet; use the bf16 checkpoint")
+
+
+def load_model(model_dir: str, device: torch.device | str = "cpu",
+               dtype: torch.dtype | str | None = None) -> nn.Module:
+    """config.json + *.safetensors -> model in eval mode on `device` in `dtype` (default: the
+    checkpoint's dtype on CUDA, float32 on CPU)."""
+    cfg = ModelConfig.from_pretrained(model_dir)
+    device = torch.device(device)
+    dtype = parse_dtype(dtype, cfg.dtype if device.type == "cuda" else torch.float32)
+    _check_quantization(cfg)
+    model_cls = get_model_class(cfg.architecture)
+    prev_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = model_cls(cfg)
+    finally:
+        torch.set_default_dtype(prev_dtype)
+    load_weights(model, iterate_weights(model_dir, device), num_layers=cfg.num_hidden_layers,
+                 tied_lm_head=cfg.tie_word_embeddings)
+    return model.eval()

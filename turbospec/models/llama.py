@@ -1,0 +1,149 @@
+"""Llama (`LlamaForCausalLM`): pre-norm decoder, GQA attention with RoPE (default, `linear` or
+`llama3` scaling), SiLU-gated MLP, optional attention / MLP biases.
+
+Layer:  h = x + o_proj(attn(rope(q), rope(k), v))   with q, k, v = qkv_proj(input_layernorm(x))
+        y = h + down_proj(silu(gate) * up)         with gate, up = gate_up_proj(post_attention_layernorm(h))
+Model:  embed_tokens -> layers -> norm -> lm_head (tied to embed_tokens when tie_word_embeddings)
+
+The residual add is fused into the next norm (`RMSNorm(x, residual)`), so each layer passes
+(hidden, residual) on; the residual stream entering layer i is `hidden + residual`.
+
+Checkpoint names are HF's, except q/k/v -> `qkv_proj` and gate/up -> `gate_up_proj` (see
+`packed_modules_mapping`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from turbospec.config import ModelConfig
+from turbospec.layers.activation import SiluAndMul
+from turbospec.layers.attention import Attention
+from turbospec.layers.embed_head import ParallelLMHead, VocabEmbedding
+from turbospec.layers.layernorm import RMSNorm
+from turbospec.layers.linear import MergedColumnLinear, QKVLinear, RowLinear
+from turbospec.layers.rotary import get_rope
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False):
+        super().__init__()
+        self.gate_up_proj = MergedColumnLinear(hidden_size, [intermediate_size] * 2, bias=bias)
+        self.down_proj = RowLinear(intermediate_size, hidden_size, bias=bias)
+        self.act_fn = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))       # [T, H]
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        H, D = config.hidden_size, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, D
+        self.q_size, self.kv_size = self.num_heads * D, self.num_kv_heads * D
+        self.qkv_proj = QKVLinear(H, D, self.num_heads, self.num_kv_heads, bias=config.attention_bias)
+        self.o_proj = RowLinear(self.q_size, H, bias=config.attention_bias)
+        self.rotary_emb = get_rope(D, config.max_position_embeddings, config.rope)
+        self.attn = Attention(self.num_heads, self.num_kv_heads, D, scale=D ** -0.5)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        T = hidden.shape[0]
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(T, self.num_heads, self.head_dim)                   # [T, nh, D]
+        k = k.view(T, self.num_kv_heads, self.head_dim)                # [T, nkv, D]
+        q, k = self.rotary_emb(positions, q, k)
+        out = self.attn(q.reshape(T, self.q_size), k.reshape(T, self.kv_size), v)  # [T, nh * D]
+        return self.o_proj(out)                                        # [T, H]
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = LlamaAttention(config)
+        self.mlp = LlamaMLP(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:                                           # first layer
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual                              # [T, H] each
+
+
+class LlamaModel(nn.Module):
+    """embed_tokens -> decoder layers -> final norm, with optional residual-stream capture."""
+
+    def __init__(self, config: ModelConfig, decoder_layer_cls: type[nn.Module]):
+        super().__init__()
+        self.num_layers = config.num_hidden_layers
+        self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(decoder_layer_cls(config, i) for i in range(self.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                aux_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """input_ids, positions [T] -> (final-normed hidden [T, H], captured [T, H] per aux id).
+
+        Aux id i is the residual stream entering layer i (0: embeddings; L: after the last layer,
+        before the final norm)."""
+        hidden = self.embed_tokens(input_ids)                          # [T, H]
+        residual = None
+        captured: dict[int, torch.Tensor] = {}
+        for i, layer in enumerate(self.layers):
+            if i in aux_layers:
+                captured[i] = hidden if residual is None else hidden + residual
+            hidden, residual = layer(positions, hidden, residual)
+        if self.num_layers in aux_layers:
+            captured[self.num_layers] = hidden + residual
+        hidden, _ = self.norm(hidden, residual)
+        return hidden, [captured[i] for i in aux_layers]
+
+
+class LlamaForCausalLM(nn.Module):
+    decoder_layer_cls: type[nn.Module] = LlamaDecoderLayer
+    # checkpoint module -> (our fused module, shard id); every other name loads 1:1
+    packed_modules_mapping = {
+        "q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    }
+    # per-expert checkpoint module -> (our stacked parameter, shard); MoE models only
+    expert_params_mapping: dict[str, tuple[str, str]] = {}
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config, self.decoder_layer_cls)
+        tied = self.model.embed_tokens if config.tie_word_embeddings else None
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tied_to=tied)
+        self._aux_layers: tuple[int, ...] = ()
+
+    @property
+    def aux_hidden_state_layers(self) -> tuple[int, ...]:
+        return self._aux_layers
+
+    @aux_hidden_state_layers.setter
+    def aux_hidden_state_layers(self, ids) -> None:
+        ids = tuple(int(i) for i in (ids or ()))
+        L = self.config.num_hidden_layers
+        bad = [i for i in ids if not 0 <= i <= L]
+        if bad:
+            raise ValueError(f"aux_hidden_state_layers {bad} out of range: ids are input-of-layer "
+                             f"indices in [0, {L}] for this {L}-layer model")
+        self._aux_layers = ids
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor):
+        """[T], [T] -> hidden [T, H], or (hidden, aux list of [T, H]) when capture is on."""
+        hidden, aux = self.model(input_ids, positions, self._aux_layers)
+        return (hidden, aux) if self._aux_layers else hidden
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)                                    # [N, V] float32
+
+    def get_input_embeddings(self) -> VocabEmbedding:
+        return self.model.embed_tokens
