@@ -1,0 +1,285 @@
+"""DFlash block drafter, checkpoint format `DFlashDraftModel` (z-lab/dflash; SpecForge; vLLM
+`DFlashQwen3ForCausalLM`).
+
+Architecture. Context c_j = hidden_norm(fc(cat of the n captured target streams of committed token
+j)) — [n*T] -> [H]. A block of B slots = [anchor (last committed token), mask x (B-1)] is embedded
+with the TARGET's table and run through Qwen3 layers whose attention sees, prepended in every layer,
+the context projected by that layer's own k_proj/v_proj (+k_norm, RoPE at the context positions);
+the context never passes through input_layernorm or the MLP. Attention is non-causal inside the
+block ("full_attention" layers). Output slot p (after the final norm and the TARGET's lm_head)
+predicts the token AT position start+p, so drafts = lm_head(norm(out[1:B])).
+
+Checkpoint names (no prefix): fc.weight [H, n*T], hidden_norm.weight [H], norm.weight [H],
+layers.{i}.self_attn.{q,k,v,o}_proj.weight (+bias iff attention_bias), layers.{i}.self_attn.
+{q_norm,k_norm}.weight [hd], layers.{i}.mlp.{gate,up,down}_proj.weight,
+layers.{i}.{input_layernorm,post_attention_layernorm}.weight. No embed_tokens / lm_head.
+config.json: block_size, dflash_config.{mask_token_id, target_layer_ids (output-of-layer)},
+num_target_layers, layer_types.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turbospec.config import RopeConfig
+from turbospec.models.draft_layers import (KV, GatedMLP, RMSNorm, apply_rope, attend, load_state,
+                                           read_checkpoint, read_config, rope_cos_sin, rope_inv_freq)
+
+ARCHITECTURE = "DFlashDraftModel"
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """SpecForge/z-lab default (output-of-layer): one draft layer -> [L//2]; otherwise evenly
+    spaced from 1 to L-3."""
+    L, n = num_target_layers, num_draft_layers
+    if n == 1:
+        return [L // 2]
+    start, end = 1, L - 3
+    return [int(round(start + i * (end - start) / (n - 1))) for i in range(n)]
+
+
+def choose_mask_token_id(vocab_size: int, tokenizer_len: int | None, pad_token_id: int | None) -> int:
+    """The id fed at masked slots: like SpecForge/z-lab, a row of the target embedding the
+    tokenizer never emits. SpecForge appends `<|MASK|>` (id = len(tokenizer)), which is an unused
+    row when the table is padded (Qwen3: 151669 < 151936). When every row is a real token
+    (codelm-12m: 8192 of 8192) we take the pad token, which generation never produces."""
+    if tokenizer_len is not None and tokenizer_len < vocab_size:
+        return int(tokenizer_len)
+    if pad_token_id is not None and 0 <= pad_token_id < vocab_size:
+        return int(pad_token_id)
+    raise ValueError("no unused embedding row and no pad token: pass mask_token_id explicitly "
+                     "(an id the tokenizer never emits)")
+
+
+@dataclass
+class DFlashConfig:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    num_hidden_layers: int
+    rms_norm_eps: float
+    vocab_size: int
+    rope: RopeConfig
+    block_size: int
+    mask_token_id: int
+    target_layer_ids: tuple[int, ...]          # output-of-layer convention, as in the checkpoint
+    num_target_layers: int | None = None
+    target_hidden_size: int = 0                # 0: = hidden_size
+    attention_bias: bool = False
+    causal: tuple[bool, ...] = ()              # per layer; "sliding_attention" layers are causal
+    sliding_window: tuple[int | None, ...] = ()
+    input_embedding_scale: float = 1.0
+    output_multiplier: float = 1.0
+    max_position_embeddings: int = 40960
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "DFlashConfig":
+        missing = [k for k in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+                               "num_hidden_layers") if k not in raw]
+        if missing:
+            raise ValueError(f"DFlash config.json is missing key(s) {missing}: add them")
+        dc = raw.get("dflash_config") or {}
+        get = lambda k, d=None: dc.get(k, raw.get(k, d))                       # noqa: E731
+        H, nh, n_layers = int(raw["hidden_size"]), int(raw["num_attention_heads"]), int(raw["num_hidden_layers"])
+        if get("mask_token_id") is None:
+            raise ValueError("DFlash config.json has no dflash_config.mask_token_id: set it to the id "
+                             "the draft was trained with")
+        L = get("num_target_layers")
+        ids = get("target_layer_ids")
+        if ids is None:
+            if L is None:
+                raise ValueError("DFlash config.json needs dflash_config.target_layer_ids (or "
+                                 "num_target_layers for the default)")
+            ids = default_target_layer_ids(int(L), n_layers)
+        types = raw.get("layer_types") or ["full_attention"] * n_layers
+        if len(types) != n_layers:
+            raise ValueError(f"layer_types has {len(types)} entries for {n_layers} layers: fix config.json")
+        forced = get("causal")
+        causal = tuple(bool(forced) if forced is not None else t == "sliding_attention" for t in types)
+        window = raw.get("sliding_window") or get("swa_window_size")
+        windows = tuple(int(window) if (t == "sliding_attention" or get("use_swa")) and window else None
+                        for t in types)
+        return cls(
+            hidden_size=H, num_attention_heads=nh,
+            num_key_value_heads=int(raw.get("num_key_value_heads") or nh),
+            head_dim=int(raw.get("head_dim") or H // nh),
+            intermediate_size=int(raw["intermediate_size"]), num_hidden_layers=n_layers,
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), vocab_size=int(raw["vocab_size"]),
+            rope=RopeConfig.from_hf(raw), block_size=int(get("block_size", 16)),
+            mask_token_id=int(get("mask_token_id")), target_layer_ids=tuple(int(i) for i in ids),
+            num_target_layers=int(L) if L is not None else None,
+            target_hidden_size=int(raw.get("target_hidden_size") or H),
+            attention_bias=bool(raw.get("attention_bias", False)), causal=causal, sliding_window=windows,
+            input_embedding_scale=float(get("input_embedding_scale", 1.0)),
+            output_multiplier=float(get("output_multiplier", 1.0)),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 40960)), raw=raw)
+
+    def target_layers(self) -> tuple[int, ...]:
+        """Captured target layers in our input-of-layer convention (+1), ascending."""
+        return tuple(sorted(i + 1 for i in self.target_layer_ids))
+
+    def to_dict(self, dtype: torch.dtype) -> dict[str, Any]:
+        d = {
+            "architectures": [ARCHITECTURE], "model_type": "qwen3",
+            "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+            "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim, "num_hidden_layers": self.num_hidden_layers,
+            "rms_norm_eps": self.rms_norm_eps, "hidden_act": "silu", "vocab_size": self.vocab_size,
+            "rope_theta": self.rope.theta, "attention_bias": self.attention_bias,
+            "max_position_embeddings": self.max_position_embeddings, "tie_word_embeddings": False,
+            "layer_types": ["sliding_attention" if c else "full_attention" for c in self.causal],
+            "block_size": self.block_size, "torch_dtype": str(dtype).replace("torch.", ""),
+            "dflash_config": {"mask_token_id": self.mask_token_id,
+                              "target_layer_ids": list(self.target_layer_ids)},
+        }
+        if self.num_target_layers is not None:
+            d["num_target_layers"] = self.num_target_layers
+        if any(w is not None for w in self.sliding_window):
+            d["sliding_window"] = next(w for w in self.sliding_window if w is not None)
+        if self.target_hidden_size != self.hidden_size:
+            d["target_hidden_size"] = self.target_hidden_size
+        return d
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, cfg: DFlashConfig):
+        super().__init__()
+        H, nh, nkv, D, bias = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.attention_bias
+        self.nh, self.nkv, self.D, self.scale = nh, nkv, D, D ** -0.5
+        self.q_proj = nn.Linear(H, nh * D, bias=bias)
+        self.k_proj = nn.Linear(H, nkv * D, bias=bias)
+        self.v_proj = nn.Linear(H, nkv * D, bias=bias)
+        self.o_proj = nn.Linear(nh * D, H, bias=bias)
+        self.q_norm = RMSNorm(D, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(D, cfg.rms_norm_eps)
+
+    def project_kv(self, x: torch.Tensor, cos, sin) -> KV:
+        """[B, S, H] -> k, v [B, nkv, S, D] (k normed and rotated)."""
+        B, S, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(B, S, self.nkv, self.D)).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, self.nkv, self.D).transpose(1, 2)
+        return apply_rope(k, cos, sin), v
+
+    def forward(self, x, cos, sin, ctx: KV, mask) -> torch.Tensor:
+        B, S, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, S, self.nh, self.D)).transpose(1, 2)   # [B, nh, S, D]
+        q = apply_rope(q, cos, sin)
+        k, v = self.project_kv(x, cos, sin)
+        k = torch.cat([ctx[0], k], dim=2)                                              # [B, nkv, C+S, D]
+        v = torch.cat([ctx[1], v], dim=2)
+        return self.o_proj(attend(q, k, v, mask, self.scale))
+
+
+class DFlashDecoderLayer(nn.Module):
+    def __init__(self, cfg: DFlashConfig):
+        super().__init__()
+        self.self_attn = DFlashAttention(cfg)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, ctx: KV, mask) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDraftModel(nn.Module):
+    def __init__(self, cfg: DFlashConfig):
+        super().__init__()
+        self.config = cfg
+        n = len(cfg.target_layer_ids)
+        self.fc = nn.Linear(n * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList([DFlashDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+        self._shared: dict[str, nn.Module] = {}      # target embedding + lm_head, kept out of state_dict
+
+    def share_target_modules(self, embed: nn.Module, lm_head: nn.Module) -> None:
+        self._shared["embed"], self._shared["lm_head"] = embed, lm_head
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """[*] -> [*, H] with the target's table (x input_embedding_scale)."""
+        return self._shared["embed"](token_ids) * self.config.input_embedding_scale
+
+    def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[KV]:
+        """KV injection: features [B, C, n*T] of committed tokens at positions [B, C] -> per layer
+        (k, v) [B, nkv, C, D]. Depends only on the context, so it can be computed once and cached."""
+        ctx = self.hidden_norm(self.fc(features))                                      # [B, C, H]
+        cos, sin = rope_cos_sin(self.inv_freq, positions)
+        return [layer.self_attn.project_kv(ctx, cos, sin) for layer in self.layers]
+
+    def attention_masks(self, key_pos: torch.Tensor, key_valid: torch.Tensor, query_pos: torch.Tensor
+                        ) -> list[torch.Tensor]:
+        """Per-layer [B, 1, S, L] bool masks from absolute positions: key_pos/key_valid [B, L]
+        (context then block), query_pos [B, S]. Full layers see every valid key; causal layers
+        only keys at or before the query; sliding layers only within the window."""
+        qp, kp = query_pos[:, :, None], key_pos[:, None, :]                             # [B, S, 1], [B, 1, L]
+        base = key_valid[:, None, :].expand(-1, query_pos.shape[1], -1)
+        masks = []
+        for causal, window in zip(self.config.causal, self.config.sliding_window):
+            m = base
+            if causal:
+                m = m & (kp <= qp)
+            if window is not None:
+                m = m & (qp - kp < window) & (kp - qp < window)
+            masks.append(m[:, None])
+        return masks
+
+    def forward(self, noise_embeds: torch.Tensor, positions: torch.Tensor, ctx_kv: list[KV],
+                attn_mask: torch.Tensor | list[torch.Tensor] | None = None) -> torch.Tensor:
+        """noise_embeds [B, S, H] (embedded [anchor, mask, ...] blocks), positions [B, S], ctx_kv
+        per layer [B, nkv, C, D] (from `context_kv`, or a cache), attn_mask [B, 1, S, C+S] bool or
+        one per layer (None: every key visible). Returns final-normed hidden [B, S, H]."""
+        cos, sin = rope_cos_sin(self.inv_freq, positions)
+        x = noise_embeds
+        for i, layer in enumerate(self.layers):
+            m = attn_mask[i] if isinstance(attn_mask, list) else attn_mask
+            x = layer(x, cos, sin, ctx_kv[i], m)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., H] final-normed -> [..., V] float32 with the target's lm_head."""
+        logits = F.linear(hidden, self._shared["lm_head"].weight).float()
+        return logits * self.config.output_multiplier if self.config.output_multiplier != 1.0 else logits
+
+
+def load_dflash(draft_dir: str, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
+    """Load a z-lab `DFlashDraftModel` directory. A ValueError names any missing, unexpected or
+    misshapen tensor. Embeddings and lm_head come from the target (`share_target_modules`)."""
+    raw = read_config(draft_dir)
+    archs = raw.get("architectures") or []
+    if archs and not any("DFlash" in a for a in archs):
+        raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not a DFlash draft ({ARCHITECTURE})")
+    cfg = DFlashConfig.from_dict(raw)
+    with torch.device(device):
+        model = DFlashDraftModel(cfg)
+    tensors = read_checkpoint(draft_dir)
+    # optional extras some exports carry: the target's own tables (we share the target's)
+    skip = ("embed_tokens.weight", "lm_head.weight", "model.embed_tokens.weight")
+    load_state(model, tensors, lambda n: None if n in skip else n)
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model
+
+
+def save_dflash(model: DFlashDraftModel, out_dir: str, dtype: torch.dtype | None = None) -> None:
+    """Write config.json + model.safetensors in z-lab's layout (no embed_tokens / lm_head)."""
+    from safetensors.torch import save_file
+    dtype = dtype or model.fc.weight.dtype
+    tensors = {n: t.detach().to(dtype).contiguous().cpu() for n, t in model.state_dict().items()}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(model.config.to_dict(dtype), f, indent=2)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})

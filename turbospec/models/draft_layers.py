@@ -1,0 +1,140 @@
+"""Trainable building blocks shared by the draft heads (EAGLE-3, DFlash): RMSNorm, RoPE, GQA
+attention over explicit past K/V with a boolean mask, gated MLP, and strict checkpoint reading.
+
+The engine's `turbospec/layers/` are inference-only (frozen, fused, paged); drafts are also trained
+(issue 7), so they keep plain `nn.Linear` / `nn.Parameter` modules with the HF numerics.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turbospec.config import RopeConfig
+
+KV = tuple[torch.Tensor, torch.Tensor]        # (k, v), each [B, num_kv_heads, L, head_dim]
+
+
+class RMSNorm(nn.Module):
+    """HF numerics: normalise in float32, cast back, scale by weight."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, rope: RopeConfig) -> torch.Tensor:
+    """[D/2] float32 inverse frequencies (default / linear / llama3 scaling)."""
+    inv = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    if rope.rope_type == "linear":
+        inv = inv / rope.factor
+    elif rope.rope_type == "llama3":
+        old = rope.original_max_position_embeddings
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+        low = wavelen > old / rope.low_freq_factor
+        high = wavelen < old / rope.high_freq_factor
+        mid = (1 - smooth) * inv / rope.factor + smooth * inv
+        inv = torch.where(low, inv / rope.factor, torch.where(high, inv, mid))
+    return inv
+
+
+def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [B, S] -> cos, sin [B, 1, S, D/2] float32 (broadcast over heads)."""
+    freqs = positions.float()[..., None] * inv_freq.to(positions.device)   # [B, S, D/2]
+    return freqs.cos()[:, None], freqs.sin()[:, None]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, heads, S, D] rotated neox-style (the two halves rotate together, HF rotate_half)."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+           scale: float) -> torch.Tensor:
+    """q [B, H, S, D], k/v [B, KVH, L, D], mask [B, 1, S, L] bool (True = visible) -> [B, S, H*D]."""
+    B, H, S, D = q.shape
+    if k.shape[1] != H:
+        k = k.repeat_interleave(H // k.shape[1], dim=1)
+        v = v.repeat_interleave(H // v.shape[1], dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)   # [B, H, S, D]
+    return out.transpose(1, 2).reshape(B, S, H * D)
+
+
+def causal_mask(num_past: int, num_new: int, device: torch.device) -> torch.Tensor:
+    """[1, 1, S, P+S]: every past key visible, causal among the new ones."""
+    new = torch.ones(num_new, num_new, dtype=torch.bool, device=device).tril()
+    past = torch.ones(num_new, num_past, dtype=torch.bool, device=device)
+    return torch.cat([past, new], dim=1)[None, None]
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def read_config(model_dir: str) -> dict[str, Any]:
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"{model_dir!r} has no config.json: pass the draft checkpoint directory")
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_checkpoint(model_dir: str) -> dict[str, torch.Tensor]:
+    """All tensors of *.safetensors (single or sharded), else pytorch_model*.bin (weights_only)."""
+    files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+    if files:
+        from safetensors.torch import load_file
+        return {k: v for f in files for k, v in load_file(f).items()}
+    files = sorted(glob.glob(os.path.join(model_dir, "pytorch_model*.bin")))
+    if files:
+        return {k: v for f in files for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
+    raise ValueError(f"{model_dir!r} holds neither model.safetensors nor pytorch_model.bin")
+
+
+def load_state(module: nn.Module, tensors: dict[str, torch.Tensor], to_param: Callable[[str], str | None],
+               optional: tuple[str, ...] = ()) -> set[str]:
+    """Copy checkpoint tensors into `module` by `to_param(ckpt_name)` (None: skip it). Every
+    parameter/buffer not in `optional` must be present with its exact shape. Returns loaded names."""
+    own = dict(module.named_parameters()) | dict(module.named_buffers())
+    loaded: set[str] = set()
+    for name, t in tensors.items():
+        pname = to_param(name)
+        if pname is None:
+            continue
+        if pname not in own:
+            raise ValueError(f"unexpected tensor {name!r} in the draft checkpoint: not part of this "
+                             "draft architecture (check the config's architectures / num_hidden_layers)")
+        dst = own[pname]
+        if tuple(t.shape) != tuple(dst.shape):
+            raise ValueError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {tuple(dst.shape)} "
+                             "from config.json: the config and the weights disagree")
+        with torch.no_grad():
+            dst.copy_(t.to(dst.dtype) if dst.dtype != torch.bool else t.bool())
+        loaded.add(pname)
+    missing = [n for n in own if n not in loaded and n not in optional
+               and not n.endswith("inv_freq")]
+    if missing:
+        raise ValueError(f"draft checkpoint is missing tensor(s) {missing}: re-export the draft "
+                         "or fix config.json")
+    return loaded

@@ -1,0 +1,350 @@
+"""EAGLE-3 draft head, checkpoint format `LlamaForCausalLMEagle3` (SpecForge / vLLM / SGLang).
+
+Architecture (one position i of the draft sequence):
+
+    h_i  = fc(cat(fc_norm?(f_low), fc_norm?(f_mid), fc_norm?(f_high)))    # target features, [3T] -> [H]
+    x    = cat(input_layernorm(embed(x_{i+1})), hidden_norm(h_i))         # [2H], embedding FIRST
+    h'   = h_i + o_proj(attn(q/k/v_proj(x)))                              # residual = h_i (or hidden_norm(h_i))
+    g_i  = h' + mlp(post_attention_layernorm(h'))                         # layers >= 1: plain Llama layers on [H]
+    logits_i = lm_head(norm(g_i))  # [Vd], predicts x_{i+2}; target id = draft id + d2t[draft id]
+
+The pre-norm output g_i replaces h for the next draft step (no fc). Draft RoPE uses the draft's
+own config (theta 10000 when absent — NOT the target's).
+
+Checkpoint names (no `model.` prefix): fc.weight [H, 3T], fc_norm.{0,1,2}.weight [T] (eagle3.1),
+midlayer.* (= our layers.0.*; later layers are layers.{i}.*), norm.weight, lm_head.weight [Vd, H],
+d2t [Vd] int64 offsets, t2d [V] bool, optional embed_tokens.weight [V, H].
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turbospec.config import RopeConfig
+from turbospec.models.draft_layers import (KV, GatedMLP, RMSNorm, apply_rope, attend, causal_mask,
+                                           load_state, read_checkpoint, read_config, rope_cos_sin,
+                                           rope_inv_freq)
+
+ARCHITECTURE = "LlamaForCausalLMEagle3"
+
+
+# ----------------------------------------------------------------------------- config
+
+def default_aux_layers(num_target_layers: int) -> tuple[int, ...]:
+    """EAGLE's default capture, input-of-layer convention: (2, L//2, L-3), ascending."""
+    L = num_target_layers
+    return tuple(sorted(max(0, min(i, L)) for i in (2, L // 2, L - 3)))
+
+
+@dataclass
+class Eagle3Config:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    num_hidden_layers: int
+    rms_norm_eps: float
+    vocab_size: int                      # target vocab (size of t2d)
+    draft_vocab_size: int                # rows of lm_head
+    target_hidden_size: int              # width of each captured target feature
+    rope: RopeConfig
+    max_position_embeddings: int = 2048
+    fc_norm: bool = False                # eagle3.1: RMSNorm per feature chunk before fc
+    norm_before_residual: bool = False
+    attention_bias: bool = False
+    draft_vocab_given: bool = True       # False: draft_vocab_size absent (lm_head may come from the target)
+    aux_layer_ids: tuple[int, ...] | None = None   # input-of-layer convention; None: default for the target
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Eagle3Config":
+        missing = [k for k in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+                   if k not in raw]
+        if missing:
+            raise ValueError(f"EAGLE-3 config.json is missing key(s) {missing}: add them")
+        eagle = raw.get("eagle_config") or {}
+        if eagle.get("use_aux_hidden_state", True) is False:
+            raise ValueError("eagle_config.use_aux_hidden_state=false (EAGLE-1 style) is not supported: "
+                             "turbospec loads EAGLE-3 drafts that read three target layers")
+        top, nested = raw.get("eagle_aux_hidden_state_layer_ids"), eagle.get("eagle_aux_hidden_state_layer_ids")
+        ids = None
+        if nested is not None:
+            ids = tuple(int(i) + 1 for i in nested)         # output-of-layer i == input of layer i+1
+        if top is not None:
+            top_ids = tuple(int(i) for i in top)            # speculators / vLLM: input-of-layer as-is
+            if ids is not None and sorted(ids) != sorted(top_ids):
+                raise ValueError(
+                    f"eagle_aux_hidden_state_layer_ids={list(top)} (input-of-layer) and "
+                    f"eagle_config.eagle_aux_hidden_state_layer_ids={list(nested)} (output-of-layer) "
+                    "disagree: keep only the one the draft was trained with")
+            ids = top_ids
+        if ids is not None and len(ids) != 3:
+            raise ValueError(f"EAGLE-3 reads 3 target layers, config lists {len(ids)}: fix the layer ids")
+        H, nh = int(raw["hidden_size"]), int(raw["num_attention_heads"])
+        V = int(raw["vocab_size"])
+        dv = raw.get("draft_vocab_size")
+        return cls(
+            hidden_size=H, num_attention_heads=nh,
+            num_key_value_heads=int(raw.get("num_key_value_heads") or nh),
+            head_dim=int(raw.get("head_dim") or H // nh),
+            intermediate_size=int(raw["intermediate_size"]),
+            num_hidden_layers=int(raw.get("num_hidden_layers", 1)),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            vocab_size=V, draft_vocab_size=int(dv) if dv is not None else V,
+            target_hidden_size=int(raw.get("target_hidden_size") or H),
+            rope=RopeConfig.from_hf(raw),                   # theta 10000 when absent, on purpose
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            fc_norm=bool(raw.get("fc_norm", False)),
+            norm_before_residual=bool(raw.get("norm_before_residual", False)),
+            attention_bias=bool(raw.get("attention_bias", False)),
+            draft_vocab_given=dv is not None,
+            aux_layer_ids=tuple(sorted(ids)) if ids is not None else None,
+            raw=raw,
+        )
+
+    def target_layers(self, num_target_layers: int) -> tuple[int, ...]:
+        """Captured target layers, input-of-layer convention, ascending."""
+        ids = self.aux_layer_ids if self.aux_layer_ids is not None else default_aux_layers(num_target_layers)
+        bad = [i for i in ids if not 0 <= i <= num_target_layers]
+        if bad:
+            raise ValueError(f"EAGLE-3 layer ids {bad} (input-of-layer) are outside the target's "
+                             f"0..{num_target_layers}: this draft was trained for another target")
+        return ids
+
+    def to_dict(self, num_target_layers: int, dtype: torch.dtype) -> dict[str, Any]:
+        ids = self.target_layers(num_target_layers)
+        if min(ids) < 1:
+            raise ValueError("the embedding output (input-of-layer 0) cannot be written in the "
+                             "output-of-layer eagle_config convention: capture layers >= 1")
+        d: dict[str, Any] = {
+            "architectures": [ARCHITECTURE], "model_type": "llama",
+            "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim, "num_hidden_layers": self.num_hidden_layers,
+            "rms_norm_eps": self.rms_norm_eps, "hidden_act": "silu",
+            "vocab_size": self.vocab_size, "draft_vocab_size": self.draft_vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_theta": self.rope.theta, "tie_word_embeddings": False,
+            "attention_bias": self.attention_bias,
+            "torch_dtype": str(dtype).replace("torch.", ""),
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in ids],
+                             "use_aux_hidden_state": True},
+        }
+        if self.rope.rope_type != "default":
+            d["rope_scaling"] = {"rope_type": self.rope.rope_type, "factor": self.rope.factor,
+                                 "low_freq_factor": self.rope.low_freq_factor,
+                                 "high_freq_factor": self.rope.high_freq_factor,
+                                 "original_max_position_embeddings": self.rope.original_max_position_embeddings}
+        if self.target_hidden_size != self.hidden_size:
+            d["target_hidden_size"] = self.target_hidden_size
+        if self.fc_norm:
+            d["fc_norm"] = True
+        if self.norm_before_residual:
+            d["norm_before_residual"] = True
+        return d
+
+
+# ----------------------------------------------------------------------------- model
+
+class Eagle3Attention(nn.Module):
+    def __init__(self, cfg: Eagle3Config, in_dim: int):
+        super().__init__()
+        nh, nkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.nh, self.nkv, self.D, self.scale = nh, nkv, D, D ** -0.5
+        self.q_proj = nn.Linear(in_dim, nh * D, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(in_dim, nkv * D, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(in_dim, nkv * D, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(nh * D, cfg.hidden_size, bias=cfg.attention_bias)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None, past: KV | None) -> tuple[torch.Tensor, KV]:
+        B, S, _ = x.shape                                                    # x [B, S, in_dim]
+        q = self.q_proj(x).view(B, S, self.nh, self.D).transpose(1, 2)        # [B, nh, S, D]
+        k = self.k_proj(x).view(B, S, self.nkv, self.D).transpose(1, 2)       # [B, nkv, S, D]
+        v = self.v_proj(x).view(B, S, self.nkv, self.D).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_all = k if past is None else torch.cat([past[0], k], dim=2)        # [B, nkv, P+S, D]
+        v_all = v if past is None else torch.cat([past[1], v], dim=2)
+        if mask is None:
+            mask = causal_mask(k_all.shape[2] - S, S, x.device)
+        return self.o_proj(attend(q, k_all, v_all, mask, self.scale)), (k, v)
+
+
+class Eagle3DecoderLayer(nn.Module):
+    """Layer 0 attends over cat(input_layernorm(embed), hidden_norm(h)) [2H]; later layers are
+    plain pre-norm Llama layers on [H]."""
+
+    def __init__(self, cfg: Eagle3Config, layer_idx: int):
+        super().__init__()
+        H, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.first = layer_idx == 0
+        self.norm_before_residual = cfg.norm_before_residual
+        self.self_attn = Eagle3Attention(cfg, 2 * H if self.first else H)
+        self.mlp = GatedMLP(H, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(H, eps)
+        self.post_attention_layernorm = RMSNorm(H, eps)
+        if self.first:
+            self.hidden_norm = RMSNorm(H, eps)
+
+    def forward(self, x: torch.Tensor, embeds: torch.Tensor | None, cos, sin, mask, past):
+        if self.first:
+            h = self.hidden_norm(x)
+            residual = h if self.norm_before_residual else x
+            attn_in = torch.cat([self.input_layernorm(embeds), h], dim=-1)  # [B, S, 2H], embedding first
+        else:
+            residual, attn_in = x, self.input_layernorm(x)
+        a, kv = self.self_attn(attn_in, cos, sin, mask, past)
+        x = residual + a
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+class Eagle3DraftModel(nn.Module):
+    def __init__(self, cfg: Eagle3Config, with_embeddings: bool = False, with_lm_head: bool = True):
+        super().__init__()
+        self.config = cfg
+        T, H = cfg.target_hidden_size, cfg.hidden_size
+        self.fc = nn.Linear(3 * T, H, bias=False)
+        self.fc_norm = nn.ModuleList([RMSNorm(T, cfg.rms_norm_eps) for _ in range(3)]) if cfg.fc_norm else None
+        self.layers = nn.ModuleList([Eagle3DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False) if with_lm_head else None
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, H) if with_embeddings else None
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
+        self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+        self._shared: dict[str, nn.Module] = {}      # target modules, kept out of state_dict
+
+    def share_target_modules(self, embed: nn.Module, lm_head: nn.Module | None) -> None:
+        """Use the target's embedding (and, for a draft without its own head, its lm_head)."""
+        self._shared["embed"] = embed
+        if lm_head is not None:
+            self._shared["lm_head"] = lm_head
+
+    # -- pieces a trainer / proposer composes
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """[*] -> [*, H]: the draft's own table if it ships one, else the target's."""
+        if self.embed_tokens is not None:
+            return self.embed_tokens(token_ids)
+        if "embed" not in self._shared:
+            raise ValueError("this EAGLE-3 draft has no embed_tokens: call share_target_modules(...)")
+        return self._shared["embed"](token_ids)
+
+    def combine_features(self, aux: torch.Tensor) -> torch.Tensor:
+        """[..., 3T] captured target streams (ascending layer order) -> [..., H]."""
+        if self.fc_norm is not None:
+            chunks = aux.split(self.config.target_hidden_size, dim=-1)
+            aux = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], dim=-1)
+        return self.fc(aux)
+
+    def forward(self, hidden: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor,
+                attn_mask: torch.Tensor | None = None, past_kv: list[KV] | None = None
+                ) -> tuple[torch.Tensor, list[KV]]:
+        """hidden [B, S, H] (fc output, or the previous step's pre-norm output), embeds [B, S, H]
+        (embedding of the token one position later), positions [B, S]; past_kv: per layer K/V
+        [B, nkv, P, D] prepended to the new keys; attn_mask [B, 1, S, P+S] bool (None: all past
+        visible, causal among new). Returns pre-norm output [B, S, H] and the new K/V per layer
+        (rotated, [B, nkv, S, D]) for the caller to cache."""
+        cos, sin = rope_cos_sin(self.inv_freq, positions)
+        x, new_kv = hidden, []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, embeds if i == 0 else None, cos, sin, attn_mask,
+                          past_kv[i] if past_kv is not None else None)
+            new_kv.append(kv)
+        return x, new_kv
+
+    def compute_logits(self, prenorm: torch.Tensor) -> torch.Tensor:
+        """[..., H] pre-norm output -> [..., Vd] float32 draft-vocab logits."""
+        head = self.lm_head if self.lm_head is not None else self._shared.get("lm_head")
+        if head is None:
+            raise ValueError("this EAGLE-3 draft ships no lm_head: call share_target_modules(embed, lm_head)")
+        return F.linear(self.norm(prenorm), head.weight).float()
+
+    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """d2t is an offset: target id = draft id + d2t[draft id]."""
+        return draft_ids + self.d2t[draft_ids]
+
+
+# ----------------------------------------------------------------------------- checkpoint I/O
+
+def _to_param(name: str) -> str:
+    if name.startswith("model."):
+        name = name[len("model."):]
+    if name.startswith("midlayer."):
+        return "layers.0." + name[len("midlayer."):]
+    return name
+
+
+def _to_ckpt(name: str) -> str:
+    return "midlayer." + name[len("layers.0."):] if name.startswith("layers.0.") else name
+
+
+def check_vocab_map(d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int) -> None:
+    tgt = d2t.long() + torch.arange(d2t.numel(), device=d2t.device)
+    if tgt.numel() and (tgt.min() < 0 or tgt.max() >= vocab_size):
+        raise ValueError(f"d2t maps draft ids outside the target vocab [0, {vocab_size}): d2t must "
+                         "hold offsets (target id - draft id), not absolute ids")
+    if tgt.unique().numel() != tgt.numel():
+        raise ValueError("d2t maps two draft ids to the same target id: d2t must hold offsets "
+                         "(target id - draft id) of a set of distinct target tokens")
+    if t2d is not None and (int(t2d.sum()) != d2t.numel() or not bool(t2d[tgt].all())):
+        raise ValueError("t2d and d2t disagree: t2d must be the bool mask of the target ids "
+                         "d2t + arange(draft_vocab_size)")
+
+
+def load_eagle3(draft_dir: str, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32) -> Eagle3DraftModel:
+    """Load a `LlamaForCausalLMEagle3` directory (config.json + model.safetensors or
+    pytorch_model.bin). A ValueError names any missing, unexpected or misshapen tensor."""
+    raw = read_config(draft_dir)
+    archs = raw.get("architectures") or []
+    if archs and not any("Eagle3" in a or "eagle3" in a.lower() for a in archs):
+        raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not an EAGLE-3 draft ({ARCHITECTURE})")
+    cfg = Eagle3Config.from_dict(raw)
+    tensors = read_checkpoint(draft_dir)
+    names = {_to_param(n) for n in tensors}
+    own_head = "lm_head.weight" in names
+    if not own_head and cfg.draft_vocab_size != cfg.vocab_size:
+        raise ValueError(f"draft checkpoint is missing tensor 'lm_head.weight' [{cfg.draft_vocab_size}, "
+                         f"{cfg.hidden_size}] (draft_vocab_size={cfg.draft_vocab_size} needs its own head)")
+    if "d2t" not in names and cfg.draft_vocab_size != cfg.vocab_size:
+        raise ValueError(f"draft checkpoint is missing tensor 'd2t' [{cfg.draft_vocab_size}] int64: a "
+                         "reduced draft vocab needs the draft->target offsets")
+    with torch.device(device):
+        model = Eagle3DraftModel(cfg, with_embeddings="embed_tokens.weight" in names, with_lm_head=own_head)
+    load_state(model, tensors, _to_param, optional=("d2t", "t2d"))
+    if "t2d" not in names:      # derive the mask from the offsets
+        model.t2d.zero_()
+        model.t2d[model.draft_to_target(torch.arange(cfg.draft_vocab_size, device=model.d2t.device))] = True
+    check_vocab_map(model.d2t, model.t2d, cfg.vocab_size)
+    for p in model.parameters():        # buffers stay: d2t int64, t2d bool, inv_freq float32
+        p.data = p.data.to(dtype)
+    return model
+
+
+def save_eagle3(model: Eagle3DraftModel, out_dir: str, target_config: Any,
+                include_embeddings: bool = False, dtype: torch.dtype | None = None) -> None:
+    """Write config.json + model.safetensors in the published layout (SpecForge/SGLang/vLLM load it):
+    `midlayer.*`, no `model.` prefix, d2t int64, t2d bool, captured ids as output-of-layer in
+    `eagle_config`, embed_tokens omitted unless asked. `target_config`: ModelConfig or its dict."""
+    from safetensors.torch import save_file
+    L = (target_config["num_hidden_layers"] if isinstance(target_config, dict)
+         else target_config.num_hidden_layers)
+    dtype = dtype or model.fc.weight.dtype
+    cfg_dict = model.config.to_dict(int(L), dtype)
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name.startswith("embed_tokens.") and not include_embeddings:
+            continue
+        t = t.detach()
+        tensors[_to_ckpt(name)] = (t if name in ("d2t", "t2d") else t.to(dtype)).contiguous().cpu()
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg_dict, f, indent=2)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
