@@ -1,0 +1,94 @@
+"""`turbospec bench decode`: plain decoding speed of a model shape with random weights, against
+the HBM roofline (bytes read per step / copy bandwidth measured in the same run)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from turbospec.benchmarks.roofline import kv_bytes_per_step, measure_copy_bandwidth, weight_bytes_per_step
+from turbospec.config import EngineConfig, ModelConfig
+from turbospec.engine.llm_engine import LLMEngine
+from turbospec.models.registry import get_model_class
+from turbospec.sampling_params import SamplingParams
+
+
+@dataclass
+class DecodeResult:
+    batch: int
+    step_ms: float
+    tok_s_per_seq: float
+    tok_s_total: float
+    bytes_per_step: float
+    roofline_ms: float
+
+    @property
+    def roofline_frac(self) -> float:
+        return self.roofline_ms / self.step_ms
+
+
+def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """Build the architecture directly on the device with small random weights (never zeros)."""
+    torch.manual_seed(seed)
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = get_model_class(config.architecture)(config)
+    finally:
+        torch.set_default_dtype(prev)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)          # norms
+            else:
+                p.normal_(0.0, 0.02)
+    return model.eval()
+
+
+def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.dtype, max_len: int,
+                 max_batch: int, speculative_proposer=None) -> LLMEngine:
+    bs = 16
+    blocks = max_batch * (-(-(max_len + 16) // bs)) + 8
+    ec = EngineConfig(block_size=bs, num_kv_blocks=blocks, max_num_seqs=max_batch,
+                      max_num_batched_tokens=max(8192, max_batch * 64), max_model_len=max_len + 16)
+    return LLMEngine(None, model, config, None, device, dtype, ec, proposer=speculative_proposer)
+
+
+def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, vocab: int,
+               seed: int = 0) -> tuple[float, int]:
+    """Seconds per decode step (median over steps after prefill) and the number of steps."""
+    g = torch.Generator().manual_seed(seed)
+    params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
+    for i in range(batch):
+        ids = torch.randint(0, vocab, (prompt_len,), generator=g).tolist()
+        engine.add_request(f"b{batch}-{i}-{time.monotonic_ns()}", {"prompt_token_ids": ids}, params)
+    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
+    times = []
+    while engine.has_unfinished_requests():
+        decode_only = all(s.num_computed_tokens == len(s) - 1 for s in engine.scheduler.running) \
+            and not engine.scheduler.waiting
+        sync()
+        t0 = time.perf_counter()
+        engine.step()
+        sync()
+        if decode_only:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2], len(times)
+
+
+def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
+                 prompt_len: int, gen_len: int) -> tuple[float, list[DecodeResult]]:
+    bw = measure_copy_bandwidth(device)
+    model = random_model(config, device, dtype)
+    engine = build_engine(model, config, device, dtype, prompt_len + gen_len, max(batch_sizes))
+    run_decode(engine, 1, min(prompt_len, 16), 4, config.vocab_size)          # warm-up
+    results = []
+    for b in batch_sizes:
+        step_s, _ = run_decode(engine, b, prompt_len, gen_len, config.vocab_size)
+        ctx = [prompt_len + gen_len // 2] * b                                  # mean context over the run
+        nbytes = weight_bytes_per_step(model, config, b) + kv_bytes_per_step(config, dtype, ctx)
+        results.append(DecodeResult(b, step_s * 1e3, 1 / step_s, b / step_s, nbytes, nbytes / bw * 1e3))
+    return bw, results

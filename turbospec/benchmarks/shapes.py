@@ -1,0 +1,43 @@
+"""Named model shapes for benchmarks: real architectures, random weights, no download."""
+from __future__ import annotations
+
+import json
+import os
+
+from turbospec.config import ModelConfig
+
+_QWEN3_8B = dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=151936,
+                 hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
+                 max_position_embeddings=40960, rope_theta=1000000.0, tie_word_embeddings=False,
+                 torch_dtype="bfloat16", eos_token_id=151645)
+_QWEN3_30B_A3B = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", vocab_size=151936,
+                      hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                      num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                      num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+                      mlp_only_layers=[], rms_norm_eps=1e-6, max_position_embeddings=40960,
+                      rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="bfloat16",
+                      eos_token_id=151645)
+_LLAMA31_8B = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=128256,
+                   hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                   num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5,
+                   max_position_embeddings=131072, rope_theta=500000.0,
+                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                   tie_word_embeddings=False, torch_dtype="bfloat16", eos_token_id=128001)
+
+SHAPES = {"qwen3-8b": _QWEN3_8B, "qwen3-30b-a3b": _QWEN3_30B_A3B, "llama-3.1-8b": _LLAMA31_8B}
+
+
+def resolve_shape(name_or_dir: str) -> tuple[str, ModelConfig]:
+    """A preset name, or a directory / config.json path (its config only; weights are random)."""
+    if name_or_dir in SHAPES:
+        return name_or_dir, ModelConfig.from_dict(dict(SHAPES[name_or_dir]))
+    path = name_or_dir
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"--shape {name_or_dir!r} is neither a preset ({', '.join(SHAPES)}) nor a "
+                         "model directory / config.json")
+    with open(path) as f:
+        return os.path.basename(os.path.dirname(os.path.abspath(path))), ModelConfig.from_dict(json.load(f))

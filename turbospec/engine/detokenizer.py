@@ -1,0 +1,40 @@
+"""Incremental detokenization and stop-string detection, O(new tokens) per step.
+
+Decodes a short window (from `prefix_offset`) so that multi-byte characters split across tokens
+come out whole: text is only emitted once it no longer ends in the replacement character.
+"""
+from __future__ import annotations
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer, skip_special_tokens: bool = True, stop: list[str] | None = None):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.stop = stop or []
+        self.max_stop_len = max((len(s) for s in self.stop), default=0)
+        self.prefix_offset = 0
+        self.read_offset = 0
+        self.text = ""
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def update(self, output_ids: list[int]) -> str | None:
+        """Fold in newly generated ids (the full output list). Returns the stop string that
+        matched (the text is then cut before it), else None."""
+        if self.tokenizer is None:
+            return None
+        prefix = self._decode(output_ids[self.prefix_offset:self.read_offset])
+        full = self._decode(output_ids[self.prefix_offset:])
+        if len(full) <= len(prefix) or full.endswith("\ufffd"):
+            return None
+        delta = full[len(prefix):]
+        self.prefix_offset, self.read_offset = self.read_offset, len(output_ids)
+        start = max(0, len(self.text) - self.max_stop_len + 1)
+        self.text += delta
+        for s in self.stop:
+            idx = self.text.find(s, start)
+            if idx >= 0:
+                self.text = self.text[:idx]
+                return s
+        return None

@@ -1,0 +1,184 @@
+"""LLMEngine: requests in, tokens out. One `step()` = schedule → propose → forward → accept.
+
+Without a drafter the same loop runs with an empty proposal (plain decoding).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from turbospec.config import EngineConfig, ModelConfig, parse_dtype
+from turbospec.engine.block_manager import BlockManager
+from turbospec.engine.detokenizer import IncrementalDetokenizer
+from turbospec.engine.kv_sizing import choose_num_blocks
+from turbospec.engine.model_runner import ModelRunner
+from turbospec.engine.request_input import build_sequence, load_tokenizer
+from turbospec.engine.scheduler import Scheduler
+from turbospec.engine.sequence import Sequence, SequenceStatus
+from turbospec.engine.spec_step import SpecDecodeStats, accept_step
+from turbospec.outputs import CompletionOutput, RequestOutput
+from turbospec.sampling_params import SamplingParams
+
+
+class EngineStats:
+    def __init__(self, num_running: int, num_waiting: int, num_free_blocks: int, num_total_blocks: int):
+        self.num_running, self.num_waiting = num_running, num_waiting
+        self.num_free_blocks, self.num_total_blocks = num_free_blocks, num_total_blocks
+        self.kv_cache_usage = 1.0 - num_free_blocks / max(num_total_blocks, 1)
+
+
+class LLMEngine:
+    def __init__(self, model_dir: str, model: torch.nn.Module, config: ModelConfig, tokenizer,
+                 device: torch.device, dtype: torch.dtype, engine_config: EngineConfig,
+                 proposer=None, load_seconds: float = 0.0):
+        self.model_dir, self.model, self.model_config = model_dir, model, config
+        self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
+        self.engine_config = engine_config
+        self.proposer = proposer
+        k = proposer.k if proposer is not None else 0
+        num_blocks = choose_num_blocks(config, engine_config, device, dtype)
+        self.runner = ModelRunner(model, config, device, dtype, num_blocks, engine_config.block_size)
+        self.block_manager = BlockManager(num_blocks, engine_config.block_size)
+        pool_tokens = self.block_manager.num_usable_blocks * engine_config.block_size
+        model_len = engine_config.max_model_len or config.max_position_embeddings
+        self.max_model_len = min(model_len, config.max_position_embeddings, pool_tokens - k - 1)
+        self.scheduler = Scheduler(self.block_manager, engine_config.max_num_seqs,
+                                   max(engine_config.max_num_batched_tokens, self.max_model_len),
+                                   on_preempt=self._on_preempt)
+        self.seqs: dict[str, Sequence] = {}
+        self.detok: dict[str, IncrementalDetokenizer] = {}
+        self.spec_stats = SpecDecodeStats(k)
+        self.counters = {"num_prompt_tokens": 0, "num_generation_tokens": 0}
+        self.startup = {"weights_seconds": load_seconds, "kv_blocks": num_blocks,
+                        "kv_tokens": pool_tokens,
+                        "weights_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9}
+        if proposer is not None and proposer.aux_hidden_state_layers:
+            model.aux_hidden_state_layers = tuple(proposer.aux_hidden_state_layers)
+
+    @classmethod
+    def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,
+                    speculative_config: dict[str, Any] | None = None,
+                    engine_config: EngineConfig | None = None, quantization: str | None = None,
+                    tokenizer: str | None = None) -> "LLMEngine":
+        from turbospec.model_loader import load_model
+        from turbospec.spec.factory import build_proposer
+
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu'")
+        torch_dtype = parse_dtype(dtype, torch.float32 if device.type == "cpu" else torch.bfloat16)
+        if quantization not in (None, "fp8"):
+            raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
+        if quantization is not None:
+            raise ValueError("quantization='fp8' is not available yet in this build: pass quantization=None")
+        engine_config = engine_config or EngineConfig()
+        engine_config.validate()
+        config = ModelConfig.from_pretrained(model)
+        t0 = time.perf_counter()
+        net = load_model(model, device, torch_dtype)
+        load_s = time.perf_counter() - t0
+        tok = load_tokenizer(tokenizer or model)
+        proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype) \
+            if speculative_config else None
+        return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s)
+
+    # ---- requests -------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt, params: SamplingParams | None = None) -> None:
+        params = params or SamplingParams()
+        if request_id in self.seqs:
+            raise ValueError(f"request_id {request_id!r} is already in use: pass a unique id")
+        seq = build_sequence(request_id, prompt, params, self.tokenizer, self.model_config,
+                             self.device, self.max_model_len)
+        self.seqs[request_id] = seq
+        self.detok[request_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens,
+                                                        params.stop)
+        self.counters["num_prompt_tokens"] += seq.num_prompt_tokens
+        self.scheduler.add(seq)
+
+    def abort_request(self, request_id: str) -> None:
+        seq = self.seqs.get(request_id)
+        if seq is None or seq.is_finished:
+            return
+        seq.finish_reason = "abort"
+        self._finish(seq)
+        self.seqs.pop(request_id, None)
+        self.detok.pop(request_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- the step ------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        k = self.proposer.k if self.proposer is not None else 0
+        sched = self.scheduler.schedule(
+            draft_slots=(lambda s: max(0, min(k, s.max_total_tokens - len(s) - 1))) if k else (lambda s: 0))
+        if sched.is_empty:
+            return []
+        now = time.time()
+        for s in sched.scheduled:
+            if s.seq.metrics.first_scheduled_time is None:
+                s.seq.metrics.first_scheduled_time = now
+        advanced = accept_step(self, sched.scheduled)
+        outputs = []
+        for seq in advanced:
+            outputs.append(self._make_output(seq))
+            if seq.is_finished:
+                self.seqs.pop(seq.request_id, None)
+                self.detok.pop(seq.request_id, None)
+        return outputs
+
+    # ---- per-token bookkeeping, called by accept_step ------------------------------------
+    def append_token(self, seq: Sequence, token_id: int, logprobs: dict | None) -> bool:
+        """Append one generated token and apply the stop rules. Returns True if seq finished."""
+        seq.token_ids.append(token_id)
+        if logprobs is not None:
+            seq.output_logprobs.append(logprobs)
+        self.counters["num_generation_tokens"] += 1
+        if seq.metrics.first_token_time is None:
+            seq.metrics.first_token_time = time.time()
+        p = seq.params
+        stop_str = self.detok[seq.request_id].update(seq.output_token_ids)
+        if stop_str is not None:
+            seq.finish_reason, seq.stop_reason = "stop", stop_str
+        elif seq.num_output_tokens >= p.min_tokens and not p.ignore_eos \
+                and token_id in self.model_config.eos_token_ids:
+            seq.finish_reason, seq.stop_reason = "stop", None
+        elif seq.num_output_tokens >= p.min_tokens and token_id in p.stop_token_ids:
+            seq.finish_reason, seq.stop_reason = "stop", token_id
+        elif len(seq) >= seq.max_total_tokens:
+            seq.finish_reason = "length"
+        if seq.finish_reason is not None:
+            self._finish(seq)
+            return True
+        return False
+
+    def _finish(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.metrics.finished_time = time.time()
+        self.scheduler.remove(seq)
+        if self.proposer is not None:
+            self.proposer.free(seq)
+
+    def _on_preempt(self, seq: Sequence) -> None:
+        if self.proposer is not None:
+            self.proposer.free(seq)
+
+    def _make_output(self, seq: Sequence) -> RequestOutput:
+        text = self.detok[seq.request_id].text if seq.request_id in self.detok else ""
+        comp = CompletionOutput(0, text, list(seq.output_token_ids),
+                                list(seq.output_logprobs) if seq.params.logprobs is not None else None,
+                                seq.finish_reason, seq.stop_reason)
+        return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
+                             [comp], seq.is_finished, seq.metrics)
+
+    # ---- introspection ---------------------------------------------------------------------
+    def get_stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting),
+                           bm.num_free_blocks, bm.num_usable_blocks)
+
+    def get_metrics(self) -> dict[str, Any]:
+        return {**self.spec_stats.as_dict(), **self.counters,
+                "num_preemptions": self.scheduler.num_preemptions}

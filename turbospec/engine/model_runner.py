@@ -1,0 +1,144 @@
+"""Model runner: owns the model and its KV pool, turns a scheduled batch into one forward.
+
+Inputs for one step (packed over sequences): each sequence's new tokens from its token list, then
+its draft tokens (if any). Drafts of a tree sit at KV index `len(seq) + n` with position
+`len(seq) - 1 + depth(n)`; after acceptance the engine compacts the accepted nodes' KV.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from turbospec.config import ModelConfig
+from turbospec.engine.block_manager import BlockManager
+from turbospec.engine.forward_context import AttentionMetadata, forward_context
+from turbospec.engine.scheduler import ScheduledSeq
+from turbospec.layers.attention import Attention
+from turbospec.spec.proposer import Proposal
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor          # [T] int64
+    positions: torch.Tensor          # [T] int64
+    meta: AttentionMetadata
+    query_start: list[int]           # host copy of query_start_loc[:-1]
+    logits_rows: list[list[int]]     # per scheduled seq: packed rows whose logits are needed ([] if none)
+
+
+@dataclass
+class StepOutputs:
+    logits: torch.Tensor             # [num_logits_rows, V] float32, rows in logits_rows order
+    hidden: torch.Tensor             # [T, H] final-normed hidden states
+    aux: torch.Tensor | None         # [T, num_aux * H] captured residual streams, or None
+
+
+class ModelRunner:
+    def __init__(self, model: nn.Module, config: ModelConfig, device: torch.device,
+                 dtype: torch.dtype, num_blocks: int, block_size: int):
+        self.model, self.config, self.device, self.dtype = model, config, device, dtype
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.attn_layers = [m for m in model.modules() if isinstance(m, Attention)]
+        shape = (num_blocks, block_size, config.num_key_value_heads, config.head_dim)
+        # [num_layers, 2, num_blocks, block_size, kv_heads, head_dim]
+        self.kv_cache = torch.empty((len(self.attn_layers), 2, *shape), dtype=dtype, device=device)
+        for i, layer in enumerate(self.attn_layers):
+            layer.k_cache, layer.v_cache = self.kv_cache[i, 0], self.kv_cache[i, 1]
+
+    def prepare(self, batch: list[ScheduledSeq], bm: BlockManager, proposal: Proposal | None,
+                draft_row: dict[int, int]) -> StepInputs:
+        """draft_row maps the index in `batch` to the proposal row of that sequence."""
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        qsl = [0]
+        seq_lens: list[int] = []
+        logits_rows: list[list[int]] = []
+        tree_rows: list[tuple[int, torch.Tensor]] = []
+        parents_host = proposal.parents.tolist() if proposal is not None and proposal.parents is not None else None
+        drafts_host = proposal.token_ids.tolist() if proposal is not None and proposal.max_tokens else None
+        for b, s in enumerate(batch):
+            seq, start = s.seq, s.seq.num_computed_tokens
+            end = start + s.num_new_tokens
+            ids += seq.token_ids[start:end]
+            pos += range(start, end)
+            slots += (bm.slot(seq, p) for p in range(start, end))
+            rows: list[int] = []
+            if s.samples:
+                rows.append(qsl[-1] + s.num_new_tokens - 1)
+            n_draft = 0
+            if b in draft_row:
+                r = draft_row[b]
+                n_draft = proposal.num_tokens[r]
+                toks = drafts_host[r][:n_draft]
+                if parents_host is None:
+                    depth = list(range(1, n_draft + 1))
+                else:
+                    depth = []
+                    for n in range(n_draft):
+                        par = parents_host[r][n]
+                        depth.append(1 if par < 0 else depth[par] + 1)
+                    tree_rows.append((b, proposal.parents[r, :n_draft]))
+                ids += toks
+                pos += (end - 1 + d for d in depth)
+                slots += (bm.slot(seq, end + n) for n in range(n_draft))
+                rows += range(qsl[-1] + s.num_new_tokens, qsl[-1] + s.num_new_tokens + n_draft)
+            logits_rows.append(rows)
+            qsl.append(qsl[-1] + s.num_new_tokens + n_draft)
+            seq_lens.append(end + n_draft)
+
+        max_q = max(qsl[i + 1] - qsl[i] for i in range(len(batch)))
+        max_blocks = max(len(s.seq.block_table) for s in batch)
+        block_tables = torch.zeros(len(batch), max_blocks, dtype=torch.int32)
+        for b, s in enumerate(batch):
+            block_tables[b, :len(s.seq.block_table)] = torch.tensor(s.seq.block_table, dtype=torch.int32)
+        tree_mask = None
+        if tree_rows:
+            tree_mask = self._tree_mask(batch, qsl, max_q, tree_rows)
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long).to(dev, non_blocking=True),
+            query_start_loc=torch.tensor(qsl, dtype=torch.int32).to(dev, non_blocking=True),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(dev, non_blocking=True),
+            block_tables=block_tables.to(dev, non_blocking=True),
+            max_query_len=max_q, max_seq_len=max(seq_lens), tree_mask=tree_mask,
+            is_decode_only=max_q == 1,
+        )
+        return StepInputs(torch.tensor(ids, dtype=torch.long).to(dev, non_blocking=True),
+                          torch.tensor(pos, dtype=torch.long).to(dev, non_blocking=True),
+                          meta, qsl[:-1], logits_rows)
+
+    def _tree_mask(self, batch, qsl, max_q, tree_rows) -> torch.Tensor:
+        from turbospec.spec.tree import tree_attention_mask
+        # causal everywhere, then each tree sequence's [root, nodes] block replaced by its tree mask
+        mask = torch.ones(max_q, max_q, dtype=torch.bool).tril().repeat(len(batch), 1, 1)
+        for b, parents in tree_rows:
+            s = batch[b]
+            k = parents.shape[0]
+            tm = tree_attention_mask(parents.view(1, k).cpu(), torch.tensor([k]))[0]   # [k+1, k+1]
+            r0 = s.num_new_tokens - 1
+            mask[b, r0:r0 + k + 1, r0:r0 + k + 1] = tm
+            mask[b, r0 + 1:r0 + k + 1, :r0] = True
+        return mask.to(self.device)
+
+    @torch.inference_mode()
+    def execute(self, inputs: StepInputs) -> StepOutputs:
+        with forward_context(inputs.meta):
+            out = self.model(inputs.input_ids, inputs.positions)
+        hidden, aux = (out[0], torch.cat(out[1], dim=-1)) if isinstance(out, tuple) else (out, None)
+        rows = [r for rs in inputs.logits_rows for r in rs]
+        logits = self.model.compute_logits(hidden[torch.tensor(rows, dtype=torch.long, device=hidden.device)]) \
+            if rows else hidden.new_empty(0, self.config.vocab_size, dtype=torch.float32)
+        return StepOutputs(logits, hidden, aux)
+
+    def move_kv(self, src_slots: list[int], dst_slots: list[int]) -> None:
+        """Copy KV of accepted tree nodes to their final slots (all layers at once)."""
+        if not src_slots:
+            return
+        src = torch.tensor(src_slots, dtype=torch.long, device=self.device)
+        dst = torch.tensor(dst_slots, dtype=torch.long, device=self.device)
+        flat = self.kv_cache.view(*self.kv_cache.shape[:2], -1, *self.kv_cache.shape[4:])
+        flat[:, :, dst] = flat[:, :, src]

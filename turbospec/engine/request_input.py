@@ -1,0 +1,66 @@
+"""Turning a user's prompt into a validated Sequence, and finding the tokenizer."""
+from __future__ import annotations
+
+import glob
+import os
+
+import torch
+
+from turbospec.config import ModelConfig
+from turbospec.engine.sequence import Sequence
+from turbospec.sampling_params import SamplingParams
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def load_tokenizer(model_dir: str):
+    """The directory's tokenizer (and chat template), or None when it ships none."""
+    if not any(os.path.isfile(os.path.join(model_dir, f)) for f in _TOKENIZER_FILES) \
+            and not glob.glob(os.path.join(model_dir, "*.tiktoken")):
+        return None
+    from transformers import AutoTokenizer
+    try:
+        return AutoTokenizer.from_pretrained(model_dir)
+    except Exception as e:  # a broken tokenizer must not make the weights unusable
+        raise ValueError(f"could not load the tokenizer in {model_dir!r} ({e}); fix it or remove the "
+                         "tokenizer files to use token-id prompts only") from e
+
+
+def prompt_to_ids(prompt, tokenizer, vocab_size: int) -> tuple[str | None, list[int]]:
+    if isinstance(prompt, dict):
+        if "prompt_token_ids" not in prompt:
+            raise ValueError("a dict prompt needs a 'prompt_token_ids' list, e.g. {'prompt_token_ids': [1, 2, 3]}")
+        prompt = prompt["prompt_token_ids"]
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError("this model directory has no tokenizer: pass token ids as "
+                             "{'prompt_token_ids': [...]}, or add tokenizer files to the directory")
+        return prompt, list(tokenizer.encode(prompt, add_special_tokens=False))
+    if isinstance(prompt, (list, tuple)):
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise ValueError("prompt_token_ids must be a list of integers")
+        bad = [t for t in prompt if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
+        return None, list(prompt)
+    raise ValueError(f"prompt must be a string, a list of token ids or {{'prompt_token_ids': [...]}}, "
+                     f"not {type(prompt).__name__}")
+
+
+def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, config: ModelConfig,
+                   device: torch.device, max_model_len: int) -> Sequence:
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"sampling params must be a SamplingParams, not {type(params).__name__}")
+    text, ids = prompt_to_ids(prompt, tokenizer, config.vocab_size)
+    if not ids:
+        raise ValueError("the prompt is empty: pass at least one token (or a non-empty string)")
+    if len(ids) >= max_model_len:
+        raise ValueError(f"the prompt has {len(ids)} tokens but the context length is {max_model_len}: "
+                         "shorten the prompt (it needs room for at least one generated token)")
+    if params.max_tokens is not None and len(ids) + params.max_tokens > max_model_len:
+        raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
+                         f"context length {max_model_len}: lower max_tokens to at most "
+                         f"{max_model_len - len(ids)}")
+    if params.logprobs is not None and params.logprobs > config.vocab_size:
+        raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {config.vocab_size}")
+    return Sequence(request_id, text, ids, params, device, max_model_len)

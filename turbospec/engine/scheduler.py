@@ -1,0 +1,114 @@
+"""Continuous-batching scheduler with a per-step token budget.
+
+Every scheduled sequence contributes `num_new_tokens = len(seq) - num_computed_tokens` (chunked if
+the budget runs out): a fresh prompt is a prefill, a running sequence a one-token decode, a
+preempted one a recompute. Decoding sequences may also get `num_draft_slots` extra KV slots for
+speculative tokens. Admission is by free blocks; when blocks run out, the most recently admitted
+running sequence is preempted (its blocks are freed and it is recomputed later).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from turbospec.engine.block_manager import BlockManager
+from turbospec.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    num_new_tokens: int          # tokens from seq.token_ids fed this step
+    num_draft_slots: int = 0     # extra KV slots reserved for speculative tokens
+
+    @property
+    def samples(self) -> bool:
+        """True when this step reaches the end of the sequence, so a token is sampled."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == len(self.seq)
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq]
+    preempted: list[Sequence]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 on_preempt: Callable[[Sequence], None] | None = None):
+        self.bm = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.on_preempt = on_preempt
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def remove(self, seq: Sequence) -> None:
+        """Drop a finished or aborted sequence and free its blocks."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.bm.free(seq)
+
+    def schedule(self, draft_slots: Callable[[Sequence], int] = lambda s: 0) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        scheduled: list[ScheduledSeq] = []
+        preempted: list[Sequence] = []
+
+        # 1. running sequences, oldest first; preempt from the back when blocks run out
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            num_new = min(len(seq) - seq.num_computed_tokens, budget)
+            drafts = draft_slots(seq) if num_new == 1 else 0
+            need = seq.num_computed_tokens + num_new + drafts
+            while not self.bm.can_allocate(seq, need):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status != SequenceStatus.RUNNING:
+                break                      # seq preempted itself: nothing more fits
+            self.bm.allocate(seq, need)
+            scheduled.append(ScheduledSeq(seq, num_new, drafts))
+            budget -= num_new + drafts
+            i += 1
+
+        # 2. waiting sequences (preempted ones first), while blocks, budget and seat allow
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted:
+            seq = self.waiting[0]
+            num_new = min(len(seq) - seq.num_computed_tokens, budget)
+            # admit only if the whole prompt plus one generated token fits now, so that an
+            # admitted sequence does not immediately preempt another
+            if not self.bm.can_allocate(seq, len(seq) + 1):
+                break
+            self.waiting.popleft()
+            self.bm.allocate(seq, seq.num_computed_tokens + num_new)
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            scheduled.append(ScheduledSeq(seq, num_new))
+            budget -= num_new
+        return SchedulerOutput(scheduled, preempted)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.bm.free(seq)
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+        if self.on_preempt is not None:
+            self.on_preempt(seq)

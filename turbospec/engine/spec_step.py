@@ -1,0 +1,163 @@
+"""One engine step: propose → verify (one target forward) → accept.
+
+Sequences without drafts (prefills, plain decodes, an n-gram miss) are sampled as usual; those
+with drafts go through the exact rejection sampler. Accepted tree nodes have their KV moved to
+contiguous slots; blocks past the new length are released.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from turbospec.engine.scheduler import ScheduledSeq
+from turbospec.engine.sequence import Sequence
+from turbospec.layers.sampler import SamplingTensors, compute_logprobs, compute_probs, logprobs_to_dicts, sample
+from turbospec.spec.proposer import Proposal, TargetFeatures
+from turbospec.spec.verify import rejection_sample
+
+
+class SpecDecodeStats:
+    """Cumulative speculation counters, named as vLLM names them."""
+
+    def __init__(self, k: int):
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.accepted_per_pos = [0] * k
+        self.draft_time_s = 0.0
+        self.verify_time_s = 0.0
+
+    def record(self, num_draft: int, num_accepted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft
+        self.num_accepted_tokens += num_accepted
+        for j in range(num_accepted):
+            self.accepted_per_pos[j] += 1
+
+    def as_dict(self) -> dict:
+        d = {"spec_decode_num_drafts": self.num_drafts,
+             "spec_decode_num_draft_tokens": self.num_draft_tokens,
+             "spec_decode_num_accepted_tokens": self.num_accepted_tokens,
+             "spec_decode_num_accepted_tokens_per_pos": list(self.accepted_per_pos),
+             "draft_time_s": self.draft_time_s, "verify_time_s": self.verify_time_s}
+        d["acceptance_length"] = 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+        d["acceptance_rate"] = (self.num_accepted_tokens / self.num_draft_tokens
+                                if self.num_draft_tokens else None)
+        return d
+
+
+def _propose(engine, scheduled: list[ScheduledSeq]) -> tuple[Proposal | None, dict[int, int]]:
+    spec_idx = [b for b, s in enumerate(scheduled) if s.num_draft_slots > 0]
+    if engine.proposer is None or not spec_idx:
+        return None, {}
+    proposal = engine.proposer.propose([scheduled[b].seq for b in spec_idx],
+                                       [scheduled[b].num_draft_slots for b in spec_idx])
+    for r, b in enumerate(spec_idx):
+        if proposal.num_tokens[r] > scheduled[b].num_draft_slots:
+            raise RuntimeError(f"{type(engine.proposer).__name__} drafted {proposal.num_tokens[r]} tokens "
+                               f"for {scheduled[b].num_draft_slots} slots")
+    return proposal, {b: r for r, b in enumerate(spec_idx) if proposal.num_tokens[r] > 0}
+
+
+def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], logits: torch.Tensor,
+            offsets: list[int]) -> dict[int, tuple[list[int], list[int]]]:
+    """Returns, per batch index: (output tokens, accepted node indices)."""
+    bs = sorted(draft_row)
+    rows = [draft_row[b] for b in bs]
+    K = max(proposal.num_tokens[r] for r in rows)
+    V = logits.shape[1]
+    # [S, K+1] logits rows of each sequence, padded by repeating its last row (never read)
+    idx = torch.tensor([[offsets[b] + min(j, proposal.num_tokens[r]) for j in range(K + 1)]
+                        for b, r in zip(bs, rows)], dtype=torch.long, device=logits.device)
+    seqs = [scheduled[b].seq for b in bs]
+    st_rows = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs],
+                                          logits.device, repeats=[K + 1] * len(seqs))
+    target_probs = compute_probs(logits[idx.view(-1)], st_rows).view(len(bs), K + 1, V)
+    ridx = torch.tensor(rows, dtype=torch.long, device=proposal.token_ids.device)
+    sub = Proposal(proposal.token_ids[ridx, :K], [proposal.num_tokens[r] for r in rows],
+                   proposal.draft_probs[ridx, :K] if proposal.draft_probs is not None else None,
+                   proposal.parents[ridx, :K] if proposal.parents is not None else None)
+    st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], logits.device)
+    res = rejection_sample(target_probs, sub, st)
+    out_tok = res.output_token_ids.tolist()
+    n_out = res.num_output.tolist()
+    nodes = res.accepted_nodes.tolist()
+    return {b: (out_tok[i][:n_out[i]], nodes[i][:n_out[i] - 1]) for i, b in enumerate(bs)}
+
+
+def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
+    runner, bm, stats = engine.runner, engine.block_manager, engine.spec_stats
+    t0 = time.perf_counter()
+    proposal, draft_row = _propose(engine, scheduled)
+    t1 = time.perf_counter()
+    inputs = runner.prepare(scheduled, bm, proposal, draft_row)
+    out = runner.execute(inputs)
+    offsets, acc = [], 0
+    for rows in inputs.logits_rows:
+        offsets.append(acc)
+        acc += len(rows)
+
+    results: dict[int, tuple[list[int], list[int]]] = {}
+    plain = [b for b, s in enumerate(scheduled) if s.samples and b not in draft_row]
+    if plain:
+        seqs = [scheduled[b].seq for b in plain]
+        st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], out.logits.device)
+        lg = out.logits[torch.tensor([offsets[b] for b in plain], device=out.logits.device)]
+        toks = sample(compute_probs(lg, st), st).tolist()
+        results.update({b: ([t], []) for b, t in zip(plain, toks)})
+    if draft_row:
+        results.update(_verify(engine, scheduled, proposal, draft_row, out.logits, offsets))
+    t2 = time.perf_counter()
+    if proposal is not None:
+        stats.draft_time_s += t1 - t0
+        stats.verify_time_s += t2 - t1
+
+    advanced = []
+    for b, s in enumerate(scheduled):
+        seq, start = s.seq, s.seq.num_computed_tokens
+        q0 = inputs.query_start[b]
+        if b not in results:                      # a prefill chunk that does not reach the end
+            seq.num_computed_tokens += s.num_new_tokens
+            _observe(engine, seq, start, seq.token_ids[start:start + s.num_new_tokens], out,
+                     list(range(q0, q0 + s.num_new_tokens)))
+            continue
+        toks, nodes = results[b]
+        old_len = len(seq)
+        feat_rows = list(range(q0, q0 + s.num_new_tokens)) + [q0 + s.num_new_tokens + n for n in nodes]
+        if b in draft_row:
+            n_draft = proposal.num_tokens[draft_row[b]]
+            stats.record(n_draft, len(nodes))
+            m = seq.metrics
+            m.num_drafts += 1
+            m.num_draft_tokens += n_draft
+            m.num_accepted_tokens += len(nodes)
+            m.draft_time_s += t1 - t0
+            m.verify_time_s += t2 - t1
+            moves = [(bm.slot(seq, old_len + n), bm.slot(seq, old_len + j)) for j, n in enumerate(nodes) if n != j]
+            runner.move_kv([m_[0] for m_ in moves], [m_[1] for m_ in moves])
+        seq.num_computed_tokens = start + s.num_new_tokens + len(nodes)
+        _observe(engine, seq, start, seq.token_ids[start:old_len] + toks[:len(nodes)], out, feat_rows)
+        lps = None
+        if seq.params.logprobs is not None:
+            lrows = [offsets[b]] + [offsets[b] + 1 + n for n in nodes]
+            tok_t = torch.tensor(toks, device=out.logits.device)
+            lps = logprobs_to_dicts(compute_logprobs(out.logits[lrows[:len(toks)]], tok_t,
+                                                     seq.params.logprobs), tok_t)
+        for j, t in enumerate(toks):
+            if engine.append_token(seq, t, lps[j] if lps else None):
+                break
+        if not seq.is_finished:
+            bm.truncate(seq, len(seq))
+        advanced.append(seq)
+    return advanced
+
+
+def _observe(engine, seq: Sequence, start: int, tokens: list[int], out, rows: list[int]) -> None:
+    """Hand the target's features of newly committed tokens (positions start...) to the drafter."""
+    prop = engine.proposer
+    if prop is None or not prop.needs_target_features or not rows:
+        return
+    idx = torch.tensor(rows, dtype=torch.long, device=out.hidden.device)
+    prop.observe(seq, TargetFeatures(start, tokens, out.aux[idx] if out.aux is not None else None,
+                                     out.hidden[idx]))

@@ -1,0 +1,55 @@
+"""`turbospec generate MODEL --prompt ...`: one-off generation from the command line."""
+from __future__ import annotations
+
+import json
+import time
+
+import typer
+
+
+def generate(
+    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors)"),
+    prompt: list[str] = typer.Option(..., "--prompt", "-p", help="prompt text (repeat for a batch)"),
+    max_tokens: int = typer.Option(128, help="tokens to generate per prompt"),
+    temperature: float = typer.Option(0.0, help="0 = greedy"),
+    top_p: float = typer.Option(1.0),
+    top_k: int = typer.Option(-1),
+    seed: int = typer.Option(None, help="per-request seed (same seed, same output)"),
+    device: str = typer.Option(None, help="cuda or cpu (default: cuda if available)"),
+    dtype: str = typer.Option(None, help="bfloat16 (GPU default) or float32 (CPU default)"),
+    speculative_config: str = typer.Option(None, "--speculative-config",
+                                           help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\''),
+    ignore_eos: bool = typer.Option(False),
+) -> None:
+    """Generate text and print it with tokens/s."""
+    from turbospec import LLM, SamplingParams
+
+    spec = None
+    if speculative_config:
+        try:
+            spec = json.loads(speculative_config)
+        except json.JSONDecodeError as e:
+            raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
+    try:
+        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec)
+        params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
+                                seed=seed, ignore_eos=ignore_eos)
+        t0 = time.perf_counter()
+        outs = llm.generate(prompt, params)
+        dt = time.perf_counter() - t0
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    n = sum(len(o.outputs[0].token_ids) for o in outs)
+    for o in outs:
+        typer.echo(o.prompt + o.outputs[0].text)
+        typer.echo("-" * 40)
+    line = f"{n} tokens in {dt:.2f} s: {n / dt:.1f} tok/s"
+    m = llm.get_metrics()
+    if m.get("acceptance_length"):
+        line += f", acceptance length {m['acceptance_length']:.2f}"
+    typer.echo(line, err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate)

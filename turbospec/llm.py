@@ -1,0 +1,65 @@
+"""`LLM`: the offline entry point, vLLM's shape — `LLM(model=...).generate(prompts, params)`."""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from turbospec.config import EngineConfig
+from turbospec.engine.llm_engine import LLMEngine
+from turbospec.outputs import RequestOutput
+from turbospec.sampling_params import SamplingParams
+
+
+class LLM:
+    def __init__(self, model: str, device: str | None = None, dtype: str | None = None,
+                 quantization: str | None = None, speculative_config: dict[str, Any] | None = None,
+                 tokenizer: str | None = None, block_size: int = 16, num_kv_blocks: int | None = None,
+                 gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
+                 enforce_eager: bool = False):
+        ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
+                          gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                          max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                          enforce_eager=enforce_eager)
+        self.llm_engine = LLMEngine.from_config(model, device=device, dtype=dtype,
+                                                speculative_config=speculative_config,
+                                                engine_config=ec, quantization=quantization,
+                                                tokenizer=tokenizer)
+        self._ids = itertools.count()
+
+    def get_tokenizer(self):
+        return self.llm_engine.tokenizer
+
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        """One RequestOutput per prompt, in prompt order. Every prompt is validated before any
+        work starts, so a bad one fails the call without running the others."""
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams: pass one, "
+                             "or one per prompt")
+        eng = self.llm_engine
+        ids = [f"gen-{next(self._ids)}" for _ in prompts]
+        added = []
+        try:
+            for rid, prompt, p in zip(ids, prompts, params):
+                eng.add_request(rid, prompt, p)
+                added.append(rid)
+        except ValueError:
+            for rid in added:
+                eng.abort_request(rid)
+            raise
+        finals: dict[str, RequestOutput] = {}
+        while len(finals) < len(ids):
+            for out in eng.step():
+                if out.finished:
+                    finals[out.request_id] = out
+        return [finals[r] for r in ids]
+
+    def get_metrics(self) -> dict[str, Any]:
+        return self.llm_engine.get_metrics()

@@ -1,0 +1,29 @@
+"""What generate() and the engine return: vLLM's RequestOutput / CompletionOutput shapes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from turbospec.engine.sequence import RequestMetrics
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict] | None = None     # per token: {token_id: Logprob}
+    finish_reason: str | None = None       # "stop" | "length" | "abort"
+    stop_reason: str | int | None = None   # the stop string or stop token id that ended it
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)

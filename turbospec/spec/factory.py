@@ -1,0 +1,45 @@
+"""`speculative_config` (vLLM's keys) → a Proposer."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from turbospec.config import ModelConfig
+
+METHODS = ("ngram", "draft_model", "eagle3", "dflash", "mtp", "oracle")
+
+
+def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir: str,
+                   device: torch.device, dtype: torch.dtype):
+    if not isinstance(spec, dict):
+        raise ValueError("speculative_config must be a dict such as "
+                         '{"method": "ngram", "num_speculative_tokens": 4}')
+    spec = dict(spec)
+    method = spec.get("method")
+    if method is None and spec.get("model"):
+        method = "eagle3" if "eagle3" in str(spec["model"]).lower() else "draft_model"
+    if method not in METHODS:
+        raise ValueError(f"speculative_config method {method!r} is not one of {', '.join(METHODS)}")
+    k = spec.get("num_speculative_tokens")
+    if method != "dflash" and (not isinstance(k, int) or k <= 0):
+        raise ValueError(f"speculative_config needs num_speculative_tokens >= 1 (got {k!r})")
+    if method in ("draft_model", "eagle3", "dflash") and not spec.get("model"):
+        raise ValueError(f"method {method!r} needs speculative_config['model']: the drafter's directory")
+    if method == "ngram":
+        from turbospec.spec.ngram import NgramProposer
+        return NgramProposer(k, int(spec.get("prompt_lookup_min", 1)), int(spec.get("prompt_lookup_max", 4)))
+    if method == "draft_model":
+        from turbospec.spec.draft_model import DraftModelProposer
+        return DraftModelProposer.from_dir(spec["model"], k, config, device, dtype)
+    if method == "eagle3":
+        from turbospec.spec.eagle3 import build_eagle3_proposer
+        return build_eagle3_proposer(target, config, spec, device, dtype)
+    if method == "dflash":
+        from turbospec.spec.dflash import build_dflash_proposer
+        return build_dflash_proposer(target, config, spec, device, dtype)
+    if method == "mtp":
+        from turbospec.spec.mtp import build_mtp_proposer
+        return build_mtp_proposer(target, config, model_dir, spec, device, dtype)
+    from turbospec.spec.oracle import build_oracle_proposer
+    return build_oracle_proposer(spec)
