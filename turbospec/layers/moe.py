@@ -1,0 +1,123 @@
+"""Mixture of experts: top-k softmax routing and the expert computation behind one function.
+
+Experts are stacked (vLLM's w13 / w2, named as transformers v5 names them):
+  `gate_up_proj` [E, 2 * I, H]  (gate rows first, then up rows: cat(gate, up) per expert)
+  `down_proj`    [E, H, I]
+`fused_experts(hidden, w13, w2, topk_weights, topk_ids)` is the one seam a fused kernel replaces;
+the PyTorch reference below loops over the experts that received tokens, in expert order, and
+accumulates with `index_add_` in the hidden dtype — the same operations, in the same order, as
+transformers' eager Qwen3-MoE, so that CPU float32 results match it exactly.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from turbospec.layers.activation import silu_and_mul
+from turbospec.layers.linear import copy_checked, linear
+
+
+def select_experts(router_logits: torch.Tensor, top_k: int, renormalize: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """router_logits [T, E] -> topk_weights [T, k] (logits dtype), topk_ids [T, k] int64.
+
+    Softmax and renormalisation run in float32 (as HF does) before the cast back.
+    """
+    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)    # [T, E]
+    topk_weights, topk_ids = torch.topk(probs, top_k, dim=-1)             # [T, k]
+    if renormalize:
+        topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True)
+    return topk_weights.to(router_logits.dtype), topk_ids
+
+
+def fused_experts_torch(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                        topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    """Reference: hidden [T, H], w13 [E, 2I, H], w2 [E, H, I], topk_* [T, k] -> [T, H]."""
+    T, k = topk_ids.shape
+    out = torch.zeros_like(hidden)                                        # [T, H]
+    flat_ids = topk_ids.reshape(-1)                                       # [T * k]
+    order = torch.argsort(flat_ids, stable=True)                          # slots grouped by expert
+    counts = torch.bincount(flat_ids, minlength=w13.shape[0]).tolist()    # host sync: reference only
+    flat_weights = topk_weights.reshape(-1)                               # [T * k]
+    start = 0
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        slots = order[start:start + n]                                    # [n] into T * k
+        start += n
+        tokens = slots // k                                               # [n] (distinct tokens)
+        h = silu_and_mul(linear(hidden[tokens], w13[e]))                  # [n, I]
+        y = linear(h, w2[e]) * flat_weights[slots, None]                  # [n, H]
+        out.index_add_(0, tokens, y.to(out.dtype))
+    return out
+
+
+_KERNEL_FUSED_EXPERTS = None
+
+
+def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                  topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    """hidden [T, H] -> [T, H]: sum over k of topk_weights * expert(hidden). Triton on CUDA when
+    `turbospec.kernels.fused_moe` provides it; the PyTorch reference elsewhere."""
+    global _KERNEL_FUSED_EXPERTS
+    if hidden.device.type == "cuda":
+        if _KERNEL_FUSED_EXPERTS is None:
+            try:
+                from turbospec.kernels.fused_moe import fused_experts as kernel  # CUDA-only, lazily
+            except ImportError:
+                kernel = fused_experts_torch
+            _KERNEL_FUSED_EXPERTS = kernel
+        return _KERNEL_FUSED_EXPERTS(hidden, w13, w2, topk_weights, topk_ids)
+    return fused_experts_torch(hidden, w13, w2, topk_weights, topk_ids)
+
+
+class FusedMoE(nn.Module):
+    """Stacked experts. Shard ids for per-expert checkpoint tensors: (expert, "w1") gate,
+    (expert, "w3") up, (expert, "w2") down; shard None loads a whole fused [E, ...] tensor."""
+
+    def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int,
+                 renormalize: bool):
+        super().__init__()
+        self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        E, H, I = num_experts, hidden_size, intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * I, H), requires_grad=False)
+        self.down_proj = nn.Parameter(torch.empty(E, H, I), requires_grad=False)
+        for p, shards in ((self.gate_up_proj, ("w1", "w3")), (self.down_proj, ("w2",))):
+            p.weight_loader = self.weight_loader
+            p.shard_ids = tuple((e, s) for e in range(E) for s in shards)
+            p.shard_shape = lambda shard_id, p=p: self._shard_view(p, shard_id).shape
+
+    def _shard_view(self, param: nn.Parameter, shard_id) -> torch.Tensor:
+        expert, w = shard_id
+        I = self.intermediate_size
+        if not 0 <= expert < self.num_experts:
+            raise ValueError(f"expert {expert} out of range: the config has num_experts={self.num_experts}")
+        if w == "w1":
+            return param.data[expert, :I]                  # [I, H] gate
+        if w == "w3":
+            return param.data[expert, I:]                  # [I, H] up
+        if w == "w2":
+            return param.data[expert]                      # [H, I] down
+        raise ValueError(f"unknown expert shard {w!r}: expected w1, w2 or w3")
+
+    def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, shard_id=None) -> None:
+        with torch.no_grad():
+            if shard_id is not None:
+                copy_checked(self._shard_view(param, shard_id), loaded_weight)
+                return
+            # a fused [E, ...] tensor: nn.Linear-like [E, out, in] (transformers v5), or transposed
+            # [E, in, out] (some exporters); when out == in the two agree and no transpose is needed
+            if loaded_weight.dim() == 3 and tuple(loaded_weight.shape) != tuple(param.shape) \
+                    and tuple(loaded_weight.transpose(1, 2).shape) == tuple(param.shape):
+                loaded_weight = loaded_weight.transpose(1, 2)
+            copy_checked(param.data, loaded_weight)
+
+    def forward(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
+        """hidden [T, H], router_logits [T, E] -> [T, H]."""
+        topk_weights, topk_ids = select_experts(router_logits, self.top_k, self.renormalize)
+        return fused_experts(hidden, self.gate_up_proj, self.down_proj, topk_weights, topk_ids)
+
+    def extra_repr(self) -> str:
+        return (f"experts={self.num_experts}, top_k={self.top_k}, hidden={self.hidden_size}, "
+                f"intermediate={self.intermediate_size}, renormalize={self.renormalize}")
