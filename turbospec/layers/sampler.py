@@ -32,6 +32,7 @@ class SamplingTensors:
     max_top_k: int = 0
     any_top_p: bool = False
     all_greedy: bool = False
+    any_greedy: bool = True              # True is the safe default for hand-built instances
     any_generator: bool = False
 
     @property
@@ -74,6 +75,7 @@ class SamplingTensors:
             max_top_k=max(ks, default=0),
             any_top_p=any(p < 1.0 for p in ps),
             all_greedy=bool(greedy) and all(greedy),
+            any_greedy=any(greedy),
             any_generator=any(g is not None for g in row_gens),
         )
 

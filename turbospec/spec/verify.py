@@ -1,0 +1,144 @@
+"""Exact rejection sampling for chain and tree drafts (the **accept** phase).
+
+Chain (Leviathan et al. / Chen et al.): draft x drawn from q is accepted with probability
+min(1, p(x) / q(x)); the first rejected position emits a *recovered* token drawn from
+normalize(max(0, p - q)); if every draft is accepted a *bonus* token is drawn from the target
+distribution after the last draft. Deterministic drafts (n-gram: `draft_probs is None`) use the same
+rule with q one-hot, i.e. accept with probability p(x), recover from p with x removed.
+
+Tree (recursive rejection over siblings, SpecInfer / EAGLE): at a node whose residual target
+distribution is p, its children are tried in index order; child c (drawn from q_c) is accepted
+with probability min(1, p(c) / q_c(c)); on rejection p <- normalize(max(0, p - q_c)) and the next
+sibling is tried; if all are rejected the recovered token is drawn from the final p; if c is
+accepted we descend with p = the target distribution after c. This is exact whenever child i, given
+everything before it, is distributed as its own draft_probs row q_i: i.i.d. samples from one q
+(SpecInfer), deterministic top-k children (q one-hot, EAGLE's dynamic tree), or sampling without
+replacement when each row holds the renormalized remainder.
+
+Greedy rows use the same rule with p one-hot at the target's argmax, which reduces to "accept while
+the draft equals the argmax; emit the argmax" with no dependence on the random draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from turbospec.layers.sampler import SamplingTensors, exponential, sample_with_noise, uniform
+from turbospec.spec.proposer import Proposal
+
+
+@dataclass
+class VerifyResult:
+    output_token_ids: torch.Tensor       # [B, K+1] int64: accepted drafts, then recovered/bonus; -1 padded
+    num_output: torch.Tensor             # [B] int64: num_accepted + 1
+    accepted_nodes: torch.Tensor         # [B, K] int64: node index of each accepted draft (path order); -1 padded
+    num_accepted: torch.Tensor           # [B] int64
+
+
+def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
+                     st: SamplingTensors) -> VerifyResult:
+    """target_probs [B, K+1, V]: row 0 = the target's (user) distribution after the root, row 1+n
+    the one after node n. st: one row per sequence. No host sync on the chain path."""
+    B, K1, V = target_probs.shape
+    K = K1 - 1
+    if proposal.token_ids.shape != (B, K):
+        raise ValueError(f"proposal.token_ids has shape {tuple(proposal.token_ids.shape)}, "
+                         f"expected {(B, K)} to match target_probs {tuple(target_probs.shape)}")
+    dev = target_probs.device
+    p = _greedy_one_hot(target_probs.float(), st)                                     # [B, K+1, V]
+    num_tokens = torch.as_tensor(proposal.num_tokens, dtype=torch.long).to(dev, non_blocking=True)
+    drafts = proposal.token_ids.long()                                                # [B, K]
+    q = proposal.draft_probs.float() if proposal.draft_probs is not None else None     # [B, K, V] | None
+    u = uniform(st, (K,))                                                             # [B, K]
+    noise = exponential(st, (V,))                                                     # [B, V]
+    if proposal.parents is None:
+        accepted_nodes, num_acc, final_p = _chain(p, drafts, q, num_tokens, u)
+    else:
+        accepted_nodes, num_acc, final_p = _tree(p, drafts, q, proposal.parents.long(), num_tokens, u)
+    final_token = sample_with_noise(final_p, noise)                                   # [B]
+
+    out = torch.gather(drafts, 1, accepted_nodes.clamp_min(0))                        # [B, K]
+    out = torch.where(accepted_nodes >= 0, out, torch.full_like(out, -1))
+    out = torch.cat([out, out.new_full((B, 1), -1)], dim=1)                          # [B, K+1]
+    out.scatter_(1, num_acc.unsqueeze(1), final_token.unsqueeze(1))
+    return VerifyResult(out, num_acc + 1, accepted_nodes, num_acc)
+
+
+def _greedy_one_hot(p: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+    """Greedy rows: one-hot at the argmax (ties -> lowest id), whatever the caller passed."""
+    if not st.any_greedy:
+        return p
+    one_hot = torch.zeros_like(p).scatter_(-1, p.argmax(dim=-1, keepdim=True), 1.0)
+    return torch.where(st.greedy.view(-1, 1, 1), one_hot, p)
+
+
+def _accept(u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """u < min(1, p(x)/q(x)) without dividing: u * q(x) < p(x) (q(x) = 0 accepts iff p(x) > 0)."""
+    return u * q_x < p_x
+
+
+def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalize(max(0, p - q)) over the last dim; falls back to p where the mass is ~0 (which has
+    probability 0 in exact arithmetic), so the result is never NaN."""
+    r = (p - q).clamp_min_(0.0)
+    mass = r.sum(dim=-1, keepdim=True)
+    ok = mass > 1e-20
+    return torch.where(ok, r / torch.where(ok, mass, torch.ones_like(mass)), p)
+
+
+def _one_hot(ids: torch.Tensor, V: int) -> torch.Tensor:
+    return torch.zeros(*ids.shape, V, device=ids.device).scatter_(-1, ids.unsqueeze(-1), 1.0)
+
+
+def _chain(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None,
+           num_tokens: torch.Tensor, u: torch.Tensor):
+    """All K accept tests at once; the first failure (or the end) picks the recovered/bonus row."""
+    B, K1, V = p.shape
+    K = K1 - 1
+    rows = torch.arange(B, device=p.device)
+    valid = torch.arange(K, device=p.device) < num_tokens.unsqueeze(-1)               # [B, K]
+    p_x = p[:, :K].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)                       # [B, K]
+    q_x = q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1) if q is not None else torch.ones_like(p_x)
+    accepted = _accept(u, p_x, q_x) & valid                                           # [B, K]
+    num_acc = accepted.long().cumprod(dim=1).sum(dim=1)                               # [B]
+    accepted_nodes = torch.arange(K, device=p.device).expand(B, K)
+    accepted_nodes = torch.where(accepted_nodes < num_acc.unsqueeze(-1), accepted_nodes,
+                                 torch.full_like(accepted_nodes, -1))
+
+    p_final = p[rows, num_acc]                                                        # [B, V]
+    if K == 0:
+        return accepted_nodes, num_acc, p_final
+    at = num_acc.clamp_max(K - 1)
+    q_final = q[rows, at] if q is not None else _one_hot(drafts[rows, at], V)         # [B, V]
+    rejected = (num_acc < num_tokens).unsqueeze(-1)                                   # [B, 1]
+    return accepted_nodes, num_acc, torch.where(rejected, _residual(p_final, q_final), p_final)
+
+
+def _tree(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None, parents: torch.Tensor,
+          num_tokens: torch.Tensor, u: torch.Tensor):
+    """One pass over nodes in topological order. Node n is tried iff its parent is the current
+    node (siblings are met in index order; after an acceptance, later siblings no longer match and
+    the accepted node's children, which come later, do)."""
+    B, K1, V = p.shape
+    K = K1 - 1
+    cur = torch.full((B,), -1, dtype=torch.long, device=p.device)                     # current node
+    num_acc = torch.zeros(B, dtype=torch.long, device=p.device)
+    accepted_nodes = torch.full((B, K), -1, dtype=torch.long, device=p.device)
+    cols = torch.arange(K, device=p.device)
+    residual = p[:, 0]                                                                # [B, V]
+    for n in range(K):
+        tried = (parents[:, n] == cur) & (n < num_tokens)                             # [B]
+        x = drafts[:, n]                                                              # [B]
+        q_n = q[:, n] if q is not None else _one_hot(x, V)                            # [B, V]
+        p_x = residual.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+        q_x = q_n.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+        acc = tried & _accept(u[:, n], p_x, q_x)                                      # [B]
+        rej = tried & ~acc
+        slot = (cols == num_acc.unsqueeze(-1)) & acc.unsqueeze(-1)                    # [B, K]
+        accepted_nodes = torch.where(slot, n, accepted_nodes)
+        num_acc = num_acc + acc.long()
+        cur = torch.where(acc, n, cur)
+        residual = torch.where(acc.unsqueeze(-1), p[:, 1 + n],
+                               torch.where(rej.unsqueeze(-1), _residual(residual, q_n), residual))
+    return accepted_nodes, num_acc, residual
