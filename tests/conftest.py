@@ -47,7 +47,7 @@ DEFAULTS = {
                                                                    "rope_theta": 10000.0}),
     "qwen3_moe": dict(_COMMON, vocab_size=8192, tie_word_embeddings=True, bos_token_id=0,
                       eos_token_id=0, pad_token_id=1, num_experts=8, num_experts_per_tok=3,
-                      moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                      moe_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1,
                       mlp_only_layers=[], rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
     "llama": dict(_COMMON, vocab_size=512, num_key_value_heads=1, tie_word_embeddings=False,
                   bos_token_id=1, eos_token_id=2,
