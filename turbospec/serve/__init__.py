@@ -1,0 +1,24 @@
+"""OpenAI-compatible serving: `turbospec serve MODEL`, or `build_app(engine, name)` in code.
+
+    app.py            routes, auth, /health, /metrics        protocol.py   request bodies, validation
+    serving.py        completions + chat, SSE or whole       responses.py  response bodies
+    async_engine.py   engine thread, inbox, per-request queues
+    deltas.py         cumulative outputs -> what a client has not seen yet
+    metrics.py        Prometheus under vLLM's names          errors.py     OpenAI error bodies
+    request_body.py   size limit, UTF-8, JSON                streaming.py  disconnect handling
+    startup.py        engine build, warm-up, cold-start report   cli.py    the `serve` command
+"""
+from __future__ import annotations
+
+__all__ = ["build_app", "AsyncEngine"]
+
+
+def __getattr__(name):
+    # keep `import turbospec.serve` light: FastAPI and the engine load on first use
+    if name == "build_app":
+        from turbospec.serve.app import build_app
+        return build_app
+    if name == "AsyncEngine":
+        from turbospec.serve.async_engine import AsyncEngine
+        return AsyncEngine
+    raise AttributeError(name)

@@ -1,0 +1,93 @@
+"""The FastAPI app: OpenAI routes under /v1 (behind the API key when one is set), plus /health,
+/metrics and /version, which monitoring reaches without a key (as with vLLM)."""
+from __future__ import annotations
+
+import hmac
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from turbospec import __version__
+from turbospec.serve.async_engine import AsyncEngine
+from turbospec.serve.errors import APIError, install_error_handlers
+from turbospec.serve.metrics import CONTENT_TYPE, ServerMetrics
+from turbospec.serve.request_body import DEFAULT_MAX_BODY_BYTES
+from turbospec.serve.responses import ModelCard, ModelList
+from turbospec.serve.serving import OpenAIServing
+
+
+def _auth_dependency(api_key: str | None):
+    expected = f"Bearer {api_key}".encode() if api_key else None
+
+    async def check(request: Request) -> None:
+        if expected is None:
+            return
+        got = request.headers.get("authorization", "").encode("utf-8", "replace")
+        if not hmac.compare_digest(got, expected):
+            raise APIError(401, "missing or invalid API key: send the header `Authorization: Bearer <key>` "
+                           "with the key the server was started with", code="invalid_api_key")
+    return check
+
+
+def build_app(engine, served_model_name: str | list[str], api_key: str | None = None, *,
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
+              shutdown_timeout_s: float = 10.0) -> FastAPI:
+    """`engine`: an LLMEngine (wrapped and driven here) or an AsyncEngine. The engine thread starts
+    with the app (lifespan) and stops with it, aborting whatever is still running."""
+    names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError("served_model_name must be a non-empty string (or a list of them)")
+    metrics = metrics or ServerMetrics(names[0])
+    async_engine = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine, metrics)
+    if async_engine.metrics is None:
+        async_engine.metrics = metrics
+    serving = OpenAIServing(async_engine, names, max_body_bytes)
+    require_key = _auth_dependency(api_key)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        async_engine.start()
+        try:
+            yield
+        finally:
+            await async_engine.shutdown(shutdown_timeout_s)
+
+    app = FastAPI(title="turbospec", version=__version__, lifespan=lifespan)
+    app.state.engine = async_engine
+    app.state.metrics = metrics
+    install_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> Response:
+        if async_engine.is_healthy:
+            return JSONResponse({"status": "ok"})
+        reason = async_engine.dead_reason or "the engine is not running (starting up or shutting down)"
+        return APIError(503, reason, code="engine_unavailable").response()
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/version")
+    async def version() -> Response:
+        return JSONResponse({"version": __version__})
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        await require_key(request)
+        cards = [ModelCard(id=n, root=str(getattr(async_engine.engine, "model_dir", n)),
+                           max_model_len=async_engine.max_model_len) for n in names]
+        return Response(ModelList(data=cards).model_dump_json(), media_type="application/json")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        await require_key(request)
+        return await serving.completions(request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        await require_key(request)
+        return await serving.chat(request)
+
+    return app

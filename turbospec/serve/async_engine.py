@@ -1,0 +1,317 @@
+"""AsyncEngine: the synchronous LLMEngine driven by one dedicated thread, fed from asyncio.
+
+- The engine (and its tokenizer) is touched only from the engine thread.
+- Requests to add or abort go into a thread-safe inbox, processed between steps.
+- The thread sleeps on a condition variable when there is nothing to do; it never busy-waits.
+- Each request has an asyncio.Queue on the event loop, fed with `loop.call_soon_threadsafe`.
+- An exception from `engine.step()` fails the requests of that step with a 500, frees them in the
+  engine, and the loop carries on; the server stays up.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from turbospec.sampling_params import SamplingParams
+from turbospec.serve.deltas import DeltaTracker, StreamDelta
+from turbospec.serve.metrics import ServerMetrics
+
+logger = logging.getLogger("turbospec.serve")
+
+
+class RequestFailed(Exception):
+    """A request the engine refused (400) or could not finish (500/503)."""
+
+    def __init__(self, status: int, message: str, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt: str | list[int] | None
+    messages: list[dict] | None              # chat: rendered with the template in the engine thread
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    queue: asyncio.Queue
+    arrival: float = field(default_factory=time.time)
+
+
+@dataclass
+class _Abort:
+    request_id: str
+
+
+@dataclass
+class _Live:
+    """A request the engine holds, as the engine thread sees it."""
+    add: _Add
+    tracker: DeltaTracker
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    num_prompt_tokens: int = 0
+
+
+class RequestStream:
+    """The event-loop end of one request: async-iterate it for StreamDeltas."""
+
+    def __init__(self, request_id: str, queue: asyncio.Queue, engine: "AsyncEngine"):
+        self.request_id, self._queue, self._engine = request_id, queue, engine
+        self.finished = False
+
+    async def next(self) -> StreamDelta:
+        """The next delta, merged with any others already waiting. Raises RequestFailed."""
+        item = await self._queue.get()
+        delta = self._unwrap(item)
+        while not delta.finished and not self._queue.empty():
+            delta = delta.merge(self._unwrap(self._queue.get_nowait()))
+        self.finished = delta.finished
+        return delta
+
+    def _unwrap(self, item) -> StreamDelta:
+        if isinstance(item, RequestFailed):
+            self.finished = True
+            raise item
+        return item
+
+    async def __aiter__(self) -> AsyncIterator[StreamDelta]:
+        while not self.finished:
+            yield await self.next()
+
+    def abort(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self._engine.abort(self.request_id)
+
+
+class AsyncEngine:
+    def __init__(self, engine, metrics: ServerMetrics | None = None):
+        self.engine = engine
+        self.metrics = metrics
+        self.tokenizer = getattr(engine, "tokenizer", None)
+        self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.max_model_len = int(getattr(engine, "max_model_len", 0) or
+                                 engine.model_config.max_position_embeddings)
+        self._cond = threading.Condition()
+        self._inbox: list[_Add | _Abort] = []
+        self._live: dict[str, _Live] = {}          # engine thread only
+        self._stopping = False
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self.dead_reason: str | None = None
+        self.last_stats = None
+
+    # ---- event-loop side ----------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            if self.metrics is not None:
+                self.metrics.set_engine_baseline(self.engine.get_metrics())
+                self.metrics.declare_spec_positions(getattr(getattr(self.engine, "proposer", None), "k", 0))
+                self._publish_stats()
+            self._thread = threading.Thread(target=self._run, name="turbospec-engine", daemon=True)
+            self._thread.start()
+
+    @property
+    def is_healthy(self) -> bool:
+        return (self._thread is not None and self._thread.is_alive() and not self._stopping
+                and self.dead_reason is None)
+
+    async def add_request(self, request_id: str, params: SamplingParams, *,
+                          prompt: str | list[int] | None = None,
+                          messages: list[dict] | None = None) -> RequestStream:
+        """Queue a request; returns once the engine accepted it. Raises RequestFailed (400 for
+        bad input such as a prompt over the context length, 503 when the engine is down)."""
+        if not self.is_healthy:
+            raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
+                                "engine_unavailable")
+        loop = asyncio.get_running_loop()
+        item = _Add(request_id, prompt, messages, params, loop, loop.create_future(), asyncio.Queue())
+        self._post(item)
+        try:
+            await item.future
+        except asyncio.CancelledError:
+            self.abort(request_id)                  # the client left while we were queued
+            raise
+        return RequestStream(request_id, item.queue, self)
+
+    def abort(self, request_id: str) -> None:
+        """Thread-safe and idempotent; frees the request's KV blocks at the next inbox pass."""
+        self._post(_Abort(request_id))
+
+    def _post(self, item) -> None:
+        with self._cond:
+            self._inbox.append(item)
+            self._cond.notify()
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Abort whatever is still running and stop the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, timeout)
+
+    # ---- engine thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._inbox and not self._stopping and not self._busy:
+                        self._cond.wait()
+                    items, self._inbox = self._inbox, []
+                    stopping = self._stopping
+                for item in items:
+                    self._handle(item)
+                if stopping:
+                    self._abort_all()
+                    return
+                if self.engine.has_unfinished_requests():
+                    self._step()
+                self._busy = self.engine.has_unfinished_requests()
+                self._publish_stats()
+        except BaseException as e:  # noqa: BLE001 - the thread must report any death
+            logger.exception("the engine thread died")
+            self.dead_reason = f"engine thread died: {type(e).__name__}: {e}"
+            self._fail_all(503, self.dead_reason)
+
+    def _handle(self, item) -> None:
+        if isinstance(item, _Abort):
+            live = self._live.pop(item.request_id, None)
+            if live is not None:
+                self.engine.abort_request(item.request_id)
+                self._finish(live, "abort")
+                self._deliver(live.add, live.tracker.final_delta("abort"))
+            return
+        if item.future.cancelled():
+            return
+        try:
+            prompt = self._render_chat(item.messages) if item.messages is not None else item.prompt
+            self.engine.add_request(item.request_id, prompt, item.params)
+        except ValueError as e:
+            self._resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
+            return
+        except Exception as e:  # noqa: BLE001 - a bug in one request must not stop the server
+            logger.exception("add_request failed for %s", item.request_id)
+            self._safe_abort(item.request_id)
+            self._resolve(item, RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error"))
+            return
+        self._live[item.request_id] = _Live(item, DeltaTracker(item.params.stop or [], item.params.logprobs,
+                                                                self.tokenizer))
+        self._resolve(item, None)
+
+    def _render_chat(self, messages: list[dict]) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as e:  # noqa: BLE001 - jinja raises its own types for bad conversations
+            raise ValueError(f"the chat template rejected these messages: {type(e).__name__}: {e}") from e
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as e:  # noqa: BLE001
+            logger.exception("engine.step() failed; failing the %d running request(s)", len(self._live))
+            self._fail_all(500, f"engine error during generation: {type(e).__name__}: {e}")
+            return
+        now = time.time()
+        for out in outputs:
+            live = self._live.get(out.request_id)
+            if live is None:
+                continue
+            try:
+                delta = live.tracker.update(out)
+            except Exception as e:  # noqa: BLE001
+                logger.exception("could not build the output of %s", out.request_id)
+                self._live.pop(out.request_id, None)
+                self._safe_abort(out.request_id)
+                self._deliver(live.add, RequestFailed(500, f"output error: {type(e).__name__}: {e}"))
+                continue
+            if delta is None:
+                continue
+            self._observe(live, delta, now)
+            if delta.finished:
+                self._live.pop(out.request_id, None)
+                self._finish(live, delta.finish_reason, now)
+            self._deliver(live.add, delta)
+        if self.metrics is not None:
+            self.metrics.on_engine_metrics(self.engine.get_metrics())
+
+    def _observe(self, live: _Live, delta: StreamDelta, now: float) -> None:
+        if not delta.token_ids or self.metrics is None:
+            return
+        self.metrics.on_new_tokens(len(delta.token_ids))
+        if live.first_token_time is None:
+            live.first_token_time = now
+            live.num_prompt_tokens = delta.num_prompt_tokens
+            self.metrics.on_first_token(now - live.add.arrival, delta.num_prompt_tokens)
+        else:
+            self.metrics.on_inter_token(now - live.last_token_time)
+        live.last_token_time = now
+
+    def _finish(self, live: _Live, reason: str | None, now: float | None = None) -> None:
+        if self.metrics is not None:
+            e2e = (now - live.add.arrival) if now is not None else None
+            self.metrics.on_finished(reason, e2e, live.num_prompt_tokens, live.tracker.sent_tokens)
+
+    def _fail_all(self, status: int, message: str) -> None:
+        for rid, live in list(self._live.items()):
+            self._safe_abort(rid)
+            self._deliver(live.add, RequestFailed(status, message, "engine_error"))
+        self._live.clear()
+        with self._cond:
+            pending, self._inbox = self._inbox, []
+        for item in pending:
+            if isinstance(item, _Add):
+                self._resolve(item, RequestFailed(503, message, "engine_unavailable"))
+
+    def _abort_all(self) -> None:
+        for rid in list(self._live):
+            self._handle(_Abort(rid))
+        self._publish_stats()
+
+    def _safe_abort(self, request_id: str) -> None:
+        try:
+            self.engine.abort_request(request_id)
+        except Exception as e:  # noqa: BLE001 - the engine can no longer be trusted
+            logger.exception("abort_request(%s) failed", request_id)
+            self.dead_reason = f"engine cannot free requests: {type(e).__name__}: {e}"
+
+    def _publish_stats(self) -> None:
+        try:
+            self.last_stats = self.engine.get_stats()
+        except Exception:  # noqa: BLE001
+            logger.exception("engine.get_stats() failed")
+            return
+        if self.metrics is not None:
+            self.metrics.set_engine_stats(self.last_stats)
+
+    # ---- crossing back to the event loop ------------------------------------------------------
+    @staticmethod
+    def _deliver(add: _Add, item: Any) -> None:
+        try:
+            add.loop.call_soon_threadsafe(add.queue.put_nowait, item)
+        except RuntimeError:            # the event loop is closed: nobody is listening any more
+            pass
+
+    @staticmethod
+    def _resolve(add: _Add, error: RequestFailed | None) -> None:
+        def settle() -> None:
+            if add.future.done():
+                return
+            if error is None:
+                add.future.set_result(None)
+            else:
+                add.future.set_exception(error)
+        try:
+            add.loop.call_soon_threadsafe(settle)
+        except RuntimeError:
+            pass
+
+
+def _code_for(message: str) -> str:
+    return "context_length_exceeded" if "context length" in message else "invalid_value"

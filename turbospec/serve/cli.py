@@ -1,0 +1,115 @@
+"""`turbospec serve MODEL`: an OpenAI-compatible server on uvicorn.
+
+SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests finish for up to
+--shutdown-timeout seconds, abort the rest (freeing their KV blocks), exit 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+
+import typer
+
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _parse_spec_config(raw: str | None) -> dict | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        cfg = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise typer.BadParameter(f"not valid JSON ({e.msg}); example: "
+                                 "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'",
+                                 param_hint="--speculative-config")
+    if not isinstance(cfg, dict):
+        raise typer.BadParameter("must be a JSON object, e.g. '{\"method\": \"ngram\"}'",
+                                 param_hint="--speculative-config")
+    return cfg
+
+
+def _make_server(config):
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises a caught SIGTERM/SIGINT after its graceful shutdown, which would end
+        the process with 143/130; a graceful shutdown is a success, so exit normally instead."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in _HANDLED_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server(config)
+
+
+def serve(
+    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors)."),
+    speculative_config: str = typer.Option(None, "--speculative-config",
+                                           help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'.'),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 exposes the server)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    device: str = typer.Option(None, help="cuda or cpu (default: cuda when available)."),
+    dtype: str = typer.Option(None, help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU)."),
+    api_key: str = typer.Option(None, envvar="TURBOSPEC_API_KEY",
+                                help="Require `Authorization: Bearer KEY` on /v1 routes."),
+    served_model_name: list[str] = typer.Option(None, help="Name(s) clients use as `model` "
+                                                "(default: MODEL as given). Repeat for aliases."),
+    max_model_len: int = typer.Option(None, help="Context length cap (default: the model's)."),
+    num_kv_blocks: int = typer.Option(None, help="KV cache blocks (default: sized from memory)."),
+    max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
+    block_size: int = typer.Option(16, help="Tokens per KV block."),
+    enforce_eager: bool = typer.Option(False, help="Never use CUDA graphs."),
+    max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="Largest accepted request body."),
+    shutdown_timeout: float = typer.Option(10.0, help="Seconds in-flight requests get to finish on shutdown."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+) -> None:
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
+    /v1/models, /health, /metrics)."""
+    import uvicorn
+
+    from turbospec.config import EngineConfig
+    from turbospec.serve.app import build_app
+    from turbospec.serve.startup import build_engine, print_cold_start
+
+    spec = _parse_spec_config(speculative_config)
+    names = list(served_model_name or []) or [model]
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
+                                     max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                                     enforce_eager=enforce_eager)
+        engine, cold = build_engine(model, device=device, dtype=dtype, speculative_config=spec,
+                                    engine_config=engine_config)
+    except ValueError as e:
+        typer.echo(f"turbospec serve: cannot start: {e}", err=True)
+        raise typer.Exit(2)
+    print_cold_start(model, str(getattr(engine, "device", device)), cold, spec)
+    app = build_app(engine, names, api_key, max_body_bytes=max_request_bytes,
+                    shutdown_timeout_s=shutdown_timeout)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                            timeout_graceful_shutdown=max(1, int(round(shutdown_timeout))),
+                            access_log=log_level == "debug")
+    server = _make_server(config)
+    print(f"turbospec serve: listening on http://{host}:{port} as {', '.join(names)}"
+          f"{' (API key required)' if api_key else ''}", flush=True)
+    server.run()
+    if not server.started:            # e.g. the port was taken: uvicorn logged why
+        sys.exit(1)
+    print("turbospec serve: shut down cleanly", flush=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

@@ -1,0 +1,138 @@
+"""From the engine's cumulative RequestOutputs to what a client has not seen yet.
+
+Runs in the engine thread (it decodes logprob tokens with the tokenizer, which is only ever
+touched from that thread). The engine cuts a stop string out of the text once it completes, so
+text that could still become a stop string is held back until it cannot, or until the request
+finishes: a streamed character is never taken back.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+
+logger = logging.getLogger("turbospec.serve")
+
+
+@dataclass
+class SpecFigures:
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Tokens per verify step, bonus included."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+
+@dataclass
+class TokenLogprob:
+    token: str
+    token_id: int
+    logprob: float
+    top: list[tuple[str, float]]           # the requested top-k, most likely first
+
+
+@dataclass
+class StreamDelta:
+    text: str                              # new text since the previous delta
+    token_ids: list[int]                   # new token ids
+    logprobs: list[TokenLogprob] | None    # one per new token, when requested
+    finish_reason: str | None
+    stop_reason: str | int | None
+    num_prompt_tokens: int
+    num_output_tokens: int                 # cumulative
+    spec: SpecFigures = field(default_factory=SpecFigures)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def merge(self, later: "StreamDelta") -> "StreamDelta":
+        """This delta followed by `later`, as one (a slow reader gets coalesced chunks)."""
+        lps = None if self.logprobs is None and later.logprobs is None else \
+            (self.logprobs or []) + (later.logprobs or [])
+        return replace(later, text=self.text + later.text, token_ids=self.token_ids + later.token_ids,
+                       logprobs=lps)
+
+
+def held_back_len(text: str, stops: list[str]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of a stop string."""
+    best = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:n]):
+                best = n
+                break
+    return best
+
+
+class DeltaTracker:
+    """Per request: remembers what was already sent and produces the next StreamDelta."""
+
+    def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer):
+        self.stops = stops
+        self.num_logprobs = num_logprobs
+        self.tokenizer = tokenizer
+        self.sent_text = ""
+        self.sent_tokens = 0
+        self.num_prompt_tokens = 0
+        self.spec = SpecFigures()
+        self._warned = False
+
+    def update(self, out) -> StreamDelta | None:
+        """`out`: a RequestOutput (cumulative). None when there is nothing new to send."""
+        comp = out.outputs[0]
+        finished = comp.finish_reason is not None
+        text = comp.text
+        if not text.startswith(self.sent_text):
+            if not self._warned:          # the engine rewrote text we already streamed
+                logger.warning("request %s: engine text no longer extends the streamed text",
+                               out.request_id)
+                self._warned = True
+            new_text = ""
+        else:
+            end = len(text) if finished else len(text) - held_back_len(text, self.stops)
+            new_text = text[len(self.sent_text):max(end, len(self.sent_text))]
+            self.sent_text += new_text
+        new_ids = list(comp.token_ids[self.sent_tokens:])
+        logprobs = None
+        if self.num_logprobs is not None:
+            entries = (comp.logprobs or [])[self.sent_tokens:self.sent_tokens + len(new_ids)]
+            logprobs = [self._logprob(t, e) for t, e in zip(new_ids, entries)]
+        self.sent_tokens += len(new_ids)
+        if not new_text and not new_ids and not finished:
+            return None
+        m = out.metrics
+        self.spec = SpecFigures(getattr(m, "num_drafts", 0), getattr(m, "num_draft_tokens", 0),
+                                getattr(m, "num_accepted_tokens", 0))
+        self.num_prompt_tokens = len(out.prompt_token_ids)
+        return StreamDelta(new_text, new_ids, logprobs, comp.finish_reason, comp.stop_reason,
+                           self.num_prompt_tokens, len(comp.token_ids), self.spec)
+
+    def final_delta(self, reason: str) -> StreamDelta:
+        """The closing delta of a request ended outside the engine's outputs (an abort)."""
+        return StreamDelta("", [], [] if self.num_logprobs is not None else None, reason, None,
+                           self.num_prompt_tokens, self.sent_tokens, self.spec)
+
+    # ---- logprobs ---------------------------------------------------------------------------
+    def _token_str(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return f"token_id:{token_id}"
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)
+
+    def _logprob(self, token_id: int, entry: dict) -> TokenLogprob:
+        """entry: {token_id: Logprob(logprob, rank) | float}, the chosen token among them."""
+        def lp(v) -> float:
+            return float(getattr(v, "logprob", v))
+
+        chosen = lp(entry[token_id]) if token_id in entry else float("nan")
+        ranked = sorted(entry.items(), key=lambda kv: (getattr(kv[1], "rank", None) or 1 << 30, -lp(kv[1])))
+        k = self.num_logprobs or 0
+        top = [(self._token_str(t), lp(v)) for t, v in ranked
+               if getattr(v, "rank", None) is None or v.rank <= k][:k]
+        return TokenLogprob(self._token_str(token_id), token_id, chosen, top)

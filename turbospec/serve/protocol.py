@@ -1,0 +1,218 @@
+"""OpenAI request bodies for /v1/completions and /v1/chat/completions, validated strictly.
+
+Types are strict (no "5" for 5, no true for 1). A field that would change what the model returns
+but that turbospec does not implement (`n` > 1, `best_of`, `logit_bias`, `tools`,
+`response_format`, penalties, ...) is rejected with a 400 naming it, unless it carries its neutral
+value. Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
+nothing is ever silently ignored.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from turbospec.sampling_params import SamplingParams
+from turbospec.serve.errors import APIError, bad_request
+
+MAX_LOGPROBS = 20
+
+# Fields accepted and ignored: they do not change the generated tokens.
+HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
+                             "prompt_cache_key", "parallel_tool_calls", "request_id"})
+
+# Fields accepted only at their neutral value(s); anything else is a 400.
+NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
+    "n": (1, None),
+    "best_of": (1, None),
+    "echo": (False, None),
+    "suffix": (None, ""),
+    "logit_bias": (None, {}),
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "repetition_penalty": (1, 1.0, None),
+    "min_p": (0, 0.0, None),
+    "use_beam_search": (False, None),
+    "prompt_logprobs": (None,),
+    "include_stop_str_in_output": (False, None),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "reasoning_effort": (None,),
+    "web_search_options": (None,),
+}
+
+
+def _is_neutral(value: Any, accepted: tuple[Any, ...]) -> bool:
+    # bool is an int in Python: `n: true` must not pass as `n: 1`
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in accepted)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class _SamplingFields(BaseModel):
+    """Fields shared by both endpoints (vLLM's extras `top_k`, `ignore_eos`, ... included)."""
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    min_tokens: int = Field(0, ge=0)
+    skip_special_tokens: bool = True
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    def check_supported(self) -> None:
+        """Reject unknown fields and semantic fields set to a value turbospec does not implement."""
+        extra = dict(self.model_extra or {})
+        n = extra.get("n")
+        if n is not None and not _is_neutral(n, NEUTRAL_VALUES["n"]):
+            raise bad_request(f"n={n!r} is not supported: turbospec returns exactly one choice per "
+                              "request; send several requests instead", param="n", code="unsupported_parameter")
+        unsupported = [k for k, v in extra.items()
+                       if k in NEUTRAL_VALUES and not _is_neutral(v, NEUTRAL_VALUES[k])]
+        if unsupported:
+            detail = ", ".join(f"'{k}' (accepted only as {_show(NEUTRAL_VALUES[k])})" for k in unsupported)
+            raise bad_request(f"unsupported parameter(s) {detail}: turbospec does not implement them; "
+                              "remove them or use the neutral value", param=unsupported[0],
+                              code="unsupported_parameter")
+        unknown = [k for k in extra if k not in NEUTRAL_VALUES and k not in HARMLESS_FIELDS]
+        if unknown:
+            raise bad_request(f"unknown parameter(s) {', '.join(repr(k) for k in unknown)}: remove them "
+                              "(docs/serving.md lists the supported fields)", param=unknown[0],
+                              code="unknown_parameter")
+        if self.stream_options is not None and not self.stream:
+            raise bad_request("stream_options is only allowed when stream is true",
+                              param="stream_options")
+
+    @property
+    def include_usage_in_stream(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        kwargs: dict[str, Any] = dict(
+            max_tokens=max_tokens, logprobs=logprobs, stop=self.stop, stop_token_ids=self.stop_token_ids,
+            ignore_eos=self.ignore_eos, min_tokens=self.min_tokens, seed=self.seed,
+            skip_special_tokens=self.skip_special_tokens)
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        if self.top_p is not None:
+            kwargs["top_p"] = self.top_p
+        if self.top_k is not None:
+            kwargs["top_k"] = -1 if self.top_k == 0 else self.top_k
+        try:
+            return SamplingParams(**kwargs)
+        except ValueError as e:
+            raise bad_request(str(e))
+
+
+def _show(values: tuple[Any, ...]) -> str:
+    import json
+    return " or ".join(json.dumps(v) for v in values)
+
+
+def _check_max_tokens(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise bad_request(f"{name}={value} must be at least 1", param=name)
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = 16                   # OpenAI's default for completions
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    def single_prompt(self) -> str | list[int]:
+        """One prompt: a string or a list of token ids (a batch of one is unwrapped)."""
+        p = self.prompt
+        if isinstance(p, str):
+            return p
+        if not p:
+            raise bad_request("prompt is an empty list: send a string or a list of token ids",
+                              param="prompt")
+        if isinstance(p[0], int):
+            return list(p)                          # type: ignore[arg-type]
+        if len(p) != 1:
+            raise bad_request(f"a batch of {len(p)} prompts is not supported: send one request per "
+                              "prompt", param="prompt", code="unsupported_parameter")
+        return p[0] if isinstance(p[0], str) else list(p[0])
+
+    def to_sampling_params(self) -> SamplingParams:
+        self.check_supported()
+        _check_max_tokens("max_tokens", self.max_tokens)
+        return self._sampling_params(self.max_tokens, self.logprobs)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts_only(cls, v):
+        if isinstance(v, list):
+            for part in v:
+                kind = part.get("type")
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise ValueError(f"only text content parts ({{'type': 'text', 'text': ...}}) are "
+                                     f"supported, got type {kind!r}")
+        return v
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part["text"] for part in self.content)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None                 # deprecated by OpenAI in favour of the next one
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    def template_messages(self) -> list[dict[str, str]]:
+        out = []
+        for m in self.messages:
+            d = {"role": m.role, "content": m.text()}
+            if m.name is not None:
+                d["name"] = m.name
+            out.append(d)
+        return out
+
+    def to_sampling_params(self) -> SamplingParams:
+        self.check_supported()
+        _check_max_tokens("max_tokens", self.max_tokens)
+        _check_max_tokens("max_completion_tokens", self.max_completion_tokens)
+        if (self.max_tokens is not None and self.max_completion_tokens is not None
+                and self.max_tokens != self.max_completion_tokens):
+            raise bad_request(f"max_tokens={self.max_tokens} and max_completion_tokens="
+                              f"{self.max_completion_tokens} disagree: send only max_completion_tokens",
+                              param="max_tokens")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        return self._sampling_params(max_tokens, logprobs)
+
+
+def check_model_name(requested: str, served: list[str]) -> None:
+    if requested not in served:
+        raise APIError(404, f"the model {requested!r} does not exist on this server; it serves "
+                       f"{', '.join(repr(s) for s in served)}", code="model_not_found", param="model")
