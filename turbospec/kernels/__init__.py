@@ -1,0 +1,11 @@
+"""Triton kernels (CUDA only). Import the submodules you need, e.g.
+`from turbospec.kernels.backend import TritonBackend`; this package itself imports nothing, so that
+CPU-only machines never touch Triton.
+
+- `store_kv`      — scatter new K/V into the paged cache (slot -1 skipped)
+- `paged_decode`  — decode attention, GQA-grouped, split-K + reduce
+- `paged_prefill` — multi-token attention (prefill, chunked prefill, chain/tree verify)
+- `rmsnorm`       — RMSNorm and fused residual-add + RMSNorm
+- `backend`       — `TritonBackend`, the attention-backend interface over the above
+- `microbench`    — `python -m turbospec.kernels.microbench`: bandwidth vs the copy ceiling
+"""

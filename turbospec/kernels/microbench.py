@@ -1,0 +1,279 @@
+"""Kernel micro-benchmark: achieved bandwidth of each kernel against the measured copy ceiling.
+
+    PYTHONPATH=. python -m turbospec.kernels.microbench [--sweep] [--quick]
+
+Setting: qwen3-8b attention shape (32 q heads, 8 kv heads, head_dim 128, block_size 16), bf16, on
+whatever GPU is visible. Every timed shape is first checked against the fp32 PyTorch reference.
+Timing: one CUDA graph of many launches, each over a different copy of the KV (>= 512 MB touched
+per replay, several times the L2), so that every launch reads cold HBM as a layer of a real step
+does; median over replays, divided by launches. Bytes = KV read once + q read + out written.
+`make_attn_case` / `check_attention` are also what the GPU and interpreter tests use.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from turbospec.engine.forward_context import AttentionMetadata
+from turbospec.layers.attention import paged_attention_torch
+
+H, KVH, D, BS = 32, 8, 128, 16
+
+
+@dataclass
+class AttnCase:
+    q: torch.Tensor                 # [T, H, D]
+    k_cache: torch.Tensor           # [num_blocks, block_size, KVH, D]
+    v_cache: torch.Tensor
+    metas: list                     # one AttentionMetadata per disjoint copy of the KV
+    q_lens: list
+    seq_lens: list
+    scale: float
+    poisoned: bool
+
+    def kv_bytes(self) -> int:
+        _, _, kvh, d = self.k_cache.shape
+        return 2 * sum(self.seq_lens) * kvh * d * self.k_cache.element_size()
+
+
+def _tree_mask(q_len: int, Lq: int, g: torch.Generator) -> torch.Tensor:
+    """Random tree over q_len nodes in topological order (node 0 the root): mask[j, i] = i is j or
+    an ancestor of j."""
+    m = torch.zeros(Lq, Lq, dtype=torch.bool)
+    for j in range(q_len):
+        m[j, j] = True
+        if j:
+            p = int(torch.randint(0, j, (1,), generator=g))
+            m[j] |= m[p]
+    return m
+
+
+def make_attn_case(q_lens, ctx_lens, num_heads=H, num_kv_heads=KVH, head_dim=D, block_size=BS,
+                   dtype=torch.bfloat16, device="cuda", tree=False, copies=1, poison=False,
+                   seed=0) -> AttnCase:
+    """Random q and KV (never zeros) for sequences with `ctx_lens[s]` prior and `q_lens[s]` new
+    tokens, scattered over shuffled pages. `poison` fills every slot no sequence owns (the null
+    block included) with NaN: a kernel that reads one, even times zero, fails."""
+    g = torch.Generator().manual_seed(seed)
+    gd = torch.Generator(device=device).manual_seed(seed)
+    seq_lens = [c + n for c, n in zip(ctx_lens, q_lens)]
+    nblk = [-(-s // block_size) for s in seq_lens]
+    num_blocks = 1 + copies * sum(nblk) + 2
+    perm = torch.randperm(num_blocks - 1, generator=g) + 1
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_cache = torch.randn(shape, generator=gd, device=device, dtype=dtype)
+    v_cache = torch.randn(shape, generator=gd, device=device, dtype=dtype)
+    owned = torch.zeros(num_blocks * block_size, dtype=torch.bool)
+    B, max_blocks, Lq = len(q_lens), max(max(nblk), 1), max(q_lens)
+    qsl = torch.tensor([0] + list(q_lens)).cumsum(0).to(torch.int32)
+    metas, used = [], 0
+    for _ in range(copies):
+        bt = torch.zeros(B, max_blocks, dtype=torch.int32)
+        slots = []
+        for s in range(B):
+            blocks = perm[used:used + nblk[s]]
+            used += nblk[s]
+            bt[s, :nblk[s]] = blocks.to(torch.int32)
+            pos = torch.arange(seq_lens[s])
+            slot = blocks[pos // block_size] * block_size + pos % block_size          # [seq_len]
+            owned[slot] = True
+            slots.append(slot[ctx_lens[s]:])
+        tm = torch.stack([_tree_mask(n, Lq, g) for n in q_lens]).to(device) if tree else None
+        metas.append(AttentionMetadata(
+            slot_mapping=torch.cat(slots).to(device), query_start_loc=qsl.to(device),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+            block_tables=bt.to(device), max_query_len=Lq, max_seq_len=max(seq_lens), tree_mask=tm,
+            is_decode_only=(Lq == 1 and not tree)))
+    if poison:
+        free = (~owned).view(num_blocks, block_size).to(device)
+        k_cache[free] = float("nan")
+        v_cache[free] = float("nan")
+    q = torch.randn(sum(q_lens), num_heads, head_dim, generator=gd, device=device, dtype=dtype)
+    return AttnCase(q, k_cache, v_cache, metas, list(q_lens),
+                    seq_lens, head_dim ** -0.5, poison)
+
+
+def _sub_meta(meta: AttentionMetadata, a: int, b: int, q_lens, seq_lens) -> AttentionMetadata:
+    qsl = meta.query_start_loc[a:b + 1]
+    Lq = max(q_lens[a:b])
+    return AttentionMetadata(meta.slot_mapping, qsl - qsl[0], meta.seq_lens[a:b], meta.block_tables[a:b],
+                             Lq, max(seq_lens[a:b]),
+                             None if meta.tree_mask is None else meta.tree_mask[a:b, :Lq, :Lq])
+
+
+def reference(case: AttnCase, meta: AttentionMetadata, chunk: int = 8) -> torch.Tensor:
+    """fp32 `paged_attention_torch` on upcast inputs, `chunk` sequences at a time (bounded memory)."""
+    kc, vc = case.k_cache, case.v_cache
+    if case.poisoned:
+        kc, vc = kc.nan_to_num(0.0), vc.nan_to_num(0.0)
+    starts = [0]
+    for n in case.q_lens:
+        starts.append(starts[-1] + n)
+    outs = []
+    for a in range(0, len(case.q_lens), chunk):
+        b = min(a + chunk, len(case.q_lens))
+        sub = _sub_meta(meta, a, b, case.q_lens, case.seq_lens)
+        outs.append(paged_attention_torch(case.q[starts[a]:starts[b]].float(), kc, vc, sub, case.scale))
+    return torch.cat(outs)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out = out.float()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    return float((out - ref).norm() / ref.norm())
+
+
+def check_attention(case: AttnCase, out: torch.Tensor, meta=None) -> float:
+    return rel_err(out, reference(case, meta if meta is not None else case.metas[0]))
+
+
+# ---------------------------------------------------------------------------------- timing
+
+
+def time_graph(fns, replays: int = 15) -> float:
+    """Median seconds per call of `fns` captured back to back in one CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in fns:
+            f()
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        graph.replay()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1e-3)
+    del graph
+    return statistics.median(times) / len(fns)
+
+
+def copy_bandwidth() -> float:
+    n = 1 << 30
+    src, dst = torch.randn(n // 4, device="cuda"), torch.empty(n // 4, device="cuda")
+    for _ in range(3):
+        dst.copy_(src)
+    t = time_graph([lambda: dst.copy_(src)] * 10)
+    return 2 * n / t
+
+
+def _copies(bytes_per_call: int) -> int:
+    return max(1, min(64, -(-(512 << 20) // max(bytes_per_call, 1))))
+
+
+def _row(name, t, nbytes, ceiling, err, rows):
+    bw = nbytes / t
+    rows.append(f"{name:<44} {t * 1e6:9.1f} us {bw / 1e9:8.0f} GB/s {bw / ceiling:6.1%}   err {err:.1e}")
+    print(rows[-1], flush=True)
+
+
+def bench_attention(kind, batch, ctx, ceiling, rows, **kw) -> None:
+    from turbospec.kernels.backend import TritonBackend
+    from turbospec.kernels.paged_decode import paged_decode_attention
+    from turbospec.kernels.paged_prefill import paged_prefill_attention
+    qn = {"decode": 1, "verify": 8, "tree": 8}[kind]
+    per = 2 * batch * (ctx + qn) * KVH * D * 2
+    case = make_attn_case([qn] * batch, [ctx] * batch, tree=kind == "tree", copies=_copies(per))
+    if kw:                       # a sweep variant: call the kernel directly with overrides
+        def call(m):
+            if kind == "decode":
+                return paged_decode_attention(case.q, case.k_cache, case.v_cache, m.seq_lens,
+                                              m.block_tables, case.scale, m.max_seq_len, **kw)
+            return paged_prefill_attention(case.q, case.k_cache, case.v_cache, m.query_start_loc,
+                                           m.seq_lens, m.block_tables, case.scale, m.max_query_len,
+                                           m.max_seq_len, m.tree_mask, **kw)
+    else:
+        def call(m):
+            return TritonBackend.attention(case.q, case.k_cache, case.v_cache, m, case.scale)
+    err = check_attention(case, call(case.metas[0]))
+    assert err < 2e-2, f"{kind} b={batch} ctx={ctx} {kw}: rel err {err:.2e}"
+    fns = [(lambda m=m: call(m)) for m in case.metas] * max(1, -(-8 // len(case.metas)))
+    t = time_graph(fns)
+    nbytes = case.kv_bytes() // len(case.metas) + 2 * case.q.numel() * 2
+    tag = " ".join(f"{k}={v}" for k, v in kw.items())
+    _row(f"{kind} b={batch} ctx={ctx} {tag}", t, nbytes, ceiling, err, rows)
+    del case
+
+
+def bench_store_kv(tokens, ceiling, rows) -> None:
+    from turbospec.kernels.store_kv import store_kv
+    from turbospec.layers.attention import store_kv_torch
+    case = make_attn_case([tokens], [0], copies=_copies(4 * tokens * KVH * D * 2))
+    k = torch.randn(tokens, KVH, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    kc, vc = case.k_cache.clone(), case.v_cache.clone()
+    m = case.metas[0]
+    store_kv(k, v, case.k_cache, case.v_cache, m.slot_mapping)
+    store_kv_torch(k, v, kc, vc, m.slot_mapping)
+    err = 0.0 if torch.equal(kc, case.k_cache) and torch.equal(vc, case.v_cache) else float("inf")
+    assert err == 0.0, "store_kv differs from store_kv_torch"
+    fns = [(lambda m=m: store_kv(k, v, case.k_cache, case.v_cache, m.slot_mapping)) for m in case.metas]
+    t = time_graph(fns * max(1, -(-8 // len(fns))))
+    _row(f"store_kv tokens={tokens}", t, 4 * k.numel() * 2, ceiling, err, rows)
+
+
+def bench_rmsnorm(tokens, hidden, ceiling, rows) -> None:
+    from turbospec.kernels.rmsnorm import fused_add_rms_norm
+    from turbospec.layers.layernorm import RMSNorm
+    norm = RMSNorm(hidden).to("cuda", torch.bfloat16)
+    norm.weight.data.normal_(1.0, 0.1)
+    n = _copies(4 * tokens * hidden * 2)
+    xs = [torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    rs = [torch.randn_like(x) for x in xs]
+    out, res = fused_add_rms_norm(xs[0], rs[0], norm.weight, norm.eps)
+    ref_out, ref_res = norm(xs[0], rs[0])
+    err = max(rel_err(out, ref_out.float()), rel_err(res, ref_res.float()))
+    assert err < 1e-2, f"rmsnorm rel err {err:.2e}"
+    fns = [(lambda x=x, r=r: fused_add_rms_norm(x, r, norm.weight, norm.eps)) for x, r in zip(xs, rs)]
+    t = time_graph(fns * max(1, -(-8 // n)))
+    _row(f"add+rmsnorm tokens={tokens} hidden={hidden}", t, 4 * tokens * hidden * 2, ceiling, err, rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sweep", action="store_true", help="also time kernel config variants")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    print(f"GPU {torch.cuda.get_device_name()}  SMs {torch.cuda.get_device_properties(0).multi_processor_count}"
+          f"  shape: H={H} KVH={KVH} D={D} block_size={BS} bf16")
+    ceiling = copy_bandwidth()
+    print(f"device-to-device copy: {ceiling / 1e9:.0f} GB/s (bytes read + written) = the ceiling\n")
+    rows = []
+    ctxs, batches = ([2048], [1, 64]) if args.quick else ([512, 2048, 8192], [1, 16, 64])
+    for kind in ("decode", "verify", "tree"):
+        for b in batches:
+            for c in ctxs:
+                bench_attention(kind, b, c, ceiling, rows)
+    for tokens in (1, 64, 2048):
+        bench_store_kv(tokens, ceiling, rows)
+    for tokens in (1, 64, 2048):
+        bench_rmsnorm(tokens, 4096, ceiling, rows)
+    if args.sweep:
+        print("\nsweep (block_n, num_splits, num_warps, num_stages):")
+        for kind, b, c in (("decode", 1, 2048), ("decode", 1, 8192), ("verify", 1, 2048), ("decode", 16, 2048)):
+            for bn in (16, 32, 64):
+                for sp in (8, 16, 32, 64):
+                    for nw, ns in ((4, 2), (4, 3), (8, 3)):
+                        try:
+                            bench_attention(kind, b, c, ceiling, rows, block_n=bn, num_splits=sp,
+                                            num_warps=nw, num_stages=ns)
+                        except Exception as e:  # a variant that fails to compile is reported, not fatal
+                            print(f"{kind} b={b} ctx={c} bn={bn} sp={sp} nw={nw} ns={ns}: {type(e).__name__}: {e}")
+    print("\nsummary (median time per launch, achieved bandwidth, fraction of copy bandwidth):")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Multi-token paged attention: prefill (with prior context), chunked prefill, chain and tree verify.
+
+Grid `(q_blocks, num_seqs, num_kv_heads * num_splits)`. A program owns `TOK_BLOCK` consecutive new
+tokens of one sequence times all `group` query heads of one kv head: rows `r` of the `[BLOCK_M, D]`
+q tile are (token `r // GROUP_PAD`, head `r % GROUP_PAD`). Packing the GQA group into the rows means
+that a verify block (e.g. 8 tokens x 4 heads = 32 rows) reads each K/V page once, like decode does,
+so verifying k drafts costs about one decode step. For small batches the KV run is cut into
+`num_splits` pieces merged by the decode module's reduce kernel (same split-K as decode).
+
+KV positions split in two loops: those visible to every row of the block (the context, plus the new
+tokens before the block's first token when causal) take no mask; the rest take the causal or tree
+mask. New token j of a sequence sits at KV index `ctx_len + j`, `ctx_len = seq_len - q_len`.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from turbospec.kernels.paged_decode import (LOG2E, _attend_tile, _kv_rows, _pick_splits, _store_result,
+                                            num_sms, reduce_splits)
+
+
+@triton.jit
+def _paged_prefill_kernel(
+        q_ptr, k_cache, v_cache, block_tables, seq_lens, query_start_loc, tree_mask, out_ptr,
+        part_o, part_lse, qk_scale,
+        stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_kt, stride_kh, stride_bt,
+        stride_tm_b, stride_tm_q,
+        NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, IS_TREE: tl.constexpr):
+    TOK_BLOCK: tl.constexpr = BLOCK_M // GROUP_PAD
+    qblk = tl.program_id(0)
+    seq = tl.program_id(1)
+    kvh = tl.program_id(2) // NUM_SPLITS
+    split = tl.program_id(2) % NUM_SPLITS
+    q_start = tl.load(query_start_loc + seq)
+    q_len = tl.load(query_start_loc + seq + 1) - q_start
+    seq_len = tl.load(seq_lens + seq)
+    ctx_len = seq_len - q_len
+    tok0 = qblk * TOK_BLOCK
+    active = tok0 < q_len                              # else: nothing to do, nothing to store
+
+    offs_m = tl.arange(0, BLOCK_M)
+    tok = tok0 + offs_m // GROUP_PAD                   # [M] token index within the sequence
+    hig = offs_m % GROUP_PAD
+    row_ok = (tok < q_len) & (hig < GROUP)
+    heads = kvh * GROUP + hig
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    tok_g = q_start + tok                              # [M] packed token index
+    q = tl.load(q_ptr + tok_g.to(tl.int64)[:, None] * stride_qt + heads[:, None] * stride_qh
+                + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)   # [M, D]
+
+    # KV range this block needs, and the prefix every row of it sees unmasked
+    tok_last = tl.minimum(q_len, tok0 + TOK_BLOCK) - 1
+    if IS_TREE:
+        kv_end = seq_len
+        full_end = ctx_len
+    else:
+        kv_end = ctx_len + tok_last + 1
+        full_end = ctx_len + tok0 + 1
+    kv_end = tl.where(active, tl.maximum(kv_end, 0), 0)
+    full = tl.maximum(full_end, 0) // BLOCK_N
+    num_tiles = tl.cdiv(kv_end, BLOCK_N)
+    per = tl.cdiv(num_tiles, NUM_SPLITS)
+    t_lo = split * per
+    t_hi = tl.minimum(t_lo + per, num_tiles)
+
+    bt_row = block_tables + seq.to(tl.int64) * stride_bt
+    k_head = k_cache + kvh * stride_kh
+    v_head = v_cache + kvh * stride_kh
+    offs_n = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for t in range(t_lo, tl.minimum(t_hi, full)):
+        n = t * BLOCK_N + offs_n
+        rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, False, n)
+        acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
+                                     0, n, False, BLOCK_D == HEAD_DIM)
+    tm_row = tree_mask + seq.to(tl.int64) * stride_tm_b
+    for t in range(tl.maximum(t_lo, full), t_hi):
+        n = t * BLOCK_N + offs_n                       # [N]
+        n_ok = n < kv_end
+        rel = n - ctx_len                              # index among the new tokens (< 0: context)
+        if IS_TREE:
+            tm_ok = row_ok[:, None] & (rel >= 0)[None, :] & n_ok[None, :]
+            seen = tl.load(tm_row + tok[:, None] * stride_tm_q + rel[None, :], mask=tm_ok, other=0) != 0
+        else:
+            seen = rel[None, :] <= tok[:, None]
+        valid = ((rel < 0)[None, :] | seen) & n_ok[None, :]                      # [M, N]
+        rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, n_ok)
+        acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
+                                     valid, n_ok, True, BLOCK_D == HEAD_DIM)
+    _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, tok_g, heads, split, row_ok & active,
+                  offs_d, d_ok, stride_ot, stride_oh, NUM_HEADS, HEAD_DIM, NUM_SPLITS)
+
+
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                            block_tables: torch.Tensor, scale: float, max_query_len: int,
+                            max_seq_len: int, tree_mask: torch.Tensor | None = None, *,
+                            num_splits: int | None = None, block_m: int | None = None,
+                            block_n: int | None = None, num_warps: int | None = None,
+                            num_stages: int = 3) -> torch.Tensor:
+    """q [T, H, D] packed new tokens -> [T, H, D]; tree_mask [B, Lq, Lq] bool or None (causal).
+
+    `max_query_len` bounds the grid (q blocks); `max_seq_len` only sizes the split count. Rows of
+    tokens past `query_start_loc[-1]` (graph padding) are left unwritten."""
+    T, H, D = q.shape
+    B = seq_lens.shape[0]
+    _, block_size, KVH, _ = k_cache.shape
+    assert H % KVH == 0 and q.stride(2) == 1 and k_cache.stride() == v_cache.stride()
+    assert k_cache.stride(3) == 1 and block_tables.stride(1) == 1
+    group = H // KVH
+    group_pad = triton.next_power_of_2(group)
+    if block_m is None:
+        # all tokens of a verify block in one program (KV read once); 128 rows for long prefill
+        block_m = min(128, max(16, triton.next_power_of_2(max(max_query_len, 1)) * group_pad))
+    block_m = max(block_m, group_pad, 16)
+    if block_n is None:
+        block_n = 64 if D <= 128 else 32
+    if num_warps is None:
+        num_warps = 4 if block_m <= 64 else 8
+    q_blocks = triton.cdiv(max(max_query_len, 1), block_m // group_pad)
+    if num_splits is None:
+        num_splits = _pick_splits(B * KVH * q_blocks, max_seq_len, block_n, num_sms(q.device))
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if num_splits > 1:
+        part_o = torch.empty(T, H, num_splits, D, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q.device)
+    else:
+        part_o = part_lse = out                      # unused
+    if tree_mask is not None:
+        tm = tree_mask.view(torch.uint8) if tree_mask.dtype == torch.bool else tree_mask
+        stride_tm_b, stride_tm_q = tm.stride(0), tm.stride(1)
+        assert tm.stride(2) == 1
+    else:
+        tm, stride_tm_b, stride_tm_q = seq_lens, 0, 0   # never read
+    _paged_prefill_kernel[(q_blocks, B, KVH * num_splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, tm, out, part_o, part_lse,
+        scale * LOG2E, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        stride_tm_b, stride_tm_q,
+        NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_SIZE=block_size, NUM_SPLITS=num_splits,
+        IS_TREE=tree_mask is not None, num_warps=num_warps, num_stages=num_stages)
+    if num_splits > 1:
+        reduce_splits(part_o, part_lse, out, num_splits)
+    return out
