@@ -1,0 +1,160 @@
+"""Engine behaviour: batching invariance, preemption under memory pressure, stop rules, seeds,
+aborts, and clear errors for bad input."""
+from __future__ import annotations
+
+import pytest
+
+from turbospec import LLM, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def llm(codelm_dir):
+    return LLM(str(codelm_dir), device="cpu", dtype="float32")
+
+
+def _prompts(n: int) -> list[dict]:
+    # different lengths, different content
+    return [{"prompt_token_ids": [(37 * i + 11 * j) % 8000 + 100 for j in range(3 + 5 * i)]} for i in range(n)]
+
+
+def test_batching_invariance(llm):
+    prompts = _prompts(16)
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    together = llm.generate(prompts, params)
+    for p, o in zip(prompts, together):
+        alone = llm.generate([p], params)[0]
+        assert o.outputs[0].token_ids == alone.outputs[0].token_ids
+
+
+def test_memory_pressure_preempts_and_recovers(codelm_dir, llm):
+    prompts = _prompts(12)
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    # 12 sequences of up to ~100 tokens need ~80 blocks of 16; give the pool 24
+    small = LLM(str(codelm_dir), device="cpu", dtype="float32", num_kv_blocks=24, max_model_len=256)
+    eng = small.llm_engine
+    outs = small.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    assert eng.get_metrics()["num_preemptions"] > 0
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_chunked_prefill_matches(codelm_dir, llm):
+    prompts = _prompts(6)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    chunky = LLM(str(codelm_dir), device="cpu", dtype="float32", max_num_batched_tokens=8,
+                 max_model_len=64)
+    assert [o.outputs[0].token_ids for o in chunky.generate(prompts, params)] == expected
+
+
+def test_stop_rules(llm):
+    base = llm.generate("def add(a, b):\n", SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True))[0]
+    text = base.outputs[0].text
+    assert len(base.outputs[0].token_ids) == 40 and base.outputs[0].finish_reason == "length"
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    cut = llm.generate("def add(a, b):\n", SamplingParams(temperature=0.0, max_tokens=40, stop=[stop]))[0]
+    assert cut.outputs[0].finish_reason == "stop" and cut.outputs[0].stop_reason == stop
+    assert cut.outputs[0].text == text[:text.index(stop)]
+    tok = base.outputs[0].token_ids[5]
+    by_id = llm.generate("def add(a, b):\n", SamplingParams(temperature=0.0, max_tokens=40, stop_token_ids=[tok]))[0]
+    assert by_id.outputs[0].token_ids == base.outputs[0].token_ids[:base.outputs[0].token_ids.index(tok) + 1]
+    assert by_id.outputs[0].stop_reason == tok
+
+
+def test_eos_stops_unless_ignored(llm):
+    eos = llm.llm_engine.model_config.eos_token_ids[0]
+    # a prompt that ends files: the model emits eos soon after
+    outs = llm.generate(["if __name__ == \"__main__\":\n    main()\n"] * 1,
+                        SamplingParams(temperature=0.0, max_tokens=200))
+    o = outs[0].outputs[0]
+    if o.finish_reason == "stop":
+        assert o.token_ids[-1] == eos
+    ign = llm.generate([{"prompt_token_ids": outs[0].prompt_token_ids}],
+                       SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True))[0].outputs[0]
+    assert len(ign.token_ids) == 200 and ign.finish_reason == "length"
+
+
+def test_seed_reproducible_and_batch_independent(llm):
+    p = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=20, seed=1234)
+    a = llm.generate(["import numpy as np\n"], p)[0].outputs[0].token_ids
+    b = llm.generate(["import numpy as np\n", "class A:\n", "x = 1\n"],
+                     [p, SamplingParams(temperature=1.0, max_tokens=20), SamplingParams(temperature=1.0, max_tokens=20)])[0]
+    assert a == b.outputs[0].token_ids
+    c = llm.generate(["import numpy as np\n"], SamplingParams(temperature=1.0, max_tokens=20, seed=99))[0]
+    assert c.outputs[0].token_ids != a
+
+
+def test_logprobs_shape(llm):
+    o = llm.generate("x = ", SamplingParams(temperature=0.0, max_tokens=5, logprobs=3))[0].outputs[0]
+    assert len(o.logprobs) == len(o.token_ids)
+    for d, t in zip(o.logprobs, o.token_ids):
+        assert t in d and len(d) in (3, 4)
+        assert d[t].rank == 1          # greedy picks the most likely token
+        assert all(v.logprob <= 0 for v in d.values())
+
+
+def test_abort_frees_blocks(llm):
+    eng = llm.llm_engine
+    eng.add_request("a", "def f():\n", SamplingParams(max_tokens=50, ignore_eos=True))
+    eng.add_request("b", "def g():\n", SamplingParams(max_tokens=50, ignore_eos=True))
+    eng.step()
+    eng.step()
+    assert eng.block_manager.num_free_blocks < eng.block_manager.num_usable_blocks
+    eng.abort_request("a")
+    eng.abort_request("b")
+    eng.abort_request("never-existed")
+    assert not eng.has_unfinished_requests()
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_tokens=0), "max_tokens"),
+    (dict(max_tokens=-3), "max_tokens"),
+    (dict(temperature=-0.5), "temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(top_k=-2), "top_k"),
+])
+def test_bad_sampling_params(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kwargs)
+
+
+def test_bad_prompts(llm):
+    with pytest.raises(ValueError, match="empty"):
+        llm.generate([""], SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="empty"):
+        llm.generate([{"prompt_token_ids": []}], SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="context length"):
+        llm.generate([{"prompt_token_ids": [5] * 5000}], SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="max_tokens"):
+        llm.generate([{"prompt_token_ids": [5] * 100}], SamplingParams(max_tokens=4000))
+    with pytest.raises(ValueError, match="vocabulary"):
+        llm.generate([{"prompt_token_ids": [99999]}], SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        llm.generate([{"tokens": [1]}], SamplingParams(max_tokens=4))
+    # nothing leaked from the rejected batch
+    eng = llm.llm_engine
+    assert not eng.has_unfinished_requests()
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_bad_model_dirs(tiny_qwen3, tiny_dir_factory, tmp_path):
+    with pytest.raises(ValueError, match="config.json"):
+        LLM(str(tmp_path), device="cpu")
+    bad_arch = tiny_dir_factory(tiny_qwen3, {"architectures": ["MambaForCausalLM"]})
+    with pytest.raises(ValueError, match="MambaForCausalLM"):
+        LLM(str(bad_arch), device="cpu")
+    missing = tiny_dir_factory(tiny_qwen3, edit_tensors=lambda t: {k: v for k, v in t.items()
+                                                                    if "layers.1.mlp.down_proj" not in k})
+    with pytest.raises(ValueError, match="layers.1.mlp.down_proj"):
+        LLM(str(missing), device="cpu")
+
+
+def test_token_id_prompts_without_tokenizer(tiny_llama31):
+    llm = LLM(str(tiny_llama31), device="cpu", dtype="float32")
+    out = llm.generate([{"prompt_token_ids": [3, 4, 5]}], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 4
+    with pytest.raises(ValueError, match="no tokenizer"):
+        llm.generate(["text"], SamplingParams(max_tokens=4))
