@@ -14,21 +14,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 from turbospec.sampling_params import SamplingParams
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
+from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
 
 logger = logging.getLogger("turbospec.serve")
-
-
-class RequestFailed(Exception):
-    """A request the engine refused (400) or could not finish (500/503)."""
-
-    def __init__(self, status: int, message: str, code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.code = status, message, code
 
 
 @dataclass
@@ -56,38 +49,6 @@ class _Live:
     first_token_time: float | None = None
     last_token_time: float | None = None
     num_prompt_tokens: int = 0
-
-
-class RequestStream:
-    """The event-loop end of one request: async-iterate it for StreamDeltas."""
-
-    def __init__(self, request_id: str, queue: asyncio.Queue, engine: "AsyncEngine"):
-        self.request_id, self._queue, self._engine = request_id, queue, engine
-        self.finished = False
-
-    async def next(self) -> StreamDelta:
-        """The next delta, merged with any others already waiting. Raises RequestFailed."""
-        item = await self._queue.get()
-        delta = self._unwrap(item)
-        while not delta.finished and not self._queue.empty():
-            delta = delta.merge(self._unwrap(self._queue.get_nowait()))
-        self.finished = delta.finished
-        return delta
-
-    def _unwrap(self, item) -> StreamDelta:
-        if isinstance(item, RequestFailed):
-            self.finished = True
-            raise item
-        return item
-
-    async def __aiter__(self) -> AsyncIterator[StreamDelta]:
-        while not self.finished:
-            yield await self.next()
-
-    def abort(self) -> None:
-        if not self.finished:
-            self.finished = True
-            self._engine.abort(self.request_id)
 
 
 class AsyncEngine:

@@ -8,6 +8,8 @@ nothing is ever silently ignored.
 """
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -115,12 +117,12 @@ class _SamplingFields(BaseModel):
             kwargs["top_k"] = -1 if self.top_k == 0 else self.top_k
         try:
             return SamplingParams(**kwargs)
-        except ValueError as e:
-            raise bad_request(str(e))
+        except ValueError as e:          # its messages start with the field: "top_p=0 must be ..."
+            named = re.match(r"(\w+)[=\s]", str(e))
+            raise bad_request(str(e), param=named.group(1) if named and named.group(1) in kwargs else None)
 
 
 def _show(values: tuple[Any, ...]) -> str:
-    import json
     return " or ".join(json.dumps(v) for v in values)
 
 

@@ -9,7 +9,8 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
-from turbospec.serve.async_engine import AsyncEngine, RequestFailed, RequestStream
+from turbospec.serve.async_engine import AsyncEngine
+from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.deltas import StreamDelta, TokenLogprob
 from turbospec.serve.errors import APIError
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, check_model_name

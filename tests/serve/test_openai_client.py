@@ -1,0 +1,128 @@
+"""The official `openai` client against a real server: sync and async, streamed and not,
+completions and chat, plus usage, logprobs, stop strings and the speculation field."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import openai
+import pytest
+
+from tests.serve.conftest import API_KEY, MODEL_NAME
+
+PROMPT = "def fibonacci(n):"
+MESSAGES = [{"role": "system", "content": "You write Python."},
+            {"role": "user", "content": "def add(a, b):"}]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
+        yield c
+
+
+def _async_client(server) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0)
+
+
+def test_models_lists_the_served_name(client):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [MODEL_NAME]
+
+
+def test_completion_sync(client):
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=12, temperature=0)
+    assert r.object == "text_completion" and r.id.startswith("cmpl-")
+    c = r.choices[0]
+    assert c.text and c.finish_reason in ("length", "stop")
+    assert r.usage.completion_tokens <= 12 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    spec = r.model_extra["speculative_decoding"]
+    assert spec["num_drafts"] == 0 and spec["acceptance_length"] is None
+
+
+def test_completion_stream_equals_non_stream(client):
+    whole = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=16, temperature=0)
+    chunks = list(client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=16, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_chat_sync_and_stream(client):
+    whole = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_completion_tokens=12,
+                                           temperature=0)
+    assert whole.object == "chat.completion" and whole.choices[0].message.role == "assistant"
+    assert whole.usage.completion_tokens <= 12
+    stream = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=12,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].usage.total_tokens == whole.usage.total_tokens
+
+
+def test_async_client_stream_and_not(server):
+    async def main():
+        async with _async_client(server) as ac:
+            whole = await ac.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=10, temperature=0)
+            stream = await ac.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=10,
+                                                 temperature=0, stream=True)
+            streamed = "".join([c.choices[0].text async for c in stream])
+            chat = await ac.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+                                                    temperature=0, stream=True)
+            chat_text = "".join([c.choices[0].delta.content or "" async for c in chat if c.choices])
+            chat_whole = await ac.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+                                                          temperature=0)
+            return whole.choices[0].text, streamed, chat_text, chat_whole.choices[0].message.content
+    whole, streamed, chat_text, chat_whole = asyncio.run(asyncio.wait_for(main(), 120))
+    assert streamed == whole and whole
+    assert chat_text == chat_whole
+
+
+def test_seeded_sampling_is_reproducible(client):
+    kw = dict(model=MODEL_NAME, prompt=PROMPT, max_tokens=12, temperature=0.9, top_p=0.95, seed=1234)
+    a = client.completions.create(**kw).choices[0].text
+    b = client.completions.create(**kw).choices[0].text
+    assert a == b
+
+
+def test_top_k_and_stop_string(client):
+    base = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=0)
+    text = base.choices[0].text
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    assert stop.strip() or len(stop) == 2
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=0,
+                                  stop=[stop], extra_body={"top_k": 1})
+    assert r.choices[0].finish_reason == "stop" and stop not in r.choices[0].text
+    assert text.startswith(r.choices[0].text)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=0, stop=[stop], stream=True))
+    assert streamed == r.choices[0].text
+
+
+def test_logprobs_completion_and_chat(client):
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5
+    for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert chosen <= 0 and len(top) == 3
+        assert max(top.values()) == pytest.approx(chosen, abs=1e-4)     # greedy: the top-1 was chosen
+    c = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4, temperature=0,
+                                       logprobs=True, top_logprobs=2)
+    content = c.choices[0].logprobs.content
+    assert len(content) == c.usage.completion_tokens and all(len(t.top_logprobs) == 2 for t in content)
+
+
+def test_token_id_prompt_and_batch_of_one(client, server):
+    r = client.completions.create(model=MODEL_NAME, prompt=[PROMPT], max_tokens=4, temperature=0)
+    assert r.choices[0].text
+    resp = httpx.post(f"{server.url}/v1/completions", headers=server.headers, timeout=60,
+                      json={"model": MODEL_NAME, "prompt": [5, 6, 7, 8], "max_tokens": 3})
+    assert resp.status_code == 200 and resp.json()["usage"]["prompt_tokens"] == 4

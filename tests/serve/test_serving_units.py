@@ -1,0 +1,126 @@
+"""In-process tests of the serving layer on a fake engine (no model, no subprocess): engine
+failures become 500s and the server keeps serving; stop-string hold-back; request validation."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from tests.serve.fake_engine import FakeEngine
+from turbospec.serve.app import build_app
+from turbospec.serve.deltas import DeltaTracker, held_back_len
+from turbospec.serve.errors import APIError
+from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest
+from turbospec.serve.request_body import parse_model
+from turbospec.engine.sequence import RequestMetrics
+from turbospec.outputs import CompletionOutput, RequestOutput
+
+
+def _run(engine: FakeEngine, scenario):
+    app = build_app(engine, "fake")
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://fake", timeout=20) as c:
+                return await scenario(c)
+    return asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_engine_step_failure_is_a_500_and_the_server_keeps_serving():
+    engine = FakeEngine()
+
+    async def scenario(c):
+        bad = await c.post("/v1/completions", json={"model": "fake", "prompt": "boom", "max_tokens": 4})
+        streamed = await c.post("/v1/completions", json={"model": "fake", "prompt": "boom", "max_tokens": 4,
+                                                         "stream": True})
+        good = await c.post("/v1/completions", json={"model": "fake", "prompt": "fine", "max_tokens": 3})
+        health = await c.get("/health")
+        metrics = (await c.get("/metrics")).text
+        return bad, streamed, good, health, metrics
+    bad, streamed, good, health, metrics = _run(engine, scenario)
+    assert bad.status_code == 500 and "kaboom" in bad.json()["error"]["message"]
+    assert bad.json()["error"]["type"] == "server_error"
+    events = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert "kaboom" in json.loads(events[-2])["error"]["message"] and events[-1] == "[DONE]"
+    assert good.status_code == 200 and good.json()["choices"][0]["text"] == "abc"
+    assert good.json()["speculative_decoding"] == {"num_drafts": 3, "num_draft_tokens": 6, "num_accepted_tokens": 3,
+                                                   "acceptance_length": 2.0, "acceptance_rate": 0.5}
+    assert health.status_code == 200 and engine.reqs == {}
+    assert 'vllm:kv_cache_usage_perc{model_name="fake"} 0.0' in metrics
+    assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="fake",position="0"}' in metrics
+
+
+def test_dead_engine_thread_turns_health_and_requests_into_503():
+    engine = FakeEngine()
+
+    async def scenario(c):
+        engine.die = True
+        await c.post("/v1/completions", json={"model": "fake", "prompt": "x", "max_tokens": 2})
+        for _ in range(50):
+            if (await c.get("/health")).status_code == 503:
+                break
+            await asyncio.sleep(0.05)
+        return await c.get("/health"), await c.post("/v1/completions", json={"model": "fake", "prompt": "x"})
+    health, req = _run(engine, scenario)
+    assert health.status_code == 503 and "died" in health.json()["error"]["message"]
+    assert req.status_code == 503 and req.json()["error"]["code"] == "engine_unavailable"
+
+
+def test_add_request_value_error_is_a_400_with_the_engine_message():
+    async def scenario(c):
+        return await c.post("/v1/chat/completions", json={"model": "fake", "max_tokens": 100,
+                                                          "messages": [{"role": "user", "content": "hi"}]})
+    r = _run(FakeEngine(), scenario)
+    assert r.status_code == 400 and "context length 64" in r.json()["error"]["message"]
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def _out(text, ids, reason=None):
+    return RequestOutput("r", None, [1, 2], [CompletionOutput(0, text, ids, None, reason)], reason is not None,
+                         RequestMetrics())
+
+
+def test_held_back_len():
+    assert held_back_len("abc\n", ["\n\n"]) == 1
+    assert held_back_len("abc", ["\n\n"]) == 0
+    assert held_back_len("x END", ["ENDING", "EN"]) == 3
+    assert held_back_len("", ["ab"]) == 0
+
+
+def test_delta_tracker_never_takes_back_streamed_text():
+    t = DeltaTracker(["\n\n"], None, None)
+    d1 = t.update(_out("x\n", [5, 6]))
+    assert d1.text == "x" and d1.token_ids == [5, 6]          # "\n" may start the stop string
+    d2 = t.update(_out("x", [5, 6, 7], "stop"))               # it did: the engine cut it
+    assert d2.text == "" and d2.token_ids == [7] and d2.finish_reason == "stop"
+    t = DeltaTracker(["\n\n"], None, None)
+    t.update(_out("x\n", [5]))
+    assert t.update(_out("x\ny", [5, 6])).text == "\ny"       # it did not: released
+
+
+@pytest.mark.parametrize("body,ok", [
+    ({"n": 1, "best_of": 1, "logit_bias": {}, "presence_penalty": 0.0, "user": "u", "echo": False}, True),
+    ({"n": True}, False),
+    ({"frequency_penalty": 0.5}, False),
+    ({"suffix": "tail"}, False),
+])
+def test_neutral_values_are_accepted_others_rejected(body, ok):
+    req = parse_model(CompletionRequest, {"model": "m", "prompt": "p", **body})
+    if ok:
+        req.to_sampling_params()
+    else:
+        with pytest.raises(APIError) as e:
+            req.to_sampling_params()
+        assert e.value.status == 400 and e.value.param == next(iter(body))
+
+
+def test_chat_max_tokens_aliases():
+    base = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                    {"type": "text", "text": "b"}]}]}
+    req = parse_model(ChatCompletionRequest, {**base, "max_completion_tokens": 7})
+    assert req.to_sampling_params().max_tokens == 7 and req.template_messages()[0]["content"] == "ab"
+    assert parse_model(ChatCompletionRequest, {**base, "max_tokens": 5}).to_sampling_params().max_tokens == 5
+    assert parse_model(ChatCompletionRequest, base).to_sampling_params().max_tokens is None
