@@ -1,0 +1,108 @@
+"""Speculative decoding is lossless at temperature 0: for every proposer, output with speculation
+equals output without, token for token, at batch 1 and batch 8; rejected KV is released."""
+from __future__ import annotations
+
+import pytest
+
+from turbospec import LLM, SamplingParams
+
+PARAMS = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+
+
+def _code_prompts(n):
+    base = ["def fibonacci(n):\n    if n < 2:\n        return n\n",
+            "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
+            "import os\nimport sys\n\n\ndef main(argv):\n    for arg in argv:\n",
+            "for i in range(10):\n    for j in range(10):\n        print(i, j)\n",
+            "x = [1, 2, 3]\ny = [4, 5, 6]\nz = [a + b for a, b in zip(x, y)]\n",
+            "    def __repr__(self):\n        return f\"{self.__class__.__name__}(",
+            "try:\n    import json\nexcept ImportError:\n",
+            "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"]
+    return (base * 2)[:n]
+
+
+@pytest.fixture(scope="module")
+def plain(codelm_dir):
+    return LLM(str(codelm_dir), device="cpu", dtype="float32")
+
+
+def _spec_equal(model_dir, plain_llm, spec_cfg, prompts, params=PARAMS):
+    spec = LLM(str(model_dir), device="cpu", dtype="float32", speculative_config=spec_cfg)
+    want = [o.outputs[0].token_ids for o in plain_llm.generate(prompts, params)]
+    got = [o.outputs[0].token_ids for o in spec.generate(prompts, params)]
+    assert got == want
+    eng = spec.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+    return spec.get_metrics()
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_ngram_greedy_equal(codelm_dir, plain, batch):
+    m = _spec_equal(codelm_dir, plain, {"method": "ngram", "num_speculative_tokens": 4,
+                                        "prompt_lookup_max": 3}, _code_prompts(batch))
+    assert m["spec_decode_num_drafts"] > 0
+    assert m["spec_decode_num_accepted_tokens"] < m["spec_decode_num_draft_tokens"]   # some rejections
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_draft_model_greedy_equal(codelm_dir, plain, tiny_qwen3, batch):
+    # a different (random) drafter: most drafts are rejected, output must not change
+    m = _spec_equal(codelm_dir, plain, {"method": "draft_model", "model": str(tiny_qwen3),
+                                        "num_speculative_tokens": 3}, _code_prompts(batch))
+    assert m["spec_decode_num_draft_tokens"] > m["spec_decode_num_accepted_tokens"]
+
+
+def test_draft_model_self_accepts_everything(codelm_dir, plain):
+    k = 4
+    params = SamplingParams(temperature=0.0, max_tokens=1 + 6 * (k + 1), ignore_eos=True)
+    m = _spec_equal(codelm_dir, plain, {"method": "draft_model", "model": str(codelm_dir),
+                                        "num_speculative_tokens": k}, _code_prompts(2), params)
+    assert m["acceptance_rate"] == 1.0
+    assert m["acceptance_length"] == k + 1
+    assert m["spec_decode_num_accepted_tokens_per_pos"] == [m["spec_decode_num_drafts"]] * k
+
+
+def test_tiny_targets_greedy_equal(tiny_qwen3, tiny_qwen3_moe_factory):
+    prompts = [{"prompt_token_ids": [5, 6, 7, 5, 6, 7, 5, 6]}, {"prompt_token_ids": list(range(40, 90))}]
+    for target in (tiny_qwen3, tiny_qwen3_moe_factory("topk_norm")):
+        plain = LLM(str(target), device="cpu", dtype="float32")
+        _spec_equal(target, plain, {"method": "ngram", "num_speculative_tokens": 3}, prompts)
+        _spec_equal(target, plain, {"method": "draft_model", "model": str(tiny_qwen3),
+                                    "num_speculative_tokens": 2}, prompts)
+
+
+def test_spec_with_sampling_and_greedy_mixed_releases_kv(codelm_dir):
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32",
+               speculative_config={"method": "ngram", "num_speculative_tokens": 5})
+    prompts = _code_prompts(6)
+    params = [SamplingParams(temperature=0.0 if i % 2 else 0.8, top_p=0.95, max_tokens=30, seed=i)
+              for i in range(6)]
+    outs = spec.generate(prompts, params)
+    assert all(len(o.outputs[0].token_ids) >= 1 for o in outs)
+    again = spec.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in again] == [o.outputs[0].token_ids for o in outs]  # seeded
+    eng = spec.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_spec_under_memory_pressure(codelm_dir, plain):
+    prompts = _code_prompts(8)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32", num_kv_blocks=20, max_model_len=200,
+               speculative_config={"method": "draft_model", "model": str(codelm_dir), "num_speculative_tokens": 3})
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
+    eng = spec.llm_engine
+    assert eng.get_metrics()["num_preemptions"] > 0
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+    assert eng.proposer.bm.num_free_blocks == eng.proposer.bm.num_usable_blocks
+
+
+def test_bad_speculative_config(codelm_dir):
+    import pytest as _p
+    for cfg, match in [({"method": "medusa", "num_speculative_tokens": 2}, "medusa"),
+                       ({"method": "ngram"}, "num_speculative_tokens"),
+                       ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens"),
+                       ({"method": "draft_model", "num_speculative_tokens": 2}, "model"),
+                       ("ngram", "dict")]:
+        with _p.raises(ValueError, match=match):
+            LLM(str(codelm_dir), device="cpu", speculative_config=cfg)
