@@ -4,7 +4,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.serve.conftest import API_KEY, MODEL_NAME
+from .server_process import API_KEY, MODEL_NAME
 
 GOOD = {"model": MODEL_NAME, "prompt": "def f(x):", "max_tokens": 4}
 CHAT = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from tests.serve.conftest import API_KEY, MODEL_NAME
+from .server_process import API_KEY, MODEL_NAME
 
 PROMPTS = ["def fibonacci(n):", "import os\n\ndef list_files(path):", "class Stack:\n    def __init__(self):",
            "def is_prime(n):", "for i in range(10):", "def read_json(path):", "x = [i * i for i in",

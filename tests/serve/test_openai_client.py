@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.serve.conftest import API_KEY, MODEL_NAME
+from .server_process import API_KEY, MODEL_NAME
 
 PROMPT = "def fibonacci(n):"
 MESSAGES = [{"role": "system", "content": "You write Python."},

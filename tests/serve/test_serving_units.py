@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from tests.serve.fake_engine import FakeEngine
+from .fake_engine import FakeEngine
 from turbospec.serve.app import build_app
 from turbospec.serve.deltas import DeltaTracker, held_back_len
 from turbospec.serve.errors import APIError

@@ -7,7 +7,7 @@ import threading
 
 import httpx
 
-from tests.serve.conftest import CODELM, MODEL_NAME, ServerProcess
+from .server_process import CODELM, MODEL_NAME, ServerProcess
 
 
 def _stream(url: str, max_tokens: int, out: dict, started: threading.Event) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import openai
 
-from tests.serve.conftest import API_KEY, MODEL_NAME
+from .server_process import API_KEY, MODEL_NAME
 
 # repetitive code, so that prompt-lookup drafts get accepted
 PROMPT = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
