@@ -174,28 +174,33 @@ def _copies(bytes_per_call: int) -> int:
 
 def _row(name, t, nbytes, ceiling, err, rows):
     bw = nbytes / t
-    rows.append(f"{name:<44} {t * 1e6:9.1f} us {bw / 1e9:8.0f} GB/s {bw / ceiling:6.1%}   err {err:.1e}")
-    print(rows[-1], flush=True)
+    line = f"{name:<62} {t * 1e6:9.1f} us {bw / 1e9:8.0f} GB/s {bw / ceiling:6.1%}   err {err:.1e}"
+    rows.append((t, line))
+    print(line, flush=True)
 
 
-def bench_attention(kind, batch, ctx, ceiling, rows, **kw) -> None:
+def attn_case(kind, batch, ctx) -> AttnCase:
+    qn = {"decode": 1, "verify": 8, "tree": 8}[kind]
+    per = 2 * batch * (ctx + qn) * KVH * D * 2
+    return make_attn_case([qn] * batch, [ctx] * batch, tree=kind == "tree", copies=_copies(per))
+
+
+def bench_attention(kind, batch, ctx, ceiling, rows, case=None, **kw) -> None:
+    """Backend dispatch (no `kw`), or the kernel called directly with config overrides `kw`."""
     from turbospec.kernels.backend import TritonBackend
     from turbospec.kernels.paged_decode import paged_decode_attention
     from turbospec.kernels.paged_prefill import paged_prefill_attention
-    qn = {"decode": 1, "verify": 8, "tree": 8}[kind]
-    per = 2 * batch * (ctx + qn) * KVH * D * 2
-    case = make_attn_case([qn] * batch, [ctx] * batch, tree=kind == "tree", copies=_copies(per))
-    if kw:                       # a sweep variant: call the kernel directly with overrides
-        def call(m):
-            if kind == "decode":
-                return paged_decode_attention(case.q, case.k_cache, case.v_cache, m.seq_lens,
-                                              m.block_tables, case.scale, m.max_seq_len, **kw)
-            return paged_prefill_attention(case.q, case.k_cache, case.v_cache, m.query_start_loc,
-                                           m.seq_lens, m.block_tables, case.scale, m.max_query_len,
-                                           m.max_seq_len, m.tree_mask, **kw)
-    else:
-        def call(m):
+    case = case or attn_case(kind, batch, ctx)
+
+    def call(m):
+        if not kw:
             return TritonBackend.attention(case.q, case.k_cache, case.v_cache, m, case.scale)
+        if kind == "decode":
+            return paged_decode_attention(case.q, case.k_cache, case.v_cache, m.seq_lens,
+                                          m.block_tables, case.scale, m.max_seq_len, **kw)
+        return paged_prefill_attention(case.q, case.k_cache, case.v_cache, m.query_start_loc,
+                                       m.seq_lens, m.block_tables, case.scale, m.max_query_len,
+                                       m.max_seq_len, m.tree_mask, **kw)
     err = check_attention(case, call(case.metas[0]))
     assert err < 2e-2, f"{kind} b={batch} ctx={ctx} {kw}: rel err {err:.2e}"
     fns = [(lambda m=m: call(m)) for m in case.metas] * max(1, -(-8 // len(case.metas)))
@@ -203,7 +208,6 @@ def bench_attention(kind, batch, ctx, ceiling, rows, **kw) -> None:
     nbytes = case.kv_bytes() // len(case.metas) + 2 * case.q.numel() * 2
     tag = " ".join(f"{k}={v}" for k, v in kw.items())
     _row(f"{kind} b={batch} ctx={ctx} {tag}", t, nbytes, ceiling, err, rows)
-    del case
 
 
 def bench_store_kv(tokens, ceiling, rows) -> None:
@@ -250,29 +254,44 @@ def main() -> None:
           f"  shape: H={H} KVH={KVH} D={D} block_size={BS} bf16")
     ceiling = copy_bandwidth()
     print(f"device-to-device copy: {ceiling / 1e9:.0f} GB/s (bytes read + written) = the ceiling\n")
-    rows = []
+    rows, failed = [], []
+
+    def attempt(fn, *a, **kw):               # a failing shape is reported and the run goes on
+        try:
+            fn(*a, **kw)
+        except Exception as e:
+            failed.append(f"FAILED {fn.__name__}{a[:3]} {kw}: {type(e).__name__}: {str(e)[:300]}")
+            print(failed[-1], flush=True)
     ctxs, batches = ([2048], [1, 64]) if args.quick else ([512, 2048, 8192], [1, 16, 64])
     for kind in ("decode", "verify", "tree"):
         for b in batches:
             for c in ctxs:
-                bench_attention(kind, b, c, ceiling, rows)
+                attempt(bench_attention, kind, b, c, ceiling, rows)
     for tokens in (1, 64, 2048):
-        bench_store_kv(tokens, ceiling, rows)
+        attempt(bench_store_kv, tokens, ceiling, rows)
     for tokens in (1, 64, 2048):
-        bench_rmsnorm(tokens, 4096, ceiling, rows)
+        attempt(bench_rmsnorm, tokens, 4096, ceiling, rows)
+    best = []
     if args.sweep:
-        print("\nsweep (block_n, num_splits, num_warps, num_stages):")
-        for kind, b, c in (("decode", 1, 2048), ("decode", 1, 8192), ("verify", 1, 2048), ("decode", 16, 2048)):
+        print("\nsweep (block_n, num_splits, num_warps, num_stages):", flush=True)
+        for kind, b, c in (("decode", 1, 512), ("decode", 1, 2048), ("decode", 1, 8192),
+                           ("verify", 1, 2048), ("decode", 16, 2048)):
+            case, variants = attn_case(kind, b, c), []
             for bn in (16, 32, 64):
                 for sp in (8, 16, 32, 64):
-                    for nw, ns in ((4, 2), (4, 3), (8, 3)):
-                        try:
-                            bench_attention(kind, b, c, ceiling, rows, block_n=bn, num_splits=sp,
-                                            num_warps=nw, num_stages=ns)
-                        except Exception as e:  # a variant that fails to compile is reported, not fatal
-                            print(f"{kind} b={b} ctx={c} bn={bn} sp={sp} nw={nw} ns={ns}: {type(e).__name__}: {e}")
+                    for nw, ns in ((4, 2), (4, 3)):
+                        attempt(bench_attention, kind, b, c, ceiling, variants, case, block_n=bn,
+                                num_splits=sp, num_warps=nw, num_stages=ns)
+            best += sorted(variants)[:3]
+            del case
     print("\nsummary (median time per launch, achieved bandwidth, fraction of copy bandwidth):")
-    print("\n".join(rows))
+    print("\n".join(line for _, line in rows))
+    if best:
+        print("fastest sweep variants per shape (compare with the default rows above):")
+        print("\n".join(line for _, line in best))
+    if failed:
+        print("\n".join(failed))
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
