@@ -67,6 +67,8 @@ CASES = [
     ("logprobs_too_many", "/v1/completions", _bad(logprobs=50), AUTH, 400, "logprobs"),
     ("top_logprobs_without_logprobs", "/v1/chat/completions", {**CHAT, "top_logprobs": 2}, AUTH, 400,
      "logprobs"),
+    ("seed_over_64_bits", "/v1/completions", _bad(seed=2**70), AUTH, 400, "seed"),
+    ("too_many_stops", "/v1/completions", _bad(stop=[f"s{i}" for i in range(100)]), AUTH, 400, "stop"),
     ("empty_stop", "/v1/completions", _bad(stop=[""]), AUTH, 400, "stop"),
     ("empty_prompt", "/v1/completions", _bad(prompt=""), AUTH, 400, "empty"),
     ("stream_options_without_stream", "/v1/completions", _bad(stream_options={"include_usage": True}),

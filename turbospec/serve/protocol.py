@@ -18,6 +18,7 @@ from turbospec.sampling_params import SamplingParams
 from turbospec.serve.errors import APIError, bad_request
 
 MAX_LOGPROBS = 20
+MAX_STOP_STRINGS = 64
 
 # Fields accepted and ignored: they do not change the generated tokens.
 HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
@@ -68,7 +69,7 @@ class _SamplingFields(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)     # what torch.Generator takes
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
@@ -96,6 +97,9 @@ class _SamplingFields(BaseModel):
             raise bad_request(f"unknown parameter(s) {', '.join(repr(k) for k in unknown)}: remove them "
                               "(docs/serving.md lists the supported fields)", param=unknown[0],
                               code="unknown_parameter")
+        if isinstance(self.stop, list) and len(self.stop) > MAX_STOP_STRINGS:
+            raise bad_request(f"{len(self.stop)} stop strings given; at most {MAX_STOP_STRINGS} are "
+                              "supported", param="stop")
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed when stream is true",
                               param="stream_options")
