@@ -123,22 +123,19 @@ def _tree(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None, parents
     B, K1, V = p.shape
     K = K1 - 1
     cur = torch.full((B,), -1, dtype=torch.long, device=p.device)                     # current node
-    num_acc = torch.zeros(B, dtype=torch.long, device=p.device)
-    accepted_nodes = torch.full((B, K), -1, dtype=torch.long, device=p.device)
-    cols = torch.arange(K, device=p.device)
+    accepted = torch.zeros(B, K, dtype=torch.bool, device=p.device)
     residual = p[:, 0]                                                                # [B, V]
     for n in range(K):
         tried = (parents[:, n] == cur) & (n < num_tokens)                             # [B]
-        x = drafts[:, n]                                                              # [B]
-        q_n = q[:, n] if q is not None else _one_hot(x, V)                            # [B, V]
-        p_x = residual.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-        q_x = q_n.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-        acc = tried & _accept(u[:, n], p_x, q_x)                                      # [B]
-        rej = tried & ~acc
-        slot = (cols == num_acc.unsqueeze(-1)) & acc.unsqueeze(-1)                    # [B, K]
-        accepted_nodes = torch.where(slot, n, accepted_nodes)
-        num_acc = num_acc + acc.long()
+        x = drafts[:, n : n + 1]                                                      # [B, 1]
+        q_n = q[:, n] if q is not None else _one_hot(x.squeeze(1), V)                 # [B, V]
+        acc = tried & _accept(u[:, n], residual.gather(-1, x).squeeze(1), q_n.gather(-1, x).squeeze(1))
+        accepted[:, n] = acc
         cur = torch.where(acc, n, cur)
-        residual = torch.where(acc.unsqueeze(-1), p[:, 1 + n],
-                               torch.where(rej.unsqueeze(-1), _residual(residual, q_n), residual))
+        residual = torch.where(tried.unsqueeze(-1), _residual(residual, q_n), residual)
+        residual = torch.where(acc.unsqueeze(-1), p[:, 1 + n], residual)
+    # accepted nodes lie on one root path, and topological order lists that path in order
+    num_acc = accepted.sum(dim=1)                                                     # [B]
+    order = torch.where(accepted, torch.arange(K, device=p.device), K).sort(dim=1).values
+    accepted_nodes = torch.where(order < K, order, -1)                                # [B, K]
     return accepted_nodes, num_acc, residual
