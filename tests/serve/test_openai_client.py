@@ -126,3 +126,19 @@ def test_token_id_prompt_and_batch_of_one(client, server):
     resp = httpx.post(f"{server.url}/v1/completions", headers=server.headers, timeout=60,
                       json={"model": MODEL_NAME, "prompt": [5, 6, 7, 8], "max_tokens": 3})
     assert resp.status_code == 200 and resp.json()["usage"]["prompt_tokens"] == 4
+
+
+def test_vllm_bench_serve_payloads(server):
+    """The bodies `vllm bench serve` sends (openai and openai-chat backends) are accepted as-is."""
+    completions = {"model": MODEL_NAME, "prompt": PROMPT, "repetition_penalty": 1.0, "max_tokens": 6,
+                   "logprobs": None, "best_of": 1, "stream": True, "stream_options": {"include_usage": True},
+                   "ignore_eos": True, "temperature": 0.0}
+    chat = {"model": MODEL_NAME, "messages": [{"role": "user", "content": [{"type": "text", "text": PROMPT}]}],
+            "temperature": 0.0, "max_completion_tokens": 6, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    for path, body in (("/v1/completions", completions), ("/v1/chat/completions", chat)):
+        r = httpx.post(f"{server.url}{path}", json=body, headers=server.headers, timeout=60)
+        assert r.status_code == 200, r.text
+        events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert '"completion_tokens":6' in events[-2]
