@@ -66,24 +66,38 @@ def decode(
 
 @bench_app.command("spec")
 def spec(
-    model: str = typer.Option(..., help="target model directory"),
     speculative_config: str = typer.Option(..., "--speculative-config", help="JSON, vLLM's keys"),
-    prompts: str = typer.Option(..., help="JSONL file with a 'prompt' field per line"),
+    model: str = typer.Option(None, help="target model directory (real weights; needs --prompts)"),
+    shape: str = typer.Option(None, help="or a model shape with random weights (oracle proposer only)"),
+    prompts: str = typer.Option(None, help="JSONL file with a 'prompt' field per line (with --model)"),
     num_prompts: int = typer.Option(32),
-    max_tokens: int = typer.Option(128),
-    concurrency: int = typer.Option(1, help="requests in flight (batch size)"),
+    max_tokens: int = typer.Option(128, help="generated tokens per request"),
+    concurrency: int = typer.Option(1, help="requests in flight (batch size), with --model"),
+    batch_sizes: str = typer.Option("1,4,16,64", help="with --shape"),
+    prompt_len: int = typer.Option(512, help="with --shape"),
+    dtype: str = typer.Option(None),
     temperature: float = typer.Option(0.0),
     device: str = typer.Option(None),
-    dtype: str = typer.Option(None),
 ) -> None:
-    """Plain vs speculative decoding on the same prompts, same process: acceptance and speedup."""
-    from turbospec import LLM, SamplingParams
-    from turbospec.benchmarks.spec import compare, load_prompts
-
+    """Plain vs speculative decoding in the same process: acceptance, tok/s of each, speedup."""
     try:
         spec_cfg = json.loads(speculative_config)
     except json.JSONDecodeError as e:
         raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
+    if (model is None) == (shape is None):
+        raise typer.BadParameter("pass exactly one of --model DIR (with --prompts) or --shape NAME (oracle)")
+    if shape is not None:
+        _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device)
+    else:
+        if prompts is None:
+            raise typer.BadParameter("--model needs --prompts FILE.jsonl")
+        _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype)
+
+
+def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype):
+    from turbospec import LLM, SamplingParams
+    from turbospec.benchmarks.spec import compare, load_prompts
+
     try:
         ps = load_prompts(prompts, num_prompts)
         llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg)
@@ -106,6 +120,39 @@ def spec(
     typer.echo("per-position acceptance: " + " ".join(f"{p:.3f}" for p in m["per_position_acceptance"]))
     if temperature == 0:
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
+
+
+def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device):
+    from turbospec.benchmarks.oracle import bench_oracle
+    from turbospec.benchmarks.shapes import resolve_shape
+    from turbospec.config import parse_dtype
+
+    if spec_cfg.get("method") != "oracle":
+        raise typer.BadParameter("--shape runs random weights: only the oracle proposer makes sense there "
+                                 '(e.g. {"method": "oracle", "num_speculative_tokens": 7, "acceptance_length": 4})')
+    k = spec_cfg.get("num_speculative_tokens")
+    al = spec_cfg.get("acceptance_length")
+    if not isinstance(k, int) or k <= 0 or not isinstance(al, (int, float)):
+        raise typer.BadParameter("the oracle needs num_speculative_tokens >= 1 and acceptance_length")
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        name, cfg = resolve_shape(shape)
+        dt = parse_dtype(dtype)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    bss = _parse_ints(batch_sizes, "--batch-sizes")
+    cost_ks = sorted({0, 1, 2, 4, k, 8} - {kk for kk in (8,) if kk > k + 1})
+    rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks)
+    typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
+               f"k {k} | target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
+    typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11}")
+    for r in rows:
+        typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
+                   f"{r.acceptance_length or 0:>11.2f}")
+    typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
+    typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
+    for b, c in costs.items():
+        typer.echo(f"{b:>5} " + " ".join(f"{c[kk]:>7.3f} ({c[kk] / c[0]:.2f})" for kk in cost_ks))
 
 
 def register(app: typer.Typer) -> None:

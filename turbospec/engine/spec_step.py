@@ -32,6 +32,8 @@ class SpecDecodeStats:
         self.num_drafts += 1
         self.num_draft_tokens += num_draft
         self.num_accepted_tokens += num_accepted
+        if num_draft > len(self.accepted_per_pos):      # a proposer swapped in with a larger k
+            self.accepted_per_pos += [0] * (num_draft - len(self.accepted_per_pos))
         for j in range(num_accepted):
             self.accepted_per_pos[j] += 1
 

@@ -42,4 +42,4 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
         from turbospec.spec.mtp import build_mtp_proposer
         return build_mtp_proposer(target, config, model_dir, spec, device, dtype)
     from turbospec.spec.oracle import build_oracle_proposer
-    return build_oracle_proposer(spec)
+    return build_oracle_proposer(spec, config.vocab_size)

@@ -1,0 +1,119 @@
+"""Speculation's system efficiency on random-weight models of real size: the oracle proposer
+(target's own greedy continuation, corrupted to a chosen acceptance length) vs plain decoding in
+the same process, plus the verify-cost table (one forward with k drafts per sequence / one decode)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from turbospec.benchmarks.decode import build_engine, random_model
+from turbospec.config import ModelConfig
+from turbospec.engine.llm_engine import LLMEngine
+from turbospec.engine.scheduler import ScheduledSeq
+from turbospec.sampling_params import SamplingParams
+from turbospec.spec.oracle import OracleProposer
+from turbospec.spec.proposer import Proposal
+
+
+@dataclass
+class OracleRow:
+    batch: int
+    plain_tok_s: float
+    spec_tok_s: float
+    acceptance_length: float | None
+
+    @property
+    def speedup(self) -> float:
+        return self.spec_tok_s / self.plain_tok_s
+
+
+def _sync(engine: LLMEngine) -> None:
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_batch(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams) -> tuple[list[list[int]], float, int]:
+    """Outputs, decode-phase seconds (after every prompt is prefilled) and tokens decoded then."""
+    for i, p in enumerate(prompts):
+        engine.add_request(f"o{i}-{time.monotonic_ns()}", {"prompt_token_ids": p}, params)
+    outs: dict[str, list[int]] = {}
+    t_decode, first_tokens = None, 0
+    while engine.has_unfinished_requests():
+        if t_decode is None and not engine.scheduler.waiting and \
+                all(s.num_computed_tokens >= s.num_prompt_tokens for s in engine.scheduler.running):
+            _sync(engine)
+            t_decode = time.perf_counter()
+            first_tokens = sum(s.num_output_tokens for s in engine.scheduler.running) + len(outs)
+        for o in engine.step():
+            if o.finished:
+                outs[o.request_id] = o.outputs[0].token_ids
+    _sync(engine)
+    dt = time.perf_counter() - (t_decode or time.perf_counter())
+    ordered = [outs[k] for k in sorted(outs, key=lambda r: int(r[1:].split("-")[0]))]
+    return ordered, dt, sum(len(o) for o in ordered) - first_tokens
+
+
+def verify_cost(engine: LLMEngine, batch: int, ks: list[int], prompt_len: int, vocab: int, iters: int = 20) -> dict[int, float]:
+    """Milliseconds of one target forward with k drafts per sequence, for each k (k=0: decode)."""
+    g = torch.Generator().manual_seed(1)
+    params = SamplingParams(temperature=0.0, max_tokens=max(ks) + 8, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"v{i}", {"prompt_token_ids": torch.randint(0, vocab, (prompt_len,), generator=g).tolist()}, params)
+    while engine.scheduler.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running):
+        engine.step()
+    seqs = list(engine.scheduler.running)
+    runner, bm = engine.runner, engine.block_manager
+    out = {}
+    for k in ks:
+        for s in seqs:
+            bm.allocate(s, len(s) + k)
+        sched = [ScheduledSeq(s, 1, k) for s in seqs]
+        prop = Proposal(torch.randint(0, vocab, (batch, k), generator=g), [k] * batch) if k else None
+        rows = {b: b for b in range(batch)} if k else {}
+        times = []
+        for it in range(iters + 3):
+            _sync(engine)
+            t0 = time.perf_counter()
+            runner.execute(runner.prepare(sched, bm, prop, rows))
+            _sync(engine)
+            if it >= 3:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        out[k] = times[len(times) // 2] * 1e3
+        for s in seqs:
+            bm.truncate(s, len(s))
+    for i in range(batch):
+        engine.abort_request(f"v{i}")
+    return out
+
+
+def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
+                 k: int, acceptance_length: float, prompt_len: int, gen_len: int,
+                 cost_ks: list[int]) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
+    model = random_model(config, device, dtype)
+    oracle = OracleProposer(k, acceptance_length, config.vocab_size)
+    engine = build_engine(model, config, device, dtype, prompt_len + gen_len + k + 1, max(batch_sizes))
+    params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
+    g = torch.Generator().manual_seed(0)
+    rows, costs = [], {}
+    run_batch(engine, [[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))  # warm-up
+    for b in batch_sizes:
+        prompts = [torch.randint(0, config.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(b)]
+        engine.proposer = None
+        outs, plain_s, plain_n = run_batch(engine, prompts, params)
+        for p, o in zip(prompts, outs):
+            oracle.record(p, o)
+        engine.proposer = oracle
+        before = engine.get_metrics()
+        spec_outs, spec_s, spec_n = run_batch(engine, prompts, params)
+        after = engine.get_metrics()
+        if spec_outs != outs:
+            raise RuntimeError("speculative output differs from plain greedy output: the engine is not lossless")
+        d = after["spec_decode_num_drafts"] - before["spec_decode_num_drafts"]
+        a = after["spec_decode_num_accepted_tokens"] - before["spec_decode_num_accepted_tokens"]
+        rows.append(OracleRow(b, plain_n / plain_s, spec_n / spec_s, 1 + a / d if d else None))
+        engine.proposer = None
+        costs[b] = verify_cost(engine, b, cost_ks, prompt_len, config.vocab_size)
+    return rows, costs
