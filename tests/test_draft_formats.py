@@ -326,3 +326,17 @@ def test_dflash_defaults_and_mask_token_choice(tmp_path):
     c["dflash_config"].pop("target_layer_ids")
     m = load_dflash(str(write_dir(tmp_path / "d", c, {**dflash_tensors(), "fc.weight": torch.zeros(H, 2 * H)})))
     assert m.config.target_layer_ids == (1, 5)                        # 2 draft layers over 8 target layers
+
+
+def test_dflash_layer_masks_full_causal_sliding(tmp_path):
+    c = dflash_config()
+    c.update(layer_types=["sliding_attention", "full_attention"], sliding_window=3)
+    m = load_dflash(str(write_dir(tmp_path / "swa", c, dflash_tensors())))
+    assert m.config.causal == (True, False) and m.config.sliding_window == (3, None)
+    key_pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6]])                 # context 0..3 (3 is padding), block 4..6
+    key_valid = torch.tensor([[True, True, True, False, True, True, True]])
+    sliding, full = m.attention_masks(key_pos, key_valid, torch.tensor([[4, 5, 6]]))
+    assert full[0, 0].all(dim=0).tolist() == [True, True, True, False, True, True, True]
+    assert sliding[0, 0].int().tolist() == [[0, 0, 1, 0, 1, 0, 0],    # query 4 sees 2..4 (3 invalid)
+                                            [0, 0, 0, 0, 1, 1, 0],
+                                            [0, 0, 0, 0, 1, 1, 1]]

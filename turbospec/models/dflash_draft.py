@@ -154,7 +154,8 @@ class DFlashConfig:
 class DFlashAttention(nn.Module):
     def __init__(self, cfg: DFlashConfig):
         super().__init__()
-        H, nh, nkv, D, bias = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.attention_bias
+        H, nh, nkv, D = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        bias = cfg.attention_bias
         self.nh, self.nkv, self.D, self.scale = nh, nkv, D, D ** -0.5
         self.q_proj = nn.Linear(H, nh * D, bias=bias)
         self.k_proj = nn.Linear(H, nkv * D, bias=bias)

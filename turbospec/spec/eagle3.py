@@ -239,7 +239,8 @@ class Eagle3Proposer(Proposer):
             out, col = self._step(f_h, self.draft.draft_to_target(f_tok), pos, batch, eye,
                                   f_anc[:, :, :batch.used])
             anc = f_anc.clone()
-            anc[:, torch.arange(k, device=dev), col + torch.arange(k, device=dev)] = True              # each node sees itself
+            own = torch.arange(k, device=dev)
+            anc[:, own, col + own] = True                                       # each node sees itself
             lp = torch.log_softmax(self.draft.compute_logits(out), dim=-1)      # [R, k, Vd]
             c_sc, c_tok = lp.topk(k, dim=-1)                                    # [R, k, k]
             c_sc = (f_sc[:, :, None] + c_sc).reshape(R, k * k)
