@@ -1,0 +1,99 @@
+"""Bad data fails fast with a message that says what to fix, before any model is loaded."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.train.conftest import write_jsonl
+from turbospec.train import loop
+from turbospec.train.config import TrainConfig
+from turbospec.train.data import load_dataset, load_tokenizer
+
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_target):
+    return load_tokenizer(str(tiny_target))
+
+
+def _train_fails(tiny_target, data, tmp_path, monkeypatch, **kw) -> str:
+    def no_model(*a, **k):
+        raise AssertionError("the target was loaded before the data was validated")
+    monkeypatch.setattr(loop, "TargetModel", no_model)
+    cfg = TrainConfig(method="eagle3", target=str(tiny_target), data=str(data), out=str(tmp_path / "o"), steps=1, **kw)
+    with pytest.raises(ValueError) as e:
+        loop.train(cfg)
+    return str(e.value)
+
+
+def test_empty_file(tiny_target, tmp_path, monkeypatch):
+    data = write_jsonl(tmp_path / "empty.jsonl", [])
+    assert "holds no records" in _train_fails(tiny_target, data, tmp_path, monkeypatch)
+
+
+def test_bad_json_names_the_line(tiny_target, tmp_path, monkeypatch):
+    data = write_jsonl(tmp_path / "bad.jsonl", [{"text": "x = 1\n"}, '{"text": "unterminated'])
+    msg = _train_fails(tiny_target, data, tmp_path, monkeypatch)
+    assert "bad.jsonl:2" in msg and "not valid JSON" in msg
+
+
+@pytest.mark.parametrize("row, needle", [
+    ({"content": "x"}, "expected one of"),
+    ({"text": 3}, "must be a string"),
+    ({"messages": [{"role": "user"}]}, "'role' and 'content'"),
+    ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant turn"),
+    ({"conversations": [{"from": "robot", "value": "x"}]}, "unknown ShareGPT speaker"),
+    ({"prompt_token_ids": [1, 99999]}, "outside the target vocabulary"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_wrong_schema(tiny_target, tmp_path, monkeypatch, row, needle):
+    data = write_jsonl(tmp_path / "w.jsonl", [{"text": "ok = True\n"}, json.dumps(row)])
+    msg = _train_fails(tiny_target, data, tmp_path, monkeypatch)
+    assert needle in msg and "w.jsonl:2" in msg
+
+
+def test_too_long_errors_or_truncates(tiny_target, tmp_path, monkeypatch, tok):
+    long = "".join(f"value_{i} = {i} * {i}\n" for i in range(200))
+    data = write_jsonl(tmp_path / "long.jsonl", [{"text": "a = 1\nb = 2\n"}, {"text": long}])
+    msg = _train_fails(tiny_target, data, tmp_path, monkeypatch, max_seq_len=128)
+    assert "longer than --max-seq-len 128" in msg and "line 2" in msg and "--truncate" in msg
+    ds, rep = load_dataset(str(data), tok, 8192, 128, truncate=True)
+    assert rep.num_truncated == 1 and int(ds.lengths.max()) == 128
+
+
+def test_max_seq_len_beyond_target_context(tiny_target, code_jsonl, tmp_path, monkeypatch):
+    msg = _train_fails(tiny_target, code_jsonl, tmp_path, monkeypatch, max_seq_len=4096)
+    assert "exceeds the target's context 512" in msg
+
+
+def test_chat_loss_only_on_assistant(tiny_target, tmp_path, tok):
+    tpl = tmp_path / "chat.jinja"
+    tpl.write_text(TEMPLATE)
+    rows = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "sum?"},
+                          {"role": "assistant", "content": "def s(a, b): return a + b"}]},
+            {"conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "print('hi')"}]}]
+    data = write_jsonl(tmp_path / "chat.jsonl", rows)
+    with pytest.raises(ValueError, match="no chat template"):
+        load_dataset(str(data), tok, 8192, 256)
+    tok2 = load_tokenizer(str(tiny_target), str(tpl))
+    ds, rep = load_dataset(str(data), tok2, 8192, 256)
+    assert rep.schemas == {"chat": 2}
+    for i, answer in ((0, "def s(a, b): return a + b"), (1, "print('hi')")):
+        ids, mask = ds.sample(i)
+        trained = tok2.decode(ids[mask].tolist())
+        assert answer in trained and "sum?" not in trained and "hello" not in trained
+
+
+def test_prompt_completion_mask(tiny_target, tmp_path, tok):
+    data = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "def f(x):\n", "completion": "    return x * 2\n"},
+                                               {"prompt_token_ids": [5, 6, 7], "completion_token_ids": [8, 9]}])
+    ds, _ = load_dataset(str(data), tok, 8192, 64)
+    ids, mask = ds.sample(0)
+    assert tok.decode(ids[mask].tolist()) == "    return x * 2\n"
+    ids, mask = ds.sample(1)
+    assert ids.tolist() == [5, 6, 7, 8, 9] and mask.tolist() == [False, False, False, True, True]
+    ds, _ = load_dataset(str(data), tok, 8192, 64, loss_on_prompt=True)
+    assert ds.sample(1)[1].tolist() == [False, True, True, True, True]

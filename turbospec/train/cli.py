@@ -1,0 +1,161 @@
+"""`turbospec train eagle3|dflash|stdlib-corpus|regenerate` (docs/training.md)."""
+from __future__ import annotations
+
+import typer
+
+train_app = typer.Typer(no_args_is_help=True, help="Train EAGLE-3 / DFlash drafters for a target and export them.")
+
+# options shared by `eagle3` and `dflash`
+TARGET = typer.Option(..., help="target model directory (config.json + *.safetensors + tokenizer)")
+DATA = typer.Option(..., help="JSONL: text | prompt(+completion) | prompt_token_ids | messages | conversations")
+OUT = typer.Option(..., help="export directory for the drafter (config.json + model.safetensors)")
+STEPS = typer.Option(None, help="optimizer steps (default: from --epochs)")
+EPOCHS = typer.Option(None, help="passes over the training split (default 1 when --steps is not given)")
+MAX_MINUTES = typer.Option(None, help="wall-clock budget; stops cleanly, evaluates and exports")
+BATCH = typer.Option(8, help="sequences per step per process")
+MAX_SEQ = typer.Option(None, help="tokens per training sequence (default: min(1024, the target's context))")
+TRUNCATE = typer.Option(False, help="cut sequences longer than --max-seq-len instead of failing")
+LOSS_ON_PROMPT = typer.Option(False, help="prompt+completion records: also train on prompt positions")
+LR = typer.Option(3e-4, help="peak learning rate (AdamW)")
+WARMUP = typer.Option(100, help="linear warm-up steps")
+MIN_LR = typer.Option(0.05, help="cosine decays to lr x this")
+WD = typer.Option(0.01, help="AdamW weight decay (not on norms)")
+CLIP = typer.Option(1.0, help="gradient-norm clipping (0: off)")
+HELDOUT = typer.Option(0.02, help="fraction of samples held out for loss / acceptance (max 256)")
+EVAL_EVERY = typer.Option(200, help="held-out evaluation every N steps")
+LOG_EVERY = typer.Option(20, help="log line every N steps (when not on a terminal)")
+SAVE_EVERY = typer.Option(1000, help="training-state checkpoint + export every N steps")
+CKPT = typer.Option(None, help="training-state directory (default <out>/checkpoint)")
+RESUME = typer.Option(False, help="continue from the training state in --checkpoint-dir")
+SEED = typer.Option(0)
+DEVICE = typer.Option(None, help="cuda (default when available) or cpu")
+TDTYPE = typer.Option(None, help="target dtype (default bfloat16 on CUDA, float32 on CPU): train against what you serve")
+CHAT = typer.Option(None, help="Jinja chat template file (overrides the tokenizer's)")
+CACHE = typer.Option(None, help="optional on-disk feature cache directory (size printed first)")
+EVAL_PROMPTS = typer.Option(None, help="JSONL of held-out prompts: true acceptance via turbospec.LLM at the end")
+EVAL_N = typer.Option(8, help="prompts for the true-acceptance check")
+EVAL_TOK = typer.Option(64, help="tokens per prompt for the true-acceptance check")
+EXPORT_DTYPE = typer.Option("bfloat16", help="bfloat16 | float16 | float32")
+LAYERS = typer.Option(1, "--num-layers", help="drafter decoder layers")
+INTER = typer.Option(0, help="drafter MLP width (0: the target's)")
+HEADS = typer.Option(0, help="attention heads (0: the target's)")
+KV_HEADS = typer.Option(0, help="KV heads (0: the target's)")
+HEAD_DIM = typer.Option(0, help="head dim (0: the target's)")
+TLAYERS = typer.Option(None, help="captured target layers, input-of-layer ids, e.g. 1,3,5 (default: the method's)")
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as e:
+        raise typer.BadParameter(f"--target-layers must be comma-separated integers, e.g. 1,3,5 ({text!r})") from e
+
+
+def _run(method: str, shape: dict, eagle3: dict, dflash: dict, **kw) -> None:
+    from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
+    from turbospec.train.loop import train
+    try:
+        cfg = TrainConfig(method=method, shape=DraftShape(**shape), eagle3=Eagle3Options(**eagle3),
+                          dflash=DFlashOptions(**dflash), **kw)
+        train(cfg)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+@train_app.command("eagle3")
+def eagle3(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = STEPS, epochs: float = EPOCHS,
+           max_minutes: float = MAX_MINUTES, batch_size: int = BATCH, max_seq_len: int = MAX_SEQ,
+           truncate: bool = TRUNCATE, loss_on_prompt: bool = LOSS_ON_PROMPT, lr: float = LR,
+           warmup_steps: int = WARMUP, min_lr_ratio: float = MIN_LR, weight_decay: float = WD,
+           grad_clip: float = CLIP, heldout_fraction: float = HELDOUT, eval_every: int = EVAL_EVERY,
+           log_every: int = LOG_EVERY, save_every: int = SAVE_EVERY, checkpoint_dir: str = CKPT,
+           resume: bool = RESUME, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
+           chat_template: str = CHAT, feature_cache: str = CACHE, eval_prompts: str = EVAL_PROMPTS,
+           eval_num_prompts: int = EVAL_N, eval_max_tokens: int = EVAL_TOK, export_dtype: str = EXPORT_DTYPE,
+           num_layers: int = LAYERS, intermediate_size: int = INTER, num_attention_heads: int = HEADS,
+           num_key_value_heads: int = KV_HEADS, head_dim: int = HEAD_DIM, target_layers: str = TLAYERS,
+           draft_length: int = typer.Option(7, "--draft-length", "--ttt-steps",
+                                            help="training-time-test steps = the chain length k it serves"),
+           step_decay: float = typer.Option(0.8, help="loss weight of step j: step_decay**j"),
+           draft_vocab_size: int = typer.Option(32000, help="draft vocabulary (most frequent tokens; capped at the target's)"),
+           ) -> None:
+    """Train an EAGLE-3 head (SpecForge / vLLM / SGLang format)."""
+    loc = dict(locals())
+    shape = {k: loc.pop(k) for k in ("num_layers", "intermediate_size", "num_attention_heads",
+                                     "num_key_value_heads", "head_dim")}
+    shape["target_layers"] = _ints(loc.pop("target_layers"))
+    e3 = {"ttt_steps": loc.pop("draft_length"), "step_decay": loc.pop("step_decay"),
+          "draft_vocab_size": loc.pop("draft_vocab_size")}
+    _run("eagle3", shape, e3, {}, **loc)
+
+
+@train_app.command("dflash")
+def dflash(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = STEPS, epochs: float = EPOCHS,
+           max_minutes: float = MAX_MINUTES, batch_size: int = BATCH, max_seq_len: int = MAX_SEQ,
+           truncate: bool = TRUNCATE, loss_on_prompt: bool = LOSS_ON_PROMPT, lr: float = LR,
+           warmup_steps: int = WARMUP, min_lr_ratio: float = MIN_LR, weight_decay: float = WD,
+           grad_clip: float = CLIP, heldout_fraction: float = HELDOUT, eval_every: int = EVAL_EVERY,
+           log_every: int = LOG_EVERY, save_every: int = SAVE_EVERY, checkpoint_dir: str = CKPT,
+           resume: bool = RESUME, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
+           chat_template: str = CHAT, feature_cache: str = CACHE, eval_prompts: str = EVAL_PROMPTS,
+           eval_num_prompts: int = EVAL_N, eval_max_tokens: int = EVAL_TOK, export_dtype: str = EXPORT_DTYPE,
+           num_layers: int = typer.Option(3, "--num-layers", help="drafter decoder layers"),
+           intermediate_size: int = INTER, num_attention_heads: int = HEADS,
+           num_key_value_heads: int = KV_HEADS, head_dim: int = HEAD_DIM, target_layers: str = TLAYERS,
+           block_size: int = typer.Option(16, help="block size B (1 anchor + B-1 drafts): 8 or 16"),
+           anchors_per_seq: int = typer.Option(32, help="random blocks per sequence per step"),
+           loss_decay: float = typer.Option(0.0, help="slot weight exp(-(p-1)/decay); 0: block_size/2"),
+           mask_token_id: int = typer.Option(None, help="id fed at masked slots (default: an unused row, else pad)"),
+           ) -> None:
+    """Train a DFlash block drafter (z-lab format)."""
+    loc = dict(locals())
+    shape = {k: loc.pop(k) for k in ("num_layers", "intermediate_size", "num_attention_heads",
+                                     "num_key_value_heads", "head_dim")}
+    shape["target_layers"] = _ints(loc.pop("target_layers"))
+    df = {k: loc.pop(k) for k in ("block_size", "anchors_per_seq", "loss_decay", "mask_token_id")}
+    _run("dflash", shape, {}, df, **loc)
+
+
+@train_app.command("stdlib-corpus")
+def stdlib_corpus(target: str = typer.Option(..., help="target directory (its tokenizer cuts the chunks)"),
+                  out: str = typer.Option(..., help="output JSONL"),
+                  chunk_tokens: int = typer.Option(1024, help="max tokens per chunk (use the training --max-seq-len)"),
+                  include_tests: bool = typer.Option(False, help="also the stdlib's test suites"),
+                  root: str = typer.Option(None, help="library directory (default: this Python's stdlib)")) -> None:
+    """Write a JSONL of the Python standard library's sources, chunked to the target's tokens."""
+    from turbospec.train.data import load_tokenizer
+    from turbospec.train.stdlib_corpus import build_stdlib_corpus
+    try:
+        stats = build_stdlib_corpus(out, load_tokenizer(target), chunk_tokens, include_tests, root=root)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {out}: {stats.describe()}")
+
+
+@train_app.command("regenerate")
+def regenerate(target: str = typer.Option(..., help="target directory"),
+               data: str = typer.Option(..., help="JSONL whose prompts the target continues"),
+               out: str = typer.Option(..., help="output JSONL (prompt_token_ids + completion_token_ids)"),
+               num_samples: int = typer.Option(2048, help="prompts to continue"),
+               max_new_tokens: int = typer.Option(256), min_prompt: int = typer.Option(64),
+               max_prompt: int = typer.Option(512), temperature: float = typer.Option(0.0, help="0 = greedy"),
+               batch_size: int = typer.Option(256, help="requests per engine batch"),
+               max_seconds: float = typer.Option(None, help="stop starting new batches after this"),
+               device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED) -> None:
+    """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs."""
+    from turbospec.train.regenerate import regenerate as run
+    try:
+        stats = run(target, data, out, num_samples, max_new_tokens, min_prompt, max_prompt, temperature,
+                    device, dtype, batch_size, max_seconds, seed)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {out}: {stats.describe()}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(train_app, name="train")

@@ -1,0 +1,158 @@
+"""Typed configuration of one drafter training run (`turbospec train eagle3|dflash`).
+
+Everything is validated at construction, before the target is loaded or any data is read, and
+every error says how to fix the setting. Layer ids are in turbospec's **input-of-layer**
+convention (docs/internals.md: id i = the residual stream entering decoder layer i); the exporters
+convert them to each format's own convention.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+METHODS = ("eagle3", "dflash")
+
+
+@dataclass
+class Eagle3Options:
+    ttt_steps: int = 7                 # training-time-test unroll = chain length it is trained for
+    step_decay: float = 0.8            # loss weight of unrolled step j is step_decay**j
+    draft_vocab_size: int = 32000      # capped at the target vocab; the most frequent target tokens
+
+    def validate(self) -> None:
+        if not 1 <= self.ttt_steps <= 16:
+            raise ValueError(f"--ttt-steps {self.ttt_steps}: use 1..16 (7 matches num_speculative_tokens=7)")
+        if not 0.0 < self.step_decay <= 1.0:
+            raise ValueError(f"--step-decay {self.step_decay}: use a value in (0, 1], e.g. 0.8")
+        if self.draft_vocab_size < 2:
+            raise ValueError(f"--draft-vocab-size {self.draft_vocab_size}: use >= 2 (e.g. 32000)")
+
+
+@dataclass
+class DFlashOptions:
+    block_size: int = 16               # 1 anchor + (block_size - 1) mask slots
+    anchors_per_seq: int = 32          # random blocks trained per sequence per step
+    loss_decay: float = 0.0            # slot p weight exp(-(p-1)/loss_decay); 0: block_size / 2
+    mask_token_id: int | None = None   # None: an unused embedding row, else the pad token
+
+    def validate(self) -> None:
+        if self.block_size not in (2, 4, 8, 16, 32):
+            raise ValueError(f"--block-size {self.block_size}: use 8 or 16 (2..32, a power of two)")
+        if self.anchors_per_seq < 1:
+            raise ValueError(f"--anchors-per-seq {self.anchors_per_seq}: use >= 1 (e.g. 32)")
+        if self.loss_decay < 0:
+            raise ValueError(f"--loss-decay {self.loss_decay}: use 0 (default) or a positive decay length")
+
+    @property
+    def decay(self) -> float:
+        return self.loss_decay or self.block_size / 2
+
+
+@dataclass
+class DraftShape:
+    """Drafter size. 0 / None: take the target's value (width = target hidden is the default)."""
+    num_layers: int = 1
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    num_attention_heads: int = 0
+    num_key_value_heads: int = 0
+    head_dim: int = 0
+    target_layers: tuple[int, ...] | None = None   # input-of-layer ids; None: the method's default
+
+    def validate(self) -> None:
+        if self.num_layers < 1:
+            raise ValueError(f"--num-layers {self.num_layers}: a drafter needs at least one layer")
+        for name in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                     "head_dim"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0 (0 = the target's value)")
+        if self.target_layers is not None and (not self.target_layers or min(self.target_layers) < 1):
+            raise ValueError(f"--target-layers {list(self.target_layers)}: give input-of-layer ids >= 1 "
+                             "(id 0, the embedding output, cannot be exported), e.g. 1,3,5")
+
+
+@dataclass
+class TrainConfig:
+    method: str
+    target: str                         # target HF directory
+    data: str                           # JSONL (text / prompt+completion / token ids / chat)
+    out: str                            # export directory (config.json + model.safetensors)
+    steps: int | None = None            # optimizer steps; None: from epochs
+    epochs: float | None = None         # passes over the training split (default 1 if steps unset)
+    max_minutes: float | None = None    # wall-clock budget: stop cleanly, then evaluate and export
+    batch_size: int = 8                 # sequences per optimizer step per process
+    max_seq_len: int | None = None      # tokens per training sequence; None: min(1024, target context)
+    truncate: bool = False              # too-long sequences: error (False) or cut to max_seq_len
+    loss_on_prompt: bool = False        # prompt+completion records: also train on prompt positions
+    lr: float = 3e-4
+    min_lr_ratio: float = 0.05          # cosine decays to lr * min_lr_ratio
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    heldout_fraction: float = 0.02      # held-out split for loss / acceptance (at most heldout_max)
+    heldout_max: int = 256
+    eval_every: int = 200
+    log_every: int = 20
+    save_every: int = 1000              # training-state checkpoints (and an export) every N steps
+    checkpoint_dir: str | None = None   # None: <out>/checkpoint
+    resume: bool = False
+    seed: int = 0
+    device: str | None = None           # cuda if available, else cpu
+    target_dtype: str | None = None     # default: bfloat16 on CUDA (serve what you train against), float32 on CPU
+    chat_template: str | None = None    # a Jinja file overriding the tokenizer's template
+    feature_cache: str | None = None    # optional on-disk cache of target features
+    eval_prompts: str | None = None     # JSONL with 'prompt': true acceptance via turbospec.LLM at the end
+    eval_num_prompts: int = 8
+    eval_max_tokens: int = 64
+    export_dtype: str = "bfloat16"
+    shape: DraftShape = field(default_factory=DraftShape)
+    eagle3: Eagle3Options = field(default_factory=Eagle3Options)
+    dflash: DFlashOptions = field(default_factory=DFlashOptions)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method {self.method!r}: use one of {', '.join(METHODS)}")
+        if not os.path.isfile(os.path.join(self.target, "config.json")):
+            raise ValueError(f"--target {self.target!r} has no config.json: pass the target model directory")
+        if not os.path.isfile(self.data):
+            raise ValueError(f"--data {self.data!r} does not exist: pass a JSONL file (see docs/training.md)")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"--steps {self.steps}: use >= 1, or omit it and pass --epochs")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ValueError(f"--epochs {self.epochs}: use a positive number (fractions allowed)")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ValueError(f"--max-minutes {self.max_minutes}: use a positive number of minutes")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size {self.batch_size}: use >= 1")
+        if self.max_seq_len is not None and self.max_seq_len < 8:
+            raise ValueError(f"--max-seq-len {self.max_seq_len}: use >= 8 tokens")
+        if not self.lr > 0:
+            raise ValueError(f"--lr {self.lr}: use a positive learning rate, e.g. 3e-4")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"--min-lr-ratio {self.min_lr_ratio}: use a value in [0, 1]")
+        if self.warmup_steps < 0 or self.grad_clip < 0 or self.weight_decay < 0:
+            raise ValueError("--warmup-steps, --grad-clip and --weight-decay must be >= 0")
+        if not 0 <= self.heldout_fraction < 0.5:
+            raise ValueError(f"--heldout-fraction {self.heldout_fraction}: use a value in [0, 0.5)")
+        for name in ("eval_every", "log_every", "save_every", "eval_num_prompts", "eval_max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.export_dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"--export-dtype {self.export_dtype!r}: use bfloat16, float16 or float32")
+        if self.eval_prompts is not None and not os.path.isfile(self.eval_prompts):
+            raise ValueError(f"--eval-prompts {self.eval_prompts!r} does not exist")
+        if self.chat_template is not None and not os.path.isfile(self.chat_template):
+            raise ValueError(f"--chat-template {self.chat_template!r} does not exist: pass a Jinja file")
+        if self.method == "dflash" and self.dflash.block_size - 1 > (self.max_seq_len or 1024) // 2:
+            raise ValueError(f"--block-size {self.dflash.block_size} is too large for --max-seq-len "
+                             f"{self.max_seq_len}")
+        self.shape.validate()
+        self.eagle3.validate()
+        self.dflash.validate()
+
+    @property
+    def state_dir(self) -> str:
+        return self.checkpoint_dir or os.path.join(self.out, "checkpoint")

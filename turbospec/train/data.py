@@ -1,0 +1,279 @@
+"""Training data: one JSONL file, validated whole before any compute, tokenized into a flat store.
+
+Record schemas (one JSON object per line; a file may mix them):
+
+| schema | fields | trained positions |
+|---|---|---|
+| text / code | `text` | all |
+| prompt + completion | `prompt`, optional `completion` | completion (all with `--loss-on-prompt`; all if no completion) |
+| token ids (what `regenerate` writes) | `prompt_token_ids`, optional `completion_token_ids` | as prompt + completion |
+| chat, OpenAI | `messages`: [{role, content}] | assistant turns, rendered with the target's chat template |
+| chat, ShareGPT | `conversations`: [{from, value}] | as chat (human -> user, gpt -> assistant) |
+
+Prompt and completion are tokenized separately (no special tokens added, as the engine tokenizes
+prompts) and concatenated, so the loss mask is exact. A trained position t means "the token at t
+is a label": the drafter learns the target's distribution for it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+
+SCHEMAS = "text | prompt (+completion) | prompt_token_ids (+completion_token_ids) | messages | conversations"
+_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                   "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "model": "assistant",
+                   "system": "system", "tool": "tool", "function": "tool"}
+
+
+@dataclass
+class TokenDataset:
+    """Samples concatenated: sample i is tokens[offsets[i]:offsets[i+1]]."""
+    tokens: torch.Tensor        # [N] int32
+    loss_mask: torch.Tensor     # [N] bool: the token at this position is a label
+    offsets: torch.Tensor       # [num_samples + 1] int64
+
+    def __len__(self) -> int:
+        return self.offsets.numel() - 1
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.offsets[1:] - self.offsets[:-1]                  # [num_samples]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def sample(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.tokens[a:b], self.loss_mask[a:b]
+
+    def subset(self, indices: list[int]) -> "TokenDataset":
+        parts = [self.sample(i) for i in indices]
+        lens = torch.tensor([0] + [len(p[0]) for p in parts], dtype=torch.long)
+        if not parts:
+            return TokenDataset(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.bool), lens)
+        return TokenDataset(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
+                            lens.cumsum(0))
+
+    @classmethod
+    def from_lists(cls, samples: list[tuple[list[int], list[bool]]]) -> "TokenDataset":
+        lens = torch.tensor([0] + [len(ids) for ids, _ in samples], dtype=torch.long)
+        toks = [t for ids, _ in samples for t in ids]
+        mask = [m for _, ms in samples for m in ms]
+        return cls(torch.tensor(toks, dtype=torch.int32), torch.tensor(mask, dtype=torch.bool),
+                   lens.cumsum(0))
+
+
+@dataclass
+class DataReport:
+    num_records: int
+    num_samples: int
+    num_tokens: int
+    num_label_tokens: int
+    num_truncated: int
+    num_skipped: int             # fewer than 3 tokens or no trained position
+    schemas: dict[str, int]
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.schemas.items()))
+        return (f"{self.num_samples} samples from {self.num_records} records ({kinds}); "
+                f"{self.num_tokens} tokens, {self.num_label_tokens} trained; truncated "
+                f"{self.num_truncated}, skipped {self.num_skipped} (too short / nothing to train)")
+
+
+# ----------------------------------------------------------------------------- parsing
+
+def _fail(path: str, line: int, msg: str) -> ValueError:
+    return ValueError(f"{path}:{line}: {msg}")
+
+
+def _check_str(path, n, row, key, required=True):
+    if key not in row:
+        if required:
+            raise _fail(path, n, f"missing field {key!r}")
+        return None
+    if not isinstance(row[key], str):
+        raise _fail(path, n, f"field {key!r} must be a string, got {type(row[key]).__name__}")
+    return row[key]
+
+
+def _check_ids(path, n, row, key, vocab_size, required=True):
+    if key not in row:
+        if required:
+            raise _fail(path, n, f"missing field {key!r}")
+        return None
+    ids = row[key]
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise _fail(path, n, f"field {key!r} must be a list of integer token ids")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise _fail(path, n, f"{key} holds ids {bad[:5]} outside the target vocabulary [0, {vocab_size}): "
+                    "these ids were made with another tokenizer")
+    return ids
+
+
+def _chat_messages(path, n, row) -> list[dict]:
+    if "messages" in row:
+        msgs = row["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise _fail(path, n, "'messages' must be a non-empty list of {role, content} objects")
+        out = []
+        for m in msgs:
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise _fail(path, n, "every message needs string fields 'role' and 'content'")
+            out.append({"role": m["role"], "content": m["content"]})
+    else:
+        conv = row["conversations"]
+        if not isinstance(conv, list) or not conv:
+            raise _fail(path, n, "'conversations' must be a non-empty list of {from, value} objects")
+        out = []
+        for m in conv:
+            if not isinstance(m, dict) or not isinstance(m.get("from"), str) or not isinstance(m.get("value"), str):
+                raise _fail(path, n, "every ShareGPT turn needs string fields 'from' and 'value'")
+            role = _SHAREGPT_ROLES.get(m["from"].lower())
+            if role is None:
+                raise _fail(path, n, f"unknown ShareGPT speaker {m['from']!r}: use human, gpt or system")
+            out.append({"role": role, "content": m["value"]})
+    if not any(m["role"] == "assistant" for m in out):
+        raise _fail(path, n, "the conversation has no assistant turn: there is nothing to train on")
+    return out
+
+
+def parse_records(path: str, vocab_size: int) -> list[tuple[int, str, object]]:
+    """Every line checked (JSON, schema, types) before anything is tokenized.
+    Returns (line number, schema, payload)."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise _fail(path, n, f"not valid JSON ({e.msg} at column {e.colno}): one JSON object per line") from None
+            if not isinstance(row, dict):
+                raise _fail(path, n, f"expected a JSON object with one of: {SCHEMAS}")
+            if "messages" in row or "conversations" in row:
+                out.append((n, "chat", _chat_messages(path, n, row)))
+            elif "prompt_token_ids" in row:
+                p = _check_ids(path, n, row, "prompt_token_ids", vocab_size)
+                c = _check_ids(path, n, row, "completion_token_ids", vocab_size, required=False)
+                out.append((n, "token_ids", (p, c)))
+            elif "text" in row:
+                t = _check_str(path, n, row, "text")
+                if not t.strip():
+                    raise _fail(path, n, "'text' is empty: remove the line")
+                out.append((n, "text", t))
+            elif "prompt" in row:
+                p = _check_str(path, n, row, "prompt")
+                c = _check_str(path, n, row, "completion", required=False)
+                if not p and not c:
+                    raise _fail(path, n, "'prompt' and 'completion' are empty: remove the line")
+                out.append((n, "prompt_completion", (p, c)))
+            else:
+                raise _fail(path, n, f"has fields {sorted(row)[:6]}, expected one of: {SCHEMAS}")
+    if not out:
+        raise ValueError(f"{path} holds no records: write one JSON object per line with one of: {SCHEMAS}")
+    return out
+
+
+# ----------------------------------------------------------------------------- tokenizing
+
+def _encode_batch(tokenizer, texts: list[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    return [list(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def _render_chat(tokenizer, msgs: list[dict], path: str, line: int) -> tuple[list[int], list[bool]]:
+    """Full conversation through the chat template; loss on the characters of assistant turns."""
+    def render(m, gen):
+        return tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
+    full = render(msgs, False)
+    spans = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        start, end = len(render(msgs[:i], True)) if i else 0, len(render(msgs[:i + 1], False))
+        if not full.startswith(render(msgs[:i + 1], False)):
+            raise _fail(path, line, "the chat template does not render conversations prefix by prefix, so "
+                        "assistant turns cannot be located: pass --chat-template with a simpler template")
+        spans.append((start, end))
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [any(s <= a < e for s, e in spans) for a, _ in enc["offset_mapping"]]
+    return list(enc["input_ids"]), mask
+
+
+def tokenize_records(records, tokenizer, path: str, loss_on_prompt: bool
+                     ) -> tuple[list[tuple[int, list[int], list[bool]]], dict[str, int]]:
+    """-> [(line, ids, loss_mask)], counts per schema. Plain text is encoded in one batch call."""
+    needs_tok = [r for r in records if r[1] != "token_ids"]
+    if needs_tok and tokenizer is None:
+        raise ValueError(f"{path} has text records (line {needs_tok[0][0]}) but the target ships no "
+                         "tokenizer: add tokenizer files to the target directory or use prompt_token_ids")
+    if any(r[1] == "chat" for r in records) and not getattr(tokenizer, "chat_template", None):
+        line = next(r[0] for r in records if r[1] == "chat")
+        raise ValueError(f"{path}:{line} is a chat record but the target's tokenizer has no chat template: "
+                         "pass --chat-template FILE.jinja, or convert the data to text / prompt+completion")
+    texts = [r[2] for r in records if r[1] == "text"]
+    prompts = [r[2][0] for r in records if r[1] == "prompt_completion"]
+    comps = [r[2][1] or "" for r in records if r[1] == "prompt_completion"]
+    enc_text, enc_p, enc_c = iter(_encode_batch(tokenizer, texts)), iter(_encode_batch(tokenizer, prompts)), \
+        iter(_encode_batch(tokenizer, comps))
+    out, counts = [], {}
+    for line, kind, payload in records:
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind == "text":
+            ids = next(enc_text)
+            mask = [True] * len(ids)
+        elif kind in ("prompt_completion", "token_ids"):
+            if kind == "token_ids":
+                p, c = payload[0], payload[1] or []
+            else:
+                p, c = next(enc_p), next(enc_c)
+            whole = not c or loss_on_prompt
+            ids, mask = p + c, [whole] * len(p) + [True] * len(c)
+        else:
+            ids, mask = _render_chat(tokenizer, payload, path, line)
+        out.append((line, ids, mask))
+    return out, counts
+
+
+def load_dataset(path: str, tokenizer, vocab_size: int, max_seq_len: int, truncate: bool = False,
+                 loss_on_prompt: bool = False) -> tuple[TokenDataset, DataReport]:
+    """Validate and tokenize the whole file. Too-long samples are an error unless `truncate`."""
+    records = parse_records(path, vocab_size)
+    tokenized, counts = tokenize_records(records, tokenizer, path, loss_on_prompt)
+    too_long = [(line, len(ids)) for line, ids, _ in tokenized if len(ids) > max_seq_len]
+    if too_long and not truncate:
+        worst = max(too_long, key=lambda x: x[1])
+        raise ValueError(f"{len(too_long)} of {len(tokenized)} records in {path} are longer than "
+                         f"--max-seq-len {max_seq_len} tokens (longest: line {worst[0]}, {worst[1]} tokens): "
+                         "pass --truncate to cut them, raise --max-seq-len (up to the target's context), "
+                         "or split the documents (`turbospec train stdlib-corpus` shows how)")
+    samples, skipped = [], 0
+    for _, ids, mask in tokenized:
+        ids, mask = ids[:max_seq_len], mask[:max_seq_len]
+        if len(ids) < 3 or not any(mask[1:]):
+            skipped += 1
+            continue
+        mask[0] = False                         # nothing precedes the first token: never a label
+        samples.append((ids, mask))
+    if not samples:
+        raise ValueError(f"{path}: every record is shorter than 3 tokens or has no trained position "
+                         "(chat without assistant text?): nothing to train on")
+    ds = TokenDataset.from_lists(samples)
+    report = DataReport(len(records), len(ds), ds.num_tokens, int(ds.loss_mask.sum()), len(too_long),
+                        skipped, counts)
+    return ds, report
+
+
+def load_tokenizer(target_dir: str, chat_template: str | None = None):
+    from turbospec.engine.request_input import load_tokenizer as _load
+    tok = _load(target_dir)
+    if tok is not None and chat_template is not None:
+        with open(chat_template, encoding="utf-8") as f:
+            tok.chat_template = f.read()
+    return tok

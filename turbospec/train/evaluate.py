@@ -1,0 +1,84 @@
+"""Acceptance during and after training.
+
+- `evaluate_heldout`: teacher-forced loss, per-draft accuracy and the simulated greedy acceptance
+  length (see metrics.py) on the held-out split — cheap, shown in the progress bar.
+- `measure_acceptance`: the real thing — turbospec.LLM greedy generation with the exported drafter
+  on prompts the drafter never saw, plain decoding first in the same process; reports acceptance
+  length, tok/s of both, and whether the outputs are identical (they must be).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+
+from turbospec.train.batches import collate
+from turbospec.train.data import TokenDataset
+from turbospec.train.features import TargetModel
+from turbospec.train.metrics import summarize
+
+
+@torch.no_grad()
+def evaluate_heldout(recipe, target: TargetModel, heldout: TokenDataset, batch_size: int,
+                     autocast, rank: int = 0, world: int = 1, seed: int = 0) -> dict:
+    if len(heldout) == 0:
+        return {}
+    trainer = recipe.trainer
+    was_training = trainer.training
+    trainer.eval()
+    gen = torch.Generator().manual_seed(seed + 999)          # same anchors at every evaluation
+    order = sorted(range(len(heldout)), key=lambda i: int(heldout.offsets[i + 1] - heldout.offsets[i]))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)][rank::world]
+    total = None
+    for idx in batches:
+        b = collate(heldout, idx).to(target.device)
+        feats = target.features(b.input_ids, b.lengths)
+        with autocast():
+            _, packed = trainer(*recipe.inputs(b, feats, gen))
+        total = packed if total is None else total + packed
+    if total is None:
+        total = torch.zeros(4 + 2 * recipe.k, dtype=torch.float64, device=target.device)
+    if world > 1:
+        dist.all_reduce(total)
+    trainer.train(was_training)
+    return summarize(total, recipe.k)
+
+
+def measure_acceptance(target_dir: str, spec_config: dict, prompts_path: str, num_prompts: int,
+                       max_tokens: int, device: str, dtype: str | None = None) -> dict:
+    """Greedy plain vs speculative generation with turbospec.LLM. Raises ValueError/ImportError
+    when the engine cannot serve the drafter."""
+    from turbospec import LLM, SamplingParams
+    from turbospec.benchmarks.spec import load_prompts
+    prompts = load_prompts(prompts_path, num_prompts)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    res = {}
+    outs = {}
+    for name, spec in (("plain", None), ("spec", spec_config)):
+        llm = LLM(target_dir, device=device, dtype=dtype, speculative_config=spec)
+        llm.generate(prompts[:1], SamplingParams(max_tokens=4))              # warm-up
+        sync()
+        t0 = time.perf_counter()
+        o = llm.generate(prompts, params)
+        sync()
+        dt = time.perf_counter() - t0
+        outs[name] = [x.outputs[0].token_ids for x in o]
+        res[f"{name}_tok_s"] = sum(len(t) for t in outs[name]) / dt
+        if spec is not None:
+            m = llm.get_metrics()
+            res["acceptance_length"] = m.get("acceptance_length")
+            res["acceptance_rate"] = m.get("acceptance_rate")
+        del llm
+    res["identical"] = sum(a == b for a, b in zip(outs["plain"], outs["spec"]))
+    res["num_prompts"] = len(prompts)
+    return res
+
+
+def autocast_for(device: torch.device):
+    """bf16 autocast on CUDA (fp32 master weights); exact fp32 on CPU."""
+    if device.type == "cuda":
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext

@@ -1,0 +1,158 @@
+"""Target features, computed online by turbospec's own target model (the one that will be served).
+
+One no-grad forward over a packed batch of full sequences captures, per position:
+- `aux`: the residual streams entering the drafter's layers (input-of-layer ids), concatenated;
+- `hidden`: the final-normed hidden state, from which the target's logits — the soft labels the
+  drafter is distilled toward — are computed on demand (all rows, a vocabulary subset, or chosen
+  rows), so a [B, S, V] tensor is never required for big vocabularies.
+
+The forward needs attention metadata, so each sequence gets its own blocks in a temporary KV pool
+(block 0 is the null block, as in the engine), sized for the largest batch seen so far.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from turbospec.config import ModelConfig, parse_dtype
+from turbospec.engine.forward_context import AttentionMetadata, forward_context
+from turbospec.layers.attention import Attention
+from turbospec.model_loader import load_model
+
+
+@dataclass
+class Features:
+    aux: torch.Tensor       # [B, S, n * H] captured streams in layer order (target dtype), 0 on padding
+    hidden: torch.Tensor    # [B, S, H] final-normed hidden states
+
+
+class TargetModel:
+    """The frozen target: features, logits, and the embedding / lm_head drafters share."""
+
+    def __init__(self, target_dir: str, aux_layers: tuple[int, ...], device: torch.device,
+                 dtype: torch.dtype | str | None = None, block_size: int = 16):
+        self.config = ModelConfig.from_pretrained(target_dir)
+        self.device = device
+        self.dtype = parse_dtype(dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
+        self.model = load_model(target_dir, device, self.dtype)
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.model.aux_hidden_state_layers = tuple(aux_layers)
+        self.aux_layers = tuple(aux_layers)
+        self.block_size = block_size
+        self._attn = [m for m in self.model.modules() if isinstance(m, Attention)]
+        self._num_blocks = 0
+
+    # -- shared modules
+    @property
+    def embed(self) -> torch.nn.Module:
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> torch.nn.Module:
+        return self.model.lm_head
+
+    @property
+    def final_norm_weight(self) -> torch.Tensor:
+        return self.model.model.norm.weight
+
+    def _ensure_pool(self, num_blocks: int) -> None:
+        if num_blocks <= self._num_blocks:
+            return
+        cfg = self.config
+        shape = (len(self._attn), 2, num_blocks, self.block_size, cfg.num_key_value_heads, cfg.head_dim)
+        self._kv = torch.empty(shape, dtype=self.dtype, device=self.device)
+        for i, layer in enumerate(self._attn):
+            layer.k_cache, layer.v_cache = self._kv[i, 0], self._kv[i, 1]
+        self._num_blocks = num_blocks
+
+    @torch.no_grad()
+    def features(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> Features:
+        """input_ids [B, S] (padded), lengths [B] -> Features. Sequences attend only to themselves."""
+        B, S = input_ids.shape
+        lens = lengths.tolist()
+        bs = self.block_size
+        per_seq = -(-S // bs)
+        self._ensure_pool(1 + B * per_seq)
+        dev = self.device
+        valid = torch.arange(S, device=dev)[None, :] < lengths.to(dev)[:, None]           # [B, S]
+        ids = input_ids.to(dev)[valid]                                                      # [T]
+        pos = torch.arange(S, device=dev).expand(B, S)[valid]                               # [T]
+        seq_idx = torch.arange(B, device=dev)[:, None].expand(B, S)[valid]                  # [T]
+        block_tables = (1 + torch.arange(B * per_seq, device=dev, dtype=torch.int32)).view(B, per_seq)
+        slots = (block_tables[seq_idx, pos // bs].long() * bs + pos % bs)                  # [T]
+        qsl = torch.zeros(B + 1, dtype=torch.int32)
+        qsl[1:] = torch.tensor(lens, dtype=torch.int32).cumsum(0)
+        meta = AttentionMetadata(slot_mapping=slots, query_start_loc=qsl.to(dev),
+                                 seq_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
+                                 block_tables=block_tables, max_query_len=max(lens), max_seq_len=max(lens))
+        with forward_context(meta):
+            out = self.model(ids, pos)
+        hidden, aux = out if isinstance(out, tuple) else (out, [])
+        H = hidden.shape[-1]
+        h = hidden.new_zeros(B, S, H)
+        h[valid] = hidden
+        a = hidden.new_zeros(B, S, len(aux) * H)
+        if aux:
+            a[valid] = torch.cat(aux, dim=-1)
+        return Features(a, h)
+
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[..., H] final-normed -> [..., V or len(rows)] float32 (rows: a vocabulary subset)."""
+        w = self.lm_head.weight if rows is None else self.lm_head.weight[rows]
+        return torch.nn.functional.linear(hidden.to(w.dtype), w).float()
+
+    @torch.no_grad()
+    def argmax(self, hidden: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+        """[..., H] -> [...] int64 greedy token of the target, in row chunks (big vocabularies)."""
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        out = torch.cat([self.logits(flat[i:i + chunk]).argmax(-1) for i in range(0, flat.shape[0], chunk)]) \
+            if flat.shape[0] else flat.new_zeros(0, dtype=torch.long)
+        return out.view(hidden.shape[:-1])
+
+
+class FeatureCache:
+    """Optional disk cache: one file per sample (aux and hidden in the target dtype). Prints the
+    size it will take before the first write; never required."""
+
+    def __init__(self, path: str, num_tokens: int, width: int, itemsize: int):
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        self.estimate_bytes = num_tokens * width * itemsize
+        print(f"feature cache {path}: about {self.estimate_bytes / 2**30:.2f} GiB for {num_tokens} tokens "
+              f"x {width} values x {itemsize} bytes (delete the directory to reclaim it)", flush=True)
+
+    def _file(self, key: str) -> str:
+        return os.path.join(self.path, f"{key}.pt")
+
+    def get(self, key: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        f = self._file(key)
+        return torch.load(f, weights_only=True) if os.path.isfile(f) else None
+
+    def put(self, key: str, aux: torch.Tensor, hidden: torch.Tensor) -> None:
+        tmp = self._file(key) + ".tmp"
+        torch.save((aux.cpu(), hidden.cpu()), tmp)
+        os.replace(tmp, self._file(key))
+
+
+def cached_features(target: TargetModel, cache: FeatureCache | None, batch, sample_keys: list[str]
+                    ) -> Features:
+    """Features of a batch through the cache (per sample), computing only the missing ones."""
+    if cache is None:
+        return target.features(batch.input_ids, batch.lengths)
+    got = [cache.get(k) for k in sample_keys]
+    if any(g is None for g in got):
+        feats = target.features(batch.input_ids, batch.lengths)
+        for r, (k, g) in enumerate(zip(sample_keys, got)):
+            if g is None:
+                n = int(batch.lengths[r])
+                cache.put(k, feats.aux[r, :n], feats.hidden[r, :n])
+        return feats
+    B, S = batch.input_ids.shape
+    aux = got[0][0].new_zeros(B, S, got[0][0].shape[-1])
+    hid = got[0][1].new_zeros(B, S, got[0][1].shape[-1])
+    for r, (a, h) in enumerate(got):
+        aux[r, :a.shape[0]], hid[r, :h.shape[0]] = a, h
+    return Features(aux.to(target.device), hid.to(target.device))

@@ -1,0 +1,224 @@
+"""The training loop shared by EAGLE-3 and DFlash.
+
+Order of work: validate config -> validate and tokenize the whole data file -> load the target ->
+build the drafter -> train (online target features each step) -> evaluate -> export.
+Nothing heavy starts until the data has passed validation.
+
+- AdamW, warm-up + cosine (state.py), gradient clipping, bf16 autocast on CUDA.
+- DDP when launched by torchrun (LOCAL_RANK set): one process per GPU, data sharded by rank.
+- `max_minutes`: the loop stops at the budget (all ranks together), then evaluates and exports.
+- Periodic training-state checkpoints (+ an export) every `save_every` steps; `resume` continues.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from turbospec.config import ModelConfig, parse_dtype
+from turbospec.train.batches import batches_per_epoch, iterate, split_heldout
+from turbospec.train.config import TrainConfig
+from turbospec.train.data import load_dataset, load_tokenizer
+from turbospec.train.evaluate import autocast_for, evaluate_heldout, measure_acceptance
+from turbospec.train.export import export_drafter
+from turbospec.train.features import FeatureCache, TargetModel, cached_features
+from turbospec.train.metrics import summarize
+from turbospec.train.recipes import build_recipe, capture_layers
+from turbospec.train.state import load_state, lr_at, make_optimizer, save_state, set_lr
+
+
+def _setup_distributed(cfg: TrainConfig) -> tuple[torch.device, int, int]:
+    if "LOCAL_RANK" not in os.environ:
+        dev = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda but no CUDA GPU is visible: pass --device cpu")
+        return dev, 0, 1
+    local = int(os.environ["LOCAL_RANK"])
+    use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
+    if use_cuda:
+        torch.cuda.set_device(local)
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    return torch.device(f"cuda:{local}" if use_cuda else "cpu"), dist.get_rank(), dist.get_world_size()
+
+
+class _Log:
+    """Progress: a tqdm bar on a terminal, plain lines otherwise (logs, CI). Rank 0 only."""
+
+    def __init__(self, rank: int, total: int | None, prefix: str):
+        self.on = rank == 0
+        self.tty = sys.stderr.isatty()
+        self.bar = None
+        if self.on and self.tty:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, desc=prefix, dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def print(self, msg: str) -> None:
+        if self.on:
+            (self.bar.write if self.bar else print)(msg, **({} if self.bar else {"flush": True}))
+
+    def step(self, n: int, postfix: dict, line: str | None) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+            self.bar.set_postfix(postfix, refresh=False)
+        elif line is not None:
+            self.print(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _fmt(m: dict) -> str:
+    if not m:
+        return "-"
+    acc = " ".join(f"{a:.2f}" for a in m["acc"])
+    return f"loss {m['loss']:.3f} | acc/draft {acc} | accept_len {m['accept_len']:.2f}"
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run one training; returns the final metrics (rank 0 also exported the drafter to cfg.out)."""
+    t_setup = time.perf_counter()
+    device, rank, world = _setup_distributed(cfg)
+    torch.manual_seed(cfg.seed + rank)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    tcfg = ModelConfig.from_pretrained(cfg.target)
+    if cfg.max_seq_len is None:
+        cfg.max_seq_len = min(1024, tcfg.max_position_embeddings)
+    if cfg.max_seq_len > tcfg.max_position_embeddings:
+        raise ValueError(f"--max-seq-len {cfg.max_seq_len} exceeds the target's context "
+                         f"{tcfg.max_position_embeddings}: lower it")
+    layers = capture_layers(cfg, tcfg)
+    tokenizer = load_tokenizer(cfg.target, cfg.chat_template)
+    ds, report = load_dataset(cfg.data, tokenizer, tcfg.vocab_size, cfg.max_seq_len, cfg.truncate,
+                              cfg.loss_on_prompt)
+    train_ds, heldout = split_heldout(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
+    per_epoch = batches_per_epoch(train_ds, cfg.batch_size, world)
+    total_steps = cfg.steps or max(1, int(round((cfg.epochs or 1.0) * per_epoch)))
+    log = _Log(rank, total_steps, f"train {cfg.method}")
+    log.print(f"data: {report.describe()}; train {len(train_ds)} / held-out {len(heldout)} samples; "
+              f"{per_epoch} steps per epoch at batch {cfg.batch_size} x {world} process(es)")
+
+    target = TargetModel(cfg.target, layers, device, parse_dtype(cfg.target_dtype) if cfg.target_dtype else None)
+    recipe = build_recipe(cfg, target, tokenizer, train_ds)
+    draft = recipe.draft
+    n_params = sum(p.numel() for p in draft.parameters() if p.requires_grad)
+    log.print(f"target {cfg.target} ({tcfg.num_hidden_layers} layers, hidden {tcfg.hidden_size}, "
+              f"{target.dtype}) on {device}; capture input-of-layer {list(layers)}; drafter {cfg.method} "
+              f"{n_params / 1e6:.2f}M trainable parameters; {recipe.info}")
+    opt = make_optimizer(draft, cfg.lr, cfg.weight_decay)
+    anchor_gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
+    step, elapsed0 = 0, 0.0
+    if cfg.resume:
+        step, elapsed0 = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
+        if cfg.method == "eagle3":
+            recipe.trainer.used.copy_(draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device))
+        log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
+    module = recipe.trainer
+    if world > 1:
+        module = torch.nn.parallel.DistributedDataParallel(
+            recipe.trainer, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+    cache = None
+    if cfg.feature_cache:
+        width = (len(layers) + 1) * tcfg.hidden_size
+        cache = FeatureCache(cfg.feature_cache, train_ds.num_tokens, width, torch.finfo(target.dtype).bits // 8)
+    autocast = autocast_for(device)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    budget = cfg.max_minutes * 60 if cfg.max_minutes else None
+    info = {**recipe.info, "target": os.path.abspath(cfg.target), "data": os.path.abspath(cfg.data),
+            "config": dataclasses.asdict(cfg), "data_report": dataclasses.asdict(report)}
+
+    def export(metrics: dict) -> None:
+        if rank == 0:
+            export_drafter(cfg.method, draft, cfg.out, tcfg, parse_dtype(cfg.export_dtype),
+                           {**info, "step": step, "heldout": metrics})
+
+    log.print(f"setup {time.perf_counter() - t_setup:.1f} s; training {total_steps} steps"
+              + (f" or {cfg.max_minutes:g} min, whichever comes first" if budget else ""))
+    stream = iterate(train_ds, cfg.batch_size, cfg.seed, step, rank, world)
+    running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
+    heldout_m: dict = {}
+    stop = torch.zeros(2, device=device)
+    while step < total_steps:
+        elapsed = elapsed0 + time.perf_counter() - t0
+        if world > 1:                        # all ranks stop together and share the schedule clock
+            stop[0], stop[1] = float(budget is not None and elapsed >= budget), elapsed
+            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+            over, elapsed = bool(stop[0]), float(stop[1])
+        else:
+            over = budget is not None and elapsed >= budget
+        if over:
+            log.print(f"time budget of {cfg.max_minutes:g} min reached at step {step}")
+            break
+        progress = max(step / total_steps, elapsed / budget if budget else 0.0)
+        set_lr(opt, lr_at(step, progress, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
+        batch = next(stream).to(device)
+        keys = [f"train-{i}" for i in batch.indices] if cache else []
+        feats = cached_features(target, cache, batch, keys)
+        with autocast():
+            loss, packed = module(*recipe.inputs(batch, feats, anchor_gen))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        step += 1
+        tokens += int(batch.lengths.sum())
+        running = packed if running is None else running + packed
+        line, postfix = None, {}
+        if step % cfg.log_every == 0 or step == total_steps:
+            m = summarize(running, recipe.k)
+            now = time.perf_counter()
+            rate = tokens / (now - t_log)
+            postfix = {"loss": f"{m['loss']:.3f}", "acc0": f"{m['acc'][0]:.2f}", "AL": f"{m['accept_len']:.2f}",
+                       "heldout_AL": f"{heldout_m.get('accept_len', float('nan')):.2f}", "tok/s": f"{rate:.0f}"}
+            line = (f"step {step}/{total_steps} | train {_fmt(m)} | heldout AL "
+                    f"{heldout_m.get('accept_len', float('nan')):.2f} | lr {opt.param_groups[0]['lr']:.2e} | "
+                    f"{rate:.0f} tok/s | {elapsed:.0f} s")
+            running, tokens, t_log = None, 0, now
+        if step % cfg.eval_every == 0:
+            heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
+            line = (line or f"step {step}") + f"\n  held-out: {_fmt(heldout_m)}"
+        log.step(1, postfix, line)
+        if step % cfg.save_every == 0 and step < total_steps:
+            if rank == 0:
+                save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
+            export(heldout_m)
+    log.close()
+    heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
+    log.print(f"final held-out ({step} steps, {elapsed0 + time.perf_counter() - t0:.0f} s): {_fmt(heldout_m)}")
+    if rank == 0:
+        save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
+    export(heldout_m)
+    result = {"step": step, "heldout": heldout_m, "out": cfg.out}
+    if rank == 0:
+        log.print(f"exported {cfg.method} drafter to {cfg.out}")
+        if cfg.eval_prompts:
+            result["acceptance"] = _true_acceptance(cfg, recipe, device, log)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return result
+
+
+def _true_acceptance(cfg: TrainConfig, recipe, device: torch.device, log: _Log) -> dict | str:
+    spec = recipe.spec_config(os.path.abspath(cfg.out))
+    try:
+        res = measure_acceptance(cfg.target, spec, cfg.eval_prompts, cfg.eval_num_prompts,
+                                 cfg.eval_max_tokens, str(device))
+    except (ImportError, ValueError, NotImplementedError) as e:
+        log.print(f"true acceptance not measured: the engine cannot serve this drafter yet ({e})")
+        return f"not measured: {e}"
+    log.print(f"true acceptance on {res['num_prompts']} prompts of {cfg.eval_prompts} (greedy, "
+              f"{cfg.eval_max_tokens} tokens, k={recipe.k}): acceptance length "
+              f"{res['acceptance_length'] and round(res['acceptance_length'], 3)}; plain {res['plain_tok_s']:.1f} "
+              f"tok/s, speculative {res['spec_tok_s']:.1f} tok/s; identical {res['identical']}/{res['num_prompts']}")
+    return res

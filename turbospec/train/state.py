@@ -1,0 +1,80 @@
+"""Optimizer, learning-rate schedule, and the resumable training state.
+
+Schedule: linear warm-up over `warmup_steps`, then cosine decay to `lr * min_lr_ratio` over the
+run's progress, where progress = max(step / total_steps, elapsed / max_minutes): a run bounded by
+wall-clock time still ends its schedule on time (and cooled down) instead of being cut mid-peak.
+
+The checkpoint holds the drafter, AdamW moments, step, elapsed seconds (the schedule's state),
+every RNG (torch CPU, CUDA, the anchor sampler) and the config; the data stream is positioned by
+the step, so a resumed run sees the batches an uninterrupted one would have.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import torch
+from torch import nn
+
+STATE_FILE = "train_state.pt"
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW; no weight decay on norms and 1-D tensors."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    fused = all(p.is_cuda for p in decay + no_decay)
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=fused or None)
+
+
+def lr_at(step: int, progress: float, lr: float, warmup_steps: int, min_lr_ratio: float) -> float:
+    warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
+    p = min(max(progress, 0.0), 1.0)
+    return lr * warm * (min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for g in opt.param_groups:
+        g["lr"] = lr
+
+
+def save_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, step: int, elapsed: float,
+               anchor_gen: torch.Generator, config, extra: dict | None = None) -> str:
+    os.makedirs(path_dir, exist_ok=True)
+    state = {
+        "draft": draft.state_dict(), "optimizer": opt.state_dict(), "step": step, "elapsed": elapsed,
+        "rng": {"cpu": torch.get_rng_state(), "anchors": anchor_gen.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+        "config": dataclasses.asdict(config), "extra": extra or {},
+    }
+    path = os.path.join(path_dir, STATE_FILE)
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anchor_gen: torch.Generator,
+               method: str) -> tuple[int, float]:
+    """Restore in place; returns (step, elapsed seconds)."""
+    path = os.path.join(path_dir, STATE_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"--resume: no {STATE_FILE} in {path_dir!r}; start without --resume, or pass "
+                         "--checkpoint-dir of the run to continue")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state["config"].get("method") != method:
+        raise ValueError(f"--resume: {path} is a {state['config'].get('method')} run, not {method}")
+    try:
+        draft.load_state_dict(state["draft"])
+    except RuntimeError as e:
+        raise ValueError(f"--resume: the checkpoint's drafter does not match this configuration ({e}); "
+                         "use the same shape options as the original run") from None
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["cpu"])
+    anchor_gen.set_state(state["rng"]["anchors"])
+    if state["rng"]["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return int(state["step"]), float(state["elapsed"])
