@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("turbospec.models.qwen3")
 
-from conftest import randomize_  # noqa: E402
+from tests.conftest import randomize_  # noqa: E402
 from turbospec.config import ModelConfig  # noqa: E402
 from turbospec.engine.forward_context import AttentionMetadata, forward_context  # noqa: E402
 from turbospec.engine.sequence import Sequence  # noqa: E402

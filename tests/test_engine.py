@@ -158,3 +158,17 @@ def test_token_id_prompts_without_tokenizer(tiny_llama31):
     assert len(out[0].outputs[0].token_ids) == 4
     with pytest.raises(ValueError, match="no tokenizer"):
         llm.generate(["text"], SamplingParams(max_tokens=4))
+
+
+def test_streamed_text_never_shrinks_with_stop_strings(llm):
+    base = llm.generate("def add(a, b):\n", SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True))[0]
+    text = base.outputs[0].text
+    stop = text[20:26]
+    eng = llm.llm_engine
+    eng.add_request("s", "def add(a, b):\n", SamplingParams(temperature=0.0, max_tokens=40, stop=[stop]))
+    seen = []
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            seen.append(o.outputs[0].text)
+    assert all(b.startswith(a) for a, b in zip(seen, seen[1:]))
+    assert seen[-1] == text[:text.index(stop)]

@@ -10,7 +10,7 @@ from turbospec.config import ModelConfig
 from turbospec.model_loader import checkpoint_files, load_model
 from turbospec.models.registry import get_model_class
 
-from conftest import read_checkpoint
+from tests.conftest import read_checkpoint
 
 
 def assert_same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:

@@ -10,7 +10,7 @@ from turbospec.engine.forward_context import AttentionMetadata, forward_context
 from turbospec.layers.attention import Attention
 from turbospec.model_loader import load_model
 
-from conftest import MOE_VARIANTS
+from tests.conftest import MOE_VARIANTS
 
 ATOL = 1e-4
 

@@ -94,7 +94,8 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
                  cost_ks: list[int]) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
     model = random_model(config, device, dtype)
     oracle = OracleProposer(k, acceptance_length, config.vocab_size)
-    engine = build_engine(model, config, device, dtype, prompt_len + gen_len + k + 1, max(batch_sizes))
+    engine = build_engine(model, config, device, dtype, prompt_len + gen_len + k + 1, max(batch_sizes),
+                          graph_query_lens=sorted({1, k + 1} | {kk + 1 for kk in cost_ks}))
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     g = torch.Generator().manual_seed(0)
     rows, costs = [], {}

@@ -32,9 +32,22 @@ class IncrementalDetokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(output_ids)
         start = max(0, len(self.text) - self.max_stop_len + 1)
         self.text += delta
-        for s in self.stop:
-            idx = self.text.find(s, start)
-            if idx >= 0:
-                self.text = self.text[:idx]
-                return s
+        hits = [(idx, s) for s in self.stop if (idx := self.text.find(s, start)) >= 0]
+        if hits:
+            idx, s = min(hits)                       # the earliest stop string wins
+            self.text = self.text[:idx]
+            return s
         return None
+
+    def visible_text(self, finished: bool) -> str:
+        """Text safe to show while streaming: an unfinished sequence holds back a tail that could
+        still grow into a stop string, so text once shown is never taken back."""
+        if finished or not self.stop:
+            return self.text
+        hold = 0
+        for s in self.stop:
+            for n in range(min(len(s) - 1, len(self.text)), hold, -1):
+                if self.text.endswith(s[:n]):
+                    hold = n
+                    break
+        return self.text[:len(self.text) - hold] if hold else self.text

@@ -32,7 +32,7 @@ class EngineStats:
 class LLMEngine:
     def __init__(self, model_dir: str, model: torch.nn.Module, config: ModelConfig, tokenizer,
                  device: torch.device, dtype: torch.dtype, engine_config: EngineConfig,
-                 proposer=None, load_seconds: float = 0.0):
+                 proposer=None, load_seconds: float = 0.0, graph_query_lens: list[int] | None = None):
         self.model_dir, self.model, self.model_config = model_dir, model, config
         self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
         self.engine_config = engine_config
@@ -56,6 +56,12 @@ class LLMEngine:
                         "weights_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9}
         if proposer is not None and proposer.aux_hidden_state_layers:
             model.aux_hidden_state_layers = tuple(proposer.aux_hidden_state_layers)
+        capture_s = 0.0
+        if not engine_config.enforce_eager:
+            qls = graph_query_lens or ([1, k + 1] if k else [1])
+            capture_s = self.runner.capture_graphs(min(engine_config.max_num_seqs, 256), qls, self.max_model_len)
+        self.startup["graph_capture_seconds"] = capture_s
+        self.startup["num_cuda_graphs"] = self.runner.graphs.num_graphs if self.runner.graphs else 0
 
     @classmethod
     def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,
@@ -166,7 +172,8 @@ class LLMEngine:
             self.proposer.free(seq)
 
     def _make_output(self, seq: Sequence) -> RequestOutput:
-        text = self.detok[seq.request_id].text if seq.request_id in self.detok else ""
+        detok = self.detok.get(seq.request_id)
+        text = detok.visible_text(seq.is_finished) if detok is not None else ""
         comp = CompletionOutput(0, text, list(seq.output_token_ids),
                                 list(seq.output_logprobs) if seq.params.logprobs is not None else None,
                                 seq.finish_reason, seq.stop_reason)

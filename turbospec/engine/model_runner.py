@@ -26,6 +26,7 @@ class StepInputs:
     meta: AttentionMetadata
     query_start: list[int]           # host copy of query_start_loc[:-1]
     logits_rows: list[list[int]]     # per scheduled seq: packed rows whose logits are needed ([] if none)
+    uniform_q: int | None = None     # every sequence feeds this many tokens (CUDA-graph eligible)
 
 
 @dataclass
@@ -47,6 +48,27 @@ class ModelRunner:
         self.kv_cache = torch.empty((len(self.attn_layers), 2, *shape), dtype=dtype, device=device)
         for i, layer in enumerate(self.attn_layers):
             layer.k_cache, layer.v_cache = self.kv_cache[i, 0], self.kv_cache[i, 1]
+        self.graphs = None
+
+    def capture_graphs(self, max_batch: int, query_lens: list[int], max_model_len: int) -> float:
+        """Capture CUDA graphs for uniform steps; returns seconds spent. No-op off CUDA or where a
+        layer cannot be captured (the plain attention path, the reference MoE loop)."""
+        import time
+
+        from turbospec.engine.cuda_graph import CUDAGraphRunner
+        from turbospec.layers.attention import TorchBackend, backend_for_device
+        if self.device.type != "cuda" or backend_for_device(self.device) is TorchBackend:
+            return 0.0
+        if self.config.is_moe and not _fused_moe_available():
+            return 0.0
+        t0 = time.perf_counter()
+        max_blocks = -(-(max_model_len + max(query_lens)) // self.block_size)
+        aux = len(getattr(self.model, "aux_hidden_state_layers", ()) or ())
+        g = CUDAGraphRunner(self.model, self.config.vocab_size, self.config.hidden_size, max_batch, query_lens,
+                            max_blocks, max_model_len + max(query_lens), self.device, self.dtype, aux)
+        g.capture()
+        self.graphs = g
+        return time.perf_counter() - t0
 
     def prepare(self, batch: list[ScheduledSeq], bm: BlockManager, proposal: Proposal | None,
                 draft_row: dict[int, int]) -> StepInputs:
@@ -107,9 +129,10 @@ class ModelRunner:
             max_query_len=max_q, max_seq_len=max(seq_lens), tree_mask=tree_mask,
             is_decode_only=max_q == 1,
         )
+        uniform = max_q if qsl[-1] == max_q * len(batch) else None
         return StepInputs(torch.tensor(ids, dtype=torch.long).to(dev, non_blocking=True),
                           torch.tensor(pos, dtype=torch.long).to(dev, non_blocking=True),
-                          meta, qsl[:-1], logits_rows)
+                          meta, qsl[:-1], logits_rows, uniform)
 
     def _tree_mask(self, batch, qsl, max_q, tree_rows) -> torch.Tensor:
         from turbospec.spec.tree import tree_attention_mask
@@ -126,10 +149,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs) -> StepOutputs:
-        with forward_context(inputs.meta):
+        rows = [r for rs in inputs.logits_rows for r in rs]
+        meta = inputs.meta
+        if self.graphs is not None and self.graphs.can_run(meta.num_seqs, inputs.uniform_q, meta.max_seq_len,
+                                                           meta.tree_mask is not None):
+            logits, hidden, aux = self.graphs.run(inputs.input_ids, inputs.positions, meta)
+            idx = torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
+            return StepOutputs(logits[idx], hidden, aux)
+        with forward_context(meta):
             out = self.model(inputs.input_ids, inputs.positions)
         hidden, aux = (out[0], torch.cat(out[1], dim=-1)) if isinstance(out, tuple) else (out, None)
-        rows = [r for rs in inputs.logits_rows for r in rs]
         logits = self.model.compute_logits(hidden[torch.tensor(rows, dtype=torch.long, device=hidden.device)]) \
             if rows else hidden.new_empty(0, self.config.vocab_size, dtype=torch.float32)
         return StepOutputs(logits, hidden, aux)
@@ -142,3 +171,11 @@ class ModelRunner:
         dst = torch.tensor(dst_slots, dtype=torch.long, device=self.device)
         flat = self.kv_cache.view(*self.kv_cache.shape[:2], -1, *self.kv_cache.shape[4:])
         flat[:, :, dst] = flat[:, :, src]
+
+
+def _fused_moe_available() -> bool:
+    try:
+        import turbospec.kernels.fused_moe  # noqa: F401
+        return True
+    except ImportError:
+        return False

@@ -9,6 +9,8 @@ lazily so that CPU machines never import Triton).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -114,9 +116,13 @@ _TRITON_BACKEND = None
 
 
 def _backend_for(q: torch.Tensor):
+    return backend_for_device(q.device)
+
+
+def backend_for_device(device: torch.device):
     """Triton kernels on CUDA when they import; the PyTorch path everywhere else."""
     global _TRITON_BACKEND
-    if q.device.type != "cuda":
+    if device.type != "cuda" or os.environ.get("TURBOSPEC_ATTENTION") == "torch":
         return TorchBackend
     if _TRITON_BACKEND is None:
         try:
