@@ -26,6 +26,8 @@ from torch import nn
 
 from turbospec.config import ModelConfig, parse_dtype
 from turbospec.layers.linear import WeightShapeError
+from turbospec.layers.quant.fp8 import (FP8_DTYPE, checkpoint_tensor_names, prepare_fp8_from_checkpoint,
+                                        quantize_model_fp8, resolve_fp8_config)
 from turbospec.models.registry import get_model_class
 
 # checkpoint tensors that carry nothing we need (old exporters saved the rope frequencies)
@@ -81,7 +83,8 @@ def _resolve(model: nn.Module, name: str) -> tuple[str, object]:
         i = parts.index("experts")
         if i + 2 < len(parts) and parts[i + 1].isdigit() and parts[i + 2] in experts:
             param, shard = experts[parts[i + 2]]
-            return ".".join(parts[:i + 1] + [param]), (int(parts[i + 1]), shard)
+            suffix = "_scale_inv" if parts[-1] == "weight_scale_inv" else ""      # block-FP8 scales
+            return ".".join(parts[:i + 1] + [param + suffix]), (int(parts[i + 1]), shard)
     packed = getattr(model, "packed_modules_mapping", {})
     if len(parts) >= 2 and parts[-2] in packed:
         module, shard = packed[parts[-2]]
@@ -95,20 +98,23 @@ def _checkpoint_name(model: nn.Module, param_name: str, shard) -> str:
         return param_name
     parts = param_name.split(".")
     if isinstance(shard, tuple):                                  # (expert, w1 | w2 | w3)
+        scale = parts[-1].endswith("_scale_inv")
         for ckpt, (param, s) in model.expert_params_mapping.items():
-            if param == parts[-1] and s == shard[1]:
-                return ".".join(parts[:-1] + [str(shard[0]), ckpt, "weight"])
+            if param == parts[-1].removesuffix("_scale_inv") and s == shard[1]:
+                return ".".join(parts[:-1] + [str(shard[0]), ckpt, "weight_scale_inv" if scale else "weight"])
     for ckpt, (module, s) in model.packed_modules_mapping.items():
         if len(parts) >= 2 and module == parts[-2] and s == shard:
             return ".".join(parts[:-2] + [ckpt, parts[-1]])
     return f"{param_name} (shard {shard!r})"
 
 
-def _check_not_fp8(name: str, tensor: torch.Tensor) -> None:
-    # hook for layers/quant/: a float8 weight with a sibling `<name>_scale_inv` is block-FP8
-    if tensor.dtype in _FP8_DTYPES or name.endswith("_scale_inv"):
-        raise ValueError(f"checkpoint tensor {name} is {tensor.dtype} (block-FP8): FP8 checkpoints "
-                         "are not supported yet; use the bf16 checkpoint of this model")
+def _check_fp8(name: str, tensor: torch.Tensor, param: torch.Tensor | None) -> None:
+    # FP8 tensors go only into the FP8 parameters that layers/quant/fp8.py created from config.json
+    if (tensor.dtype in _FP8_DTYPES or name.endswith("_scale_inv")) and \
+            (param is None or (param.dtype != FP8_DTYPE and not name.endswith("_scale_inv"))):
+        raise ValueError(f"checkpoint tensor {name} is {tensor.dtype} (block-FP8) but config.json declares "
+                         "no quantization_config with quant_method 'fp8' for it: restore the checkpoint's "
+                         "quantization_config, or use the bf16 checkpoint of this model")
 
 
 def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
@@ -123,9 +129,9 @@ def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
             continue
         if tied_lm_head and name == "lm_head.weight":
             continue                          # tied: the head is the embedding
-        _check_not_fp8(name, tensor)
         param_name, shard = _resolve(model, name)
         param = params.get(param_name)
+        _check_fp8(name, tensor, param)
         if param is None:
             unknown.append(name)
             continue
@@ -138,6 +144,8 @@ def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
         except WeightShapeError as e:
             raise ValueError(f"checkpoint tensor {name} has shape {e.found}, expected {e.expected} "
                              "(does config.json match the weights?)") from None
+        except ValueError as e:
+            raise ValueError(f"checkpoint tensor {name}: {e}") from None
         loaded.update((param_name, s) for s in shards)
     if unknown:
         raise ValueError(f"checkpoint has tensor(s) this {type(model).__name__} does not use: "
@@ -161,21 +169,15 @@ def _listing(names: list[str], limit: int = 8) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def _check_quantization(cfg: ModelConfig) -> None:
-    qc = cfg.quantization_config
-    if qc:
-        raise ValueError(f"config.json has quantization_config {qc.get('quant_method', qc)!r}: "
-                         "quantized (FP8) checkpoints are not supported yet; use the bf16 checkpoint")
-
-
 def load_model(model_dir: str, device: torch.device | str = "cpu",
-               dtype: torch.dtype | str | None = None) -> nn.Module:
+               dtype: torch.dtype | str | None = None, quantization: str | None = None) -> nn.Module:
     """config.json + *.safetensors -> model in eval mode on `device` in `dtype` (default: the
-    checkpoint's dtype on CUDA, float32 on CPU)."""
+    checkpoint's dtype on CUDA, float32 on CPU). Block-FP8 checkpoints load as published;
+    `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block (layers/quant/fp8.py)."""
     cfg = ModelConfig.from_pretrained(model_dir)
     device = torch.device(device)
     dtype = parse_dtype(dtype, cfg.dtype if device.type == "cuda" else torch.float32)
-    _check_quantization(cfg)
+    fp8 = resolve_fp8_config(cfg.quantization_config, quantization)
     model_cls = get_model_class(cfg.architecture)
     prev_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -184,6 +186,12 @@ def load_model(model_dir: str, device: torch.device | str = "cpu",
             model = model_cls(cfg)
     finally:
         torch.set_default_dtype(prev_dtype)
+    if fp8 is not None and fp8.from_checkpoint:
+        scaled = {_resolve(model, n.removesuffix("_scale_inv"))[0]
+                  for n in checkpoint_tensor_names(model_dir) if n.endswith(".weight_scale_inv")}
+        prepare_fp8_from_checkpoint(model, fp8, scaled)
     load_weights(model, iterate_weights(model_dir, device), num_layers=cfg.num_hidden_layers,
                  tied_lm_head=cfg.tie_word_embeddings)
+    if fp8 is not None and not fp8.from_checkpoint:
+        quantize_model_fp8(model, fp8)
     return model.eval()

@@ -244,6 +244,15 @@ def bench_rmsnorm(tokens, hidden, ceiling, rows) -> None:
     _row(f"add+rmsnorm tokens={tokens} hidden={hidden}", t, 4 * tokens * hidden * 2, ceiling, err, rows)
 
 
+# (kind, batch, ctx, block_n options, num_splits options, (num_warps, num_stages) options)
+SWEEP = [("decode", 1, 512, (16, 32, 64), (8, 16, 32, 64), ((4, 2), (4, 3))),
+         ("decode", 1, 2048, (32, 64, 128), (8, 16, 32, 64), ((4, 2), (4, 3))),
+         ("decode", 1, 8192, (32, 64, 128), (8, 16, 32, 64), ((4, 2), (4, 3))),
+         ("decode", 16, 2048, (32, 64, 128), (1, 2, 4, 8), ((4, 2), (4, 3))),
+         ("verify", 1, 2048, (32, 64), (8, 16, 32, 64), ((4, 3), (8, 3))),
+         ("verify", 64, 2048, (32, 64), (1,), ((4, 2), (4, 3), (8, 2), (8, 3)))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="also time kernel config variants")
@@ -274,12 +283,11 @@ def main() -> None:
     best = []
     if args.sweep:
         print("\nsweep (block_n, num_splits, num_warps, num_stages):", flush=True)
-        for kind, b, c in (("decode", 1, 512), ("decode", 1, 2048), ("decode", 1, 8192),
-                           ("verify", 1, 2048), ("decode", 16, 2048)):
+        for kind, b, c, bns, sps, wss in SWEEP:
             case, variants = attn_case(kind, b, c), []
-            for bn in (16, 32, 64):
-                for sp in (8, 16, 32, 64):
-                    for nw, ns in ((4, 2), (4, 3)):
+            for bn in bns:
+                for sp in sps:
+                    for nw, ns in wss:
                         attempt(bench_attention, kind, b, c, ceiling, variants, case, block_n=bn,
                                 num_splits=sp, num_warps=nw, num_stages=ns)
             best += sorted(variants)[:3]

@@ -158,11 +158,14 @@ def num_sms(device: torch.device) -> int:
     return _SM_COUNT[idx]
 
 
-def _pick_splits(programs: int, max_kv: int, block_n: int, sms: int) -> int:
-    """Power-of-two split count: about two programs per SM, at least one tile per split."""
+def _pick_splits(programs: int, max_kv: int, block_n: int, sms: int, rows: int = 1) -> int:
+    """Power-of-two split count: about two programs per SM, at least one tile per split, and the
+    fp32 partials (`rows` query rows per kv head, written then read back) at most half the KV
+    bytes, which matters for verify blocks (8 tokens x 4 heads = 32 rows)."""
     want = triton.cdiv(2 * sms, max(programs, 1))
-    cap = min(MAX_SPLITS, triton.cdiv(max(max_kv, 1), block_n))
-    return max(1, min(triton.next_power_of_2(want), triton.next_power_of_2(cap)))
+    cap = min(MAX_SPLITS, triton.cdiv(max(max_kv, 1), block_n), max(1, max_kv // (4 * rows)))
+    cap = 1 << (cap.bit_length() - 1)                                  # power of two, <= cap
+    return max(1, min(triton.next_power_of_2(want), cap))
 
 
 def reduce_splits(part_o, part_lse, out, num_splits: int) -> None:
@@ -191,7 +194,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         while block_n > 16 and B * KVH * triton.cdiv(max(max_seq_len, 1), block_n) < num_sms(q.device):
             block_n //= 2
     if num_splits is None:
-        num_splits = _pick_splits(B * KVH, max_seq_len, block_n, num_sms(q.device))
+        num_splits = _pick_splits(B * KVH, max_seq_len, block_n, num_sms(q.device), rows=group)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if num_splits > 1:
         part_o = torch.empty(B, H, num_splits, D, dtype=torch.float32, device=q.device)

@@ -123,10 +123,11 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if block_n is None:
         block_n = 64 if D <= 128 else 32
     if num_warps is None:
-        num_warps = 4 if block_m <= 64 else 8
+        num_warps = 4 if block_m <= 32 else 8       # 4 warps at 64 rows: ~250 registers (tree)
     q_blocks = triton.cdiv(max(max_query_len, 1), block_m // group_pad)
     if num_splits is None:
-        num_splits = _pick_splits(B * KVH * q_blocks, max_seq_len, block_n, num_sms(q.device))
+        num_splits = _pick_splits(B * KVH * q_blocks, max_seq_len, block_n, num_sms(q.device),
+                                  rows=max(max_query_len, 1) * group)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if num_splits > 1:
         part_o = torch.empty(T, H, num_splits, D, dtype=torch.float32, device=q.device)

@@ -15,6 +15,7 @@ from torch import nn
 
 from turbospec.layers.activation import silu_and_mul
 from turbospec.layers.linear import copy_checked, linear
+from turbospec.layers.moe_routing import RoutingConfig, route
 
 
 def select_experts(router_logits: torch.Tensor, top_k: int, renormalize: bool
@@ -31,8 +32,14 @@ def select_experts(router_logits: torch.Tensor, top_k: int, renormalize: bool
 
 
 def fused_experts_torch(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                        topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
-    """Reference: hidden [T, H], w13 [E, 2I, H], w2 [E, H, I], topk_* [T, k] -> [T, H]."""
+                        topk_weights: torch.Tensor, topk_ids: torch.Tensor, w13_scale=None,
+                        w2_scale=None, block_shape=None) -> torch.Tensor:
+    """Reference: hidden [T, H], w13 [E, 2I, H], w2 [E, H, I], topk_* [T, k] -> [T, H]. Block-FP8
+    experts (with `*_scale`) are dequantized to the hidden dtype first (layers/quant/fp8.py)."""
+    if w13_scale is not None:
+        from turbospec.layers.quant.fp8 import dequantize_fp8
+        w13 = dequantize_fp8(w13, w13_scale, block_shape, hidden.dtype)
+        w2 = dequantize_fp8(w2, w2_scale, block_shape, hidden.dtype)
     T, k = topk_ids.shape
     out = torch.zeros_like(hidden)                                        # [T, H]
     flat_ids = topk_ids.reshape(-1)                                       # [T * k]
@@ -56,7 +63,7 @@ _KERNEL_FUSED_EXPERTS = None
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                  topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+                  topk_weights: torch.Tensor, topk_ids: torch.Tensor, **fp8) -> torch.Tensor:
     """hidden [T, H] -> [T, H]: sum over k of topk_weights * expert(hidden). Triton on CUDA when
     `turbospec.kernels.fused_moe` provides it; the PyTorch reference elsewhere."""
     global _KERNEL_FUSED_EXPERTS
@@ -67,8 +74,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
             except ImportError:
                 kernel = fused_experts_torch
             _KERNEL_FUSED_EXPERTS = kernel
-        return _KERNEL_FUSED_EXPERTS(hidden, w13, w2, topk_weights, topk_ids)
-    return fused_experts_torch(hidden, w13, w2, topk_weights, topk_ids)
+        return _KERNEL_FUSED_EXPERTS(hidden, w13, w2, topk_weights, topk_ids, **fp8)
+    return fused_experts_torch(hidden, w13, w2, topk_weights, topk_ids, **fp8)
 
 
 class FusedMoE(nn.Module):
@@ -76,9 +83,11 @@ class FusedMoE(nn.Module):
     (expert, "w3") up, (expert, "w2") down; shard None loads a whole fused [E, ...] tensor."""
 
     def __init__(self, num_experts: int, top_k: int, hidden_size: int, intermediate_size: int,
-                 renormalize: bool):
+                 renormalize: bool, routing: RoutingConfig | None = None):
         super().__init__()
         self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
+        self.routing = routing or RoutingConfig(top_k=top_k, renormalize=renormalize)
+        self.routing.validate(num_experts)
         self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
         E, H, I = num_experts, hidden_size, intermediate_size
         self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * I, H), requires_grad=False)
@@ -113,10 +122,15 @@ class FusedMoE(nn.Module):
                 loaded_weight = loaded_weight.transpose(1, 2)
             copy_checked(param.data, loaded_weight)
 
-    def forward(self, hidden: torch.Tensor, router_logits: torch.Tensor) -> torch.Tensor:
-        """hidden [T, H], router_logits [T, E] -> [T, H]."""
-        topk_weights, topk_ids = select_experts(router_logits, self.top_k, self.renormalize)
-        return fused_experts(hidden, self.gate_up_proj, self.down_proj, topk_weights, topk_ids)
+    def forward(self, hidden: torch.Tensor, router_logits: torch.Tensor,
+                expert_bias: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [T, H], router_logits [T, E] -> [T, H]. Routing: layers/moe_routing.py."""
+        topk_weights, topk_ids = route(router_logits, self.routing, expert_bias)
+        fp8 = {}
+        if getattr(self, "fp8_block", None) is not None:                # layers/quant/fp8.py
+            fp8 = dict(w13_scale=self.gate_up_proj_scale_inv, w2_scale=self.down_proj_scale_inv,
+                       block_shape=self.fp8_block)
+        return fused_experts(hidden, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, **fp8)
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, top_k={self.top_k}, hidden={self.hidden_size}, "
