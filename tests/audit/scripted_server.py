@@ -1,0 +1,184 @@
+"""A scripted OpenAI-compatible streaming server with known timing and known faults (raw asyncio
+HTTP/1.1, chunked transfer encoding, keep-alive), run as a subprocess by the audit tests.
+
+Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=value:
+  ttft=200   ms from request to the first text chunk (which carries `first` tokens, default 1)
+  gap=60     ms between later chunks, each carrying k tokens (k=3); output = max_tokens tokens
+  draft=4    draft tokens per verify step counted in the fake vLLM /metrics (k-1 accepted per chunk)
+  fault=     http500 | cut | badjson | hang (no response) | stall (hangs after 2 chunks) | nodone |
+             errorevent | none
+  nometrics=1  /metrics answers 404
+  usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
+             (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
+  sglang=1   /get_server_info answers avg_spec_accept_length = k
+GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
+request was read): the truth the timing tests compare with, scheduling delays included.
+Each token is the word "tok " so text length tells the truth too. Prints "PORT <n>" when ready.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections import defaultdict
+
+COUNTERS: dict[str, dict] = defaultdict(lambda: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": defaultdict(int)})
+LOG: dict[str, list] = defaultdict(list)
+
+
+def parse_spec(spec: str) -> dict:
+    out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
+           "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0}
+    for item in filter(None, spec.split(",")):
+        key, _, value = item.partition("=")
+        if key in ("ttft", "gap"):
+            out[key] = float(value)
+        elif key in out and key != "fault":
+            out[key] = int(value)
+        else:
+            out[key] = value                  # fault, or a tag that only makes the spec (and its log) unique
+    return out
+
+
+async def read_request(reader: asyncio.StreamReader):
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    body = await reader.readexactly(int(headers.get("content-length", 0)))
+    return method, path, body
+
+
+def plain(writer, status: int, body: bytes, ctype: str = "application/json") -> None:
+    writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+def chunk(writer, data: str) -> None:
+    raw = data.encode()
+    writer.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+
+
+def event(writer, obj) -> None:
+    chunk(writer, f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n")
+
+
+def choice(chat: bool, text, reasoning: bool = False) -> dict:
+    if not chat:
+        return {"index": 0, "text": text, "finish_reason": None}
+    return {"index": 0, "delta": {"reasoning_content" if reasoning else "content": text}, "finish_reason": None}
+
+
+async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> bool:
+    """Returns False when the connection must be closed."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    fault = spec["fault"]
+    if fault == "http500":
+        plain(writer, 500, json.dumps({"error": {"message": "scripted internal error", "code": 500}}).encode())
+        return True
+    if fault == "hang":
+        await asyncio.sleep(3600)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    await writer.drain()
+    sizes = [min(spec["first"], max_tokens)]
+    while sum(sizes) < max_tokens:
+        sizes.append(min(spec["k"], max_tokens - sum(sizes)))
+    if spec["quirks"] and chat:
+        event(writer, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        chunk(writer, ": ping\n\n")
+    done, sent_ms = 0, []
+    for i, n in enumerate(sizes):
+        due = t0 + (spec["ttft"] + i * spec["gap"]) / 1e3
+        await asyncio.sleep(max(due - loop.time(), 0))
+        if fault == "stall" and i == 2:
+            await asyncio.sleep(3600)
+        if fault == "cut" and i == 2:
+            writer.transport.abort()
+            return False
+        if fault == "badjson" and i == 2:
+            event(writer, '{"choices": [{"index": 0, "delta": {"content": "tok "')
+            continue
+        if fault == "errorevent" and i == 2:
+            event(writer, {"error": {"message": "scripted overload", "code": 503}})
+            continue
+        done += n
+        obj = {"object": "chat.completion.chunk", "choices": [choice(chat, "tok " * n, spec["quirks"] and i == 0)]}
+        if spec["continuous"]:
+            obj["usage"] = {"prompt_tokens": 7, "completion_tokens": done}
+        event(writer, obj)
+        sent_ms.append((loop.time() - t0) * 1e3)
+        if spec["quirks"] and chat:
+            event(writer, {"choices": [{"index": 0, "delta": {"content": None}}]})
+            chunk(writer, ": keep-alive\n\n")
+        if i > 0:
+            c = COUNTERS[key]
+            c["drafts"] += 1
+            c["draft_tokens"] += spec["draft"]
+            c["accepted"] += n - 1
+            for p in range(n - 1):
+                c["pos"][p] += 1
+        await writer.drain()
+    if spec["usage"]:
+        event(writer, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": max_tokens}})
+    if fault != "nodone":
+        event(writer, "[DONE]")
+    chunk(writer, "")
+    await writer.drain()
+    LOG[key].append({"t0_ms": t0 * 1e3, "sent_ms": sent_ms, "tokens": sizes})
+    return True
+
+
+def metrics_text(key: str) -> bytes:
+    c = COUNTERS[key]
+    lab = 'model_name="scripted",engine="0"'
+    lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+             "# TYPE vllm:spec_decode_num_drafts_total counter",
+             f"vllm:spec_decode_num_drafts_total{{{lab}}} {float(c['drafts'])}",
+             f"vllm:spec_decode_num_drafts_created{{{lab}}} 1.7e9",
+             f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {float(c['draft_tokens'])}",
+             f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {float(c['accepted'])}"]
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {float(c["pos"][p])}'
+              for p in range(4)]
+    lines.append('vllm:num_requests_running{model_name="scripted"} 0.0')
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            method, path, body = await read_request(reader)
+            parts = path.split("/")
+            spec_str = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
+            spec = parse_spec(spec_str)
+            tail = "/" + "/".join(parts[3:]) if spec_str else path
+            if method == "GET" and tail == "/metrics" and not spec["nometrics"]:
+                plain(writer, 200, metrics_text(spec_str), "text/plain; version=0.0.4")
+            elif method == "GET" and tail == "/log":
+                plain(writer, 200, json.dumps(LOG[spec_str]).encode())
+            elif method == "GET" and tail == "/get_server_info" and spec["sglang"]:
+                plain(writer, 200, json.dumps({"internal_states": [{"avg_spec_accept_length": spec["k"]}]}).encode())
+            elif method == "POST" and tail in ("/v1/chat/completions", "/v1/completions"):
+                req = json.loads(body)
+                if not await stream(writer, spec, tail.endswith("chat/completions"), int(req.get("max_tokens", 16)), spec_str):
+                    return
+            else:
+                plain(writer, 404, b'{"error": {"message": "not found"}}')
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main() -> None:
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(0)

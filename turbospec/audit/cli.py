@@ -1,0 +1,146 @@
+"""`turbospec audit`: benchmark OpenAI-compatible endpoints and write the inference-audit report.
+
+    turbospec audit --endpoint http://127.0.0.1:8000 --model Qwen/Qwen3-8B --concurrency 1,4,16 \\
+        --num-prompts 64 --max-tokens 256 --dataset all --gpu h200 --gpu-price 300 --currency INR --out audit/
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from turbospec.audit.client import RequestSettings
+from turbospec.audit.config import LoadConfig, LoadLevel, parse_concurrency, parse_rates
+from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
+from turbospec.audit.endpoint import Endpoint
+from turbospec.audit.gpus import get_gpu
+from turbospec.audit.projection import SpecAssumption
+from turbospec.audit.results import Economics
+from turbospec.audit.roofline import load_model_bytes
+from turbospec.audit.stats import SLO
+from turbospec.audit.tokens import find_token_counter
+from turbospec.audit.workload import load_workload
+
+_DEFAULT_CONCURRENCY = "1,4,16"
+
+
+def _aligned(name: str, values: list[str], n: int, required: bool) -> list[Optional[str]]:
+    if not values:
+        if required:
+            raise ValueError(f"{name} is required: pass one for all endpoints, or one per --endpoint")
+        return [None] * n
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise ValueError(f"{name} given {len(values)} times for {n} endpoints: pass it once, or once per --endpoint")
+    return list(values)
+
+
+def audit(
+    endpoint: list[str] = typer.Option(..., "--endpoint", help="Base URL (…:8000, …/v1 or a full …/completions URL); repeat to race several"),
+    model: list[str] = typer.Option(..., "--model", help="Served model name; once, or once per --endpoint"),
+    api: str = typer.Option("chat", "--api", help="chat (/v1/chat/completions) or completions (/v1/completions)"),
+    api_key: list[str] = typer.Option([], "--api-key", envvar="OPENAI_API_KEY", help="Bearer key; once, or once per --endpoint (never written to the report)"),
+    metrics_url: list[str] = typer.Option([], "--metrics-url", help="Prometheus URL per endpoint (default <base>/metrics)"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Closed-loop levels, e.g. 1,4,16 (default 1,4,16 unless --request-rate is given)"),
+    request_rate: Optional[str] = typer.Option(None, "--request-rate", help="Poisson arrival rates in req/s, e.g. 0.5,2"),
+    num_prompts: int = typer.Option(32, "--num-prompts", help="Measured requests per endpoint and load level"),
+    max_tokens: int = typer.Option(256, "--max-tokens", help="Output tokens asked per request"),
+    dataset: str = typer.Option("all", "--dataset", help="code|chat|summary|math|hindi|all|FILE.jsonl|random:IN:OUT, comma-separated"),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Send ignore_eos (vLLM/SGLang) so every request runs to --max-tokens"),
+    extra_body: Optional[str] = typer.Option(None, "--extra-body", help='JSON merged into each request, e.g. \'{"top_p": 0.9}\''),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds per request"),
+    max_duration: float = typer.Option(600.0, "--max-duration", help="Seconds per load level; unfinished requests are cancelled"),
+    warmup: int = typer.Option(2, "--warmup", help="Uncounted warm-up requests per endpoint and level"),
+    max_inflight: int = typer.Option(256, "--max-inflight", help="Poisson: cap on requests in flight per endpoint"),
+    seed: int = typer.Option(0, "--seed"),
+    slo_ttft_ms: Optional[float] = typer.Option(2000.0, "--slo-ttft-ms", help="Goodput SLO on TTFT"),
+    slo_tpot_ms: Optional[float] = typer.Option(100.0, "--slo-tpot-ms", help="Goodput SLO on TPOT"),
+    slo_e2e_ms: Optional[float] = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on e2e latency"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="tokenizer.json (or model dir) for counting when the server sends no usage"),
+    gpu: str = typer.Option("h200", "--gpu", help="h100-sxm | h100-pcie | h200 | b200 | a100 | l40s"),
+    num_gpus: int = typer.Option(1, "--num-gpus", help="GPUs behind each endpoint"),
+    gpu_price: Optional[float] = typer.Option(None, "--gpu-price", help="Price of one GPU-hour in --currency (default: the GPU table)"),
+    currency: str = typer.Option("USD", "--currency", help="USD or INR"),
+    usd_to_inr: float = typer.Option(DEFAULT_USD_TO_INR, "--usd-to-inr", help="Exchange rate assumed"),
+    gpu_bandwidth_tbs: Optional[float] = typer.Option(None, "--gpu-bandwidth-tbs", help="Override the GPU's HBM bandwidth"),
+    hours_per_day: float = typer.Option(24.0, "--hours-per-day", help="Hours a day the GPUs are rented (annual cost)"),
+    daily_output_tokens: Optional[float] = typer.Option(None, "--daily-output-tokens", help="Annual cost from this load instead of the fleet's hours"),
+    model_config: Optional[str] = typer.Option(None, "--model-config", help="HF config.json, model dir, or preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b, sarvam-30b; -fp8 suffix)"),
+    acceptance_length: float = typer.Option(3.0, "--acceptance-length", help="Assumed tokens per verify step where not measured"),
+    num_speculative_tokens: int = typer.Option(4, "--num-speculative-tokens", help="Assumed draft length k"),
+    verify_overhead: float = typer.Option(0.3, "--verify-overhead", help="Extra cost of a speculative step over a plain one at batch 1"),
+    target_concurrency: Optional[float] = typer.Option(None, "--target-concurrency", help="Load the verdict is decided at (default: highest measured)"),
+    telemetry: str = typer.Option("auto", "--telemetry", help="auto (local endpoints) | on | off: NVML sampling"),
+    out: str = typer.Option("audit-out", "--out", help="Output directory"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
+) -> None:
+    """Benchmark OpenAI-compatible endpoints; write results.json, report.md and report.html."""
+    settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
+    try:
+        n = len(endpoint)
+        models = _aligned("--model", model, n, required=True)
+        keys = _aligned("--api-key", api_key, n, required=False)
+        if metrics_url and len(metrics_url) != n:
+            raise ValueError(f"--metrics-url given {len(metrics_url)} times for {n} endpoints: pass it once per --endpoint")
+        metrics = list(metrics_url) or [None] * n
+        eps = tuple(Endpoint(u, m, api, k, mu) for u, m, k, mu in zip(endpoint, models, keys, metrics))
+        conc = parse_concurrency(concurrency if concurrency is not None or request_rate else _DEFAULT_CONCURRENCY)
+        levels = tuple(LoadLevel(concurrency=c) for c in conc) + tuple(LoadLevel(request_rate=r) for r in parse_rates(request_rate))
+        body = _parse_extra_body(extra_body)
+        cfg = LoadConfig(endpoints=eps, levels=levels, num_prompts=num_prompts,
+                         request=RequestSettings(max_tokens, temperature, timeout, ignore_eos, body),
+                         warmup=warmup, max_duration_s=max_duration, max_inflight=max_inflight, seed=seed,
+                         telemetry=telemetry, slo=SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms))
+        prompts = load_workload(dataset, num_prompts, seed)
+        if api == "completions":
+            for p in prompts:
+                p.as_text()                          # messages-only prompts cannot go to /v1/completions
+        counters = {e.url: find_token_counter(tokenizer, e.model) for e in eps}
+        g = get_gpu(gpu, gpu_bandwidth_tbs)
+        econ = Economics(
+            gpu=g, cost=CostModel.for_gpu(g, currency, num_gpus, gpu_price, usd_to_inr, hours_per_day=hours_per_day,
+                                          daily_output_tokens=daily_output_tokens),
+            model=load_model_bytes(model_config, models[0]),
+            assumed=SpecAssumption(acceptance_length, f"assumed (--acceptance-length {acceptance_length:g})",
+                                   num_speculative_tokens, verify_overhead),
+            target_concurrency=target_concurrency)
+    except ValueError as e:
+        typer.secho(f"Error: {e}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    from turbospec.audit.pipeline import run_and_report     # matplotlib loads only when a run starts
+    results = run_and_report(cfg, econ, prompts, counters, out, settings, progress=not no_progress)
+    _print_summary(results, out)
+
+
+def _parse_extra_body(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--extra-body is not valid JSON ({e}): pass e.g. '{{\"top_p\": 0.9}}'") from None
+    if not isinstance(body, dict):
+        raise ValueError("--extra-body must be a JSON object, e.g. '{\"top_p\": 0.9}'")
+    return body
+
+
+def _print_summary(results: dict, out: str) -> None:
+    for v in results["verdicts"]:
+        colour = {"go": typer.colors.GREEN, "no-go": typer.colors.RED}.get(v["decision"], typer.colors.YELLOW)
+        typer.secho(f"{v['decision'].upper()}  {v['endpoint']}", fg=colour, bold=True)
+        for reason in v["reasons"]:
+            typer.echo(f"  - {reason}")
+    for r in results["runs"]:
+        typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, "
+                   f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate, "
+                   f"TTFT p50 {r['ttft_ms']['p50'] or 0:.0f} ms")
+    if results["interrupted"]:
+        typer.secho("interrupted: the report holds what was measured before Ctrl-C", fg=typer.colors.YELLOW)
+    typer.echo(f"wrote {out}/results.json, {out}/report.md, {out}/report.html")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit)

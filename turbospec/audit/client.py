@@ -1,0 +1,156 @@
+"""One streamed request against an OpenAI-compatible endpoint, timed chunk by chunk.
+
+Every failure ends as a `RequestRecord` with `ok=False`, a short `error` category (what the
+report counts) and an `error_detail` (what a human reads), never as an exception:
+
+  http <status>              the body's first 200 characters in the detail
+  timeout                    no first token, or no end of stream, within --timeout
+  connection refused | connection error
+  stream cut                 the connection closed mid-body (incomplete chunked read, reset)
+  bad json                   a `data:` payload that is not a JSON object
+  error in stream            the server sent an error object inside the stream
+  no [DONE]                  the stream ended cleanly but without the `[DONE]` sentinel
+  empty output               `[DONE]` arrived before any generated text
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from turbospec.audit.endpoint import Endpoint
+from turbospec.audit.sse import BadChunk, SSEDecoder, parse_chunk
+from turbospec.audit.tokens import TokenCounter
+from turbospec.audit.workload import Prompt
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    max_tokens: int
+    temperature: float = 0.0
+    timeout_s: float = 120.0
+    ignore_eos: bool = False
+    extra_body: dict = field(default_factory=dict)
+
+
+@dataclass
+class RequestRecord:
+    endpoint: str
+    prompt_id: str
+    domain: str
+    start_s: float = 0.0                       # perf_counter() when the request was sent
+    end_s: float | None = None                 # perf_counter() at the end of the stream
+    ok: bool = False
+    error: str | None = None
+    error_detail: str | None = None
+    chunk_times_s: list[float] = field(default_factory=list)   # since start_s, one per chunk with text
+    chunk_tokens: list[int] | None = None      # exact tokens per chunk, when the server streams usage
+    output_tokens: int = 0
+    input_tokens: int | None = None
+    token_source: str = "chunks"               # usage | tokenizer | chunks
+    finish_reason: str | None = None
+
+    def fail(self, error: str, detail: str) -> "RequestRecord":
+        self.ok, self.error, self.error_detail = False, error, detail[:300]
+        self.end_s = self.end_s or time.perf_counter()
+        return self
+
+
+def build_body(ep: Endpoint, prompt: Prompt, s: RequestSettings) -> dict:
+    body: dict = {"model": ep.model, "max_tokens": prompt.max_tokens or s.max_tokens,
+                  "temperature": s.temperature, "stream": True,
+                  "stream_options": {"include_usage": True}}
+    if ep.api == "chat":
+        body["messages"] = prompt.as_messages()
+    else:
+        body["prompt"] = prompt.as_text()
+    if s.ignore_eos:
+        body["ignore_eos"] = True               # vLLM / SGLang extension: always generate max_tokens
+    body.update(s.extra_body)
+    return body
+
+
+async def send_request(http: httpx.AsyncClient, ep: Endpoint, prompt: Prompt, s: RequestSettings,
+                       counter: TokenCounter | None = None) -> RequestRecord:
+    rec = RequestRecord(endpoint=ep.url, prompt_id=prompt.id, domain=prompt.domain)
+    body = build_body(ep, prompt, s)
+    rec.start_s = time.perf_counter()
+    try:
+        async with asyncio.timeout(s.timeout_s):
+            await _stream(http, ep, body, rec, counter)
+    except TimeoutError:
+        stage = "no first token" if not rec.chunk_times_s else f"stream unfinished after {len(rec.chunk_times_s)} chunks"
+        return rec.fail("timeout", f"{stage} within {s.timeout_s:g} s")
+    except httpx.TimeoutException as e:
+        return rec.fail("timeout", f"{type(e).__name__}: {e}")
+    except httpx.ConnectError as e:
+        refused = "refused" in str(e).lower() or "errno 111" in str(e).lower()
+        return rec.fail("connection refused" if refused else "connection error", f"{ep.request_url}: {e}")
+    except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+        return rec.fail("stream cut", f"after {len(rec.chunk_times_s)} chunks: {e or type(e).__name__}")
+    except httpx.HTTPError as e:
+        return rec.fail("connection error", f"{type(e).__name__}: {e}")
+    except BadChunk as e:
+        return rec.fail("bad json", str(e))
+    return rec
+
+
+async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: RequestRecord,
+                  counter: TokenCounter | None) -> None:
+    async with http.stream("POST", ep.request_url, json=body, headers=ep.headers()) as resp:
+        if resp.status_code >= 400:
+            raw = await resp.aread()
+            rec.fail(f"http {resp.status_code}", raw[:200].decode("utf-8", "replace"))
+            return
+        decoder, pieces, usage, done = SSEDecoder(), [], None, False
+        cumulative: list[int | None] = []     # completion_tokens seen with each text chunk
+        async for line in resp.aiter_lines():
+            now = time.perf_counter()
+            payload = decoder.feed(line)
+            if payload is None:
+                continue
+            chunk = parse_chunk(payload)
+            if chunk.done:
+                done = True
+                break
+            if chunk.error is not None:
+                rec.fail("error in stream", chunk.error)
+                return
+            if chunk.usage is not None:
+                usage = chunk.usage
+            if chunk.text:
+                rec.chunk_times_s.append(now - rec.start_s)
+                pieces.append(chunk.text)
+                cumulative.append((chunk.usage or {}).get("completion_tokens"))
+            rec.finish_reason = chunk.finish_reason or rec.finish_reason
+        rec.end_s = time.perf_counter()
+        if not done:
+            tail = decoder.flush()
+            if tail is not None and parse_chunk(tail).done:
+                done = True
+        if not done:
+            rec.fail("no [DONE]", f"stream ended after {len(rec.chunk_times_s)} chunks without data: [DONE]")
+            return
+        if not rec.chunk_times_s:
+            rec.fail("empty output", f"[DONE] before any generated text (finish_reason={rec.finish_reason})")
+            return
+        _count_tokens(rec, "".join(pieces), usage, cumulative, counter)
+        rec.ok = True
+
+
+def _count_tokens(rec: RequestRecord, text: str, usage: dict | None, cumulative: list[int | None],
+                  counter: TokenCounter | None) -> None:
+    completion = (usage or {}).get("completion_tokens")
+    if isinstance(completion, int) and completion > 0:
+        rec.output_tokens, rec.token_source = completion, "usage"
+        prompt_tokens = (usage or {}).get("prompt_tokens")
+        rec.input_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
+        if all(isinstance(c, int) for c in cumulative) and cumulative[-1] == completion:
+            # continuous usage stats (vLLM `continuous_usage_stats`): exact tokens per chunk
+            rec.chunk_tokens = [b - a for a, b in zip([0] + cumulative[:-1], cumulative)]
+    elif counter is not None:
+        rec.output_tokens, rec.token_source = max(counter.count(text), 1), "tokenizer"
+    else:
+        rec.output_tokens, rec.token_source = len(rec.chunk_times_s), "chunks"

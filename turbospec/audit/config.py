@@ -1,0 +1,90 @@
+"""Typed, validated settings of an audit's load generation (the economics live in cost.py /
+projection.py). Every error message says what to pass instead."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from turbospec.audit.client import RequestSettings
+from turbospec.audit.endpoint import Endpoint
+from turbospec.audit.stats import SLO
+
+TELEMETRY_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class LoadLevel:
+    concurrency: int | None = None          # closed loop: this many requests in flight per endpoint
+    request_rate: float | None = None       # open loop: Poisson arrivals per second
+
+    @property
+    def label(self) -> str:
+        return f"concurrency {self.concurrency}" if self.concurrency else f"{self.request_rate:g} req/s (Poisson)"
+
+
+def parse_concurrency(text: str | None) -> tuple[int, ...]:
+    if text is None or not text.strip():
+        return ()
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"--concurrency {text!r}: give positive integers separated by commas, "
+                         "e.g. --concurrency 1,4,16")
+    return values
+
+
+def parse_rates(text: str | None) -> tuple[float, ...]:
+    if text is None or not text.strip():
+        return ()
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(not v > 0 for v in values):
+        raise ValueError(f"--request-rate {text!r}: give positive requests per second separated by commas, "
+                         "e.g. --request-rate 0.5,2")
+    return values
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    endpoints: tuple[Endpoint, ...]
+    levels: tuple[LoadLevel, ...]
+    num_prompts: int
+    request: RequestSettings
+    warmup: int = 2
+    max_duration_s: float = 600.0           # per load level; in-flight requests are cancelled after it
+    max_inflight: int = 256                 # Poisson: cap on requests in flight per endpoint
+    seed: int = 0
+    telemetry: str = "auto"
+    slo: SLO = field(default_factory=SLO)
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            raise ValueError("no --endpoint given: pass at least one, e.g. --endpoint http://127.0.0.1:8000")
+        if len({e.url for e in self.endpoints}) != len(self.endpoints):
+            raise ValueError("the same --endpoint is given twice: pass each URL once")
+        if not self.levels:
+            raise ValueError("no load level: pass --concurrency 1,4,16 and/or --request-rate 2")
+        if self.num_prompts < 1:
+            raise ValueError(f"--num-prompts {self.num_prompts}: pass a positive number of measured requests "
+                             "per load level, e.g. --num-prompts 64")
+        if self.request.max_tokens < 1:
+            raise ValueError(f"--max-tokens {self.request.max_tokens}: pass a positive output length, e.g. 256")
+        if not self.request.timeout_s > 0:
+            raise ValueError("--timeout must be positive seconds per request, e.g. 120")
+        if self.request.temperature < 0:
+            raise ValueError("--temperature must be >= 0")
+        if self.warmup < 0:
+            raise ValueError("--warmup must be >= 0 (requests per endpoint and level that are not counted)")
+        if not self.max_duration_s > 0:
+            raise ValueError("--max-duration must be positive seconds per load level, e.g. 600")
+        if self.max_inflight < 1:
+            raise ValueError("--max-inflight must be >= 1")
+        if self.telemetry not in TELEMETRY_MODES:
+            raise ValueError(f"--telemetry {self.telemetry!r}: use auto, on or off")
+        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            v = getattr(self.slo, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"--slo-{name.replace('_ms', '')}-ms must be positive milliseconds")

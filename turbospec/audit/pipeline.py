@@ -1,0 +1,68 @@
+"""The audit end to end: run the load, derive the results, write results.json, report.md and
+report.html (plus the figures as PNG files for the markdown). Used by the CLI and by tests."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from contextlib import nullcontext
+
+from turbospec.audit.config import LoadConfig
+from turbospec.audit.plots import draw_all
+from turbospec.audit.report import build_sections
+from turbospec.audit.report_html import render_html
+from turbospec.audit.report_md import render_markdown
+from turbospec.audit.results import Economics, build_results
+from turbospec.audit.runner import run_audit
+from turbospec.audit.tokens import TokenCounter
+from turbospec.audit.workload import Prompt
+
+
+def _progress(total: int, enabled: bool):
+    """A rich progress bar on stderr (off when asked, or when stderr is not a terminal)."""
+    if not enabled or not sys.stderr.isatty():
+        return nullcontext(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TextColumn
+    return Progress(TextColumn("[bold]audit"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.description}"), transient=False)
+
+
+def run_and_report(cfg: LoadConfig, econ: Economics, prompts: list[Prompt],
+                   counters: dict[str, TokenCounter | None], out_dir: str, settings: dict,
+                   progress: bool = True) -> dict:
+    total = len(cfg.levels) * len(cfg.endpoints) * cfg.num_prompts
+    with _progress(total, progress) as bar:
+        task = bar.add_task("", total=total) if bar else None
+        failed = [0]
+
+        def on_result(rec) -> None:
+            failed[0] += 0 if rec.ok else 1
+            if bar:
+                bar.update(task, advance=1, description=f"{failed[0]} failed" if failed[0] else "")
+
+        audit = asyncio.run(run_audit(cfg, prompts, counters, on_result=on_result))
+    results = build_results(audit, cfg, econ, settings)
+    write_outputs(results, out_dir)
+    return results
+
+
+def write_outputs(results: dict, out_dir: str) -> None:
+    os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1, ensure_ascii=False)
+    figures = draw_all(results)
+    paths = {}
+    for name, png in figures.items():
+        paths[name] = f"figures/{name}.png"
+        with open(os.path.join(out_dir, paths[name]), "wb") as f:
+            f.write(png)
+    sections = build_sections(results)
+    title = "Inference audit"
+    subtitle = (f"{', '.join(e['url'] for e in results['endpoints'])} · {results['endpoints'][0]['model']} · "
+                f"{results['gpu']['name']} x {results['cost_model']['num_gpus']} · {results['finished_at']}"
+                + (" · INTERRUPTED" if results["interrupted"] else ""))
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
+        f.write(render_markdown(f"{title} — {subtitle}", sections, paths))
+    with open(os.path.join(out_dir, "report.html"), "w", encoding="utf-8") as f:
+        f.write(render_html(title, subtitle, sections, figures))

@@ -1,0 +1,62 @@
+"""Named model shapes for the roofline, as Hugging Face config.json fragments.
+
+Use one with `--model-config qwen3-8b` when the checkpoint's config.json is not at hand; a `-fp8`
+suffix on any name adds block-FP8 weights (lm_head kept in bf16, as the published FP8 builds do).
+"""
+from __future__ import annotations
+
+import re
+
+_FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+
+PRESETS: dict[str, dict] = {
+    "qwen3-8b": {
+        "architectures": ["Qwen3ForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 151936,
+        "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False,
+    },
+    "qwen3-30b-a3b": {
+        "architectures": ["Qwen3MoeForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 151936,
+        "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "tie_word_embeddings": False,
+        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1, "mlp_only_layers": [],
+    },
+    "llama-3.1-8b": {
+        "architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 128256,
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False,
+    },
+    # transformers' SarvamMoeConfig defaults (checkpoint sarvamai/sarvam-30b-fp8): 128 routed experts,
+    # top-6, one shared expert, first layer dense.
+    "sarvam-30b": {
+        "architectures": ["SarvamMoEForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 262144,
+        "hidden_size": 4096, "intermediate_size": 8192, "num_hidden_layers": 19,
+        "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 64, "tie_word_embeddings": False,
+        "num_experts": 128, "num_experts_per_tok": 6, "num_shared_experts": 1,
+        "moe_intermediate_size": 1024, "first_k_dense_replace": 1,
+    },
+}
+
+
+def preset_config(name: str) -> dict:
+    key = name.lower()
+    fp8 = key.endswith("-fp8")
+    base = key.removesuffix("-fp8")
+    if base not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}: use a config.json path or one of "
+                         f"{', '.join(sorted(PRESETS))} (optionally with -fp8)")
+    cfg = dict(PRESETS[base])
+    if fp8:
+        cfg["quantization_config"] = dict(_FP8)
+    return cfg
+
+
+def guess_preset(model_name: str) -> str | None:
+    """The preset a served model name most likely refers to ('Qwen/Qwen3-8B-FP8' -> 'qwen3-8b-fp8')."""
+    flat = re.sub(r"[^a-z0-9]", "", model_name.lower())
+    hits = [p for p in PRESETS if re.sub(r"[^a-z0-9]", "", p) in flat]
+    if not hits:
+        return None
+    best = max(hits, key=len)
+    return f"{best}-fp8" if "fp8" in flat else best

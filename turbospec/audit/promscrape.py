@@ -1,0 +1,149 @@
+"""Speculation figures of one run, from what the server exposes — best source first:
+
+1. Prometheus `/metrics` scraped before and after the run, vLLM's counters differenced (turbospec's
+   server exposes the same names; `_total` suffix optional; summed over engines/labels):
+     vllm:spec_decode_num_drafts, vllm:spec_decode_num_draft_tokens,
+     vllm:spec_decode_num_accepted_tokens, vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}
+   acceptance rate   = accepted / draft tokens
+   acceptance length = 1 + accepted / drafts          (tokens per verify step, bonus included)
+   per position i    = accepted at position i / drafts
+2. SGLang: `/get_server_info` `avg_spec_accept_length` (or the `sglang:spec_accept_length` gauge):
+   a running average of the server, not limited to this run; labelled so.
+3. An estimate: tokens per streamed chunk after the first (one chunk per verify step assumed;
+   servers that merge chunks under load inflate it); labelled as an estimate.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import httpx
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+PREFIX = "vllm:spec_decode_"
+_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+_PER_POS = "num_accepted_tokens_per_pos"
+_SGLANG_GAUGE = "sglang:spec_accept_length"
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) for every sample line of a Prometheus text exposition."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group(2) or "")}
+        out.append((m.group(1), labels, value))
+    return out
+
+
+@dataclass
+class SpecCounters:
+    present: bool = False                          # any vllm:spec_decode_* counter was exposed
+    totals: dict[str, float] = field(default_factory=dict)
+    per_pos: dict[int, float] = field(default_factory=dict)
+    sglang_accept_length: float | None = None      # gauge, not a counter
+
+
+def spec_counters(text: str) -> SpecCounters:
+    c = SpecCounters()
+    for name, labels, value in parse_prometheus(text):
+        if name == _SGLANG_GAUGE and not math.isnan(value):
+            c.sglang_accept_length = value
+        if not name.startswith(PREFIX) or name.endswith("_created"):
+            continue
+        key = name[len(PREFIX):].removesuffix("_total")
+        if key == _PER_POS and "position" in labels:
+            c.present = True
+            pos = int(labels["position"])
+            c.per_pos[pos] = c.per_pos.get(pos, 0.0) + value
+        elif key in _COUNTERS:
+            c.present = True
+            c.totals[key] = c.totals.get(key, 0.0) + value
+    return c
+
+
+def from_counters(before: SpecCounters, after: SpecCounters) -> dict | None:
+    """This run's acceptance from two scrapes; None when the server exposes no such counters."""
+    if not (before.present and after.present):
+        return None
+    d = {k: after.totals.get(k, 0.0) - before.totals.get(k, 0.0) for k in _COUNTERS}
+    per_pos = {p: after.per_pos[p] - before.per_pos.get(p, 0.0) for p in sorted(after.per_pos)}
+    if any(v < 0 for v in d.values()) or any(v < 0 for v in per_pos.values()):
+        return {"source": "prometheus", "is_estimate": False, "acceptance_length": None,
+                "acceptance_rate": None, "per_position": [],
+                "note": "counters went down during the run (server restarted?): not differenced"}
+    drafts, draft_tokens, accepted = d["num_drafts"], d["num_draft_tokens"], d["num_accepted_tokens"]
+    return {
+        "source": "prometheus", "is_estimate": False,
+        "num_drafts": drafts, "num_draft_tokens": draft_tokens, "num_accepted_tokens": accepted,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "acceptance_length": 1.0 + accepted / drafts if drafts else None,
+        "per_position": [per_pos[p] / drafts for p in per_pos] if drafts else [],
+        "note": "differenced /metrics counters of this run" if drafts
+                else "the server exposes speculation counters but drafted nothing in this run",
+    }
+
+
+def from_sglang(server_info: dict | None, gauge: float | None) -> dict | None:
+    value = None
+    if isinstance(server_info, dict):
+        states = server_info.get("internal_states") or [{}]
+        first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+        value = server_info.get("avg_spec_accept_length", first.get("avg_spec_accept_length"))
+    if value is None:
+        value = gauge
+    if not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return {"source": "sglang", "is_estimate": False, "acceptance_length": float(value),
+            "acceptance_rate": None, "per_position": [],
+            "note": "SGLang's running average acceptance length: covers the server's recent traffic, "
+                    "not only this run"}
+
+
+def from_chunks(tokens_per_chunk: float | None) -> dict:
+    return {"source": "chunk_estimate", "is_estimate": True,
+            "acceptance_length": tokens_per_chunk, "acceptance_rate": None, "per_position": [],
+            "note": "ESTIMATE from tokens per streamed chunk after the first, assuming one chunk per "
+                    "verify step (about 1.0 means no speculation; servers that merge chunks inflate it)"}
+
+
+def speculation_result(before: SpecCounters | None, after: SpecCounters | None,
+                       server_info: dict | None, tokens_per_chunk: float | None) -> dict:
+    """Pick the best available source for this run (see the module docstring)."""
+    if before is not None and after is not None:
+        prom = from_counters(before, after)
+        if prom is not None:
+            return prom
+    sg = from_sglang(server_info, after.sglang_accept_length if after else None)
+    return sg if sg is not None else from_chunks(tokens_per_chunk)
+
+
+async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | None:
+    """One /metrics scrape; None when the endpoint has none (404, refused, not Prometheus text)."""
+    try:
+        resp = await http.get(url, timeout=5.0)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    return spec_counters(resp.text)
+
+
+async def fetch_server_info(http: httpx.AsyncClient, url: str) -> dict | None:
+    try:
+        resp = await http.get(url, timeout=5.0)
+        return resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None

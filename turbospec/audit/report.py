@@ -1,0 +1,221 @@
+"""What the report says, renderer-neutral: a list of sections of blocks, built from results.json.
+
+Blocks: ("p", text) | ("list", [text]) | ("table", headers, rows) | ("figure", name, caption) |
+("verdict", decision, endpoint). report_md.py and report_html.py turn them into report.md / report.html,
+so both always say the same thing. The verdict comes first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from turbospec.audit.cost import format_money
+from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_SPEEDUP
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[tuple] = field(default_factory=list)
+
+
+def n(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.0%}"
+
+
+def build_sections(res: dict) -> list[Section]:
+    return [s for s in (_verdict(res), _status(res), _levels(res), _race(res), _speculation(res),
+                        _ceiling(res), _money(res), _domains(res), _telemetry(res), _failures(res),
+                        _definitions(res), _settings(res)) if s is not None]
+
+
+def _verdict(res: dict) -> Section:
+    s = Section("Verdict")
+    for v in res["verdicts"]:
+        s.blocks.append(("verdict", v["decision"], v["endpoint"]))
+        s.blocks.append(("list", v["reasons"]))
+    s.blocks.append(("p", f"How it is decided: at the target load (default: the highest measured "
+                          f"concurrency) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x "
+                          f"and the acceptance length at least {MIN_ACCEPTANCE_LENGTH} tokens per verify step; "
+                          f"NO-GO otherwise; INCONCLUSIVE when no request succeeded or more than "
+                          f"{MAX_FAILURE_RATE:.0%} failed. The acceptance length is measured from the server's "
+                          "counters when it exposes them, otherwise it is the stated assumption."))
+    return s
+
+
+def _status(res: dict) -> Section | None:
+    notes = []
+    if res["interrupted"]:
+        notes.append("Interrupted (Ctrl-C): these are the requests measured before the stop.")
+    if res["prompts_repeated"]:
+        notes.append("--num-prompts exceeds the prompt set: prompts repeat, so prefix caches flatter TTFT.")
+    for r in res["runs"]:
+        other = {k: v for k, v in r["token_count_source"].items() if k != "usage"}
+        if other:
+            notes.append(f"{r['endpoint']} · {r['label']}: token counts not from the server's usage for "
+                         f"{sum(other.values())} requests ({', '.join(f'{k}: {v}' for k, v in other.items())}).")
+        if r["num_cancelled"]:
+            notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
+                         "(--max-duration or Ctrl-C); not counted as failures.")
+    return Section("Notes", [("list", notes)]) if notes else None
+
+
+def _levels(res: dict) -> Section:
+    gpus = res["cost_model"]["num_gpus"]
+    cur = res["cost_model"]["currency"]
+    rows = [[r["endpoint"], r["label"], f"{r['num_ok']} / {r['num_failed']}",
+             n(r["aggregate_output_tokens_per_s"]), n(r["aggregate_output_tokens_per_s_per_gpu"]),
+             n(r["output_tokens_per_s"]["p50"]),
+             f"{n(r['ttft_ms']['p50'], 0)} / {n(r['ttft_ms']['p90'], 0)} / {n(r['ttft_ms']['p99'], 0)}",
+             n(r["tpot_ms"]["p50"]), f"{n(r['itl_ms']['p50'])} / {n(r['itl_ms']['p99'])}",
+             n(r["e2e_ms"]["p50"], 0), n(r["tokens_per_chunk"]["mean"], 2),
+             f"{n(r['goodput']['requests_per_s'], 2)} ({pct(r['goodput']['fraction'])})",
+             format_money(r["cost"]["per_million_output_tokens"], cur)] for r in res["runs"]]
+    slo = res["runs"][0]["goodput"]["slo"] if res["runs"] else {}
+    return Section("Speed and latency by load level", [
+        ("table", ["endpoint", "load", "ok / failed", "aggregate tok/s", f"per GPU ({gpus})",
+                   "tok/s per request (p50)", "TTFT ms p50/p90/p99", "TPOT ms p50", "ITL ms p50/p99",
+                   "e2e ms p50", "tokens/chunk", "goodput req/s (share)", f"cost / 1M tokens"], rows),
+        ("p", f"Goodput counts requests meeting every SLO: TTFT <= {slo.get('ttft_ms')} ms, TPOT <= "
+              f"{slo.get('tpot_ms')} ms, e2e <= {slo.get('e2e_ms')} ms (None = not set)."),
+        ("figure", "throughput_vs_concurrency", "Throughput as concurrency grows: the GPU's total, and each request's."),
+        ("figure", "latency_vs_throughput", "Latency against throughput: the price of filling the batch."),
+        ("figure", "ttft_distribution", "Time to first token, every measured request."),
+    ])
+
+
+def _race(res: dict) -> Section | None:
+    if not res["race"]:
+        return None
+    s = Section("Race: same prompts, same minute, interleaved round-robin")
+    for lv in res["race"]:
+        s.blocks.append(("p", f"Load: {lv['level']} per endpoint. Ranked by median output tok/s per request."))
+        s.blocks.append(("table", ["rank", "endpoint", "model", "median tok/s", "TTFT p50 ms", "TTFT p90 ms",
+                                   "ok", "failed"],
+                         [[r["rank"], r["endpoint"], r["model"], n(r["median_output_tokens_per_s"]),
+                           n(r["ttft_ms_p50"], 0), n(r["ttft_ms_p90"], 0), r["num_ok"],
+                           f"{r['num_failed']} {_reasons(r['failures'])}"] for r in lv["rows"]]))
+    s.blocks.append(("p", "In a race every endpoint waits for the slowest before the next prompt, so compare "
+                          "per-request speed and TTFT here, not aggregate throughput."))
+    return s
+
+
+def _speculation(res: dict) -> Section:
+    rows = [[r["endpoint"], r["label"], r["speculation"]["source"] + (" (ESTIMATE)" if r["speculation"]["is_estimate"] else ""),
+             pct(r["speculation"].get("acceptance_rate")), n(r["speculation"].get("acceptance_length"), 2),
+             ", ".join(f"{p:.2f}" for p in r["speculation"].get("per_position") or []) or "–",
+             r["speculation"].get("note", "")] for r in res["runs"]]
+    return Section("Speculation measured", [
+        ("table", ["endpoint", "load", "source", "acceptance rate", "acceptance length", "per position", "note"], rows),
+        ("figure", "acceptance_by_position", "Share of drafts accepted at each draft position (this run only)."),
+    ])
+
+
+def _ceiling(res: dict) -> Section:
+    m, g = res["model"], res["gpu"]
+    s = Section("Ceiling (HBM roofline)")
+    s.blocks.append(("p", f"GPU: {g['name']}, {g['mem_bandwidth_tbs']} TB/s, {g['memory_gb']} GB, "
+                          f"{g['bf16_tflops']} bf16 TFLOPS (vendor peaks)."))
+    if m is None:
+        s.blocks.append(("p", "No model shape: pass --model-config config.json (or a preset such as qwen3-8b) "
+                              "to get the ceiling and a batch-aware projection."))
+        return s
+    s.blocks.append(("p", f"Model: {m['name']} ({m['source']}), {m['weight_dtype']} weights, "
+                          f"{m['weight_bytes_per_token'] / 1e9:.2f} GB read per decoded token at batch 1, "
+                          f"{m['kv_bytes_per_token_of_context'] / 1e3:.1f} kB of KV cache per token of context, "
+                          f"{m['active_params'] / 1e9:.2f}B active of {m['total_params'] / 1e9:.2f}B parameters. "
+                          + " ".join(m["notes"])))
+    rows = [[r["endpoint"], r["label"], n(r["roofline"]["context_tokens"], 0),
+             n(r["roofline"]["per_sequence_tokens_per_s"]), n(r["output_tokens_per_s"]["p50"]),
+             pct(r["roofline"]["fraction_per_sequence"]), n(r["roofline"]["aggregate_tokens_per_s"]),
+             pct(r["roofline"]["fraction_aggregate"]), r["roofline"]["bound"]]
+            for r in res["runs"] if r["roofline"]]
+    s.blocks.append(("table", ["endpoint", "load", "context tokens", "ceiling tok/s per sequence", "measured p50",
+                               "fraction", "ceiling aggregate tok/s per GPU", "fraction", "bound"], rows))
+    return s
+
+
+def _money(res: dict) -> Section:
+    c = res["cost_model"]
+    cur = c["currency"]
+    a = res["assumptions"]
+    rows = []
+    for r in res["runs"]:
+        p, an, cost = r["projection"], r["annual"], r["cost"]
+        rows.append([r["endpoint"], r["label"], f"{n(p['acceptance_length'], 2)} ({p['acceptance_source']})",
+                     p["num_speculative_tokens"], f"{p['verify_overhead']:.2f} + {p['batch_overhead']:.2f}",
+                     f"{p['speedup']:.2f}x", "yes" if p["already_speculating"] else "no",
+                     format_money(cost.get("per_million_without_speculation"), cur),
+                     format_money(cost.get("per_million_with_speculation"), cur),
+                     format_money(an["annual_cost"], cur), format_money(an["annual_savings"], cur)])
+    return Section("Projected speedup and money", [
+        ("p", f"Price: {format_money(c['price_per_gpu_hour'], cur)} per GPU-hour x {c['num_gpus']} GPU(s) "
+              f"({c['price_source']}). Exchange rate assumed: 1 USD = {c['usd_to_inr']:g} INR. Annual basis: "
+              f"{res['runs'][0]['annual']['basis'] if res['runs'] else '–'}."),
+        ("p", f"Speedup = acceptance length / (1 + verify overhead + batch overhead). Assumed where not measured: "
+              f"acceptance length {a['acceptance_length']:g}, k = {a['num_speculative_tokens']} drafted tokens, "
+              f"verify overhead {a['verify_overhead']:g}. The batch overhead is the roofline cost of verifying "
+              "k+1 tokens per sequence at this concurrency (0 without a model shape)."),
+        ("table", ["endpoint", "load", "acceptance length", "k", "overhead (verify + batch)", "speedup",
+                   "speculating now", "cost / 1M plain", "cost / 1M speculative", "annual cost (as measured)",
+                   "annual savings from speculation"], rows),
+        ("p", "The measured column is the endpoint as it runs; the other is the projection (plain decoding "
+              "estimated for an endpoint that already speculates, speculation projected for one that does not)."),
+        ("figure", "cost_per_million", "Cost per million output tokens, measured and with projected speculation."),
+    ])
+
+
+def _domains(res: dict) -> Section:
+    rows = [[r["endpoint"], r["label"], d, v["num_ok"], n(v["ttft_ms"]["p50"], 0), n(v["tpot_ms"]["p50"]),
+             n(v["output_tokens_per_s"]["p50"]), n(v["tokens_per_chunk"]["mean"], 2), n(v["output_tokens"]["mean"], 0)]
+            for r in res["runs"] for d, v in r["by_domain"].items()]
+    return Section("By domain", [
+        ("p", "Speculation pays differently by domain: code and math repeat themselves, prose less, and text "
+              "outside the drafter's training (e.g. Hindi) least. Tokens per chunk above 1 hints at speculation."),
+        ("table", ["endpoint", "load", "domain", "ok", "TTFT p50 ms", "TPOT p50 ms", "tok/s p50",
+                   "tokens/chunk", "output tokens (mean)"], rows)])
+
+
+def _telemetry(res: dict) -> Section:
+    s = Section("GPU telemetry")
+    seen = set()
+    for r in res["runs"]:
+        t = r["telemetry"] or {}
+        if not t.get("sampled"):
+            if t.get("reason") not in seen:
+                seen.add(t.get("reason"))
+                s.blocks.append(("p", t.get("reason") or "not sampled"))
+            continue
+        rows = [[d["index"], d["name"], d["samples"], n(d["sm_util_pct"]["mean"]), n(d["mem_bw_util_pct"]["mean"]),
+                 pct(d["idle_fraction"]), n(d["power_w"]["mean"], 0), n(d["power_w"]["max"], 0),
+                 n(d["memory_used_gb"]["max"])] for d in t["devices"] if d["samples"]]
+        s.blocks.append(("p", f"{r['label']}:"))
+        s.blocks.append(("table", ["GPU", "name", "samples", "SM util % (mean)", "memory-bandwidth util % (mean)",
+                                   "idle share", "power W (mean)", "power W (max)", "memory used GB (max)"], rows))
+    return s
+
+
+def _failures(res: dict) -> Section | None:
+    rows = [[r["endpoint"], r["label"], e["reason"], e["prompt_id"], e["detail"]]
+            for r in res["runs"] for e in r["failure_examples"]]
+    if not rows:
+        return None
+    counts = [[r["endpoint"], r["label"], r["num_failed"], _reasons(r["failures"])] for r in res["runs"] if r["num_failed"]]
+    return Section("Failures", [("table", ["endpoint", "load", "failed", "reasons"], counts),
+                                ("table", ["endpoint", "load", "reason", "prompt", "detail"], rows)])
+
+
+def _definitions(res: dict) -> Section:
+    return Section("Metric definitions", [("list", [f"{k}: {v}" for k, v in res["definitions"].items()])])
+
+
+def _settings(res: dict) -> Section:
+    return Section("Settings", [("table", ["setting", "value"],
+                                 [[k, str(v)] for k, v in res["settings"].items()])])
+
+
+def _reasons(failures: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in failures.items())

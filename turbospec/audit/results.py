@@ -1,0 +1,175 @@
+"""results.json: everything the audit measured and derived, in one versioned document.
+
+Top level (schema_version 1; every field is documented in docs/audit.md, "results.json"):
+  schema_version, tool, created_at, started_at, finished_at, interrupted, settings,
+  endpoints[], gpu{}, cost_model{}, model{} | null, assumptions{}, definitions{},
+  runs[]      one per endpoint and load level: latency distributions, throughput, goodput,
+              speculation, ceiling, cost, projection, per-domain view, telemetry, failures
+  race[]      with several endpoints: per load level, endpoints ranked by median output tok/s
+  verdicts[]  one per endpoint; `verdict` is the first endpoint's
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from turbospec import __version__
+from turbospec.audit.config import LoadConfig
+from turbospec.audit.cost import CostModel
+from turbospec.audit.gpus import GPU
+from turbospec.audit.projection import SpecAssumption, ceiling, projected_speedup
+from turbospec.audit.promscrape import speculation_result
+from turbospec.audit.roofline import ModelBytes
+from turbospec.audit.runner import AuditRun, EndpointRun
+from turbospec.audit.stats import DEFINITIONS, request_rows, summarize, summarize_by_domain
+from turbospec.audit.verdict import VerdictInput, decide
+
+SCHEMA_VERSION = 1
+
+EXTRA_DEFINITIONS = {
+    "ceiling": "HBM-bandwidth roofline: bandwidth / bytes read per decode step (weights + KV cache at the "
+               "run's mean context); fraction = measured / ceiling",
+    "cost_per_million_output_tokens": "GPUs x price per GPU-hour / (aggregate output tok/s x 3600) x 10^6",
+    "projected_speedup": "acceptance length / (1 + verify overhead + batch overhead); see docs/audit.md",
+    "effective_concurrency": "requests in flight on average (Little's law): request throughput x mean e2e",
+}
+
+
+@dataclass(frozen=True)
+class Economics:
+    gpu: GPU
+    cost: CostModel
+    model: ModelBytes | None
+    assumed: SpecAssumption                    # used wherever acceptance is not measured
+    target_concurrency: float | None = None
+
+
+def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: dict) -> dict:
+    runs = [_run_entry(r, cfg, econ) for r in audit.runs]
+    verdicts = [_verdict(ep.url, [r for r in runs if r["endpoint"] == ep.url], econ) for ep in cfg.endpoints]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"turbospec audit {__version__}",
+        "created_at": audit.finished_at, "started_at": audit.started_at, "finished_at": audit.finished_at,
+        "interrupted": audit.interrupted,
+        "prompts_repeated": audit.prompts_repeated,
+        "settings": settings,
+        "endpoints": [{"url": e.url, "model": e.model, "api": e.api, "request_url": e.request_url,
+                       "metrics_url": e.metrics_url} for e in cfg.endpoints],
+        "gpu": econ.gpu.to_dict(),
+        "cost_model": econ.cost.to_dict(),
+        "model": econ.model.to_dict() if econ.model else None,
+        "assumptions": {"acceptance_length": econ.assumed.acceptance_length,
+                        "num_speculative_tokens": econ.assumed.num_speculative_tokens,
+                        "verify_overhead": econ.assumed.verify_overhead,
+                        "usd_to_inr": econ.cost.usd_to_inr},
+        "definitions": {**DEFINITIONS, **EXTRA_DEFINITIONS},
+        "runs": runs,
+        "race": _race(runs) if len(cfg.endpoints) > 1 else [],
+        "verdicts": verdicts,
+        "verdict": verdicts[0] if verdicts else None,
+    }
+
+
+def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
+    s = summarize(r.records, cfg.slo)
+    e2e_mean = (s["e2e_ms"]["mean"] or 0.0) / 1e3
+    eff_conc = s["request_throughput_per_s"] * e2e_mean
+    spec = speculation_result(r.spec_before, r.spec_after, r.server_info, s["tokens_per_chunk"]["overall"])
+    entry = {
+        "endpoint": r.endpoint.url, "model": r.endpoint.model, "label": r.level.label,
+        "concurrency": r.level.concurrency, "request_rate": r.level.request_rate,
+        **s,
+        "num_cancelled": r.num_cancelled, "warmup_failures": r.warmup_failures,
+        "delayed_arrivals": r.delayed_arrivals,
+        "effective_concurrency": eff_conc,
+        "aggregate_output_tokens_per_s_per_gpu": s["aggregate_output_tokens_per_s"] / econ.cost.num_gpus,
+        "speculation": spec,
+        "by_domain": summarize_by_domain(r.records, cfg.slo),
+        "telemetry": r.telemetry,
+        "requests": request_rows(r.records),
+        "cost": {"per_million_output_tokens": econ.cost.per_million(s["aggregate_output_tokens_per_s"]),
+                 "currency": econ.cost.currency},
+    }
+    conc = r.level.concurrency or max(eff_conc, 1.0)
+    context = (s["input_tokens"]["mean"] or 0.0) + s["output_tokens"]["mean"] / 2
+    entry["roofline"] = _roofline(entry, econ, conc, context)
+    entry["projection"] = _projection(spec, s, econ, conc, context)
+    p = entry["projection"]
+    entry["annual"] = econ.cost.annual(s["aggregate_output_tokens_per_s"], p["speedup"], p["already_speculating"])
+    now = entry["cost"]["per_million_output_tokens"]
+    if now is not None:
+        entry["cost"]["per_million_with_speculation"] = now if p["already_speculating"] else now / p["speedup"]
+        entry["cost"]["per_million_without_speculation"] = now * p["speedup"] if p["already_speculating"] else now
+    return entry
+
+
+def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: float) -> dict:
+    """Speedup from speculation: on the measured acceptance length when the server reports one (then it
+    already speculates), else on the assumed one."""
+    measured = spec["source"] in ("prometheus", "sglang") and spec.get("acceptance_length") is not None
+    if measured:
+        k = max(econ.assumed.num_speculative_tokens, len(spec.get("per_position") or []))
+        assumption = SpecAssumption(min(max(spec["acceptance_length"], 1.0), k + 1.0),
+                                    f"measured ({spec['source']})", k, econ.assumed.verify_overhead)
+    else:
+        assumption = econ.assumed
+    tpot = (s["tpot_ms"]["p50"] or 0.0) / 1e3 or None
+    p = projected_speedup(assumption, conc, econ.model, econ.gpu, context, measured_tpot_s=tpot,
+                          speculating=measured)
+    p["already_speculating"] = measured
+    return p
+
+
+def _roofline(entry: dict, econ: Economics, conc: float, context: float) -> dict | None:
+    if econ.model is None:
+        return None
+    c = ceiling(econ.model, econ.gpu, max(int(round(conc)), 1), context)
+    per_seq = entry["output_tokens_per_s"]["p50"]
+    agg = entry["aggregate_output_tokens_per_s_per_gpu"]
+    c["fraction_per_sequence"] = per_seq / c["per_sequence_tokens_per_s"] if per_seq else None
+    c["fraction_aggregate"] = agg / c["aggregate_tokens_per_s"] if agg else None
+    return c
+
+
+def _target_run(runs: list[dict], target: float | None) -> dict | None:
+    usable = [r for r in runs if r["num_ok"] > 0]
+    if not usable:
+        return None
+    conc = [(r["concurrency"] or r["effective_concurrency"], r) for r in usable]
+    if target is None:
+        return max(conc, key=lambda c: c[0])[1]
+    return min(conc, key=lambda c: abs(c[0] - target))[1]
+
+
+def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
+    num_ok = sum(r["num_ok"] for r in runs)
+    num_failed = sum(r["num_failed"] for r in runs)
+    run = _target_run(runs, econ.target_concurrency)
+    if run is None:
+        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None))
+    p, annual = run["projection"], run["annual"]
+    batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
+    v = decide(VerdictInput(
+        endpoint=url, num_ok=num_ok, num_failed=num_failed, speedup=p["speedup"],
+        acceptance_length=p["acceptance_length"], acceptance_source=p["acceptance_source"],
+        target_concurrency=run["concurrency"] or run["effective_concurrency"],
+        already_speculating=p["already_speculating"],
+        ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
+        annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"]))
+    v["target_run"] = run["label"]
+    v["annual"] = annual
+    return v
+
+
+def _race(runs: list[dict]) -> list[dict]:
+    out = []
+    for label in dict.fromkeys(r["label"] for r in runs):
+        rows = [r for r in runs if r["label"] == label]
+        rows.sort(key=lambda r: -(r["output_tokens_per_s"]["p50"] or 0.0))
+        out.append({"level": label, "rows": [
+            {"rank": i + 1, "endpoint": r["endpoint"], "model": r["model"],
+             "median_output_tokens_per_s": r["output_tokens_per_s"]["p50"],
+             "ttft_ms_p50": r["ttft_ms"]["p50"], "ttft_ms_p90": r["ttft_ms"]["p90"],
+             "num_ok": r["num_ok"], "num_failed": r["num_failed"], "failures": r["failures"]}
+            for i, r in enumerate(rows)]})
+    return out

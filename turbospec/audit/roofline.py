@@ -1,0 +1,176 @@
+"""Bytes read per decode step, from a Hugging Face config.json: the HBM-bandwidth ceiling.
+
+With one request in flight every new token reads the weights once, so the batch-1 ceiling is
+    tokens/s <= HBM bandwidth / (weight bytes read per token + KV-cache bytes at the context length)
+
+What one decoded token reads (norm weights are negligible and left out):
+  every layer    attention projections (GQA q/k/v/o, or MLA's low-rank projections)
+  dense layer    the MLP: 3 * hidden * intermediate
+  MoE layer      the router, `num_experts_per_tok` routed experts and the shared experts;
+                 NOT the other experts
+  once           the LM head (vocab * hidden) — the input embedding reads one row only, so it is
+                 not counted, tied or not
+A step of n tokens (several sequences, or k+1 verified positions) touches more experts: under
+uniform routing each MoE layer reads E * (1 - (1 - k/E)^n) distinct experts. Consecutive tokens of
+one sequence route alike, so verified positions count as (1 - reuse) of an independent token each
+(`reuse`, an assumption; 0 gives the pessimistic bound).
+
+Bytes per weight: the config's dtype (bf16/fp16 2, fp32 4); FP8 checkpoints (`quantization_config`
+quant_method fp8, or 8-bit weights) read 1 byte per linear weight, the LM head stays 16-bit;
+4-bit methods read 0.5.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from turbospec.audit.presets import guess_preset, preset_config
+
+_DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    name: str
+    source: str
+    weight_dtype: str
+    dense_bytes: float                # read every step whatever the batch: attention, dense MLPs, shared
+                                      # experts, routers, LM head
+    expert_bytes: float               # one routed expert of one MoE layer
+    num_moe_layers: int
+    num_experts: int
+    experts_per_tok: int
+    kv_bytes_per_token: float         # KV cache per token of context, all layers (16-bit cache)
+    active_params: float              # parameters one token multiplies by (2 FLOPs each)
+    total_params: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def weight_bytes_per_token(self) -> float:
+        return self.dense_bytes + self.num_moe_layers * self.experts_per_tok * self.expert_bytes
+
+    def experts_touched(self, num_seqs: int, tokens_per_seq: int = 1, reuse: float = 0.0) -> float:
+        """Expected distinct routed experts per MoE layer in one step (uniform routing). Consecutive
+        tokens of one sequence share experts: each extra one counts as (1 - reuse) of an independent
+        token (reuse 0 = independent, the pessimistic bound)."""
+        if not self.num_experts:
+            return 0.0
+        n_eff = num_seqs * (1.0 + (tokens_per_seq - 1) * (1.0 - reuse))
+        return self.num_experts * (1.0 - (1.0 - self.experts_per_tok / self.num_experts) ** n_eff)
+
+    def bytes_per_step(self, num_seqs: int = 1, tokens_per_seq: int = 1, context: float = 0.0,
+                       reuse: float = 0.0) -> float:
+        touched = self.experts_touched(num_seqs, tokens_per_seq, reuse)
+        return (self.dense_bytes + self.num_moe_layers * touched * self.expert_bytes
+                + num_seqs * context * self.kv_bytes_per_token)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "source": self.source, "weight_dtype": self.weight_dtype,
+                "weight_bytes_per_token": self.weight_bytes_per_token,
+                "kv_bytes_per_token_of_context": self.kv_bytes_per_token,
+                "active_params": self.active_params, "total_params": self.total_params,
+                "moe": {"num_moe_layers": self.num_moe_layers, "num_experts": self.num_experts,
+                        "experts_per_tok": self.experts_per_tok} if self.num_moe_layers else None,
+                "notes": list(self.notes)}
+
+
+def _weight_bytes(cfg: dict) -> tuple[float, str]:
+    """(bytes per linear weight, label) from dtype and quantization_config."""
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").replace("torch.", "").lower()
+    if dtype not in _DTYPE_BYTES:
+        raise ValueError(f"config dtype {dtype!r} is not understood: set torch_dtype to bfloat16, float16 or float32")
+    q = cfg.get("quantization_config") or {}
+    method = str(q.get("quant_method", "")).lower()
+    bits = q.get("bits") or q.get("num_bits")
+    for group in (q.get("config_groups") or {}).values():       # compressed-tensors
+        bits = bits or (group.get("weights") or {}).get("num_bits")
+    if method in ("fp8", "fbgemm_fp8"):
+        return 1.0, "fp8"
+    if bits == 8:
+        return 1.0, "8-bit"
+    if method == "mxfp4" or bits == 4:
+        return 0.5, "4-bit"
+    if method:
+        raise ValueError(f"quantization method {method!r} is not modelled: pass a config without "
+                         "quantization_config and state the dtype, or use a preset")
+    return float(_DTYPE_BYTES[dtype]), dtype
+
+
+def model_bytes(raw: dict, name: str = "model", source: str = "config.json") -> ModelBytes:
+    q = raw.get("quantization_config")
+    cfg = dict(raw.get("text_config") or raw)        # multimodal configs nest the language model
+    if q and "quantization_config" not in cfg:
+        cfg["quantization_config"] = q
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if k not in cfg]
+    if missing:
+        raise ValueError(f"model config is missing {missing}: pass a full Hugging Face config.json or a preset")
+    H, L, V = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["vocab_size"])
+    nh = int(cfg["num_attention_heads"])
+    nkv = int(cfg.get("num_key_value_heads") or nh)
+    hd = int(cfg.get("head_dim") or H // nh)
+    wb, label = _weight_bytes(cfg)
+    head_bytes = 2.0 if wb < 2 else wb                # LM head stays 16-bit in quantized checkpoints
+    notes = []
+    if cfg.get("kv_lora_rank"):                       # MLA (DeepSeek-style)
+        r, qr = int(cfg["kv_lora_rank"]), cfg.get("q_lora_rank")
+        nope, rope, vd = int(cfg.get("qk_nope_head_dim", 128)), int(cfg.get("qk_rope_head_dim", 64)), int(cfg.get("v_head_dim", 128))
+        q_params = (H * int(qr) + int(qr) * nh * (nope + rope)) if qr else H * nh * (nope + rope)
+        attn = q_params + H * (r + rope) + r * nh * (nope + vd) + nh * vd * H
+        kv_per_token = L * (r + rope) * 2.0
+        notes.append("MLA attention: compressed KV cache")
+    else:
+        attn = H * nh * hd + 2 * H * nkv * hd + nh * hd * H
+        kv_per_token = 2.0 * L * nkv * hd * 2.0
+    E = int(cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or 0)
+    k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0)
+    dense_mlp = 3 * H * int(cfg.get("intermediate_size", 4 * H))
+    moe_layers = [i for i in range(L) if E and _is_moe_layer(cfg, i)]
+    if E and not k:
+        raise ValueError("MoE config has experts but no num_experts_per_tok: add it to the config")
+    expert_inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 4 * H))
+    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0) or \
+        int(cfg.get("n_shared_experts") or cfg.get("num_shared_experts") or 0) * expert_inter
+    expert = 3 * H * expert_inter
+    per_moe_layer_fixed = 3 * H * shared_inter + H * E     # shared experts + router
+    n_moe, n_dense = len(moe_layers), L - len(moe_layers)
+    dense_params = L * attn + n_dense * dense_mlp + n_moe * per_moe_layer_fixed
+    head = V * H
+    dense_bytes = dense_params * wb + head * head_bytes
+    if n_moe:
+        notes.append(f"MoE: {n_moe} of {L} layers read {k} of {E} experts per token (plus shared)")
+    return ModelBytes(
+        name=name, source=source, weight_dtype=label, dense_bytes=dense_bytes,
+        expert_bytes=expert * wb, num_moe_layers=n_moe, num_experts=E if n_moe else 0,
+        experts_per_tok=k if n_moe else 0, kv_bytes_per_token=kv_per_token,
+        active_params=dense_params + head + n_moe * k * expert,
+        total_params=dense_params + head + n_moe * E * expert + (0 if cfg.get("tie_word_embeddings") else V * H),
+        notes=tuple(notes))
+
+
+def _is_moe_layer(cfg: dict, i: int) -> bool:
+    if i < int(cfg.get("first_k_dense_replace") or 0):
+        return False
+    if i in (cfg.get("mlp_only_layers") or ()):
+        return False
+    step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+    return (i + 1) % step == 0 if "decoder_sparse_step" in cfg else i % step == 0
+
+
+def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
+    """From --model-config (a config.json, a model directory, or a preset name); else a preset guessed
+    from the served model's name; else None (no ceiling)."""
+    if spec:
+        path = os.path.join(spec, "config.json") if os.path.isdir(spec) else spec
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                try:
+                    raw = json.load(f)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"--model-config {path} is not valid JSON ({e})") from e
+            return model_bytes(raw, name=model_name, source=path)
+        return model_bytes(preset_config(spec), name=spec, source=f"preset {spec}")
+    guess = guess_preset(model_name)
+    if guess is None:
+        return None
+    return model_bytes(preset_config(guess), name=guess, source=f"preset {guess} (guessed from the model name)")

@@ -1,0 +1,81 @@
+"""Go / no-go: should this endpoint run (or keep running) speculative decoding?
+
+Decided per endpoint at the target concurrency (--target-concurrency; default the highest measured
+level, the production-like one):
+
+  inconclusive  no successful request, or more than MAX_FAILURE_RATE of requests failed: the
+                endpoint must be healthy before its speed means anything
+  go            projected speedup >= MIN_SPEEDUP and acceptance length >= MIN_ACCEPTANCE_LENGTH
+  no-go         otherwise, with the condition(s) that failed
+
+Reasons always say where the acceptance length came from (measured from /metrics, estimated from
+chunks, or assumed) and add what else the numbers show (far from the ceiling, already speculating,
+what it saves a year).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from turbospec.audit.cost import format_money
+
+MIN_SPEEDUP = 1.3
+MIN_ACCEPTANCE_LENGTH = 2.0
+MAX_FAILURE_RATE = 0.05
+LOW_CEILING_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class VerdictInput:
+    endpoint: str
+    num_ok: int
+    num_failed: int
+    speedup: float | None              # projected at the target concurrency
+    acceptance_length: float | None
+    acceptance_source: str             # "measured (/metrics)" | "estimated (chunks)" | "assumed" ...
+    target_concurrency: float | None
+    already_speculating: bool = False
+    ceiling_fraction: float | None = None      # measured batch-1 tok/s / roofline ceiling
+    annual_savings: float | None = None
+    currency: str = "USD"
+    model_aware: bool = False
+
+
+def decide(v: VerdictInput) -> dict:
+    reasons: list[str] = []
+    thresholds = {"min_speedup": MIN_SPEEDUP, "min_acceptance_length": MIN_ACCEPTANCE_LENGTH,
+                  "max_failure_rate": MAX_FAILURE_RATE}
+    total = v.num_ok + v.num_failed
+    fail_rate = v.num_failed / total if total else 1.0
+    if v.num_ok == 0 or fail_rate > MAX_FAILURE_RATE:
+        reasons.append(f"{v.num_failed} of {total} requests failed ({fail_rate:.0%} > "
+                       f"{MAX_FAILURE_RATE:.0%}): fix the failures listed in the report, then audit again")
+        return {"endpoint": v.endpoint, "decision": "inconclusive", "reasons": reasons, "thresholds": thresholds}
+    at = f"at concurrency {v.target_concurrency:g}" if v.target_concurrency else ""
+    ok_speed = v.speedup is not None and v.speedup >= MIN_SPEEDUP
+    ok_accept = v.acceptance_length is not None and v.acceptance_length >= MIN_ACCEPTANCE_LENGTH
+    if v.speedup is not None:
+        cmp = ">=" if ok_speed else "<"
+        reasons.append(f"projected speedup {v.speedup:.2f}x {at} {cmp} {MIN_SPEEDUP}x")
+    if v.acceptance_length is not None:
+        cmp = ">=" if ok_accept else "<"
+        reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step ({v.acceptance_source}) "
+                       f"{cmp} {MIN_ACCEPTANCE_LENGTH}")
+    if v.already_speculating:
+        reasons.append("speculation is already on at this endpoint: the projection is its gain over plain "
+                       "decoding, so 'go' means keep it on")
+    if "assumed" in v.acceptance_source:
+        reasons.append("acceptance is assumed, not measured: confirm it with a drafter on your own prompts "
+                       "(e.g. turbospec serve with --speculative-config) before committing")
+    elif "estimate" in v.acceptance_source:
+        reasons.append("acceptance is estimated from tokens per chunk: the server exposes no speculation "
+                       "counters, so treat it as a rough guide")
+    if not v.model_aware:
+        reasons.append("no model shape given (--model-config): the projection ignores how the batch and MoE "
+                       "routing erode speculation at high concurrency")
+    if v.ceiling_fraction is not None and v.ceiling_fraction < LOW_CEILING_FRACTION:
+        reasons.append(f"batch-1 decode reaches only {v.ceiling_fraction:.0%} of the HBM ceiling: engine work "
+                       "(FP8 weights, CUDA graphs, fused kernels) may pay before or alongside speculation")
+    if ok_speed and ok_accept and v.annual_savings is not None:
+        reasons.append(f"implied saving {format_money(v.annual_savings, v.currency)} a year at the stated load")
+    decision = "go" if ok_speed and ok_accept else "no-go"
+    return {"endpoint": v.endpoint, "decision": decision, "reasons": reasons, "thresholds": thresholds}
