@@ -112,9 +112,9 @@ def _check_fp8(name: str, tensor: torch.Tensor, param: torch.Tensor | None) -> N
     # FP8 tensors go only into the FP8 parameters that layers/quant/fp8.py created from config.json
     if (tensor.dtype in _FP8_DTYPES or name.endswith("_scale_inv")) and \
             (param is None or (param.dtype != FP8_DTYPE and not name.endswith("_scale_inv"))):
-        raise ValueError(f"checkpoint tensor {name} is {tensor.dtype} (block-FP8) but config.json declares "
-                         "no quantization_config with quant_method 'fp8' for it: restore the checkpoint's "
-                         "quantization_config, or use the bf16 checkpoint of this model")
+        raise ValueError(f"checkpoint tensor {name} is {tensor.dtype} (block-FP8) but no FP8 parameter takes "
+                         "it: FP8 needs quantization_config (quant_method 'fp8') in config.json and a "
+                         "`weight_scale_inv` beside each FP8 weight; or use the bf16 checkpoint")
 
 
 def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],

@@ -1,0 +1,264 @@
+"""Block-FP8 weights (the DeepSeek-V3 / Qwen3-*-FP8 format) for linear layers and stacked experts.
+
+Format (FORMATS.md §3): `<mod>.weight` float8_e4m3fn [N, K] and `<mod>.weight_scale_inv` float32
+[ceil(N / bn), ceil(K / bk)] with (bn, bk) = `weight_block_size` (128, 128). Dequantisation
+**multiplies**: W[i*bn:(i+1)*bn, j*bk:(j+1)*bk] = fp8 block * scale_inv[i, j].
+
+- A checkpoint that declares `quantization_config: {quant_method: fp8, weight_block_size: [..]}`
+  loads as published: exactly the modules whose weights come with a `weight_scale_inv` become FP8
+  (routers, norms, embeddings and the LM head stay in the model dtype, as the exporter left them).
+- `quantization="fp8"` on a bf16 checkpoint quantizes at load, **per block of 128 x 128** (not per
+  channel), so that one kernel serves both: scale_inv = amax(|block|) / 448.
+- Compute: activations stay in the model dtype. On CUDA `turbospec.kernels.fp8_gemm` dequantizes in
+  registers (decode-sized M) or dequantizes to bf16 for cuBLAS (prefill-sized M); elsewhere the
+  reference below dequantizes to the activation dtype and calls `linear` — the exact reference.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from turbospec.layers.linear import (ColumnLinear, LinearBase, RowLinear, _ShardedOutputLinear,
+                                     copy_checked, linear)
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0                           # largest finite float8_e4m3fn
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Fp8Config:
+    block_n: int = 128
+    block_k: int = 128
+    from_checkpoint: bool = True          # False: quantize a bf16 checkpoint at load (online)
+    ignored_layers: tuple[str, ...] = ()  # online mode: modules left unquantized
+
+    @property
+    def block(self) -> tuple[int, int]:
+        return self.block_n, self.block_k
+
+    @classmethod
+    def from_hf(cls, qc: dict) -> "Fp8Config":
+        method = qc.get("quant_method")
+        if method != "fp8":
+            raise ValueError(f"quantization_config quant_method {method!r} is not supported: turbospec "
+                             "loads block-FP8 checkpoints (quant_method 'fp8'); use the bf16 checkpoint")
+        fmt = qc.get("fmt", "e4m3")
+        if fmt != "e4m3":
+            raise ValueError(f"FP8 format {fmt!r} is not supported: turbospec loads float8_e4m3fn weights")
+        block = qc.get("weight_block_size")
+        if not block or len(block) != 2:
+            raise ValueError("quantization_config has no weight_block_size: per-tensor FP8 checkpoints "
+                             "are not supported; use a block-FP8 one (weight_block_size [128, 128])")
+        ignored = tuple(qc.get("ignored_layers") or qc.get("modules_to_not_convert") or ())
+        return cls(int(block[0]), int(block[1]), True, ignored)
+
+
+def resolve_fp8_config(quantization_config: dict | None, quantization: str | None) -> Fp8Config | None:
+    """The checkpoint's own FP8 config wins (auto-detected); `quantization="fp8"` on an unquantized
+    checkpoint means online per-block quantization; None and no config: unquantized."""
+    if quantization not in (None, "fp8"):
+        raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
+    if quantization_config:
+        return Fp8Config.from_hf(quantization_config)
+    return Fp8Config(from_checkpoint=False) if quantization == "fp8" else None
+
+
+# ------------------------------------------------------------------ quantize / dequantize (reference)
+
+
+def _expand_scale(scale_inv: torch.Tensor, shape: torch.Size, block: tuple[int, int]) -> torch.Tensor:
+    """[..., ceil(N/bn), ceil(K/bk)] -> [..., N, K] float32."""
+    n, k = shape[-2:]
+    s = scale_inv.to(torch.float32).repeat_interleave(block[0], dim=-2)[..., :n, :]
+    return s.repeat_interleave(block[1], dim=-1)[..., :k]
+
+
+def dequantize_fp8(weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int],
+                   dtype: torch.dtype) -> torch.Tensor:
+    """weight fp8 [..., N, K] * per-block scale_inv -> [..., N, K] in `dtype` (products in fp32)."""
+    return (weight.to(torch.float32) * _expand_scale(scale_inv, weight.shape, block)).to(dtype)
+
+
+def quantize_fp8(weight: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[..., N, K] float -> (fp8 [..., N, K], scale_inv float32 [..., ceil(N/bn), ceil(K/bk)]).
+    scale_inv = amax(|block|) / 448 (a zero block gets a tiny positive scale and stays zero)."""
+    if weight.dim() == 3 and weight.shape[0] > 1:                 # stacked experts: bound the fp32 temps
+        qs = [quantize_fp8(w, block) for w in weight]
+        return torch.stack([q for q, _ in qs]), torch.stack([s for _, s in qs])
+    bn, bk = block
+    n, k = weight.shape[-2:]
+    w = weight.to(torch.float32)
+    pad = torch.nn.functional.pad(w, (0, cdiv(k, bk) * bk - k, 0, cdiv(n, bn) * bn - n))
+    blocks = pad.unflatten(-1, (-1, bk)).unflatten(-3, (-1, bn))   # [..., nb, bn, kb, bk]
+    amax = blocks.abs().amax(dim=(-3, -1))                         # [..., nb, kb]
+    scale_inv = (amax / FP8_MAX).clamp_min(1e-12)
+    q = (w / _expand_scale(scale_inv, w.shape, block)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return q, scale_inv
+
+
+# ------------------------------------------------------------------ linear method
+
+
+class Fp8LinearMethod:
+    """`layer.weight` fp8 [N, K], `layer.weight_scale_inv` fp32 [ceil(N/bn), ceil(K/bk)]."""
+
+    def __init__(self, block: tuple[int, int]):
+        self.block = block
+
+    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            from turbospec.kernels.fp8_gemm import fp8_linear      # CUDA-only, lazily
+            return fp8_linear(x, layer.weight, layer.weight_scale_inv, layer.bias, self.block)
+        w = dequantize_fp8(layer.weight, layer.weight_scale_inv, self.block, x.dtype)
+        return linear(x, w, layer.bias)
+
+
+def _fp8_loader(loader):
+    """Refuse a non-FP8 tensor for an FP8 parameter (casting would silently drop its scale)."""
+    def load(param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        if loaded.dtype != FP8_DTYPE:
+            raise ValueError(f"got a {loaded.dtype} tensor for a block-FP8 weight (float8_e4m3fn expected): "
+                             "config.json declares FP8, so the checkpoint's weights must be FP8")
+        loader(param, loaded, shard_id)
+    return load
+
+
+def _scale_param(shape: tuple[int, ...], device, views: dict, shard_ids) -> nn.Parameter:
+    """A float32 scale parameter whose shard ids map to row ranges (`views`: id -> (rows slice fn))."""
+    p = nn.Parameter(torch.empty(shape, dtype=torch.float32, device=device), requires_grad=False)
+
+    def view(shard_id):
+        if shard_id is None:
+            return p.data
+        if shard_id not in views:
+            raise ValueError(f"unknown shard id {shard_id!r} for a weight_scale_inv")
+        return views[shard_id](p.data)
+
+    def load(param, loaded, shard_id=None):
+        with torch.no_grad():
+            copy_checked(view(shard_id), loaded.to(torch.float32))    # some exporters store bf16 scales
+    p.weight_loader, p.shard_ids = load, tuple(shard_ids)
+    p.shard_shape = lambda shard_id: view(shard_id).shape
+    return p
+
+
+def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
+    """Swap `layer.weight` for an empty FP8 weight plus `weight_scale_inv`, loaders included."""
+    bn, bk = block
+    n, k, dev = layer.output_size, layer.input_size, layer.weight.device
+    views = {}
+    if isinstance(layer, _ShardedOutputLinear):
+        for sid, (off, rows) in layer._shard_slices().items():
+            if off % bn:
+                raise ValueError(f"{type(layer).__name__} shard {sid!r} starts at row {off}, not a multiple "
+                                 f"of the FP8 block size {bn}: this layout cannot be block-quantized")
+            views[sid] = lambda s, o=off // bn, r=cdiv(rows, bn): s.narrow(0, o, r)
+    layer.weight = nn.Parameter(torch.empty(n, k, dtype=FP8_DTYPE, device=dev), requires_grad=False)
+    layer._set_loader(layer.weight)
+    layer.weight.weight_loader = _fp8_loader(layer.weight.weight_loader)
+    layer.weight_scale_inv = _scale_param((cdiv(n, bn), cdiv(k, bk)), dev, views, layer.weight.shard_ids)
+    layer.quant_method = Fp8LinearMethod(block)
+
+
+def make_moe_fp8(moe: nn.Module, block: tuple[int, int]) -> None:
+    """Same for a `FusedMoE`: gate_up_proj [E, 2I, H] / down_proj [E, H, I] become FP8 with
+    `gate_up_proj_scale_inv` [E, 2*ceil(I/bn), ceil(H/bk)] and `down_proj_scale_inv`."""
+    bn, bk = block
+    E, H, I = moe.num_experts, moe.hidden_size, moe.intermediate_size
+    if I % bn:
+        raise ValueError(f"moe_intermediate_size={I} is not a multiple of the FP8 block size {bn}: gate "
+                         "and up blocks would share scales; this layout cannot be block-quantized")
+    dev, ib = moe.gate_up_proj.device, I // bn
+    for name, shape, sshape in (("gate_up_proj", (E, 2 * I, H), (E, 2 * ib, cdiv(H, bk))),
+                                ("down_proj", (E, H, I), (E, cdiv(H, bn), cdiv(I, bk)))):
+        old = getattr(moe, name)
+        p = nn.Parameter(torch.empty(shape, dtype=FP8_DTYPE, device=dev), requires_grad=False)
+        p.weight_loader, p.shard_ids = _fp8_loader(moe.weight_loader), old.shard_ids
+        p.shard_shape = lambda shard_id, p=p: moe._shard_view(p, shard_id).shape
+        setattr(moe, name, p)
+        views = {}
+        for e in range(E):
+            if name == "gate_up_proj":
+                views[(e, "w1")] = lambda s, e=e: s[e, :ib]
+                views[(e, "w3")] = lambda s, e=e: s[e, ib:]
+            else:
+                views[(e, "w2")] = lambda s, e=e: s[e]
+        setattr(moe, name + "_scale_inv", _scale_param(sshape, dev, views, old.shard_ids))
+    moe.fp8_block = block
+
+
+# ------------------------------------------------------------------ whole models
+
+
+def _fused_moe_cls():
+    from turbospec.layers.moe import FusedMoE
+    return FusedMoE
+
+
+def quantizable_modules(model: nn.Module) -> Iterable[tuple[str, nn.Module]]:
+    """Column/row linears (q/k/v/o, dense MLPs, shared experts) and stacked experts. Replicated
+    linears (routers, drafter fc layers), embeddings and the LM head are never quantized."""
+    moe_cls = _fused_moe_cls()
+    for name, m in model.named_modules():
+        if isinstance(m, (ColumnLinear, RowLinear, moe_cls)):
+            yield name, m
+
+
+def _convert(m: nn.Module, block) -> None:
+    (make_moe_fp8 if isinstance(m, _fused_moe_cls()) else make_linear_fp8)(m, block)
+
+
+def prepare_fp8_from_checkpoint(model: nn.Module, cfg: Fp8Config, scaled_params: set[str]) -> int:
+    """Before loading: make FP8 exactly the modules owning a parameter in `scaled_params` (our names
+    of the weights that arrive with a `weight_scale_inv`). Returns how many modules were converted."""
+    owners = {p.rsplit(".", 1)[0] for p in scaled_params}
+    converted = 0
+    for name, m in quantizable_modules(model):
+        if name in owners:
+            _convert(m, cfg.block)
+            converted += 1
+    if converted == 0:
+        raise ValueError("config.json declares block-FP8 (quant_method 'fp8') but no checkpoint weight has "
+                         "a *.weight_scale_inv: the checkpoint is not FP8; drop quantization_config")
+    return converted
+
+
+def _is_ignored(name: str, ignored: tuple[str, ...]) -> bool:
+    return any(name == ig or name.startswith(ig + ".") or name.endswith("." + ig) for ig in ignored)
+
+
+@torch.no_grad()
+def quantize_model_fp8(model: nn.Module, cfg: Fp8Config) -> int:
+    """After loading a bf16/fp32 model: quantize every quantizable module per 128x128 block, in
+    place (one module at a time, so the peak memory is the model plus one layer's temporaries)."""
+    count = 0
+    for name, m in list(quantizable_modules(model)):
+        if _is_ignored(name, cfg.ignored_layers):
+            continue
+        params = ("gate_up_proj", "down_proj") if isinstance(m, _fused_moe_cls()) else ("weight",)
+        qs = [quantize_fp8(getattr(m, p).data, cfg.block) for p in params]
+        _convert(m, cfg.block)
+        for p, (q, s) in zip(params, qs):
+            getattr(m, p).data.copy_(q)
+            getattr(m, p + "_scale_inv").data.copy_(s)       # weight_scale_inv / *_proj_scale_inv
+        count += 1
+    return count
+
+
+def checkpoint_tensor_names(model_dir: str) -> list[str]:
+    """Every tensor name of a checkpoint, from the safetensors headers (no tensor is read)."""
+    from safetensors import safe_open
+
+    from turbospec.model_loader import checkpoint_files
+    names = []
+    for path in checkpoint_files(model_dir):
+        with safe_open(path, framework="pt") as f:
+            names.extend(f.keys())
+    return names
