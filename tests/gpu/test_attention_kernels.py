@@ -2,7 +2,7 @@
 
 Random inputs (never zeros); every KV slot that no sequence owns (the null block included) is NaN,
 so a kernel that reads one — even to multiply it by zero — fails. Reference: `paged_attention_torch`
-on upcast inputs. bf16 rel error threshold 1e-2, fp16 5e-3.
+on upcast inputs. bf16 rel error threshold 1e-2, fp16 5e-3, fp32 1e-5 (ieee dots, not tf32).
 
     PYTHONPATH=. python3 -m pytest -q -m gpu --noconftest tests/gpu/test_attention_kernels.py
 """
@@ -16,7 +16,7 @@ import torch
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-TOL = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
+TOL = {torch.bfloat16: 1e-2, torch.float16: 5e-3, torch.float32: 1e-5}
 
 
 def _case(q_lens, ctx_lens, **kw):
@@ -77,6 +77,12 @@ def test_prefill_with_context(block_size):
     c = _case([300, 129, 1, 64, 1], [0, 700, 33, 1, 5000], block_size=block_size, seed=2)
     _check(c, _attend(c))
     _check(c, _attend(c, block_m=64, num_splits=2))
+
+
+@pytest.mark.parametrize("q_lens", [[1, 1, 1], [4, 1, 7]])
+def test_fp32_is_exact_not_tf32(q_lens):
+    c = _case(q_lens, [60, 300, 9], dtype=torch.float32, seed=4)
+    _check(c, _attend(c))
 
 
 def test_fp16_and_strided_q():

@@ -49,7 +49,10 @@ def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
     else:
         k = tl.load(k_head + rows[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
         v = tl.load(v_head + rows[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
-    qk = tl.dot(q, tl.trans(k)) * qk_scale                    # [M, BLOCK_N] fp32
+    if q.dtype == tl.float32:                                 # fp32 caches: exact, not tf32
+        qk = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    else:
+        qk = tl.dot(q, tl.trans(k)) * qk_scale                # [M, BLOCK_N] fp32
     if MASKED:
         qk = tl.where(valid, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -57,7 +60,10 @@ def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
     alpha = tl.exp2(m_i - m_use)
     p = tl.exp2(qk - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    if v.dtype == tl.float32:
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l_i
 
 
