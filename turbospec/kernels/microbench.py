@@ -179,18 +179,19 @@ def _row(name, t, nbytes, ceiling, err, rows):
     print(line, flush=True)
 
 
-def attn_case(kind, batch, ctx) -> AttnCase:
-    qn = {"decode": 1, "verify": 8, "tree": 8}[kind]
+def attn_case(kind, batch, ctx, qn=None) -> AttnCase:
+    qn = qn or {"decode": 1, "verify": 8, "tree": 8}[kind]
     per = 2 * batch * (ctx + qn) * KVH * D * 2
     return make_attn_case([qn] * batch, [ctx] * batch, tree=kind == "tree", copies=_copies(per))
 
 
-def bench_attention(kind, batch, ctx, ceiling, rows, case=None, **kw) -> None:
-    """Backend dispatch (no `kw`), or the kernel called directly with config overrides `kw`."""
+def bench_attention(kind, batch, ctx, ceiling, rows, case=None, qn=None, **kw) -> None:
+    """Backend dispatch (no `kw`), or the kernel called directly with config overrides `kw`.
+    kind: decode | verify | tree (8 new tokens) | prefill (`qn` new tokens after `ctx`)."""
     from turbospec.kernels.backend import TritonBackend
     from turbospec.kernels.paged_decode import paged_decode_attention
     from turbospec.kernels.paged_prefill import paged_prefill_attention
-    case = case or attn_case(kind, batch, ctx)
+    case = case or attn_case(kind, batch, ctx, qn)
 
     def call(m):
         if not kw:
@@ -207,6 +208,10 @@ def bench_attention(kind, batch, ctx, ceiling, rows, case=None, **kw) -> None:
     t = time_graph(fns)
     nbytes = case.kv_bytes() // len(case.metas) + 2 * case.q.numel() * 2
     tag = " ".join(f"{k}={v}" for k, v in kw.items())
+    if kind == "prefill":           # compute-bound: state the matmul rate too (causal FLOPs)
+        qn = case.q_lens[0]
+        flops = 4 * H * D * batch * (qn * ctx + qn * (qn + 1) // 2)
+        tag = f"q={qn} {flops / t / 1e12:.0f} TFLOP/s " + tag
     _row(f"{kind} b={batch} ctx={ctx} {tag}", t, nbytes, ceiling, err, rows)
 
 
@@ -276,6 +281,8 @@ def main() -> None:
         for b in batches:
             for c in ctxs:
                 attempt(bench_attention, kind, b, c, ceiling, rows)
+    for b, qn, c in ((1, 2048, 0), (4, 512, 2048)):
+        attempt(bench_attention, "prefill", b, c, ceiling, rows, qn=qn)
     for tokens in (1, 64, 2048):
         attempt(bench_store_kv, tokens, ceiling, rows)
     for tokens in (1, 64, 2048):
