@@ -76,10 +76,13 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
     st_rows = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs],
                                           logits.device, repeats=[K + 1] * len(seqs))
     target_probs = compute_probs(logits[idx.view(-1)], st_rows).view(len(bs), K + 1, V)
-    ridx = torch.tensor(rows, dtype=torch.long, device=proposal.token_ids.device)
-    sub = Proposal(proposal.token_ids[ridx, :K], [proposal.num_tokens[r] for r in rows],
-                   proposal.draft_probs[ridx, :K] if proposal.draft_probs is not None else None,
-                   proposal.parents[ridx, :K] if proposal.parents is not None else None)
+    dev = logits.device
+    ridx = torch.tensor(rows, dtype=torch.long)
+
+    def pick(t: torch.Tensor | None) -> torch.Tensor | None:   # proposers may draft on the host
+        return None if t is None else t[ridx.to(t.device), :K].to(dev, non_blocking=True)
+    sub = Proposal(pick(proposal.token_ids), [proposal.num_tokens[r] for r in rows],
+                   pick(proposal.draft_probs), pick(proposal.parents))
     st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], logits.device)
     res = rejection_sample(target_probs, sub, st)
     out_tok = res.output_token_ids.tolist()
