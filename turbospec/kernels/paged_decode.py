@@ -202,6 +202,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if num_splits is None:
         num_splits = _pick_splits(B * KVH, max_seq_len, block_n, num_sms(q.device), rows=group)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if out.shape[0] == 0 or seq_lens.shape[0] == 0:       # nothing scheduled: no empty grid
+        return out
     if num_splits > 1:
         part_o = torch.empty(B, H, num_splits, D, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)

@@ -108,7 +108,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     """q [T, H, D] packed new tokens -> [T, H, D]; tree_mask [B, Lq, Lq] bool or None (causal).
 
     `max_query_len` bounds the grid (q blocks); `max_seq_len` only sizes the split count. Rows of
-    tokens past `query_start_loc[-1]` (graph padding) are left unwritten."""
+    tokens past `query_start_loc[-1]` (graph padding) hold unspecified values."""
     T, H, D = q.shape
     B = seq_lens.shape[0]
     _, block_size, KVH, _ = k_cache.shape
@@ -129,6 +129,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         num_splits = _pick_splits(B * KVH * q_blocks, max_seq_len, block_n, num_sms(q.device),
                                   rows=max(max_query_len, 1) * group)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if out.shape[0] == 0 or seq_lens.shape[0] == 0:       # nothing scheduled: no empty grid
+        return out
     if num_splits > 1:
         part_o = torch.empty(T, H, num_splits, D, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(T, H, num_splits, dtype=torch.float32, device=q.device)
