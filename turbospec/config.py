@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM")
+SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM",
+                           "SarvamMoEForCausalLM")
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -125,7 +126,7 @@ class ModelConfig:
         eos = raw.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
         num_experts = int(raw.get("num_experts", raw.get("num_local_experts", 0)) or 0)
-        if arch != "Qwen3MoeForCausalLM":
+        if arch not in ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM"):   # SarvamMoE keys: models/sarvam_moe.py
             num_experts = 0
         cfg = cls(
             architecture=arch,

@@ -10,6 +10,7 @@ _MODELS = {
     "Qwen3ForCausalLM": ("turbospec.models.qwen3", "Qwen3ForCausalLM"),
     "Qwen3MoeForCausalLM": ("turbospec.models.qwen3_moe", "Qwen3MoeForCausalLM"),
     "LlamaForCausalLM": ("turbospec.models.llama", "LlamaForCausalLM"),
+    "SarvamMoEForCausalLM": ("turbospec.models.sarvam_moe", "SarvamMoEForCausalLM"),
 }
 
 
