@@ -58,6 +58,19 @@ class RequestRecord:
         return self
 
 
+def _root_causes(exc: BaseException) -> list[BaseException]:
+    """The exceptions behind exc (httpx -> httpcore -> anyio's OSError -> ConnectionRefusedError...)."""
+    seen: list[BaseException] = []
+    todo = [exc.__cause__ or exc.__context__]
+    while todo:
+        e = todo.pop()
+        if e is None or e in seen:
+            continue
+        seen.append(e)
+        todo += [e.__cause__ or e.__context__, *getattr(e, "exceptions", ())]
+    return seen
+
+
 def build_body(ep: Endpoint, prompt: Prompt, s: RequestSettings) -> dict:
     body: dict = {"model": ep.model, "max_tokens": prompt.max_tokens or s.max_tokens,
                   "temperature": s.temperature, "stream": True,
@@ -86,8 +99,10 @@ async def send_request(http: httpx.AsyncClient, ep: Endpoint, prompt: Prompt, s:
     except httpx.TimeoutException as e:
         return rec.fail("timeout", f"{type(e).__name__}: {e}")
     except httpx.ConnectError as e:
-        refused = "refused" in str(e).lower() or "errno 111" in str(e).lower()
-        return rec.fail("connection refused" if refused else "connection error", f"{ep.request_url}: {e}")
+        root = _root_causes(e)
+        refused = any(isinstance(c, ConnectionRefusedError) for c in root)
+        return rec.fail("connection refused" if refused else "connection error",
+                        f"{ep.request_url}: {root[-1] if root else e}")
     except (httpx.RemoteProtocolError, httpx.ReadError) as e:
         return rec.fail("stream cut", f"after {len(rec.chunk_times_s)} chunks: {e or type(e).__name__}")
     except httpx.HTTPError as e:

@@ -90,23 +90,17 @@ class CostModel:
 
 
 def format_money(amount: float | None, currency: str) -> str:
-    """$12,345.67 / ₹12,34,567 (Indian grouping, with lakh/crore for large sums)."""
+    """$12,345.67 / ₹12,346 (Indian grouping), ₹26.28 lakh, ₹3.20 crore; the sign goes first."""
     if amount is None:
         return "n/a"
-    sym = CURRENCIES[currency]
+    sign, x, sym = "-" if amount < 0 else "", abs(amount), CURRENCIES[currency]
     if currency != "INR":
-        return f"{sym}{amount:,.2f}" if abs(amount) < 1000 else f"{sym}{amount:,.0f}"
-    if abs(amount) >= 1e7:
-        return f"{sym}{amount / 1e7:,.2f} crore"
-    if abs(amount) >= 1e5:
-        return f"{sym}{amount / 1e5:,.2f} lakh"
-    whole = f"{abs(amount):.2f}" if abs(amount) < 1000 else f"{abs(amount):.0f}"
-    head, _, frac = whole.partition(".")
-    if len(head) > 3:                                  # 12,34,567: groups of two above the thousands
-        rest, last3 = head[:-3], head[-3:]
-        groups = []
-        while len(rest) > 2:
-            groups.insert(0, rest[-2:])
-            rest = rest[:-2]
-        head = ",".join(([rest] if rest else []) + groups + [last3])
-    return f"{'-' if amount < 0 else ''}{sym}{head}{'.' + frac if frac else ''}"
+        return f"{sign}{sym}{x:,.2f}" if x < 1000 else f"{sign}{sym}{x:,.0f}"
+    if x >= 1e7:
+        return f"{sign}{sym}{x / 1e7:,.2f} crore"
+    if x >= 1e5:
+        return f"{sign}{sym}{x / 1e5:,.2f} lakh"
+    if x < 1000:
+        return f"{sign}{sym}{x:.2f}"
+    whole = f"{x:.0f}"                                 # 1,000 .. 99,999: Indian and western grouping agree
+    return f"{sign}{sym}{whole[:-3]},{whole[-3:]}"

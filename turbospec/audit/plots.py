@@ -15,12 +15,21 @@ _STYLE = {"figure.figsize": (7.0, 3.6), "figure.dpi": 110, "axes.grid": True, "g
           "axes.formatter.useoffset": False}
 
 
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
+def _png(fig, legend_ax=None) -> bytes:
+    """PNG bytes; the legend of legend_ax goes below the plots so it never hides a line."""
+    if legend_ax is not None:
+        handles, labels = legend_ax.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=7, frameon=False,
+                   ncol=1 if max(len(x) for x in labels) > 50 else 2)
     fig.tight_layout()
-    fig.savefig(buf, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
+
+
+def _short(url: str) -> str:
+    return url.split("://", 1)[-1]
 
 
 def _by_endpoint(runs: list[dict]) -> dict[str, list[dict]]:
@@ -43,16 +52,15 @@ def throughput_vs_concurrency(results: dict) -> bytes | None:
         for ep, rs in groups.items():
             rs = sorted(rs, key=_x)
             xs = [_x(r) for r in rs]
-            a1.plot(xs, [r["aggregate_output_tokens_per_s_per_gpu"] for r in rs], "o-", label=ep)
-            a2.plot(xs, [r["output_tokens_per_s"]["p50"] or 0 for r in rs], "o-", label=ep)
+            a1.plot(xs, [r["aggregate_output_tokens_per_s_per_gpu"] for r in rs], "o-", label=_short(ep))
+            a2.plot(xs, [r["output_tokens_per_s"]["p50"] or 0 for r in rs], "o-", label=_short(ep))
         a1.set(title="aggregate output tok/s per GPU", xlabel="concurrency (in flight)", ylim=(0, None))
         a2.set(title="median output tok/s per request", xlabel="concurrency (in flight)", ylim=(0, None))
-        a1.legend(fontsize=7)
-        return _png(fig)
+        return _png(fig, a1)
 
 
 def ttft_distribution(results: dict) -> bytes | None:
-    series = [(f"{r['endpoint']} · {r['label']}", sorted(q["ttft_ms"] for q in r["requests"] if q["ttft_ms"] is not None))
+    series = [(f"{_short(r['endpoint'])} · {r['label']}", sorted(q["ttft_ms"] for q in r["requests"] if q["ttft_ms"] is not None))
               for r in results["runs"]]
     series = [(name, v) for name, v in series if v]
     if not series:
@@ -62,8 +70,7 @@ def ttft_distribution(results: dict) -> bytes | None:
         for name, v in series:
             ax.step(v, [(i + 1) / len(v) for i in range(len(v))], where="post", label=name)
         ax.set(title="TTFT distribution (empirical CDF)", xlabel="TTFT (ms)", ylabel="share of requests")
-        ax.legend(fontsize=7)
-        return _png(fig)
+        return _png(fig, ax)
 
 
 def latency_vs_throughput(results: dict) -> bytes | None:
@@ -74,18 +81,17 @@ def latency_vs_throughput(results: dict) -> bytes | None:
         fig, (a1, a2) = plt.subplots(1, 2)
         for ep, rs in groups.items():
             xs = [r["aggregate_output_tokens_per_s"] for r in rs]
-            a1.plot(xs, [r["tpot_ms"]["p50"] or 0 for r in rs], "o-", label=ep)
-            a2.plot(xs, [r["e2e_ms"]["p50"] or 0 for r in rs], "o-", label=ep)
+            a1.plot(xs, [r["tpot_ms"]["p50"] or 0 for r in rs], "o-", label=_short(ep))
+            a2.plot(xs, [r["e2e_ms"]["p50"] or 0 for r in rs], "o-", label=_short(ep))
             for r, x in zip(rs, xs):
                 a1.annotate(f"c={_x(r):.3g}", (x, r["tpot_ms"]["p50"] or 0), fontsize=6)
         a1.set(title="TPOT p50 vs throughput", xlabel="aggregate output tok/s", ylabel="ms", ylim=(0, None))
         a2.set(title="e2e p50 vs throughput", xlabel="aggregate output tok/s", ylabel="ms", ylim=(0, None))
-        a1.legend(fontsize=7)
-        return _png(fig)
+        return _png(fig, a1)
 
 
 def acceptance_by_position(results: dict) -> bytes | None:
-    series = [(f"{r['endpoint']} · {r['label']}", r["speculation"]["per_position"])
+    series = [(f"{_short(r['endpoint'])} · {r['label']}", r["speculation"]["per_position"])
               for r in results["runs"] if r["speculation"].get("per_position")]
     if not series:
         return None
@@ -98,8 +104,7 @@ def acceptance_by_position(results: dict) -> bytes | None:
                ylabel="acceptance", ylim=(0, 1))
         longest = max(len(pp) for _, pp in series)
         ax.set_xticks([p + 0.4 - width / 2 for p in range(longest)], [str(p) for p in range(longest)])
-        ax.legend(fontsize=7)
-        return _png(fig)
+        return _png(fig, ax)
 
 
 def cost_per_million(results: dict) -> bytes | None:
@@ -109,7 +114,8 @@ def cost_per_million(results: dict) -> bytes | None:
     cur = results["cost_model"]["currency"]
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots()
-        names = [f"{r['endpoint'].split('//')[-1]}\n{r['label']}" for r in rows]
+        index = {e["url"]: i + 1 for i, e in enumerate(results["endpoints"])}
+        names = [f"endpoint {index[r['endpoint']]}\n{r['label']}" for r in rows]
         plain = [r["cost"]["per_million_without_speculation"] for r in rows]
         spec = [r["cost"]["per_million_with_speculation"] for r in rows]
         xs = range(len(rows))
@@ -121,8 +127,7 @@ def cost_per_million(results: dict) -> bytes | None:
                         ha="center", va="bottom", fontsize=6)
         ax.set_xticks(list(xs), names, fontsize=6)
         ax.set(title=f"cost per million output tokens ({cur}); the unmarked bar is projected", ylabel=cur)
-        ax.legend(fontsize=7)
-        return _png(fig)
+        return _png(fig, ax)
 
 
 FIGURES = {

@@ -79,8 +79,9 @@ def _levels(res: dict) -> Section:
         ("table", ["endpoint", "load", "ok / failed", "aggregate tok/s", f"per GPU ({gpus})",
                    "tok/s per request (p50)", "TTFT ms p50/p90/p99", "TPOT ms p50", "ITL ms p50/p99",
                    "e2e ms p50", "tokens/chunk", "goodput req/s (share)", f"cost / 1M tokens"], rows),
-        ("p", f"Goodput counts requests meeting every SLO: TTFT <= {slo.get('ttft_ms')} ms, TPOT <= "
-              f"{slo.get('tpot_ms')} ms, e2e <= {slo.get('e2e_ms')} ms (None = not set)."),
+        ("p", "Goodput counts successful requests meeting every SLO: " + (", ".join(
+            f"{name} <= {slo[key]:g} ms" for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "e2e"))
+            if slo.get(key) is not None) or "none set") + " (--slo-ttft-ms, --slo-tpot-ms, --slo-e2e-ms)."),
         ("figure", "throughput_vs_concurrency", "Throughput as concurrency grows: the GPU's total, and each request's."),
         ("figure", "latency_vs_throughput", "Latency against throughput: the price of filling the batch."),
         ("figure", "ttft_distribution", "Time to first token, every measured request."),
@@ -164,7 +165,8 @@ def _money(res: dict) -> Section:
                    "annual savings from speculation"], rows),
         ("p", "The measured column is the endpoint as it runs; the other is the projection (plain decoding "
               "estimated for an endpoint that already speculates, speculation projected for one that does not)."),
-        ("figure", "cost_per_million", "Cost per million output tokens, measured and with projected speculation."),
+        ("figure", "cost_per_million", "Cost per million output tokens, plain and with speculation. " + "; ".join(
+            f"endpoint {i + 1} = {e['url']}" for i, e in enumerate(res["endpoints"])) + "."),
     ])
 
 

@@ -60,9 +60,12 @@ def decide(v: VerdictInput) -> dict:
         cmp = ">=" if ok_accept else "<"
         reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step ({v.acceptance_source}) "
                        f"{cmp} {MIN_ACCEPTANCE_LENGTH}")
-    if v.already_speculating:
-        reasons.append("speculation is already on at this endpoint: the projection is its gain over plain "
-                       "decoding, so 'go' means keep it on")
+    if v.already_speculating and ok_speed and ok_accept:
+        reasons.append("speculation is already on at this endpoint and pays: the projection is its gain over "
+                       "plain decoding, so 'go' means keep it on")
+    elif v.already_speculating:
+        reasons.append("speculation is already on at this endpoint but does not pay at this load: turn it off "
+                       "here, or try a better-matched drafter")
     if "assumed" in v.acceptance_source:
         reasons.append("acceptance is assumed, not measured: confirm it with a drafter on your own prompts "
                        "(e.g. turbospec serve with --speculative-config) before committing")

@@ -1,0 +1,109 @@
+"""`turbospec audit` on the command line: argument validation, a full run, and Ctrl-C."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from turbospec.audit.cli import register
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cli():
+    app = typer.Typer()
+
+    @app.callback()
+    def root() -> None:
+        """turbospec (test root)."""
+
+    register(app)
+    return app
+
+
+OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--concurrency", "0"], "--concurrency '0': give positive integers separated by commas, e.g. --concurrency 1,4,16"),
+    (["--concurrency", "1,x"], "give positive integers"),
+    (["--request-rate", "-1"], "--request-rate '-1': give positive requests per second"),
+    (["--model", "n"], "--model given 2 times for 1 endpoints"),
+    (["--num-prompts", "0"], "--num-prompts 0: pass a positive number"),
+    (["--max-tokens", "0"], "--max-tokens 0"),
+    (["--dataset", "poetry"], "unknown built-in dataset 'poetry'"),
+    (["--dataset", "random:5"], "random:IN:OUT"),
+    (["--extra-body", "[1]"], "--extra-body must be a JSON object"),
+    (["--gpu", "tpu"], "unknown --gpu 'tpu'"),
+    (["--currency", "EUR"], "--currency 'EUR': use USD or INR"),
+    (["--api", "grpc"], "--api 'grpc' is not supported"),
+    (["--acceptance-length", "9"], "exceeds k+1 = 5"),
+    (["--model-config", "qwen9"], "unknown model preset 'qwen9'"),
+    (["--telemetry", "maybe"], "--telemetry 'maybe'"),
+    (["--timeout", "0"], "--timeout must be positive"),
+])
+def test_bad_arguments_exit_2_with_a_message_saying_what_to_pass(extra, message):
+    res = CliRunner().invoke(cli(), OK + extra)
+    assert res.exit_code == 2, res.output
+    assert message in res.output.replace("\n", " ")
+
+
+def test_bad_endpoint_url():
+    res = CliRunner().invoke(cli(), ["audit", "--endpoint", "localhost:8000", "--model", "m"])
+    assert res.exit_code == 2 and "is not an http(s) URL" in res.output
+
+
+def test_full_cli_run_in_rupees_without_leaking_the_key(scripted_base, tmp_path):
+    url = f"{scripted_base}/s/ttft=20,gap=10"
+    res = CliRunner().invoke(cli(), [
+        "audit", "--endpoint", url, "--model", "scripted", "--api-key", "sekret-key", "--concurrency", "1,2",
+        "--num-prompts", "2", "--max-tokens", "10", "--dataset", "math", "--warmup", "0", "--gpu", "h200",
+        "--num-gpus", "1", "--gpu-price", "300", "--currency", "INR", "--model-config", "qwen3-30b-a3b-fp8",
+        "--out", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "GO" in res.output and "results.json" in res.output
+    text = (tmp_path / "results.json").read_text()
+    assert "sekret-key" not in text
+    r = json.loads(text)
+    assert r["schema_version"] == 1 and [x["concurrency"] for x in r["runs"]] == [1, 2]
+    run = r["runs"][0]
+    for key in ("endpoint", "concurrency", "request_rate", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+                "output_tokens_per_s", "aggregate_output_tokens_per_s", "tokens_per_chunk", "num_ok", "num_failed",
+                "failures"):
+        assert key in run
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tokens_per_s"):
+        assert set(run[key]) >= {"p50", "p90", "p99", "mean"}
+    assert r["cost_model"]["currency"] == "INR" and r["cost_model"]["price_per_gpu_hour"] == 300
+    per_m = 300 / (run["aggregate_output_tokens_per_s"] * 3600) * 1e6
+    assert run["cost"]["per_million_output_tokens"] == pytest.approx(per_m)
+    assert r["model"]["weight_dtype"] == "fp8" and r["model"]["moe"]["experts_per_tok"] == 8
+    assert "₹" in (tmp_path / "report.md").read_text()
+
+
+def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path):
+    url = f"{scripted_base}/s/ttft=50,gap=50,cc=1"
+    cmd = [sys.executable, "-m", "turbospec.cli", "audit", "--endpoint", url, "--model", "scripted",
+           "--concurrency", "1", "--num-prompts", "40", "--max-tokens", "10", "--warmup", "0", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(httpx.get(f"{url}/log").json()) < 2:
+            time.sleep(0.1)                     # until two requests have finished
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Ctrl-C: stopping" in err and "interrupted" in out
+    r = json.loads((tmp_path / "results.json").read_text())
+    assert r["interrupted"] is True
+    run = r["runs"][0]
+    assert 2 <= run["num_ok"] < 40 and run["num_failed"] == 0 and run["num_cancelled"] <= 1
+    assert "Interrupted (Ctrl-C)" in (tmp_path / "report.md").read_text()

@@ -1,0 +1,46 @@
+"""Faulty endpoints are counted as failures with reasons; the run completes and writes its report."""
+import json
+
+
+def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_base, dead_url, run_audit_here, tmp_path):
+    fast = "ttft=20,gap=10"
+    faults = ["http500", "cut", "badjson", "hang", "stall", "nodone", "errorevent"]
+    urls = [f"{scripted_base}/s/{fast}"] + [f"{scripted_base}/s/{fast},fault={f}" for f in faults] + [dead_url]
+    res, _ = run_audit_here(urls, concurrency=(2,), num_prompts=2, warmup=1, timeout_s=1.5, max_tokens=13,
+                            out=tmp_path, write=True)
+    runs = {r["endpoint"]: r for r in res["runs"]}
+    expected = {
+        "http500": ("http 500", "scripted internal error"),
+        "cut": ("stream cut", "after 2 chunks"),
+        "badjson": ("bad json", "invalid JSON"),
+        "hang": ("timeout", "no first token within 1.5 s"),
+        "stall": ("timeout", "stream unfinished after 2 chunks"),
+        "nodone": ("no [DONE]", "without data: [DONE]"),
+        "errorevent": ("error in stream", "scripted overload"),
+    }
+    good = runs[urls[0]]
+    assert (good["num_ok"], good["num_failed"]) == (2, 0)
+    for fault, (reason, detail) in expected.items():
+        run = runs[f"{scripted_base}/s/{fast},fault={fault}"]
+        assert run["num_ok"] == 0 and run["failures"] == {reason: 2}, (fault, run["failures"])
+        assert detail in run["failure_examples"][0]["detail"], (fault, run["failure_examples"])
+        assert run["warmup_failures"] == 1
+    refused = runs[dead_url]
+    assert refused["failures"] == {"connection refused": 2}
+    assert refused["failure_examples"][0]["detail"].startswith(f"{dead_url}/v1/chat/completions")
+
+    verdicts = {v["endpoint"]: v["decision"] for v in res["verdicts"]}
+    assert verdicts[urls[0]] == "go" and verdicts[dead_url] == "inconclusive"
+    assert json.loads((tmp_path / "results.json").read_text())["runs"][1]["failures"] == {"http 500": 2}
+    md = (tmp_path / "report.md").read_text()
+    assert "## Failures" in md and "scripted internal error" in md and "connection refused" in md
+    assert (tmp_path / "report.html").stat().st_size > 10_000
+
+
+def test_duration_limit_cancels_without_counting_failures(scripted_base, run_audit_here, tmp_path):
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=200"], concurrency=(2,), num_prompts=4,
+                            warmup=0, max_duration_s=1.0, max_tokens=31, out=tmp_path, write=True)
+    run = res["runs"][0]
+    assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 2)
+    assert "2 requests cancelled unfinished" in (tmp_path / "report.md").read_text()
+    assert res["verdict"]["decision"] == "inconclusive"
