@@ -112,27 +112,26 @@ class ModelRunner:
             qsl.append(qsl[-1] + s.num_new_tokens + n_draft)
             seq_lens.append(end + n_draft)
 
-        max_q = max(qsl[i + 1] - qsl[i] for i in range(len(batch)))
+        B, T = len(batch), qsl[-1]
+        max_q = max(qsl[i + 1] - qsl[i] for i in range(B))
         max_blocks = max(len(s.seq.block_table) for s in batch)
-        block_tables = torch.zeros(len(batch), max_blocks, dtype=torch.int32)
-        for b, s in enumerate(batch):
-            block_tables[b, :len(s.seq.block_table)] = torch.tensor(s.seq.block_table, dtype=torch.int32)
-        tree_mask = None
-        if tree_rows:
-            tree_mask = self._tree_mask(batch, qsl, max_q, tree_rows)
+        tables: list[int] = []
+        for s in batch:
+            tables += s.seq.block_table
+            tables += [0] * (max_blocks - len(s.seq.block_table))
+        tree_mask = self._tree_mask(batch, qsl, max_q, tree_rows) if tree_rows else None
+        # two uploads per step: the int64 token-wise inputs and the int32 sequence-wise metadata
         dev = self.device
+        tok = torch.tensor(ids + pos + slots, dtype=torch.long).to(dev, non_blocking=True)        # [3T]
+        seqw = torch.tensor(qsl + seq_lens + tables, dtype=torch.int32).to(dev, non_blocking=True)
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long).to(dev, non_blocking=True),
-            query_start_loc=torch.tensor(qsl, dtype=torch.int32).to(dev, non_blocking=True),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(dev, non_blocking=True),
-            block_tables=block_tables.to(dev, non_blocking=True),
+            slot_mapping=tok[2 * T:], query_start_loc=seqw[:B + 1], seq_lens=seqw[B + 1:2 * B + 1],
+            block_tables=seqw[2 * B + 1:].view(B, max_blocks),
             max_query_len=max_q, max_seq_len=max(seq_lens), tree_mask=tree_mask,
             is_decode_only=max_q == 1,
         )
-        uniform = max_q if qsl[-1] == max_q * len(batch) else None
-        return StepInputs(torch.tensor(ids, dtype=torch.long).to(dev, non_blocking=True),
-                          torch.tensor(pos, dtype=torch.long).to(dev, non_blocking=True),
-                          meta, qsl[:-1], logits_rows, uniform)
+        uniform = max_q if T == max_q * B else None
+        return StepInputs(tok[:T], tok[T:2 * T], meta, qsl[:-1], logits_rows, uniform)
 
     def _tree_mask(self, batch, qsl, max_q, tree_rows) -> torch.Tensor:
         from turbospec.spec.tree import tree_attention_mask
@@ -154,8 +153,9 @@ class ModelRunner:
         if self.graphs is not None and self.graphs.can_run(meta.num_seqs, inputs.uniform_q, meta.max_seq_len,
                                                            meta.tree_mask is not None):
             logits, hidden, aux = self.graphs.run(inputs.input_ids, inputs.positions, meta)
-            idx = torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
-            return StepOutputs(logits[idx], hidden, aux)
+            if len(rows) != logits.shape[0]:      # a verify step where some rows are not needed
+                logits = logits[torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)]
+            return StepOutputs(logits, hidden, aux)
         with forward_context(meta):
             out = self.model(inputs.input_ids, inputs.positions)
         hidden, aux = (out[0], torch.cat(out[1], dim=-1)) if isinstance(out, tuple) else (out, None)

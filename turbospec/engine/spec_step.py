@@ -107,9 +107,14 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
     plain = [b for b, s in enumerate(scheduled) if s.samples and b not in draft_row]
     if plain:
         seqs = [scheduled[b].seq for b in plain]
-        st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], out.logits.device)
-        lg = out.logits[torch.tensor([offsets[b] for b in plain], device=out.logits.device)]
-        toks = sample(compute_probs(lg, st), st).tolist()
+        lg = out.logits
+        if len(plain) != lg.shape[0]:
+            lg = lg[torch.tensor([offsets[b] for b in plain]).to(lg.device, non_blocking=True)]
+        if all(s.params.greedy for s in seqs):            # no distribution needed: argmax
+            toks = lg.argmax(dim=-1).tolist()
+        else:
+            st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], lg.device)
+            toks = sample(compute_probs(lg, st), st).tolist()
         results.update({b: ([t], []) for b, t in zip(plain, toks)})
     if draft_row:
         results.update(_verify(engine, scheduled, proposal, draft_row, out.logits, offsets))
