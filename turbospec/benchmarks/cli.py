@@ -35,6 +35,7 @@ def decode(
     gen_len: int = typer.Option(128, help="decode steps per sequence"),
     device: str = typer.Option(None, help="cuda (default when available) or cpu"),
     json_out: str = typer.Option(None, help="also write the results as JSON here"),
+    profile: bool = typer.Option(False, help="also print the GPU kernels of one batch-1 decode step"),
 ) -> None:
     """Plain decoding tok/s of a model shape with random weights, vs the HBM roofline."""
     from turbospec.benchmarks.decode import bench_decode
@@ -48,7 +49,7 @@ def decode(
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     bss = _parse_ints(batch_sizes, "--batch-sizes")
-    bw, results = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len)
+    bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len)
     typer.echo(f"# bench decode | device {_device_name(dev)} | shape {name} | dtype {dt} | "
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | "
                f"copy bandwidth {bw / 1e12:.2f} TB/s (measured now)")
@@ -57,6 +58,9 @@ def decode(
     for r in results:
         typer.echo(f"{r.batch:>5} {r.step_ms:>9.3f} {r.tok_s_per_seq:>10.1f} {r.tok_s_total:>12.1f} "
                    f"{r.bytes_per_step / 1e6:>9.1f} {r.roofline_ms:>12.3f} {100 * r.roofline_frac:>11.1f}%")
+    if profile and dev.type == "cuda":
+        from turbospec.benchmarks.decode import profile_step
+        typer.echo(profile_step(engine, 1, prompt_len, cfg.vocab_size))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "prompt_len": prompt_len,

@@ -81,7 +81,7 @@ def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, voc
 
 
 def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
-                 prompt_len: int, gen_len: int) -> tuple[float, list[DecodeResult]]:
+                 prompt_len: int, gen_len: int) -> tuple[float, list[DecodeResult], LLMEngine]:
     bw = measure_copy_bandwidth(device)
     model = random_model(config, device, dtype)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len, max(batch_sizes))
@@ -92,4 +92,39 @@ def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
         ctx = [prompt_len + gen_len // 2] * b                                  # mean context over the run
         nbytes = weight_bytes_per_step(model, config, b) + kv_bytes_per_step(config, dtype, ctx)
         results.append(DecodeResult(b, step_s * 1e3, 1 / step_s, b / step_s, nbytes, nbytes / bw * 1e3))
-    return bw, results
+    return bw, results, engine
+
+
+def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top: int = 25) -> str:
+    """torch.profiler table of one decode step's GPU kernels (after a few warm steps), and the
+    time of the step's CUDA-graph replay alone (the GPU-only time, without host overhead)."""
+    from torch.profiler import ProfilerActivity, profile
+    g = torch.Generator().manual_seed(3)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"prof{i}", {"prompt_token_ids": torch.randint(0, vocab, (prompt_len,), generator=g).tolist()}, params)
+    for _ in range(4):
+        engine.step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        engine.step()
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=top)
+    lines = [table]
+    graphs = engine.runner.graphs
+    if graphs is not None:
+        key = next((k for k in graphs.graphs if k[0] == graphs.bucket(batch) and k[1] == 1), None)
+        if key is not None:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            for _ in range(3):
+                graphs.graphs[key].replay()
+            a.record()
+            for _ in range(20):
+                graphs.graphs[key].replay()
+            b.record()
+            b.synchronize()
+            lines.append(f"graph replay only (GPU time of one decode forward, batch bucket {key[0]}, "
+                         f"len bucket {key[2]}): {a.elapsed_time(b) / 20:.3f} ms")
+    while engine.has_unfinished_requests():
+        engine.step()
+    return "\n".join(lines)
