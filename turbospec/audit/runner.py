@@ -121,21 +121,22 @@ class _LevelRunner:
         self.cfg, self.level, self.prompts, self.clients = cfg, level, prompts, clients
         self.counters, self.stop, self.on_result = counters, stop, on_result
         self.runs = {ep.url: EndpointRun(ep, level) for ep in cfg.endpoints}
+        limit = level.concurrency or cfg.max_inflight        # in flight per endpoint
+        self.sems = {ep.url: asyncio.Semaphore(limit) for ep in cfg.endpoints}
         self.tasks: set[asyncio.Task] = set()
         self.loop = asyncio.get_running_loop()
+        self.deadline = self.loop.time() + cfg.max_duration_s
+        self.stop_wait: asyncio.Task | None = None            # resolves on Ctrl-C
 
     async def run(self) -> list[EndpointRun]:
         eps = self.cfg.endpoints
         self.stop_wait = asyncio.create_task(self.stop.wait())
-        self.deadline = self.loop.time() + self.cfg.max_duration_s
         sampler, reason = None, "not sampled: the level stopped before measuring"
         try:
             await self._warmup()
             for ep in eps:
                 self.runs[ep.url].spec_before = await scrape_counters(self.clients[ep.url], ep.metrics_url)
             sampler, reason = start_sampling(self.cfg.telemetry, any(ep.is_local for ep in eps))
-            limit = self.level.concurrency or self.cfg.max_inflight
-            self.sems = {ep.url: asyncio.Semaphore(limit) for ep in eps}
             if self.level.concurrency:
                 await self._closed_loop()
             else:

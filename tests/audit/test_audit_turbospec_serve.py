@@ -1,0 +1,98 @@
+"""Against `turbospec serve` with n-gram speculation on codelm-12m: the acceptance the audit derives
+from differenced /metrics equals what the engine reports for the same requests (its per-request
+`speculative_decoding` figures, summed), and what /metrics itself says."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(REPO, "models", "codelm-12m")
+SPEC = {"method": "ngram", "num_speculative_tokens": 4}
+PROMPTS = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+    "import os\nimport sys\n\n\ndef main(argv):\n    for arg in argv:\n",
+]
+
+
+@pytest.fixture(scope="module")
+def turbospec_server(tmp_path_factory):
+    try:
+        import turbospec.serve.cli  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"turbospec serve is not available yet (turbospec.serve.cli: {e})")
+    if not os.path.isfile(os.path.join(MODEL, "config.json")):
+        pytest.skip(f"{MODEL} is absent")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("serve") / "server.log"
+    cmd = [sys.executable, "-m", "turbospec.cli", "serve", MODEL, "--speculative-config", json.dumps(SPEC),
+           "--port", str(port), "--device", "cpu", "--served-model-name", "codelm"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"turbospec serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"turbospec serve not healthy within 180 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def metrics_counters(url: str) -> dict:
+    from turbospec.audit.promscrape import spec_counters
+    return spec_counters(httpx.get(f"{url}/metrics").text).totals
+
+
+def test_audit_acceptance_equals_the_engines(turbospec_server, run_audit_here, tmp_path):
+    url = turbospec_server
+    data = tmp_path / "code.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    res, _ = run_audit_here([url], model="codelm", api="completions", dataset=str(data), num_prompts=3,
+                            max_tokens=32, warmup=1, timeout_s=120, model_config=MODEL)
+    run = res["runs"][0]
+    assert (run["num_ok"], run["num_failed"]) == (3, 0)
+    spec = run["speculation"]
+    assert spec["source"] == "prometheus" and spec["num_drafts"] > 0
+
+    # the same requests again, non-streaming (greedy, one at a time: the same drafts), summed per request
+    before = metrics_counters(url)
+    total = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+    tokens = 0
+    for p in PROMPTS:
+        body = httpx.post(f"{url}/v1/completions", timeout=120, json={
+            "model": "codelm", "prompt": p, "max_tokens": 32, "temperature": 0.0}).json()
+        for k in total:
+            total[k] += body["speculative_decoding"][k]
+        tokens += body["usage"]["completion_tokens"]
+    after = metrics_counters(url)
+
+    for k in total:
+        assert spec[k] == total[k], (k, spec, total)
+        assert after[k] - before[k] == total[k]                   # /metrics agrees with the engine
+    assert spec["acceptance_length"] == pytest.approx(1 + total["num_accepted_tokens"] / total["num_drafts"])
+    assert spec["acceptance_rate"] == pytest.approx(total["num_accepted_tokens"] / total["num_draft_tokens"])
+    assert len(spec["per_position"]) == SPEC["num_speculative_tokens"]
+    assert run["output_tokens"]["total"] == tokens and run["token_count_source"] == {"usage": 3}
+    assert res["model"]["source"].endswith("codelm-12m/config.json")
