@@ -24,7 +24,8 @@ def test_expected_distinct_experts_closed_form():
     assert expected_distinct_experts(128, 8, 1) == pytest.approx(8.0)
     assert expected_distinct_experts(128, 8, 4) == pytest.approx(128 * (1 - (120 / 128) ** 4))
     assert 125 < expected_distinct_experts(128, 8, 64) < 126
-    assert expected_distinct_experts(128, 8, 16, [8 / 128] * 128) == pytest.approx(expected_distinct_experts(128, 8, 16))
+    uniform = expected_distinct_experts(128, 8, 16)
+    assert expected_distinct_experts(128, 8, 16, [8 / 128] * 128) == pytest.approx(uniform)
     skewed = [0.5] * 8 + [7.0 / 120] * 120                     # 8 hot experts
     assert expected_distinct_experts(128, 8, 16, skewed) < expected_distinct_experts(128, 8, 16)
 

@@ -81,15 +81,19 @@ def run_fp8_gemm_split_k():
     import torch
     from turbospec.kernels.fp8_gemm import _LOCKS, fp8_gemm
     from turbospec.layers.quant.fp8 import dequantize_fp8
-    M, N, K, block = 3, 40, 160, (16, 32)
+    N, K, block = 40, 160, (16, 32)
     w, s = _fp8_weight(N, K, block, seed=7)
-    x, b = torch.randn(M, K), torch.randn(N)
-    ref = torch.nn.functional.linear(x, dequantize_fp8(w, s, block, torch.float32), b)
-    for split, per in ((2, 3), (3, 2), (5, 1)):
-        cfg = dict(BLOCK_M=16, BLOCK_N=16, SPLIT_K=split, kb_per_split=per, num_warps=4, num_stages=2)
-        out = fp8_gemm(x, w, s, b, block, config=cfg, fast_cvt=False)
-        assert _rel(out, ref) < 1e-5, (split, _rel(out, ref))
-        assert int(_LOCKS[x.device].abs().sum()) == 0, "split-K counters not re-armed"
+    for M in (3, 40):                                  # one M tile; 3 M tiles x 3 N tiles
+        x, b = torch.randn(M, K), torch.randn(N)
+        ref = torch.nn.functional.linear(x, dequantize_fp8(w, s, block, torch.float32), b)
+        for split, per in ((2, 3), (3, 2), (5, 1)):
+            cfg = dict(BLOCK_M=16, BLOCK_N=16, SPLIT_K=split, kb_per_split=per, num_warps=4, num_stages=2)
+            out = fp8_gemm(x, w, s, b, block, config=cfg, fast_cvt=False)
+            assert _rel(out, ref) < 1e-5, (M, split, _rel(out, ref))
+            assert int(_LOCKS[x.device].abs().sum()) == 0, "split-K counters not re-armed"
+    x = torch.randn(100, K)                            # the default config of a verify-sized M
+    ref = torch.nn.functional.linear(x, dequantize_fp8(w, s, block, torch.float32))
+    assert _rel(fp8_gemm(x, w, s, None, block, fast_cvt=False), ref) < 1e-5
 
 
 def run_dequant():

@@ -36,6 +36,7 @@ def decode(
     device: str = typer.Option(None, help="cuda (default when available) or cpu"),
     json_out: str = typer.Option(None, help="also write the results as JSON here"),
     profile: bool = typer.Option(False, help="also print the GPU kernels of one batch-1 decode step"),
+    quantization: str = typer.Option(None, help="fp8: block-FP8 weights (128x128 blocks, quantized at load)"),
 ) -> None:
     """Plain decoding tok/s of a model shape with random weights, vs the HBM roofline."""
     from turbospec.benchmarks.decode import bench_decode
@@ -49,8 +50,11 @@ def decode(
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     bss = _parse_ints(batch_sizes, "--batch-sizes")
-    bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len)
+    if quantization not in (None, "fp8"):
+        raise typer.BadParameter("--quantization must be fp8 (or omitted)")
+    bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization)
     typer.echo(f"# bench decode | device {_device_name(dev)} | shape {name} | dtype {dt} | "
+               f"weights {'block-FP8 (128x128)' if quantization else dt} | "
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | "
                f"copy bandwidth {bw / 1e12:.2f} TB/s (measured now)")
     typer.echo(f"{'batch':>5} {'ms/step':>9} {'tok/s/seq':>10} {'tok/s total':>12} {'MB/step':>9} "
@@ -63,7 +67,8 @@ def decode(
         typer.echo(profile_step(engine, 1, prompt_len, cfg.vocab_size))
     if json_out:
         with open(json_out, "w") as f:
-            json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "prompt_len": prompt_len,
+            json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
+                       "prompt_len": prompt_len,
                        "gen_len": gen_len, "copy_bandwidth_Bps": bw,
                        "results": [r.__dict__ | {"roofline_frac": r.roofline_frac} for r in results]}, f, indent=1)
 

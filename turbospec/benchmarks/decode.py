@@ -28,8 +28,10 @@ class DecodeResult:
         return self.roofline_ms / self.step_ms
 
 
-def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0):
-    """Build the architecture directly on the device with small random weights (never zeros)."""
+def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0,
+                 quantization: str | None = None):
+    """Build the architecture directly on the device with small random weights (never zeros);
+    `quantization="fp8"`: then quantize them per 128x128 block (layers/quant/fp8.py)."""
     torch.manual_seed(seed)
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -44,6 +46,9 @@ def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
                 p.fill_(1.0)          # norms
             else:
                 p.normal_(0.0, 0.02)
+    if quantization is not None:
+        from turbospec.layers.quant.fp8 import quantize_model_fp8, resolve_fp8_config
+        quantize_model_fp8(model, resolve_fp8_config(None, quantization))
     return model.eval()
 
 
@@ -81,9 +86,10 @@ def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, voc
 
 
 def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
-                 prompt_len: int, gen_len: int) -> tuple[float, list[DecodeResult], LLMEngine]:
+                 prompt_len: int, gen_len: int, quantization: str | None = None
+                 ) -> tuple[float, list[DecodeResult], LLMEngine]:
     bw = measure_copy_bandwidth(device)
-    model = random_model(config, device, dtype)
+    model = random_model(config, device, dtype, quantization=quantization)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len, max(batch_sizes))
     run_decode(engine, 1, min(prompt_len, 16), 4, config.vocab_size)          # warm-up
     results = []

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.kernels.fp8_gemm import _wtile_dot, _num_sms, fast_cvt_enabled
+from turbospec.kernels.fp8_gemm import _num_sms, _wtile_dot, fast_cvt_enabled, launch
 from turbospec.kernels.moe_align import moe_align
 
 SLOT_MODE_MAX_TOKENS = 1
@@ -111,13 +111,13 @@ def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block
     block_n = cfg.pop("BLOCK_N", None) or _block_n(num_blocks, N, _num_sms(a.device))
     grid = (triton.cdiv(N, block_n), num_blocks)
     stride_se, stride_sn = (s.stride(0), s.stride(1)) if fp8 else (0, 0)
-    _moe_gemm_kernel[grid](
-        a, w.view(torch.uint8) if fp8 else w, s if fp8 else a, out, tw, sorted_ids, blk_expert, blk_rows,
-        N, K, a_div, a.stride(0), w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block[1] if fp8 else 64, GROUP_N=block[0] if fp8 else 1,
-        GATED=gated, MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8, FAST_CVT=fast_cvt,
-        EVEN_K=K % (block[1] if fp8 else 64) == 0,
-        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3))
+    block_k = block[1] if fp8 else 64
+    args = (a, w.view(torch.uint8) if fp8 else w, s if fp8 else a, out, tw, sorted_ids, blk_expert, blk_rows,
+            N, K, a_div, a.stride(0), w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0))
+    launch(_moe_gemm_kernel, grid, args, dict(
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_N=block[0] if fp8 else 1, GATED=gated,
+        MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8, FAST_CVT=fast_cvt, EVEN_K=K % block_k == 0,
+        num_warps=cfg.get("num_warps", 4), num_stages=cfg.get("num_stages", 3)), a.device)
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
