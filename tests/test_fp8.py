@@ -200,3 +200,22 @@ def test_online_quantization_respects_ignored_layers(qwen3_128):
     assert n == 4                                               # 4 linears of layer 1 only
     assert model.model.layers[0].self_attn.o_proj.weight.dtype == torch.float32
     assert model.model.layers[1].self_attn.o_proj.weight.dtype == FP8_DTYPE
+
+
+def test_replaced_weights_are_freed_without_gc():
+    """Quantizing in place must free each bf16 weight at once (a 30B model has no room for two)."""
+    import gc
+    import weakref
+
+    from turbospec.layers.linear import QKVLinear
+    from turbospec.layers.moe import FusedMoE
+    from turbospec.layers.quant.fp8 import make_linear_fp8, make_moe_fp8
+    lin, moe = QKVLinear(256, 128, 2, 1), FusedMoE(8, 2, 256, 128, True)
+    refs = [weakref.ref(lin.weight), weakref.ref(moe.gate_up_proj), weakref.ref(moe.down_proj)]
+    gc.disable()
+    try:
+        make_linear_fp8(lin, (128, 128))
+        make_moe_fp8(moe, (128, 128))
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()

@@ -149,6 +149,13 @@ def _scale_param(shape: tuple[int, ...], device, views: dict, shard_ids) -> nn.P
     return p
 
 
+def _release(param: nn.Parameter) -> None:
+    """Drop a replaced parameter's loader closures: `shard_shape` refers back to the parameter, a
+    reference cycle that would keep its memory (a whole bf16 layer) alive until the next GC."""
+    for attr in ("weight_loader", "shard_shape", "shard_ids"):
+        param.__dict__.pop(attr, None)
+
+
 def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
     """Swap `layer.weight` for an empty FP8 weight plus `weight_scale_inv`, loaders included."""
     bn, bk = block
@@ -160,6 +167,7 @@ def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
                 raise ValueError(f"{type(layer).__name__} shard {sid!r} starts at row {off}, not a multiple "
                                  f"of the FP8 block size {bn}: this layout cannot be block-quantized")
             views[sid] = lambda s, o=off // bn, r=cdiv(rows, bn): s.narrow(0, o, r)
+    _release(layer.weight)
     layer.weight = nn.Parameter(torch.empty(n, k, dtype=FP8_DTYPE, device=dev), requires_grad=False)
     layer._set_loader(layer.weight)
     layer.weight.weight_loader = _fp8_loader(layer.weight.weight_loader)
@@ -191,6 +199,7 @@ def make_moe_fp8(moe: nn.Module, block: tuple[int, int]) -> None:
             else:
                 views[(e, "w2")] = lambda s, e=e: s[e]
         setattr(moe, name + "_scale_inv", _scale_param(sshape, dev, views, old.shard_ids))
+        _release(old)
     moe.fp8_block = block
 
 
