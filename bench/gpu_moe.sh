@@ -2,9 +2,10 @@
 # FP8 + fused MoE + MoE-aware speculation on one H200 (issue 4). Every part is its own python3
 # process with its own timeout; a failing part is logged and the next one still runs.
 #
-#   OUT=/path bash bench/gpu_moe.sh [parts...]     # parts: tests micro verify decode (default: all)
+#   OUT=/path bash bench/gpu_moe.sh [parts...]     # parts: tests micro verify decode (default), sweep
 #
-# Each part's worst case (timeouts): tests 240 s, micro 300 s, verify 420 s, decode 3 x 300 s. A
+# Each part's worst case (timeouts): tests 240 s, micro 300 s, verify 420 s, decode 190 + 200 + 190 s,
+# sweep 420 s (optional: tile/split/stage data for the kernel heuristics). A
 # 10-minute call fits "tests micro" or "verify" or "decode"; three calls cover everything:
 #   bash bench/gpu_moe.sh tests micro ; bash bench/gpu_moe.sh verify ; bash bench/gpu_moe.sh decode
 # Everything goes to $OUT/moe_log.txt (plus JSON next to it); the summary lines come last.
@@ -42,17 +43,19 @@ for part in $PARTS; do
         tests/gpu/test_fp8_moe_kernels.py ;;
     micro)
       run microbench 300 python3 -m turbospec.kernels.microbench_moe --json "$OUT/microbench_moe.json" ;;
+    sweep)
+      run sweep 420 python3 -m turbospec.kernels.microbench_moe --sweep --json "$OUT/sweep_moe.json" ;;
     verify)
       run verify-table 420 python3 -m turbospec.kernels.microbench_moe --only-verify-table \
         --json "$OUT/verify_table.json" ;;
     decode)
-      run decode-30b-bf16 300 python3 -m turbospec.cli bench decode --shape qwen3-30b-a3b --dtype bf16 \
+      run decode-30b-bf16 190 python3 -m turbospec.cli bench decode --shape qwen3-30b-a3b --dtype bf16 \
         --batch-sizes 1,4,16,64 --json-out "$OUT/decode_30b_bf16.json"
-      run decode-30b-fp8 300 python3 -m turbospec.cli bench decode --shape qwen3-30b-a3b --dtype bf16 \
+      run decode-30b-fp8 200 python3 -m turbospec.cli bench decode --shape qwen3-30b-a3b --dtype bf16 \
         --quantization fp8 --batch-sizes 1,4,16,64 --json-out "$OUT/decode_30b_fp8.json"
-      run decode-8b-fp8 300 python3 -m turbospec.cli bench decode --shape qwen3-8b --dtype bf16 \
+      run decode-8b-fp8 190 python3 -m turbospec.cli bench decode --shape qwen3-8b --dtype bf16 \
         --quantization fp8 --batch-sizes 1,4,16,64 --json-out "$OUT/decode_8b_fp8.json" ;;
-    *) echo "unknown part $part (tests micro verify decode)" | tee -a "$LOG" ;;
+    *) echo "unknown part $part (tests micro verify decode sweep)" | tee -a "$LOG" ;;
   esac
 done
 
