@@ -146,3 +146,13 @@ def test_verdict(speedup, accept, ok, failed, decision):
         assert "assumed, not measured" in text and "30% of the HBM ceiling" in text
         assert ("₹10.00 lakh" in text) == (decision == "go")
     assert v["thresholds"] == {"min_speedup": 1.3, "min_acceptance_length": 2.0, "max_failure_rate": 0.05}
+
+
+def test_several_gpus_are_one_tensor_parallel_group():
+    from turbospec.audit.results import Economics
+    gpu = get_gpu("h100")
+    econ = Economics(gpu, CostModel.for_gpu(gpu, "USD", 4), model_bytes(preset_config("qwen3-8b")),
+                     SpecAssumption(3.0, "assumed", 4))
+    group = econ.serving_gpus
+    assert (group.mem_bandwidth_tbs, group.bf16_tflops) == (4 * 3.35, 4 * 989) and group.name.startswith("4 x")
+    assert econ.cost.per_million(213) == pytest.approx(4 * 5.8685, abs=4e-3)

@@ -78,7 +78,7 @@ def _levels(res: dict) -> Section:
     return Section("Speed and latency by load level", [
         ("table", ["endpoint", "load", "ok / failed", "aggregate tok/s", f"per GPU ({gpus})",
                    "tok/s per request (p50)", "TTFT ms p50/p90/p99", "TPOT ms p50", "ITL ms p50/p99",
-                   "e2e ms p50", "tokens/chunk", "goodput req/s (share)", f"cost / 1M tokens"], rows),
+                   "e2e ms p50", "tokens/chunk", "goodput req/s (share)", "cost / 1M tokens"], rows),
         ("p", "Goodput counts successful requests meeting every SLO: " + (", ".join(
             f"{name} <= {slo[key]:g} ms" for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "e2e"))
             if slo.get(key) is not None) or "none set") + " (--slo-ttft-ms, --slo-tpot-ms, --slo-e2e-ms)."),
@@ -135,7 +135,10 @@ def _ceiling(res: dict) -> Section:
              pct(r["roofline"]["fraction_aggregate"]), r["roofline"]["bound"]]
             for r in res["runs"] if r["roofline"]]
     s.blocks.append(("table", ["endpoint", "load", "context tokens", "ceiling tok/s per sequence", "measured p50",
-                               "fraction", "ceiling aggregate tok/s per GPU", "fraction", "bound"], rows))
+                               "fraction", "ceiling aggregate tok/s", "fraction", "bound"], rows))
+    if res["cost_model"]["num_gpus"] > 1:
+        s.blocks.append(("p", f"The {res['cost_model']['num_gpus']} GPUs are taken as one tensor-parallel group: "
+                              "their bandwidth adds up; communication is not modelled."))
     return s
 
 

@@ -10,7 +10,7 @@ Top level (schema_version 1; every field is documented in docs/audit.md, "result
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from turbospec import __version__
 from turbospec.audit.config import LoadConfig
@@ -41,6 +41,14 @@ class Economics:
     model: ModelBytes | None
     assumed: SpecAssumption                    # used wherever acceptance is not measured
     target_concurrency: float | None = None
+
+    @property
+    def serving_gpus(self) -> GPU:
+        """The --num-gpus GPUs behind an endpoint as one tensor-parallel group: their bandwidth and
+        compute add up (communication is not modelled)."""
+        n = self.cost.num_gpus
+        return replace(self.gpu, name=f"{n} x {self.gpu.name}", mem_bandwidth_tbs=self.gpu.mem_bandwidth_tbs * n,
+                       bf16_tflops=self.gpu.bf16_tflops * n) if n > 1 else self.gpu
 
 
 def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: dict) -> dict:
@@ -114,7 +122,7 @@ def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: floa
     else:
         assumption = econ.assumed
     tpot = (s["tpot_ms"]["p50"] or 0.0) / 1e3 or None
-    p = projected_speedup(assumption, conc, econ.model, econ.gpu, context, measured_tpot_s=tpot,
+    p = projected_speedup(assumption, conc, econ.model, econ.serving_gpus, context, measured_tpot_s=tpot,
                           speculating=measured)
     p["already_speculating"] = measured
     return p
@@ -123,9 +131,9 @@ def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: floa
 def _roofline(entry: dict, econ: Economics, conc: float, context: float) -> dict | None:
     if econ.model is None:
         return None
-    c = ceiling(econ.model, econ.gpu, max(int(round(conc)), 1), context)
+    c = ceiling(econ.model, econ.serving_gpus, max(int(round(conc)), 1), context)
     per_seq = entry["output_tokens_per_s"]["p50"]
-    agg = entry["aggregate_output_tokens_per_s_per_gpu"]
+    agg = entry["aggregate_output_tokens_per_s"]
     c["fraction_per_sequence"] = per_seq / c["per_sequence_tokens_per_s"] if per_seq else None
     c["fraction_aggregate"] = agg / c["aggregate_tokens_per_s"] if agg else None
     return c

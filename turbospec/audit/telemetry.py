@@ -10,7 +10,6 @@ it, or without a device, the summary says why nothing was sampled.
 from __future__ import annotations
 
 import threading
-import time
 from types import ModuleType
 
 import numpy as np
