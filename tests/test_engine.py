@@ -172,3 +172,19 @@ def test_streamed_text_never_shrinks_with_stop_strings(llm):
             seen.append(o.outputs[0].text)
     assert all(b.startswith(a) for a, b in zip(seen, seen[1:]))
     assert seen[-1] == text[:text.index(stop)]
+
+
+def test_decode_bursts_equal_single_steps(codelm_dir, llm):
+    prompts = _prompts(3) + ["def add(a, b):\n", "if __name__ == \"__main__\":\n    main()\n"]
+    cases = [SamplingParams(temperature=0.0, max_tokens=23, ignore_eos=True),
+             SamplingParams(temperature=0.0, max_tokens=40, stop=["\n\n", "return"])]  # eos, stops
+    burst = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=5)
+    assert burst.llm_engine.burst is not None
+    for params in cases:
+        want = [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason)
+                for o in llm.generate(prompts, params)]
+        got = [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason)
+               for o in burst.generate(prompts, params)]
+        assert got == want
+    eng = burst.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks

@@ -194,6 +194,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192         # token budget per step (chunked prefill beyond it)
     max_model_len: int | None = None           # None: the model's max_position_embeddings
     enforce_eager: bool = False                # True: never use CUDA graphs
+    num_scheduler_steps: int | None = None     # greedy decode bursts of n steps; None: 8 with CUDA graphs, else 1
 
     def validate(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -202,5 +203,7 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks={self.num_kv_blocks} must be positive")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        if self.num_scheduler_steps is not None and not 1 <= self.num_scheduler_steps <= 64:
+            raise ValueError(f"num_scheduler_steps={self.num_scheduler_steps} must be in [1, 64]")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")

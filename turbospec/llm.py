@@ -16,11 +16,11 @@ class LLM:
                  tokenizer: str | None = None, block_size: int = 16, num_kv_blocks: int | None = None,
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
-                 enforce_eager: bool = False):
+                 enforce_eager: bool = False, num_scheduler_steps: int | None = None):
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-                          enforce_eager=enforce_eager)
+                          enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps)
         self.llm_engine = LLMEngine.from_config(model, device=device, dtype=dtype,
                                                 speculative_config=speculative_config,
                                                 engine_config=ec, quantization=quantization,

@@ -58,3 +58,16 @@ def test_cuda_batch_of_64_mixed_lengths():
     assert all(len(o.outputs[0].token_ids) >= 1 for o in outs)
     eng = llm.llm_engine
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_cuda_decode_bursts_equal_single_steps():
+    prompts = PROMPTS + ["if __name__ == \"__main__\":\n    main()\n"]
+    params = SamplingParams(temperature=0.0, max_tokens=70, stop=["\n\n\n"])
+    one = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=1)
+    eight = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=8)
+    assert eight.llm_engine.burst is not None and eight.llm_engine.burst.graphs
+    a = [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in one.generate(prompts, params)]
+    b = [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in eight.generate(prompts, params)]
+    assert a == b
+    eng = eight.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks

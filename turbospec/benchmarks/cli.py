@@ -56,7 +56,9 @@ def decode(
     typer.echo(f"# bench decode | device {_device_name(dev)} | shape {name} | dtype {dt} | "
                f"weights {'block-FP8 (128x128)' if quantization else dt} | "
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | "
-               f"copy bandwidth {bw / 1e12:.2f} TB/s (measured now)")
+               f"copy bandwidth {bw / 1e12:.2f} TB/s (measured now) | CUDA graphs "
+               f"{'on' if engine.runner.graphs is not None else 'off'} | decode bursts of "
+               f"{engine.burst.n if engine.burst is not None else 1} steps")
     typer.echo(f"{'batch':>5} {'ms/step':>9} {'tok/s/seq':>10} {'tok/s total':>12} {'MB/step':>9} "
                f"{'roofline ms':>12} {'of roofline':>12}")
     for r in results:

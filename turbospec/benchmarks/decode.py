@@ -64,25 +64,16 @@ def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.
 
 def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, vocab: int,
                seed: int = 0) -> tuple[float, int]:
-    """Seconds per decode step (median over steps after prefill) and the number of steps."""
+    """Seconds per decode step (one token per sequence) over the decode phase, and the number of
+    tokens per sequence decoded in it. Time runs from the step after the last prefill to the end;
+    with decode bursts one engine step produces several tokens per sequence."""
+    from turbospec.benchmarks.oracle import run_batch
     g = torch.Generator().manual_seed(seed)
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
-    for i in range(batch):
-        ids = torch.randint(0, vocab, (prompt_len,), generator=g).tolist()
-        engine.add_request(f"b{batch}-{i}-{time.monotonic_ns()}", {"prompt_token_ids": ids}, params)
-    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
-    times = []
-    while engine.has_unfinished_requests():
-        decode_only = all(s.num_computed_tokens == len(s) - 1 for s in engine.scheduler.running) \
-            and not engine.scheduler.waiting
-        sync()
-        t0 = time.perf_counter()
-        engine.step()
-        sync()
-        if decode_only:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2], len(times)
+    prompts = [torch.randint(0, vocab, (prompt_len,), generator=g).tolist() for _ in range(batch)]
+    _, seconds, tokens = run_batch(engine, prompts, params)
+    steps = tokens / batch
+    return seconds / steps, int(steps)
 
 
 def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],

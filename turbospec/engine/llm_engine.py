@@ -62,6 +62,15 @@ class LLMEngine:
             capture_s = self.runner.capture_graphs(min(engine_config.max_num_seqs, 256), qls, self.max_model_len)
         self.startup["graph_capture_seconds"] = capture_s
         self.startup["num_cuda_graphs"] = self.runner.graphs.num_graphs if self.runner.graphs else 0
+        steps = engine_config.num_scheduler_steps
+        if steps is None:
+            steps = 8 if self.runner.graphs is not None else 1
+        self.burst = None
+        if steps > 1:
+            t0 = time.perf_counter()
+            self.burst = self.runner.make_burst(steps, min(engine_config.max_num_seqs, 256), self.max_model_len,
+                                                capture=self.runner.graphs is not None)
+            self.startup["graph_capture_seconds"] += time.perf_counter() - t0
 
     @classmethod
     def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,
@@ -117,6 +126,9 @@ class LLMEngine:
 
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        burst = self._try_burst()
+        if burst is not None:
+            return self._outputs(burst)
         k = self.proposer.k if self.proposer is not None else 0
         sched = self.scheduler.schedule(
             draft_slots=(lambda s: max(0, min(k, s.max_total_tokens - len(s) - 1))) if k else (lambda s: 0))
@@ -126,7 +138,37 @@ class LLMEngine:
         for s in sched.scheduled:
             if s.seq.metrics.first_scheduled_time is None:
                 s.seq.metrics.first_scheduled_time = now
-        advanced = accept_step(self, sched.scheduled)
+        return self._outputs(accept_step(self, sched.scheduled))
+
+    def _try_burst(self) -> list[Sequence] | None:
+        """n greedy decode steps at once when that cannot change the result (engine/multistep.py)."""
+        run = self.scheduler.running
+        if self.burst is None or self.proposer is not None or self.scheduler.waiting or not run:
+            return None
+        n, bm = self.burst.n, self.block_manager
+        for s in run:
+            p = s.params
+            if not p.greedy or p.logprobs is not None or s.num_computed_tokens != len(s) - 1 \
+                    or s.max_total_tokens - len(s) < n:
+                return None
+        if not self.burst.fits(len(run), max(len(s) for s in run) + n) or \
+                sum(bm.num_new_blocks(s, len(s) + n - 1) for s in run) > bm.num_free_blocks:
+            return None
+        for s in run:
+            bm.allocate(s, len(s) + n - 1)
+        seqs = list(run)
+        toks = self.burst.run([s.last_token_id for s in seqs], [len(s) - 1 for s in seqs],
+                              [s.block_table for s in seqs])
+        for s, ts in zip(seqs, toks):
+            s.num_computed_tokens = len(s) - 1 + n
+            for t in ts:
+                if self.append_token(s, t, None):
+                    break
+            if not s.is_finished:
+                bm.truncate(s, len(s))
+        return seqs
+
+    def _outputs(self, advanced: list[Sequence]) -> list[RequestOutput]:
         outputs = []
         for seq in advanced:
             outputs.append(self._make_output(seq))

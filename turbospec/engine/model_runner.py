@@ -70,6 +70,15 @@ class ModelRunner:
         self.graphs = g
         return time.perf_counter() - t0
 
+    def make_burst(self, num_steps: int, max_batch: int, max_model_len: int, capture: bool):
+        from turbospec.engine.multistep import DecodeBurst
+        max_len = max_model_len + num_steps
+        burst = DecodeBurst(self.model, num_steps, max_batch, -(-max_len // self.block_size), self.block_size,
+                            max_len, self.device)
+        if capture:
+            burst.capture()
+        return burst
+
     def prepare(self, batch: list[ScheduledSeq], bm: BlockManager, proposal: Proposal | None,
                 draft_row: dict[int, int]) -> StepInputs:
         """draft_row maps the index in `batch` to the proposal row of that sequence."""
