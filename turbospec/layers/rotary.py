@@ -3,7 +3,8 @@ Llama/Qwen3 `rotate_half`), from a cos/sin cache precomputed over all positions.
 
 Rope scaling changes only the inverse frequencies: `linear` divides them all by `factor`;
 `llama3` (Llama 3.1) divides the low frequencies by `factor`, keeps the high ones and blends in
-between. The cache is float32; it is cast to the query dtype on use, as HF does.
+between. The cache is float32; it is cast to the query dtype on use, as HF does. On CUDA one
+Triton kernel (`turbospec.kernels.rope`) applies the optional per-head q/k norm and the rotation.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from turbospec.config import RopeConfig
+from turbospec.layers.layernorm import RMSNorm
 
 
 def compute_inv_freq(rotary_dim: int, rope: RopeConfig) -> torch.Tensor:
@@ -48,9 +50,27 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cache", freqs.cos(), persistent=False)  # [max_position, D/2]
         self.register_buffer("sin_cache", freqs.sin(), persistent=False)  # [max_position, D/2]
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T]; q [T, num_heads, D], k [T, num_kv_heads, D] -> rotated q, k."""
+        """positions [T]; q [T, num_heads, D], k [T, num_kv_heads, D] -> rotated q, k.
+        `q_norm` / `k_norm` (Qwen3's per-head RMSNorm over D) are applied first when given."""
+        if q.is_cuda:
+            return self.forward_cuda(positions, q, k, q_norm, k_norm)
+        return self.forward_native(positions, q, k, q_norm, k_norm)
+
+    def forward_cuda(self, positions, q, k, q_norm=None, k_norm=None):
+        """Norms and rotation of q and k in one Triton launch, reading q/k through their strides."""
+        from turbospec.kernels.rope import qk_norm_rope                  # CUDA-only: lazily
+        if q_norm is None:
+            return qk_norm_rope(positions, q, k, self.cos_cache, self.sin_cache)
+        return qk_norm_rope(positions, q, k, self.cos_cache, self.sin_cache,
+                            q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps)
+
+    def forward_native(self, positions, q, k, q_norm=None, k_norm=None):
+        """The PyTorch path: CPU, and the reference for the kernel."""
+        if q_norm is not None:
+            q, k = q_norm.forward_native(q), k_norm.forward_native(k)
         cos = self.cos_cache[positions].to(q.dtype)[:, None, :]          # [T, 1, D/2]
         sin = self.sin_cache[positions].to(q.dtype)[:, None, :]
         return _rotate(q, cos, sin), _rotate(k, cos, sin)

@@ -36,9 +36,9 @@ class Qwen3Attention(nn.Module):
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         T = hidden.shape[0]
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = self.q_norm(q.reshape(T, self.num_heads, self.head_dim))      # [T, nh, D]
-        k = self.k_norm(k.reshape(T, self.num_kv_heads, self.head_dim))   # [T, nkv, D]
-        q, k = self.rotary_emb(positions, q, k)
+        q = q.reshape(T, self.num_heads, self.head_dim)                    # [T, nh, D]
+        k = k.reshape(T, self.num_kv_heads, self.head_dim)                 # [T, nkv, D]
+        q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm)  # per-head norm, then RoPE
         out = self.attn(q.reshape(T, self.q_size), k.reshape(T, self.kv_size), v)  # [T, nh * D]
         return self.o_proj(out)                                            # [T, H]
 
