@@ -11,6 +11,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
   sglang=1   /get_server_info answers avg_spec_accept_length = k
+  perreq=1   the usage chunk carries turbospec's per-request `speculative_decoding` figures
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
 Each token is the word "tok " so text length tells the truth too. Prints "PORT <n>" when ready.
@@ -28,7 +29,7 @@ LOG: dict[str, list] = defaultdict(list)
 
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
-           "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0}
+           "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap"):
@@ -119,7 +120,12 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
                 c["pos"][p] += 1
         await writer.drain()
     if spec["usage"]:
-        event(writer, {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": max_tokens}})
+        last = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": max_tokens}}
+        if spec["perreq"]:
+            drafts = len(sizes) - 1
+            last["speculative_decoding"] = {"num_drafts": drafts, "num_draft_tokens": drafts * spec["draft"],
+                                            "num_accepted_tokens": sum(sizes[1:]) - drafts}
+        event(writer, last)
     if fault != "nodone":
         event(writer, "[DONE]")
     chunk(writer, "")

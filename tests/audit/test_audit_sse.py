@@ -40,6 +40,12 @@ def test_completions_text_and_finish_reason():
     assert (c.text, c.finish_reason) == ("def f", "length")
 
 
+def test_turbospec_per_request_speculation_figures():
+    c = parse_chunk('{"choices":[],"usage":{"completion_tokens":3},"speculative_decoding":{"num_drafts":2}}')
+    assert c.speculative_decoding == {"num_drafts": 2}
+    assert parse_chunk('{"choices":[]}').speculative_decoding is None
+
+
 def test_usage_only_final_chunk_with_empty_choices():
     c = parse_chunk('{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":31}}')
     assert c.text == "" and c.usage == {"prompt_tokens": 5, "completion_tokens": 31}

@@ -103,18 +103,24 @@ def test_completions_api(scripted_base, run_audit_here):
 def test_fallbacks_for_tokens_and_speculation(scripted_base, run_audit_here, tmp_path):
     fast = "ttft=20,gap=10,k=2"
     no_usage, sglang, estimate = (f"{scripted_base}/s/{fast},{tag}" for tag in
-                                  ("usage=0", "nometrics=1,sglang=1", "nometrics=1"))
-    res, _ = run_audit_here([no_usage, sglang, estimate], num_prompts=1, warmup=0, max_tokens=21,
-                            out=tmp_path, write=True)
+                                  ("usage=0", "nometrics=1,sglang=1", "nometrics=1,perreq=1"))
+    res, _ = run_audit_here([no_usage, sglang, estimate], num_prompts=2, warmup=0, max_tokens=21,
+                            dataset="code,math", out=tmp_path, write=True)
     runs = res["runs"]
-    assert runs[0]["token_count_source"] == {"chunks": 1} and runs[0]["output_tokens"]["mean"] == 11
+    assert runs[0]["token_count_source"] == {"chunks": 2} and runs[0]["output_tokens"]["mean"] == 11
     assert "not from the server's usage" in (tmp_path / "report.md").read_text()
     assert (runs[1]["speculation"]["source"], runs[1]["speculation"]["acceptance_length"]) == ("sglang", 2.0)
     spec = runs[2]["speculation"]
     assert (spec["source"], spec["is_estimate"], spec["acceptance_length"]) == ("chunk_estimate", True, 2.0)
     # no measured acceptance: the projection falls back to the stated assumption
     assert runs[2]["projection"]["acceptance_source"].startswith("assumed")
-    assert runs[1]["projection"]["acceptance_source"] == "measured (sglang)"
+    assert runs[1]["projection"]["acceptance_source"] == "measured: SGLang's running average"
+    # turbospec's per-request figures: 10 drafts of 4 per request, 1 accepted each; also per domain
+    per_req = runs[2]["server_reported_speculation"]
+    assert (per_req["num_requests"], per_req["num_drafts"], per_req["num_accepted_tokens"]) == (2, 20, 20)
+    assert per_req["acceptance_length"] == 2.0 and per_req["acceptance_rate"] == 0.25
+    assert runs[2]["by_domain"]["math"]["server_reported_speculation"]["num_drafts"] == 10
+    assert runs[0]["server_reported_speculation"] is None
 
 
 def test_tokenizer_fallback(scripted_base, run_audit_here):

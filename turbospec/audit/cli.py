@@ -160,7 +160,7 @@ def _print_summary(results: dict, out: str) -> None:
     for r in results["runs"]:
         typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, "
                    f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate, "
-                   f"TTFT p50 {r['ttft_ms']['p50'] or 0:.0f} ms")
+                   + (f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms" if r["ttft_ms"]["p50"] is not None else "no TTFT"))
     if results["interrupted"]:
         typer.secho("interrupted: the report holds what was measured before Ctrl-C", fg=typer.colors.YELLOW)
     typer.echo(f"wrote {out}/results.json, {out}/report.md, {out}/report.html")

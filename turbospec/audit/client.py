@@ -51,6 +51,7 @@ class RequestRecord:
     input_tokens: int | None = None
     token_source: str = "chunks"               # usage | tokenizer | chunks
     finish_reason: str | None = None
+    server_speculation: dict | None = None     # turbospec's per-request `speculative_decoding` figures
 
     def fail(self, error: str, detail: str) -> "RequestRecord":
         self.ok, self.error, self.error_detail = False, error, detail[:300]
@@ -135,6 +136,8 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
                 return
             if chunk.usage is not None:
                 usage = chunk.usage
+            if chunk.speculative_decoding is not None:
+                rec.server_speculation = chunk.speculative_decoding
             if chunk.text:
                 rec.chunk_times_s.append(now - rec.start_s)
                 pieces.append(chunk.text)

@@ -105,12 +105,16 @@ def _race(res: dict) -> Section | None:
 
 
 def _speculation(res: dict) -> Section:
-    rows = [[r["endpoint"], r["label"], r["speculation"]["source"] + (" (ESTIMATE)" if r["speculation"]["is_estimate"] else ""),
-             pct(r["speculation"].get("acceptance_rate")), n(r["speculation"].get("acceptance_length"), 2),
-             ", ".join(f"{p:.2f}" for p in r["speculation"].get("per_position") or []) or "–",
-             r["speculation"].get("note", "")] for r in res["runs"]]
+    rows = []
+    for r in res["runs"]:
+        sp, per_req = r["speculation"], r["server_reported_speculation"] or {}
+        rows.append([r["endpoint"], r["label"], sp["source"] + (" (ESTIMATE)" if sp["is_estimate"] else ""),
+                     pct(sp.get("acceptance_rate")), n(sp.get("acceptance_length"), 2),
+                     ", ".join(f"{p:.2f}" for p in sp.get("per_position") or []) or "–",
+                     n(per_req.get("acceptance_length"), 2), sp.get("note", "")])
     return Section("Speculation measured", [
-        ("table", ["endpoint", "load", "source", "acceptance rate", "acceptance length", "per position", "note"], rows),
+        ("table", ["endpoint", "load", "source", "acceptance rate", "acceptance length", "per position",
+                   "per-request figures (turbospec)", "note"], rows),
         ("figure", "acceptance_by_position", "Share of drafts accepted at each draft position (this run only)."),
     ])
 
@@ -149,7 +153,7 @@ def _money(res: dict) -> Section:
     rows = []
     for r in res["runs"]:
         p, an, cost = r["projection"], r["annual"], r["cost"]
-        rows.append([r["endpoint"], r["label"], f"{n(p['acceptance_length'], 2)} ({p['acceptance_source']})",
+        rows.append([r["endpoint"], r["label"], f"{n(p['acceptance_length'], 2)}: {p['acceptance_source']}",
                      p["num_speculative_tokens"], f"{p['verify_overhead']:.2f} + {p['batch_overhead']:.2f}",
                      f"{p['speedup']:.2f}x", "yes" if p["already_speculating"] else "no",
                      format_money(cost.get("per_million_without_speculation"), cur),
@@ -175,13 +179,14 @@ def _money(res: dict) -> Section:
 
 def _domains(res: dict) -> Section:
     rows = [[r["endpoint"], r["label"], d, v["num_ok"], n(v["ttft_ms"]["p50"], 0), n(v["tpot_ms"]["p50"]),
-             n(v["output_tokens_per_s"]["p50"]), n(v["tokens_per_chunk"]["mean"], 2), n(v["output_tokens"]["mean"], 0)]
+             n(v["output_tokens_per_s"]["p50"]), n(v["tokens_per_chunk"]["mean"], 2),
+             n((v["server_reported_speculation"] or {}).get("acceptance_length"), 2), n(v["output_tokens"]["mean"], 0)]
             for r in res["runs"] for d, v in r["by_domain"].items()]
     return Section("By domain", [
         ("p", "Speculation pays differently by domain: code and math repeat themselves, prose less, and text "
               "outside the drafter's training (e.g. Hindi) least. Tokens per chunk above 1 hints at speculation."),
         ("table", ["endpoint", "load", "domain", "ok", "TTFT p50 ms", "TPOT p50 ms", "tok/s p50",
-                   "tokens/chunk", "output tokens (mean)"], rows)])
+                   "tokens/chunk", "acceptance length (server, per request)", "output tokens (mean)"], rows)])
 
 
 def _telemetry(res: dict) -> Section:

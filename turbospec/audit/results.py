@@ -24,6 +24,7 @@ from turbospec.audit.stats import DEFINITIONS, request_rows, summarize, summariz
 from turbospec.audit.verdict import VerdictInput, decide
 
 SCHEMA_VERSION = 1
+_MEASURED = {"prometheus": "measured from /metrics", "sglang": "measured: SGLang's running average"}
 
 EXTRA_DEFINITIONS = {
     "ceiling": "HBM-bandwidth roofline: bandwidth / bytes read per decode step (weights + KV cache at the "
@@ -103,7 +104,8 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
     entry["roofline"] = _roofline(entry, econ, conc, context)
     entry["projection"] = _projection(spec, s, econ, conc, context)
     p = entry["projection"]
-    entry["annual"] = econ.cost.annual(s["aggregate_output_tokens_per_s"], p["speedup"], p["already_speculating"])
+    speedup = p["speedup"] if s["num_ok"] else None          # nothing measured: no savings to claim
+    entry["annual"] = econ.cost.annual(s["aggregate_output_tokens_per_s"], speedup, p["already_speculating"])
     now = entry["cost"]["per_million_output_tokens"]
     if now is not None:
         entry["cost"]["per_million_with_speculation"] = now if p["already_speculating"] else now / p["speedup"]
@@ -118,7 +120,7 @@ def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: floa
     if measured:
         k = max(econ.assumed.num_speculative_tokens, len(spec.get("per_position") or []))
         assumption = SpecAssumption(min(max(spec["acceptance_length"], 1.0), k + 1.0),
-                                    f"measured ({spec['source']})", k, econ.assumed.verify_overhead)
+                                    _MEASURED[spec["source"]], k, econ.assumed.verify_overhead)
     else:
         assumption = econ.assumed
     tpot = (s["tpot_ms"]["p50"] or 0.0) / 1e3 or None

@@ -7,6 +7,7 @@ payload as an OpenAI chunk of either API:
   chat         {"choices": [{"index": 0, "delta": {"content": "..", "reasoning_content": ".."}}]}
   completions  {"choices": [{"index": 0, "text": ".."}]}
   usage-only   {"choices": [], "usage": {"prompt_tokens": .., "completion_tokens": ..}}
+  turbospec    a `speculative_decoding` object (the request's drafts / accepted tokens) on the last chunk
   error        {"error": {"message": ..}}  or vLLM's {"object": "error", "message": ..}
   end          [DONE]
 
@@ -30,6 +31,7 @@ class Chunk:
     finish_reason: str | None = None
     usage: dict | None = None          # {"prompt_tokens", "completion_tokens", ...} when sent
     error: str | None = None           # an error the server reported inside the stream
+    speculative_decoding: dict | None = None   # turbospec's per-request figures, when the server sends them
 
 
 class SSEDecoder:
@@ -79,8 +81,9 @@ def parse_chunk(payload: str) -> Chunk:
             text += _delta_text(delta)
         elif isinstance(choice.get("text"), str):
             text += choice["text"]
-    usage = obj.get("usage")
-    return Chunk(text=text, finish_reason=finish, usage=usage if isinstance(usage, dict) else None)
+    usage, spec = obj.get("usage"), obj.get("speculative_decoding")
+    return Chunk(text=text, finish_reason=finish, usage=usage if isinstance(usage, dict) else None,
+                 speculative_decoding=spec if isinstance(spec, dict) else None)
 
 
 def _delta_text(delta: dict) -> str:

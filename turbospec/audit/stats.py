@@ -31,6 +31,8 @@ DEFINITIONS: dict[str, str] = {
                "also their output tokens per second and their share of all requests",
     "output_tokens": "generated tokens from the server's `usage`; else a local tokenizer; else one per chunk "
                      "(see token_count_source)",
+    "server_reported_speculation": "turbospec servers send each request's drafts and accepted tokens "
+                                   "(`speculative_decoding`); summed over the successful requests, also per domain",
 }
 
 
@@ -167,6 +169,7 @@ def summarize(records: list[RequestRecord], slo: SLO) -> dict:
         "output_tokens": {"total": out_tokens, "mean": out_tokens / len(ok) if ok else 0.0},
         "input_tokens": _input_tokens(ok),
         "token_count_source": dict(Counter(r.token_source for r in ok)),
+        "server_reported_speculation": server_speculation(ok),
     }
 
 
@@ -175,9 +178,20 @@ def summarize_by_domain(records: list[RequestRecord], slo: SLO) -> dict[str, dic
     out = {}
     for domain in sorted({r.domain for r in records}):
         s = summarize([r for r in records if r.domain == domain], slo)
-        out[domain] = {k: s[k] for k in ("num_ok", "num_failed", "ttft_ms", "tpot_ms",
-                                         "output_tokens_per_s", "tokens_per_chunk", "output_tokens")}
+        out[domain] = {k: s[k] for k in ("num_ok", "num_failed", "ttft_ms", "tpot_ms", "output_tokens_per_s",
+                                         "tokens_per_chunk", "output_tokens", "server_reported_speculation")}
     return out
+
+
+def server_speculation(ok: list[RequestRecord]) -> dict | None:
+    """The server's per-request speculation figures summed (None when the server sends none)."""
+    figs = [r.server_speculation for r in ok if r.server_speculation]
+    if not figs:
+        return None
+    tot = {k: sum(int(f.get(k) or 0) for f in figs) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
+    return {"num_requests": len(figs), **tot,
+            "acceptance_length": 1 + tot["num_accepted_tokens"] / tot["num_drafts"] if tot["num_drafts"] else None,
+            "acceptance_rate": tot["num_accepted_tokens"] / tot["num_draft_tokens"] if tot["num_draft_tokens"] else None}
 
 
 def request_rows(records: list[RequestRecord]) -> list[dict]:
@@ -187,6 +201,7 @@ def request_rows(records: list[RequestRecord]) -> list[dict]:
         row = {"prompt_id": r.prompt_id, "domain": r.domain, "ok": r.ok, "error": r.error,
                "output_tokens": r.output_tokens, "input_tokens": r.input_tokens, "chunks": len(r.chunk_times_s),
                "token_source": r.token_source, "finish_reason": r.finish_reason,
+               "speculative_decoding": r.server_speculation,
                "ttft_ms": ttft_s(r) * 1e3 if r.chunk_times_s else None,
                "e2e_ms": e2e_s(r) * 1e3 if r.end_s is not None else None}
         rows.append(row)

@@ -8,9 +8,9 @@ level, the production-like one):
   go            projected speedup >= MIN_SPEEDUP and acceptance length >= MIN_ACCEPTANCE_LENGTH
   no-go         otherwise, with the condition(s) that failed
 
-Reasons always say where the acceptance length came from (measured from /metrics, estimated from
-chunks, or assumed) and add what else the numbers show (far from the ceiling, already speculating,
-what it saves a year).
+Reasons always say where the acceptance length came from (measured from /metrics or SGLang, or
+assumed; a chunk-based estimate is reported but never decides) and add what else the numbers show
+(far from the ceiling, already speculating, what it saves a year).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class VerdictInput:
     num_failed: int
     speedup: float | None              # projected at the target concurrency
     acceptance_length: float | None
-    acceptance_source: str             # "measured (/metrics)" | "estimated (chunks)" | "assumed" ...
+    acceptance_source: str             # "measured from /metrics" | "measured: SGLang's ..." | "assumed (...)"
     target_concurrency: float | None
     already_speculating: bool = False
     ceiling_fraction: float | None = None      # measured batch-1 tok/s / roofline ceiling
@@ -58,8 +58,8 @@ def decide(v: VerdictInput) -> dict:
         reasons.append(f"projected speedup {v.speedup:.2f}x {at} {cmp} {MIN_SPEEDUP}x")
     if v.acceptance_length is not None:
         cmp = ">=" if ok_accept else "<"
-        reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step ({v.acceptance_source}) "
-                       f"{cmp} {MIN_ACCEPTANCE_LENGTH}")
+        reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step {cmp} {MIN_ACCEPTANCE_LENGTH} "
+                       f"({v.acceptance_source})")
     if v.already_speculating and ok_speed and ok_accept:
         reasons.append("speculation is already on at this endpoint and pays: the projection is its gain over "
                        "plain decoding, so 'go' means keep it on")
@@ -69,9 +69,6 @@ def decide(v: VerdictInput) -> dict:
     if "assumed" in v.acceptance_source:
         reasons.append("acceptance is assumed, not measured: confirm it with a drafter on your own prompts "
                        "(e.g. turbospec serve with --speculative-config) before committing")
-    elif "estimate" in v.acceptance_source:
-        reasons.append("acceptance is estimated from tokens per chunk: the server exposes no speculation "
-                       "counters, so treat it as a rough guide")
     if not v.model_aware:
         reasons.append("no model shape given (--model-config): the projection ignores how the batch and MoE "
                        "routing erode speculation at high concurrency")
