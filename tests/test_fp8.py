@@ -219,3 +219,21 @@ def test_replaced_weights_are_freed_without_gc():
         assert all(r() is None for r in refs)
     finally:
         gc.enable()
+
+
+def test_fp8_moe_checkpoint_fused_v5_layout(tiny_qwen3_moe_factory, tiny_dir_factory):
+    """Fused expert tensors (`experts.gate_up_proj` [E, 2I, H] + `experts.gate_up_proj_scale_inv`)."""
+    src = tiny_qwen3_moe_factory("topk_norm")
+
+    def fused(t):
+        t = fp8_checkpoint(t, BLOCK)
+        for l in range(3):
+            p = f"model.layers.{l}.mlp.experts."
+            for ours, parts in (("gate_up_proj", ("gate_proj", "up_proj")), ("down_proj", ("down_proj",))):
+                for suffix in ("weight", "weight_scale_inv"):
+                    stacked = torch.stack([torch.cat([t.pop(f"{p}{e}.{n}.{suffix}") for n in parts]) for e in range(8)])
+                    t[p + ours + ("_scale_inv" if suffix != "weight" else "")] = stacked
+        return t
+    per_expert = load_model(str(tiny_dir_factory(src, QC, edit_tensors=lambda t: fp8_checkpoint(t, BLOCK))))
+    model = load_model(str(tiny_dir_factory(src, QC, edit_tensors=fused)))
+    assert torch.equal(_logits(model, 8192), _logits(per_expert, 8192))

@@ -187,8 +187,8 @@ def load_model(model_dir: str, device: torch.device | str = "cpu",
     finally:
         torch.set_default_dtype(prev_dtype)
     if fp8 is not None and fp8.from_checkpoint:
-        scaled = {_resolve(model, n.removesuffix("_scale_inv"))[0]
-                  for n in checkpoint_tensor_names(model_dir) if n.endswith(".weight_scale_inv")}
+        scaled = {_resolve(model, n.removesuffix("_scale_inv"))[0]      # `x.weight_scale_inv` scales `x.weight`
+                  for n in checkpoint_tensor_names(model_dir) if n.endswith("_scale_inv")}
         prepare_fp8_from_checkpoint(model, fp8, scaled)
     load_weights(model, iterate_weights(model_dir, device), num_layers=cfg.num_hidden_layers,
                  tied_lm_head=cfg.tie_word_embeddings)
