@@ -23,6 +23,7 @@ class OracleRow:
     plain_tok_s: float
     spec_tok_s: float
     acceptance_length: float | None
+    chosen_k: int | None = None          # with draft_length "auto": the k chosen at this batch
 
     @property
     def speedup(self) -> float:
@@ -91,10 +92,11 @@ def verify_cost(engine: LLMEngine, batch: int, ks: list[int], prompt_len: int, v
 
 def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
                  k: int, acceptance_length: float, prompt_len: int, gen_len: int,
-                 cost_ks: list[int]) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
+                 cost_ks: list[int], auto: bool = False) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
     model = random_model(config, device, dtype)
     oracle = OracleProposer(k, acceptance_length, config.vocab_size)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len + k + 1, max(batch_sizes),
+                          speculative_proposer=oracle, auto_draft_length=auto,
                           graph_query_lens=sorted({1, k + 1} | {kk + 1 for kk in cost_ks}))
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     g = torch.Generator().manual_seed(0)
@@ -114,7 +116,8 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
             raise RuntimeError("speculative output differs from plain greedy output: the engine is not lossless")
         d = after["spec_decode_num_drafts"] - before["spec_decode_num_drafts"]
         a = after["spec_decode_num_accepted_tokens"] - before["spec_decode_num_accepted_tokens"]
-        rows.append(OracleRow(b, plain_n / plain_s, spec_n / spec_s, 1 + a / d if d else None))
+        chosen = engine.adaptive.choose(b) if engine.adaptive is not None else None
+        rows.append(OracleRow(b, plain_n / plain_s, spec_n / spec_s, 1 + a / d if d else None, chosen))
         engine.proposer = None
         costs[b] = verify_cost(engine, b, cost_ks, prompt_len, config.vocab_size)
     return rows, costs

@@ -32,7 +32,8 @@ class EngineStats:
 class LLMEngine:
     def __init__(self, model_dir: str, model: torch.nn.Module, config: ModelConfig, tokenizer,
                  device: torch.device, dtype: torch.dtype, engine_config: EngineConfig,
-                 proposer=None, load_seconds: float = 0.0, graph_query_lens: list[int] | None = None):
+                 proposer=None, load_seconds: float = 0.0, graph_query_lens: list[int] | None = None,
+                 auto_draft_length: bool = False):
         self.model_dir, self.model, self.model_config = model_dir, model, config
         self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
         self.engine_config = engine_config
@@ -57,8 +58,10 @@ class LLMEngine:
         if proposer is not None and proposer.aux_hidden_state_layers:
             model.aux_hidden_state_layers = tuple(proposer.aux_hidden_state_layers)
         capture_s = 0.0
+        from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, measure_cost_table
+        ks = candidate_ks(k) if auto_draft_length and k else ([0, k] if k else [0])
         if not engine_config.enforce_eager:
-            qls = graph_query_lens or ([1, k + 1] if k else [1])
+            qls = graph_query_lens or [kk + 1 for kk in ks]
             capture_s = self.runner.capture_graphs(min(engine_config.max_num_seqs, 256), qls, self.max_model_len)
         self.startup["graph_capture_seconds"] = capture_s
         self.startup["num_cuda_graphs"] = self.runner.graphs.num_graphs if self.runner.graphs else 0
@@ -71,6 +74,9 @@ class LLMEngine:
             self.burst = self.runner.make_burst(steps, min(engine_config.max_num_seqs, 256), self.max_model_len,
                                                 capture=self.runner.graphs is not None)
             self.startup["graph_capture_seconds"] += time.perf_counter() - t0
+        self.adaptive = None
+        if auto_draft_length and k:
+            self.adaptive = AdaptiveDraftLength(measure_cost_table(self, ks), k)
 
     @classmethod
     def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,
@@ -97,7 +103,9 @@ class LLMEngine:
         tok = load_tokenizer(tokenizer or model)
         proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype) \
             if speculative_config else None
-        return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s)
+        auto = bool(speculative_config) and speculative_config.get("draft_length") == "auto"
+        return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s,
+                   auto_draft_length=auto)
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt, params: SamplingParams | None = None) -> None:
@@ -130,6 +138,8 @@ class LLMEngine:
         if burst is not None:
             return self._outputs(burst)
         k = self.proposer.k if self.proposer is not None else 0
+        if k and self.adaptive is not None:
+            k = self.adaptive.choose(max(len(self.scheduler.running), 1))
         sched = self.scheduler.schedule(
             draft_slots=(lambda s: max(0, min(k, s.max_total_tokens - len(s) - 1))) if k else (lambda s: 0))
         if sched.is_empty:

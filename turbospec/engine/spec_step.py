@@ -138,6 +138,8 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
         if b in draft_row:
             n_draft = proposal.num_tokens[draft_row[b]]
             stats.record(n_draft, len(nodes))
+            if engine.adaptive is not None:
+                engine.adaptive.observe(n_draft, len(nodes), (t1 - t0) / len(draft_row))
             m = seq.metrics
             m.num_drafts += 1
             m.num_draft_tokens += n_draft

@@ -24,6 +24,9 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
     k = spec.get("num_speculative_tokens")
     if method != "dflash" and (not isinstance(k, int) or k <= 0):
         raise ValueError(f"speculative_config needs num_speculative_tokens >= 1 (got {k!r})")
+    if spec.get("draft_length", "fixed") not in ("fixed", "auto"):
+        raise ValueError(f"speculative_config draft_length={spec['draft_length']!r}: use 'auto' (chosen per step "
+                         "from measured verify cost and acceptance) or leave it out (always k)")
     if method in ("draft_model", "eagle3", "dflash") and not spec.get("model"):
         raise ValueError(f"method {method!r} needs speculative_config['model']: the drafter's directory")
     if method == "ngram":

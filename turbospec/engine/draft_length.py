@@ -1,0 +1,85 @@
+"""Automatic draft length (`speculative_config["draft_length"] = "auto"`): each step drafts the k
+that maximises expected tokens per second for the current batch, from the verify cost measured at
+start-up and the per-position acceptance learned online (turbospec/spec/moe_cost.py). k = 0 —
+plain decoding — whenever speculation would not pay, so it never makes a step slower in the model.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from turbospec.engine.scheduler import ScheduledSeq
+from turbospec.spec.moe_cost import AcceptanceProfile, DraftLengthPolicy, StepCostTable, analytic_step_table
+from turbospec.spec.proposer import Proposal
+
+COST_BATCHES = (1, 4, 16, 64)
+
+
+def candidate_ks(k_max: int) -> list[int]:
+    """Draft lengths the engine may pick (and captures verify graphs for)."""
+    return sorted({0, 1, 2, 3, 4, k_max} & set(range(k_max + 1)))
+
+
+class AdaptiveDraftLength:
+    def __init__(self, cost: StepCostTable, k_max: int, prior_rate: float = 0.7):
+        self.ks = candidate_ks(k_max)
+        self.profile = AcceptanceProfile(max_len=k_max, prior_rate=prior_rate)
+        self.policy = DraftLengthPolicy(cost, self.profile, max_k=k_max, draft_seconds=self._draft_seconds)
+        self.draft_s_per_token = 0.0        # running mean of proposer seconds per drafted position
+        self._n = 0
+        self._cache: dict[int, int] = {}
+
+    def _draft_seconds(self, batch: int, k: int) -> float:
+        return self.draft_s_per_token * k
+
+    def choose(self, batch: int) -> int:
+        if batch not in self._cache:
+            rates = {k: self.policy.tokens_per_second(batch, k) for k in self.ks}
+            best = max(rates, key=rates.get)
+            self._cache[batch] = best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0
+        return self._cache[batch]
+
+    def observe(self, num_drafted: int, num_accepted: int, draft_seconds: float) -> None:
+        self.profile.observe(num_drafted, num_accepted)
+        self._n += 1
+        self.draft_s_per_token += (draft_seconds / max(num_drafted, 1) - self.draft_s_per_token) / min(self._n, 100)
+        self._cache.clear()
+
+
+def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int = 5) -> StepCostTable:
+    """Seconds of one target forward with k drafts per sequence, at a few batch sizes, timed on
+    dummy sequences in the engine's own KV pool (CUDA graphs included). CPU: the bytes model."""
+    cfg = engine.model_config
+    batches = [b for b in COST_BATCHES if b <= engine.engine_config.max_num_seqs]
+    if engine.device.type != "cuda":
+        return analytic_step_table(cfg, batches, [k + 1 for k in ks], bandwidth=2e10, weight_bytes=4.0)
+    from turbospec.engine.sequence import Sequence
+    from turbospec.sampling_params import SamplingParams
+    bm, runner = engine.block_manager, engine.runner
+    out: dict[tuple[int, int], float] = {}
+    params = SamplingParams(temperature=0.0, max_tokens=1)
+    for b in batches:
+        seqs = [Sequence(f"cost{i}", None, [1] * prompt_len, params, engine.device, engine.max_model_len)
+                for i in range(b)]
+        if sum(bm.blocks_needed(prompt_len + max(ks) + 1) for _ in seqs) > bm.num_free_blocks:
+            break
+        for s in seqs:
+            bm.allocate(s, prompt_len + max(ks) + 1)
+            s.num_computed_tokens = prompt_len - 1      # KV content is irrelevant to the timing
+        for k in ks:
+            sched = [ScheduledSeq(s, 1, k) for s in seqs]
+            prop = Proposal(torch.ones(b, k, dtype=torch.long), [k] * b) if k else None
+            rows = {i: i for i in range(b)} if k else {}
+            times = []
+            for it in range(iters + 2):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                runner.execute(runner.prepare(sched, bm, prop, rows))
+                torch.cuda.synchronize()
+                if it >= 2:
+                    times.append(time.perf_counter() - t0)
+            out[(b, k + 1)] = sorted(times)[len(times) // 2]
+        for s in seqs:
+            bm.free(s)
+    return StepCostTable(out, f"measured on {torch.cuda.get_device_name()} at context {prompt_len}")
