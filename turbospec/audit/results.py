@@ -11,8 +11,7 @@ Top level (schema_version 1; every field is documented in docs/audit.md, "result
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
-from turbospec import __version__
+from importlib.metadata import PackageNotFoundError, version
 from turbospec.audit.config import LoadConfig
 from turbospec.audit.cost import CostModel
 from turbospec.audit.gpus import GPU
@@ -57,7 +56,7 @@ def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: d
     verdicts = [_verdict(ep.url, [r for r in runs if r["endpoint"] == ep.url], econ) for ep in cfg.endpoints]
     return {
         "schema_version": SCHEMA_VERSION,
-        "tool": f"turbospec audit {__version__}",
+        "tool": f"turbospec audit {_version()}",
         "created_at": audit.finished_at, "started_at": audit.started_at, "finished_at": audit.finished_at,
         "interrupted": audit.interrupted,
         "prompts_repeated": audit.prompts_repeated,
@@ -77,6 +76,13 @@ def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: d
         "verdicts": verdicts,
         "verdict": verdicts[0] if verdicts else None,
     }
+
+
+def _version() -> str:
+    try:
+        return version("turbospec")
+    except PackageNotFoundError:                 # running from a source tree that is not installed
+        return "unknown"
 
 
 def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
