@@ -4,7 +4,7 @@
 #
 #   OUT=/path bash bench/gpu_moe.sh [parts...]     # parts: tests micro verify decode (default), sweep
 #
-# Each part's worst case (timeouts): tests 240 s, micro 300 s, verify 420 s, decode 190 + 200 + 190 s,
+# Each part's worst case (timeouts): tests 280 s, micro 300 s, verify 420 s, decode 190 + 200 + 190 s,
 # sweep 420 s (optional: tile/split/stage data for the kernel heuristics). A
 # 10-minute call fits "tests micro" or "verify" or "decode"; three calls cover everything:
 #   bash bench/gpu_moe.sh tests micro ; bash bench/gpu_moe.sh verify ; bash bench/gpu_moe.sh decode
@@ -39,7 +39,7 @@ run() {   # run NAME TIMEOUT CMD...
 for part in $PARTS; do
   case $part in
     tests)
-      run gpu-tests 240 python3 -m pytest -q -m gpu --noconftest -p no:cacheprovider -rf --durations=8 \
+      run gpu-tests 280 python3 -m pytest -q -m gpu --noconftest -p no:cacheprovider -rf --durations=8 \
         tests/gpu/test_fp8_moe_kernels.py ;;
     micro)
       run microbench 300 python3 -m turbospec.kernels.microbench_moe --json "$OUT/microbench_moe.json" ;;
