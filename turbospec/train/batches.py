@@ -31,7 +31,7 @@ def split_heldout(ds: TokenDataset, fraction: float, max_samples: int, seed: int
                   ) -> tuple[TokenDataset, TokenDataset]:
     """A fixed random held-out subset (same for every rank and on resume)."""
     n = len(ds)
-    k = min(max_samples, int(round(n * fraction))) if fraction > 0 else 0
+    k = min(max_samples, max(1, int(round(n * fraction)))) if fraction > 0 else 0
     if n - k < 1:
         k = n - 1
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 12345)).tolist()

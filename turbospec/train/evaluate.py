@@ -33,10 +33,11 @@ def evaluate_heldout(recipe, target: TargetModel, heldout: TokenDataset, batch_s
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)][rank::world]
     total = None
     for idx in batches:
-        b = collate(heldout, idx).to(target.device)
-        feats = target.features(b.input_ids, b.lengths)
+        host = collate(heldout, idx)
+        b = host.to(target.device)
+        feats = target.features(b.input_ids, host.lengths)
         with autocast():
-            _, packed = trainer(*recipe.inputs(b, feats, gen))
+            _, packed = trainer(*recipe.inputs(b, feats, gen, host))
         total = packed if total is None else total + packed
     if total is None:
         total = torch.zeros(4 + 2 * recipe.k, dtype=torch.float64, device=target.device)

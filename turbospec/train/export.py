@@ -9,13 +9,14 @@
 Both go through the draft modules' own exporters (`save_eagle3` / `save_dflash`) and are read back
 with the strict loaders the proposers use (`load_eagle3` / `load_dflash`), which name any missing
 or misshapen tensor. Files are written to a temporary directory and moved into place, so an
-interrupted export never leaves a half-written checkpoint. `training_info.json` records the setting.
+interrupted export never leaves a half-written checkpoint under its real name. `training_info.json` records the setting.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import tempfile
 
 import torch
 
@@ -28,8 +29,7 @@ INFO_FILE = "training_info.json"
 
 def export_drafter(method: str, draft: torch.nn.Module, out_dir: str, target_config: ModelConfig,
                    dtype: torch.dtype = torch.bfloat16, info: dict | None = None, verify: bool = True) -> None:
-    tmp = out_dir.rstrip("/") + ".export-tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tempfile.mkdtemp(prefix="turbospec-export-")      # never a half-written file in out_dir
     if method == "eagle3":
         save_eagle3(draft, tmp, target_config, include_embeddings=False, dtype=dtype)
     elif method == "dflash":
@@ -43,7 +43,8 @@ def export_drafter(method: str, draft: torch.nn.Module, out_dir: str, target_con
         check_export(method, tmp, target_config)
     os.makedirs(out_dir, exist_ok=True)
     for fn in os.listdir(tmp):
-        os.replace(os.path.join(tmp, fn), os.path.join(out_dir, fn))
+        shutil.move(os.path.join(tmp, fn), os.path.join(out_dir, fn + ".tmp"))
+        os.replace(os.path.join(out_dir, fn + ".tmp"), os.path.join(out_dir, fn))
     shutil.rmtree(tmp, ignore_errors=True)
 
 

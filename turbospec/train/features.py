@@ -70,34 +70,33 @@ class TargetModel:
 
     @torch.no_grad()
     def features(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> Features:
-        """input_ids [B, S] (padded), lengths [B] -> Features. Sequences attend only to themselves."""
+        """input_ids [B, S] (padded), lengths [B] (CPU preferred: no host sync) -> Features.
+        Sequences attend only to themselves."""
         B, S = input_ids.shape
         lens = lengths.tolist()
-        bs = self.block_size
+        bs, dev = self.block_size, self.device
         per_seq = -(-S // bs)
         self._ensure_pool(1 + B * per_seq)
-        dev = self.device
-        valid = torch.arange(S, device=dev)[None, :] < lengths.to(dev)[:, None]           # [B, S]
-        ids = input_ids.to(dev)[valid]                                                      # [T]
-        pos = torch.arange(S, device=dev).expand(B, S)[valid]                               # [T]
-        seq_idx = torch.arange(B, device=dev)[:, None].expand(B, S)[valid]                  # [T]
+        # packed token t of sequence b sits at flat index b * S + position (built on the host)
+        flat = torch.cat([b * S + torch.arange(n) for b, n in enumerate(lens)]).to(dev, non_blocking=True)   # [T]
+        ids = input_ids.to(dev).reshape(-1)[flat]                                           # [T]
+        pos, seq_idx = flat % S, flat // S
         block_tables = (1 + torch.arange(B * per_seq, device=dev, dtype=torch.int32)).view(B, per_seq)
-        slots = (block_tables[seq_idx, pos // bs].long() * bs + pos % bs)                  # [T]
+        slots = block_tables[seq_idx, pos // bs].long() * bs + pos % bs                    # [T]
         qsl = torch.zeros(B + 1, dtype=torch.int32)
         qsl[1:] = torch.tensor(lens, dtype=torch.int32).cumsum(0)
         meta = AttentionMetadata(slot_mapping=slots, query_start_loc=qsl.to(dev),
-                                 seq_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
+                                 seq_lens=torch.tensor(lens, dtype=torch.int32).to(dev),
                                  block_tables=block_tables, max_query_len=max(lens), max_seq_len=max(lens))
         with forward_context(meta):
             out = self.model(ids, pos)
         hidden, aux = out if isinstance(out, tuple) else (out, [])
         H = hidden.shape[-1]
-        h = hidden.new_zeros(B, S, H)
-        h[valid] = hidden
-        a = hidden.new_zeros(B, S, len(aux) * H)
+        h = hidden.new_zeros(B * S, H).index_copy_(0, flat, hidden).view(B, S, H)
+        a = hidden.new_zeros(B * S, len(aux) * H)
         if aux:
-            a[valid] = torch.cat(aux, dim=-1)
-        return Features(a, h)
+            a.index_copy_(0, flat, torch.cat(aux, dim=-1))
+        return Features(a.view(B, S, -1), h)
 
     def logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """[..., H] final-normed -> [..., V or len(rows)] float32 (rows: a vocabulary subset)."""
@@ -137,17 +136,18 @@ class FeatureCache:
         os.replace(tmp, self._file(key))
 
 
-def cached_features(target: TargetModel, cache: FeatureCache | None, batch, sample_keys: list[str]
-                    ) -> Features:
+def cached_features(target: TargetModel, cache: FeatureCache | None, batch, sample_keys: list[str],
+                    host_lengths: torch.Tensor | None = None) -> Features:
     """Features of a batch through the cache (per sample), computing only the missing ones."""
+    lengths = host_lengths if host_lengths is not None else batch.lengths.cpu()
     if cache is None:
-        return target.features(batch.input_ids, batch.lengths)
+        return target.features(batch.input_ids, lengths)
     got = [cache.get(k) for k in sample_keys]
     if any(g is None for g in got):
-        feats = target.features(batch.input_ids, batch.lengths)
+        feats = target.features(batch.input_ids, lengths)
         for r, (k, g) in enumerate(zip(sample_keys, got)):
             if g is None:
-                n = int(batch.lengths[r])
+                n = int(lengths[r])
                 cache.put(k, feats.aux[r, :n], feats.hidden[r, :n])
         return feats
     B, S = batch.input_ids.shape

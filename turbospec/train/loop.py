@@ -102,7 +102,10 @@ def train(cfg: TrainConfig) -> dict:
                               cfg.loss_on_prompt)
     train_ds, heldout = split_heldout(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
     per_epoch = batches_per_epoch(train_ds, cfg.batch_size, world)
-    total_steps = cfg.steps or max(1, int(round((cfg.epochs or 1.0) * per_epoch)))
+    budget = cfg.max_minutes * 60 if cfg.max_minutes else None
+    # steps: given, or from epochs; with only a time budget, as many as fit in it
+    total_steps = cfg.steps or (max(1, int(round((cfg.epochs or 1.0) * per_epoch)))
+                                if cfg.epochs or budget is None else None)
     log = _Log(rank, total_steps, f"train {cfg.method}")
     log.print(f"data: {report.describe()}; train {len(train_ds)} / held-out {len(heldout)} samples; "
               f"{per_epoch} steps per epoch at batch {cfg.batch_size} x {world} process(es)")
@@ -125,14 +128,13 @@ def train(cfg: TrainConfig) -> dict:
     module = recipe.trainer
     if world > 1:
         module = torch.nn.parallel.DistributedDataParallel(
-            recipe.trainer, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+            recipe.trainer, device_ids=[device.index] if device.type == "cuda" else None)
     cache = None
     if cfg.feature_cache:
         width = (len(layers) + 1) * tcfg.hidden_size
         cache = FeatureCache(cfg.feature_cache, train_ds.num_tokens, width, torch.finfo(target.dtype).bits // 8)
     autocast = autocast_for(device)
     params = [p for p in draft.parameters() if p.requires_grad]
-    budget = cfg.max_minutes * 60 if cfg.max_minutes else None
     info = {**recipe.info, "target": os.path.abspath(cfg.target), "data": os.path.abspath(cfg.data),
             "config": dataclasses.asdict(cfg), "data_report": dataclasses.asdict(report)}
 
@@ -141,13 +143,15 @@ def train(cfg: TrainConfig) -> dict:
             export_drafter(cfg.method, draft, cfg.out, tcfg, parse_dtype(cfg.export_dtype),
                            {**info, "step": step, "heldout": metrics})
 
-    log.print(f"setup {time.perf_counter() - t_setup:.1f} s; training {total_steps} steps"
-              + (f" or {cfg.max_minutes:g} min, whichever comes first" if budget else ""))
+    plan = [f"{total_steps} steps"] if total_steps else []
+    plan += [f"{cfg.max_minutes:g} min"] if budget else []
+    log.print(f"setup {time.perf_counter() - t_setup:.1f} s; training for {' or '.join(plan)}, whichever comes first")
+    end = f"/{total_steps}" if total_steps else ""
     stream = iterate(train_ds, cfg.batch_size, cfg.seed, step, rank, world)
     running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
     heldout_m: dict = {}
     stop = torch.zeros(2, device=device)
-    while step < total_steps:
+    while total_steps is None or step < total_steps:
         elapsed = elapsed0 + time.perf_counter() - t0
         if world > 1:                        # all ranks stop together and share the schedule clock
             stop[0], stop[1] = float(budget is not None and elapsed >= budget), elapsed
@@ -158,20 +162,21 @@ def train(cfg: TrainConfig) -> dict:
         if over:
             log.print(f"time budget of {cfg.max_minutes:g} min reached at step {step}")
             break
-        progress = max(step / total_steps, elapsed / budget if budget else 0.0)
+        progress = max(step / total_steps if total_steps else 0.0, elapsed / budget if budget else 0.0)
         set_lr(opt, lr_at(step, progress, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
-        batch = next(stream).to(device)
-        keys = [f"train-{i}" for i in batch.indices] if cache else []
-        feats = cached_features(target, cache, batch, keys)
+        host = next(stream)
+        batch = host.to(device)
+        keys = [f"train-{i}" for i in host.indices] if cache else []
+        feats = cached_features(target, cache, batch, keys, host.lengths)
         with autocast():
-            loss, packed = module(*recipe.inputs(batch, feats, anchor_gen))
+            loss, packed = module(*recipe.inputs(batch, feats, anchor_gen, host))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         step += 1
-        tokens += int(batch.lengths.sum())
+        tokens += int(host.lengths.sum())
         running = packed if running is None else running + packed
         line, postfix = None, {}
         if step % cfg.log_every == 0 or step == total_steps:
@@ -180,7 +185,7 @@ def train(cfg: TrainConfig) -> dict:
             rate = tokens / (now - t_log)
             postfix = {"loss": f"{m['loss']:.3f}", "acc0": f"{m['acc'][0]:.2f}", "AL": f"{m['accept_len']:.2f}",
                        "heldout_AL": f"{heldout_m.get('accept_len', float('nan')):.2f}", "tok/s": f"{rate:.0f}"}
-            line = (f"step {step}/{total_steps} | train {_fmt(m)} | heldout AL "
+            line = (f"step {step}{end} | train {_fmt(m)} | heldout AL "
                     f"{heldout_m.get('accept_len', float('nan')):.2f} | lr {opt.param_groups[0]['lr']:.2e} | "
                     f"{rate:.0f} tok/s | {elapsed:.0f} s")
             running, tokens, t_log = None, 0, now
@@ -188,7 +193,7 @@ def train(cfg: TrainConfig) -> dict:
             heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
             line = (line or f"step {step}") + f"\n  held-out: {_fmt(heldout_m)}"
         log.step(1, postfix, line)
-        if step % cfg.save_every == 0 and step < total_steps:
+        if step % cfg.save_every == 0 and step != total_steps:
             if rank == 0:
                 save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
             export(heldout_m)

@@ -23,13 +23,15 @@ class Recipe:
     k: int                                # drafts scored per start (= num_speculative_tokens)
     info: dict = field(default_factory=dict)
 
-    def inputs(self, batch: Batch, feats: Features, generator: torch.Generator) -> tuple:
+    def inputs(self, batch: Batch, feats: Features, generator: torch.Generator,
+               host_batch: Batch | None = None) -> tuple:
+        """Trainer inputs for a device batch; `host_batch` (its CPU copy) avoids host syncs."""
         base = (batch.input_ids, batch.loss_mask, feats.aux, feats.hidden)
         if self.method == "dflash":
             from turbospec.train.dflash import sample_anchors
-            n = self.info["anchors_per_seq"]
-            anchors = sample_anchors(batch.loss_mask.cpu(), batch.lengths.cpu(), n, generator)
-            return base + (anchors.to(batch.input_ids.device),)
+            hb = host_batch or batch
+            anchors = sample_anchors(hb.loss_mask.cpu(), hb.lengths.cpu(), self.info["anchors_per_seq"], generator)
+            return base + (anchors.to(batch.input_ids.device, non_blocking=True),)
         return base
 
     def spec_config(self, draft_dir: str) -> dict:

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Train the demo's two drafters for models/codelm-12m on one H200 in ONE call (< 10 min wall),
+# export them, and measure acceptance on held-out code with plain decoding in the same run.
+#
+#   OUT=/path/to/out bash bench/gpu_train.sh        # from anywhere; runs from the repo root
+#
+# Stages (each bounded by `timeout`, each failure logged and survived where possible):
+#   1. stdlib corpus: this machine's Python standard library, chunked to <= 1024 codelm tokens
+#   2. regenerate: codelm-12m continues ~6k line-aligned stdlib windows (64..512 tokens) by 256
+#      greedy tokens through turbospec.LLM (so the drafters learn the target's own outputs);
+#      skipped on failure (training then uses the raw corpus with the target's soft labels only)
+#   3. train EAGLE-3 (chain k=7, draft vocab 6144) and DFlash (block 8, 4 layers) CONCURRENTLY on
+#      the one GPU, each bounded by --max-minutes, exporting as they go
+#   4. turbospec bench spec for each drafter: 32 held-out prompts x 128 tokens, greedy, with plain
+#      decoding in the same process (acceptance length, tok/s of both, identical outputs)
+#
+# Writes exactly 7 files:
+#   $OUT/train_log.txt
+#   $OUT/codelm-12m-eagle3/{config.json, model.safetensors, training_info.json}
+#   $OUT/codelm-12m-dflash/{config.json, model.safetensors, training_info.json}
+# Scratch (corpus, regenerated data, training states) goes to $WORK (default: a /tmp dir).
+#
+# CPU dry run of the very same path with tiny budgets (checks every stage end to end):
+#   DRY_RUN=1 OUT=/tmp/dry bash bench/gpu_train.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the output directory}"
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
+PY=${PY:-python3}
+MODEL=models/codelm-12m
+PROMPTS=bench/prompts/heldout_code.jsonl
+WORK=${WORK:-$(mktemp -d /tmp/turbospec-train.XXXXXX)}
+mkdir -p "$OUT" "$WORK"
+LOG="$OUT/train_log.txt"
+exec > >(tee -a "$LOG") 2>&1
+T_START=$(date +%s)
+stamp() { echo "=== [$(( $(date +%s) - T_START )) s] $*"; }
+
+if [ "${DRY_RUN:-0}" = 1 ]; then      # same commands, CPU-sized
+  DEVICE=${DEVICE:-cpu}; REGEN_SAMPLES=${REGEN_SAMPLES:-8}; REGEN_SECONDS=${REGEN_SECONDS:-60}
+  REGEN_BATCH=${REGEN_BATCH:-8}; REGEN_TOKENS=${REGEN_TOKENS:-16}; TRAIN_MIN=${TRAIN_MIN:-0.3}
+  BATCH=${BATCH:-2}; RAW_LIMIT=${RAW_LIMIT:-24}; SEQ=${SEQ:-256}; EVAL_EVERY=${EVAL_EVERY:-5}
+  BENCH_PROMPTS=${BENCH_PROMPTS:-2}; BENCH_TOKENS=${BENCH_TOKENS:-16}; EXTRA_CORPUS=${EXTRA_CORPUS:---root $(dirname "$($PY -c 'import json; print(json.__file__)')")}
+else
+  DEVICE=${DEVICE:-cuda}; REGEN_SAMPLES=${REGEN_SAMPLES:-6144}; REGEN_SECONDS=${REGEN_SECONDS:-70}
+  REGEN_BATCH=${REGEN_BATCH:-512}; REGEN_TOKENS=${REGEN_TOKENS:-256}; TRAIN_MIN=${TRAIN_MIN:-4.5}
+  BATCH=${BATCH:-32}; RAW_LIMIT=${RAW_LIMIT:-0}; SEQ=${SEQ:-1024}; EVAL_EVERY=${EVAL_EVERY:-250}
+  BENCH_PROMPTS=${BENCH_PROMPTS:-32}; BENCH_TOKENS=${BENCH_TOKENS:-128}; EXTRA_CORPUS=${EXTRA_CORPUS:-}
+fi
+TRAIN_TIMEOUT=$(awk "BEGIN{print int($TRAIN_MIN*60 + 150)}")
+
+# the root CLI imports every subcommand family; fall back to bench+train alone if one cannot import here
+if $PY -c "import turbospec.cli" 2>/dev/null; then
+  TSCLI=("$PY" -m turbospec.cli)
+else
+  echo "note: 'import turbospec.cli' fails on this machine:"; $PY -c "import turbospec.cli" 2>&1 | tail -n 1
+  echo "      using a CLI with only the bench and train commands"
+  TSCLI=("$PY" -c 'import sys, typer
+from turbospec.benchmarks.cli import register as bench
+from turbospec.train.cli import register as train
+app = typer.Typer(add_completion=False); bench(app); train(app); app(sys.argv[1:], prog_name="turbospec")')
+fi
+
+stamp "setting: device $DEVICE | $($PY -c 'import torch; print("torch", torch.__version__, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")') | OUT=$OUT WORK=$WORK"
+git log -1 --format='commit %h %s' 2>/dev/null || true
+
+stamp "1. stdlib corpus"
+timeout 300 "${TSCLI[@]}" train stdlib-corpus --target $MODEL --out "$WORK/stdlib.jsonl" --chunk-tokens "$SEQ" $EXTRA_CORPUS \
+  || { echo "FATAL: corpus build failed"; exit 1; }
+if [ "$RAW_LIMIT" -gt 0 ]; then head -n "$RAW_LIMIT" "$WORK/stdlib.jsonl" > "$WORK/raw.jsonl"; else cp "$WORK/stdlib.jsonl" "$WORK/raw.jsonl"; fi
+
+stamp "2. regenerate with the target (greedy, $REGEN_SAMPLES prompts x $REGEN_TOKENS tokens, <= ${REGEN_SECONDS} s of generation)"
+timeout $(( REGEN_SECONDS + 120 )) "${TSCLI[@]}" train regenerate --target $MODEL --data "$WORK/raw.jsonl" \
+  --out "$WORK/regen.jsonl" --num-samples "$REGEN_SAMPLES" --max-new-tokens "$REGEN_TOKENS" \
+  --min-prompt 64 --max-prompt $(( SEQ / 2 )) --batch-size "$REGEN_BATCH" --max-seconds "$REGEN_SECONDS" \
+  --device "$DEVICE" || echo "WARNING: regenerate failed or timed out; training on what exists"
+# training data: regenerated samples (complete lines only, in case the stage was cut) + the raw corpus
+$PY - "$WORK" <<'EOF'
+import json, sys
+w = sys.argv[1]
+n_regen = 0
+with open(f"{w}/train.jsonl", "w") as out:
+    try:
+        for line in open(f"{w}/regen.jsonl"):
+            try:
+                json.loads(line)
+            except ValueError:
+                continue
+            out.write(line if line.endswith("\n") else line + "\n")
+            n_regen += 1
+    except FileNotFoundError:
+        pass
+    n_raw = 0
+    for line in open(f"{w}/raw.jsonl"):
+        out.write(line)
+        n_raw += 1
+print(f"training data {w}/train.jsonl: {n_regen} regenerated + {n_raw} raw stdlib records")
+EOF
+
+stamp "3. train EAGLE-3 and DFlash concurrently (${TRAIN_MIN} min each)"
+COMMON=(--target $MODEL --data "$WORK/train.jsonl" --max-seq-len "$SEQ" --batch-size "$BATCH"
+        --max-minutes "$TRAIN_MIN" --lr 6e-4 --warmup-steps 100 --min-lr-ratio 0.05 --loss-on-prompt
+        --target-layers 1,3,5 --eval-every "$EVAL_EVERY" --log-every 50 --save-every 500 --device "$DEVICE")
+(OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train eagle3 "${COMMON[@]}" --out "$OUT/codelm-12m-eagle3" \
+   --checkpoint-dir "$WORK/state-eagle3" --num-layers 1 --draft-length 7 --draft-vocab-size 6144 2>&1 \
+   | sed -u 's/^/[eagle3] /') &
+PID_E3=$!
+(OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train dflash "${COMMON[@]}" --out "$OUT/codelm-12m-dflash" \
+   --checkpoint-dir "$WORK/state-dflash" --num-layers 4 --block-size 8 --anchors-per-seq 64 2>&1 \
+   | sed -u 's/^/[dflash] /') &
+PID_DF=$!
+wait "$PID_E3" "$PID_DF"      # (a bare `wait` would also wait for the log's tee)
+ls -la "$OUT"/codelm-12m-eagle3 "$OUT"/codelm-12m-dflash 2>&1
+
+stamp "4. acceptance on held-out code: turbospec bench spec, plain vs speculative, same process"
+for spec in "eagle3:codelm-12m-eagle3" "dflash:codelm-12m-dflash"; do
+  method=${spec%%:*}; dir="$OUT/${spec#*:}"
+  if [ ! -f "$dir/model.safetensors" ]; then echo "no $method drafter exported: skipping its bench"; continue; fi
+  cfg="{\"method\":\"$method\",\"model\":\"$dir\",\"num_speculative_tokens\":7}"
+  echo "\$ turbospec bench spec --model $MODEL --speculative-config '$cfg' --prompts $PROMPTS --num-prompts $BENCH_PROMPTS --max-tokens $BENCH_TOKENS --device $DEVICE"
+  timeout 240 "${TSCLI[@]}" bench spec --model $MODEL --speculative-config "$cfg" --prompts $PROMPTS \
+    --num-prompts "$BENCH_PROMPTS" --max-tokens "$BENCH_TOKENS" --device "$DEVICE" \
+    || echo "WARNING: bench spec for $method failed or timed out"
+done
+stamp "done"
