@@ -160,11 +160,11 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto)
     typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
                f"k {k} | target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
-    typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11}"
-               + (f" {'auto k':>7}" if auto else ""))
+    typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
+               f"{'same as plain':>14}" + (f" {'auto k':>7}" if auto else ""))
     for r in rows:
         typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
-                   f"{r.acceptance_length or 0:>11.2f}" + (f" {r.chosen_k:>7}" if auto else ""))
+                   f"{r.acceptance_length or 0:>11.2f} {r.identical:>14}" + (f" {r.chosen_k:>7}" if auto else ""))
     typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():

@@ -92,13 +92,11 @@ class LLMEngine:
         torch_dtype = parse_dtype(dtype, torch.float32 if device.type == "cpu" else torch.bfloat16)
         if quantization not in (None, "fp8"):
             raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
-        if quantization is not None:
-            raise ValueError("quantization='fp8' is not available yet in this build: pass quantization=None")
         engine_config = engine_config or EngineConfig()
         engine_config.validate()
         config = ModelConfig.from_pretrained(model)
         t0 = time.perf_counter()
-        net = load_model(model, device, torch_dtype)
+        net = load_model(model, device, torch_dtype, quantization=quantization)
         load_s = time.perf_counter() - t0
         tok = load_tokenizer(tokenizer or model)
         proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype) \
