@@ -27,7 +27,6 @@ from turbospec.spec.proposer import TargetFeatures
 CPU = torch.device("cpu")
 V = 512
 SMALL = dict(vocab_size=V, tokenizer=False)
-DS_TOP = ("enorm", "hnorm", "eh_proj", "shared_head.norm", "shared_head.head", "embed_tokens")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -146,7 +145,7 @@ def test_greedy_equals_plain(dirs, key, batch, tree):
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
     m = mtp.get_metrics()
     assert m["spec_decode_num_drafts"] > 0 and m["spec_decode_num_accepted_tokens"] > 0   # both paths ran
-    assert not eng.proposer.states or all(s not in eng.proposer.states for s in eng.seqs)
+    assert not eng.proposer.states                          # every finished sequence was freed
 
 
 def test_target_loader_skips_mtp_tensors(dirs, qwen3_base):
