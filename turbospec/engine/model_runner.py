@@ -44,8 +44,9 @@ class ModelRunner:
         self.num_blocks = num_blocks
         self.attn_layers = [m for m in model.modules() if isinstance(m, Attention)]
         shape = (num_blocks, block_size, config.num_key_value_heads, config.head_dim)
-        # [num_layers, 2, num_blocks, block_size, kv_heads, head_dim]
-        self.kv_cache = torch.empty((len(self.attn_layers), 2, *shape), dtype=dtype, device=device)
+        # [num_layers, 2, num_blocks, block_size, kv_heads, head_dim]; zeros, not empty: the plain
+        # attention path multiplies masked (never written) slots by 0, and 0 * NaN garbage is NaN
+        self.kv_cache = torch.zeros((len(self.attn_layers), 2, *shape), dtype=dtype, device=device)
         for i, layer in enumerate(self.attn_layers):
             layer.k_cache, layer.v_cache = self.kv_cache[i, 0], self.kv_cache[i, 1]
         self.graphs = None
