@@ -102,7 +102,8 @@ COMMON=(--target $MODEL --data "$WORK/train.jsonl" --max-seq-len "$SEQ" --batch-
         --max-minutes "$TRAIN_MIN" --lr 6e-4 --warmup-steps 100 --min-lr-ratio 0.05 --loss-on-prompt
         --target-layers 1,3,5 --eval-every "$EVAL_EVERY" --log-every 50 --save-every 500 --device "$DEVICE")
 (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train eagle3 "${COMMON[@]}" --out "$OUT/codelm-12m-eagle3" \
-   --checkpoint-dir "$WORK/state-eagle3" --num-layers 1 --draft-length 7 --draft-vocab-size 6144 2>&1 \
+   --checkpoint-dir "$WORK/state-eagle3" --num-layers 1 --intermediate-size 2048 --draft-length 7 \
+   --draft-vocab-size 6144 2>&1 \
    | sed -u 's/^/[eagle3] /') &
 PID_E3=$!
 (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train dflash "${COMMON[@]}" --out "$OUT/codelm-12m-dflash" \

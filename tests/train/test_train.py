@@ -13,7 +13,7 @@ from turbospec.config import ModelConfig
 from turbospec.models.dflash_draft import load_dflash
 from turbospec.models.eagle3_draft import load_eagle3
 from turbospec.train.batches import collate
-from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
+from turbospec.train.config import DFlashOptions, Eagle3Options, TrainConfig
 from turbospec.train.data import load_dataset, load_tokenizer
 from turbospec.train.export import export_drafter
 from turbospec.train.features import TargetModel

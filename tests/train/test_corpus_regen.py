@@ -1,0 +1,45 @@
+"""The standard-library corpus and the target's regenerated continuations."""
+from __future__ import annotations
+
+import json
+
+from turbospec.train.data import load_dataset, load_tokenizer
+from turbospec.train.regenerate import regenerate
+from turbospec.train.stdlib_corpus import build_stdlib_corpus, stdlib_files
+
+LONG = "".join(f"def function_{i}(x):\n    return x + {i}\n\n\n" for i in range(120))
+
+
+def test_stdlib_corpus_chunks_cover_files_within_budget(tiny_target, tmp_path):
+    root = tmp_path / "lib"
+    for sub in ("", "pkg", "site-packages", "test"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "a.py").write_text(LONG)
+    (root / "pkg" / "b.py").write_text("import os\n\nprint(os.getcwd())\n" * 20)
+    (root / "site-packages" / "third_party.py").write_text("x = 1\n" * 50)
+    (root / "test" / "test_a.py").write_text("assert True\n" * 50)
+    assert [p.split("lib/")[1] for p in stdlib_files(str(root))] == ["a.py", "pkg/b.py"]
+    tok = load_tokenizer(str(tiny_target))
+    out = tmp_path / "corpus.jsonl"
+    stats = build_stdlib_corpus(str(out), tok, 128, root=str(root), min_tokens=1)
+    rows = [json.loads(line) for line in open(out)]
+    assert stats.chunks == len(rows) > 5 and stats.dropped == 0
+    assert "".join(r["text"] for r in rows if r["source"] == "stdlib/a.py") == LONG
+    assert all(r["text"].endswith("\n") for r in rows)                       # cut at line ends
+    ds, _ = load_dataset(str(out), tok, 8192, 128)                          # every chunk fits
+    assert int(ds.lengths.max()) <= 128
+
+
+def test_regenerate_writes_the_targets_greedy_continuations(tiny_target, code_jsonl, tmp_path):
+    from turbospec import LLM, SamplingParams
+    out = tmp_path / "regen.jsonl"
+    stats = regenerate(str(tiny_target), str(code_jsonl), str(out), num_samples=3, max_new_tokens=8,
+                       min_prompt=8, max_prompt=32, device="cpu", dtype="float32", batch_size=2, log=lambda m: None)
+    rows = [json.loads(line) for line in open(out)]
+    assert stats.samples == len(rows) == 3 and stats.completion_tokens == 24
+    assert all(1 <= len(r["prompt_token_ids"]) <= 32 and len(r["completion_token_ids"]) == 8 for r in rows)
+    plain = LLM(str(tiny_target), device="cpu", dtype="float32").generate(
+        [{"prompt_token_ids": rows[0]["prompt_token_ids"]}], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+    assert plain[0].outputs[0].token_ids == rows[0]["completion_token_ids"]
+    ds, rep = load_dataset(str(out), load_tokenizer(str(tiny_target)), 8192, 64)
+    assert rep.schemas == {"token_ids": 3} and int(ds.loss_mask.sum()) == 24   # completion only
