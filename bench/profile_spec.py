@@ -1,0 +1,27 @@
+"""Where a speculative step's time goes on the GPU: torch.profiler over a short generation,
+sorted by host time and by device time. Usage: python3 bench/profile_spec.py METHOD DRAFTER_DIR"""
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from turbospec import LLM, SamplingParams
+
+method, drafter = sys.argv[1], sys.argv[2]
+llm = LLM("models/codelm-12m", device="cuda", dtype="bfloat16",
+          speculative_config={"method": method, "model": drafter, "num_speculative_tokens": 7})
+prompts = ["def fibonacci(n):\n    if n < 2:\n        return n\n", "import os\nimport sys\n\n\ndef main():\n"]
+params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+for _ in range(3):
+    llm.generate(prompts, params)
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+llm.generate(prompts[:1], params)
+torch.cuda.synchronize()
+print(f"{method}: 64 tokens at batch 1 in {time.perf_counter() - t0:.3f} s; metrics {llm.get_metrics()}")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    llm.generate(prompts[:1], params)
+    torch.cuda.synchronize()
+print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30))
+print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
