@@ -15,11 +15,16 @@ prompts = ["def fibonacci(n):\n    if n < 2:\n        return n\n", "import os\ni
 params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
 for _ in range(3):
     llm.generate(prompts, params)
-torch.cuda.synchronize()
-t0 = time.perf_counter()
-llm.generate(prompts[:1], params)
-torch.cuda.synchronize()
-print(f"{method}: 64 tokens at batch 1 in {time.perf_counter() - t0:.3f} s; metrics {llm.get_metrics()}")
+for run in range(3):
+    before = llm.get_metrics()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    llm.generate(prompts[:1], params)
+    torch.cuda.synchronize()
+    m = llm.get_metrics()
+    d = {k: round(m[k] - before[k], 4) for k in ("spec_decode_num_drafts", "spec_decode_num_accepted_tokens",
+                                                 "draft_time_s", "verify_time_s")}
+    print(f"{method} run {run}: 64 tokens at batch 1 in {time.perf_counter() - t0:.3f} s; {d}")
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     llm.generate(prompts[:1], params)
     torch.cuda.synchronize()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.engine.sequence import Sequence
@@ -49,12 +50,18 @@ class SpecDecodeStats:
         return d
 
 
+# Drafters attend with SDPA over caches whose length changes every step; the cuDNN backend builds
+# a new plan per shape, so it is left out (flash / memory-efficient / math serve every shape).
+_DRAFT_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
 def _propose(engine, scheduled: list[ScheduledSeq]) -> tuple[Proposal | None, dict[int, int]]:
     spec_idx = [b for b, s in enumerate(scheduled) if s.num_draft_slots > 0]
     if engine.proposer is None or not spec_idx:
         return None, {}
-    proposal = engine.proposer.propose([scheduled[b].seq for b in spec_idx],
-                                       [scheduled[b].num_draft_slots for b in spec_idx])
+    with sdpa_kernel(_DRAFT_SDPA):
+        proposal = engine.proposer.propose([scheduled[b].seq for b in spec_idx],
+                                           [scheduled[b].num_draft_slots for b in spec_idx])
     for r, b in enumerate(spec_idx):
         if proposal.num_tokens[r] > scheduled[b].num_draft_slots:
             raise RuntimeError(f"{type(engine.proposer).__name__} drafted {proposal.num_tokens[r]} tokens "
@@ -171,5 +178,6 @@ def _observe(engine, seq: Sequence, start: int, tokens: list[int], out, rows: li
     if prop is None or not prop.needs_target_features or not rows:
         return
     idx = torch.tensor(rows, dtype=torch.long, device=out.hidden.device)
-    prop.observe(seq, TargetFeatures(start, tokens, out.aux[idx] if out.aux is not None else None,
-                                     out.hidden[idx]))
+    with sdpa_kernel(_DRAFT_SDPA):
+        prop.observe(seq, TargetFeatures(start, tokens, out.aux[idx] if out.aux is not None else None,
+                                         out.hidden[idx]))
