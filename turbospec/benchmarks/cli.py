@@ -16,6 +16,19 @@ def _device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+def _shape_setting(shape: str, dtype: str, device: str | None, batch_sizes: str):
+    """(device, shape name, ModelConfig, torch dtype, batch sizes) from the CLI's words."""
+    from turbospec.benchmarks.shapes import resolve_shape
+    from turbospec.config import parse_dtype
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        name, cfg = resolve_shape(shape)
+        dt = parse_dtype(dtype)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    return dev, name, cfg, dt, _parse_ints(batch_sizes, "--batch-sizes")
+
+
 def _parse_ints(text: str, what: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
@@ -40,16 +53,8 @@ def decode(
 ) -> None:
     """Plain decoding tok/s of a model shape with random weights, vs the HBM roofline."""
     from turbospec.benchmarks.decode import bench_decode
-    from turbospec.benchmarks.shapes import resolve_shape
-    from turbospec.config import parse_dtype
 
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    try:
-        name, cfg = resolve_shape(shape)
-        dt = parse_dtype(dtype)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
-    bss = _parse_ints(batch_sizes, "--batch-sizes")
+    dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
     bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization)
@@ -135,8 +140,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
 
 def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device):
     from turbospec.benchmarks.oracle import bench_oracle
-    from turbospec.benchmarks.shapes import resolve_shape
-    from turbospec.config import parse_dtype
+    from turbospec.engine.draft_length import candidate_ks
 
     if spec_cfg.get("method") != "oracle":
         raise typer.BadParameter("--shape runs random weights: only the oracle proposer makes sense there "
@@ -145,18 +149,9 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     al = spec_cfg.get("acceptance_length")
     if not isinstance(k, int) or k <= 0 or not isinstance(al, (int, float)):
         raise typer.BadParameter("the oracle needs num_speculative_tokens >= 1 and acceptance_length")
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    try:
-        name, cfg = resolve_shape(shape)
-        dt = parse_dtype(dtype)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
-    bss = _parse_ints(batch_sizes, "--batch-sizes")
-    cost_ks = sorted({0, 1, 2, 4, k, 8} - {kk for kk in (8,) if kk > k + 1})
+    dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
+    cost_ks = candidate_ks(k)               # the verify-cost table: k = 0 (decode), 1, 2, 3, 4 and k
     auto = spec_cfg.get("draft_length") == "auto"
-    if auto:
-        from turbospec.engine.draft_length import candidate_ks
-        cost_ks = sorted(set(cost_ks) | set(candidate_ks(k)))
     rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto)
     typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
                f"k {k} | target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")

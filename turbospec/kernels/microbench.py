@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from turbospec.benchmarks.roofline import measure_copy_bandwidth
 from turbospec.engine.forward_context import AttentionMetadata
 from turbospec.layers.attention import paged_attention_torch
 
@@ -160,12 +161,8 @@ def time_graph(fns, replays: int = 15) -> float:
 
 
 def copy_bandwidth() -> float:
-    n = 1 << 30
-    src, dst = torch.randn(n // 4, device="cuda"), torch.empty(n // 4, device="cuda")
-    for _ in range(3):
-        dst.copy_(src)
-    t = time_graph([lambda: dst.copy_(src)] * 10)
-    return 2 * n / t
+    """Device-to-device copy bandwidth (bytes read + written per second): the ceiling."""
+    return measure_copy_bandwidth(torch.device("cuda"))
 
 
 def _copies(bytes_per_call: int) -> int:

@@ -10,23 +10,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
+from turbospec.engine.sequence import RequestMetrics
+
 logger = logging.getLogger("turbospec.serve")
-
-
-@dataclass
-class SpecFigures:
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-
-    @property
-    def acceptance_length(self) -> float | None:
-        """Tokens per verify step, bonus included."""
-        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
 
 @dataclass
@@ -46,7 +32,7 @@ class StreamDelta:
     stop_reason: str | int | None
     num_prompt_tokens: int
     num_output_tokens: int                 # cumulative
-    spec: SpecFigures = field(default_factory=SpecFigures)
+    spec: RequestMetrics = field(default_factory=RequestMetrics)   # a snapshot: drafts, accepted
 
     @property
     def finished(self) -> bool:
@@ -81,7 +67,7 @@ class DeltaTracker:
         self.sent_text = ""
         self.sent_tokens = 0
         self.num_prompt_tokens = 0
-        self.spec = SpecFigures()
+        self.spec = RequestMetrics()
         self._warned = False
 
     def update(self, out) -> StreamDelta | None:
@@ -107,9 +93,7 @@ class DeltaTracker:
         self.sent_tokens += len(new_ids)
         if not new_text and not new_ids and not finished:
             return None
-        m = out.metrics
-        self.spec = SpecFigures(getattr(m, "num_drafts", 0), getattr(m, "num_draft_tokens", 0),
-                                getattr(m, "num_accepted_tokens", 0))
+        self.spec = replace(out.metrics)          # the engine thread keeps mutating the original
         self.num_prompt_tokens = len(out.prompt_token_ids)
         return StreamDelta(new_text, new_ids, logprobs, comp.finish_reason, comp.stop_reason,
                            self.num_prompt_tokens, len(comp.token_ids), self.spec)

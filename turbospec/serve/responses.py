@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from turbospec.serve.deltas import SpecFigures
+from turbospec.engine.sequence import RequestMetrics
 
 
 class UsageInfo(BaseModel):
@@ -31,7 +31,7 @@ class SpeculativeDecodingInfo(BaseModel):
     acceptance_rate: float | None
 
     @classmethod
-    def of(cls, s: SpecFigures) -> "SpeculativeDecodingInfo":
+    def of(cls, s: RequestMetrics) -> "SpeculativeDecodingInfo":
         return cls(num_drafts=s.num_drafts, num_draft_tokens=s.num_draft_tokens,
                    num_accepted_tokens=s.num_accepted_tokens,
                    acceptance_length=s.acceptance_length, acceptance_rate=s.acceptance_rate)

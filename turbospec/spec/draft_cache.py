@@ -8,9 +8,25 @@ forward; new keys are appended in shared columns and masks say which keys each q
 """
 from __future__ import annotations
 
+from typing import Callable, TypeVar
+
 import torch
 
 KV = tuple[torch.Tensor, torch.Tensor]
+S = TypeVar("S")
+
+
+def state_for_features(states: dict[int, S], seq_id: int, start_pos: int, new_state: Callable[[], S]) -> S:
+    """A drafter's per-sequence state, ready for target features starting at `start_pos`: a fresh
+    one at position 0 (a new or re-prefilled sequence); an error if features would leave a gap.
+    The state has `num_features` (features seen); a start before it means a rollback."""
+    st = states.get(seq_id)
+    if st is None or start_pos == 0:
+        st = states[seq_id] = new_state()
+    if start_pos > st.num_features:
+        raise ValueError(f"observe got features from position {start_pos} but only {st.num_features} "
+                         "were seen for this sequence: features must be contiguous")
+    return st
 
 
 class DraftKVCache:

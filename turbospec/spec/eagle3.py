@@ -21,7 +21,7 @@ from turbospec.config import ModelConfig
 from turbospec.engine.sequence import Sequence
 from turbospec.layers.sampler import SamplingTensors, compute_probs, sample
 from turbospec.models.eagle3_draft import load_eagle3
-from turbospec.spec.draft_cache import DraftKVCache, PaddedBatchKV
+from turbospec.spec.draft_cache import DraftKVCache, PaddedBatchKV, state_for_features
 from turbospec.spec.proposer import Proposal, Proposer, TargetFeatures
 
 
@@ -84,14 +84,9 @@ class Eagle3Proposer(Proposer):
         if features.aux is None:
             raise ValueError("EAGLE-3 needs the target's captured layers: set model.aux_hidden_state_layers "
                              "= proposer.aux_hidden_state_layers before running the target")
-        st = self.states.get(seq.seq_id)
-        if st is None or features.start_pos == 0:
-            c = self.draft.config
-            st = self.states[seq.seq_id] = _SeqState(DraftKVCache(
-                c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.device, self.dtype))
-        if features.start_pos > st.num_features:
-            raise ValueError(f"observe got features from position {features.start_pos} but only "
-                             f"{st.num_features} were seen for this sequence: features must be contiguous")
+        c = self.draft.config
+        st = state_for_features(self.states, seq.seq_id, features.start_pos, lambda: _SeqState(DraftKVCache(
+            c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.device, self.dtype)))
         if features.start_pos < st.num_features:               # re-observed prefix: roll back
             self._rewind(st, features.start_pos)
         st.pending.append(self.draft.combine_features(features.aux.to(self.device, self.dtype)))  # [n, H]

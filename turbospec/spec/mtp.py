@@ -19,7 +19,7 @@ import torch
 from turbospec.config import ModelConfig
 from turbospec.engine.sequence import Sequence
 from turbospec.models.mtp import load_mtp
-from turbospec.spec.draft_cache import DraftKVCache
+from turbospec.spec.draft_cache import DraftKVCache, state_for_features
 from turbospec.spec.eagle3 import Eagle3Proposer, _SeqState, parse_tree
 from turbospec.spec.proposer import Proposer, TargetFeatures
 
@@ -43,14 +43,9 @@ class MTPProposer(Eagle3Proposer):
 
     @torch.inference_mode()
     def observe(self, seq: Sequence, features: TargetFeatures) -> None:
-        st = self.states.get(seq.seq_id)
-        if st is None or features.start_pos == 0:
-            c = self.draft.config
-            st = self.states[seq.seq_id] = _SeqState(DraftKVCache(
-                1, c.num_key_value_heads, c.head_dim, self.device, self.dtype))
-        if features.start_pos > st.num_features:
-            raise ValueError(f"observe got features from position {features.start_pos} but only "
-                             f"{st.num_features} were seen for this sequence: features must be contiguous")
+        c = self.draft.config
+        st = state_for_features(self.states, seq.seq_id, features.start_pos, lambda: _SeqState(DraftKVCache(
+            1, c.num_key_value_heads, c.head_dim, self.device, self.dtype)))
         if features.start_pos < st.num_features:               # re-observed prefix: roll back
             self._rewind(st, features.start_pos)
         st.pending.append(features.hidden.to(self.device, self.dtype))    # [n, H] final-normed h
