@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The engine on one H200: GPU tests, decode roofline fractions, speculation benchmarks.
+# Parts run in order, each in its own process with its own timeout; pick the ones that fit a call:
+#   OUT=/path bash bench/gpu_engine.sh [tests] [decode] [fp8] [oracle] [drafters] [profile]
+# (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+log="$OUT/engine.log"
+run() { local t=$1; shift; echo "### $* (timeout $t s, $(date -u +%T))" | tee -a "$log"; timeout "$t" "$@" >>"$log" 2>&1; echo "### rc=$?" | tee -a "$log"; }
+TS=(python3 -m turbospec.cli)
+HELDOUT=(--model models/codelm-12m --prompts bench/prompts/heldout_code.jsonl --num-prompts 16 --max-tokens 128 --device cuda)
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; git log -1 --format='commit %h'; } >>"$log" 2>&1
+for part in ${*:-tests decode oracle drafters}; do
+  case $part in
+    tests)    run 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_attention_kernels.py tests/gpu/test_engine_gpu.py ;;
+    decode)   run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile
+              run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256
+              run 120 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1,16 --prompt-len 256 --gen-len 32 ;;
+    fp8)      run 80 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64
+              run 100 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 256 --gen-len 32 ;;
+    oracle)   run 150 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 256 --max-tokens 64 \
+                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
+    drafters) for m in eagle3 dflash; do
+                run 80 "${TS[@]}" bench spec "${HELDOUT[@]}" --speculative-config "{\"method\":\"$m\",\"model\":\"models/codelm-12m-$m\",\"num_speculative_tokens\":7}"
+              done ;;
+    profile)  run 60 python3 bench/profile_spec.py eagle3 models/codelm-12m-eagle3 ;;
+    *)        echo "unknown part $part" | tee -a "$log" ;;
+  esac
+done
+grep -E "^###|passed|failed|^#|^ +[0-9]+ |graph replay|plain:|speculative:|speedup|per-position|identical|run [0-9]" "$log"
