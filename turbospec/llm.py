@@ -56,7 +56,11 @@ class LLM:
             raise
         finals: dict[str, RequestOutput] = {}
         while len(finals) < len(ids):
-            for out in eng.step():
+            outs = eng.step()
+            if not outs and not eng.scheduler.running:     # nothing can be scheduled: never spin
+                raise RuntimeError(f"{len(ids) - len(finals)} requests cannot be scheduled (KV pool of "
+                                   f"{eng.block_manager.num_usable_blocks} blocks): raise num_kv_blocks")
+            for out in outs:
                 if out.finished:
                     finals[out.request_id] = out
         return [finals[r] for r in ids]

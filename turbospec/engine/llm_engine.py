@@ -12,6 +12,7 @@ import torch
 from turbospec.config import EngineConfig, ModelConfig, parse_dtype
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.detokenizer import IncrementalDetokenizer
+from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, measure_cost_table
 from turbospec.engine.kv_sizing import choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
 from turbospec.engine.request_input import build_sequence, load_tokenizer
@@ -57,26 +58,27 @@ class LLMEngine:
                         "weights_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9}
         if proposer is not None and proposer.aux_hidden_state_layers:
             model.aux_hidden_state_layers = tuple(proposer.aux_hidden_state_layers)
+        self._setup_fast_paths(k, auto_draft_length, graph_query_lens)
+
+    def _setup_fast_paths(self, k: int, auto_draft_length: bool, graph_query_lens: list[int] | None) -> None:
+        """CUDA graphs (decode and verify), decode bursts, the automatic draft length: each only
+        where it applies (engine/cuda_graph.py, multistep.py, draft_length.py)."""
+        ec, runner = self.engine_config, self.runner
+        ks = candidate_ks(k) if auto_draft_length and k else sorted({0, k})
+        max_batch = min(ec.max_num_seqs, 256)
         capture_s = 0.0
-        from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, measure_cost_table
-        ks = candidate_ks(k) if auto_draft_length and k else ([0, k] if k else [0])
-        if not engine_config.enforce_eager:
-            qls = graph_query_lens or [kk + 1 for kk in ks]
-            capture_s = self.runner.capture_graphs(min(engine_config.max_num_seqs, 256), qls, self.max_model_len)
-        self.startup["graph_capture_seconds"] = capture_s
-        self.startup["num_cuda_graphs"] = self.runner.graphs.num_graphs if self.runner.graphs else 0
-        steps = engine_config.num_scheduler_steps
-        if steps is None:
-            steps = 8 if self.runner.graphs is not None else 1
+        if not ec.enforce_eager:
+            capture_s = runner.capture_graphs(max_batch, graph_query_lens or [kk + 1 for kk in ks], self.max_model_len)
+        steps = ec.num_scheduler_steps or (8 if runner.graphs is not None else 1)
         self.burst = None
         if steps > 1:
             t0 = time.perf_counter()
-            self.burst = self.runner.make_burst(steps, min(engine_config.max_num_seqs, 256), self.max_model_len,
-                                                capture=self.runner.graphs is not None)
-            self.startup["graph_capture_seconds"] += time.perf_counter() - t0
-        self.adaptive = None
-        if auto_draft_length and k:
-            self.adaptive = AdaptiveDraftLength(measure_cost_table(self, ks), k)
+            self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None)
+            capture_s += time.perf_counter() - t0
+        self.startup["graph_capture_seconds"] = capture_s
+        self.startup["num_cuda_graphs"] = (runner.graphs.num_graphs if runner.graphs else 0) + \
+            (len(self.burst.graphs) if self.burst is not None else 0)
+        self.adaptive = AdaptiveDraftLength(measure_cost_table(self, ks), k) if auto_draft_length and k else None
 
     @classmethod
     def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,
