@@ -57,7 +57,10 @@ def decode(
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
-    bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization)
+    try:
+        bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
     typer.echo(f"# bench decode | device {_device_name(dev)} | shape {name} | dtype {dt} | "
                f"weights {'block-FP8 (128x128)' if quantization else dt} | "
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | "
@@ -152,7 +155,10 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     cost_ks = candidate_ks(k)               # the verify-cost table: k = 0 (decode), 1, 2, 3, 4 and k
     auto = spec_cfg.get("draft_length") == "auto"
-    rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto)
+    try:
+        rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
     typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
                f"k {k} | target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
     typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "

@@ -28,10 +28,31 @@ class DecodeResult:
         return self.roofline_ms / self.step_ms
 
 
+CPU_MAX_WEIGHT_BYTES = 2 << 30
+
+
+def check_fits(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse, with the numbers, a shape whose weights cannot fit (e.g. qwen3-8b on a laptop CPU)."""
+    with torch.device("meta"):
+        n = sum(p.numel() for p in get_model_class(config.architecture)(config).parameters())
+    need = n * dtype.itemsize
+    what = f"this shape has {n / 1e9:.2f}B parameters = {need / 2**30:.1f} GiB in {dtype}"
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+        if need > 0.9 * free:
+            raise ValueError(f"{what}, but {device} has {free / 2**30:.1f} GiB free: free the GPU or pick a "
+                             "smaller --shape")
+    elif need > CPU_MAX_WEIGHT_BYTES:   # a CPU decodes a multi-GB model at seconds per token: it measures nothing
+        raise ValueError(f"{what}: on the CPU the decode bench takes shapes up to "
+                         f"{CPU_MAX_WEIGHT_BYTES / 2**30:.0f} GiB of weights; run it on a GPU (--device cuda) "
+                         "or pick a smaller --shape (e.g. models/codelm-12m)")
+
+
 def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0,
                  quantization: str | None = None):
     """Build the architecture directly on the device with small random weights (never zeros);
     `quantization="fp8"`: then quantize them per 128x128 block (layers/quant/fp8.py)."""
+    check_fits(config, device, dtype)
     torch.manual_seed(seed)
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
