@@ -1,0 +1,51 @@
+"""`turbospec bench` as a user runs it: every number printed with its setting, a clear error for
+shapes that cannot run here, and greedy speculative output identical to plain."""
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+from turbospec.cli import app
+
+runner = CliRunner()
+
+
+def test_bench_decode_prints_setting_and_roofline(codelm_dir):
+    r = runner.invoke(app, ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
+                            "--batch-sizes", "1,2", "--prompt-len", "8", "--gen-len", "6"])
+    assert r.exit_code == 0, r.output
+    head = r.output.splitlines()[0]
+    for word in ("device CPU", "shape codelm-12m", "float32", "copy bandwidth", "TB/s"):
+        assert word in head
+    rows = [l for l in r.output.splitlines() if re.match(r"^\s+[12]\s", l)]
+    assert len(rows) == 2
+    frac = float(rows[0].split()[-1].rstrip("%"))
+    assert 0 < frac < 100
+
+
+def test_bench_decode_refuses_a_shape_too_big_for_the_cpu():
+    r = runner.invoke(app, ["bench", "decode", "--shape", "qwen3-8b", "--device", "cpu"])
+    assert r.exit_code == 2
+    assert "8.19B parameters" in r.output and "--device cuda" in r.output
+
+
+def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def add(a, b):\\n    return a + b\\n\\n\\ndef sub(a, b):\\n"}\n'
+                       '{"prompt": "for i in range(10):\\n    print(i)\\n"}\n')
+    r = runner.invoke(app, ["bench", "spec", "--model", str(codelm_dir), "--prompts", str(prompts),
+                            "--device", "cpu", "--max-tokens", "24", "--speculative-config",
+                            '{"method": "ngram", "num_speculative_tokens": 3}'])
+    assert r.exit_code == 0, r.output
+    assert "greedy outputs identical to plain: 2/2" in r.output
+    al = float(re.search(r"acceptance length ([0-9.]+)", r.output).group(1))
+    assert 1.0 <= al <= 4.0
+
+
+def test_bench_spec_bad_input():
+    r = runner.invoke(app, ["bench", "spec", "--speculative-config", "{not json"])
+    assert r.exit_code == 2 and "not valid JSON" in r.output
+    r = runner.invoke(app, ["bench", "spec", "--shape", "qwen3-8b", "--speculative-config",
+                            '{"method": "ngram", "num_speculative_tokens": 3}'])
+    assert r.exit_code == 2 and "oracle" in r.output
