@@ -17,7 +17,8 @@ from turbospec.engine.sequence import Sequence  # noqa: E402
 from turbospec.layers.attention import Attention  # noqa: E402
 from turbospec.layers.sampler import SamplingTensors, compute_probs  # noqa: E402
 from turbospec.models.dflash_draft import DFlashConfig, DFlashDraftModel, save_dflash  # noqa: E402
-from turbospec.models.eagle3_draft import Eagle3Config, Eagle3DraftModel, save_eagle3  # noqa: E402
+from turbospec.models.eagle3_config import Eagle3Config  # noqa: E402
+from turbospec.models.eagle3_draft import Eagle3DraftModel, save_eagle3  # noqa: E402
 from turbospec.models.qwen3 import Qwen3ForCausalLM  # noqa: E402
 from turbospec.sampling_params import SamplingParams  # noqa: E402
 from turbospec.spec.dflash import DFlashProposer, build_dflash_proposer  # noqa: E402

@@ -10,7 +10,8 @@ import torch
 from turbospec import LLM, SamplingParams
 from turbospec.config import ModelConfig, RopeConfig
 from turbospec.models.dflash_draft import DFlashConfig, DFlashDraftModel, save_dflash
-from turbospec.models.eagle3_draft import Eagle3Config, Eagle3DraftModel, save_eagle3
+from turbospec.models.eagle3_config import Eagle3Config
+from turbospec.models.eagle3_draft import Eagle3DraftModel, save_eagle3
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 CODE = ["def fibonacci(n):\n    if n < 2:\n        return n\n", "import os\nimport sys\n\n\ndef main():\n",

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbospec.config import RopeConfig
-from turbospec.models.eagle3_draft import Eagle3Config, Eagle3DraftModel, default_aux_layers
+from turbospec.models.eagle3_config import Eagle3Config, default_aux_layers
+from turbospec.models.eagle3_draft import Eagle3DraftModel
 from turbospec.train.config import TrainConfig
 from turbospec.train.draft_vocab import build_draft_vocab
 from turbospec.train.features import TargetModel
