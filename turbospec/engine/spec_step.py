@@ -15,7 +15,7 @@ from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.engine.sequence import Sequence
 from turbospec.layers.sampler import SamplingTensors, compute_logprobs, compute_probs, logprobs_to_dicts, sample
 from turbospec.spec.proposer import Proposal, TargetFeatures
-from turbospec.spec.verify import rejection_sample
+from turbospec.spec.verify import greedy_chain, rejection_sample
 
 
 class SpecDecodeStats:
@@ -80,9 +80,6 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
     idx = torch.tensor([[offsets[b] + min(j, proposal.num_tokens[r]) for j in range(K + 1)]
                         for b, r in zip(bs, rows)], dtype=torch.long, device=logits.device)
     seqs = [scheduled[b].seq for b in bs]
-    st_rows = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs],
-                                          logits.device, repeats=[K + 1] * len(seqs))
-    target_probs = compute_probs(logits[idx.view(-1)], st_rows).view(len(bs), K + 1, V)
     dev = logits.device
     ridx = torch.tensor(rows, dtype=torch.long)
 
@@ -90,8 +87,15 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
         return None if t is None else t[ridx.to(t.device), :K].to(dev, non_blocking=True)
     sub = Proposal(pick(proposal.token_ids), [proposal.num_tokens[r] for r in rows],
                    pick(proposal.draft_probs), pick(proposal.parents))
-    st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], logits.device)
-    res = rejection_sample(target_probs, sub, st)
+    if sub.parents is None and all(s.params.greedy for s in seqs):
+        num = torch.tensor(sub.num_tokens).to(dev, non_blocking=True)
+        res = greedy_chain(logits[idx.view(-1)].view(len(bs), K + 1, V), sub.token_ids, num)
+    else:
+        st_rows = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs],
+                                              dev, repeats=[K + 1] * len(seqs))
+        target_probs = compute_probs(logits[idx.view(-1)], st_rows).view(len(bs), K + 1, V)
+        st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], dev)
+        res = rejection_sample(target_probs, sub, st)
     out_tok = res.output_token_ids.tolist()
     n_out = res.num_output.tolist()
     nodes = res.accepted_nodes.tolist()
