@@ -76,9 +76,11 @@ class CUDAGraphRunner:
     def bucket(self, batch: int) -> int | None:
         return next((b for b in self.buckets if b >= batch), None)
 
-    def can_run(self, num_seqs: int, q: int | None, max_seq_len: int, tree: bool) -> bool:
-        return (not tree and q in self.query_lens and self.bucket(num_seqs) is not None
-                and max_seq_len <= self.max_seq_len)
+    def can_run(self, meta: AttentionMetadata, q: int | None) -> bool:
+        """q: tokens per sequence if every sequence feeds the same number, else None."""
+        return (meta.tree_mask is None and q in self.query_lens and self.bucket(meta.num_seqs) is not None
+                and meta.max_seq_len <= self.max_seq_len
+                and meta.block_tables.shape[1] <= self.block_tables.shape[1])
 
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata):
         """Inputs as the eager path builds them; returns (logits [B*q, V], hidden, aux) views."""

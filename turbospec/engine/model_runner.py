@@ -160,8 +160,7 @@ class ModelRunner:
     def execute(self, inputs: StepInputs) -> StepOutputs:
         rows = [r for rs in inputs.logits_rows for r in rs]
         meta = inputs.meta
-        if self.graphs is not None and self.graphs.can_run(meta.num_seqs, inputs.uniform_q, meta.max_seq_len,
-                                                           meta.tree_mask is not None):
+        if self.graphs is not None and self.graphs.can_run(meta, inputs.uniform_q):
             logits, hidden, aux = self.graphs.run(inputs.input_ids, inputs.positions, meta)
             if len(rows) != logits.shape[0]:      # a verify step where some rows are not needed
                 logits = logits[torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)]

@@ -7,6 +7,8 @@ reconciled with what the target committed: its KV is kept up to the longest comm
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from turbospec.config import EngineConfig, ModelConfig
@@ -54,8 +56,17 @@ class DraftModelProposer(Proposer):
             tokens = int(0.1 * free // per_token)
         else:
             tokens = _CPU_DRAFT_TOKENS
-        return cls(model, cfg, target_config.vocab_size, k, device, dtype,
-                   tokens // ec.block_size + 1, ec.block_size)
+        proposer = cls(model, cfg, target_config.vocab_size, k, device, dtype,
+                       tokens // ec.block_size + 1, ec.block_size)
+        if device.type == "cuda" and not ec.enforce_eager:
+            # drafting steps 2..k feed one token per sequence: the target's decode graphs apply
+            try:
+                max_len = min(cfg.max_position_embeddings, target_config.max_position_embeddings) + k
+                proposer.runner.capture_graphs(min(ec.max_num_seqs, 256), [1], max_len)
+            except RuntimeError as e:       # never worse than eager drafting
+                warnings.warn(f"draft model: CUDA graph capture failed ({e}); drafting eagerly")
+                proposer.runner.graphs = None
+        return proposer
 
     def _shadow(self, seq: Sequence) -> Sequence:
         sh = self.shadows.get(seq.seq_id)
