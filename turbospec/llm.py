@@ -55,6 +55,10 @@ class LLM:
                 eng.abort_request(rid)
             raise
         finals: dict[str, RequestOutput] = {}
+        bar = None
+        if use_tqdm:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(ids), desc="generate", unit="req")
         while len(finals) < len(ids):
             outs = eng.step()
             if not outs and not eng.scheduler.running:     # nothing can be scheduled: never spin
@@ -63,6 +67,10 @@ class LLM:
             for out in outs:
                 if out.finished:
                     finals[out.request_id] = out
+                    if bar is not None:
+                        bar.update(1)
+        if bar is not None:
+            bar.close()
         return [finals[r] for r in ids]
 
     def get_metrics(self) -> dict[str, Any]:
