@@ -36,7 +36,7 @@ from turbospec.layers.linear import QKVLinear, RowLinear, default_weight_loader
 from turbospec.layers.moe import FusedMoE
 from turbospec.layers.moe_routing import RoutingConfig
 from turbospec.layers.rotary import get_rope
-from turbospec.models.llama import LlamaForCausalLM, LlamaMLP, LlamaModel
+from turbospec.models.llama import LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP, LlamaModel
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,11 @@ class SarvamMoESparseMoeBlock(nn.Module):
         return out
 
 
-class SarvamMoEDecoderLayer(nn.Module):
+class SarvamMoEDecoderLayer(LlamaDecoderLayer):
+    """Llama's layer (and forward); Bailing names the attention `attention`, not `self_attn`."""
+
     def __init__(self, config: ModelConfig, layer_idx: int):
-        super().__init__()
+        nn.Module.__init__(self)
         args = SarvamMoEArgs.from_config(config)
         self.attention = SarvamMoEAttention(config, args)
         if layer_idx >= args.first_k_dense_replace:
@@ -146,15 +148,9 @@ class SarvamMoEDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:                                               # first layer
-            residual, hidden = hidden, self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.attention(positions, hidden)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual                                  # [T, H] each
+    @property
+    def self_attn(self) -> nn.Module:
+        return self.attention
 
 
 class SarvamMoEModel(LlamaModel):
