@@ -11,27 +11,20 @@ float32 and float16 here; bf16 is covered by tests/gpu/test_fused_layers.py on a
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.triton_interpret import needs_triton, run_case
+
 CASES = ["rope", "silu_and_mul", "layers", "model_qwen3", "model_llama"]
 TOL = {"float32": 1e-5, "float16": 2e-3}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+@needs_triton
 @pytest.mark.parametrize("case", CASES)
 def test_fused_interpreted(case):
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    r = subprocess.run([sys.executable, __file__, case], env=env, capture_output=True, text=True,
-                       timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_case(__file__, case, timeout=600)
 
 
 # ------------------------------------------------------------- run inside the subprocess

@@ -10,42 +10,23 @@ and fp16 here; bf16 is covered by tests/gpu/test_attention_kernels.py on a GPU.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.triton_interpret import interpreter_shim, needs_triton, run_case
+
 CASES = ["store_kv", "decode", "decode_shapes", "prefill_causal", "prefill_tree", "padded",
          "backend", "rmsnorm"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+@needs_triton
 @pytest.mark.parametrize("case", CASES)
 def test_kernel_interpreted(case):
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    r = subprocess.run([sys.executable, __file__, case], env=env, capture_output=True, text=True,
-                       timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_case(__file__, case, timeout=600)
 
 
 # ------------------------------------------------------------- run inside the subprocess
-
-
-def _interpreter_shim():
-    """Triton 3.6's interpreter calls int() on 1-element arrays, an error since numpy 2.4: loop
-    bounds that come from loaded scalars (`range(lo, hi)`) then fail. Read the element instead."""
-    import triton.runtime.interpreter as ti
-    orig = ti._patch_lang_tensor
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-    ti._patch_lang_tensor = patched
 
 
 def _case(q_lens, ctx_lens, dtype="float32", **kw):
@@ -183,6 +164,6 @@ def run_rmsnorm():
 
 
 if __name__ == "__main__":
-    _interpreter_shim()
+    interpreter_shim()
     globals()["run_" + sys.argv[1]]()
     print("ok", sys.argv[1])

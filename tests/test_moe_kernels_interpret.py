@@ -14,42 +14,23 @@ other here, so the split-K arrival counter and the alignment atomics see no race
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.triton_interpret import interpreter_shim, needs_triton, run_case
+
 CASES = ["fp8_gemm", "fp8_gemm_split_k", "dequant", "topk_softmax", "topk_sigmoid_grouped", "align",
          "fused_moe_bf16_like", "fused_moe_fp8"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+@needs_triton
 @pytest.mark.parametrize("case", CASES)
 def test_kernel_interpreted(case):
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    r = subprocess.run([sys.executable, __file__, case], env=env, capture_output=True, text=True,
-                       timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_case(__file__, case, timeout=300)
 
 
 # ------------------------------------------------------------- run inside the subprocess
-
-
-def _interpreter_shim():
-    """Triton 3.6's interpreter calls int() on 1-element arrays (an error since numpy 2.4) for
-    loop bounds read from memory; read the element instead (same shim as test_kernels_interpret)."""
-    import triton.runtime.interpreter as ti
-    orig = ti._patch_lang_tensor
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-    ti._patch_lang_tensor = patched
 
 
 def _rel(a, b):
@@ -193,6 +174,6 @@ def run_fused_moe_fp8():
 
 
 if __name__ == "__main__":
-    _interpreter_shim()
+    interpreter_shim()
     globals()["run_" + sys.argv[1]]()
     print("ok", sys.argv[1])
