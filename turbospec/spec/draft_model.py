@@ -63,7 +63,7 @@ class DraftModelProposer(Proposer):
             try:
                 max_len = min(cfg.max_position_embeddings, target_config.max_position_embeddings) + k
                 proposer.runner.capture_graphs(min(ec.max_num_seqs, 256), [1], max_len)
-            except RuntimeError as e:       # never worse than eager drafting
+            except Exception as e:          # never worse than eager drafting (capture is an optimisation)
                 warnings.warn(f"draft model: CUDA graph capture failed ({e}); drafting eagerly")
                 proposer.runner.graphs = None
         return proposer
