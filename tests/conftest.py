@@ -185,3 +185,26 @@ def load_hf_model(model_dir: Path):
 @pytest.fixture(scope="session")
 def hf_model_factory():
     return load_hf_model
+
+
+def prefill(model, ids: list[int], aux_layers: tuple[int, ...] = ()):
+    """One full prefill of `ids` through a turbospec model (a fresh KV pool, block 0 the null
+    block): the model's output — hidden [T, H], or (hidden, aux list) with `aux_layers`."""
+    from turbospec.engine.forward_context import AttentionMetadata, forward_context
+    from turbospec.layers.attention import Attention
+    T, bs = len(ids), 16
+    nb = T // bs + 2
+    for m in model.modules():
+        if isinstance(m, Attention):
+            m.k_cache = torch.zeros(nb, bs, m.num_kv_heads, m.head_dim)
+            m.v_cache = torch.zeros(nb, bs, m.num_kv_heads, m.head_dim)
+    meta = AttentionMetadata(
+        slot_mapping=torch.arange(T) + bs, query_start_loc=torch.tensor([0, T], dtype=torch.int32),
+        seq_lens=torch.tensor([T], dtype=torch.int32),
+        block_tables=torch.arange(1, nb, dtype=torch.int32)[None], max_query_len=T, max_seq_len=T)
+    model.aux_hidden_state_layers = aux_layers
+    try:
+        with torch.no_grad(), forward_context(meta):
+            return model(torch.tensor(ids), torch.arange(T))
+    finally:
+        model.aux_hidden_state_layers = ()

@@ -10,11 +10,9 @@ import torch
 
 pytest.importorskip("turbospec.models.qwen3")
 
-from tests.conftest import randomize_  # noqa: E402
+from tests.conftest import prefill, randomize_  # noqa: E402
 from turbospec.config import ModelConfig  # noqa: E402
-from turbospec.engine.forward_context import AttentionMetadata, forward_context  # noqa: E402
 from turbospec.engine.sequence import Sequence  # noqa: E402
-from turbospec.layers.attention import Attention  # noqa: E402
 from turbospec.layers.sampler import SamplingTensors, compute_probs  # noqa: E402
 from turbospec.models.dflash_draft import DFlashConfig, DFlashDraftModel, save_dflash  # noqa: E402
 from turbospec.models.eagle3_config import Eagle3Config  # noqa: E402
@@ -52,20 +50,7 @@ def target_aux(model, ids: list[int], layers) -> torch.Tensor:
 
 
 def _target_aux(model, ids: list[int], layers) -> torch.Tensor:
-    T, bs = len(ids), 16
-    nb = T // bs + 2
-    for m in model.modules():
-        if isinstance(m, Attention):
-            m.k_cache = torch.zeros(nb, bs, m.num_kv_heads, m.head_dim)
-            m.v_cache = torch.zeros(nb, bs, m.num_kv_heads, m.head_dim)
-    meta = AttentionMetadata(
-        slot_mapping=torch.arange(T) + bs, query_start_loc=torch.tensor([0, T], dtype=torch.int32),
-        seq_lens=torch.tensor([T], dtype=torch.int32),
-        block_tables=torch.arange(1, nb, dtype=torch.int32)[None], max_query_len=T, max_seq_len=T)
-    model.aux_hidden_state_layers = layers
-    with torch.no_grad(), forward_context(meta):
-        hidden, aux = model(torch.tensor(ids), torch.arange(T))
-    model.aux_hidden_state_layers = ()
+    _, aux = prefill(model, ids, tuple(layers))
     return torch.cat(aux, dim=-1)
 
 

@@ -12,12 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import read_checkpoint
+from tests.conftest import prefill, read_checkpoint
 from turbospec import LLM, SamplingParams
 from turbospec.config import ModelConfig
-from turbospec.engine.forward_context import AttentionMetadata, forward_context
 from turbospec.engine.sequence import Sequence
-from turbospec.layers.attention import Attention
 from turbospec.layers.sampler import SamplingTensors, compute_probs
 from turbospec.model_loader import load_model
 from turbospec.models.mtp import load_mtp
@@ -235,18 +233,7 @@ class Ref:
 
 def target_hidden(model, ids) -> torch.Tensor:
     """Final-normed hidden [T, H] of one full prefill with turbospec's target model."""
-    T, bs = len(ids), 16
-    nb = T // bs + 2
-    for m in model.modules():
-        if isinstance(m, Attention):
-            m.k_cache = torch.zeros(nb, bs, m.num_kv_heads, m.head_dim)
-            m.v_cache = torch.zeros(nb, bs, m.num_kv_heads, m.head_dim)
-    meta = AttentionMetadata(
-        slot_mapping=torch.arange(T) + bs, query_start_loc=torch.tensor([0, T], dtype=torch.int32),
-        seq_lens=torch.tensor([T], dtype=torch.int32),
-        block_tables=torch.arange(1, nb, dtype=torch.int32)[None], max_query_len=T, max_seq_len=T)
-    with torch.no_grad(), forward_context(meta):
-        return model(torch.tensor(ids), torch.arange(T))
+    return prefill(model, ids)
 
 
 def make_seq(ids, temperature=0.0, top_k=-1, seed=None) -> Sequence:

@@ -46,13 +46,14 @@ class LlamaAttention(nn.Module):
         self.o_proj = RowLinear(self.q_size, H, bias=config.attention_bias)
         self.rotary_emb = get_rope(D, config.max_position_embeddings, config.rope)
         self.attn = Attention(self.num_heads, self.num_kv_heads, D, scale=D ** -0.5)
+        self.q_norm = self.k_norm = None        # Qwen3 sets per-head RMSNorms here
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         T = hidden.shape[0]
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(T, self.num_heads, self.head_dim)                   # [T, nh, D]
-        k = k.view(T, self.num_kv_heads, self.head_dim)                # [T, nkv, D]
-        q, k = self.rotary_emb(positions, q, k)
+        q = q.reshape(T, self.num_heads, self.head_dim)                # [T, nh, D]
+        k = k.reshape(T, self.num_kv_heads, self.head_dim)             # [T, nkv, D]
+        q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm)  # (per-head norm, then) RoPE
         out = self.attn(q.reshape(T, self.q_size), k.reshape(T, self.kv_size), v)  # [T, nh * D]
         return self.o_proj(out)                                        # [T, H]
 
