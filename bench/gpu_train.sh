@@ -20,6 +20,14 @@
 #   $OUT/codelm-12m-dflash/{config.json, model.safetensors, training_info.json}
 # Scratch (corpus, regenerated data, training states) goes to $WORK (default: a /tmp dir).
 #
+# Options (environment): ONLY=eagle3|dflash trains one drafter alone (the whole GPU); INIT_EAGLE3=DIR /
+# INIT_DFLASH=DIR continue from an exported drafter (`--init-from`: new optimizer and schedule);
+# LR (peak, default 6e-4), TRAIN_MIN (minutes per drafter), DFLASH_LAYERS (default 4);
+# DFLASH_DATA=regen trains DFlash on the regenerated continuations only, loss on the completions
+# (default `all`: regenerated + raw stdlib, every position). Deep block slots are labeled with the
+# target's prediction after the true prefix; on raw code that prefix is a human's, not the target's
+# greedy one the drafter sees when serving, so those labels are noise for slots 2..B-1.
+#
 # CPU dry run of the very same path with tiny budgets (checks every stage end to end):
 #   DRY_RUN=1 OUT=/tmp/dry bash bench/gpu_train.sh
 set -uo pipefail
@@ -47,6 +55,9 @@ else
   BATCH=${BATCH:-32}; RAW_LIMIT=${RAW_LIMIT:-0}; SEQ=${SEQ:-1024}; EVAL_EVERY=${EVAL_EVERY:-250}
   BENCH_PROMPTS=${BENCH_PROMPTS:-32}; BENCH_TOKENS=${BENCH_TOKENS:-128}; EXTRA_CORPUS=${EXTRA_CORPUS:-}
 fi
+ONLY=${ONLY:-both}; LR=${LR:-6e-4}; DFLASH_LAYERS=${DFLASH_LAYERS:-4}
+INIT_E3=(); [ -n "${INIT_EAGLE3:-}" ] && INIT_E3=(--init-from "$INIT_EAGLE3")
+INIT_DF=(); [ -n "${INIT_DFLASH:-}" ] && INIT_DF=(--init-from "$INIT_DFLASH")
 TRAIN_TIMEOUT=$(awk "BEGIN{print int($TRAIN_MIN*60 + 150)}")
 
 # the root CLI imports every subcommand family; fall back to bench+train alone if one cannot import here
@@ -97,20 +108,29 @@ with open(f"{w}/train.jsonl", "w") as out:
 print(f"training data {w}/train.jsonl: {n_regen} regenerated + {n_raw} raw stdlib records")
 EOF
 
-stamp "3. train EAGLE-3 and DFlash concurrently (${TRAIN_MIN} min each)"
-COMMON=(--target $MODEL --data "$WORK/train.jsonl" --max-seq-len "$SEQ" --batch-size "$BATCH"
-        --max-minutes "$TRAIN_MIN" --lr 6e-4 --warmup-steps 100 --min-lr-ratio 0.05 --loss-on-prompt
+stamp "3. train ($ONLY; ${TRAIN_MIN} min each, concurrently when both)"
+DATA_E3=(--data "$WORK/train.jsonl" --loss-on-prompt)
+DATA_DF=("${DATA_E3[@]}")
+if [ "${DFLASH_DATA:-all}" = regen ] && [ -s "$WORK/regen.jsonl" ]; then
+  grep -v '^$' "$WORK/regen.jsonl" | $PY -c 'import json,sys
+for l in sys.stdin:
+    try: json.loads(l); sys.stdout.write(l)
+    except ValueError: pass' > "$WORK/regen_clean.jsonl"
+  DATA_DF=(--data "$WORK/regen_clean.jsonl")
+  echo "DFlash data: $(wc -l < "$WORK/regen_clean.jsonl") regenerated continuations, loss on completions only"
+fi
+COMMON=(--target $MODEL --max-seq-len "$SEQ" --batch-size "$BATCH"
+        --max-minutes "$TRAIN_MIN" --lr "$LR" --warmup-steps 100 --min-lr-ratio 0.05
         --target-layers 1,3,5 --eval-every "$EVAL_EVERY" --log-every 50 --save-every 500 --device "$DEVICE")
-(OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train eagle3 "${COMMON[@]}" --out "$OUT/codelm-12m-eagle3" \
+PID_E3=; PID_DF=
+[ "$ONLY" != dflash ] && { (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train eagle3 "${COMMON[@]}" "${DATA_E3[@]}" "${INIT_E3[@]}" --out "$OUT/codelm-12m-eagle3" \
    --checkpoint-dir "$WORK/state-eagle3" --num-layers 1 --intermediate-size 2048 --draft-length 7 \
    --draft-vocab-size 6144 2>&1 \
-   | sed -u 's/^/[eagle3] /') &
-PID_E3=$!
-(OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train dflash "${COMMON[@]}" --out "$OUT/codelm-12m-dflash" \
-   --checkpoint-dir "$WORK/state-dflash" --num-layers 4 --block-size 8 --anchors-per-seq 64 2>&1 \
-   | sed -u 's/^/[dflash] /') &
-PID_DF=$!
-wait "$PID_E3" "$PID_DF"      # (a bare `wait` would also wait for the log's tee)
+   | sed -u 's/^/[eagle3] /') & PID_E3=$!; }
+[ "$ONLY" != eagle3 ] && { (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train dflash "${COMMON[@]}" "${DATA_DF[@]}" "${INIT_DF[@]}" --out "$OUT/codelm-12m-dflash" \
+   --checkpoint-dir "$WORK/state-dflash" --num-layers "$DFLASH_LAYERS" --block-size 8 --anchors-per-seq 64 2>&1 \
+   | sed -u 's/^/[dflash] /') & PID_DF=$!; }
+wait $PID_E3 $PID_DF      # (a bare `wait` would also wait for the log's tee)
 ls -la "$OUT"/codelm-12m-eagle3 "$OUT"/codelm-12m-dflash 2>&1
 
 stamp "4. acceptance on held-out code: turbospec bench spec, plain vs speculative, same process"

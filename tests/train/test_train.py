@@ -13,7 +13,7 @@ from turbospec.config import ModelConfig
 from turbospec.models.dflash_draft import load_dflash
 from turbospec.models.eagle3_draft import load_eagle3
 from turbospec.train.batches import collate
-from turbospec.train.config import DFlashOptions, Eagle3Options, TrainConfig
+from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
 from turbospec.train.data import load_dataset, load_tokenizer
 from turbospec.train.export import export_drafter
 from turbospec.train.features import TargetModel
@@ -88,6 +88,27 @@ def test_resume_continues_the_run(tiny_target, code_jsonl, tmp_path):
     assert r["step"] == 5
     with pytest.raises(ValueError, match="is a dflash run"):
         train(TrainConfig(**{**kw, "method": "eagle3"}, steps=5, resume=True))
+
+
+@pytest.mark.parametrize("method", ["eagle3", "dflash"])
+def test_init_from_an_export_starts_from_its_weights(method, tiny_target, code_jsonl, tmp_path):
+    kw = dict(method=method, target=str(tiny_target), data=str(code_jsonl), batch_size=4, max_seq_len=256,
+              warmup_steps=2, eval_every=100, heldout_fraction=0.1, **SMALL)
+    first = train(TrainConfig(steps=4, out=str(tmp_path / "a"), **kw))
+    # zero steps is not allowed, so compare the held-out loss after one tiny-lr step from the export
+    again = train(TrainConfig(steps=1, lr=1e-9, out=str(tmp_path / "b"), init_from=str(tmp_path / "a"), **kw))
+    fresh = train(TrainConfig(steps=1, lr=1e-9, out=str(tmp_path / "c"), **kw))
+    assert again["heldout"]["loss"] == pytest.approx(first["heldout"]["loss"], rel=1e-3)
+    assert abs(fresh["heldout"]["loss"] - first["heldout"]["loss"]) > 1e-2
+    info = json.load(open(tmp_path / "b" / "training_info.json"))
+    assert info["config"]["init_from"] == str(tmp_path / "a")
+    with pytest.raises(ValueError, match="does not match this drafter"):
+        train(TrainConfig(steps=1, out=str(tmp_path / "d"), init_from=str(tmp_path / "a"),
+                          **{**kw, "shape": DraftShape(num_layers=2)}))
+    with pytest.raises(ValueError, match="exclude each other"):
+        TrainConfig(steps=1, out=str(tmp_path / "e"), init_from=str(tmp_path / "a"), resume=True, **kw)
+    with pytest.raises(ValueError, match="has no config.json"):
+        TrainConfig(steps=1, out=str(tmp_path / "e"), init_from=str(tmp_path), **kw)
 
 
 def test_cli_trains_and_exports(tiny_target, code_jsonl, tmp_path):

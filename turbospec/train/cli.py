@@ -27,6 +27,7 @@ LOG_EVERY = typer.Option(20, help="log line every N steps (when not on a termina
 SAVE_EVERY = typer.Option(1000, help="training-state checkpoint + export every N steps")
 CKPT = typer.Option(None, help="training-state directory (default <out>/checkpoint)")
 RESUME = typer.Option(False, help="continue from the training state in --checkpoint-dir")
+INIT_FROM = typer.Option(None, help="start from an exported drafter's weights (same shape options; new optimizer and schedule)")
 SEED = typer.Option(0)
 DEVICE = typer.Option(None, help="cuda (default when available) or cpu")
 TDTYPE = typer.Option(None, help="target dtype (default bfloat16 on CUDA, float32 on CPU): train against what you serve")
@@ -72,7 +73,7 @@ def eagle3(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = 
            warmup_steps: int = WARMUP, min_lr_ratio: float = MIN_LR, weight_decay: float = WD,
            grad_clip: float = CLIP, heldout_fraction: float = HELDOUT, eval_every: int = EVAL_EVERY,
            log_every: int = LOG_EVERY, save_every: int = SAVE_EVERY, checkpoint_dir: str = CKPT,
-           resume: bool = RESUME, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
+           resume: bool = RESUME, init_from: str = INIT_FROM, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
            chat_template: str = CHAT, feature_cache: str = CACHE, eval_prompts: str = EVAL_PROMPTS,
            eval_num_prompts: int = EVAL_N, eval_max_tokens: int = EVAL_TOK, export_dtype: str = EXPORT_DTYPE,
            num_layers: int = LAYERS, intermediate_size: int = INTER, num_attention_heads: int = HEADS,
@@ -99,7 +100,7 @@ def dflash(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = 
            warmup_steps: int = WARMUP, min_lr_ratio: float = MIN_LR, weight_decay: float = WD,
            grad_clip: float = CLIP, heldout_fraction: float = HELDOUT, eval_every: int = EVAL_EVERY,
            log_every: int = LOG_EVERY, save_every: int = SAVE_EVERY, checkpoint_dir: str = CKPT,
-           resume: bool = RESUME, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
+           resume: bool = RESUME, init_from: str = INIT_FROM, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
            chat_template: str = CHAT, feature_cache: str = CACHE, eval_prompts: str = EVAL_PROMPTS,
            eval_num_prompts: int = EVAL_N, eval_max_tokens: int = EVAL_TOK, export_dtype: str = EXPORT_DTYPE,
            num_layers: int = typer.Option(3, "--num-layers", help="drafter decoder layers"),

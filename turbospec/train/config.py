@@ -96,6 +96,7 @@ class TrainConfig:
     save_every: int = 1000              # training-state checkpoints (and an export) every N steps
     checkpoint_dir: str | None = None   # None: <out>/checkpoint
     resume: bool = False
+    init_from: str | None = None        # an exported drafter to continue training from (fresh optimizer)
     seed: int = 0
     device: str | None = None           # cuda if available, else cpu
     target_dtype: str | None = None     # default: bfloat16 on CUDA (serve what you train against), float32 on CPU
@@ -144,6 +145,13 @@ class TrainConfig:
             raise ValueError(f"--export-dtype {self.export_dtype!r}: use bfloat16, float16 or float32")
         if self.eval_prompts is not None and not os.path.isfile(self.eval_prompts):
             raise ValueError(f"--eval-prompts {self.eval_prompts!r} does not exist")
+        if self.init_from is not None:
+            if self.resume:
+                raise ValueError("--init-from and --resume exclude each other: --resume continues a training "
+                                 "state (optimizer included), --init-from starts a new run from exported weights")
+            if not os.path.isfile(os.path.join(self.init_from, "config.json")):
+                raise ValueError(f"--init-from {self.init_from!r} has no config.json: pass an exported drafter "
+                                 "directory (the --out of an earlier run)")
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
             raise ValueError(f"--chat-template {self.chat_template!r} does not exist: pass a Jinja file")
         if self.method == "dflash" and self.dflash.block_size - 1 > (self.max_seq_len or 1024) // 2:

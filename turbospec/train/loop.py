@@ -28,7 +28,7 @@ from turbospec.train.export import export_drafter
 from turbospec.train.features import FeatureCache, TargetModel, cached_features
 from turbospec.train.metrics import summarize
 from turbospec.train.recipes import build_recipe, capture_layers
-from turbospec.train.state import load_state, lr_at, make_optimizer, save_state, set_lr
+from turbospec.train.state import init_from_export, load_state, lr_at, make_optimizer, save_state, set_lr
 
 
 def _setup_distributed(cfg: TrainConfig) -> tuple[torch.device, int, int]:
@@ -120,11 +120,15 @@ def train(cfg: TrainConfig) -> dict:
     opt = make_optimizer(draft, cfg.lr, cfg.weight_decay)
     anchor_gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
     step, elapsed0 = 0, 0.0
-    if cfg.resume:
-        step, elapsed0 = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
+    if cfg.init_from:
+        init_from_export(cfg.init_from, draft, cfg.method)
+        log.print(f"initialized the drafter from {cfg.init_from}")
+    if cfg.resume or cfg.init_from:
+        if cfg.resume:
+            step, elapsed0 = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
+            log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
         if cfg.method == "eagle3":
             recipe.trainer.used.copy_(draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device))
-        log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
     module = recipe.trainer
     if world > 1:
         module = torch.nn.parallel.DistributedDataParallel(

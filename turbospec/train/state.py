@@ -78,3 +78,32 @@ def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anch
     if state["rng"]["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     return int(state["step"]), float(state["elapsed"])
+
+
+def init_from_export(draft_dir: str, draft: nn.Module, method: str) -> None:
+    """Copy an exported drafter's weights (our export, SpecForge or z-lab layout) into `draft`.
+
+    The shapes must match: pass the shape options (layers, widths, block size, draft vocabulary) the
+    export was trained with. Tensors shared with the target (embeddings, DFlash's lm_head) are not
+    part of either side. The optimizer and schedule start fresh (use --resume to continue a state)."""
+    if method == "eagle3":
+        from turbospec.models.eagle3_draft import load_eagle3 as load
+    else:
+        from turbospec.models.dflash_draft import load_dflash as load
+    try:
+        src = load(draft_dir, "cpu", torch.float32).state_dict()
+    except ValueError as e:
+        raise ValueError(f"--init-from {draft_dir!r}: not a loadable {method} drafter ({e})") from None
+    own = draft.state_dict()
+    missing = sorted(set(own) - set(src))
+    extra = sorted(set(src) - set(own))
+    bad = [f"{n} {tuple(src[n].shape)} vs {tuple(own[n].shape)}" for n in own
+           if n in src and src[n].shape != own[n].shape]
+    if missing or extra or bad:
+        parts = ([f"missing {missing[:4]}"] if missing else []) + ([f"unexpected {extra[:4]}"] if extra else []) \
+            + ([f"shape {bad[:4]}"] if bad else [])
+        raise ValueError(f"--init-from {draft_dir!r} does not match this drafter ({'; '.join(parts)}): pass "
+                         "the shape options it was trained with (see its config.json / training_info.json)")
+    with torch.no_grad():
+        for n, t in own.items():
+            t.copy_(src[n].to(t.dtype))
