@@ -188,3 +188,33 @@ def test_decode_bursts_equal_single_steps(codelm_dir, llm):
         assert got == want
     eng = burst.llm_engine
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_pipelined_bursts_with_arrivals_and_aborts(codelm_dir, llm):
+    """Bursts chain (the next launched before the last is read) while the batch is steady; an
+    arrival drains the pipeline, an abort drops its rows; every survivor's tokens equal plain."""
+    prompts = _prompts(3)
+    params = SamplingParams(temperature=0.0, max_tokens=41, ignore_eos=True)
+    want = [llm.generate([p], params)[0].outputs[0].token_ids for p in prompts]
+    eng = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4).llm_engine
+    chained = []
+    launch_chained = eng.burst.launch_chained
+    eng.burst.launch_chained = lambda *a: chained.append(1) or launch_chained(*a)
+    eng.add_request("a", prompts[0], params)
+    eng.add_request("b", prompts[1], params)
+    final, steps = {}, 0
+    while eng.has_unfinished_requests():
+        for o in eng.step():
+            final[o.request_id] = o
+        steps += 1
+        if steps == 4:
+            eng.add_request("c", prompts[2], params)
+        if steps == 7:
+            eng.abort_request("b")
+    assert len(chained) >= 3
+    assert final["a"].outputs[0].token_ids == want[0]
+    assert final["c"].outputs[0].token_ids == want[2]
+    b = final["b"].outputs[0].token_ids          # the last output before the abort (none after it)
+    assert 0 < len(b) < len(want[1]) and want[1][:len(b)] == b and "b" not in eng.seqs
+    bm = eng.block_manager
+    assert bm.num_free_blocks == bm.num_usable_blocks

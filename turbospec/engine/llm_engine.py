@@ -70,7 +70,7 @@ class LLMEngine:
         if not ec.enforce_eager:
             capture_s = runner.capture_graphs(max_batch, graph_query_lens or [kk + 1 for kk in ks], self.max_model_len)
         steps = ec.num_scheduler_steps or (8 if runner.graphs is not None else 1)
-        self.burst = None
+        self.burst, self._flight = None, None
         if steps > 1:
             t0 = time.perf_counter()
             self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None)
@@ -150,33 +150,53 @@ class LLMEngine:
                 s.seq.metrics.first_scheduled_time = now
         return self._outputs(accept_step(self, sched.scheduled))
 
-    def _try_burst(self) -> list[Sequence] | None:
-        """n greedy decode steps at once when that cannot change the result (engine/multistep.py)."""
-        run = self.scheduler.running
-        if self.burst is None or self.proposer is not None or self.scheduler.waiting or not run:
-            return None
+    def _burst_ok(self, seqs: list[Sequence], ahead: int) -> bool:
+        """Can `seqs` (the whole running set, nothing waiting) take a burst of n steps that starts
+        `ahead` tokens past their host-side lengths? Allocates the blocks it needs if so."""
         n, bm = self.burst.n, self.block_manager
-        for s in run:
+        if self.scheduler.waiting or not seqs or len(seqs) != len(self.scheduler.running):
+            return False
+        for s in seqs:
             p = s.params
-            if not p.greedy or p.logprobs is not None or s.num_computed_tokens != len(s) - 1 \
-                    or s.max_total_tokens - len(s) < n:
+            if s.is_finished or not p.greedy or p.logprobs is not None or \
+                    s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < n:
+                return False
+        end = ahead + n - 1
+        if not self.burst.fits(len(seqs), max(len(s) for s in seqs) + ahead + n) or \
+                sum(bm.num_new_blocks(s, len(s) + end) for s in seqs) > bm.num_free_blocks:
+            return False
+        for s in seqs:
+            bm.allocate(s, len(s) + end)
+        return True
+
+    def _try_burst(self) -> list[Sequence] | None:
+        """n greedy decode steps at once when that cannot change the result (engine/multistep.py),
+        with the next burst launched before this one's tokens are read when it can be."""
+        flight, self._flight = self._flight, None
+        if flight is not None and all(s.is_finished for s in flight.seqs):
+            flight = None                      # every row stopped in the burst before: nothing to read
+        if flight is None:
+            run = self.scheduler.running
+            if self.burst is None or self.proposer is not None or not self._burst_ok(list(run), 0):
                 return None
-        if not self.burst.fits(len(run), max(len(s) for s in run) + n) or \
-                sum(bm.num_new_blocks(s, len(s) + n - 1) for s in run) > bm.num_free_blocks:
-            return None
-        for s in run:
-            bm.allocate(s, len(s) + n - 1)
-        seqs = list(run)
-        toks = self.burst.run([s.last_token_id for s in seqs], [len(s) - 1 for s in seqs],
-                              [s.block_table for s in seqs])
-        for s, ts in zip(seqs, toks):
+            flight = self.burst.launch([s.last_token_id for s in run], [len(s) - 1 for s in run],
+                                       [s.block_table for s in run])
+            flight.seqs = list(run)
+        seqs = flight.seqs
+        if self._burst_ok(seqs, self.burst.n):
+            self._flight = self.burst.launch_chained(flight, [s.block_table for s in seqs])
+            self._flight.seqs = seqs
+        n = self.burst.n
+        for s, ts in zip(seqs, flight.tokens()):
+            if s.is_finished:                  # stopped or aborted in an earlier burst: rows discarded
+                continue
             s.num_computed_tokens = len(s) - 1 + n
             for t in ts:
                 if self.append_token(s, t, None):
                     break
-            if not s.is_finished:
-                bm.truncate(s, len(s))
-        return seqs
+            if not s.is_finished and self._flight is None:
+                self.block_manager.truncate(s, len(s))
+        return [s for s in seqs if s.request_id in self.seqs]
 
     def _outputs(self, advanced: list[Sequence]) -> list[RequestOutput]:
         outputs = []

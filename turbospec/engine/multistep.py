@@ -6,6 +6,12 @@ is one CUDA graph per batch bucket, so a small model stops being bound by the ho
 uses a burst only when it cannot change the result: every running sequence is a greedy decode
 with no logprobs and at least n tokens to go; stop rules are applied to the returned tokens
 afterwards, and tokens past a stop are dropped (their KV lies in blocks freed with the sequence).
+
+Bursts are pipelined: while the same sequences have another n tokens to go and nothing waits,
+the engine launches burst i+1 (`launch_chained`, continuing from the device state) before it
+reads burst i's tokens, so the host's bookkeeping overlaps the GPU instead of idling it. A
+sequence that stops inside burst i has its rows of burst i+1 discarded; those rows write only
+into its own blocks, which are freed after that launch (stream order keeps any reuse after it).
 """
 from __future__ import annotations
 
@@ -80,26 +86,65 @@ class DecodeBurst:
         return batch <= self.buckets[-1] and max_len_after <= self.len_buckets[-1]
 
     @torch.inference_mode()
-    def run(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]]) -> list[list[int]]:
-        """last_ids[i]: the newest token of sequence i (its KV not computed yet), at positions[i].
-        Returns n new tokens per sequence (host lists)."""
+    def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]]) -> "BurstFlight":
+        """Start a burst: last_ids[i] is the newest token of sequence i (its KV not computed yet), at
+        positions[i]. Returns without waiting for the GPU."""
         B = len(last_ids)
         b = next(x for x in self.buckets if x >= B)
-        L = next(x for x in self.len_buckets if x >= max(positions) + 1 + self.n)
-        width = max(len(t) for t in block_tables)
         packed = torch.tensor([last_ids + [0] * (b - B), positions + [0] * (b - B)], dtype=torch.long)
-        tables = torch.zeros(b, width, dtype=torch.int32)
-        for i, t in enumerate(block_tables):
-            tables[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
-        packed = packed.to(self.device, non_blocking=True)
+        packed = self._pinned(packed).to(self.device, non_blocking=True)
         self.ids[:b].copy_(packed[0])
         self.pos[:b].copy_(packed[1])
         self.valid[:b].copy_(torch.arange(b, device=self.device) < B)
         self.seq_lens[:b].copy_(torch.where(self.valid[:b], self.pos[:b] + 1, 1).int())
+        return self._launch(B, b, max(positions), block_tables, packed)
+
+    @torch.inference_mode()
+    def launch_chained(self, flight: "BurstFlight", block_tables: list[list[int]]) -> "BurstFlight":
+        """Start the next burst of the same rows straight after `flight`, before its tokens are read:
+        ids, positions and KV lengths continue from the device state the last burst left."""
+        return self._launch(flight.rows, flight.bucket, flight.max_pos + self.n, block_tables)
+
+    def _pinned(self, t: torch.Tensor) -> torch.Tensor:
+        # a pageable host->device copy waits for the stream (the burst in flight): stage in pinned memory
+        return t.pin_memory() if self.device.type == "cuda" else t
+
+    def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]], *keep) -> "BurstFlight":
+        L = next((x for x in self.len_buckets if x >= max_pos + 1 + self.n), None)
+        width = max(len(t) for t in block_tables)
+        tables = torch.zeros(b, width, dtype=torch.int32)
+        for i, t in enumerate(block_tables):
+            tables[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
+        tables = self._pinned(tables)
         self.block_tables[:b].zero_()
         self.block_tables[:b, :width].copy_(tables.to(self.device, non_blocking=True))
         if (b, L) in self.graphs:
             self.graphs[(b, L)].replay()
         else:           # eager: the exact bound keeps the plain attention path from padding to L
-            self._burst(b, max(positions) + 1 + self.n)
-        return self.out[:, :B].t().tolist()
+            self._burst(b, max_pos + 1 + self.n)
+        host = self._pinned(torch.empty(self.n, b, dtype=torch.long))
+        host.copy_(self.out[:, :b], non_blocking=True)      # ordered before the next burst overwrites out
+        event = None
+        if self.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        return BurstFlight(B, b, max_pos, host, event, (tables, *keep))
+
+    def run(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]]) -> list[list[int]]:
+        """launch + wait: n new tokens per sequence (host lists)."""
+        return self.launch(last_ids, positions, block_tables).tokens()
+
+
+class BurstFlight:
+    """A launched burst whose tokens have not been read: `tokens()` waits for it alone (not for a
+    burst chained after it). `keep` holds the pinned sources until their copies have run."""
+
+    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event, keep: tuple):
+        self.rows, self.bucket, self.max_pos = rows, bucket, max_pos
+        self.host_out, self.event, self.keep = host_out, event, keep
+        self.seqs: list = []
+
+    def tokens(self) -> list[list[int]]:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host_out[:, :self.rows].t().tolist()
