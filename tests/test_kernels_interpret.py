@@ -66,14 +66,15 @@ def run_store_kv():
 
 
 def run_decode():
+    """Partition sizes from one tile up; max_partitions small enough that the size grows."""
     from turbospec.kernels.paged_decode import paged_decode_attention
     c = _case([1] * 4, [4, 40, 0, 71], num_heads=8, num_kv_heads=2, head_dim=32, block_size=16)
     m = c.metas[0]
-    for splits in (1, 2, 8):
-        for bn in (16, 32):
-            out = paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables,
-                                         c.scale, m.max_seq_len, num_splits=splits, block_n=bn)
-            _check(c, out, 1e-5)
+    for p_min, max_parts, bn in ((16, 32, 16), (32, 2, 16), (32, 1, 32), (64, 32, 64)):
+        out = paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables,
+                                     c.scale, m.max_seq_len, min_partition=p_min,
+                                     max_partitions=max_parts, block_n=bn)
+        _check(c, out, 1e-5)
 
 
 def run_decode_shapes():
@@ -85,7 +86,7 @@ def run_decode_shapes():
                   block_size=bs)
         m = c.metas[0]
         out = paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables,
-                                     c.scale, m.max_seq_len, num_splits=4, block_n=32)
+                                     c.scale, m.max_seq_len, min_partition=32, block_n=32)
         _check(c, out, 1e-5 if dtype == "float32" else 3e-3)
 
 
@@ -122,6 +123,7 @@ def run_padded():
     import torch
     from turbospec.engine.forward_context import AttentionMetadata
     from turbospec.kernels.backend import TritonBackend
+    from turbospec.kernels.paged_prefill import paged_prefill_attention
     kc = torch.randn(3, 16, 2, 32)
     vc = torch.randn(3, 16, 2, 32)
     q = torch.randn(2, 4, 32)
@@ -133,15 +135,16 @@ def run_padded():
         out = TritonBackend.attention(q, kc, vc, meta, 0.1)
         assert torch.equal(out[0], torch.zeros_like(out[0])), "seq_len 0 must give zeros"
         assert torch.allclose(out[1], vc[0, 0].repeat_interleave(2, 0)), "seq_len 1 sees slot 0"
-        meta.is_decode_only = False
-        out2 = TritonBackend.attention(q, kc, vc, meta, 0.1)
+        out2 = paged_prefill_attention(q, kc, vc, meta.query_start_loc, meta.seq_lens, bt, 0.1, 1,
+                                       splits_hint)
         assert torch.allclose(out, out2)
 
 
 def run_backend():
-    """Dispatch through TritonBackend with its own split/tile heuristics (decode, verify, tree)."""
+    """Dispatch through TritonBackend: decode and uniform chain verify (invariant kernel), ragged
+    verify and tree (multi-token kernel)."""
     from turbospec.kernels.backend import TritonBackend
-    for q_lens, tree in (([1, 1, 1], False), ([4, 4, 1], False), ([4, 3, 4], True)):
+    for q_lens, tree in (([1, 1, 1], False), ([4, 4, 4], False), ([4, 4, 1], False), ([4, 3, 4], True)):
         c = _case(q_lens, [50, 3, 17], num_heads=4, num_kv_heads=2, head_dim=32, block_size=16,
                   tree=tree, seed=7)
         _check(c, TritonBackend.attention(c.q, c.k_cache, c.v_cache, c.metas[0], c.scale), 1e-5)

@@ -1,8 +1,12 @@
-"""Triton attention kernels against the fp32 PyTorch reference, on a GPU.
+"""Triton attention kernels against the fp32 PyTorch reference, on a GPU, and the batch invariance
+of the decode / chain-verify kernel (bitwise, bf16).
 
 Random inputs (never zeros); every KV slot that no sequence owns (the null block included) is NaN,
 so a kernel that reads one — even to multiply it by zero — fails. Reference: `paged_attention_torch`
 on upcast inputs. bf16 rel error threshold 1e-2, fp16 5e-3, fp32 1e-5 (ieee dots, not tf32).
+Invariance: a decode row has the same bits alone, in any batch and under any `max_seq_len` bound
+(CUDA graph buckets included), and token i of a chain verify has the bits of a decode with
+seq_len = ctx_len + i + 1.
 
     PYTHONPATH=. python3 -m pytest -q -m gpu --noconftest tests/gpu/test_attention_kernels.py
 """
@@ -26,15 +30,16 @@ def _case(q_lens, ctx_lens, **kw):
 
 
 def _attend(case, meta=None, **overrides):
-    from turbospec.kernels.backend import TritonBackend
+    """Backend dispatch without overrides; else the kernel the backend would pick, called directly."""
+    from turbospec.kernels.backend import TritonBackend, is_uniform_chain
     from turbospec.kernels.paged_decode import paged_decode_attention
     from turbospec.kernels.paged_prefill import paged_prefill_attention
     m = meta or case.metas[0]
     if not overrides:
         return TritonBackend.attention(case.q, case.k_cache, case.v_cache, m, case.scale)
-    if m.is_decode_only:
+    if is_uniform_chain(case.q, m):
         return paged_decode_attention(case.q, case.k_cache, case.v_cache, m.seq_lens, m.block_tables,
-                                      case.scale, m.max_seq_len, **overrides)
+                                      case.scale, m.max_seq_len, q_len=m.max_query_len, **overrides)
     return paged_prefill_attention(case.q, case.k_cache, case.v_cache, m.query_start_loc, m.seq_lens,
                                    m.block_tables, case.scale, m.max_query_len, m.max_seq_len,
                                    m.tree_mask, **overrides)
@@ -55,16 +60,17 @@ def test_decode(heads, kv_heads, head_dim, block_size):
     _check(c, _attend(c))
 
 
-@pytest.mark.parametrize("splits,block_n", [(1, 64), (4, 16), (32, 32), (64, 64)])
-def test_decode_split_variants(splits, block_n):
+@pytest.mark.parametrize("min_part,max_parts,block_n",
+                         [(64, 32, 64), (16, 4, 16), (32, 64, 32), (256, 8, 64)])
+def test_decode_partition_variants(min_part, max_parts, block_n):
     c = _case([1] * 3, [4095, 77, 1500])
-    _check(c, _attend(c, num_splits=splits, block_n=block_n))
+    _check(c, _attend(c, min_partition=min_part, max_partitions=max_parts, block_n=block_n))
 
 
 @pytest.mark.parametrize("tree", [False, True])
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(32, 8, 128), (8, 8, 64), (16, 2, 128)])
 def test_verify(tree, heads, kv_heads, head_dim):
-    """Speculative verify blocks of 2-16 tokens (mixed within the batch) over long contexts."""
+    """Ragged verify blocks of 1-16 tokens (mixed within the batch: the multi-token kernel)."""
     c = _case([8, 2, 16, 5, 1], [2047, 100, 513, 0, 4000], num_heads=heads, num_kv_heads=kv_heads,
               head_dim=head_dim, tree=tree, seed=1)
     _check(c, _attend(c))
@@ -141,6 +147,77 @@ def test_cuda_graph_replay_other_lengths(q_len):
         m.seq_lens.copy_(torch.tensor([0, 5, 0, 9], dtype=torch.int32))
         g.replay()
         assert torch.equal(out[0], torch.zeros_like(out[0])) and torch.isfinite(out).all()
+
+
+# ---------------------------------------------------------------- batch invariance (bitwise, bf16)
+
+
+def _bits(x):
+    return x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.int32)
+
+
+def _assert_same(a, b, what=""):
+    diff = int((_bits(a) != _bits(b)).sum())
+    assert diff == 0, f"{what}: {diff} values differ, max {(a.float() - b.float()).abs().max():.2e}"
+
+
+def _decode(q, case, seq_lens, block_tables, bound):
+    from turbospec.kernels.paged_decode import paged_decode_attention
+    return paged_decode_attention(q, case.k_cache, case.v_cache, seq_lens, block_tables, case.scale, bound)
+
+
+GQA = [(8, 8), (32, 8), (64, 8)]                                 # groups 1, 4, 8
+
+
+@pytest.mark.parametrize("heads,kv_heads", GQA)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_decode_bits_independent_of_batch_and_bound(heads, kv_heads, head_dim):
+    """Each sequence decoded alone (exact bound), in the batch, and under graph buckets up to 32k."""
+    ctx = [5000, 0, 16, 300, 2047, 2048, 77]
+    c = _case([1] * len(ctx), ctx, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, seed=6)
+    m = c.metas[0]
+    batch = _attend(c)
+    _check(c, batch)
+    for bound in (8192, 32768):
+        _assert_same(batch, _decode(c.q, c, m.seq_lens, m.block_tables, bound), f"bound {bound}")
+    for s, n in enumerate(ctx):
+        alone = _decode(c.q[s:s + 1], c, m.seq_lens[s:s + 1], m.block_tables[s:s + 1], n + 1)
+        _assert_same(batch[s:s + 1], alone, f"seq {s} (ctx {n}) alone")
+
+
+@pytest.mark.parametrize("q_len", [1, 2, 8])
+@pytest.mark.parametrize("heads,kv_heads", GQA)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_chain_verify_rows_equal_decode_bits(q_len, heads, kv_heads, head_dim):
+    """Token i of a chain verify (through the backend) == the decode of that token, seq_len
+    ctx + i + 1, run as a batch of every token of every sequence (another batch, another bound).
+    Contexts 2045 and 4090 put the rows of one verify on both sides of a partition-size step."""
+    ctx = [1, 15, 16, 17, 500, 4100, 2045, 4090]
+    c = _case([q_len] * len(ctx), ctx, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+              seed=7 + q_len)
+    m = c.metas[0]
+    verify = _attend(c)
+    _check(c, verify)
+    lens = torch.tensor([n + i + 1 for n in ctx for i in range(q_len)], dtype=torch.int32, device="cuda")
+    tables = m.block_tables.repeat_interleave(q_len, 0)                  # [B * q_len, max_blocks]
+    _assert_same(verify, _decode(c.q, c, lens, tables, 8192), "verify vs decodes")
+    last = slice(len(lens) - 1, len(lens))                              # the last token, alone
+    _assert_same(verify[last], _decode(c.q[last], c, lens[last], tables[last], int(lens[-1])), "alone")
+
+
+@pytest.mark.parametrize("q_len", [1, 8])
+def test_cuda_graph_bits_equal_eager(q_len):
+    """Captured at the 8192 bucket, replayed with shorter real lengths (graph padding included):
+    the same bits as eager calls with the exact bound."""
+    cap = 8192
+    c = _case([q_len] * 4, [cap - q_len] * 4, seed=8)
+    m = c.metas[0]
+    g, out = _graph(lambda: _attend(c, m))
+    for lens in ([cap, 3000, 17 + q_len, 2 * q_len], [q_len, 600, 2049, q_len]):
+        m.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        g.replay()
+        eager = _attend(c, dataclasses.replace(m, max_seq_len=max(lens)))
+        _assert_same(out, eager, f"lengths {lens}")
 
 
 def test_rmsnorm_matches_layer():

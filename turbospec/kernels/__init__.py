@@ -3,8 +3,8 @@
 CPU-only machines never touch Triton.
 
 - `store_kv`      — scatter new K/V into the paged cache (slot -1 skipped)
-- `paged_decode`  — decode attention, GQA-grouped, split-K + reduce
-- `paged_prefill` — multi-token attention (prefill, chunked prefill, chain/tree verify)
+- `paged_decode`  — batch-invariant decode and chain-verify attention (fixed KV partitions + reduce)
+- `paged_prefill` — multi-token attention (prefill, chunked prefill, tree verify, ragged batches)
 - `rmsnorm`       — RMSNorm and fused residual-add + RMSNorm
 - `backend`       — `TritonBackend`, the attention-backend interface over the above
 - `microbench`    — `python -m turbospec.kernels.microbench`: bandwidth vs the copy ceiling

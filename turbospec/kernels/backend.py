@@ -2,8 +2,15 @@
 
 Same two static methods and semantics as `turbospec.layers.attention.TorchBackend` (the reference),
 except that slot -1 in `store_kv` writes nothing. Nothing here syncs with the host: launch shapes
-come from tensor shapes and from `meta.max_query_len` / `meta.max_seq_len` (host ints that only
-bound the grid and size the split count), so every launch can be captured in a CUDA graph.
+come from tensor shapes and from `meta.max_query_len` / `meta.max_seq_len` (host ints that bound
+the grid), so every launch can be captured in a CUDA graph.
+
+Invariance contract: a step in which every sequence feeds the same number q <= MAX_CHAIN_TOKENS of
+causal tokens (decode: q = 1; chain verify: q = k + 1; graph padding included) goes through the
+batch-invariant `paged_decode_attention`, where token i of a sequence gets the same bits as a
+decode with seq_len = ctx_len + i + 1, in any batch. Tree verify, prefill, and mixed or ragged
+batches (sequences with different token counts in one step) take `paged_prefill_attention`, which
+is not invariant.
 """
 from __future__ import annotations
 
@@ -13,6 +20,17 @@ from turbospec.engine.forward_context import AttentionMetadata
 from turbospec.kernels.paged_decode import paged_decode_attention
 from turbospec.kernels.paged_prefill import paged_prefill_attention
 from turbospec.kernels.store_kv import store_kv as _store_kv
+
+# a chain step of q tokens runs ceil(q / tokens-per-program) programs per kv head and partition,
+# each re-reading the sequence's KV (mostly from L2); beyond this a prefill-sized step is cheaper
+# in the multi-token kernel
+MAX_CHAIN_TOKENS = 32
+
+
+def is_uniform_chain(q: torch.Tensor, meta: AttentionMetadata) -> bool:
+    """Every sequence feeds exactly max_query_len causal tokens (host ints only, no sync)."""
+    qn = meta.max_query_len
+    return meta.tree_mask is None and 1 <= qn <= MAX_CHAIN_TOKENS and q.shape[0] == meta.num_seqs * qn
 
 
 class TritonBackend:
@@ -25,11 +43,12 @@ class TritonBackend:
     @staticmethod
     def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """q [T, H, D] -> [T, H, D]. Decode-only batches take the decode kernel; everything else
-        (prefill with context, chunked prefill, chain verify, tree verify) the multi-token one."""
-        if meta.is_decode_only and meta.tree_mask is None and q.shape[0] == meta.num_seqs:
+        """q [T, H, D] -> [T, H, D]. Uniform causal steps (decode, chain verify) take the
+        batch-invariant kernel; everything else (prefill, tree verify, mixed batches) the
+        multi-token one."""
+        if is_uniform_chain(q, meta):
             return paged_decode_attention(q, k_cache, v_cache, meta.seq_lens, meta.block_tables,
-                                          scale, meta.max_seq_len)
+                                          scale, meta.max_seq_len, q_len=meta.max_query_len)
         return paged_prefill_attention(q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens,
                                        meta.block_tables, scale, meta.max_query_len,
                                        meta.max_seq_len, meta.tree_mask)

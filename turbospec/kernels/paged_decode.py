@@ -1,16 +1,46 @@
-"""Paged decode attention: one new token per sequence, GQA-grouped, split-K (flash-decoding).
+"""Paged decode attention, batch-invariant: decode (one token per sequence) and chain verify (the
+k+1 tokens of every sequence) run the same compiled kernel, and row t of the result has the same
+bits whatever batch, bucket or step shape it is computed in.
 
-Grid `(num_seqs, num_kv_heads, num_splits)`. A program loads the kv head's K/V pages once and serves
-all `group = num_heads // num_kv_heads` query heads with them (rows of a `[GROUP_PAD, D]` q tile), so
-the KV cache — the only large operand — is read exactly once per step. At batch 1 there are only
-`num_kv_heads` (8) such groups for 132 SMs: the context is cut into `num_splits` equal runs of tiles,
-each program writes a normalised partial output plus its log-sum-exp, and `_reduce_splits_kernel`
-merges them. The split ranges are computed in the kernel from `seq_lens`, so a CUDA graph captured
-with a fixed `num_splits` is valid for every length up to the cache capacity (empty splits write
-lse = -inf and weigh nothing). Sequences with seq_len 0 (graph padding) produce zeros.
+A row is one query token of one sequence times one head; it attends to the first L positions of
+its sequence's KV (decode: L = seq_len; verify token i: L = ctx_len + i + 1, exactly the seq_len
+the decode of that token has). Every floating-point operation producing the row depends only on
+(its q, the KV, L) — never on the batch, `max_seq_len` or the grid:
 
-The helpers here (`_attend_tile`, `_kv_rows`, `_reduce_splits_kernel`, `_pick_splits`) are shared
-with the multi-token kernel in `paged_prefill.py`.
+- **Fixed partitions.** [0, L) is cut at multiples of P(L) = P_MIN * max(1, cdiv(L, P_MIN *
+  MAX_PARTS)) tokens: P_MIN (one BLOCK_N=64 tile) up to 2048 tokens, then the next multiple of 64
+  that keeps the count at MAX_PARTS (32) or fewer. P depends on the row's own length only: the
+  decode of token t and verify row t have the same L, hence the same partitions. A program reduces
+  one partition tile by tile (BLOCK_N, a function of head_dim only) from an empty online-softmax
+  state and writes the normalised partial and its log-sum-exp (fp32); `_reduce_partitions_kernel`
+  merges the row's cdiv(L, P(L)) partials in one fixed [MAX_PARTS, D] tile (the slots past the
+  row's last partition are masked to weight 0, nothing is read from them), so a one-partition row
+  takes the same path as a long one. The grid's split dimension, min(MAX_PARTS, cdiv(max_seq_len,
+  P_MIN)), is only an upper bound: a program whose partition a row lacks stores nothing for it.
+  `max_seq_len` must bound every row's length (AttentionMetadata's contract).
+- **One binary.** A program owns one kv head, one partition and a [GROUP_PAD, D] q tile (GROUP_PAD
+  = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token; verify up
+  to GROUP_PAD // group, so 8 tokens x 4 heads read each K/V page twice, not 8 times). Tile shapes,
+  BLOCK_N, num_warps, num_stages and every constexpr are the same for decode and verify; the mode
+  lives in runtime ints that Triton is told not to specialise (`do_not_specialize`). Row r of a dot
+  reads row r of its left operand only, so other rows of the tile do not change it.
+- **What a verify program does beyond the decode is an exact no-op.** Every tile takes the one
+  masked path (`qk = where(n < L_r, qk, -inf)`), so a tile yields the same bits for row r whether or
+  not other rows of the program see further. A verify program runs to its longest row; for a
+  shorter row r the extra tiles come after at least one valid tile (r is stored only for partitions
+  starting below L_r), so m_r is finite and stays (max with -inf), alpha = exp2(m - m) = exp2(0) =
+  1 exactly, p = exp2(-inf) = 0: l*1 + 0 = l and acc*1 + p@V = acc (an all-zero row of p adds
+  exact zeros; V rows past the program's longest row are not loaded, those in between are finite
+  KV of the same sequence). Inside a tile the decode loads zeros where the verify loads real K/V
+  for positions in [L_r, tile end): both are masked to -inf / multiplied by p = 0.
+- A verify program whose rows straddle a step of P(L) (a multiple of 2048) runs two passes, one
+  per partition size, each storing only its rows.
+
+Limits: a different Triton/ptxas version or GPU may round differently, but still the same for
+decode and verify (one binary); config overrides (`block_n`, `min_partition`, ...) are for the
+micro-benchmark sweep and give invariance only among calls with the same overrides. Sequences with
+seq_len 0 (graph padding) produce zeros. `_kv_rows` and `_attend_tile` are shared with
+`paged_prefill.py` (prefill and tree verify: not invariant).
 """
 from __future__ import annotations
 
@@ -19,7 +49,8 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
-MAX_SPLITS = 32
+P_MIN = 64          # smallest partition, tokens: one 64-token tile (at ctx 512, 9 partitions x 8 kv heads)
+MAX_PARTS = 32      # most partitions per row: bounds the partials and the merge at long context
 
 
 @triton.jit
@@ -40,7 +71,10 @@ def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
     q [M, D]; acc [M, D] fp32; m_i, l_i [M] fp32; rows [BLOCK_N] int64; valid [M, BLOCK_N] (MASKED).
     Masked-out K/V rows are never read (pool memory may hold NaN)."""
     if MASKED:
-        ld_mask = n_ok[:, None] & d_ok[None, :]
+        if EVEN_D:
+            ld_mask = n_ok[:, None]
+        else:
+            ld_mask = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_head + rows[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
         v = tl.load(v_head + rows[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
     elif EVEN_D:
@@ -68,88 +102,97 @@ def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
 
 
 @triton.jit
-def _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, tok, heads, split, row_ok, offs_d, d_ok,
-                  stride_ot, stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  NUM_SPLITS: tl.constexpr):
-    """Final output when NUM_SPLITS == 1, else the normalised partial + its lse (log2)."""
-    o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    mask = row_ok[:, None] & d_ok[None, :]
-    if NUM_SPLITS == 1:
-        ptrs = out_ptr + tok.to(tl.int64)[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
-        tl.store(ptrs, o.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        idx = (tok.to(tl.int64) * NUM_HEADS + heads) * NUM_SPLITS + split          # [M]
-        tl.store(part_o + idx[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask)
-        lse = tl.where(l_i > 0, m_i + tl.log2(l_i), float("-inf"))
-        tl.store(part_lse + idx, lse, mask=row_ok)
+def _partition_size(L, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr):
+    """KV tokens per partition for a row that sees L positions: a function of L only."""
+    return P_MIN * tl.maximum(tl.cdiv(L, P_MIN * MAX_PARTS), 1)
 
 
-@triton.jit
-def _reduce_splits_kernel(part_o, part_lse, out_ptr, stride_ot, stride_oh,
-                          NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                          NUM_SPLITS: tl.constexpr):
-    """Grid (num_tokens, num_heads): out = sum_s w_s o_s / sum_s w_s, w_s = 2^(lse_s - max lse)."""
-    tok = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1)
-    base = (tok * NUM_HEADS + head) * NUM_SPLITS
-    offs_s = tl.arange(0, NUM_SPLITS)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    lse = tl.load(part_lse + base + offs_s)                                       # [S]
-    m = tl.max(lse, 0)
-    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))                        # empty split -> 0
-    o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=d_ok[None, :], other=0.0)                                     # [S, D]
-    den = tl.sum(w, 0)
-    res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
-    tl.store(out_ptr + tok * stride_ot + head * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty),
-             mask=d_ok)
-
-
-@triton.jit
+@triton.jit(do_not_specialize=["q_len", "tok_per_prog", "progs_per_seq", "part_stride"])
 def _paged_decode_kernel(
-        q_ptr, k_cache, v_cache, block_tables, seq_lens, out_ptr, part_o, part_lse, qk_scale,
-        stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_kt, stride_kh, stride_bt,
+        q_ptr, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, qk_scale,
+        q_len, tok_per_prog, progs_per_seq, part_stride,
+        stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr):
-    seq = tl.program_id(0)
+        BLOCK_SIZE: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr):
+    """Grid (num_seqs * progs_per_seq, num_kv_heads, num_splits): the partials of partition
+    `program_id(2)` for `tok_per_prog` tokens of one sequence (its tokens 0..q_len-1 are packed at
+    seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len = seq_len - q_len)."""
+    STEP: tl.constexpr = P_MIN * MAX_PARTS
+    pid = tl.program_id(0)
     kvh = tl.program_id(1)
-    split = tl.program_id(2)
-    seq_len = tl.load(seq_lens + seq)
-    offs_g = tl.arange(0, GROUP_PAD)
-    g_ok = offs_g < GROUP
-    heads = kvh * GROUP + offs_g                                                   # [G]
+    part = tl.program_id(2)
+    seq = pid // progs_per_seq
+    tok0 = (pid % progs_per_seq) * tok_per_prog
+    ctx = tl.load(seq_lens + seq) - q_len
+    offs_m = tl.arange(0, GROUP_PAD)
+    tok = tok0 + offs_m // GROUP                                                   # [M]
+    heads = kvh * GROUP + offs_m % GROUP                                           # [M]
+    row_ok = (offs_m < tok_per_prog * GROUP) & (tok < q_len)
+    L_row = tl.maximum(ctx + tok + 1, 0)                                           # [M] positions seen
+    L_lo = tl.maximum(ctx + tok0 + 1, 0)                                           # first row's L
+    L_hi = tl.maximum(ctx + tl.minimum(tok0 + tok_per_prog, q_len), 0)             # last row's L
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    q = tl.load(q_ptr + seq.to(tl.int64) * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=g_ok[:, None] & d_ok[None, :], other=0.0)                      # [G, D]
-    # this split's run of tiles; tiles below `full` need no bounds mask
-    num_tiles = tl.cdiv(seq_len, BLOCK_N)
-    per = tl.cdiv(num_tiles, NUM_SPLITS)
-    t_lo = split * per
-    t_hi = tl.minimum(t_lo + per, num_tiles)
-    full = seq_len // BLOCK_N
+    tok_g = (seq * q_len + tok).to(tl.int64)                                       # [M] packed index
+    q = tl.load(q_ptr + tok_g[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)                   # [M, D]
     bt_row = block_tables + seq.to(tl.int64) * stride_bt
     k_head = k_cache + kvh * stride_kh
     v_head = v_cache + kvh * stride_kh
     offs_n = tl.arange(0, BLOCK_N)
-    acc = tl.zeros([GROUP_PAD, BLOCK_D], dtype=tl.float32)
-    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
-    for t in range(t_lo, tl.minimum(t_hi, full)):
-        n = t * BLOCK_N + offs_n
-        rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, False, n)
-        acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
-                                     0, n, False, BLOCK_D == HEAD_DIM)
-    for t in range(tl.maximum(t_lo, full), t_hi):                                 # the ragged last tile
-        n = t * BLOCK_N + offs_n
-        n_ok = n < seq_len
-        rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, n_ok)
-        acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
-                                     n_ok[None, :], n_ok, True, BLOCK_D == HEAD_DIM)
-    _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, seq + offs_g * 0, heads, split, g_ok,
-                  offs_d, d_ok, stride_ot, stride_oh, NUM_HEADS, HEAD_DIM, NUM_SPLITS)
+    # rows with L <= bound use partition size P_MIN * k_lo; the rest (verify only) P_MIN * k_hi
+    k_lo = tl.maximum(tl.cdiv(L_lo, STEP), 1)
+    k_hi = tl.maximum(tl.cdiv(L_hi, STEP), 1)
+    bound = k_lo * STEP
+    for c in range(0, 1 + (k_hi > k_lo).to(tl.int32)):
+        size = P_MIN * tl.where(c == 0, k_lo, k_hi)
+        in_pass = tl.where(c == 0, L_row <= bound, L_row > bound)                  # [M]
+        start = part * size
+        end = tl.minimum(start + size, tl.where(c == 0, tl.minimum(L_hi, bound), L_hi))
+        acc = tl.zeros([GROUP_PAD, BLOCK_D], dtype=tl.float32)
+        m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+        for t in range(start // BLOCK_N, tl.cdiv(end, BLOCK_N)):      # empty when end <= start
+            n = t * BLOCK_N + offs_n                                               # [N]
+            n_ok = n < end
+            valid = n[None, :] < L_row[:, None]                                    # [M, N]
+            rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, n_ok)
+            acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok,
+                                         qk_scale, valid, n_ok, True, BLOCK_D == HEAD_DIM)
+        store = row_ok & in_pass & (L_row > start)
+        idx = (tok_g * NUM_HEADS + heads) * part_stride + part                     # [M]
+        o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(part_o + idx[:, None] * HEAD_DIM + offs_d[None, :], o,
+                 mask=store[:, None] & d_ok[None, :])
+        tl.store(part_lse + idx, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), mask=store)
+
+
+@triton.jit(do_not_specialize=["q_len", "part_stride"])
+def _reduce_partitions_kernel(part_o, part_lse, seq_lens, out_ptr, q_len, part_stride, stride_ot,
+                              stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                              BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
+                              PARTS_PAD: tl.constexpr):
+    """Grid (num_tokens, num_heads): out = sum_s w_s o_s / sum_s w_s over the row's partitions,
+    w_s = 2^(lse_s - max lse), in one [PARTS_PAD, D] tile whatever the row's partition count."""
+    tok = tl.program_id(0)
+    head = tl.program_id(1)
+    L = tl.maximum(tl.load(seq_lens + tok // q_len) - q_len + tok % q_len + 1, 0)
+    num = tl.minimum(tl.cdiv(L, _partition_size(L, P_MIN, MAX_PARTS)), part_stride)
+    base = (tok.to(tl.int64) * NUM_HEADS + head) * part_stride
+    offs_s = tl.arange(0, PARTS_PAD)
+    s_ok = offs_s < num
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    lse = tl.load(part_lse + base + offs_s, mask=s_ok, other=float("-inf"))         # [S]
+    m = tl.max(lse, 0)
+    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))                         # absent -> 0
+    o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=s_ok[:, None] & d_ok[None, :], other=0.0)                      # [S, D]
+    den = tl.sum(w, 0)
+    res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
+    tl.store(out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh + offs_d,
+             res.to(out_ptr.dtype.element_ty), mask=d_ok)
 
 
 _SM_COUNT: dict = {}
@@ -164,58 +207,47 @@ def num_sms(device: torch.device) -> int:
     return _SM_COUNT[idx]
 
 
-def _pick_splits(programs: int, max_kv: int, block_n: int, sms: int, rows: int = 1) -> int:
-    """Power-of-two split count: about two programs per SM, at least one tile per split, and the
-    fp32 partials (`rows` query rows per kv head, written then read back) at most half the KV
-    bytes, which matters for verify blocks (8 tokens x 4 heads = 32 rows)."""
-    want = triton.cdiv(2 * sms, max(programs, 1))
-    cap = min(MAX_SPLITS, triton.cdiv(max(max_kv, 1), block_n), max(1, max_kv // (4 * rows)))
-    cap = 1 << (cap.bit_length() - 1)                                  # power of two, <= cap
-    return max(1, min(triton.next_power_of_2(want), cap))
-
-
-def reduce_splits(part_o, part_lse, out, num_splits: int) -> None:
-    T, H, D = out.shape
-    _reduce_splits_kernel[(T, H)](part_o, part_lse, out, out.stride(0), out.stride(1), NUM_HEADS=H,
-                                  HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
-                                  NUM_SPLITS=num_splits, num_warps=4)
+def default_block_n(head_dim: int) -> int:
+    return 64 if head_dim <= 128 else 32
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            seq_lens: torch.Tensor, block_tables: torch.Tensor, scale: float,
-                           max_seq_len: int, *, num_splits: int | None = None,
-                           block_n: int | None = None, num_warps: int = 4,
+                           max_seq_len: int, q_len: int = 1, *, block_n: int | None = None,
+                           tokens_per_program: int | None = None, min_partition: int = P_MIN,
+                           max_partitions: int = MAX_PARTS, num_warps: int = 4,
                            num_stages: int = 3) -> torch.Tensor:
-    """q [B, H, D] (one token per sequence), caches [num_blocks, block_size, KVH, D] -> [B, H, D].
+    """q [B * q_len, H, D] (q_len tokens per sequence, causal among themselves: decode q_len = 1,
+    chain verify q_len = k + 1), caches [num_blocks, block_size, KVH, D] -> [B * q_len, H, D].
 
-    `max_seq_len` only sizes the split count (a bound; any smaller real length is fine)."""
-    B, H, D = q.shape
+    `max_seq_len` bounds every seq_len (sizes the grid). Keyword overrides are for benchmarks."""
+    T, H, D = q.shape
+    B = seq_lens.shape[0]
     _, block_size, KVH, _ = k_cache.shape
     assert H % KVH == 0 and q.stride(2) == 1 and k_cache.stride() == v_cache.stride()
-    assert k_cache.stride(3) == 1 and block_tables.stride(1) == 1
+    assert k_cache.stride(3) == 1 and block_tables.stride(1) == 1 and T == B * q_len
     group = H // KVH
-    if block_n is None:
-        block_n = 64 if D <= 128 else 32
-        # short contexts at small batch: smaller tiles give more programs to spread
-        while block_n > 16 and B * KVH * triton.cdiv(max(max_seq_len, 1), block_n) < num_sms(q.device):
-            block_n //= 2
-    if num_splits is None:
-        num_splits = _pick_splits(B * KVH, max_seq_len, block_n, num_sms(q.device), rows=group)
+    group_pad = max(16, triton.next_power_of_2(group))
+    block_n = block_n or default_block_n(D)
+    assert min_partition % block_n == 0, "a partition is a whole number of tiles"
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    if out.shape[0] == 0 or seq_lens.shape[0] == 0:       # nothing scheduled: no empty grid
+    if T == 0:                                         # nothing scheduled: no empty grid
         return out
-    if num_splits > 1:
-        part_o = torch.empty(B, H, num_splits, D, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
-    else:
-        part_o = part_lse = out                      # unused
-    _paged_decode_kernel[(B, KVH, num_splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, part_o, part_lse, scale * LOG2E,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        NUM_HEADS=H, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), BLOCK_N=block_n, BLOCK_SIZE=block_size,
-        NUM_SPLITS=num_splits, num_warps=num_warps, num_stages=num_stages)
-    if num_splits > 1:
-        reduce_splits(part_o, part_lse, out, num_splits)
+    tpp = tokens_per_program or min(q_len, group_pad // group)
+    progs_per_seq = triton.cdiv(q_len, tpp)
+    splits = max(1, min(max_partitions, triton.cdiv(max_seq_len, min_partition)))
+    part_o = torch.empty(T, H, splits, D, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(T, H, splits, dtype=torch.float32, device=q.device)
+    _paged_decode_kernel[(B * progs_per_seq, KVH, splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, scale * LOG2E,
+        q_len, tpp, progs_per_seq, splits,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0),
+        NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
+        BLOCK_N=block_n, BLOCK_SIZE=block_size, P_MIN=min_partition, MAX_PARTS=max_partitions,
+        num_warps=num_warps, num_stages=num_stages)
+    _reduce_partitions_kernel[(T, H)](
+        part_o, part_lse, seq_lens, out, q_len, splits, out.stride(0), out.stride(1), NUM_HEADS=H,
+        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), P_MIN=min_partition,
+        MAX_PARTS=max_partitions, PARTS_PAD=triton.next_power_of_2(max_partitions), num_warps=4)
     return out

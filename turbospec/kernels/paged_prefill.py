@@ -1,11 +1,14 @@
-"""Multi-token paged attention: prefill (with prior context), chunked prefill, chain and tree verify.
+"""Multi-token paged attention: prefill (with prior context), chunked prefill, tree verify, and
+mixed or ragged batches. Uniform steps of up to `backend.MAX_CHAIN_TOKENS` tokens per sequence
+(decode, chain verify) take the batch-invariant `paged_decode.py` instead; this kernel is NOT
+batch-invariant: its split count depends on the batch and on `max_seq_len`.
 
 Grid `(q_blocks, num_seqs, num_kv_heads * num_splits)`. A program owns `TOK_BLOCK` consecutive new
 tokens of one sequence times all `group` query heads of one kv head: rows `r` of the `[BLOCK_M, D]`
 q tile are (token `r // GROUP_PAD`, head `r % GROUP_PAD`). Packing the GQA group into the rows means
-that a verify block (e.g. 8 tokens x 4 heads = 32 rows) reads each K/V page once, like decode does,
-so verifying k drafts costs about one decode step. For small batches the KV run is cut into
-`num_splits` pieces merged by the decode module's reduce kernel (same split-K as decode).
+that a verify block (e.g. 8 tokens x 4 heads = 32 rows) reads each K/V page once. For small
+batches the KV run is cut into `num_splits` equal pieces (`_pick_splits`) merged by
+`_reduce_splits_kernel`.
 
 KV positions split in two loops: those visible to every row of the block (the context, plus the new
 tokens before the block's first token when causal) take no mask; the rest take the causal or tree
@@ -17,8 +20,65 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.kernels.paged_decode import (LOG2E, _attend_tile, _kv_rows, _pick_splits, _store_result,
-                                            num_sms, reduce_splits)
+from turbospec.kernels.paged_decode import LOG2E, _attend_tile, _kv_rows, num_sms
+
+MAX_SPLITS = 32
+
+
+@triton.jit
+def _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, tok, heads, split, row_ok, offs_d, d_ok,
+                  stride_ot, stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  NUM_SPLITS: tl.constexpr):
+    """Final output when NUM_SPLITS == 1, else the normalised partial + its lse (log2)."""
+    o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    mask = row_ok[:, None] & d_ok[None, :]
+    if NUM_SPLITS == 1:
+        ptrs = out_ptr + tok.to(tl.int64)[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(ptrs, o.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        idx = (tok.to(tl.int64) * NUM_HEADS + heads) * NUM_SPLITS + split          # [M]
+        tl.store(part_o + idx[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask)
+        lse = tl.where(l_i > 0, m_i + tl.log2(l_i), float("-inf"))
+        tl.store(part_lse + idx, lse, mask=row_ok)
+
+
+@triton.jit
+def _reduce_splits_kernel(part_o, part_lse, out_ptr, stride_ot, stride_oh,
+                          NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                          NUM_SPLITS: tl.constexpr):
+    """Grid (num_tokens, num_heads): out = sum_s w_s o_s / sum_s w_s, w_s = 2^(lse_s - max lse)."""
+    tok = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    base = (tok * NUM_HEADS + head) * NUM_SPLITS
+    offs_s = tl.arange(0, NUM_SPLITS)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    lse = tl.load(part_lse + base + offs_s)                                       # [S]
+    m = tl.max(lse, 0)
+    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))                        # empty split -> 0
+    o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=d_ok[None, :], other=0.0)                                     # [S, D]
+    den = tl.sum(w, 0)
+    res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
+    tl.store(out_ptr + tok * stride_ot + head * stride_oh + offs_d, res.to(out_ptr.dtype.element_ty),
+             mask=d_ok)
+
+
+def _pick_splits(programs: int, max_kv: int, block_n: int, sms: int, rows: int = 1) -> int:
+    """Power-of-two split count: about two programs per SM, at least one tile per split, and the
+    fp32 partials (`rows` query rows per kv head, written then read back) at most half the KV
+    bytes, which matters for verify blocks (8 tokens x 4 heads = 32 rows)."""
+    want = triton.cdiv(2 * sms, max(programs, 1))
+    cap = min(MAX_SPLITS, triton.cdiv(max(max_kv, 1), block_n), max(1, max_kv // (4 * rows)))
+    cap = 1 << (cap.bit_length() - 1)                                  # power of two, <= cap
+    return max(1, min(triton.next_power_of_2(want), cap))
+
+
+def reduce_splits(part_o, part_lse, out, num_splits: int) -> None:
+    T, H, D = out.shape
+    _reduce_splits_kernel[(T, H)](part_o, part_lse, out, out.stride(0), out.stride(1), NUM_HEADS=H,
+                                  HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
+                                  NUM_SPLITS=num_splits, num_warps=4)
 
 
 @triton.jit
