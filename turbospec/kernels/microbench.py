@@ -12,6 +12,7 @@ does; median over replays, divided by launches. Bytes = KV read once + q read + 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -182,34 +183,40 @@ def attn_case(kind, batch, ctx, qn=None) -> AttnCase:
     return make_attn_case([qn] * batch, [ctx] * batch, tree=kind == "tree", copies=_copies(per))
 
 
-def bench_attention(kind, batch, ctx, ceiling, rows, case=None, qn=None, **kw) -> None:
-    """Backend dispatch (no `kw`), or the kernel called directly with config overrides `kw`.
+def bench_attention(kind, batch, ctx, ceiling, rows, case=None, qn=None, kernel=None, **kw) -> float:
+    """Time one attention shape; returns seconds per launch. `kernel`: None = the backend's
+    dispatch (what the engine runs), "decode" = the batch-invariant kernel (decode and chain
+    verify), "prefill" = the multi-token kernel, called directly with config overrides `kw`.
     kind: decode | verify | tree (8 new tokens) | prefill (`qn` new tokens after `ctx`)."""
     from turbospec.kernels.backend import TritonBackend
     from turbospec.kernels.paged_decode import paged_decode_attention
     from turbospec.kernels.paged_prefill import paged_prefill_attention
     case = case or attn_case(kind, batch, ctx, qn)
+    if kernel is None and kw:
+        kernel = "prefill" if kind in ("tree", "prefill") else "decode"
 
     def call(m):
-        if not kw:
+        if kernel is None:
             return TritonBackend.attention(case.q, case.k_cache, case.v_cache, m, case.scale)
-        if kind == "decode":
+        if kernel == "decode":
             return paged_decode_attention(case.q, case.k_cache, case.v_cache, m.seq_lens,
-                                          m.block_tables, case.scale, m.max_seq_len, **kw)
+                                          m.block_tables, case.scale, m.max_seq_len,
+                                          q_len=m.max_query_len, **kw)
         return paged_prefill_attention(case.q, case.k_cache, case.v_cache, m.query_start_loc,
                                        m.seq_lens, m.block_tables, case.scale, m.max_query_len,
                                        m.max_seq_len, m.tree_mask, **kw)
     err = check_attention(case, call(case.metas[0]))
-    assert err < 2e-2, f"{kind} b={batch} ctx={ctx} {kw}: rel err {err:.2e}"
+    assert err < 2e-2, f"{kind} b={batch} ctx={ctx} {kernel} {kw}: rel err {err:.2e}"
     fns = [(lambda m=m: call(m)) for m in case.metas] * max(1, -(-8 // len(case.metas)))
     t = time_graph(fns)
     nbytes = case.kv_bytes() // len(case.metas) + 2 * case.q.numel() * 2
-    tag = " ".join(f"{k}={v}" for k, v in kw.items())
+    tag = (f"[{kernel} kernel] " if kernel else "") + " ".join(f"{k}={v}" for k, v in kw.items())
     if kind == "prefill":           # compute-bound: state the matmul rate too (causal FLOPs)
         qn = case.q_lens[0]
         flops = 4 * H * D * batch * (qn * ctx + qn * (qn + 1) // 2)
         tag = f"q={qn} {flops / t / 1e12:.0f} TFLOP/s " + tag
     _row(f"{kind} b={batch} ctx={ctx} {tag}", t, nbytes, ceiling, err, rows)
+    return t
 
 
 def bench_store_kv(tokens, ceiling, rows) -> None:
@@ -246,13 +253,20 @@ def bench_rmsnorm(tokens, hidden, ceiling, rows) -> None:
     _row(f"add+rmsnorm tokens={tokens} hidden={hidden}", t, 4 * tokens * hidden * 2, ceiling, err, rows)
 
 
-# (kind, batch, ctx, block_n options, num_splits options, (num_warps, num_stages) options)
-SWEEP = [("decode", 1, 512, (16, 32, 64), (8, 16, 32, 64), ((4, 2), (4, 3))),
-         ("decode", 1, 2048, (32, 64, 128), (8, 16, 32, 64), ((4, 2), (4, 3))),
-         ("decode", 1, 8192, (32, 64, 128), (8, 16, 32, 64), ((4, 2), (4, 3))),
-         ("decode", 16, 2048, (32, 64, 128), (1, 2, 4, 8), ((4, 2), (4, 3))),
-         ("verify", 1, 2048, (32, 64), (8, 16, 32, 64), ((4, 3), (8, 3))),
-         ("verify", 64, 2048, (32, 64), (1,), ((4, 2), (4, 3), (8, 2), (8, 3)))]
+# (kind, batch, ctx, kernel, {override: options}): every valid combination is timed. Decode and
+# chain verify rows of the invariant kernel: P_MIN / MAX_PARTS / tile choices (changing them
+# changes the bits, not the invariance); the multi-token kernel at b=64 is the old verify path.
+SWEEP = [("decode", 1, 512, "decode", dict(block_n=(32, 64), min_partition=(32, 64, 128), num_stages=(2, 3))),
+         ("decode", 1, 8192, "decode", dict(max_partitions=(16, 32, 64), num_stages=(2, 3, 4))),
+         ("decode", 64, 2048, "decode", dict(min_partition=(64, 128, 256), max_partitions=(8, 16, 32))),
+         ("verify", 1, 2048, "decode", dict(tokens_per_program=(1, 2, 4), min_partition=(64, 128))),
+         ("verify", 64, 2048, "decode", dict(min_partition=(64, 128, 256), max_partitions=(8, 16, 32))),
+         ("verify", 64, 2048, "prefill", dict(num_splits=(1, 2), num_warps=(4, 8)))]
+
+
+def _variants(options: dict) -> list[dict]:
+    combos = (dict(zip(options, vals)) for vals in itertools.product(*options.values()))
+    return [kw for kw in combos if kw.get("min_partition", 64) % kw.get("block_n", 64) == 0]
 
 
 def main() -> None:
@@ -269,15 +283,17 @@ def main() -> None:
 
     def attempt(fn, *a, **kw):               # a failing shape is reported and the run goes on
         try:
-            fn(*a, **kw)
+            return fn(*a, **kw)
         except Exception as e:
             failed.append(f"FAILED {fn.__name__}{a[:3]} {kw}: {type(e).__name__}: {str(e)[:300]}")
             print(failed[-1], flush=True)
     ctxs, batches = ([2048], [1, 64]) if args.quick else ([512, 2048, 8192], [1, 16, 64])
-    for kind in ("decode", "verify", "tree"):
-        for b in batches:
-            for c in ctxs:
-                attempt(bench_attention, kind, b, c, ceiling, rows)
+    shapes = [(b, c) for b in batches for c in ctxs] + [(1, 32768)]       # + one long context
+    times = {}
+    for kind, kernel in (("decode", None), ("verify", None), ("verify", "prefill"), ("tree", None)):
+        for b, c in shapes:
+            times[kind, kernel, b, c] = attempt(bench_attention, kind, b, c, ceiling, rows,
+                                                kernel=kernel)
     for b, qn, c in ((1, 2048, 0), (4, 512, 2048)):
         attempt(bench_attention, "prefill", b, c, ceiling, rows, qn=qn)
     for tokens in (1, 64, 2048):
@@ -286,18 +302,23 @@ def main() -> None:
         attempt(bench_rmsnorm, tokens, 4096, ceiling, rows)
     best = []
     if args.sweep:
-        print("\nsweep (block_n, num_splits, num_warps, num_stages):", flush=True)
-        for kind, b, c, bns, sps, wss in SWEEP:
+        print("\nsweep (config overrides of one kernel per shape):", flush=True)
+        for kind, b, c, kernel, options in SWEEP:
             case, variants = attn_case(kind, b, c), []
-            for bn in bns:
-                for sp in sps:
-                    for nw, ns in wss:
-                        attempt(bench_attention, kind, b, c, ceiling, variants, case, block_n=bn,
-                                num_splits=sp, num_warps=nw, num_stages=ns)
+            for kw in _variants(options):
+                attempt(bench_attention, kind, b, c, ceiling, variants, case, kernel=kernel, **kw)
             best += sorted(variants)[:3]
             del case
     print("\nsummary (median time per launch, achieved bandwidth, fraction of copy bandwidth):")
     print("\n".join(line for _, line in rows))
+    print("\nverify of 8 tokens / one decode step (attention only; invariant kernel, and the "
+          "multi-token kernel the verify took before):")
+    for b, c in shapes:
+        d, v, old = (times.get((k, kn, b, c)) for k, kn in (("decode", None), ("verify", None),
+                                                              ("verify", "prefill")))
+        if d and v and old:
+            print(f"  b={b:<3} ctx={c:<6} verify/decode {v / d:5.2f}x   multi-token kernel "
+                  f"{old / d:5.2f}x   invariant/multi-token {v / old:5.2f}x")
     if best:
         print("fastest sweep variants per shape (compare with the default rows above):")
         print("\n".join(line for _, line in best))
