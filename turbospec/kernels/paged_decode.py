@@ -22,8 +22,10 @@ the decode of that token has). Every floating-point operation producing the row 
   = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token; verify up
   to GROUP_PAD // group, so 8 tokens x 4 heads read each K/V page twice, not 8 times). Tile shapes,
   BLOCK_N, num_warps, num_stages and every constexpr are the same for decode and verify; the mode
-  lives in runtime ints that Triton is told not to specialise (`do_not_specialize`). Row r of a dot
-  reads row r of its left operand only, so other rows of the tile do not change it.
+  lives in runtime ints that Triton is told not to specialise (`do_not_specialize`; so are the
+  block-table stride and the metadata pointers' alignment, which differ between eager steps and
+  graph buckets). Row r of a dot reads row r of its left operand only, so other rows of the tile
+  do not change it.
 - **What a verify program does beyond the decode is an exact no-op.** Every tile takes the one
   masked path (`qk = where(n < L_r, qk, -inf)`), so a tile yields the same bits for row r whether or
   not other rows of the program see further. A verify program runs to its longest row; for a
@@ -43,6 +45,8 @@ seq_len 0 (graph padding) produce zeros. `_kv_rows` and `_attend_tile` are share
 `paged_prefill.py` (prefill and tree verify: not invariant).
 """
 from __future__ import annotations
+
+import inspect
 
 import torch
 import triton
@@ -107,7 +111,18 @@ def _partition_size(L, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr):
     return P_MIN * tl.maximum(tl.cdiv(L, P_MIN * MAX_PARTS), 1)
 
 
-@triton.jit(do_not_specialize=["q_len", "tok_per_prog", "progs_per_seq", "part_stride"])
+def _jit_unspecialised(ints: list[str], pointers: list[str]):
+    """triton.jit that does not specialise these ints (== 1, % 16) nor these pointers' alignment
+    (Triton >= 3.2): they differ between decode, verify, eager steps and graph buckets, and every
+    mode must run the same binary."""
+    kw = {"do_not_specialize": ints}
+    if "do_not_specialize_on_alignment" in inspect.signature(triton.jit).parameters:
+        kw["do_not_specialize_on_alignment"] = pointers
+    return triton.jit(**kw)
+
+
+@_jit_unspecialised(["q_len", "tok_per_prog", "progs_per_seq", "part_stride", "stride_bt"],
+                    ["block_tables", "seq_lens"])
 def _paged_decode_kernel(
         q_ptr, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, qk_scale,
         q_len, tok_per_prog, progs_per_seq, part_stride,
@@ -168,7 +183,7 @@ def _paged_decode_kernel(
         tl.store(part_lse + idx, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), mask=store)
 
 
-@triton.jit(do_not_specialize=["q_len", "part_stride"])
+@_jit_unspecialised(["q_len", "part_stride"], ["seq_lens"])
 def _reduce_partitions_kernel(part_o, part_lse, seq_lens, out_ptr, q_len, part_stride, stride_ot,
                               stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                               BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
