@@ -20,8 +20,8 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["fp8_gemm", "fp8_gemm_split_k", "dequant", "topk_softmax", "topk_sigmoid_grouped", "align",
-         "fused_moe_bf16_like", "fused_moe_fp8"]
+CASES = ["fp8_gemm", "fp8_gemm_split_k", "fp8_gemm_m_invariant", "dequant", "topk_softmax",
+         "topk_sigmoid_grouped", "align", "fused_moe_bf16_like", "fused_moe_fp8"]
 
 
 @needs_triton
@@ -60,7 +60,8 @@ def run_fp8_gemm():
 
 def run_fp8_gemm_split_k():
     import torch
-    from turbospec.kernels.fp8_gemm import _LOCKS, fp8_gemm
+    from turbospec.kernels.fp8_gemm import fp8_gemm
+    from turbospec.kernels.split_k import _LOCKS
     from turbospec.layers.quant.fp8 import dequantize_fp8
     N, K, block = 40, 160, (16, 32)
     w, s = _fp8_weight(N, K, block, seed=7)
@@ -75,6 +76,20 @@ def run_fp8_gemm_split_k():
     x = torch.randn(100, K)                            # the default config of a verify-sized M
     ref = torch.nn.functional.linear(x, dequantize_fp8(w, s, block, torch.float32))
     assert _rel(fp8_gemm(x, w, s, None, block, fast_cvt=False), ref) < 1e-5
+
+
+def run_fp8_gemm_m_invariant():
+    """Up to 64 rows the default config depends on (N, K) only, so each row is bitwise the same
+    whatever M is (decode and verify round alike)."""
+    import torch
+    from turbospec.kernels.fp8_gemm import fp8_gemm, pick_config
+    assert len({str(pick_config(M, 6144, 4096, 128, 132)) for M in range(1, 65)}) == 1
+    N, K, block = 40, 160, (16, 32)
+    w, s = _fp8_weight(N, K, block, seed=5)
+    x, b = torch.randn(64, K), torch.randn(N)
+    full = fp8_gemm(x, w, s, b, block, fast_cvt=False)                  # 4 M tiles, split-K
+    for M in (1, 3, 17, 40):
+        assert torch.equal(fp8_gemm(x[:M].clone(), w, s, b, block, fast_cvt=False), full[:M]), M
 
 
 def run_dequant():

@@ -13,9 +13,10 @@ kernel keeps activations in bf16 and dequantizes the weight tile in registers:
   included); x is pre-scaled by 2^64 (exact) and the product rescaled by 2^56 with the block scale,
   so nothing approaches fp32's subnormal range. A one-time self-check on the device falls back to
   the plain conversion if the inline PTX misbehaves (`TURBOSPEC_FP8_CVT=native` forces it);
-- split-K without a second launch: each split stores its fp32 partial to a workspace, bumps a
-  per-tile counter, and the last split to arrive sums the partials **in split order** (bitwise
-  deterministic), writes the output and re-arms the counter. No host sync; graph-capturable.
+- split-K without a second launch (`split_k.store_split_k`): the last split to arrive sums the
+  fp32 partials **in split order** (bitwise deterministic). No host sync; graph-capturable;
+- up to INVARIANT_MAX_M rows the launch config depends on (N, K) only: decode and verify round
+  every row alike (see `pick_config`).
 
 Prefill (M > FP8_TRITON_MAX_M): dequantize to the activation dtype (one pass) and use cuBLAS —
 exactly the CPU reference's arithmetic; there compute dominates and the extra pass amortises.
@@ -27,6 +28,9 @@ import os
 import torch
 import triton
 import triton.language as tl
+
+from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
+from turbospec.layers.linear import INVARIANT_MAX_M
 
 FP8_TRITON_MAX_M = 256
 _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56 (exact in fp32)
@@ -66,21 +70,15 @@ def _wtile_dot(x, w, FAST_CVT: tl.constexpr):
     return tl.dot(x, tl.trans(wf))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      M, N, K, stride_xm, stride_om, stride_sn, kb_per_split,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
                      FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr):
-    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
+        x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
-    kb0 = pid_k * kb_per_split
-    kb1 = tl.minimum(kb0 + kb_per_split, tl.cdiv(K, BLOCK_K))
-    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + (kb0 * BLOCK_K + offs_k)[None, :]
-    w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * K + (kb0 * BLOCK_K + offs_k)[None, :]
     s_ptrs = s_ptr + (offs_n // GROUP_N) * stride_sn + kb0
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(kb0, kb1):
@@ -98,27 +96,7 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
         s_ptrs += 1
-    out_ptrs = out_ptr + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :]
-    mask = m_ok[:, None] & n_ok[None, :]
-    if SPLIT_K == 1:
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        part = ws_ptr + (pid_k * M + offs_m[:, None]).to(tl.int64) * N + offs_n[None, :]
-        tl.store(part, acc, mask=mask)
-        tl.debug_barrier()                          # every thread's partial is written ...
-        tile = pid_n * tl.num_programs(0) + pid_m
-        arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel")   # ... before it is announced
-        if arrived == SPLIT_K - 1:                  # the last split: sum all partials in order
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for sk in range(SPLIT_K):
-                p = ws_ptr + (sk * M + offs_m[:, None]).to(tl.int64) * N + offs_n[None, :]
-                acc += tl.load(p, mask=mask, other=0.0, cache_modifier=".cg")
-            if HAS_BIAS:
-                acc += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-            tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(lock_ptr + tile, 0)     # re-armed for the next launch
+    store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
 
 
 @triton.jit
@@ -142,17 +120,7 @@ def _cvt_check_kernel(w_ptr, out_ptr):
 
 # ------------------------------------------------------------------ host side
 
-_LOCKS: dict = {}
 _FAST_CVT: dict = {}
-
-
-def _locks(device: torch.device, n: int) -> torch.Tensor:
-    """Per-device split-K tile counters (zero between launches; the kernel re-arms them)."""
-    buf = _LOCKS.get(device)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
-        _LOCKS[device] = buf
-    return buf
 
 
 def fast_cvt_enabled(device: torch.device) -> bool:
@@ -188,19 +156,19 @@ def launch(kernel, grid, args: tuple, kwargs: dict, device: torch.device) -> Non
 
 
 def pick_config(M: int, N: int, K: int, block_k: int, num_sms: int) -> dict:
-    """Tile shape and split count for a decode/verify-sized GEMM: enough programs for ~2 per SM."""
-    block_m = 16 if M <= 16 else 32 if M <= 32 else 64
-    block_n = 64 if M <= 64 else 128
-    tiles = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
-    k_blocks = triton.cdiv(K, block_k)
-    split = max(1, min(k_blocks, round(2 * num_sms / tiles)))
-    per = triton.cdiv(k_blocks, split)
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, SPLIT_K=triton.cdiv(k_blocks, per), kb_per_split=per,
+    """Tile shape and split count for a decode/verify-sized GEMM: enough programs for ~2 per SM.
+    Up to INVARIANT_MAX_M rows the config is a function of (N, K) only (BLOCK_M 16, the split
+    from the N tiles alone), so a row rounds alike whatever the number of rows in the launch:
+    decode and verify give the same logits. Larger M (<= FP8_TRITON_MAX_M) grows the tiles."""
+    if M <= INVARIANT_MAX_M:
+        block_m, block_n, m_tiles = 16, 64, 1
+    else:
+        block_m, block_n = 64, 128
+        m_tiles = triton.cdiv(M, block_m)
+    tiles = triton.cdiv(N, block_n) * m_tiles
+    split, per = split_k_for(triton.cdiv(K, block_k), round(2 * num_sms / tiles))
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, SPLIT_K=split, kb_per_split=per,
                 num_warps=4 if block_n == 64 else 8, num_stages=4 if block_m <= 32 else 3)
-
-
-def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: torch.Tensor | None,
@@ -211,13 +179,12 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M == 0:
         return out
-    cfg = dict(config or pick_config(M, N, K, block[1], _num_sms(x.device)))
+    cfg = dict(config or pick_config(M, N, K, block[1], num_sms(x.device)))
     if fast_cvt is None:
         fast_cvt = x.dtype == torch.bfloat16 and fast_cvt_enabled(x.device)
     split = cfg.pop("SPLIT_K")
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
-    ws = torch.empty(split * M * N if split > 1 else 1, dtype=torch.float32, device=x.device)
-    locks = _locks(x.device, grid[0] * grid[1])
+    ws, locks = split_buffers(M, N, grid, x.device)
     args = (x, w.view(torch.uint8), scale_inv, bias if bias is not None else x, out, ws, locks,
             M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), cfg.pop("kb_per_split"))
     launch(_fp8_gemm_kernel, grid, args, dict(BLOCK_K=block[1], GROUP_N=block[0], SPLIT_K=split,

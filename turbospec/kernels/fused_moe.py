@@ -24,8 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.kernels.fp8_gemm import _num_sms, _wtile_dot, fast_cvt_enabled, launch
+from turbospec.kernels.fp8_gemm import _wtile_dot, fast_cvt_enabled, launch
 from turbospec.kernels.moe_align import moe_align
+from turbospec.kernels.split_k import num_sms
 
 SLOT_MODE_MAX_TOKENS = 1
 
@@ -108,7 +109,7 @@ def _block_n(num_blocks: int, N: int, num_sms: int) -> int:
 
 def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block, fast_cvt, **cfg):
     sorted_ids, blk_expert, blk_rows, num_blocks, block_m, slot_mode = layout
-    block_n = cfg.pop("BLOCK_N", None) or _block_n(num_blocks, N, _num_sms(a.device))
+    block_n = cfg.pop("BLOCK_N", None) or _block_n(num_blocks, N, num_sms(a.device))
     grid = (triton.cdiv(N, block_n), num_blocks)
     stride_se, stride_sn = (s.stride(0), s.stride(1)) if fp8 else (0, 0)
     block_k = block[1] if fp8 else 64

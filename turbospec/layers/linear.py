@@ -10,12 +10,13 @@ added here without touching model files:
 - `QKVLinear`          q, k and v stored as one weight (qkv_proj); shard id = "q" | "k" | "v"
 
 Every matmul goes through `quant_method.apply`, so that a quantized weight (FP8, in
-`layers/quant/`) only swaps the method; `UnquantizedLinearMethod` is the plain `F.linear`.
+`layers/quant/`) only swaps the method; `UnquantizedLinearMethod` calls `linear`.
 A parameter's `weight_loader(param, loaded_weight, shard_id)` copies one checkpoint tensor into
 its slice; `shard_ids` lists the pieces that must all arrive (see `model_loader`).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import torch
@@ -45,9 +46,20 @@ def default_weight_loader(param: nn.Parameter, loaded_weight: torch.Tensor, shar
         copy_checked(param.data, loaded_weight)
 
 
+INVARIANT_MAX_M = 64          # rows up to which CUDA matmuls round each row alike whatever M is
+_SKINNY = os.environ.get("TURBOSPEC_GEMM", "skinny") != "cublas"
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The dense matmul (`x @ weight.T + bias`); used by every unquantized layer, the LM head and
-    the reference MoE experts."""
+    the reference MoE experts. On CUDA, bf16/fp16 inputs of at most INVARIANT_MAX_M rows (decode,
+    verify) go to the batch-invariant `kernels.skinny_gemm`: a row's result does not depend on how
+    many rows share the call, so verify rounds like decode. Everything else, and every call with
+    `TURBOSPEC_GEMM=cublas`, is `F.linear`."""
+    if (x.is_cuda and _SKINNY and x.dtype in (torch.bfloat16, torch.float16)
+            and x.numel() <= INVARIANT_MAX_M * x.shape[-1]):
+        from turbospec.kernels.skinny_gemm import skinny_linear      # CUDA only: imports Triton
+        return skinny_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
 

@@ -1,0 +1,150 @@
+"""Batch-invariant small-M GEMM: out [M, N] = x [M, K] @ w [N, K].T (+ bias), bf16/fp16, M <= 64.
+
+Decode and verify matmuls read a weight far larger than everything else they touch (64 rows x K
+of activations against N x K of weights: at most 64 FLOP per weight byte, well under an H200's
+~200 of machine balance), so this kernel is a weight stream: coalesced 16-byte loads along K (the
+contiguous dimension), `num_stages` tiles in flight per program, and enough programs for every SM
+(split-K when N alone gives too few tiles).
+
+**Invariance contract.** The launch configuration (BLOCK_M/N/K, SPLIT_K, num_warps, num_stages)
+is a function of (N, K, SM count) only — never of M — and the split-K partials are summed in
+split order (`split_k.store_split_k`). Each output row is then computed by the same instructions
+on the same values whatever M is and whatever the other rows hold (tensor-core MMAs do not mix
+rows; masked rows load zeros and are never stored). So a verify over batch * (k + 1) rows gives
+every row bitwise the logits a decode over batch rows gives, which greedy speculation needs to be
+lossless in bf16. M is not even specialised on (`do_not_specialize`): one binary serves every M.
+What would break it: a config keyed on M, an M-dependent grid order in the reduction, atomics
+accumulating floats, or cuBLAS (M > INVARIANT_MAX_M goes there: not invariant).
+
+BLOCK_M = 64 by default: every M <= 64 is one M tile, so the weight crosses HBM -> SM exactly
+once (with BLOCK_M = 16, M = 64 would read every weight tile four times through L2); the price is
+tensor-core work for 64 rows at M = 1, meant to hide under the memory stream (at copy bandwidth
+it needs roughly a quarter to a third of the dense bf16 MMA rate). Both are estimates: the sweep
+in `microbench_gemm` times BLOCK_M 16 and 64, and `TUNED` holds what it found.
+
+Not fused here: SiLU-and-mul into down_proj's x tile. Every N-tile program would recompute silu
+for all BLOCK_M rows of its K range (64 N tiles x 64 rows x 12288 exp + divide for qwen3-8b's
+down_proj: ~100M special-function ops, by estimate about as long as the weight stream itself) to
+save one launch.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
+from turbospec.layers.linear import INVARIANT_MAX_M
+
+
+@triton.jit(do_not_specialize=["M"])
+def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
+                        M, N, K, stride_xm, stride_wn, stride_om, kb_per_split,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr):
+    """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
+    Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32."""
+    offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
+        x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
+    m_ok, n_ok = offs_m < M, offs_n < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(kb0, kb1):
+        x_mask, w_mask = m_ok[:, None], n_ok[:, None]
+        if not EVEN_K:
+            k_ok = (kb * BLOCK_K + offs_k < K)[None, :]
+            x_mask, w_mask = x_mask & k_ok, w_mask & k_ok
+        x = tl.load(x_ptrs, mask=x_mask, other=0.0)                            # [BM, BK]
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0)                            # [BN, BK]
+        acc += tl.dot(x, tl.trans(w))
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
+
+
+# ------------------------------------------------------------------ configs
+
+# (SM count, N, K) -> config, measured by `python -m turbospec.kernels.microbench_gemm --sweep`
+# on a GPU with that many SMs (paste its dict here). Shapes not listed use `heuristic_config`.
+TUNED: dict[tuple[int, int, int], dict] = {}
+
+_PIPELINE_FILL = 2      # K blocks' worth of time a program spends before its stream is steady
+_ALONE_RATE = 0.6       # an SM streaming one program alone: its (stages - 1) tiles in flight do
+#                         not cover HBM latency (a guess; two programs per SM do)
+_MAX_SPLIT = 32
+
+
+def _pick_split(n_tiles: int, k_blocks: int, sms: int) -> int:
+    """The split count minimising a wave model of the kernel: the busiest SM streams
+    c = ceil(programs / SMs) programs of (K blocks per program + fill) each, at a reduced rate when
+    it holds only one; plus a little per extra split for the reduction (partials written, re-read)."""
+    best, best_cost = 1, float("inf")
+    for s in range(1, min(k_blocks, _MAX_SPLIT) + 1):
+        split, per = split_k_for(k_blocks, s)
+        if split != s:                     # the same slicing as a smaller s
+            continue
+        c = triton.cdiv(n_tiles * split, sms)
+        cost = c * (per + _PIPELINE_FILL) / min(1.0, c * _ALONE_RATE) + 0.25 * (split - 1)
+        if cost < best_cost:
+            best, best_cost = split, cost
+    return best
+
+
+def heuristic_config(N: int, K: int, sms: int, block_m: int = 64, block_n: int = 64, block_k: int = 128,
+                     num_warps: int = 4, num_stages: int = 3) -> dict:
+    """BLOCK_M 64 (one M tile up to 64 rows), BLOCK_N 64, BLOCK_K 128 (256-byte runs of each weight
+    row), 4 warps, 3 stages (2 programs per SM fit in shared memory), split-K from the wave model.
+    The sweep passes other tiles; tiles shrink to fit small N and K."""
+    block_n = min(block_n, max(16, triton.next_power_of_2(N)))
+    block_k = min(block_k, max(16, triton.next_power_of_2(K)))
+    split = _pick_split(triton.cdiv(N, block_n), triton.cdiv(K, block_k), sms)
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, num_warps=num_warps,
+                num_stages=num_stages)
+
+
+@functools.lru_cache(maxsize=None)
+def get_config(N: int, K: int, sms: int) -> dict:
+    """The launch config of an [N, K] weight on a GPU with `sms` SMs; never depends on M."""
+    return dict(TUNED.get((sms, N, K)) or heuristic_config(N, K, sms))
+
+
+# ------------------------------------------------------------------ host side
+
+
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                config: dict | None = None) -> torch.Tensor:
+    """x [M, K], w [N, K] (both with contiguous rows, same dtype), bias [N] | None -> [M, N] in
+    x's dtype. `config` overrides the (N, K) config (sweep, tests); its SPLIT_K is an upper bound."""
+    M, K = x.shape
+    N = w.shape[0]
+    if w.shape[1] != K or x.stride(1) != 1 or w.stride(1) != 1 or x.dtype != w.dtype:
+        raise ValueError(f"skinny_gemm: x {tuple(x.shape)} {x.dtype} stride {x.stride()} does not fit "
+                         f"w {tuple(w.shape)} {w.dtype} stride {w.stride()}")
+    if x.is_cuda and x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"skinny_gemm runs bf16/fp16 on CUDA (tl.dot would round {x.dtype} to tf32)")
+    out = torch.empty(M, N, dtype=x.dtype, device=x.device)                     # [M, N]
+    if M == 0:
+        return out
+    cfg = dict(config or get_config(N, K, num_sms(x.device)))
+    split, per = split_k_for(triton.cdiv(K, cfg["BLOCK_K"]), cfg.pop("SPLIT_K"))
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
+    ws, locks = split_buffers(M, N, grid, x.device)
+    _skinny_gemm_kernel[grid](x, w, bias if bias is not None else w, out, ws, locks,
+                              M, N, K, x.stride(0), w.stride(0), out.stride(0), per,
+                              SPLIT_K=split, HAS_BIAS=bias is not None, EVEN_K=K % cfg["BLOCK_K"] == 0,
+                              **cfg)
+    return out
+
+
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [*, K] -> [*, N], `F.linear`'s contract: the kernel when x has at most INVARIANT_MAX_M
+    rows, rows contiguous, the weight in x's dtype with contiguous rows and nothing needs a
+    gradient; `F.linear` otherwise."""
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)                                                      # [M, K]
+    if (x2.shape[0] > INVARIANT_MAX_M or K == 0 or x2.stride(-1) != 1 or weight.stride(-1) != 1
+            or weight.dtype != x.dtype or x.requires_grad or weight.requires_grad):
+        return F.linear(x, weight, bias)
+    return skinny_gemm(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
