@@ -2,6 +2,8 @@
 # Attention kernels on one GPU (H200/H100): correctness tests, then the micro-benchmark with a
 # small config sweep. Run from anywhere; logs go to $OUT (or out/gpu_kernels).
 #   bash bench/gpu_kernels.sh [all|test|bench]   # all: tests then bench, under 10 min (timeouts)
+#   bash bench/gpu_kernels.sh gemm               # small-M GEMM: tests (skinny + FP8 linear), then
+#                                                # cuBLAS vs skinny_gemm and the config sweep; < 7 min
 # Needs python3 with torch + triton; the package is used from the source tree (PYTHONPATH=.).
 set -u
 cd "$(dirname "$0")/.."
@@ -19,6 +21,16 @@ export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 
 WHAT=${1:-all}
 rc_test=0; rc_bench=0
+if [ "$WHAT" = gemm ]; then
+  timeout 150 $PY -m pytest -q -m gpu --noconftest -p no:cacheprovider -rf --durations=5 \
+    tests/gpu/test_skinny_gemm.py tests/gpu/test_fp8_moe_kernels.py -k "not fused and not topk and not align" \
+    2>&1 | tee "$OUT/gemm_test.log"
+  rc_test=${PIPESTATUS[0]}
+  timeout 270 $PY -m turbospec.kernels.microbench_gemm --sweep --budget 150 2>&1 | tee "$OUT/gemm_bench.log"
+  rc_bench=${PIPESTATUS[0]}
+  echo "gpu_kernels gemm: tests rc=$rc_test microbench_gemm rc=$rc_bench (logs in $OUT)"
+  exit $(( rc_test != 0 || rc_bench != 0 ))
+fi
 # --noconftest: these tests need no fixtures, and tests/conftest.py pulls in CPU-test dependencies
 if [ "$WHAT" != bench ]; then
   timeout 220 $PY -m pytest -q -m gpu --noconftest -p no:cacheprovider -rf --durations=5 \

@@ -7,5 +7,7 @@ CPU-only machines never touch Triton.
 - `paged_prefill` — multi-token attention (prefill, chunked prefill, tree verify, ragged batches)
 - `rmsnorm`       — RMSNorm and fused residual-add + RMSNorm
 - `backend`       — `TritonBackend`, the attention-backend interface over the above
+- `skinny_gemm`   — batch-invariant small-M GEMM (decode/verify linears); `split_k` its epilogue,
+                    shared with `fp8_gemm`; `microbench_gemm` (+ `gemm_sweep`) its benchmark
 - `microbench`    — `python -m turbospec.kernels.microbench`: bandwidth vs the copy ceiling
 """

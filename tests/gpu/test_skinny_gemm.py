@@ -1,0 +1,130 @@
+"""The batch-invariant small-M GEMM (`kernels/skinny_gemm.py`) and the FP8 GEMM's M-invariance, on a GPU.
+
+Shapes: the dense linears of qwen3-8b and codelm-12m (`microbench_gemm.model_shapes`). Random
+inputs (never zeros); outputs land in memory that held NaN just before, so an unwritten element
+fails. Accuracy: relative error against `x.float() @ w.float().T` below 1e-2 (bf16/fp16 output).
+Invariance, the property greedy speculation needs to be lossless: for every M in 1..64, the rows
+of a call with M rows are bitwise the first M rows of the call with 64 rows; rows do not depend
+on the other rows' values nor on their position (a decode row b is verify row b * (k + 1)).
+
+    PYTHONPATH=. python3 -m pytest -q -m gpu --noconftest tests/gpu/test_skinny_gemm.py
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turbospec.kernels.microbench_gemm import model_shapes
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+SHAPES = [pytest.param(N, K, id=f"{model}-{lin}") for model, lin, N, K, _ in model_shapes()]
+FP8_BLOCK = (128, 128)
+
+
+def _rel(a, b) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def _poison(numel: int, dtype=torch.bfloat16):
+    """Leave NaN in the allocator's next block of this size."""
+    torch.full((numel,), float("nan"), device="cuda", dtype=dtype)
+    torch.cuda.synchronize()
+
+
+def _data(N, K, dtype, M=64, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", generator=g).to(dtype)                     # [M, K]
+    w = (torch.randn(N, K, device="cuda", generator=g) * 0.02).to(dtype)            # [N, K]
+    b = torch.randn(N, device="cuda", generator=g).to(dtype)                        # [N]
+    return x, w, b
+
+
+@pytest.mark.parametrize("N,K", SHAPES)
+def test_accurate_and_invariant_for_every_m(N, K):
+    from turbospec.kernels.skinny_gemm import skinny_gemm
+    x, w, b = _data(N, K, torch.bfloat16)
+    bias = b if N < 10000 else None                                     # the LM head has none
+    ref = x.float() @ w.float().T + (bias.float() if bias is not None else 0.0)    # [64, N] fp32
+    _poison(64 * N)
+    full = skinny_gemm(x, w, bias)
+    assert full.dtype == torch.bfloat16 and not full.isnan().any()
+    assert _rel(full, ref) < 1e-2, _rel(full, ref)
+    assert torch.equal(skinny_gemm(x, w, bias), full), "split-K reduction is not deterministic"
+    for M in range(1, 65):
+        _poison(M * N)
+        out = skinny_gemm(x[:M].contiguous(), w, bias)
+        assert torch.equal(out, full[:M]), f"rows of M={M} differ from the same rows of M=64"
+
+
+@pytest.mark.parametrize("N,K", SHAPES[:5])
+def test_rows_ignore_other_rows_and_their_position(N, K):
+    from turbospec.kernels.skinny_gemm import skinny_gemm
+    x, w, b = _data(N, K, torch.bfloat16, seed=1)
+    full = skinny_gemm(x, w, b)                                                     # [64, N]
+    g = torch.Generator(device="cuda").manual_seed(2)
+    for M in (1, 3, 8, 64):
+        other = torch.randn(64, K, device="cuda", generator=g).to(x.dtype)
+        other[:M] = x[:M]
+        assert torch.equal(skinny_gemm(other, w, b)[:M], full[:M]), f"M={M}: rows depend on other rows"
+    perm = torch.randperm(64, generator=torch.Generator().manual_seed(3)).cuda()
+    assert torch.equal(skinny_gemm(x[perm], w, b), full[perm]), "rows depend on their position"
+    rows = torch.arange(0, 64, 8, device="cuda")                        # decode row b = verify row 8b
+    assert torch.equal(skinny_gemm(x[rows], w, b), full[rows])
+
+
+@pytest.mark.parametrize("N,K", [SHAPES[1], SHAPES[5]])
+def test_fp16(N, K):
+    from turbospec.kernels.skinny_gemm import skinny_gemm
+    x, w, b = _data(N, K, torch.float16, seed=4)
+    full = skinny_gemm(x, w, b)
+    assert _rel(full, x.float() @ w.float().T + b.float()) < 5e-3
+    assert torch.equal(skinny_gemm(x[:5].contiguous(), w, b), full[:5])
+
+
+def test_linear_dispatch():
+    """`layers.linear.linear`: <= 64 bf16 rows (any leading dims) -> skinny_gemm, more -> F.linear;
+    float32 on CUDA stays F.linear (the float32 engine tests compare against the CPU)."""
+    import turbospec.layers.linear as lin
+    from turbospec.kernels.skinny_gemm import skinny_gemm
+    x, w, b = _data(512, 384, torch.bfloat16, M=80)
+    assert torch.equal(lin.linear(x[:64].view(8, 8, 384), w, b), skinny_gemm(x[:64], w, b).view(8, 8, 512))
+    assert torch.equal(lin.linear(x, w, b), torch.nn.functional.linear(x, w, b))
+    assert torch.equal(lin.linear(x[:4].float(), w.float()), torch.nn.functional.linear(x[:4].float(), w.float()))
+    lin._SKINNY = False                                                 # TURBOSPEC_GEMM=cublas
+    try:
+        assert torch.equal(lin.linear(x[:4], w, b), torch.nn.functional.linear(x[:4], w, b))
+    finally:
+        lin._SKINNY = True
+
+
+@pytest.mark.parametrize("N,K", [SHAPES[3], SHAPES[1]])              # split-K and not, at qwen3-8b
+def test_cuda_graph_capture_and_replay(N, K):
+    from turbospec.kernels.skinny_gemm import skinny_gemm
+    x, w, b = _data(N, K, torch.bfloat16, M=8, seed=5)
+    static = x.clone()
+    skinny_gemm(static, w, b)                                           # compile + lock buffer, eagerly
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = skinny_gemm(static, w, b)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    for _ in range(3):                                                  # counters re-armed each replay
+        static.copy_(torch.randn(static.shape, device="cuda", generator=gen).to(static.dtype))
+        g.replay()
+        assert torch.equal(out, skinny_gemm(static, w, b)), "graph replay differs from eager"
+
+
+@pytest.mark.parametrize("N,Kd", [(6144, 4096), (4096, 12288), (200, 300)])
+@pytest.mark.parametrize("fast", [True, False])
+def test_fp8_gemm_rows_do_not_depend_on_m(N, Kd, fast):
+    from turbospec.kernels.fp8_gemm import fast_cvt_enabled, fp8_gemm, pick_config
+    from turbospec.layers.quant.fp8 import quantize_fp8
+    if fast and not fast_cvt_enabled(torch.device("cuda")):
+        pytest.skip("fast fp8 conversion unavailable here")
+    assert len({str(pick_config(M, N, Kd, 128, 132)) for M in range(1, 65)}) == 1
+    w, s = quantize_fp8(torch.randn(N, Kd, device="cuda") * 0.02, FP8_BLOCK)
+    x, _, b = _data(N, Kd, torch.bfloat16, seed=7)
+    full = fp8_gemm(x, w, s, b, FP8_BLOCK, fast_cvt=fast)                           # [64, N]
+    for M in (1, 2, 3, 8, 16, 17, 33, 63):
+        assert torch.equal(fp8_gemm(x[:M].contiguous(), w, s, b, FP8_BLOCK, fast_cvt=fast), full[:M]), M
