@@ -22,11 +22,11 @@ export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 WHAT=${1:-all}
 rc_test=0; rc_bench=0
 if [ "$WHAT" = gemm ]; then
-  timeout 150 $PY -m pytest -q -m gpu --noconftest -p no:cacheprovider -rf --durations=5 \
+  timeout 170 $PY -m pytest -q -m gpu --noconftest -p no:cacheprovider -rf --durations=5 \
     tests/gpu/test_skinny_gemm.py tests/gpu/test_fp8_moe_kernels.py -k "not fused and not topk and not align" \
     2>&1 | tee "$OUT/gemm_test.log"
   rc_test=${PIPESTATUS[0]}
-  timeout 270 $PY -m turbospec.kernels.microbench_gemm --sweep --budget 150 2>&1 | tee "$OUT/gemm_bench.log"
+  timeout 250 $PY -m turbospec.kernels.microbench_gemm --sweep --budget 140 2>&1 | tee "$OUT/gemm_bench.log"
   rc_bench=${PIPESTATUS[0]}
   echo "gpu_kernels gemm: tests rc=$rc_test microbench_gemm rc=$rc_bench (logs in $OUT)"
   exit $(( rc_test != 0 || rc_bench != 0 ))
