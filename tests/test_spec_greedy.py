@@ -106,3 +106,24 @@ def test_bad_speculative_config(codelm_dir):
                        ("ngram", "dict")]:
         with _p.raises(ValueError, match=match):
             LLM(str(codelm_dir), device="cpu", speculative_config=cfg)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_ragged_verify_padded_to_a_graph_length_is_exact(codelm_dir, plain, batch):
+    """Verify steps whose sequences carry different draft counts (n-gram misses, fewer slots near
+    max_tokens) are padded to a captured query length so they replay a CUDA graph; the pad rows
+    (token 0, slot -1) must leave every real row unchanged. On CPU the padding is forced."""
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32",
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})
+    runner = spec.llm_engine.runner
+    runner.pad_query_lens = [1, 5]
+    padded = []
+    pad_len = runner._padded_query_len
+    runner._padded_query_len = lambda *a: padded.append(pad_len(*a)) or padded[-1]
+    prompts = _code_prompts(batch)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
+    got = [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)]
+    assert got == want
+    assert padded.count(5) >= 3                     # padding happened (ragged or short steps)
+    eng = spec.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks

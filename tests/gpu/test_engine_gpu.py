@@ -51,6 +51,18 @@ def test_cuda_fp32_spec_lossless(cpu_ref, cfg):
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
 
 
+@pytest.mark.parametrize("cfg", [{"method": "ngram", "num_speculative_tokens": 4},
+                                 {"method": "eagle3", "model": MODEL + "-eagle3", "num_speculative_tokens": 7}])
+def test_cuda_bf16_spec_bitwise_equal_plain(cfg):
+    """bf16 on the GPU: the batch-invariant GEMM (<= 64 rows) and attention (decode = chain verify)
+    make speculative greedy output equal plain output, including ragged verify steps (padded)."""
+    prompts = PROMPTS * 2                                  # batch 8: verify rows 8 x 5 / 8 x 8 <= 64
+    plain = _ids(LLM(MODEL, device="cuda", dtype="bfloat16"), prompts)
+    llm = LLM(MODEL, device="cuda", dtype="bfloat16", speculative_config=cfg)
+    assert _ids(llm, prompts) == plain
+    assert llm.get_metrics()["spec_decode_num_accepted_tokens"] > 0
+
+
 def test_cuda_batch_of_64_mixed_lengths():
     llm = LLM(MODEL, device="cuda", dtype="bfloat16")
     prompts = [{"prompt_token_ids": list(range(100, 100 + 3 + 7 * i))} for i in range(64)]

@@ -50,6 +50,7 @@ class ModelRunner:
         for i, layer in enumerate(self.attn_layers):
             layer.k_cache, layer.v_cache = self.kv_cache[i, 0], self.kv_cache[i, 1]
         self.graphs = None
+        self.pad_query_lens: list[int] | None = None    # without graphs (tests): pad verify steps to these
 
     def capture_graphs(self, max_batch: int, query_lens: list[int], max_model_len: int) -> float:
         """Capture CUDA graphs for uniform steps; returns seconds spent. No-op off CUDA or where a
@@ -92,6 +93,7 @@ class ModelRunner:
         tree_rows: list[tuple[int, torch.Tensor]] = []
         parents_host = proposal.parents.tolist() if proposal is not None and proposal.parents is not None else None
         drafts_host = proposal.token_ids.tolist() if proposal is not None and proposal.max_tokens else None
+        q_pad = self._padded_query_len(batch, proposal, draft_row)
         for b, s in enumerate(batch):
             seq, start = s.seq, s.seq.num_computed_tokens
             end = start + s.num_new_tokens
@@ -118,13 +120,19 @@ class ModelRunner:
                 pos += (end - 1 + d for d in depth)
                 slots += (bm.slot(seq, end + n) for n in range(n_draft))
                 rows += range(qsl[-1] + s.num_new_tokens, qsl[-1] + s.num_new_tokens + n_draft)
+            n_pad = q_pad - 1 - n_draft if q_pad else 0
+            if n_pad:        # never read: token 0, slot -1 (no KV written), logits not taken
+                ids += [0] * n_pad
+                pos += range(end + n_draft, end + n_draft + n_pad)
+                slots += [-1] * n_pad
             logits_rows.append(rows)
-            qsl.append(qsl[-1] + s.num_new_tokens + n_draft)
-            seq_lens.append(end + n_draft)
+            qsl.append(qsl[-1] + s.num_new_tokens + n_draft + n_pad)
+            seq_lens.append(end + n_draft + n_pad)
 
         B, T = len(batch), qsl[-1]
         max_q = max(qsl[i + 1] - qsl[i] for i in range(B))
-        max_blocks = max(len(s.seq.block_table) for s in batch)
+        # pad rows may reach past a sequence's blocks: the table is zero-filled (the null block) to cover them
+        max_blocks = max(max(len(s.seq.block_table) for s in batch), -(-max(seq_lens) // self.block_size))
         tables: list[int] = []
         for s in batch:
             tables += s.seq.block_table
@@ -142,6 +150,25 @@ class ModelRunner:
         )
         uniform = max_q if T == max_q * B else None
         return StepInputs(tok[:T], tok[T:2 * T], meta, qsl[:-1], logits_rows, uniform)
+
+    def _padded_query_len(self, batch: list[ScheduledSeq], proposal: Proposal | None,
+                          draft_row: dict[int, int]) -> int | None:
+        """A chain-verify step whose sequences feed different numbers of tokens (fewer drafts near
+        max_tokens, an n-gram miss) or a number with no CUDA graph is padded up to the next captured
+        query length, so it replays a graph instead of running eagerly (~6x slower on an 8B model).
+        The real rows compute exactly what they would unpadded (rows are independent; pad tokens
+        write no KV and are attended by nobody). None: no padding."""
+        lens = self.graphs.query_lens if self.graphs is not None else self.pad_query_lens
+        if not lens or proposal is None or proposal.parents is not None or not draft_row \
+                or any(s.num_new_tokens != 1 for s in batch):
+            return None
+        q = [1 + (proposal.num_tokens[draft_row[b]] if b in draft_row else 0) for b in range(len(batch))]
+        target = next((L for L in lens if L >= max(q)), None)
+        limit = self.graphs.max_seq_len if self.graphs is not None else None
+        if target is None or all(x == target for x in q) or \
+                (limit is not None and max(s.seq.num_computed_tokens + target for s in batch) > limit):
+            return None
+        return target
 
     def _tree_mask(self, batch, qsl, max_q, tree_rows) -> torch.Tensor:
         from turbospec.spec.tree import tree_attention_mask
