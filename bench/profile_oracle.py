@@ -37,6 +37,22 @@ for _ in range(2):
     m = engine.get_metrics()
     print(f"spec: {n / s:.1f} tok/s ({s / n * 1e3:.2f} ms/token), acceptance length {m.get('acceptance_length')}")
 
+# per-step wall times of an unmodified run (each spec step ends in a host sync of its own)
+walls, plain_step = [], engine.step
+
+
+def wall_step():
+    t0 = time.perf_counter()
+    r = plain_step()
+    walls.append((time.perf_counter() - t0) * 1e3)
+    return r
+
+
+engine.step = wall_step
+_, s, n = run_batch(engine, [prompt], params)
+print(f"spec (step wall times recorded, no extra syncs): {n / s:.1f} tok/s")
+print("wall per step (ms, in order):", " ".join(f"{t:.1f}" for t in walls))
+engine.step = plain_step
 times = defaultdict(list)
 
 
@@ -58,7 +74,14 @@ engine.runner.prepare = timed("prepare", engine.runner.prepare)
 engine.runner.execute = timed("execute (target forward)", engine.runner.execute)
 step = engine.step
 engine.step = timed("whole engine.step", step)
+graph_used = []
+can_run = engine.runner.graphs.can_run if engine.runner.graphs is not None else None
+if can_run is not None:
+    engine.runner.graphs.can_run = lambda meta, q: graph_used.append((q, can_run(meta, q))) or graph_used[-1][1]
 run_batch(engine, [prompt], params)
+print("step times (ms, in order):", " ".join(f"{t:.1f}" for t in times["whole engine.step"]))
+print("execute (ms, in order):   ", " ".join(f"{t:.1f}" for t in times["execute (target forward)"]))
+print("graph (q, used) per execute:", graph_used)
 for name, v in times.items():
     print(f"{name:32s} n={len(v):3d} median {statistics.median(v):7.3f} ms  max {max(v):7.3f} ms")
 with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
