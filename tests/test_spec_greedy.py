@@ -127,3 +127,25 @@ def test_ragged_verify_padded_to_a_graph_length_is_exact(codelm_dir, plain, batc
     assert padded.count(5) >= 3                     # padding happened (ragged or short steps)
     eng = spec.llm_engine
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_auto_draft_length_zero_runs_plain_bursts(codelm_dir, plain):
+    """When the automatic draft length picks k = 0 (speculation would not pay at this batch size)
+    and the proposer needs no target features, the engine takes the plain fast path (decode
+    bursts) instead of single speculative-less steps; output is unchanged."""
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, "draft_length": "auto"})
+    eng = spec.llm_engine
+    assert eng.adaptive is not None and eng.burst is not None
+    prompts = _code_prompts(2)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
+    eng.adaptive.choose = lambda batch: 0
+    launches = []
+    launch = eng.burst.launch
+    eng.burst.launch = lambda *a: launches.append(1) or launch(*a)
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
+    assert launches and spec.get_metrics()["spec_decode_num_drafts"] == 0
+    eng.adaptive.choose = lambda batch: 4                     # speculating again: no bursts
+    launches.clear()
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
+    assert not launches and spec.get_metrics()["spec_decode_num_drafts"] > 0

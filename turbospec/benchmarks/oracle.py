@@ -102,7 +102,12 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     g = torch.Generator().manual_seed(0)
     rows, costs = [], {}
-    run_batch(engine, [[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))  # warm-up
+    # warm-up of both paths (one-time costs such as torch's first use of the accept-rule ops)
+    warm, wp = [[1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=2 * (k + 1) + 2, ignore_eos=True)
+    engine.proposer = None
+    oracle.record(warm[0], run_batch(engine, warm, wp)[0][0])
+    engine.proposer = oracle
+    run_batch(engine, warm, wp)
     for b in batch_sizes:
         prompts = [torch.randint(0, config.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(b)]
         engine.proposer = None

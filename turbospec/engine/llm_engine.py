@@ -150,6 +150,15 @@ class LLMEngine:
                 s.seq.metrics.first_scheduled_time = now
         return self._outputs(accept_step(self, sched.scheduled))
 
+    def _plain_decoding(self) -> bool:
+        """No speculation this step: no proposer, or the automatic draft length chose k = 0 for
+        this batch size and the drafter needs no target features (so skipping it loses nothing)."""
+        p = self.proposer
+        if p is None:
+            return True
+        return self.adaptive is not None and not p.needs_target_features and \
+            self.adaptive.choose(max(len(self.scheduler.running), 1)) == 0
+
     def _burst_ok(self, seqs: list[Sequence], ahead: int) -> bool:
         """Can `seqs` (the whole running set, nothing waiting) take a burst of n steps that starts
         `ahead` tokens past their host-side lengths? Allocates the blocks it needs if so."""
@@ -177,7 +186,7 @@ class LLMEngine:
             flight = None                      # every row stopped in the burst before: nothing to read
         if flight is None:
             run = self.scheduler.running
-            if self.burst is None or self.proposer is not None or not self._burst_ok(list(run), 0):
+            if self.burst is None or not self._plain_decoding() or not self._burst_ok(list(run), 0):
                 return None
             flight = self.burst.launch([s.last_token_id for s in run], [len(s) - 1 for s in run],
                                        [s.block_table for s in run])
