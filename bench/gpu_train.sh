@@ -14,7 +14,7 @@
 #   4. turbospec bench spec for each drafter: 32 held-out prompts x 128 tokens, greedy, with plain
 #      decoding in the same process (acceptance length, tok/s of both, identical outputs)
 #
-# Writes exactly 7 files:
+# Writes exactly 7 files (4 with ONLY=eagle3 or ONLY=dflash):
 #   $OUT/train_log.txt
 #   $OUT/codelm-12m-eagle3/{config.json, model.safetensors, training_info.json}
 #   $OUT/codelm-12m-dflash/{config.json, model.safetensors, training_info.json}
