@@ -97,7 +97,7 @@ class DecodeBurst:
         self.pos[:b].copy_(packed[1])
         self.valid[:b].copy_(torch.arange(b, device=self.device) < B)
         self.seq_lens[:b].copy_(torch.where(self.valid[:b], self.pos[:b] + 1, 1).int())
-        return self._launch(B, b, max(positions), block_tables, packed)
+        return self._launch(B, b, max(positions), block_tables)
 
     @torch.inference_mode()
     def launch_chained(self, flight: "BurstFlight", block_tables: list[list[int]]) -> "BurstFlight":
@@ -109,7 +109,7 @@ class DecodeBurst:
         # a pageable host->device copy waits for the stream (the burst in flight): stage in pinned memory
         return t.pin_memory() if self.device.type == "cuda" else t
 
-    def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]], *keep) -> "BurstFlight":
+    def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]]) -> "BurstFlight":
         L = next((x for x in self.len_buckets if x >= max_pos + 1 + self.n), None)
         width = max(len(t) for t in block_tables)
         tables = torch.zeros(b, width, dtype=torch.int32)
@@ -128,7 +128,7 @@ class DecodeBurst:
         if self.device.type == "cuda":
             event = torch.cuda.Event()
             event.record()
-        return BurstFlight(B, b, max_pos, host, event, (tables, *keep))
+        return BurstFlight(B, b, max_pos, host, event)
 
     def run(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]]) -> list[list[int]]:
         """launch + wait: n new tokens per sequence (host lists)."""
@@ -137,11 +137,12 @@ class DecodeBurst:
 
 class BurstFlight:
     """A launched burst whose tokens have not been read: `tokens()` waits for it alone (not for a
-    burst chained after it). `keep` holds the pinned sources until their copies have run."""
+    burst chained after it). Pinned sources of its copies need no reference here: torch's host
+    allocator holds pinned blocks until the copies recorded on them have run."""
 
-    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event, keep: tuple):
+    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event):
         self.rows, self.bucket, self.max_pos = rows, bucket, max_pos
-        self.host_out, self.event, self.keep = host_out, event, keep
+        self.host_out, self.event = host_out, event
         self.seqs: list = []
 
     def tokens(self) -> list[list[int]]:

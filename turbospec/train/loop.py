@@ -123,12 +123,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.init_from:
         init_from_export(cfg.init_from, draft, cfg.method)
         log.print(f"initialized the drafter from {cfg.init_from}")
-    if cfg.resume or cfg.init_from:
-        if cfg.resume:
-            step, elapsed0 = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
-            log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
-        if cfg.method == "eagle3":
-            recipe.trainer.used.copy_(draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device))
+    if cfg.resume:
+        step, elapsed0 = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
+        log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
+    if (cfg.resume or cfg.init_from) and cfg.method == "eagle3":      # the loaded draft vocabulary
+        recipe.trainer.used.copy_(draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device))
     module = recipe.trainer
     if world > 1:
         module = torch.nn.parallel.DistributedDataParallel(
