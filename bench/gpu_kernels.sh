@@ -4,6 +4,8 @@
 #   bash bench/gpu_kernels.sh [all|test|bench]   # all: tests then bench, under 10 min (timeouts)
 #   bash bench/gpu_kernels.sh gemm               # small-M GEMM: tests (skinny + FP8 linear), then
 #                                                # cuBLAS vs skinny_gemm and the config sweep; < 7 min
+#   bash bench/gpu_kernels.sh sweeps             # config searches: FP8 GEMM (fp8_sweep), bf16 skinny
+#                                                # GEMM (incl. swapped operands), fused MoE; ~8 min
 # Needs python3 with torch + triton; the package is used from the source tree (PYTHONPATH=.).
 set -u
 cd "$(dirname "$0")/.."
@@ -21,6 +23,16 @@ export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 
 WHAT=${1:-all}
 rc_test=0; rc_bench=0
+if [ "$WHAT" = sweeps ]; then        # config searches: FP8 GEMM, bf16 skinny GEMM, fused MoE; ~8 min
+  timeout 210 $PY -m turbospec.kernels.fp8_sweep --budget "${FP8_BUDGET:-140}" 2>&1 | tee "$OUT/fp8_sweep.log"
+  rc_bench=${PIPESTATUS[0]}
+  timeout 230 $PY -m turbospec.kernels.microbench_gemm --sweep --budget "${GEMM_BUDGET:-150}" 2>&1 | tee "$OUT/gemm_sweep.log"
+  rc_bench=$(( rc_bench | PIPESTATUS[0] ))
+  timeout 100 $PY -m turbospec.kernels.microbench_moe --sweep 2>&1 | tee "$OUT/moe_sweep.log"
+  rc_bench=$(( rc_bench | PIPESTATUS[0] ))
+  echo "gpu_kernels sweeps: rc=$rc_bench (logs in $OUT)"
+  exit $(( rc_bench != 0 ))
+fi
 if [ "$WHAT" = gemm ]; then
   timeout 170 $PY -m pytest -q -m gpu --noconftest -p no:cacheprovider -rf --durations=5 \
     tests/gpu/test_skinny_gemm.py tests/gpu/test_fp8_moe_kernels.py -k "not fused and not topk and not align" \

@@ -59,9 +59,10 @@ def run_accuracy():
             x, w, b = _data(M, N, K, dtype, seed=M)
             b = b if bias else None
             ref = x.float() @ w.float().T + (b.float() if bias else 0.0)
-            out = skinny_gemm(x, w, b, config=dict(SMALL, SPLIT_K=split))
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-            assert out.dtype == dtype and out.shape == (M, N) and err < tol, (M, N, K, split, dtype, err)
+            for swap in (False, True):
+                out = skinny_gemm(x, w, b, config=dict(SMALL, SPLIT_K=split, SWAP_AB=swap))
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                assert out.dtype == dtype and out.shape == (M, N) and err < tol, (M, N, K, split, swap, dtype, err)
             assert int(_LOCKS[x.device].abs().sum()) == 0, "split-K counters not re-armed"
     x, w, b = _data(9, 100, 384, torch.float32, seed=1)                    # the (N, K) default config
     cfg = get_config(100, 384, 4)
@@ -76,7 +77,8 @@ def run_accuracy():
 def run_invariance():
     from turbospec.kernels.skinny_gemm import skinny_gemm
     N, K = 40, 128
-    configs = [dict(SMALL, SPLIT_K=3), dict(SMALL, BLOCK_M=64, SPLIT_K=2), None]   # None: the (N, K) default
+    configs = [dict(SMALL, SPLIT_K=3), dict(SMALL, BLOCK_M=64, SPLIT_K=2), dict(SMALL, SPLIT_K=2, SWAP_AB=True),
+               None]                                                               # None: the (N, K) default
     for dtype in (torch.float32, torch.float16):
         x, w, b = _data(64, N, K, dtype, seed=3)
         g = torch.Generator().manual_seed(4)

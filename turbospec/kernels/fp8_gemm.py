@@ -60,14 +60,20 @@ def _fp8_bits_to_bf16(w):
 
 
 @triton.jit
-def _wtile_dot(x, w, FAST_CVT: tl.constexpr):
-    """x [BM, BK] activations, w [BN, BK] uint8 e4m3 -> dot(x, w.T) [BM, BN] fp32, scaled by
-    2^-56 when FAST_CVT (the caller multiplies by scale * 2^56)."""
+def _wtile_dot(x, w, FAST_CVT: tl.constexpr, SWAP_AB: tl.constexpr = False):
+    """x [BM, BK] activations, w [BN, BK] uint8 e4m3 -> dot(x, w.T) [BM, BN] fp32 (SWAP_AB: its
+    transpose dot(w, x.T) [BN, BM]: the dequantized weight is then the MMA's A operand, which Hopper
+    wgmma can take from registers, and a 16-row x tile is a legal N side), scaled by 2^-56 when
+    FAST_CVT (the caller multiplies by scale * 2^56)."""
     if FAST_CVT:
         xs = (x.to(tl.float32) * 18446744073709551616.0).to(tl.bfloat16)
-        return tl.dot(xs, tl.trans(_fp8_bits_to_bf16(w)))
-    wf = w.to(tl.float8e4nv, bitcast=True).to(x.dtype)
-    return tl.dot(x, tl.trans(wf))
+        wf = _fp8_bits_to_bf16(w)
+    else:
+        xs = x
+        wf = w.to(tl.float8e4nv, bitcast=True).to(x.dtype)
+    if SWAP_AB:
+        return tl.dot(wf, tl.trans(xs))
+    return tl.dot(xs, tl.trans(wf))
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -75,12 +81,15 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      M, N, K, stride_xm, stride_om, stride_sn, kb_per_split,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr):
+                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False):
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
     s_ptrs = s_ptr + (offs_n // GROUP_N) * stride_sn + kb0
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP_AB:
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(kb0, kb1):
         if EVEN_K:
             x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)                   # [BM, BK]
@@ -92,10 +101,15 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
         s = tl.load(s_ptrs, mask=n_ok, other=0.0)                                # [BN] fp32
         if FAST_CVT:
             s = s * 72057594037927936.0
-        acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]
+        if SWAP_AB:
+            acc_t += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]               # [BN, BM]
+        else:
+            acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]                       # [BM, BN]
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
         s_ptrs += 1
+    if SWAP_AB:
+        acc = tl.trans(acc_t)
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
 
 
@@ -155,11 +169,20 @@ def launch(kernel, grid, args: tuple, kwargs: dict, device: torch.device) -> Non
         kernel[grid](*args, **{**kwargs, "FAST_CVT": False})
 
 
+# (SM count, N, K) -> config for M <= INVARIANT_MAX_M (128x128 scale blocks), measured by
+# `python -m turbospec.kernels.fp8_sweep` on a GPU with that many SMs (paste its dict here).
+TUNED: dict[tuple[int, int, int], dict] = {}
+
+
 def pick_config(M: int, N: int, K: int, block_k: int, num_sms: int) -> dict:
     """Tile shape and split count for a decode/verify-sized GEMM: enough programs for ~2 per SM.
-    Up to INVARIANT_MAX_M rows the config is a function of (N, K) only (BLOCK_M 16, the split
-    from the N tiles alone), so a row rounds alike whatever the number of rows in the launch:
-    decode and verify give the same logits. Larger M (<= FP8_TRITON_MAX_M) grows the tiles."""
+    Up to INVARIANT_MAX_M rows the config is a function of (N, K) only (`TUNED`, else BLOCK_M 16
+    and the split from the N tiles alone), so a row rounds alike whatever the number of rows in
+    the launch: decode and verify give the same logits. Larger M (<= FP8_TRITON_MAX_M) grows the tiles."""
+    tuned = TUNED.get((num_sms, N, K)) if M <= INVARIANT_MAX_M and block_k == 128 else None
+    if tuned is not None:
+        split, per = split_k_for(triton.cdiv(K, block_k), tuned["SPLIT_K"])
+        return dict(tuned, SPLIT_K=split, kb_per_split=per)
     if M <= INVARIANT_MAX_M:
         block_m, block_n, m_tiles = 16, 64, 1
     else:

@@ -25,14 +25,17 @@ import torch.nn.functional as F
 from turbospec.kernels.microbench_gemm import model_shapes, time_gemm, weight_copies
 
 SWEEP_MS = (1, 16, 64)
-TILES = [(bm, bn, bk) for bm in (16, 64) for bn in (32, 64, 128, 256) for bk in (64, 128, 256, 512)
+TILES = [(bm, bn, bk, False) for bm in (16, 64) for bn in (32, 64, 128, 256) for bk in (64, 128, 256, 512)
          if 16 * 1024 <= bn * bk * 2 <= 64 * 1024]                 # 16-64 KB of weight per stage
+TILES += [(bm, bn, bk, True) for bm in (16, 32) for bn in (64, 128, 256) for bk in (64, 128, 256)
+          if 16 * 1024 <= bn * bk * 2 <= 64 * 1024]                # swapped operands: w @ x.T
 PIPELINES = [(w, s) for w in (4, 8) for s in (2, 3, 4, 5, 6)] + [(2, 3), (2, 4)]
 SMEM = 220 * 1024                                                  # H100/H200: 227 KB per block
 
 
 def _key(cfg: dict) -> tuple:
-    return tuple(cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"))
+    return tuple(cfg.get(k, False) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages",
+                                             "SWAP_AB"))
 
 
 def _fits(cfg: dict) -> bool:
@@ -104,16 +107,16 @@ def sweep(dtype: torch.dtype, ceiling: float, budget: float) -> None:
     print(f"\n## sweep: skinny_gemm configs at M = {SWEEP_MS}, {sms} SMs, budget {budget:.0f} s", flush=True)
     shapes = {f"{m} {lin}": (m, lin, N, K) for m, lin, N, K, _ in model_shapes()}
     reps = [Shape(*shapes[n], dtype) for n in ("qwen3-8b o", "qwen3-8b gate_up")]
-    for bm, bn, bk in TILES:                                                    # 1. tiles
+    for bm, bn, bk, swap in TILES:                                              # 1. tiles
         for s in reps:
             if until(0.35):
-                s.run(heuristic_config(s.N, s.K, sms, bm, bn, bk, 8 if bn * bk >= 32768 else 4, 3))
+                s.run(heuristic_config(s.N, s.K, sms, bm, bn, bk, 8 if bn * bk >= 32768 else 4, 3, swap))
     for s in reps:                                                              # 2. pipeline
         for key in s.ranked()[:2]:
             for w, st in PIPELINES:
                 if until(0.65):
-                    s.run(heuristic_config(s.N, s.K, sms, *key[:3], w, st))
-    pipes = {k[:3] + k[4:] for s in reps for k in s.ranked()[:2]}        # (BM, BN, BK, warps, stages)
+                    s.run(heuristic_config(s.N, s.K, sms, *key[:3], w, st, key[6]))
+    pipes = {k[:3] + k[4:] for s in reps for k in s.ranked()[:2]}        # (BM, BN, BK, warps, stages, swap)
     results = []
     for name, (m, lin, N, K) in shapes.items():                                 # 3. split, every shape
         s = next((r for r in reps if r.name == name), None) or Shape(m, lin, N, K, dtype)

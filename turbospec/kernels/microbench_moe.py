@@ -19,6 +19,7 @@ median over replays, divided by launches.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 
@@ -170,37 +171,12 @@ def bench_moe(bw: float, quick: bool) -> list[dict]:
 
 
 def sweep(bw: float) -> list[dict]:
-    """Tile / split / pipeline-depth sweep at M (or T) = 1 and 16: the data for the heuristics."""
-    from turbospec.kernels.fp8_gemm import fp8_gemm
+    """Fused-MoE config sweep at T = 1 (slot mode) and 16: the data for its heuristics. (The FP8
+    GEMM has its own staged search: `python -m turbospec.kernels.fp8_sweep`.)"""
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.layers.quant.fp8 import quantize_fp8
-    dev, sms, rows = torch.device("cuda"), torch.cuda.get_device_properties(0).multi_processor_count, []
-    print("\n## sweep: FP8 GEMM configs (GB/s); best per shape and M last")
-    for name, (N, K) in GEMV_SHAPES.items():
-        q, s = quantize_fp8(torch.randn(N, K, device=dev) * 0.02, (128, 128))
-        copies = [(q.clone(), s.clone()) for _ in range(max(1, (1 << 30) // (N * K)))]
-        for M in (1, 16):
-            x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-            best = (0.0, None)
-            for bn in (32, 64, 128):
-                for mult in (1, 2, 4):
-                    for stages in (3, 5):
-                        kb = K // 128
-                        split = max(1, min(kb, round(mult * sms / (N // bn))))
-                        per = -(-kb // split)
-                        cfg = dict(BLOCK_M=16, BLOCK_N=bn, SPLIT_K=-(-kb // per), kb_per_split=per,
-                                   num_warps=4 if bn <= 64 else 8, num_stages=stages)
-                        try:
-                            t = time_launches([lambda c=c: fp8_gemm(x, c[0], c[1], None, (128, 128), config=cfg)
-                                               for c in copies], replays=5)
-                        except Exception as e:                    # noqa: BLE001 - e.g. out of shared memory
-                            print(f"   {name} M={M} {cfg}: {repr(e)[:80]}")
-                            continue
-                        rows.append({"shape": name, "M": M, **cfg, "Bps": N * K / t})
-                        best = max(best, (N * K / t, cfg), key=lambda z: z[0])
-            print(f"{name:>11} M={M:>2}: best {best[0] / 1e9:6.0f} GB/s ({100 * best[0] / bw:3.0f}%) {best[1]}")
-        del copies
-    print("## sweep: fused MoE FP8 (BLOCK_N, num_stages) at T = 1 (slot mode) and 16")
+    dev, rows = torch.device("cuda"), []
+    print("## sweep: fused MoE FP8 (BLOCK_N, num_stages, swapped operands) at T = 1 (slot mode) and 16")
     w13, w2 = (torch.randn(E, 2 * I, H, device=dev) * 0.02, torch.randn(E, H, I, device=dev) * 0.02)
     (q13, s13), (q2, s2) = quantize_fp8(w13, (128, 128)), quantize_fp8(w2, (128, 128))
     del w13, w2
@@ -210,14 +186,13 @@ def sweep(bw: float) -> list[dict]:
         x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
         routes = _routings(T, 16, dev)
         touched = statistics.mean(u for _, _, u in routes)
-        for bn in (32, 64, 128):
-            for stages in (2, 3, 4):
-                cfg = dict(BLOCK_N=bn, num_stages=stages, num_warps=4)
-                t = time_launches([lambda r=r: fused_experts(x, q13, q2, r[0], r[1], config=cfg, **kw)
-                                   for r in routes], replays=5)
-                rows.append({"T": T, **cfg, "Bps": touched * ebytes / t})
-                print(f"T={T:>2} BLOCK_N={bn:>3} stages={stages}: {t * 1e6:6.1f} us "
-                      f"{touched * ebytes / t / 1e9:6.0f} GB/s")
+        for bn, stages, swap in itertools.product((32, 64, 128), (2, 3, 4), (False, True)):
+            cfg = dict(BLOCK_N=bn, num_stages=stages, num_warps=4, SWAP_AB=swap)
+            t = time_launches([lambda r=r: fused_experts(x, q13, q2, r[0], r[1], config=cfg, **kw)
+                               for r in routes], replays=5)
+            rows.append({"T": T, **cfg, "Bps": touched * ebytes / t})
+            print(f"T={T:>2} BLOCK_N={bn:>3} stages={stages} swap={swap:d}: {t * 1e6:6.1f} us "
+                  f"{touched * ebytes / t / 1e9:6.0f} GB/s", flush=True)
     return rows
 
 
@@ -278,7 +253,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--verify-table", action="store_true", help="also the qwen3-30b-a3b FP8 verify-cost table")
     ap.add_argument("--only-verify-table", action="store_true")
-    ap.add_argument("--sweep", action="store_true", help="only the config sweep (FP8 GEMM and fused MoE)")
+    ap.add_argument("--sweep", action="store_true", help="only the fused-MoE config sweep (FP8 GEMM: python -m turbospec.kernels.fp8_sweep)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():

@@ -44,13 +44,19 @@ from turbospec.layers.linear import INVARIANT_MAX_M
 def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                         M, N, K, stride_xm, stride_wn, stride_om, kb_per_split,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr):
+                        SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                        SWAP_AB: tl.constexpr = False):
     """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
-    Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32."""
+    Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32.
+    SWAP_AB computes the transpose, w @ x.T [BN, BM]: the weight tile is the MMA's M side (Hopper
+    wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16 rows of MMA work."""
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP_AB:
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(kb0, kb1):
         x_mask, w_mask = m_ok[:, None], n_ok[:, None]
         if not EVEN_K:
@@ -58,9 +64,14 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
             x_mask, w_mask = x_mask & k_ok, w_mask & k_ok
         x = tl.load(x_ptrs, mask=x_mask, other=0.0)                            # [BM, BK]
         w = tl.load(w_ptrs, mask=w_mask, other=0.0)                            # [BN, BK]
-        acc += tl.dot(x, tl.trans(w))
+        if SWAP_AB:
+            acc_t += tl.dot(w, tl.trans(x))                                     # [BN, BM]
+        else:
+            acc += tl.dot(x, tl.trans(w))                                       # [BM, BN]
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
+    if SWAP_AB:
+        acc = tl.trans(acc_t)
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
 
 
@@ -106,7 +117,7 @@ def _pick_split(n_tiles: int, k_blocks: int, sms: int) -> int:
 
 
 def heuristic_config(N: int, K: int, sms: int, block_m: int = 64, block_n: int = 64, block_k: int | None = None,
-                     num_warps: int = 4, num_stages: int = 3) -> dict:
+                     num_warps: int = 4, num_stages: int = 3, swap_ab: bool = False) -> dict:
     """BLOCK_M 64 (one M tile up to 64 rows), BLOCK_N 64, BLOCK_K 256 for K >= 2048 else 128 (the
     H200 sweep preferred 512-byte weight runs on every qwen3-8b shape), 4 warps, 3 stages, split-K
     from the wave model. The sweep passes other tiles; tiles shrink to fit small N and K."""
@@ -115,7 +126,7 @@ def heuristic_config(N: int, K: int, sms: int, block_m: int = 64, block_n: int =
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
     split = _pick_split(triton.cdiv(N, block_n), triton.cdiv(K, block_k), sms)
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, num_warps=num_warps,
-                num_stages=num_stages)
+                num_stages=num_stages, SWAP_AB=swap_ab)
 
 
 @functools.lru_cache(maxsize=None)
