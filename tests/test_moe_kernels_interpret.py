@@ -70,11 +70,11 @@ def run_fp8_gemm_split_k():
     for M in (3, 40):                                  # one M tile; 3 M tiles x 3 N tiles
         x, b = torch.randn(M, K), torch.randn(N)
         ref = torch.nn.functional.linear(x, dequantize_fp8(w, s, block, torch.float32), b)
-        for (split, per), swap in itertools.product(((2, 3), (3, 2), (5, 1)), (False, True)):
+        for (split, per), swap, pf in itertools.product(((2, 3), (3, 2), (5, 1)), (False, True), (0, 1, 2)):
             cfg = dict(BLOCK_M=16, BLOCK_N=16, SPLIT_K=split, kb_per_split=per, num_warps=4, num_stages=2,
-                       SWAP_AB=swap)
+                       SWAP_AB=swap, PREFETCH=pf)
             out = fp8_gemm(x, w, s, b, block, config=cfg, fast_cvt=False)
-            assert _rel(out, ref) < 1e-5, (M, split, swap, _rel(out, ref))
+            assert _rel(out, ref) < 1e-5, (M, split, swap, pf, _rel(out, ref))
             assert int(_LOCKS[x.device].abs().sum()) == 0, "split-K counters not re-armed"
     x = torch.randn(100, K)                            # the default config of a verify-sized M
     ref = torch.nn.functional.linear(x, dequantize_fp8(w, s, block, torch.float32))
@@ -93,7 +93,8 @@ def run_fp8_gemm_m_invariant():
     full = fp8_gemm(x, w, s, b, block, fast_cvt=False)                  # 4 M tiles, split-K
     for M in (1, 3, 17, 40):
         assert torch.equal(fp8_gemm(x[:M].clone(), w, s, b, block, fast_cvt=False), full[:M]), M
-    cfg = dict(BLOCK_M=16, BLOCK_N=16, SPLIT_K=3, kb_per_split=2, num_warps=4, num_stages=2, SWAP_AB=True)
+    cfg = dict(BLOCK_M=16, BLOCK_N=16, SPLIT_K=3, kb_per_split=2, num_warps=4, num_stages=2, SWAP_AB=True,
+               PREFETCH=2)
     full = fp8_gemm(x, w, s, b, block, config=cfg, fast_cvt=False)       # the swapped-operand variant
     for M in (1, 3, 17, 40):
         assert torch.equal(fp8_gemm(x[:M].clone(), w, s, b, block, config=cfg, fast_cvt=False), full[:M]), M

@@ -72,8 +72,39 @@ def _wtile_dot(x, w, FAST_CVT: tl.constexpr, SWAP_AB: tl.constexpr = False):
         xs = x
         wf = w.to(tl.float8e4nv, bitcast=True).to(x.dtype)
     if SWAP_AB:
-        return tl.dot(wf, tl.trans(xs))
-    return tl.dot(xs, tl.trans(wf))
+        d = tl.dot(wf, tl.trans(xs))
+    else:
+        d = tl.dot(xs, tl.trans(wf))
+    return d
+
+
+@triton.jit
+def _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, kb1, K, offs_k, m_ok, n_ok,
+                 BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, FAST_CVT: tl.constexpr):
+    """K block kb (the pointers already at it): x [BM, BK], w [BN, BK] uint8, scales [BN] fp32;
+    zeros past kb1 (the loads of a prefetch beyond the program's slice are masked off)."""
+    live = kb < kb1
+    if EVEN_K:
+        x = tl.load(x_ptrs, mask=m_ok[:, None] & live, other=0.0)
+        w = tl.load(w_ptrs, mask=n_ok[:, None] & live, other=0)
+    else:
+        k_ok = (kb * BLOCK_K + offs_k < K) & live
+        x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0)
+    s = tl.load(s_ptrs, mask=n_ok & live, other=0.0)
+    if FAST_CVT:
+        s = s * 72057594037927936.0
+    return x, w, s
+
+
+@triton.jit
+def _accumulate(acc, x, w, s, FAST_CVT: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc [BM, BN] (SWAP_AB: [BN, BM]) += x @ dequant(w).T with the block scale s [BN]."""
+    if SWAP_AB:
+        acc += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]
+    else:
+        acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]
+    return acc
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -81,35 +112,45 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      M, N, K, stride_xm, stride_om, stride_sn, kb_per_split,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False):
+                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False,
+                     PREFETCH: tl.constexpr = 0):
+    """PREFETCH p > 0: the loads of K block kb + p are issued before block kb is computed (register
+    double/triple buffering by hand: Triton's pipeliner does not stage loads whose consumer is the
+    integer dequantization rather than a dot, so without it each block waits a full HBM round trip)."""
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
     s_ptrs = s_ptr + (offs_n // GROUP_N) * stride_sn + kb0
     if SWAP_AB:
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in range(kb0, kb1):
-        if EVEN_K:
-            x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)                   # [BM, BK]
-            w = tl.load(w_ptrs, mask=n_ok[:, None], other=0)                     # [BN, BK] uint8
-        else:
-            k_ok = kb * BLOCK_K + offs_k < K
-            x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0)
-        s = tl.load(s_ptrs, mask=n_ok, other=0.0)                                # [BN] fp32
-        if FAST_CVT:
-            s = s * 72057594037927936.0
-        if SWAP_AB:
-            acc_t += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]               # [BN, BM]
-        else:
-            acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]                       # [BM, BN]
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-        s_ptrs += 1
+    if PREFETCH == 0:
+        for kb in range(kb0, kb1):
+            x, w, s = _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, kb1, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
+            acc = _accumulate(acc, x, w, s, FAST_CVT, SWAP_AB)
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
+            s_ptrs += 1
+    else:
+        x0, w0, s0 = _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb0, kb1, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
+        if PREFETCH == 2:
+            x1, w1, s1 = _load_kblock(x_ptrs + BLOCK_K, w_ptrs + BLOCK_K, s_ptrs + 1, kb0 + 1, kb1, K, offs_k,
+                                      m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
+        for kb in range(kb0, kb1):
+            xn, wn, sn = _load_kblock(x_ptrs + PREFETCH * BLOCK_K, w_ptrs + PREFETCH * BLOCK_K, s_ptrs + PREFETCH,
+                                      kb + PREFETCH, kb1, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
+            acc = _accumulate(acc, x0, w0, s0, FAST_CVT, SWAP_AB)
+            if PREFETCH == 2:
+                x0, w0, s0 = x1, w1, s1
+                x1, w1, s1 = xn, wn, sn
+            else:
+                x0, w0, s0 = xn, wn, sn
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
+            s_ptrs += 1
     if SWAP_AB:
-        acc = tl.trans(acc_t)
+        acc = tl.trans(acc)                                                      # [BM, BN]
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
 
 
