@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Train the demo's two drafters for models/codelm-12m on one H200 in ONE call (< 10 min wall),
-# export them, and measure acceptance on held-out code with plain decoding in the same run.
+# Train the demo's two drafters for models/codelm-12m on one H200 in ONE call (aimed at a 10-minute
+# call; the bulk is REGEN_SECONDS = 150 s of regeneration + TRAIN_MIN = 4 min of training, then one
+# bench per drafter), export them, and measure acceptance on held-out code with plain decoding.
 #
 #   OUT=/path/to/out bash bench/gpu_train.sh        # from anywhere; runs from the repo root
 #
 # Stages (each bounded by `timeout`, each failure logged and survived where possible):
 #   1. stdlib corpus: this machine's Python standard library, chunked to <= 1024 codelm tokens
-#   2. regenerate: codelm-12m continues ~6k line-aligned stdlib windows (64..512 tokens) by 256
-#      greedy tokens through turbospec.LLM (so the drafters learn the target's own outputs);
-#      skipped on failure (training then uses the raw corpus with the target's soft labels only)
+#   2. regenerate: codelm-12m continues up to 49,152 line-aligned stdlib windows (64..512 tokens)
+#      by 256 greedy tokens through turbospec.LLM (so the drafters learn the target's own outputs),
+#      256 at a time (the largest batch the engine runs with CUDA graphs / decode bursts), starting
+#      no new batch after REGEN_SECONDS; skipped on failure (training then uses the raw corpus with
+#      the target's soft labels only)
 #   3. train EAGLE-3 (chain k=7, draft vocab 6144) and DFlash (block 8, 4 layers) CONCURRENTLY on
-#      the one GPU, each bounded by --max-minutes, exporting as they go
+#      the one GPU, each bounded by --max-minutes, exporting as they go (with DFLASH_ALSO_INIT, a
+#      second DFlash run alongside them, sharing the GPU)
 #   4. turbospec bench spec for each drafter: 32 held-out prompts x 128 tokens, greedy, with plain
 #      decoding in the same process (acceptance length, tok/s of both, identical outputs)
 #
-# Writes exactly 7 files (4 with ONLY=eagle3 or ONLY=dflash):
+# Writes exactly 7 files (4 with ONLY=eagle3 or ONLY=dflash; DFLASH_ALSO_INIT adds 3 unless ONLY=eagle3):
 #   $OUT/train_log.txt
 #   $OUT/codelm-12m-eagle3/{config.json, model.safetensors, training_info.json}
 #   $OUT/codelm-12m-dflash/{config.json, model.safetensors, training_info.json}
+#   $OUT/codelm-12m-dflash-cont/{config.json, model.safetensors, training_info.json}   (DFLASH_ALSO_INIT)
 # Scratch (corpus, regenerated data, training states) goes to $WORK (default: a /tmp dir).
 #
 # Options (environment): ONLY=eagle3|dflash trains one drafter alone (the whole GPU); INIT_EAGLE3=DIR /
@@ -27,6 +32,13 @@
 # (default `all`: regenerated + raw stdlib, every position). Deep block slots are labeled with the
 # target's prediction after the true prefix; on raw code that prefix is a human's, not the target's
 # greedy one the drafter sees when serving, so those labels are noise for slots 2..B-1.
+# DFLASH_ALSO_INIT=DIR (when DFlash is trained): a second DFlash run, concurrent with the first, with
+# identical options except `--init-from DIR` (instead of INIT_DFLASH), exporting to
+# $OUT/codelm-12m-dflash-cont; benched in stage 4 as well. Both DFlash runs then share the GPU.
+# REGEN_SAMPLES (49152), REGEN_SECONDS (150: no new regeneration batch after it), REGEN_BATCH (256;
+# above 256 regenerate caps it), REGEN_TOKENS (256). EXTRA_CORPUS: extra arguments to
+# `turbospec train stdlib-corpus`, e.g. EXTRA_CORPUS=--include-tests (the stdlib's test suites too);
+# the dry run defaults it to `--root <the json package's directory>` (a small corpus).
 #
 # CPU dry run of the very same path with tiny budgets (checks every stage end to end):
 #   DRY_RUN=1 OUT=/tmp/dry bash bench/gpu_train.sh
@@ -50,14 +62,15 @@ if [ "${DRY_RUN:-0}" = 1 ]; then      # same commands, CPU-sized
   BATCH=${BATCH:-2}; RAW_LIMIT=${RAW_LIMIT:-24}; SEQ=${SEQ:-256}; EVAL_EVERY=${EVAL_EVERY:-5}
   BENCH_PROMPTS=${BENCH_PROMPTS:-2}; BENCH_TOKENS=${BENCH_TOKENS:-16}; EXTRA_CORPUS=${EXTRA_CORPUS:---root $(dirname "$($PY -c 'import json; print(json.__file__)')")}
 else
-  DEVICE=${DEVICE:-cuda}; REGEN_SAMPLES=${REGEN_SAMPLES:-6144}; REGEN_SECONDS=${REGEN_SECONDS:-70}
-  REGEN_BATCH=${REGEN_BATCH:-512}; REGEN_TOKENS=${REGEN_TOKENS:-256}; TRAIN_MIN=${TRAIN_MIN:-4}
+  DEVICE=${DEVICE:-cuda}; REGEN_SAMPLES=${REGEN_SAMPLES:-49152}; REGEN_SECONDS=${REGEN_SECONDS:-150}
+  REGEN_BATCH=${REGEN_BATCH:-256}; REGEN_TOKENS=${REGEN_TOKENS:-256}; TRAIN_MIN=${TRAIN_MIN:-4}
   BATCH=${BATCH:-32}; RAW_LIMIT=${RAW_LIMIT:-0}; SEQ=${SEQ:-1024}; EVAL_EVERY=${EVAL_EVERY:-250}
   BENCH_PROMPTS=${BENCH_PROMPTS:-32}; BENCH_TOKENS=${BENCH_TOKENS:-128}; EXTRA_CORPUS=${EXTRA_CORPUS:-}
 fi
 ONLY=${ONLY:-both}; LR=${LR:-6e-4}; DFLASH_LAYERS=${DFLASH_LAYERS:-4}
 INIT_E3=(); [ -n "${INIT_EAGLE3:-}" ] && INIT_E3=(--init-from "$INIT_EAGLE3")
 INIT_DF=(); [ -n "${INIT_DFLASH:-}" ] && INIT_DF=(--init-from "$INIT_DFLASH")
+DF_ALSO=${DFLASH_ALSO_INIT:-}; [ "$ONLY" = eagle3 ] && DF_ALSO=
 TRAIN_TIMEOUT=$(awk "BEGIN{print int($TRAIN_MIN*60 + 150)}")
 
 # the root CLI imports every subcommand family; fall back to bench+train alone if one cannot import here
@@ -108,7 +121,7 @@ with open(f"{w}/train.jsonl", "w") as out:
 print(f"training data {w}/train.jsonl: {n_regen} regenerated + {n_raw} raw stdlib records")
 EOF
 
-stamp "3. train ($ONLY; ${TRAIN_MIN} min each, concurrently when both)"
+stamp "3. train ($ONLY${DF_ALSO:+ + DFlash from $DF_ALSO}; ${TRAIN_MIN} min each, concurrently when several)"
 DATA_E3=(--data "$WORK/train.jsonl" --loss-on-prompt)
 DATA_DF=("${DATA_E3[@]}")
 if [ "${DFLASH_DATA:-all}" = regen ] && [ -s "$WORK/regen.jsonl" ]; then
@@ -122,7 +135,7 @@ fi
 COMMON=(--target $MODEL --max-seq-len "$SEQ" --batch-size "$BATCH"
         --max-minutes "$TRAIN_MIN" --lr "$LR" --warmup-steps 100 --min-lr-ratio 0.05
         --target-layers 1,3,5 --eval-every "$EVAL_EVERY" --log-every 50 --save-every 500 --device "$DEVICE")
-PID_E3=; PID_DF=
+PID_E3=; PID_DF=; PID_DF2=
 [ "$ONLY" != dflash ] && { (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train eagle3 "${COMMON[@]}" "${DATA_E3[@]}" "${INIT_E3[@]}" --out "$OUT/codelm-12m-eagle3" \
    --checkpoint-dir "$WORK/state-eagle3" --num-layers 1 --intermediate-size 2048 --draft-length 7 \
    --draft-vocab-size 6144 2>&1 \
@@ -130,17 +143,23 @@ PID_E3=; PID_DF=
 [ "$ONLY" != eagle3 ] && { (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train dflash "${COMMON[@]}" "${DATA_DF[@]}" "${INIT_DF[@]}" --out "$OUT/codelm-12m-dflash" \
    --checkpoint-dir "$WORK/state-dflash" --num-layers "$DFLASH_LAYERS" --block-size 8 --anchors-per-seq 64 2>&1 \
    | sed -u 's/^/[dflash] /') & PID_DF=$!; }
-wait $PID_E3 $PID_DF      # (a bare `wait` would also wait for the log's tee)
-ls -la "$OUT"/codelm-12m-eagle3 "$OUT"/codelm-12m-dflash 2>&1
+[ -n "$DF_ALSO" ] && { (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train dflash "${COMMON[@]}" "${DATA_DF[@]}" --init-from "$DF_ALSO" --out "$OUT/codelm-12m-dflash-cont" \
+   --checkpoint-dir "$WORK/state-dflash-cont" --num-layers "$DFLASH_LAYERS" --block-size 8 --anchors-per-seq 64 2>&1 \
+   | sed -u 's/^/[dflash-cont] /') & PID_DF2=$!; }
+wait $PID_E3 $PID_DF $PID_DF2      # (a bare `wait` would also wait for the log's tee)
+TRAINED=(); [ "$ONLY" != dflash ] && TRAINED+=("eagle3:codelm-12m-eagle3")
+[ "$ONLY" != eagle3 ] && TRAINED+=("dflash:codelm-12m-dflash")
+[ -n "$DF_ALSO" ] && TRAINED+=("dflash:codelm-12m-dflash-cont")
+for spec in "${TRAINED[@]}"; do echo "$OUT/${spec#*:}:"; ls -la "$OUT/${spec#*:}" 2>&1; done
 
 stamp "4. acceptance on held-out code: turbospec bench spec, plain vs speculative, same process"
-for spec in "eagle3:codelm-12m-eagle3" "dflash:codelm-12m-dflash"; do
+for spec in "${TRAINED[@]}"; do       # every drafter this run trained
   method=${spec%%:*}; dir="$OUT/${spec#*:}"
-  if [ ! -f "$dir/model.safetensors" ]; then echo "no $method drafter exported: skipping its bench"; continue; fi
+  if [ ! -f "$dir/model.safetensors" ]; then echo "no ${spec#*:} drafter exported: skipping its bench"; continue; fi
   cfg="{\"method\":\"$method\",\"model\":\"$dir\",\"num_speculative_tokens\":7}"
   echo "\$ turbospec bench spec --model $MODEL --speculative-config '$cfg' --prompts $PROMPTS --num-prompts $BENCH_PROMPTS --max-tokens $BENCH_TOKENS --device $DEVICE"
   timeout 240 "${TSCLI[@]}" bench spec --model $MODEL --speculative-config "$cfg" --prompts $PROMPTS \
     --num-prompts "$BENCH_PROMPTS" --max-tokens "$BENCH_TOKENS" --device "$DEVICE" \
-    || echo "WARNING: bench spec for $method failed or timed out"
+    || echo "WARNING: bench spec for ${spec#*:} failed or timed out"
 done
 stamp "done"

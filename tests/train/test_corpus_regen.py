@@ -33,13 +33,41 @@ def test_stdlib_corpus_chunks_cover_files_within_budget(tiny_target, tmp_path):
 def test_regenerate_writes_the_targets_greedy_continuations(tiny_target, code_jsonl, tmp_path):
     from turbospec import LLM, SamplingParams
     out = tmp_path / "regen.jsonl"
+    logs: list[str] = []
     stats = regenerate(str(tiny_target), str(code_jsonl), str(out), num_samples=3, max_new_tokens=8,
-                       min_prompt=8, max_prompt=32, device="cpu", dtype="float32", batch_size=2, log=lambda m: None)
+                       min_prompt=8, max_prompt=32, device="cpu", dtype="float32", batch_size=2, log=logs.append)
     rows = [json.loads(line) for line in open(out)]
     assert stats.samples == len(rows) == 3 and stats.completion_tokens == 24
+    assert (stats.batch, stats.chunks) == (2, 2)                               # chunks of 2 + 1
+    chunk_logs = [m for m in logs if m.startswith("regenerate: chunk ")]
+    assert [m.split(":")[1].strip() for m in chunk_logs] == ["chunk 1", "chunk 2"]
+    assert "2 requests, 16 tokens" in chunk_logs[0] and "1 requests, 8 tokens" in chunk_logs[1]
+    assert all("tok/s" in m for m in chunk_logs)
     assert all(1 <= len(r["prompt_token_ids"]) <= 32 and len(r["completion_token_ids"]) == 8 for r in rows)
     plain = LLM(str(tiny_target), device="cpu", dtype="float32").generate(
         [{"prompt_token_ids": rows[0]["prompt_token_ids"]}], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
     assert plain[0].outputs[0].token_ids == rows[0]["completion_token_ids"]
     ds, rep = load_dataset(str(out), load_tokenizer(str(tiny_target)), 8192, 64)
     assert rep.schemas == {"token_ids": 3} and int(ds.loss_mask.sum()) == 24   # completion only
+
+
+def test_regenerate_caps_the_batch_at_the_engines_graphed_maximum(tiny_target, code_jsonl, tmp_path, monkeypatch):
+    import turbospec
+    from turbospec.engine.llm_engine import MAX_GRAPH_BATCH
+    from turbospec.train.regenerate import effective_batch
+    assert MAX_GRAPH_BATCH == 256
+    assert [effective_batch(b) for b in (1, 255, 256, 257, 512)] == [1, 255, 256, 256, 256]
+    engines = []
+
+    class Recording(turbospec.LLM):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            engines.append(self.llm_engine)
+    monkeypatch.setattr(turbospec, "LLM", Recording)
+    logs: list[str] = []
+    stats = regenerate(str(tiny_target), str(code_jsonl), str(tmp_path / "r.jsonl"), num_samples=2,
+                       max_new_tokens=4, min_prompt=8, max_prompt=16, device="cpu", dtype="float32",
+                       batch_size=512, log=logs.append)
+    assert (stats.batch, stats.chunks, stats.samples, stats.completion_tokens) == (256, 1, 2, 8)
+    assert [e.engine_config.max_num_seqs for e in engines] == [256]            # running seqs stay graphed
+    assert any("--batch-size 512 exceeds 256" in m for m in logs)

@@ -22,6 +22,10 @@ from turbospec.engine.spec_step import SpecDecodeStats, accept_step
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
+# the largest running batch the engine captures CUDA graphs and decode bursts for; a step with more
+# running sequences runs eagerly (and a small model is then bound by the host)
+MAX_GRAPH_BATCH = 256
+
 
 class EngineStats:
     def __init__(self, num_running: int, num_waiting: int, num_free_blocks: int, num_total_blocks: int):
@@ -65,7 +69,7 @@ class LLMEngine:
         where it applies (engine/cuda_graph.py, multistep.py, draft_length.py)."""
         ec, runner = self.engine_config, self.runner
         ks = candidate_ks(k) if auto_draft_length and k else sorted({0, k})
-        max_batch = min(ec.max_num_seqs, 256)
+        max_batch = min(ec.max_num_seqs, MAX_GRAPH_BATCH)
         capture_s = 0.0
         if not ec.enforce_eager:
             capture_s = runner.capture_graphs(max_batch, graph_query_lens or [kk + 1 for kk in ks], self.max_model_len)

@@ -144,7 +144,8 @@ def regenerate(target: str = typer.Option(..., help="target directory"),
                num_samples: int = typer.Option(2048, help="prompts to continue"),
                max_new_tokens: int = typer.Option(256), min_prompt: int = typer.Option(64),
                max_prompt: int = typer.Option(512), temperature: float = typer.Option(0.0, help="0 = greedy"),
-               batch_size: int = typer.Option(256, help="requests per engine batch"),
+               batch_size: int = typer.Option(256, help="requests per engine batch (its max_num_seqs); capped "
+                                               "at 256, the largest batch with CUDA graphs / decode bursts"),
                max_seconds: float = typer.Option(None, help="stop starting new batches after this"),
                device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED) -> None:
     """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs."""

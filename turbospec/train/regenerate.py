@@ -9,6 +9,13 @@ Prompts: for text / code records a window of whole lines (`min_prompt`..`max_pro
 held-out prompts are cut); for prompt+completion and token-id records a prefix of the prompt; for
 chat the conversation up to the first assistant turn. Generation runs in chunks of `batch_size`
 requests and stops starting new chunks after `max_seconds`, keeping what is done (written as it goes).
+
+Throughput: the chunk (= the engine's `max_num_seqs`) is capped at `MAX_GRAPH_BATCH` (256), the
+largest batch the engine captures CUDA graphs and decode bursts for; with more running sequences
+every decode step runs eagerly, and a small target is then bound by the host. The engine is fed
+one chunk per `generate` rather than continuously (more prompts than seats), because a decode burst
+runs only while nothing waits: with a queue, every step would be a single-step launch.
+Each chunk logs its generated tok/s, so a slow run shows at once.
 """
 from __future__ import annotations
 
@@ -30,11 +37,20 @@ class RegenStats:
     prompt_tokens: int
     completion_tokens: int
     seconds: float
+    batch: int = 0              # effective requests per chunk (= the engine's max_num_seqs)
+    chunks: int = 0             # chunks generated
 
     def describe(self) -> str:
         rate = self.completion_tokens / self.seconds if self.seconds else 0.0
         return (f"{self.samples}/{self.prompts} prompts continued: {self.prompt_tokens} prompt + "
-                f"{self.completion_tokens} generated tokens in {self.seconds:.1f} s ({rate:.0f} tok/s)")
+                f"{self.completion_tokens} generated tokens in {self.seconds:.1f} s ({rate:.0f} tok/s; "
+                f"{self.chunks} chunks of <= {self.batch})")
+
+
+def effective_batch(batch_size: int) -> int:
+    """Requests per chunk: `batch_size`, capped at the largest batch the engine graphs."""
+    from turbospec.engine.llm_engine import MAX_GRAPH_BATCH
+    return min(batch_size, MAX_GRAPH_BATCH)
 
 
 def _line_window(text: str, target_chars: int, rng: random.Random) -> str:
@@ -104,27 +120,37 @@ def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int,
     tokenizer = load_tokenizer(target_dir)
     records = parse_records(data_path, cfg.vocab_size)               # validates the whole file first
     prompts = make_prompts(records, tokenizer, num_samples, min_prompt, max_prompt, seed)
-    llm = LLM(target_dir, device=device, dtype=dtype, max_num_seqs=batch_size,
+    batch = effective_batch(batch_size)
+    if batch < batch_size:
+        log(f"regenerate: --batch-size {batch_size} exceeds {batch}, the largest batch the engine runs "
+            f"with CUDA graphs / decode bursts: using chunks of {batch}")
+    log(f"regenerate: {len(prompts)} prompts in chunks of {batch} (engine max_num_seqs {batch})")
+    llm = LLM(target_dir, device=device, dtype=dtype, max_num_seqs=batch,
               max_model_len=max_prompt + max_new_tokens + 8)
     t0 = time.perf_counter()
-    n_done = p_tok = c_tok = 0
+    n_done = p_tok = c_tok = n_chunks = 0
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as f:
-        for c in range(0, len(prompts), batch_size):
+        for c in range(0, len(prompts), batch):
             if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
                 log(f"regenerate: time budget {max_seconds:.0f} s reached after {n_done} samples")
                 break
-            chunk = prompts[c:c + batch_size]
+            chunk = prompts[c:c + batch]
             params = [SamplingParams(temperature=temperature, max_tokens=max_new_tokens,
                                      ignore_eos=not is_chat, seed=seed + c + j if temperature > 0 else None)
                       for j, (_, _, is_chat) in enumerate(chunk)]
+            t_chunk, c_before = time.perf_counter(), c_tok
             outs = llm.generate([{"prompt_token_ids": p} for p, _, _ in chunk], params)
+            dt = time.perf_counter() - t_chunk
             for (p, src, _), o in zip(chunk, outs):
                 comp = list(o.outputs[0].token_ids)
                 f.write(json.dumps({"prompt_token_ids": p, "completion_token_ids": comp, "source": src}) + "\n")
                 n_done, p_tok, c_tok = n_done + 1, p_tok + len(p), c_tok + len(comp)
             f.flush()
-            log(f"regenerate: {n_done}/{len(prompts)} samples, {c_tok} tokens, {time.perf_counter() - t0:.0f} s")
+            n_chunks += 1
+            log(f"regenerate: chunk {n_chunks}: {len(chunk)} requests, {c_tok - c_before} tokens in {dt:.1f} s "
+                f"({(c_tok - c_before) / max(dt, 1e-9):.0f} tok/s) | {n_done}/{len(prompts)} samples, "
+                f"{c_tok} tokens, {time.perf_counter() - t0:.0f} s")
     if n_done == 0:
         raise ValueError("regenerate produced nothing: raise --max-seconds")
-    return RegenStats(len(prompts), n_done, p_tok, c_tok, time.perf_counter() - t0)
+    return RegenStats(len(prompts), n_done, p_tok, c_tok, time.perf_counter() - t0, batch, n_chunks)
