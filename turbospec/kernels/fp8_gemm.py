@@ -79,32 +79,20 @@ def _wtile_dot(x, w, FAST_CVT: tl.constexpr, SWAP_AB: tl.constexpr = False):
 
 
 @triton.jit
-def _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, kb1, K, offs_k, m_ok, n_ok,
+def _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, K, offs_k, m_ok, n_ok,
                  BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, FAST_CVT: tl.constexpr):
-    """K block kb (the pointers already at it): x [BM, BK], w [BN, BK] uint8, scales [BN] fp32;
-    zeros past kb1 (the loads of a prefetch beyond the program's slice are masked off)."""
-    live = kb < kb1
+    """K block kb (the pointers already at it): x [BM, BK], w [BN, BK] uint8, scales [BN] fp32."""
     if EVEN_K:
-        x = tl.load(x_ptrs, mask=m_ok[:, None] & live, other=0.0)
-        w = tl.load(w_ptrs, mask=n_ok[:, None] & live, other=0)
+        x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
+        w = tl.load(w_ptrs, mask=n_ok[:, None], other=0)
     else:
-        k_ok = (kb * BLOCK_K + offs_k < K) & live
+        k_ok = kb * BLOCK_K + offs_k < K
         x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0)
-    s = tl.load(s_ptrs, mask=n_ok & live, other=0.0)
+    s = tl.load(s_ptrs, mask=n_ok, other=0.0)
     if FAST_CVT:
         s = s * 72057594037927936.0
     return x, w, s
-
-
-@triton.jit
-def _accumulate(acc, x, w, s, FAST_CVT: tl.constexpr, SWAP_AB: tl.constexpr):
-    """acc [BM, BN] (SWAP_AB: [BN, BM]) += x @ dequant(w).T with the block scale s [BN]."""
-    if SWAP_AB:
-        acc += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]
-    else:
-        acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]
-    return acc
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -112,11 +100,13 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      M, N, K, stride_xm, stride_om, stride_sn, kb_per_split,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False,
-                     PREFETCH: tl.constexpr = 0):
-    """PREFETCH p > 0: the loads of K block kb + p are issued before block kb is computed (register
-    double/triple buffering by hand: Triton's pipeliner does not stage loads whose consumer is the
-    integer dequantization rather than a dot, so without it each block waits a full HBM round trip)."""
+                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False):
+    """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) accumulates x[m tile, K slice s] @
+    dequant(w[n tile, K slice s]).T in fp32, one 128-wide scale block per step (SWAP_AB: the
+    transpose, as in skinny_gemm). On an H200 neither SWAP_AB nor prefetching the next block's
+    loads into registers by hand was faster (`fp8_sweep`, 2026-11-29). Our reading: the per-byte
+    dequantization work, not load latency, holds it at 30-76% of copy bandwidth at M = 1 (with
+    BLOCK_M 16, M = 64 converts every weight tile four times and takes three times as long)."""
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
@@ -125,30 +115,15 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if PREFETCH == 0:
-        for kb in range(kb0, kb1):
-            x, w, s = _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, kb1, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
-            acc = _accumulate(acc, x, w, s, FAST_CVT, SWAP_AB)
-            x_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
-            s_ptrs += 1
-    else:
-        x0, w0, s0 = _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb0, kb1, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
-        if PREFETCH == 2:
-            x1, w1, s1 = _load_kblock(x_ptrs + BLOCK_K, w_ptrs + BLOCK_K, s_ptrs + 1, kb0 + 1, kb1, K, offs_k,
-                                      m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
-        for kb in range(kb0, kb1):
-            xn, wn, sn = _load_kblock(x_ptrs + PREFETCH * BLOCK_K, w_ptrs + PREFETCH * BLOCK_K, s_ptrs + PREFETCH,
-                                      kb + PREFETCH, kb1, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
-            acc = _accumulate(acc, x0, w0, s0, FAST_CVT, SWAP_AB)
-            if PREFETCH == 2:
-                x0, w0, s0 = x1, w1, s1
-                x1, w1, s1 = xn, wn, sn
-            else:
-                x0, w0, s0 = xn, wn, sn
-            x_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
-            s_ptrs += 1
+    for kb in range(kb0, kb1):
+        x, w, s = _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
+        if SWAP_AB:
+            acc += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]                 # [BN, BM]
+        else:
+            acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]                       # [BM, BN]
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+        s_ptrs += 1
     if SWAP_AB:
         acc = tl.trans(acc)                                                      # [BM, BN]
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
@@ -211,8 +186,16 @@ def launch(kernel, grid, args: tuple, kwargs: dict, device: torch.device) -> Non
 
 
 # (SM count, N, K) -> config for M <= INVARIANT_MAX_M (128x128 scale blocks), measured by
-# `python -m turbospec.kernels.fp8_sweep` on a GPU with that many SMs (paste its dict here).
-TUNED: dict[tuple[int, int, int], dict] = {}
+# `python -m turbospec.kernels.fp8_sweep` on a GPU with that many SMs. H200, 2026-11-29, 190-s sweep:
+# only the shapes where the sweep's pick beat the default at M = 1 and 16 and tied at 64; time in us
+# at M = 1 / 16 / 64 (default in brackets).
+_F = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=3)
+TUNED: dict[tuple[int, int, int], dict] = {
+    (132, 6144, 4096): dict(_F, SPLIT_K=4),      # qwen3-8b qkv         11.9 / 12.2 / 32.0  (14.2 / 14.8 / 32.1)
+    (132, 4096, 12288): dict(_F, SPLIT_K=6),     # qwen3-8b down        19.5 / 20.4 / 58.1  (21.1 / 21.7 / 58.4)
+    (132, 5120, 2048): dict(_F, SPLIT_K=3),      # qwen3-30b-a3b qkv     8.4 /  8.7 / 16.8  ( 8.5 /  8.9 / 17.3)
+    (132, 2048, 4096): dict(_F, SPLIT_K=8),      # qwen3-30b-a3b o       7.3 /  7.8 / 14.4  ( 7.6 /  7.9 / 14.7)
+}
 
 
 def pick_config(M: int, N: int, K: int, block_k: int, num_sms: int) -> dict:

@@ -7,7 +7,7 @@ so every config is timed at M = 1, 16 and 64 and scored by its worst ratio to th
 seen at each M (ties: the sum of the three times), as `gemm_sweep` does for bf16. Staged to stay
 within the budget (Triton compiles each config once):
 
-1. tiles: (SWAP_AB, BLOCK_M, BLOCK_N, num_warps, PREFETCH) at ~2 programs per SM and 3 stages, on
+1. tiles: (SWAP_AB, BLOCK_M, BLOCK_N, num_warps) at ~2 programs per SM and 3 stages, on
    qwen3-8b o and gate_up (few / many N tiles);
 2. pipeline x split: for the 4 best tiles, num_stages 2..4 x 1..4 programs per SM, same shapes;
 3. every shape: the 3 best configs of stage 2 with their split re-derived for the shape, plus the
@@ -27,21 +27,18 @@ import triton
 from turbospec.kernels.microbench_moe import GEMV_SHAPES, _rel, time_launches
 
 SWEEP_MS = (1, 16, 64)
-TILES = [(swap, bm, bn, warps, pf)                 # (SWAP_AB, BLOCK_M, BLOCK_N, num_warps, PREFETCH)
-         for swap, bm, bn, warps in ((False, 16, 32, 4), (False, 16, 64, 4), (False, 16, 128, 8), (True, 16, 64, 4),
-                                     (True, 16, 128, 4), (True, 16, 128, 8), (True, 16, 256, 8), (True, 64, 64, 4),
-                                     (True, 64, 128, 8), (False, 64, 64, 4))
-         for pf in (0, 1, 2)]
-KEYS = ("BLOCK_M", "BLOCK_N", "SPLIT_K", "num_warps", "num_stages", "SWAP_AB", "PREFETCH")
+TILES = [(False, 16, 32, 4), (False, 16, 64, 4), (False, 16, 128, 8), (True, 16, 64, 4), (True, 16, 128, 4),
+         (True, 16, 128, 8), (True, 16, 256, 8), (True, 64, 64, 4), (True, 64, 128, 8), (False, 64, 64, 4)]
+#        (SWAP_AB, BLOCK_M, BLOCK_N, num_warps)
+KEYS = ("BLOCK_M", "BLOCK_N", "SPLIT_K", "num_warps", "num_stages", "SWAP_AB")
 
 
-def make_config(N: int, K: int, sms: int, swap: bool, block_m: int, block_n: int, warps: int, prefetch: int,
-                stages: int, per_sm: float) -> dict:
+def make_config(N: int, K: int, sms: int, swap: bool, block_m: int, block_n: int, warps: int, stages: int,
+                per_sm: float) -> dict:
     from turbospec.kernels.split_k import split_k_for
     tiles = triton.cdiv(N, block_n)
     split, _ = split_k_for(triton.cdiv(K, 128), max(1, round(per_sm * sms / tiles)))
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, SPLIT_K=split, num_warps=warps, num_stages=stages, SWAP_AB=swap,
-                PREFETCH=prefetch)
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, SPLIT_K=split, num_warps=warps, num_stages=stages, SWAP_AB=swap)
 
 
 class Shape:
@@ -116,9 +113,9 @@ def sweep(budget: float, names: list[str]) -> None:
     for s in reps:
         for key in s.ranked()[:3]:
             c = s.cfgs[key]
-            tiles.append((c["SWAP_AB"], c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["PREFETCH"]))
+            tiles.append((c["SWAP_AB"], c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]))
     tiles = list(dict.fromkeys(tiles))[:4]
-    print(f"stage 1 best tiles (swap, BLOCK_M, BLOCK_N, warps, prefetch): {tiles}", flush=True)
+    print(f"stage 1 best tiles (swap, BLOCK_M, BLOCK_N, warps): {tiles}", flush=True)
     for tile in tiles:                                                              # 2. pipeline x split
         for stages in (2, 3, 4):
             for per_sm in (1.0, 2.0, 3.0, 4.0):
@@ -130,17 +127,15 @@ def sweep(budget: float, names: list[str]) -> None:
         for key in s.ranked()[:3]:
             c = s.cfgs[key]
             n_tiles = triton.cdiv(s.N, c["BLOCK_N"])
-            finalists.append((c["SWAP_AB"], c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["PREFETCH"], c["num_stages"],
+            finalists.append((c["SWAP_AB"], c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"],
                               round(c["SPLIT_K"] * n_tiles / sms, 1)))
     finalists = list(dict.fromkeys(finalists))
-    print(f"stage 2 finalists (swap, BLOCK_M, BLOCK_N, warps, prefetch, stages, programs per SM): {finalists}",
-          flush=True)
+    print(f"stage 2 finalists (swap, BLOCK_M, BLOCK_N, warps, stages, programs per SM): {finalists}", flush=True)
     results = []
     for name in names:                                                              # 3. every shape
         s = next((r for r in reps if r.name == name), None) or Shape(name, *GEMV_SHAPES[name])
         default = {k: v for k, v in pick_config(1, s.N, s.K, 128, sms).items() if k != "kb_per_split"}
         default.setdefault("SWAP_AB", False)
-        default.setdefault("PREFETCH", 0)
         s.run(default)
         for fin in finalists:
             if until(1.0):

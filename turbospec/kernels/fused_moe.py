@@ -37,7 +37,7 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
                      SLOT_MODE: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr,
-                     EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False):
+                     EVEN_K: tl.constexpr):
     pid_n, pid_b = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_M)
     if SLOT_MODE:
@@ -59,12 +59,8 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
     u_ptrs = g_ptrs + N * stride_wn                              # up rows follow the I gate rows
     sg_ptrs = s_ptr + expert * stride_se + (offs_n // GROUP_N) * stride_sn
     su_ptrs = s_ptr + expert * stride_se + ((N + offs_n) // GROUP_N) * stride_sn
-    if SWAP_AB:                                                  # accumulate the transpose [BN, BM]
-        acc_g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    else:
-        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
             a_mask, w_mask = row_ok[:, None], n_ok[:, None]
@@ -79,22 +75,12 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
             sg = tl.load(sg_ptrs + kb, mask=n_ok, other=0.0)
             if FAST_CVT:
                 sg = sg * 72057594037927936.0
-            if SWAP_AB:
-                acc_g += _wtile_dot(a, wg, FAST_CVT, True) * sg[:, None]
-            else:
-                acc_g += _wtile_dot(a, wg, FAST_CVT) * sg[None, :]
+            acc_g += _wtile_dot(a, wg, FAST_CVT) * sg[None, :]
             if GATED:
                 su = tl.load(su_ptrs + kb, mask=n_ok, other=0.0)
                 if FAST_CVT:
                     su = su * 72057594037927936.0
-                if SWAP_AB:
-                    acc_u += _wtile_dot(a, wu, FAST_CVT, True) * su[:, None]
-                else:
-                    acc_u += _wtile_dot(a, wu, FAST_CVT) * su[None, :]
-        elif SWAP_AB:
-            acc_g += tl.dot(wg, tl.trans(a))
-            if GATED:
-                acc_u += tl.dot(wu, tl.trans(a))
+                acc_u += _wtile_dot(a, wu, FAST_CVT) * su[None, :]
         else:
             acc_g += tl.dot(a, tl.trans(wg))
             if GATED:
@@ -102,10 +88,6 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
         a_ptrs += BLOCK_K
         g_ptrs += BLOCK_K
         u_ptrs += BLOCK_K
-    if SWAP_AB:
-        acc_g = tl.trans(acc_g)                                  # [BM, BN]
-        if GATED:
-            acc_u = tl.trans(acc_u)
     if GATED:
         acc_g = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u                # silu(gate) * up, fp32
     if MUL_WEIGHT:
@@ -137,7 +119,7 @@ def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_N=block[0] if fp8 else 1, GATED=gated,
         MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8, FAST_CVT=fast_cvt, EVEN_K=K % block_k == 0,
         num_warps=cfg.get("num_warps", 8 if block_m * block_n >= 64 * 64 else 4),    # 4 warps spill there
-        num_stages=cfg.get("num_stages", 3), SWAP_AB=cfg.get("SWAP_AB", False)), a.device)
+        num_stages=cfg.get("num_stages", 3)), a.device)
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

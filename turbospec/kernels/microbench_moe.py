@@ -176,7 +176,7 @@ def sweep(bw: float) -> list[dict]:
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.layers.quant.fp8 import quantize_fp8
     dev, rows = torch.device("cuda"), []
-    print("## sweep: fused MoE FP8 (BLOCK_N, num_stages, swapped operands) at T = 1 (slot mode) and 16")
+    print("## sweep: fused MoE FP8 (BLOCK_N, num_stages) at T = 1 (slot mode) and 16")
     w13, w2 = (torch.randn(E, 2 * I, H, device=dev) * 0.02, torch.randn(E, H, I, device=dev) * 0.02)
     (q13, s13), (q2, s2) = quantize_fp8(w13, (128, 128)), quantize_fp8(w2, (128, 128))
     del w13, w2
@@ -186,12 +186,12 @@ def sweep(bw: float) -> list[dict]:
         x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
         routes = _routings(T, 16, dev)
         touched = statistics.mean(u for _, _, u in routes)
-        for bn, stages, swap in itertools.product((32, 64, 128), (2, 3, 4), (False, True)):
-            cfg = dict(BLOCK_N=bn, num_stages=stages, num_warps=4, SWAP_AB=swap)
+        for bn, stages in itertools.product((32, 64, 128), (2, 3, 4)):
+            cfg = dict(BLOCK_N=bn, num_stages=stages, num_warps=4)
             t = time_launches([lambda r=r: fused_experts(x, q13, q2, r[0], r[1], config=cfg, **kw)
                                for r in routes], replays=5)
             rows.append({"T": T, **cfg, "Bps": touched * ebytes / t})
-            print(f"T={T:>2} BLOCK_N={bn:>3} stages={stages} swap={swap:d}: {t * 1e6:6.1f} us "
+            print(f"T={T:>2} BLOCK_N={bn:>3} stages={stages}: {t * 1e6:6.1f} us "
                   f"{touched * ebytes / t / 1e9:6.0f} GB/s", flush=True)
     return rows
 
