@@ -20,7 +20,10 @@ BLOCK_M = 64 by default: every M <= 64 is one M tile, so the weight crosses HBM 
 once (with BLOCK_M = 16, M = 64 would read every weight tile four times through L2); the price is
 tensor-core work for 64 rows at M = 1, meant to hide under the memory stream (at copy bandwidth
 it needs roughly a quarter to a third of the dense bf16 MMA rate). Both are estimates: the sweep
-in `microbench_gemm` times BLOCK_M 16 and 64, and `TUNED` holds what it found.
+in `microbench_gemm` times BLOCK_M 16, 32 and 64, each also with swapped operands (`SWAP_AB`,
+w @ x.T: the 64-wide weight tile is the MMA's M side, so a 32-row x tile costs 32 rows of MMA
+work), and `TUNED` holds what it found: on the H200, swapped 32-row tiles won for qwen3-8b
+gate_up and every codelm-12m linear, 64-row tiles for the rest.
 
 Not fused here: SiLU-and-mul into down_proj's x tile. Every N-tile program would recompute silu
 for all BLOCK_M rows of its K range (64 N tiles x 64 rows x 12288 exp + divide for qwen3-8b's
