@@ -37,7 +37,8 @@
 # $OUT/codelm-12m-dflash-cont; benched in stage 4 as well. Both DFlash runs then share the GPU.
 # REGEN_SAMPLES (49152), REGEN_SECONDS (150: no new regeneration batch after it), REGEN_BATCH (256;
 # above 256 regenerate caps it), REGEN_TOKENS (256). EXTRA_CORPUS: extra arguments to
-# `turbospec train stdlib-corpus`, e.g. EXTRA_CORPUS=--include-tests (the stdlib's test suites too);
+# `turbospec train stdlib-corpus` (GPU default --include-tests: the stdlib's test suites too, as
+# for the committed DFlash drafter's last run; EXTRA_CORPUS= for the library alone);
 # the dry run defaults it to `--root <the json package's directory>` (a small corpus).
 #
 # CPU dry run of the very same path with tiny budgets (checks every stage end to end):
@@ -65,7 +66,7 @@ else
   DEVICE=${DEVICE:-cuda}; REGEN_SAMPLES=${REGEN_SAMPLES:-49152}; REGEN_SECONDS=${REGEN_SECONDS:-150}
   REGEN_BATCH=${REGEN_BATCH:-256}; REGEN_TOKENS=${REGEN_TOKENS:-256}; TRAIN_MIN=${TRAIN_MIN:-4}
   BATCH=${BATCH:-32}; RAW_LIMIT=${RAW_LIMIT:-0}; SEQ=${SEQ:-1024}; EVAL_EVERY=${EVAL_EVERY:-250}
-  BENCH_PROMPTS=${BENCH_PROMPTS:-32}; BENCH_TOKENS=${BENCH_TOKENS:-128}; EXTRA_CORPUS=${EXTRA_CORPUS:-}
+  BENCH_PROMPTS=${BENCH_PROMPTS:-32}; BENCH_TOKENS=${BENCH_TOKENS:-128}; EXTRA_CORPUS=${EXTRA_CORPUS---include-tests}
 fi
 ONLY=${ONLY:-both}; LR=${LR:-6e-4}; DFLASH_LAYERS=${DFLASH_LAYERS:-4}
 INIT_E3=(); [ -n "${INIT_EAGLE3:-}" ] && INIT_E3=(--init-from "$INIT_EAGLE3")
