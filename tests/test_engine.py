@@ -218,3 +218,29 @@ def test_pipelined_bursts_with_arrivals_and_aborts(codelm_dir, llm):
     assert 0 < len(b) < len(want[1]) and want[1][:len(b)] == b and "b" not in eng.seqs
     bm = eng.block_manager
     assert bm.num_free_blocks == bm.num_usable_blocks
+
+
+def test_more_running_sequences_than_graphs_cover_is_warned(codelm_dir, monkeypatch):
+    """Graphs and bursts stop at MAX_GRAPH_BATCH running sequences: a larger max_num_seqs warns
+    (where graphs exist: here a stand-in for the CUDA capture), the default does not."""
+    import types
+    import warnings
+
+    from turbospec.engine.llm_engine import MAX_GRAPH_BATCH
+    from turbospec.engine.model_runner import ModelRunner
+
+    def fake_capture(self, max_batch, query_lens, max_model_len):
+        assert max_batch == min(self.max_batch_seen, MAX_GRAPH_BATCH)
+        self.graphs = types.SimpleNamespace(num_graphs=0)
+        return 0.0
+    monkeypatch.setattr(ModelRunner, "capture_graphs", fake_capture)
+    monkeypatch.setattr(ModelRunner, "make_burst", lambda self, *a, **kw: None)
+    for n, warned in ((MAX_GRAPH_BATCH, False), (MAX_GRAPH_BATCH + 1, True)):
+        monkeypatch.setattr(ModelRunner, "max_batch_seen", n, raising=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            LLM(str(codelm_dir), device="cpu", dtype="float32", max_num_seqs=n)
+        msgs = [str(w.message) for w in caught if "CUDA graphs and decode bursts" in str(w.message)]
+        assert bool(msgs) == warned, (n, msgs)
+        if warned:
+            assert f"max_num_seqs={n}" in msgs[0] and f"<= {MAX_GRAPH_BATCH}" in msgs[0]

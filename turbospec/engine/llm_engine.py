@@ -5,6 +5,7 @@ Without a drafter the same loop runs with an empty proposal (plain decoding).
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -73,6 +74,11 @@ class LLMEngine:
         capture_s = 0.0
         if not ec.enforce_eager:
             capture_s = runner.capture_graphs(max_batch, graph_query_lens or [kk + 1 for kk in ks], self.max_model_len)
+        if runner.graphs is not None and ec.max_num_seqs > MAX_GRAPH_BATCH:
+            warnings.warn(f"max_num_seqs={ec.max_num_seqs}: CUDA graphs and decode bursts cover at most "
+                          f"{MAX_GRAPH_BATCH} running sequences, so steps with more run eagerly (several times "
+                          f"slower on small models); max_num_seqs <= {MAX_GRAPH_BATCH} keeps every step graphed",
+                          stacklevel=3)
         steps = ec.num_scheduler_steps or (8 if runner.graphs is not None else 1)
         self.burst, self._flight = None, None
         if steps > 1:
