@@ -24,9 +24,9 @@ import time
 import torch
 import triton
 
+from turbospec.kernels.gemm_sweep import SWEEP_MS, rank_configs
 from turbospec.kernels.microbench_moe import GEMV_SHAPES, _rel, time_launches
 
-SWEEP_MS = (1, 16, 64)
 TILES = [(False, 16, 32, 4), (False, 16, 64, 4), (False, 16, 128, 8), (True, 16, 64, 4), (True, 16, 128, 4),
          (True, 16, 128, 8), (True, 16, 256, 8), (True, 64, 64, 4), (True, 64, 128, 8), (False, 64, 64, 4)]
 #        (SWAP_AB, BLOCK_M, BLOCK_N, num_warps)
@@ -81,11 +81,7 @@ class Shape:
             return False
 
     def ranked(self) -> list[tuple]:
-        if not self.times:
-            return []
-        best = {M: min(t[M] for t in self.times.values()) for M in SWEEP_MS}
-        score = {k: (max(t[M] / best[M] for M in SWEEP_MS), sum(t.values())) for k, t in self.times.items()}
-        return sorted(self.times, key=score.get)
+        return rank_configs(self.times)
 
     def cell(self, key: tuple, bw: float) -> str:
         t = self.times[key]

@@ -33,6 +33,16 @@ PIPELINES = [(w, s) for w in (4, 8) for s in (2, 3, 4, 5, 6)] + [(2, 3), (2, 4)]
 SMEM = 220 * 1024                                                  # H100/H200: 227 KB per block
 
 
+def rank_configs(times: dict[tuple, dict[int, float]]) -> list[tuple]:
+    """Config keys, best first: by the worst ratio to the fastest config seen at each M (one config
+    serves every M), then by the sum of the times."""
+    if not times:
+        return []
+    best = {M: min(t[M] for t in times.values()) for M in SWEEP_MS}
+    score = {k: (max(t[M] / best[M] for M in SWEEP_MS), sum(t.values())) for k, t in times.items()}
+    return sorted(times, key=score.get)
+
+
 def _key(cfg: dict) -> tuple:
     return tuple(cfg.get(k, False) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages",
                                              "SWAP_AB"))
@@ -76,11 +86,7 @@ class Shape:
             return False
 
     def ranked(self) -> list[tuple]:
-        if not self.times:
-            return []
-        best = {M: min(t[M] for t in self.times.values()) for M in SWEEP_MS}
-        score = {k: (max(t[M] / best[M] for M in SWEEP_MS), sum(t.values())) for k, t in self.times.items()}
-        return sorted(self.times, key=score.get)
+        return rank_configs(self.times)
 
     def cell(self, key) -> str:
         t = self.times[key]

@@ -35,25 +35,9 @@ E, TOPK, H, I = 128, 8, 2048, 768
 
 
 def time_launches(fns, replays: int = 10) -> float:
-    """Seconds per launch: one CUDA graph running every fn once (after an eager warm-up)."""
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / len(fns))
-    del g
-    return statistics.median(times)
+    """Seconds per launch: one CUDA graph running every fn once (`microbench.time_graph`)."""
+    from turbospec.kernels.microbench import time_graph
+    return time_graph(fns, replays=replays)
 
 
 def _rel(a, b) -> float:
