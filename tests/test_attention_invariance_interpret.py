@@ -19,7 +19,7 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["decode_batch", "chain_vs_decode", "defaults_and_padding"]
+CASES = ["decode_batch", "chain_vs_decode", "defaults_and_padding", "fused_reduce"]
 SMALL = dict(min_partition=16, block_n=16, max_partitions=2)        # partition size steps at 32, 64, ...
 
 
@@ -133,6 +133,23 @@ def run_defaults_and_padding():
     assert torch.equal(out[q_len:2 * q_len], torch.zeros_like(out[:q_len])), "seq_len 0 gives zeros"
     bigger = paged_decode_attention(q, kc, vc, lens, bt, 0.2, 4096, q_len=q_len)
     _assert_same(out, bigger, "padding, larger bound")
+
+
+def run_fused_reduce():
+    """The merge in the decode launch (last split to arrive) gives the bits of the two-launch path,
+    for decode and chain verify, and leaves every arrival counter re-armed."""
+    import torch
+    from turbospec.kernels.paged_decode import _LOCKS, paged_decode_attention
+    ctx_lens = [0, 15, 40, 62]
+    for q_len in (1, 3, 8):
+        c = _case([q_len] * len(ctx_lens), ctx_lens, H=4, KVH=2, D=32, seed=7 + q_len)
+        m = c.metas[0]
+        outs = [paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables, c.scale,
+                                       m.max_seq_len, q_len=q_len, fused_reduce=f, **SMALL) for f in (True, False)]
+        _accurate(c, outs[0])
+        _assert_same(outs[0], outs[1], f"fused vs two launches, q={q_len}")
+        assert int(_LOCKS[c.q.device].abs().sum()) == 0, "arrival counters not re-armed"
+    assert torch.equal(_LOCKS[c.q.device], torch.zeros_like(_LOCKS[c.q.device]))
 
 
 if __name__ == "__main__":

@@ -220,6 +220,30 @@ def test_cuda_graph_bits_equal_eager(q_len):
         _assert_same(out, eager, f"lengths {lens}")
 
 
+@pytest.mark.parametrize("q_len", [1, 8])
+@pytest.mark.parametrize("ctx", [40, 700, 5000])
+def test_fused_reduce_bits_equal_two_launches(q_len, ctx):
+    """The partial merge inside the decode launch (the last split program to arrive) gives the
+    two-launch bits, eagerly and in a CUDA graph, and re-arms its arrival counters."""
+    from turbospec.kernels.paged_decode import _LOCKS, paged_decode_attention
+    c = _case([q_len] * 16, [ctx + 3 * i for i in range(16)], num_heads=32, num_kv_heads=8, head_dim=128,
+              seed=9)
+    m = c.metas[0]
+
+    def run(fused):
+        return paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables, c.scale,
+                                      m.max_seq_len, q_len=q_len, fused_reduce=fused)
+    two = run(False)
+    _check(c, two)
+    for _ in range(3):                                      # races would show as run-to-run changes
+        _assert_same(run(True), two, "fused vs two launches")
+    g, out = _graph(lambda: run(True))
+    g.replay()
+    _assert_same(out, two, "fused, graph replay")
+    torch.cuda.synchronize()
+    assert int(_LOCKS[c.q.device].abs().sum()) == 0, "arrival counters not re-armed"
+
+
 def test_rmsnorm_matches_layer():
     from turbospec.kernels.rmsnorm import fused_add_rms_norm, rms_norm
     from turbospec.layers.layernorm import RMSNorm

@@ -47,6 +47,7 @@ seq_len 0 (graph padding) produce zeros. `_kv_rows` and `_attend_tile` are share
 from __future__ import annotations
 
 import inspect
+import os
 
 import torch
 import triton
@@ -127,12 +128,17 @@ def _paged_decode_kernel(
         q_ptr, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, qk_scale,
         q_len, tok_per_prog, progs_per_seq, part_stride,
         stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
+        out_ptr, stride_ot, stride_oh, lock_ptr,
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr):
+        BLOCK_SIZE: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
+        PARTS_PAD: tl.constexpr, FUSED_REDUCE: tl.constexpr):
     """Grid (num_seqs * progs_per_seq, num_kv_heads, num_splits): the partials of partition
     `program_id(2)` for `tok_per_prog` tokens of one sequence (its tokens 0..q_len-1 are packed at
-    seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len = seq_len - q_len)."""
+    seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len = seq_len - q_len).
+    FUSED_REDUCE: the last of a (sequence block, kv head)'s split programs to finish merges its
+    rows' partials (`_merge_row`, the same arithmetic as `_reduce_partitions_kernel`), as
+    split_k.store_split_k does: one launch instead of two; the counter is re-armed after."""
     STEP: tl.constexpr = P_MIN * MAX_PARTS
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -181,6 +187,47 @@ def _paged_decode_kernel(
         tl.store(part_o + idx[:, None] * HEAD_DIM + offs_d[None, :], o,
                  mask=store[:, None] & d_ok[None, :])
         tl.store(part_lse + idx, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), mask=store)
+    if FUSED_REDUCE:
+        tl.debug_barrier()                          # every thread's partials are written ...
+        lock = lock_ptr + pid * tl.num_programs(1) + kvh
+        arrived = tl.atomic_add(lock, 1, sem="acq_rel")                 # ... before it is announced
+        if arrived == tl.num_programs(2) - 1:
+            for r in range(0, GROUP_PAD):
+                t_r = tok0 + r // GROUP
+                if (r < tok_per_prog * GROUP) & (t_r < q_len):
+                    h_r = kvh * GROUP + r % GROUP
+                    tg = (seq * q_len + t_r).to(tl.int64)
+                    _merge_row(part_o, part_lse, (tg * NUM_HEADS + h_r) * part_stride,
+                               tl.maximum(ctx + t_r + 1, 0), out_ptr + tg * stride_ot + h_r * stride_oh,
+                               part_stride, HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, True)
+            tl.atomic_xchg(lock, 0)                 # re-armed for the next launch
+
+
+@triton.jit
+def _merge_row(part_o, part_lse, base, L, out_row, part_stride, HEAD_DIM: tl.constexpr,
+               BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
+               PARTS_PAD: tl.constexpr, CG: tl.constexpr):
+    """out_row [D] = sum_s w_s o_s / sum_s w_s over the row's cdiv(L, P(L)) partitions (partials
+    at base + s), w_s = 2^(lse_s - max lse), in one [PARTS_PAD, D] tile whatever the count. CG:
+    read the partials past L1 (they were written by other programs of the same launch)."""
+    num = tl.minimum(tl.cdiv(L, _partition_size(L, P_MIN, MAX_PARTS)), part_stride)
+    offs_s = tl.arange(0, PARTS_PAD)
+    s_ok = offs_s < num
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    if CG:
+        lse = tl.load(part_lse + base + offs_s, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=s_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")     # [S, D]
+    else:
+        lse = tl.load(part_lse + base + offs_s, mask=s_ok, other=float("-inf"))             # [S]
+        o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=s_ok[:, None] & d_ok[None, :], other=0.0)                          # [S, D]
+    m = tl.max(lse, 0)
+    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))                                 # absent -> 0
+    den = tl.sum(w, 0)
+    res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
+    tl.store(out_row + offs_d, res.to(out_row.dtype.element_ty), mask=d_ok)
 
 
 @_jit_unspecialised(["q_len", "part_stride"], ["seq_lens"])
@@ -188,29 +235,30 @@ def _reduce_partitions_kernel(part_o, part_lse, seq_lens, out_ptr, q_len, part_s
                               stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                               BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
                               PARTS_PAD: tl.constexpr):
-    """Grid (num_tokens, num_heads): out = sum_s w_s o_s / sum_s w_s over the row's partitions,
-    w_s = 2^(lse_s - max lse), in one [PARTS_PAD, D] tile whatever the row's partition count."""
+    """Grid (num_tokens, num_heads): one row's partials merged (`_merge_row`)."""
     tok = tl.program_id(0)
     head = tl.program_id(1)
     L = tl.maximum(tl.load(seq_lens + tok // q_len) - q_len + tok % q_len + 1, 0)
-    num = tl.minimum(tl.cdiv(L, _partition_size(L, P_MIN, MAX_PARTS)), part_stride)
     base = (tok.to(tl.int64) * NUM_HEADS + head) * part_stride
-    offs_s = tl.arange(0, PARTS_PAD)
-    s_ok = offs_s < num
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
-    lse = tl.load(part_lse + base + offs_s, mask=s_ok, other=float("-inf"))         # [S]
-    m = tl.max(lse, 0)
-    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))                         # absent -> 0
-    o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=s_ok[:, None] & d_ok[None, :], other=0.0)                      # [S, D]
-    den = tl.sum(w, 0)
-    res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
-    tl.store(out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh + offs_d,
-             res.to(out_ptr.dtype.element_ty), mask=d_ok)
+    _merge_row(part_o, part_lse, base, L, out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh,
+               part_stride, HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, False)
 
 
+# merge partials in the decode launch (last split to arrive); TURBOSPEC_ATTN_REDUCE=two: two launches
+FUSED_REDUCE = os.environ.get("TURBOSPEC_ATTN_REDUCE", "fused") != "two"
+_LOCKS: dict = {}
 _SM_COUNT: dict = {}
+
+
+def _locks(n: int, device: torch.device) -> torch.Tensor:
+    """Arrival counters, one per (sequence block, kv head): zero between launches (re-armed by
+    the kernel), allocated once per device before graph capture (the engine warms up eagerly).
+    Like split-K's, they assume one stream: two concurrent launches would share them."""
+    locks = _LOCKS.get(device)
+    if locks is None or locks.numel() < n:
+        locks = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
+        _LOCKS[device] = locks
+    return locks
 
 
 def num_sms(device: torch.device) -> int:
@@ -231,7 +279,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            max_seq_len: int, q_len: int = 1, *, block_n: int | None = None,
                            tokens_per_program: int | None = None, min_partition: int = P_MIN,
                            max_partitions: int = MAX_PARTS, num_warps: int = 4,
-                           num_stages: int = 3) -> torch.Tensor:
+                           num_stages: int = 3, fused_reduce: bool = FUSED_REDUCE) -> torch.Tensor:
     """q [B * q_len, H, D] (q_len tokens per sequence, causal among themselves: decode q_len = 1,
     chain verify q_len = k + 1), caches [num_blocks, block_size, KVH, D] -> [B * q_len, H, D].
 
@@ -253,16 +301,20 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     splits = max(1, min(max_partitions, triton.cdiv(max_seq_len, min_partition)))
     part_o = torch.empty(T, H, splits, D, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(T, H, splits, dtype=torch.float32, device=q.device)
+    parts_pad = triton.next_power_of_2(max_partitions)
+    locks = _locks(B * progs_per_seq * KVH, q.device) if fused_reduce else part_lse
     _paged_decode_kernel[(B * progs_per_seq, KVH, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, scale * LOG2E,
         q_len, tpp, progs_per_seq, splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0),
+        block_tables.stride(0), out, out.stride(0), out.stride(1), locks,
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_N=block_n, BLOCK_SIZE=block_size, P_MIN=min_partition, MAX_PARTS=max_partitions,
-        num_warps=num_warps, num_stages=num_stages)
+        PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, num_warps=num_warps, num_stages=num_stages)
+    if fused_reduce:
+        return out
     _reduce_partitions_kernel[(T, H)](
         part_o, part_lse, seq_lens, out, q_len, splits, out.stride(0), out.stride(1), NUM_HEADS=H,
         HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), P_MIN=min_partition,
-        MAX_PARTS=max_partitions, PARTS_PAD=triton.next_power_of_2(max_partitions), num_warps=4)
+        MAX_PARTS=max_partitions, PARTS_PAD=parts_pad, num_warps=4)
     return out
