@@ -26,6 +26,7 @@ import triton.language as tl
 
 from turbospec.kernels.fp8_gemm import _wtile_dot, fast_cvt_enabled, launch
 from turbospec.kernels.moe_align import moe_align
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms
 
 SLOT_MODE_MAX_TOKENS = 1
@@ -37,7 +38,8 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
                      SLOT_MODE: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr,
-                     EVEN_K: tl.constexpr):
+                     EVEN_K: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     pid_n, pid_b = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_M)
     if SLOT_MODE:
@@ -119,7 +121,7 @@ def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_N=block[0] if fp8 else 1, GATED=gated,
         MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8, FAST_CVT=fast_cvt, EVEN_K=K % block_k == 0,
         num_warps=cfg.get("num_warps", 8 if block_m * block_n >= 64 * 64 else 4),    # 4 warps spill there
-        num_stages=cfg.get("num_stages", 3)), a.device)
+        num_stages=cfg.get("num_stages", 3), **pdl_launch(a.device)), a.device)
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
+
 from turbospec.layers.moe_routing import RoutingConfig
 
 
@@ -25,7 +27,8 @@ from turbospec.layers.moe_routing import RoutingConfig
 def _topk_kernel(logits_ptr, bias_ptr, w_ptr, id_ptr, stride_t, scale, eps,
                  E: tl.constexpr, E_POW2: tl.constexpr, TOP_K: tl.constexpr, K_POW2: tl.constexpr,
                  SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, N_GROUP: tl.constexpr,
-                 TOPK_GROUP: tl.constexpr, RENORM: tl.constexpr):
+                 TOPK_GROUP: tl.constexpr, RENORM: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     t = tl.program_id(0).to(tl.int64)
     e = tl.arange(0, E_POW2)
     ok = e < E
@@ -86,14 +89,15 @@ def fused_topk(router_logits: torch.Tensor, cfg: RoutingConfig, expert_bias: tor
             float(cfg.routed_scaling_factor), cfg.renorm_eps, E=E, E_POW2=E_POW2, TOP_K=k,
             K_POW2=triton.next_power_of_2(k), SIGMOID=cfg.scoring == "sigmoid",
             HAS_BIAS=expert_bias is not None, N_GROUP=cfg.n_group, TOPK_GROUP=cfg.topk_group,
-            RENORM=cfg.renormalize, num_warps=4 if E_POW2 >= 256 else 1)
+            RENORM=cfg.renormalize, num_warps=4 if E_POW2 >= 256 else 1, **pdl_launch(logits.device))
     return weights, ids
 
 
 @triton.jit
 def _moe_align_kernel(ids_ptr, sorted_ptr, blk_expert_ptr, blk_rows_ptr, cursor_ptr,
                       num_slots, max_blocks, E: tl.constexpr, E_POW2: tl.constexpr,
-                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, BCHUNK: tl.constexpr):
+                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, BCHUNK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     e = tl.arange(0, E_POW2)
     counts = tl.zeros((E_POW2,), dtype=tl.int32)
     for start in range(0, num_slots, CHUNK):                     # (1) tokens per expert
@@ -144,5 +148,5 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int
     E_POW2 = triton.next_power_of_2(num_experts)
     _moe_align_kernel[(1,)](ids, sorted_ids, blk_expert, blk_rows, cursor, S, nb, E=num_experts,
                             E_POW2=E_POW2, BLOCK_M=block_m, CHUNK=256, BCHUNK=max(16, 4096 // E_POW2),
-                            num_warps=8)
+                            num_warps=8, **pdl_launch(dev))
     return sorted_ids, blk_expert, blk_rows

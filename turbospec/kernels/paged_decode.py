@@ -53,6 +53,8 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
+
 LOG2E = 1.4426950408889634
 P_MIN = 64          # smallest partition, tokens: one 64-token tile (at ctx 512, 9 partitions x 8 kv heads)
 MAX_PARTS = 32      # most partitions per row: bounds the partials and the merge at long context
@@ -132,13 +134,14 @@ def _paged_decode_kernel(
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
-        PARTS_PAD: tl.constexpr, FUSED_REDUCE: tl.constexpr):
+        PARTS_PAD: tl.constexpr, FUSED_REDUCE: tl.constexpr, PDL: tl.constexpr):
     """Grid (num_seqs * progs_per_seq, num_kv_heads, num_splits): the partials of partition
     `program_id(2)` for `tok_per_prog` tokens of one sequence (its tokens 0..q_len-1 are packed at
     seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len = seq_len - q_len).
     FUSED_REDUCE: the last of a (sequence block, kv head)'s split programs to finish merges its
     rows' partials (`_merge_row`, the same arithmetic as `_reduce_partitions_kernel`), as
     split_k.store_split_k does: one launch instead of two; the counter is re-armed after."""
+    pdl_wait(PDL)
     STEP: tl.constexpr = P_MIN * MAX_PARTS
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -234,8 +237,9 @@ def _merge_row(part_o, part_lse, base, L, out_row, part_stride, HEAD_DIM: tl.con
 def _reduce_partitions_kernel(part_o, part_lse, seq_lens, out_ptr, q_len, part_stride, stride_ot,
                               stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                               BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
-                              PARTS_PAD: tl.constexpr):
+                              PARTS_PAD: tl.constexpr, PDL: tl.constexpr):
     """Grid (num_tokens, num_heads): one row's partials merged (`_merge_row`)."""
+    pdl_wait(PDL)
     tok = tl.program_id(0)
     head = tl.program_id(1)
     L = tl.maximum(tl.load(seq_lens + tok // q_len) - q_len + tok % q_len + 1, 0)
@@ -310,11 +314,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         block_tables.stride(0), out, out.stride(0), out.stride(1), locks,
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_N=block_n, BLOCK_SIZE=block_size, P_MIN=min_partition, MAX_PARTS=max_partitions,
-        PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, num_warps=num_warps, num_stages=num_stages)
+        PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, num_warps=num_warps, num_stages=num_stages,
+        **pdl_launch(q.device))
     if fused_reduce:
         return out
     _reduce_partitions_kernel[(T, H)](
         part_o, part_lse, seq_lens, out, q_len, splits, out.stride(0), out.stride(1), NUM_HEADS=H,
         HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), P_MIN=min_partition,
-        MAX_PARTS=max_partitions, PARTS_PAD=parts_pad, num_warps=4)
+        MAX_PARTS=max_partitions, PARTS_PAD=parts_pad, num_warps=4, **pdl_launch(q.device))
     return out

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.paged_decode import LOG2E, _attend_tile, _kv_rows, num_sms
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 
 MAX_SPLITS = 32
 
@@ -45,8 +46,9 @@ def _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, tok, heads, split, r
 @triton.jit
 def _reduce_splits_kernel(part_o, part_lse, out_ptr, stride_ot, stride_oh,
                           NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                          NUM_SPLITS: tl.constexpr):
+                          NUM_SPLITS: tl.constexpr, PDL: tl.constexpr):
     """Grid (num_tokens, num_heads): out = sum_s w_s o_s / sum_s w_s, w_s = 2^(lse_s - max lse)."""
+    pdl_wait(PDL)
     tok = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     base = (tok * NUM_HEADS + head) * NUM_SPLITS
@@ -78,7 +80,7 @@ def reduce_splits(part_o, part_lse, out, num_splits: int) -> None:
     T, H, D = out.shape
     _reduce_splits_kernel[(T, H)](part_o, part_lse, out, out.stride(0), out.stride(1), NUM_HEADS=H,
                                   HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
-                                  NUM_SPLITS=num_splits, num_warps=4)
+                                  NUM_SPLITS=num_splits, num_warps=4, **pdl_launch(out.device))
 
 
 @triton.jit
@@ -89,7 +91,9 @@ def _paged_prefill_kernel(
         stride_tm_b, stride_tm_q,
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, IS_TREE: tl.constexpr):
+        BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, IS_TREE: tl.constexpr,
+        PDL: tl.constexpr):
+    pdl_wait(PDL)
     TOK_BLOCK: tl.constexpr = BLOCK_M // GROUP_PAD
     qblk = tl.program_id(0)
     seq = tl.program_id(1)
@@ -209,7 +213,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         stride_tm_b, stride_tm_q,
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_SIZE=block_size, NUM_SPLITS=num_splits,
-        IS_TREE=tree_mask is not None, num_warps=num_warps, num_stages=num_stages)
+        IS_TREE=tree_mask is not None, num_warps=num_warps, num_stages=num_stages,
+        **pdl_launch(q.device))
     if num_splits > 1:
         reduce_splits(part_o, part_lse, out, num_splits)
     return out

@@ -10,11 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
+
 
 @triton.jit
 def _rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, eps,
                     stride_x, stride_r, stride_o, stride_ro,
-                    N: tl.constexpr, BLOCK: tl.constexpr, HAS_RES: tl.constexpr):
+                    N: tl.constexpr, BLOCK: tl.constexpr, HAS_RES: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     ok = offs < N
@@ -46,7 +49,8 @@ def _launch(x, residual, weight, eps):
     if x2.shape[0] > 0:
         _rmsnorm_kernel[(x2.shape[0],)](
             x2, res2, weight, out, res_out, eps, x2.stride(0), res2.stride(0), out.stride(0),
-            res_out.stride(0), N=N, BLOCK=BLOCK, HAS_RES=residual is not None, num_warps=num_warps)
+            res_out.stride(0), N=N, BLOCK=BLOCK, HAS_RES=residual is not None, num_warps=num_warps,
+            **pdl_launch(x.device))
     return out.view(x.shape), res_out.view(x.shape)
 
 
