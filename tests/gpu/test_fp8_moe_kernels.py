@@ -158,3 +158,52 @@ def test_fused_moe_layer_has_no_host_sync_and_captures(experts):
         g.replay()
         ref = fused_experts(x, q13, q2, *fused_topk(logits, cfg), **kw)
         assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("N,Kd", [(4096, 12288), (384, 1024), (200, 300)],
+                         ids=["qwen3-8b-down", "codelm-12m-down", "ragged-K"])
+@pytest.mark.parametrize("swap", [False, True], ids=["picked", "swapped"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_fp8_silu_mul_fused_is_bitwise_the_unfused_path(N, Kd, swap, fast):
+    """SiLU-and-mul in the FP8 GEMM's x-tile load (`pick_config`'s config, TUNED for qwen3-8b down
+    on an H200, and it with swapped operands; EVEN_K and ragged K): for M up to 16, bitwise the
+    SiLU-and-mul kernel followed by the same GEMM, and the rows of the unfused 64-row call."""
+    from turbospec.kernels.activation import silu_and_mul
+    from turbospec.kernels.fp8_gemm import fast_cvt_enabled, fp8_gemm, pick_config
+    from turbospec.kernels.split_k import num_sms
+    from turbospec.layers.quant.fp8 import quantize_fp8
+    if fast and not fast_cvt_enabled(torch.device("cuda")):
+        pytest.skip("fast fp8 conversion unavailable here")
+    cfg = dict(pick_config(1, N, Kd, BLOCK[1], num_sms(torch.device("cuda"))), SWAP_AB=True) if swap else None
+    w, s = quantize_fp8(torch.randn(N, Kd, device="cuda") * 0.02, BLOCK)
+    gate_up = (3 * torch.randn(64, 2 * Kd, device="cuda")).to(torch.bfloat16)             # [64, 2K]
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    full = fp8_gemm(silu_and_mul(gate_up), w, s, bias, BLOCK, config=cfg, fast_cvt=fast)    # [64, N]
+    for M in (1, 2, 3, 5, 8, 15, 16):
+        x = gate_up[:M].contiguous()
+        _poison(M * N)
+        fused = fp8_gemm(x, w, s, bias, BLOCK, config=cfg, fast_cvt=fast, silu_mul=True)
+        assert not fused.isnan().any(), M
+        unfused = fp8_gemm(silu_and_mul(x), w, s, bias, BLOCK, config=cfg, fast_cvt=fast)
+        assert torch.equal(fused, unfused), f"M={M}: fused != unfused"
+        assert torch.equal(fused, full[:M]), f"M={M}: fused rows differ from the unfused 64-row call"
+
+
+def test_fp8_layer_silu_mul_dispatch():
+    """An FP8 RowLinear with act="silu_mul": fused up to SILU_MUL_FUSE_MAX_M rows, SiluAndMul +
+    the FP8 GEMM (Triton, then dequantize + cuBLAS past FP8_TRITON_MAX_M) above; always bitwise
+    `layer(SiluAndMul()(gate_up))`."""
+    from turbospec.layers.activation import SiluAndMul
+    from turbospec.layers.linear import RowLinear
+    from turbospec.layers.quant.fp8 import make_linear_fp8, quantize_fp8
+    N, Kd = 384, 1024
+    layer = RowLinear(Kd, N, bias=True).to("cuda", torch.bfloat16)
+    w, s = quantize_fp8(torch.randn(N, Kd, device="cuda") * 0.02, BLOCK)
+    make_linear_fp8(layer, BLOCK)
+    layer.weight.data.copy_(w)
+    layer.weight_scale_inv.data.copy_(s)
+    layer.bias.data.copy_(torch.randn(N, device="cuda"))
+    gate_up = (3 * torch.randn(300, 2 * Kd, device="cuda")).to(torch.bfloat16)
+    for M in (1, 3, 16, 17, 64, 300):
+        x = gate_up[:M]
+        assert torch.equal(layer(x, act="silu_mul"), layer(SiluAndMul()(x))), M

@@ -128,3 +128,59 @@ def test_fp8_gemm_rows_do_not_depend_on_m(N, Kd, fast):
     full = fp8_gemm(x, w, s, b, FP8_BLOCK, fast_cvt=fast)                           # [64, N]
     for M in (1, 2, 3, 8, 16, 17, 33, 63):
         assert torch.equal(fp8_gemm(x[:M].contiguous(), w, s, b, FP8_BLOCK, fast_cvt=fast), full[:M]), M
+
+
+DOWN = [pytest.param(N, K, id=f"{model}-{lin}") for model, lin, N, K, _ in model_shapes() if lin == "down"]
+
+
+@pytest.mark.parametrize("N,K", DOWN)
+@pytest.mark.parametrize("swap", [None, False, True], ids=["tuned", "plain", "swapped"])
+def test_silu_mul_fused_is_bitwise_the_unfused_path(N, K, swap):
+    """SiLU-and-mul in down_proj's x-tile load, with the config of the real (N, K) (TUNED on an
+    H200) and with it forced to plain / swapped operands: for every M up to 16, bitwise the
+    SiLU-and-mul kernel followed by the same GEMM, and the same rows as the unfused 64-row call
+    (rows do not depend on M, across the fusion threshold too)."""
+    from turbospec.kernels.activation import silu_and_mul
+    from turbospec.kernels.skinny_gemm import get_config, skinny_gemm
+    from turbospec.kernels.split_k import num_sms
+    from turbospec.layers.activation import silu_and_mul as reference
+    cfg = None if swap is None else dict(get_config(N, K, num_sms(torch.device("cuda"))), SWAP_AB=swap)
+    g = torch.Generator(device="cuda").manual_seed(11)
+    gate_up = (3 * torch.randn(64, 2 * K, device="cuda", generator=g)).to(torch.bfloat16)   # [64, 2K]
+    w = (torch.randn(N, K, device="cuda", generator=g) * 0.02).to(torch.bfloat16)           # [N, K]
+    b = torch.randn(N, device="cuda", generator=g).to(torch.bfloat16)
+    full = skinny_gemm(silu_and_mul(gate_up), w, b, config=cfg)                             # [64, N]
+    assert _rel(full, reference(gate_up.float()) @ w.float().T + b.float()) < 1e-2
+    for M in range(1, 17):
+        x = gate_up[:M].contiguous()
+        _poison(M * N)
+        fused = skinny_gemm(x, w, b, config=cfg, silu_mul=True)
+        assert not fused.isnan().any(), M
+        assert torch.equal(fused, skinny_gemm(silu_and_mul(x), w, b, config=cfg)), f"M={M}: fused != unfused"
+        assert torch.equal(fused, full[:M]), f"M={M}: fused rows differ from the unfused 64-row call"
+
+
+def test_silu_mul_layer_dispatch():
+    """RowLinear(gate_up, act="silu_mul") on CUDA: one launch up to SILU_MUL_FUSE_MAX_M rows, the
+    SiLU-and-mul kernel + the GEMM above it and with TURBOSPEC_GEMM=cublas; always bitwise
+    `layer(SiluAndMul()(gate_up))`."""
+    import turbospec.layers.linear as lin
+    from turbospec.kernels.microbench_layers import count_kernels
+    from turbospec.layers.activation import SiluAndMul
+    N, K = 384, 1024                                                    # codelm-12m down_proj
+    layer = lin.RowLinear(K, N).to("cuda", torch.bfloat16)
+    layer.weight.data = (torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16)
+    gate_up = (3 * torch.randn(100, 2 * K, device="cuda")).to(torch.bfloat16)
+    for M in (1, 3, 16, 17, 64, 100):
+        x = gate_up[:M].view(1, M, 2 * K)
+        assert torch.equal(layer(x, act="silu_mul"), layer(SiluAndMul()(x))), M
+    for M, launches in ((1, 1), (lin.SILU_MUL_FUSE_MAX_M, 1), (lin.SILU_MUL_FUSE_MAX_M + 1, 2)):
+        n = count_kernels(lambda: layer(gate_up[:M], act="silu_mul"))
+        if n is not None:
+            assert n == launches, (M, n)
+    lin._SKINNY = False                                                 # TURBOSPEC_GEMM=cublas
+    try:
+        x = gate_up[:4]
+        assert torch.equal(layer(x, act="silu_mul"), torch.nn.functional.linear(SiluAndMul()(x), layer.weight))
+    finally:
+        lin._SKINNY = True

@@ -4,7 +4,9 @@ One read of x and one write of the output instead of PyTorch's three kernels (si
 chunk's strided reads). Grid: (rows, column blocks of BLOCK).
 
 Numerics follow `turbospec.layers.activation.silu_and_mul`: silu in float32 rounded to the input
-dtype (F.silu's output), then the product in float32 rounded once.
+dtype (F.silu's output), then the product in float32 rounded once. `silu_mul` is that arithmetic,
+shared with the GEMMs that compute it while loading their input (`load_silu_mul_tile`: down_proj
+on decode sizes), so both paths round alike bit for bit.
 """
 from __future__ import annotations
 
@@ -14,15 +16,51 @@ import triton.language as tl
 
 
 @triton.jit
+def silu_mul(gate, up):
+    """gate, up (activation dtype) -> silu(gate) * up in gate's dtype, rounded as F.silu(gate) * up."""
+    g = gate.to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)       # F.silu, rounded like torch
+    return (act * up.to(tl.float32)).to(gate.dtype)
+
+
+@triton.jit
+def load_silu_mul_tile(x_ptr, stride_xm, M, K, kb, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                       ACT_ROWS: tl.constexpr, EVEN_K: tl.constexpr):
+    """The input tile [BM, BK] at K block kb of a GEMM program of grid (M tiles, ...) whose input is
+    silu(gate) * up of x = gate_up [M, 2K] (gate at column k, up at k + K). silu runs on the first
+    ACT_ROWS rows of the tile only (a power of two >= the rows the launch has in this tile, chosen
+    by the host) and the tile repeats them: rows >= M are never stored, and an MMA does not mix
+    rows, so the rows that count hold exactly the unfused GEMM's values while the special-function
+    work scales with the real rows, not BLOCK_M (at M = 1 a 64-row tile would recompute 64x)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, ACT_ROWS)
+    offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+    ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
+    mask = (offs_m < M)[:, None]
+    if not EVEN_K:
+        mask = mask & (offs_k < K)[None, :]
+    act = silu_mul(tl.load(ptrs, mask=mask, other=0.0), tl.load(ptrs + K, mask=mask, other=0.0))  # [AR, BK]
+    if ACT_ROWS == 1:
+        act = tl.broadcast_to(act, (BLOCK_M, BLOCK_K))
+    elif ACT_ROWS < BLOCK_M:
+        act = tl.reshape(tl.broadcast_to(act[None, :, :], (BLOCK_M // ACT_ROWS, ACT_ROWS, BLOCK_K)),
+                         (BLOCK_M, BLOCK_K))                                        # row r = act[r % AR]
+    return act                                                                     # [BM, BK]
+
+
+def act_rows(M: int, block_m: int) -> int:
+    """ACT_ROWS for `load_silu_mul_tile`: the rows of an M tile that hold data, rounded up to a power
+    of two (every M tile but the last is full)."""
+    return min(block_m, triton.next_power_of_2(max(M, 1)))
+
+
+@triton.jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, I, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < I
     gate = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
-    up = tl.load(x_ptr + row * stride_x + I + offs, mask=ok, other=0.0).to(tl.float32)
-    g = gate.to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)       # F.silu, rounded like torch
-    tl.store(out_ptr + row * stride_o + offs, (act * up).to(out_ptr.dtype.element_ty), mask=ok)
+    up = tl.load(x_ptr + row * stride_x + I + offs, mask=ok, other=0.0)
+    tl.store(out_ptr + row * stride_o + offs, silu_mul(gate, up), mask=ok)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

@@ -29,8 +29,9 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
-from turbospec.layers.linear import INVARIANT_MAX_M
+from turbospec.layers.linear import INVARIANT_MAX_M, InputAct
 
 FP8_TRITON_MAX_M = 256
 _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56 (exact in fp32)
@@ -100,13 +101,15 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      M, N, K, stride_xm, stride_om, stride_sn, kb_per_split,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False):
+                     FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False,
+                     ACT_SILU_MUL: tl.constexpr = False, ACT_ROWS: tl.constexpr = 1):
     """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) accumulates x[m tile, K slice s] @
     dequant(w[n tile, K slice s]).T in fp32, one 128-wide scale block per step (SWAP_AB: the
     transpose, as in skinny_gemm). On an H200 neither SWAP_AB nor prefetching the next block's
     loads into registers by hand was faster (`fp8_sweep`, 2026-11-29). Our reading: the per-byte
     dequantization work, not load latency, holds it at 30-76% of copy bandwidth at M = 1 (with
-    BLOCK_M 16, M = 64 converts every weight tile four times and takes three times as long)."""
+    BLOCK_M 16, M = 64 converts every weight tile four times and takes three times as long).
+    ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (as in skinny_gemm)."""
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
@@ -117,6 +120,8 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(kb0, kb1):
         x, w, s = _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
+        if ACT_SILU_MUL:                # replaces x (its unused load is dead code, removed)
+            x = load_silu_mul_tile(x_ptr, stride_xm, M, K, kb, BLOCK_M, BLOCK_K, ACT_ROWS, EVEN_K)
         if SWAP_AB:
             acc += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]                 # [BN, BM]
         else:
@@ -219,10 +224,14 @@ def pick_config(M: int, N: int, K: int, block_k: int, num_sms: int) -> dict:
 
 
 def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: torch.Tensor | None,
-             block: tuple[int, int], config: dict | None = None, fast_cvt: bool | None = None) -> torch.Tensor:
-    """x [M, K] (rows contiguous), w fp8 [N, K], scale_inv fp32 [ceil(N/bn), ceil(K/bk)] -> [M, N]."""
-    M, K = x.shape
+             block: tuple[int, int], config: dict | None = None, fast_cvt: bool | None = None,
+             silu_mul: bool = False) -> torch.Tensor:
+    """x [M, K] (rows contiguous), w fp8 [N, K], scale_inv fp32 [ceil(N/bn), ceil(K/bk)] -> [M, N].
+    silu_mul: x is gate_up [M, 2K] and the input is silu(gate) * up, computed in the x-tile load."""
+    M, K = x.shape[0], w.shape[1]
     N = w.shape[0]
+    if x.shape[1] != (2 * K if silu_mul else K):
+        raise ValueError(f"fp8_gemm: x {tuple(x.shape)} does not fit w {tuple(w.shape)} (silu_mul={silu_mul})")
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M == 0:
         return out
@@ -236,7 +245,9 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
             M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), cfg.pop("kb_per_split"))
     launch(_fp8_gemm_kernel, grid, args, dict(BLOCK_K=block[1], GROUP_N=block[0], SPLIT_K=split,
                                               HAS_BIAS=bias is not None, FAST_CVT=fast_cvt,
-                                              EVEN_K=K % block[1] == 0, **cfg), x.device)
+                                              EVEN_K=K % block[1] == 0, **cfg,
+                                              **(dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"]))
+                                                 if silu_mul else {})), x.device)
     return out
 
 
@@ -252,14 +263,14 @@ def dequantize(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int],
 
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: torch.Tensor | None,
-               block: tuple[int, int]) -> torch.Tensor:
-    """x [*, K] -> [*, N]: the FP8 `quant_method.apply` on CUDA."""
-    K = x.shape[-1]
-    x2 = x.reshape(-1, K)
+               block: tuple[int, int], act: InputAct = None) -> torch.Tensor:
+    """x [*, K] -> [*, N]: the FP8 `quant_method.apply` on CUDA. act="silu_mul": x = gate_up
+    [*, 2K], fused into fp8_gemm (the caller passes it only for rows it fuses)."""
+    x2 = x.reshape(-1, x.shape[-1])                                     # [M, K] | [M, 2K]
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    if x2.shape[0] > FP8_TRITON_MAX_M:
+    if x2.shape[0] > FP8_TRITON_MAX_M and act is None:
         out = torch.nn.functional.linear(x2, dequantize(w, scale_inv, block, x.dtype), bias)
     else:
-        out = fp8_gemm(x2, w, scale_inv, bias, block)
+        out = fp8_gemm(x2, w, scale_inv, bias, block, silu_mul=act == "silu_mul")
     return out.view(*x.shape[:-1], w.shape[0])

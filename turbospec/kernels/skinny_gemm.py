@@ -25,10 +25,13 @@ w @ x.T: the 64-wide weight tile is the MMA's M side, so a 32-row x tile costs 3
 work), and `TUNED` holds what it found: on the H200, swapped 32-row tiles won for qwen3-8b
 gate_up and every codelm-12m linear, 64-row tiles for the rest.
 
-Not fused here: SiLU-and-mul into down_proj's x tile. Every N-tile program would recompute silu
-for all BLOCK_M rows of its K range (64 N tiles x 64 rows x 12288 exp + divide for qwen3-8b's
-down_proj: ~100M special-function ops, by estimate about as long as the weight stream itself) to
-save one launch.
+`ACT_SILU_MUL` fuses SiLU-and-mul into down_proj's x tile (x = gate_up [M, 2K], K = the
+intermediate size; `activation.load_silu_mul_tile`): one launch fewer per MLP, bitwise the same
+output as `silu_and_mul` then this GEMM (same arithmetic, same config: it keys on the real K).
+Every N-tile program recomputes silu for its K range, so the host fuses only up to
+`linear.SILU_MUL_FUSE_MAX_M` rows, and silu runs on the tile's real rows only (ACT_ROWS, not
+BLOCK_M: 64 N tiles x 64 rows x 12288 exp + divide for qwen3-8b's down_proj would take about as
+long as the weight stream itself).
 """
 from __future__ import annotations
 
@@ -39,8 +42,9 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
-from turbospec.layers.linear import INVARIANT_MAX_M
+from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -48,11 +52,13 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                         M, N, K, stride_xm, stride_wn, stride_om, kb_per_split,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                        SWAP_AB: tl.constexpr = False):
+                        SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
+                        ACT_ROWS: tl.constexpr = 1):
     """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
     Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32.
     SWAP_AB computes the transpose, w @ x.T [BN, BM]: the weight tile is the MMA's M side (Hopper
-    wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16 rows of MMA work."""
+    wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16 rows of MMA work.
+    ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (`load_silu_mul_tile`)."""
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
@@ -65,7 +71,10 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
         if not EVEN_K:
             k_ok = (kb * BLOCK_K + offs_k < K)[None, :]
             x_mask, w_mask = x_mask & k_ok, w_mask & k_ok
-        x = tl.load(x_ptrs, mask=x_mask, other=0.0)                            # [BM, BK]
+        if ACT_SILU_MUL:
+            x = load_silu_mul_tile(x_ptr, stride_xm, M, K, kb, BLOCK_M, BLOCK_K, ACT_ROWS, EVEN_K)
+        else:
+            x = tl.load(x_ptrs, mask=x_mask, other=0.0)                        # [BM, BK]
         w = tl.load(w_ptrs, mask=w_mask, other=0.0)                            # [BN, BK]
         if SWAP_AB:
             acc_t += tl.dot(w, tl.trans(x))                                     # [BN, BM]
@@ -144,14 +153,16 @@ def get_config(N: int, K: int, sms: int) -> dict:
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-                config: dict | None = None) -> torch.Tensor:
+                config: dict | None = None, silu_mul: bool = False) -> torch.Tensor:
     """x [M, K], w [N, K] (both with contiguous rows, same dtype), bias [N] | None -> [M, N] in
-    x's dtype. `config` overrides the (N, K) config (sweep, tests); its SPLIT_K is an upper bound."""
-    M, K = x.shape
+    x's dtype. `config` overrides the (N, K) config (sweep, tests); its SPLIT_K is an upper bound.
+    silu_mul: x is gate_up [M, 2K] = cat(gate, up) and the GEMM's input is silu(gate) * up [M, K],
+    computed in the x-tile load: bitwise `silu_and_mul(x)` then this GEMM."""
+    M, K = x.shape[0], w.shape[1]
     N = w.shape[0]
-    if w.shape[1] != K or x.stride(1) != 1 or w.stride(1) != 1 or x.dtype != w.dtype:
+    if x.shape[1] != (2 * K if silu_mul else K) or x.stride(1) != 1 or w.stride(1) != 1 or x.dtype != w.dtype:
         raise ValueError(f"skinny_gemm: x {tuple(x.shape)} {x.dtype} stride {x.stride()} does not fit "
-                         f"w {tuple(w.shape)} {w.dtype} stride {w.stride()}")
+                         f"w {tuple(w.shape)} {w.dtype} stride {w.stride()} (silu_mul={silu_mul})")
     if x.is_cuda and x.dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"skinny_gemm runs bf16/fp16 on CUDA (tl.dot would round {x.dtype} to tf32)")
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)                     # [M, N]
@@ -161,20 +172,24 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
     split, per = split_k_for(triton.cdiv(K, cfg["BLOCK_K"]), cfg.pop("SPLIT_K"))
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
     ws, locks = split_buffers(M, N, grid, x.device)
+    act = dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"])) if silu_mul else {}
     _skinny_gemm_kernel[grid](x, w, bias if bias is not None else w, out, ws, locks,
                               M, N, K, x.stride(0), w.stride(0), out.stride(0), per,
                               SPLIT_K=split, HAS_BIAS=bias is not None, EVEN_K=K % cfg["BLOCK_K"] == 0,
-                              **cfg)
+                              **act, **cfg)
     return out
 
 
-def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  act: InputAct = None) -> torch.Tensor:
     """x [*, K] -> [*, N], `F.linear`'s contract: the kernel when x has at most INVARIANT_MAX_M
     rows, rows contiguous, the weight in x's dtype with contiguous rows and nothing needs a
-    gradient; `F.linear` otherwise."""
-    K = x.shape[-1]
-    x2 = x.reshape(-1, K)                                                      # [M, K]
-    if (x2.shape[0] > INVARIANT_MAX_M or K == 0 or x2.stride(-1) != 1 or weight.stride(-1) != 1
+    gradient; `F.linear` otherwise. act="silu_mul": x is gate_up [*, 2K], fused into the kernel
+    (the caller, `linear`, passes it only for rows it fuses)."""
+    x2 = x.reshape(-1, x.shape[-1])                                            # [M, K] | [M, 2K]
+    if (x2.shape[0] > INVARIANT_MAX_M or weight.shape[-1] == 0 or x2.stride(-1) != 1 or weight.stride(-1) != 1
             or weight.dtype != x.dtype or x.requires_grad or weight.requires_grad):
+        if act is not None:
+            return skinny_linear(apply_input_act(x, act), weight, bias)
         return F.linear(x, weight, bias)
-    return skinny_gemm(x2, weight, bias).view(*x.shape[:-1], weight.shape[0])
+    return skinny_gemm(x2, weight, bias, silu_mul=act == "silu_mul").view(*x.shape[:-1], weight.shape[0])

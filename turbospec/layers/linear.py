@@ -9,8 +9,11 @@ added here without touching model files:
 - `MergedColumnLinear` several column outputs stored as one weight (gate_up_proj); shard id = index
 - `QKVLinear`          q, k and v stored as one weight (qkv_proj); shard id = "q" | "k" | "v"
 
-Every matmul goes through `quant_method.apply`, so that a quantized weight (FP8, in
-`layers/quant/`) only swaps the method; `UnquantizedLinearMethod` calls `linear`.
+Every matmul goes through `quant_method.apply(layer, x, act=None)`, so that a quantized weight
+(FP8, in `layers/quant/`) only swaps the method; `UnquantizedLinearMethod` calls `linear`.
+`act="silu_mul"` makes the input x = gate_up [*, 2K] and the matmul's input silu(gate) * up
+(`SiluAndMul`): on decode sizes the GEMM kernel computes it while loading x, one launch fewer,
+bitwise the same result (see SILU_MUL_FUSE_MAX_M); elsewhere `apply_input_act` runs first.
 A parameter's `weight_loader(param, loaded_weight, shard_id)` copies one checkpoint tensor into
 its slice; `shard_ids` lists the pieces that must all arrive (see `model_loader`).
 """
@@ -18,10 +21,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from turbospec.layers.activation import SiluAndMul
 
 
 class WeightShapeError(ValueError):
@@ -50,16 +56,49 @@ INVARIANT_MAX_M = 64          # rows up to which CUDA matmuls round each row ali
 _SKINNY = os.environ.get("TURBOSPEC_GEMM", "skinny") != "cublas"
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+# Up to this many rows a GEMM whose input is silu(gate) * up computes it in its x-tile load
+# instead of a SiLU-and-mul launch before it. Each of the GEMM's N-tile programs recomputes silu
+# for its x tile's real rows (rounded up to a power of two): special-function work ~ rows x K x N
+# tiles, beside a weight stream that does not grow with rows. At 16 rows a program's exp + divide
+# per K block is, by estimate, under half the time its weight tile takes to stream (qwen3-8b
+# down_proj on an H200), so it hides; at 64 it would not, and the one launch saved matters less
+# there. 16 is also the FP8 GEMM's BLOCK_M: up to it every config has one M tile.
+SILU_MUL_FUSE_MAX_M = 16
+
+InputAct = Literal["silu_mul"] | None       # an activation a linear applies to its input first
+_SILU_AND_MUL = SiluAndMul()
+
+
+def apply_input_act(x: torch.Tensor, act: InputAct) -> torch.Tensor:
+    """The unfused input activation: x [*, 2K] -> silu(gate) * up [*, K] for "silu_mul"."""
+    if act is None:
+        return x
+    if act != "silu_mul":
+        raise ValueError(f"input activation {act!r}: supported are None and 'silu_mul'")
+    return _SILU_AND_MUL(x)
+
+
+def fuses_input_act(x: torch.Tensor, act: InputAct) -> bool:
+    """Whether a CUDA GEMM kernel computes `act` itself: "silu_mul" on at most SILU_MUL_FUSE_MAX_M
+    rows (each quant method adds what its kernel needs)."""
+    return (act == "silu_mul" and x.is_cuda and not x.requires_grad
+            and x.numel() <= SILU_MUL_FUSE_MAX_M * x.shape[-1])
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           act: InputAct = None) -> torch.Tensor:
     """The dense matmul (`x @ weight.T + bias`); used by every unquantized layer, the LM head and
     the reference MoE experts. On CUDA, bf16/fp16 inputs of at most INVARIANT_MAX_M rows (decode,
     verify) go to the batch-invariant `kernels.skinny_gemm`: a row's result does not depend on how
     many rows share the call, so verify rounds like decode. Everything else, and every call with
-    `TURBOSPEC_GEMM=cublas`, is `F.linear`."""
-    if (x.is_cuda and _SKINNY and x.dtype in (torch.bfloat16, torch.float16)
-            and x.numel() <= INVARIANT_MAX_M * x.shape[-1]):
+    `TURBOSPEC_GEMM=cublas`, is `F.linear`. `act`: `apply_input_act(x, act)` first, fused into the
+    skinny kernel up to SILU_MUL_FUSE_MAX_M rows."""
+    skinny = x.is_cuda and _SKINNY and x.dtype in (torch.bfloat16, torch.float16)
+    if act is not None and not (skinny and fuses_input_act(x, act)):
+        x, act = apply_input_act(x, act), None
+    if skinny and x.numel() <= INVARIANT_MAX_M * x.shape[-1]:
         from turbospec.kernels.skinny_gemm import skinny_linear      # CUDA only: imports Triton
-        return skinny_linear(x, weight, bias)
+        return skinny_linear(x, weight, bias, act)
     return F.linear(x, weight, bias)
 
 
@@ -67,8 +106,8 @@ class UnquantizedLinearMethod:
     """How a layer with a plain float weight computes its output."""
 
     @staticmethod
-    def apply(layer: "LinearBase", x: torch.Tensor) -> torch.Tensor:
-        return linear(x, layer.weight, layer.bias)
+    def apply(layer: "LinearBase", x: torch.Tensor, act: InputAct = None) -> torch.Tensor:
+        return linear(x, layer.weight, layer.bias, act)
 
 
 class LinearBase(nn.Module):
@@ -90,8 +129,10 @@ class LinearBase(nn.Module):
         param.weight_loader = default_weight_loader
         param.shard_ids = (None,)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.quant_method.apply(self, x)           # [*, output_size]
+    def forward(self, x: torch.Tensor, act: InputAct = None) -> torch.Tensor:
+        """x [*, input_size] -> [*, output_size]; act="silu_mul": x = gate_up [*, 2 * input_size]
+        and the layer computes self(silu(gate) * up), fused into its GEMM where that applies."""
+        return self.quant_method.apply(self, x, act)
 
     def extra_repr(self) -> str:
         return f"in={self.input_size}, out={self.output_size}, bias={self.bias is not None}"

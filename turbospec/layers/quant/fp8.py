@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from turbospec.layers.linear import (ColumnLinear, LinearBase, RowLinear, _ShardedOutputLinear,
-                                     copy_checked, linear)
+from turbospec.layers.linear import (ColumnLinear, InputAct, LinearBase, RowLinear, _ShardedOutputLinear,
+                                     apply_input_act, copy_checked, fuses_input_act, linear)
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0                           # largest finite float8_e4m3fn
@@ -112,10 +112,12 @@ class Fp8LinearMethod:
     def __init__(self, block: tuple[int, int]):
         self.block = block
 
-    def apply(self, layer: LinearBase, x: torch.Tensor) -> torch.Tensor:
+    def apply(self, layer: LinearBase, x: torch.Tensor, act: InputAct = None) -> torch.Tensor:
+        if act is not None and not fuses_input_act(x, act):        # fused: into fp8_gemm's x tile
+            x, act = apply_input_act(x, act), None
         if x.is_cuda:
             from turbospec.kernels.fp8_gemm import fp8_linear      # CUDA-only, lazily
-            return fp8_linear(x, layer.weight, layer.weight_scale_inv, layer.bias, self.block)
+            return fp8_linear(x, layer.weight, layer.weight_scale_inv, layer.bias, self.block, act)
         w = dequantize_fp8(layer.weight, layer.weight_scale_inv, self.block, x.dtype)
         return linear(x, w, layer.bias)
 
