@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 
 @triton.jit
 def silu_mul(gate, up):
@@ -54,7 +55,8 @@ def act_rows(M: int, block_m: int) -> int:
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, I, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, I, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < I
@@ -75,5 +77,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if x2.shape[0] > 0 and I > 0:
         BLOCK = min(1024, triton.next_power_of_2(I))
         _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(I, BLOCK))](
-            x2, out, x2.stride(0), out.stride(0), I, BLOCK=BLOCK, num_warps=4 if BLOCK >= 512 else 2)
+            x2, out, x2.stride(0), out.stride(0), I, BLOCK=BLOCK, num_warps=4 if BLOCK >= 512 else 2,
+            **pdl_launch(x.device))
     return out.view(*x.shape[:-1], I)

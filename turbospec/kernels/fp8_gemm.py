@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct
 
@@ -102,7 +103,8 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
                      FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False,
-                     ACT_SILU_MUL: tl.constexpr = False, ACT_ROWS: tl.constexpr = 1):
+                     ACT_SILU_MUL: tl.constexpr = False, ACT_ROWS: tl.constexpr = 1,
+                     PDL: tl.constexpr = False):
     """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) accumulates x[m tile, K slice s] @
     dequant(w[n tile, K slice s]).T in fp32, one 128-wide scale block per step (SWAP_AB: the
     transpose, as in skinny_gemm). On an H200 neither SWAP_AB nor prefetching the next block's
@@ -110,6 +112,7 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     dequantization work, not load latency, holds it at 30-76% of copy bandwidth at M = 1 (with
     BLOCK_M 16, M = 64 converts every weight tile four times and takes three times as long).
     ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (as in skinny_gemm)."""
+    pdl_wait(PDL)
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
@@ -245,7 +248,7 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
             M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), cfg.pop("kb_per_split"))
     launch(_fp8_gemm_kernel, grid, args, dict(BLOCK_K=block[1], GROUP_N=block[0], SPLIT_K=split,
                                               HAS_BIAS=bias is not None, FAST_CVT=fast_cvt,
-                                              EVEN_K=K % block[1] == 0, **cfg,
+                                              EVEN_K=K % block[1] == 0, **cfg, **pdl_launch(x.device),
                                               **(dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"]))
                                                  if silu_mul else {})), x.device)
     return out

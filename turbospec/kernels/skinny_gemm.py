@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 
@@ -53,12 +54,13 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                         SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
-                        ACT_ROWS: tl.constexpr = 1):
+                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
     Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32.
     SWAP_AB computes the transpose, w @ x.T [BN, BM]: the weight tile is the MMA's M side (Hopper
     wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16 rows of MMA work.
     ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (`load_silu_mul_tile`)."""
+    pdl_wait(PDL)
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
@@ -176,7 +178,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
     _skinny_gemm_kernel[grid](x, w, bias if bias is not None else w, out, ws, locks,
                               M, N, K, x.stride(0), w.stride(0), out.stride(0), per,
                               SPLIT_K=split, HAS_BIAS=bias is not None, EVEN_K=K % cfg["BLOCK_K"] == 0,
-                              **act, **cfg)
+                              **act, **cfg, **pdl_launch(x.device))
     return out
 
 
