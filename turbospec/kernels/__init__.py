@@ -3,6 +3,7 @@
 CPU-only machines never touch Triton.
 
 - `store_kv`      — scatter new K/V into the paged cache (slot -1 skipped)
+- `rope`          — q/k RMSNorm + RoPE; `qk_norm_rope_store_kv` also does `store_kv` in that launch
 - `paged_decode`  — batch-invariant decode and chain-verify attention (fixed KV partitions + reduce)
 - `paged_prefill` — multi-token attention (prefill, chunked prefill, tree verify, ragged batches)
 - `rmsnorm`       — RMSNorm and fused residual-add + RMSNorm

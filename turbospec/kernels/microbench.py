@@ -236,6 +236,38 @@ def bench_store_kv(tokens, ceiling, rows) -> None:
     _row(f"store_kv tokens={tokens}", t, 4 * k.numel() * 2, ceiling, err, rows)
 
 
+def bench_rope_store_kv(tokens, ceiling, rows) -> None:
+    """q/k norm + RoPE + KV store in one launch, and the two launches it replaces (same bits)."""
+    from turbospec.config import RopeConfig
+    from turbospec.kernels.rope import qk_norm_rope, qk_norm_rope_store_kv
+    from turbospec.kernels.store_kv import store_kv
+    from turbospec.layers.rotary import RotaryEmbedding
+    nbytes = 2 * tokens * (H + 2 * KVH) * D * 2            # q, k, v read; q out, k, v cached
+    case = make_attn_case([tokens], [0], copies=_copies(nbytes))
+    emb = RotaryEmbedding(D, 4096, RopeConfig(1e6)).cuda()
+    qkv = torch.randn(tokens, (H + 2 * KVH) * D, device="cuda", dtype=torch.bfloat16)
+    q, k, v = (x.view(tokens, -1, D) for x in qkv.split([H * D, KVH * D, KVH * D], dim=-1))
+    pos = torch.randint(0, 4096, (tokens,), device="cuda")
+    w = (1 + 0.1 * torch.randn(2, D, device="cuda")).to(torch.bfloat16)
+    rope = (emb.cos_cache, emb.sin_cache)
+
+    def fused(m, kc, vc):
+        return qk_norm_rope_store_kv(pos, q, k, v, *rope, kc, vc, m.slot_mapping, w[0], w[1])
+
+    def split(m, kc, vc):
+        q_out, k_out = qk_norm_rope(pos, q, k, *rope, w[0], w[1])
+        store_kv(k_out, v, kc, vc, m.slot_mapping)
+        return q_out
+    m = case.metas[0]
+    a, b = ([case.k_cache.clone(), case.v_cache.clone()] for _ in range(2))
+    same = torch.equal(fused(m, *a), split(m, *b)) and all(map(torch.equal, a, b))
+    assert same, "qk_norm_rope_store_kv differs from qk_norm_rope + store_kv"
+    for name, fn in (("q/k-norm+rope+store (one launch)", fused), ("q/k-norm+rope, store_kv", split)):
+        fns = [(lambda m=m: fn(m, case.k_cache, case.v_cache)) for m in case.metas]
+        t = time_graph(fns * max(1, -(-8 // len(fns))))
+        _row(f"{name} tokens={tokens}", t, nbytes, ceiling, 0.0, rows)
+
+
 def bench_rmsnorm(tokens, hidden, ceiling, rows) -> None:
     from turbospec.kernels.rmsnorm import fused_add_rms_norm
     from turbospec.layers.layernorm import RMSNorm
@@ -298,6 +330,7 @@ def main() -> None:
         attempt(bench_attention, "prefill", b, c, ceiling, rows, qn=qn)
     for tokens in (1, 64, 2048):
         attempt(bench_store_kv, tokens, ceiling, rows)
+        attempt(bench_rope_store_kv, tokens, ceiling, rows)
     for tokens in (1, 64, 2048):
         attempt(bench_rmsnorm, tokens, 4096, ceiling, rows)
     best = []

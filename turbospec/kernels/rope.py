@@ -1,12 +1,15 @@
-"""Per-head q/k RMSNorm (Qwen3; optional) and neox-style rotary for q and k in one launch.
+"""Per-head q/k RMSNorm (Qwen3; optional) and neox-style rotary for q and k in one launch, and
+optionally the paged KV-cache store in that same launch.
 
-q [T, nh, D] and k [T, nkv, D] are read through their token/head strides, so they can be views of
-the fused qkv output; the results go to fresh contiguous tensors (the inputs are left alone, as
-on the PyTorch path). cos/sin come from `RotaryEmbedding`'s float32 caches [max_pos, D/2], looked
-up by position inside the kernel.
+q [T, nh, D], k and v [T, nkv, D] are read through their token/head strides, so they can be views
+of the fused qkv output; the inputs are left alone, as on the PyTorch path. cos/sin come from
+`RotaryEmbedding`'s float32 caches [max_pos, D/2], looked up by position inside the kernel.
 
-Grid: (tokens, head blocks); the q head blocks come first, then the k ones, so one program does
-BLOCK_H heads of one token and all of q and k is one launch.
+Grid: (tokens, head blocks); the q head blocks come first, then the k ones (then, when storing,
+the v ones), so one program does BLOCK_H heads of one token and the whole step is one launch.
+`qk_norm_rope` writes q and k to fresh contiguous tensors. `qk_norm_rope_store_kv` writes q to a
+fresh tensor and the rotated k (and v, copied) straight into the paged caches at `slot_mapping`
+(slot -1, padding, writes nothing): the cache gets the bits `qk_norm_rope` then `store_kv` write.
 
 Numerics follow the PyTorch path (`RMSNorm` then `RotaryEmbedding.forward_native`): the norm
 rounds `x * rstd` to the input dtype and `weight * that` to the output dtype, as HF does; cos/sin
@@ -19,54 +22,87 @@ import torch
 import triton
 import triton.language as tl
 
+_TL_DTYPE = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
 
 @triton.jit
-def _norm_rope_heads(src, stride_t, stride_h, dst, w_ptr, eps, t, h0, cos, sin,
-                     NUM: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
-                     BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr):
-    """Heads h0 .. h0 + BLOCK_H of token t: src (strided) -> dst [T, NUM, 2 * HALF] (dense)."""
-    heads = h0 + tl.arange(0, BLOCK_H)                                  # [BH]
-    offs_d = tl.arange(0, BLOCK_D)                                      # [BD] within one half
-    d_ok = offs_d < HALF
-    ok = (heads < NUM)[:, None] & d_ok[None, :]                         # [BH, BD]
+def _norm_rope_heads(src, stride_t, stride_h, w_ptr, eps, t, heads, offs_d, ok, cos, sin,
+                     OUT_TY: tl.constexpr, HALF: tl.constexpr, HAS_NORM: tl.constexpr):
+    """Heads `heads` [BH] of token t, read from src through its strides -> rope(norm(x)) as its
+    two halves [BH, BD] each, rounded to OUT_TY."""
     x_ptrs = src + t * stride_t + heads[:, None].to(tl.int64) * stride_h + offs_d[None, :]
     x1 = tl.load(x_ptrs, mask=ok, other=0.0)                            # first half
     x2 = tl.load(x_ptrs + HALF, mask=ok, other=0.0)                     # second half
-    out_ty = dst.dtype.element_ty
     f1 = x1.to(tl.float32)
     f2 = x2.to(tl.float32)
     if HAS_NORM:
+        d_ok = offs_d < HALF
         ss = tl.sum(f1 * f1, 1) + tl.sum(f2 * f2, 1)                    # [BH]
         rstd = (1.0 / tl.sqrt(ss / (2 * HALF) + eps))[:, None]
         w1 = tl.load(w_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)[None, :]
         w2 = tl.load(w_ptr + HALF + offs_d, mask=d_ok, other=0.0).to(tl.float32)[None, :]
-        f1 = ((f1 * rstd).to(x1.dtype).to(tl.float32) * w1).to(out_ty).to(tl.float32)
-        f2 = ((f2 * rstd).to(x2.dtype).to(tl.float32) * w2).to(out_ty).to(tl.float32)
-    c = cos.to(out_ty).to(tl.float32)[None, :]                          # [1, BD]
-    s = sin.to(out_ty).to(tl.float32)[None, :]
-    o_ptrs = dst + (t * NUM + heads[:, None].to(tl.int64)) * (2 * HALF) + offs_d[None, :]
-    tl.store(o_ptrs, (f1 * c - f2 * s).to(out_ty), mask=ok)
-    tl.store(o_ptrs + HALF, (f2 * c + f1 * s).to(out_ty), mask=ok)
+        f1 = ((f1 * rstd).to(x1.dtype).to(tl.float32) * w1).to(OUT_TY).to(tl.float32)
+        f2 = ((f2 * rstd).to(x2.dtype).to(tl.float32) * w2).to(OUT_TY).to(tl.float32)
+    c = cos.to(OUT_TY).to(tl.float32)[None, :]                          # [1, BD]
+    s = sin.to(OUT_TY).to(tl.float32)[None, :]
+    return (f1 * c - f2 * s).to(OUT_TY), (f2 * c + f1 * s).to(OUT_TY)
 
 
 @triton.jit
-def _qk_norm_rope_kernel(q_ptr, k_ptr, q_out, k_out, pos_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
-                         q_eps, k_eps, stride_qt, stride_qh, stride_kt, stride_kh, stride_cos,
+def _store_halves(row, stride_h, heads, offs_d, mask, y1, y2, HALF: tl.constexpr):
+    """Head rows [BH, 2 * HALF] to row + head * stride_h, cast to row's element type."""
+    ptrs = row + heads[:, None].to(tl.int64) * stride_h + offs_d[None, :]
+    tl.store(ptrs, y1.to(row.dtype.element_ty), mask=mask)
+    tl.store(ptrs + HALF, y2.to(row.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, q_out, k_out, k_cache, v_cache, slot_ptr, pos_ptr,
+                         cos_ptr, sin_ptr, qw_ptr, kw_ptr, q_eps, k_eps,
+                         stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                         stride_cos, stride_cs, stride_ch,
                          NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
-                         BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr):
+                         BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr,
+                         STORE_KV: tl.constexpr, Q_TY: tl.constexpr, K_TY: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1)
-    offs_d = tl.arange(0, BLOCK_D)
-    pos = tl.load(pos_ptr + t).to(tl.int64)
-    cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)   # [BD] fp32
-    sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=offs_d < HALF, other=0.0)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)                                      # [BD] within one half
+    d_ok = offs_d < HALF
     q_blocks = (NUM_HEADS + BLOCK_H - 1) // BLOCK_H
-    if hb < q_blocks:
-        _norm_rope_heads(q_ptr, stride_qt, stride_qh, q_out, qw_ptr, q_eps, t, hb * BLOCK_H, cos, sin,
-                         NUM_HEADS, HALF, BLOCK_H, BLOCK_D, HAS_NORM)
+    kv_blocks = (NUM_KV_HEADS + BLOCK_H - 1) // BLOCK_H
+    if hb < q_blocks + kv_blocks:
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+        cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=d_ok, other=0.0)   # [BD] fp32
+        sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=d_ok, other=0.0)
+        if hb < q_blocks:
+            heads = hb * BLOCK_H + offs_h                                # [BH]
+            ok = (heads < NUM_HEADS)[:, None] & d_ok[None, :]            # [BH, BD]
+            y1, y2 = _norm_rope_heads(q_ptr, stride_qt, stride_qh, qw_ptr, q_eps, t, heads, offs_d,
+                                      ok, cos, sin, Q_TY, HALF, HAS_NORM)
+            _store_halves(q_out + t * (NUM_HEADS * 2 * HALF), 2 * HALF, heads, offs_d, ok, y1, y2, HALF)
+        else:
+            heads = (hb - q_blocks) * BLOCK_H + offs_h
+            ok = (heads < NUM_KV_HEADS)[:, None] & d_ok[None, :]
+            y1, y2 = _norm_rope_heads(k_ptr, stride_kt, stride_kh, kw_ptr, k_eps, t, heads, offs_d,
+                                      ok, cos, sin, K_TY, HALF, HAS_NORM)
+            if STORE_KV:
+                slot = tl.load(slot_ptr + t).to(tl.int64)
+                _store_halves(k_cache + slot * stride_cs, stride_ch, heads, offs_d, ok & (slot >= 0),
+                              y1, y2, HALF)
+            else:
+                _store_halves(k_out + t * (NUM_KV_HEADS * 2 * HALF), 2 * HALF, heads, offs_d, ok,
+                              y1, y2, HALF)
     else:
-        _norm_rope_heads(k_ptr, stride_kt, stride_kh, k_out, kw_ptr, k_eps, t, (hb - q_blocks) * BLOCK_H,
-                         cos, sin, NUM_KV_HEADS, HALF, BLOCK_H, BLOCK_D, HAS_NORM)
+        if STORE_KV:                                                     # v: a plain copy
+            heads = (hb - q_blocks - kv_blocks) * BLOCK_H + offs_h
+            offs = tl.arange(0, 2 * BLOCK_D)                             # [2BD] the whole row
+            ok = (heads < NUM_KV_HEADS)[:, None] & (offs < 2 * HALF)[None, :]
+            slot = tl.load(slot_ptr + t).to(tl.int64)
+            x = tl.load(v_ptr + t * stride_vt + heads[:, None].to(tl.int64) * stride_vh + offs[None, :],
+                        mask=ok)
+            dst = v_cache + slot * stride_cs + heads[:, None].to(tl.int64) * stride_ch + offs[None, :]
+            tl.store(dst, x.to(v_cache.dtype.element_ty), mask=ok & (slot >= 0))
 
 
 def _heads_per_program(head_dim: int, num_heads: int) -> int:
@@ -74,15 +110,9 @@ def _heads_per_program(head_dim: int, num_heads: int) -> int:
     return max(1, min(triton.next_power_of_2(num_heads), 512 // triton.next_power_of_2(head_dim)))
 
 
-def qk_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_cache: torch.Tensor,
-                 sin_cache: torch.Tensor, q_weight: torch.Tensor | None = None,
-                 k_weight: torch.Tensor | None = None, q_eps: float = 1e-6, k_eps: float = 1e-6
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [T]; q [T, nh, D], k [T, nkv, D] (any token/head strides); caches [P, D/2] ->
-    (rope(q_norm(q)), rope(k_norm(k))) as new contiguous [T, nh, D], [T, nkv, D]. Without weights
-    (Llama) only the rotation is applied. Capture-safe: no host sync, shapes from tensor shapes."""
+def _prepare(q, k, cos_cache, sin_cache, q_weight, k_weight):
+    """Shape checks; unit-stride head dims; the output dtypes (as torch's promotion gives them)."""
     T, NH, D = q.shape
-    NKV = k.shape[1]
     if (q_weight is None) != (k_weight is None):
         raise ValueError("give both q and k norm weights (Qwen3) or neither (Llama)")
     if D % 2 or k.shape[0] != T or k.shape[2] != D or cos_cache.shape[-1] * 2 != D:
@@ -95,17 +125,65 @@ def qk_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_
     has_norm = q_weight is not None
     q_ty = torch.promote_types(q.dtype, q_weight.dtype) if has_norm else q.dtype
     k_ty = torch.promote_types(k.dtype, k_weight.dtype) if has_norm else k.dtype
-    q_out = torch.empty((T, NH, D), dtype=q_ty, device=q.device)
-    k_out = torch.empty((T, NKV, D), dtype=k_ty, device=k.device)
-    if T == 0:
-        return q_out, k_out
+    return q, k, cos_cache, sin_cache, q_ty, k_ty
+
+
+def _launch(positions, q, k, v, q_out, k_out, k_cache, v_cache, slot_mapping, cos_cache, sin_cache,
+            q_weight, k_weight, q_eps, k_eps, k_ty, store_kv):
+    T, NH, D = q.shape
+    NKV = k.shape[1]
+    has_norm = q_weight is not None
     BLOCK_H = _heads_per_program(D, max(NH, NKV))
     BLOCK_D = triton.next_power_of_2(D // 2)
-    grid = (T, triton.cdiv(NH, BLOCK_H) + triton.cdiv(NKV, BLOCK_H))
+    kv_blocks = triton.cdiv(NKV, BLOCK_H)
+    grid = (T, triton.cdiv(NH, BLOCK_H) + kv_blocks * (2 if store_kv else 1))
     _qk_norm_rope_kernel[grid](
-        q, k, q_out, k_out, positions, cos_cache, sin_cache,
+        q, k, v, q_out, k_out, k_cache, v_cache, slot_mapping, positions, cos_cache, sin_cache,
         q_weight if has_norm else q, k_weight if has_norm else k, q_eps, k_eps,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_cache.stride(0),
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        cos_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_HEADS=NH, NUM_KV_HEADS=NKV, HALF=D // 2, BLOCK_H=BLOCK_H, BLOCK_D=BLOCK_D,
-        HAS_NORM=has_norm, num_warps=4 if BLOCK_H * BLOCK_D >= 256 else 2)
+        HAS_NORM=has_norm, STORE_KV=store_kv, Q_TY=_TL_DTYPE[q_out.dtype], K_TY=_TL_DTYPE[k_ty],
+        num_warps=4 if BLOCK_H * BLOCK_D >= 256 else 2)
+
+
+def qk_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_cache: torch.Tensor,
+                 sin_cache: torch.Tensor, q_weight: torch.Tensor | None = None,
+                 k_weight: torch.Tensor | None = None, q_eps: float = 1e-6, k_eps: float = 1e-6
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [T]; q [T, nh, D], k [T, nkv, D] (any token/head strides); caches [P, D/2] ->
+    (rope(q_norm(q)), rope(k_norm(k))) as new contiguous [T, nh, D], [T, nkv, D]. Without weights
+    (Llama) only the rotation is applied. Capture-safe: no host sync, shapes from tensor shapes."""
+    q, k, cos_cache, sin_cache, q_ty, k_ty = _prepare(q, k, cos_cache, sin_cache, q_weight, k_weight)
+    q_out = torch.empty(q.shape, dtype=q_ty, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k_ty, device=k.device)
+    if q.shape[0] == 0:
+        return q_out, k_out
+    # no store: v, the caches and the slots are placeholders the kernel never touches
+    _launch(positions, q, k, k, q_out, k_out, k_out, k_out, positions, cos_cache, sin_cache,
+            q_weight, k_weight, q_eps, k_eps, k_ty, store_kv=False)
     return q_out, k_out
+
+
+def qk_norm_rope_store_kv(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          cos_cache: torch.Tensor, sin_cache: torch.Tensor, k_cache: torch.Tensor,
+                          v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                          q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None,
+                          q_eps: float = 1e-6, k_eps: float = 1e-6) -> torch.Tensor:
+    """`qk_norm_rope` then `store_kv` in one launch: positions, slot_mapping [T]; q [T, nh, D],
+    k, v [T, nkv, D] (any token/head strides); caches [blocks, block_size, nkv, D] -> the new
+    contiguous rope(q_norm(q)) [T, nh, D]. rope(k_norm(k)) and v go only to the caches, at
+    `slot_mapping` (-1: nothing written), in the cache dtype. Capture-safe like `qk_norm_rope`."""
+    q, k, cos_cache, sin_cache, q_ty, k_ty = _prepare(q, k, cos_cache, sin_cache, q_weight, k_weight)
+    if v.shape != k.shape:
+        raise ValueError(f"v {tuple(v.shape)} must have k's shape {tuple(k.shape)}")
+    v = v if v.stride(2) == 1 else v.contiguous()
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1
+    assert k_cache.stride(0) == k_cache.shape[1] * k_cache.stride(1), "cache blocks must be dense"
+    assert tuple(k_cache.shape[2:]) == tuple(k.shape[1:]), "cache heads / head_dim differ from k"
+    q_out = torch.empty(q.shape, dtype=q_ty, device=q.device)
+    if q.shape[0] == 0:
+        return q_out
+    _launch(positions, q, k, v, q_out, q_out, k_cache, v_cache, slot_mapping, cos_cache, sin_cache,
+            q_weight, k_weight, q_eps, k_eps, k_ty, store_kv=True)
+    return q_out
