@@ -228,9 +228,9 @@ def test_model_cuda_graph_replay(arch, dtype):
 
 
 def test_decoder_layer_kernel_count():
-    """One Qwen3 decoder layer at decode: norm, qkv, q/k-norm+rope, store, attention (split +
-    reduce), o, add+norm, gate_up, silu-mul, down = 11 launches (cuBLAS may add a split-K reduce
-    per GEMM); the PyTorch path launches ~40."""
+    """One Qwen3 decoder layer at decode: norm, qkv, q/k-norm+rope+KV store, attention, o,
+    add+norm, gate_up, silu-mul, down = 9 launches (cuBLAS may add a split-K reduce per GEMM); the
+    PyTorch path launches ~40."""
     from turbospec.engine.forward_context import forward_context
     from turbospec.kernels.microbench_layers import attach_kv, count_kernels, layer_path
     cfg, _, gpu = _models("qwen3", torch.bfloat16)

@@ -1,9 +1,11 @@
 """`TritonBackend`: the CUDA implementation of the attention-backend interface.
 
 Same two static methods and semantics as `turbospec.layers.attention.TorchBackend` (the reference),
-except that slot -1 in `store_kv` writes nothing. Nothing here syncs with the host: launch shapes
-come from tensor shapes and from `meta.max_query_len` / `meta.max_seq_len` (host ints that bound
-the grid), so every launch can be captured in a CUDA graph.
+except that slot -1 in `store_kv` writes nothing; plus `rope_store_kv`, the (q/k norm +) RoPE launch
+that also stores k and v, so that an attention layer launches no separate store (`TorchBackend` has
+none: `Attention.forward_rope` then rotates and stores as two steps). Nothing here syncs with the
+host: launch shapes come from tensor shapes and from `meta.max_query_len` / `meta.max_seq_len`
+(host ints that bound the grid), so every launch can be captured in a CUDA graph.
 
 Invariance contract: a step in which every sequence feeds the same number q <= MAX_CHAIN_TOKENS of
 causal tokens (decode: q = 1; chain verify: q = k + 1; graph padding included) goes through the
@@ -19,6 +21,7 @@ import torch
 from turbospec.engine.forward_context import AttentionMetadata
 from turbospec.kernels.paged_decode import paged_decode_attention
 from turbospec.kernels.paged_prefill import paged_prefill_attention
+from turbospec.kernels.rope import qk_norm_rope_store_kv
 from turbospec.kernels.store_kv import store_kv as _store_kv
 
 # a chain step of q tokens runs ceil(q / tokens-per-program) programs per kv head and partition,
@@ -39,6 +42,17 @@ class TritonBackend:
                  slot_mapping: torch.Tensor) -> None:
         """k, v [T, KVH, D] -> cache slots `slot_mapping` [T] (-1: skipped)."""
         _store_kv(k, v, k_cache, v_cache, slot_mapping)
+
+    @staticmethod
+    def rope_store_kv(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      rotary_emb, q_norm, k_norm, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      slot_mapping: torch.Tensor) -> torch.Tensor:
+        """`rotary_emb(positions, q, k, q_norm, k_norm)` then `store_kv`, as one launch with the
+        same bits: q [T, H, D], k, v [T, KVH, D] (views of the fused qkv are fine) -> the rotated
+        q [T, H, D]; the rotated k and v go only to the caches (slot -1: skipped)."""
+        norms = () if q_norm is None else (q_norm.weight, k_norm.weight, q_norm.eps, k_norm.eps)
+        return qk_norm_rope_store_kv(positions, q, k, v, rotary_emb.cos_cache, rotary_emb.sin_cache,
+                                     k_cache, v_cache, slot_mapping, *norms)
 
     @staticmethod
     def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

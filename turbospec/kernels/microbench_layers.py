@@ -35,15 +35,19 @@ CODELM_DIR = Path(__file__).resolve().parents[2] / "models" / "codelm-12m"
 def layer_path(path: str):
     """Force every RMSNorm / RotaryEmbedding / SiluAndMul onto one path whatever the device:
     "native" (PyTorch, the baseline on CUDA) or "cuda" (the Triton kernels; on CPU tensors this
-    needs TRITON_INTERPRET=1). Class-level, so it covers modules already built."""
+    needs TRITON_INTERPRET=1). "native" also keeps the KV store out of the RoPE launch (Triton
+    attention then stores separately). Class-level, so it covers modules already built."""
     saved = [(cls, cls.__dict__["forward"]) for cls in FUSED_CLASSES]
+    saved_fuse = Attention.__dict__["fuse_rope_store"]
     try:
         for cls in FUSED_CLASSES:
             cls.forward = getattr(cls, f"forward_{path}")
+        Attention.fuse_rope_store = path == "cuda"
         yield
     finally:
         for cls, fwd in saved:
             cls.forward = fwd
+        Attention.fuse_rope_store = saved_fuse
 
 
 def random_init_(module: torch.nn.Module, seed: int = 0, std: float = 0.1) -> None:
@@ -75,9 +79,9 @@ def attach_kv(module: torch.nn.Module, k_cache: torch.Tensor, v_cache: torch.Ten
             m.k_cache, m.v_cache = k_cache, v_cache
 
 
-def count_kernels(fn, show: bool = False) -> int | None:
-    """GPU operations (kernels, copies, memsets) launched by one call of `fn`, by torch.profiler;
-    `show` prints their names in launch order."""
+def kernel_names(fn) -> list[str] | None:
+    """Names of the GPU operations (kernels, copies, memsets) one call of `fn` launches, in launch
+    order, by torch.profiler; None where the profiler cannot run."""
     try:
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
@@ -87,12 +91,18 @@ def count_kernels(fn, show: bool = False) -> int | None:
             torch.cuda.synchronize()
         ops = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA),
                      key=lambda e: e.time_range.start)
-        if show:
-            print("  " + " | ".join(e.name[:48] for e in ops))
-        return len(ops)
+        return [e.name for e in ops]
     except Exception as e:                  # a profiler that cannot start must not end the run
         print(f"  (profiler failed: {type(e).__name__}: {e})")
         return None
+
+
+def count_kernels(fn, show: bool = False) -> int | None:
+    """GPU operations launched by one call of `fn` (`kernel_names`); `show` prints their names."""
+    names = kernel_names(fn)
+    if names is not None and show:
+        print("  " + " | ".join(n[:48] for n in names))
+    return None if names is None else len(names)
 
 
 def time_eager(fn, iters: int = 30) -> float:

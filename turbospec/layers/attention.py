@@ -85,7 +85,13 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
 
 
 class Attention(nn.Module):
-    """Attention over the paged KV cache. q/k/v arrive already projected, normed and rotated."""
+    """Attention over the paged KV cache. `forward` takes q/k/v already projected, normed and
+    rotated; `forward_rope` takes them before the (q/k norm and) RoPE and applies it itself, so
+    that the Triton backend can store k/v in the same launch as the rotation."""
+
+    # class-level: `microbench_layers.layer_path("native")` turns the fusion off, so that RoPE runs
+    # on its PyTorch path (the baseline) even where the Triton backend attends
+    fuse_rope_store = True
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()
@@ -103,6 +109,24 @@ class Attention(nn.Module):
         v = v.view(T, self.num_kv_heads, self.head_dim)
         backend = _backend_for(q)
         backend.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        out = backend.attention(q, self.k_cache, self.v_cache, meta, self.scale)
+        return out.reshape(T, self.num_heads * self.head_dim)
+
+    def forward_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     rotary_emb: nn.Module, q_norm: nn.Module | None = None,
+                     k_norm: nn.Module | None = None) -> torch.Tensor:
+        """positions [T]; q [T, H, D], k/v [T, KVH, D] before norm and RoPE (views of the fused qkv
+        output are fine) -> [T, H*D]: `rotary_emb(positions, q, k, q_norm, k_norm)`, then `forward`.
+        The Triton backend does the rotation and the KV store in one launch, with the same bits."""
+        T = q.shape[0]
+        backend = _backend_for(q)
+        fused = getattr(backend, "rope_store_kv", None) if self.fuse_rope_store else None
+        if fused is None:
+            q, k = rotary_emb(positions, q, k, q_norm, k_norm)
+            return self.forward(q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1))
+        meta = get_forward_context()
+        q = fused(positions, q, k, v, rotary_emb, q_norm, k_norm, self.k_cache, self.v_cache,
+                  meta.slot_mapping)                                 # [T, H, D]; k, v: cached
         out = backend.attention(q, self.k_cache, self.v_cache, meta, self.scale)
         return out.reshape(T, self.num_heads * self.head_dim)
 

@@ -90,11 +90,10 @@ class SarvamMoEAttention(nn.Module):
         q, k, v = self.query_key_value(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(T, self.num_heads, self.head_dim)                    # [T, nh, D]
         k = k.reshape(T, self.num_kv_heads, self.head_dim)                 # [T, nkv, D]
-        if self.use_qk_norm:                                               # per-head norm, then RoPE
-            q, k = self.rotary_emb(positions, q, k, self.query_layernorm, self.key_layernorm)
-        else:
-            q, k = self.rotary_emb(positions, q, k)
-        out = self.attn(q.reshape(T, self.q_size), k.reshape(T, self.kv_size), v)   # [T, nh * D]
+        v = v.reshape(T, self.num_kv_heads, self.head_dim)                 # [T, nkv, D]
+        norms = (self.query_layernorm, self.key_layernorm) if self.use_qk_norm else ()
+        # (per-head norm, then) RoPE, KV store and attention; on CUDA the first three are one launch
+        out = self.attn.forward_rope(positions, q, k, v, self.rotary_emb, *norms)   # [T, nh * D]
         return self.dense(out)                                             # [T, H]
 
 
