@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from turbospec.config import ModelConfig
-from turbospec.layers.activation import SiluAndMul
 from turbospec.layers.attention import Attention
 from turbospec.layers.embed_head import ParallelLMHead, VocabEmbedding
 from turbospec.layers.layernorm import RMSNorm
@@ -30,10 +29,11 @@ class LlamaMLP(nn.Module):
         super().__init__()
         self.gate_up_proj = MergedColumnLinear(hidden_size, [intermediate_size] * 2, bias=bias)
         self.down_proj = RowLinear(intermediate_size, hidden_size, bias=bias)
-        self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))       # [T, H]
+        gate_up = self.gate_up_proj(x)                                 # [T, 2I]
+        # down_proj(silu(gate) * up): SiluAndMul, fused into the GEMM on decode sizes (layers/linear.py)
+        return self.down_proj(gate_up, act="silu_mul")                 # [T, H]
 
 
 class LlamaAttention(nn.Module):
@@ -53,8 +53,9 @@ class LlamaAttention(nn.Module):
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(T, self.num_heads, self.head_dim)                # [T, nh, D]
         k = k.reshape(T, self.num_kv_heads, self.head_dim)             # [T, nkv, D]
-        q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm)  # (per-head norm, then) RoPE
-        out = self.attn(q.reshape(T, self.q_size), k.reshape(T, self.kv_size), v)  # [T, nh * D]
+        v = v.reshape(T, self.num_kv_heads, self.head_dim)             # [T, nkv, D]
+        # (per-head norm, then) RoPE, KV store and attention; on CUDA the first three are one launch
+        out = self.attn.forward_rope(positions, q, k, v, self.rotary_emb, self.q_norm, self.k_norm)
         return self.o_proj(out)                                        # [T, H]
 
 
