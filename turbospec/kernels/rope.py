@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
+
 _TL_DTYPE = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
@@ -63,7 +65,9 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, q_out, k_out, k_cache, v_cache, sl
                          stride_cos, stride_cs, stride_ch,
                          NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HALF: tl.constexpr,
                          BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr,
-                         STORE_KV: tl.constexpr, Q_TY: tl.constexpr, K_TY: tl.constexpr):
+                         STORE_KV: tl.constexpr, Q_TY: tl.constexpr, K_TY: tl.constexpr,
+                         PDL: tl.constexpr):
+    pdl_wait(PDL)
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1)
     offs_h = tl.arange(0, BLOCK_H)
@@ -144,7 +148,7 @@ def _launch(positions, q, k, v, q_out, k_out, k_cache, v_cache, slot_mapping, co
         cos_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         NUM_HEADS=NH, NUM_KV_HEADS=NKV, HALF=D // 2, BLOCK_H=BLOCK_H, BLOCK_D=BLOCK_D,
         HAS_NORM=has_norm, STORE_KV=store_kv, Q_TY=_TL_DTYPE[q_out.dtype], K_TY=_TL_DTYPE[k_ty],
-        num_warps=4 if BLOCK_H * BLOCK_D >= 256 else 2)
+        num_warps=4 if BLOCK_H * BLOCK_D >= 256 else 2, **pdl_launch(q.device))
 
 
 def qk_norm_rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_cache: torch.Tensor,

@@ -9,12 +9,15 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
+
 
 @triton.jit
 def _store_kv_kernel(k_ptr, v_ptr, k_cache, v_cache, slot_mapping,
                      stride_kt, stride_kh, stride_vt, stride_vh, stride_cs, stride_ch,
                      NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping + t).to(tl.int64)
     offs_h = tl.arange(0, BLOCK_H)
@@ -43,4 +46,5 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     _store_kv_kernel[(T,)](
         k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(1), k_cache.stride(2), NUM_KV_HEADS=KVH, HEAD_DIM=D,
-        BLOCK_H=triton.next_power_of_2(KVH), BLOCK_D=triton.next_power_of_2(D), num_warps=4)
+        BLOCK_H=triton.next_power_of_2(KVH), BLOCK_D=triton.next_power_of_2(D), num_warps=4,
+        **pdl_launch(k.device))
