@@ -99,14 +99,15 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, q_out, k_out, k_cache, v_cache, sl
                               y1, y2, HALF)
     else:
         if STORE_KV:                                                     # v: a plain copy
-            heads = (hb - q_blocks - kv_blocks) * BLOCK_H + offs_h
-            offs = tl.arange(0, 2 * BLOCK_D)                             # [2BD] the whole row
-            ok = (heads < NUM_KV_HEADS)[:, None] & (offs < 2 * HALF)[None, :]
-            slot = tl.load(slot_ptr + t).to(tl.int64)
-            x = tl.load(v_ptr + t * stride_vt + heads[:, None].to(tl.int64) * stride_vh + offs[None, :],
-                        mask=ok)
-            dst = v_cache + slot * stride_cs + heads[:, None].to(tl.int64) * stride_ch + offs[None, :]
-            tl.store(dst, x.to(v_cache.dtype.element_ty), mask=ok & (slot >= 0))
+            # (names differ from the branch above: Triton needs a name to keep one type across if/else)
+            v_heads = (hb - q_blocks - kv_blocks) * BLOCK_H + offs_h
+            v_offs = tl.arange(0, 2 * BLOCK_D)                           # [2BD] the whole row
+            v_ok = (v_heads < NUM_KV_HEADS)[:, None] & (v_offs < 2 * HALF)[None, :]
+            v_slot = tl.load(slot_ptr + t).to(tl.int64)
+            v_rows = v_heads[:, None].to(tl.int64)
+            x = tl.load(v_ptr + t * stride_vt + v_rows * stride_vh + v_offs[None, :], mask=v_ok)
+            dst = v_cache + v_slot * stride_cs + v_rows * stride_ch + v_offs[None, :]
+            tl.store(dst, x.to(v_cache.dtype.element_ty), mask=v_ok & (v_slot >= 0))
 
 
 def _heads_per_program(head_dim: int, num_heads: int) -> int:
