@@ -37,16 +37,19 @@ class DecodeBurst:
         self.block_tables = torch.zeros(bmax, max_blocks_per_seq, dtype=torch.int32, device=device)
         self.qsl = torch.arange(bmax + 1, dtype=torch.int32, device=device)
         self.out = torch.zeros(num_steps, bmax, dtype=torch.long, device=device)
+        self.slots = torch.zeros(bmax, dtype=torch.long, device=device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.pool = None
 
     def _burst(self, b: int, L: int) -> None:
-        """n decode steps over the first b rows of the static buffers (eager or under capture)."""
+        """n decode steps over the first b rows of the static buffers (eager or under capture).
+        On CUDA one kernel (`kernels.greedy_step`) takes each step's argmax and advances ids,
+        positions, KV lengths and the next slots; elsewhere the same in PyTorch ops."""
         bs = self.block_size
+        slots = self.slots[:b]
+        slots.copy_(self._slots(b))
         for j in range(self.n):
             pos = self.pos[:b]
-            block = self.block_tables[:b].gather(1, (pos // bs).unsqueeze(1)).squeeze(1).long()
-            slots = torch.where(self.valid[:b], block * bs + pos % bs, torch.full_like(pos, -1))
             meta = AttentionMetadata(slot_mapping=slots, query_start_loc=self.qsl[:b + 1],
                                      seq_lens=self.seq_lens[:b], block_tables=self.block_tables[:b],
                                      max_query_len=1, max_seq_len=L, is_decode_only=True)
@@ -54,11 +57,25 @@ class DecodeBurst:
                 hidden = self.model(self.ids[:b], pos)
             if isinstance(hidden, tuple):
                 hidden = hidden[0]
-            nxt = self.model.compute_logits(hidden).argmax(dim=-1)     # [b]
+            logits = self.model.compute_logits(hidden)                  # [b, V]
+            if self.device.type == "cuda":
+                from turbospec.kernels.greedy_step import greedy_advance   # CUDA only: imports Triton
+                greedy_advance(logits, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
+                               self.valid[:b], self.block_tables[:b], slots, bs)
+                continue
+            nxt = logits.argmax(dim=-1)                                  # [b]
             self.out[j, :b].copy_(nxt)
             self.ids[:b].copy_(nxt)
             self.pos[:b].add_(1)
             self.seq_lens[:b].add_(self.valid[:b].int())
+            if j + 1 < self.n:
+                slots.copy_(self._slots(b))
+
+    def _slots(self, b: int) -> torch.Tensor:
+        """[b] KV slot of each row's current position (-1: padding row)."""
+        pos = self.pos[:b]
+        block = self.block_tables[:b].gather(1, (pos // self.block_size).unsqueeze(1)).squeeze(1).long()
+        return torch.where(self.valid[:b], block * self.block_size + pos % self.block_size, torch.full_like(pos, -1))
 
     @torch.inference_mode()
     def capture(self) -> None:
