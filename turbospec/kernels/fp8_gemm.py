@@ -248,7 +248,8 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
             M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), cfg.pop("kb_per_split"))
     launch(_fp8_gemm_kernel, grid, args, dict(BLOCK_K=block[1], GROUP_N=block[0], SPLIT_K=split,
                                               HAS_BIAS=bias is not None, FAST_CVT=fast_cvt,
-                                              EVEN_K=K % block[1] == 0, **cfg, **pdl_launch(x.device),
+                                              EVEN_K=K % block[1] == 0, **cfg,
+                                              **pdl_launch(x.device, w.numel()),
                                               **(dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"]))
                                                  if silu_mul else {})), x.device)
     return out

@@ -121,7 +121,8 @@ def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_N=block[0] if fp8 else 1, GATED=gated,
         MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8, FAST_CVT=fast_cvt, EVEN_K=K % block_k == 0,
         num_warps=cfg.get("num_warps", 8 if block_m * block_n >= 64 * 64 else 4),    # 4 warps spill there
-        num_stages=cfg.get("num_stages", 3), **pdl_launch(a.device)), a.device)
+        num_stages=cfg.get("num_stages", 3),
+        **pdl_launch(a.device, min(w.shape[0], num_blocks) * w[0].numel() * w.element_size())), a.device)
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

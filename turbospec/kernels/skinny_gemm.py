@@ -178,7 +178,8 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
     _skinny_gemm_kernel[grid](x, w, bias if bias is not None else w, out, ws, locks,
                               M, N, K, x.stride(0), w.stride(0), out.stride(0), per,
                               SPLIT_K=split, HAS_BIAS=bias is not None, EVEN_K=K % cfg["BLOCK_K"] == 0,
-                              **act, **cfg, **pdl_launch(x.device))
+                              **act, **cfg,
+                              **pdl_launch(x.device, w.numel() * w.element_size()))
     return out
 
 
