@@ -3,7 +3,7 @@
 # Parts run in order, each in its own process with its own timeout; pick the ones that fit a call:
 #   OUT=/path bash bench/gpu_engine.sh [tests] [decode] [fp8] [oracle] [drafters] [profile]
 #       finer parts: decode8b codelm moe cublas oracle1 fp8dense fp8moe alltests (all of tests/gpu)
-#       pdl (A/B of programmatic dependent launch: codelm-12m and qwen3-8b, off then on)
+#       pdl (A/B of the launch fusions and programmatic dependent launch: codelm-12m, qwen3-8b)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -18,10 +18,15 @@ for part in ${*:-tests decode oracle drafters}; do
   case $part in
     tests)    run 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_attention_kernels.py tests/gpu/test_engine_gpu.py ;;
     alltests) run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu ;;
-    pdl)      echo "### A/B: programmatic dependent launch off (TURBOSPEC_PDL=0) then on" | tee -a "$log"
-              for p in 0 1; do
-                TURBOSPEC_PDL=$p run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16 --prompt-len 128 --gen-len 256 --profile
-                TURBOSPEC_PDL=$p run 70 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64
+    pdl)      # A/B in one call: (fusions off, PDL off) = before this change; then fusions on with PDL
+              # off / on (GEMMs start after their predecessor) / all (GEMMs may start early too)
+              for v in "0 0 0" "1 16 0" "1 16 1" "1 16 all"; do
+                set -- $v
+                echo "### TURBOSPEC_FUSE_ROPE_STORE=$1 TURBOSPEC_SILU_FUSE_MAX_M=$2 TURBOSPEC_PDL=$3" | tee -a "$log"
+                TURBOSPEC_FUSE_ROPE_STORE=$1 TURBOSPEC_SILU_FUSE_MAX_M=$2 TURBOSPEC_PDL=$3 \
+                  run 40 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16 --prompt-len 128 --gen-len 256
+                TURBOSPEC_FUSE_ROPE_STORE=$1 TURBOSPEC_SILU_FUSE_MAX_M=$2 TURBOSPEC_PDL=$3 \
+                  run 70 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64 --profile
               done ;;
     decode8b) run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile ;;
     codelm)   run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 ;;

@@ -189,10 +189,12 @@ def test_fp8_silu_mul_fused_is_bitwise_the_unfused_path(N, Kd, swap, fast):
         assert torch.equal(fused, full[:M]), f"M={M}: fused rows differ from the unfused 64-row call"
 
 
-def test_fp8_layer_silu_mul_dispatch():
-    """An FP8 RowLinear with act="silu_mul": fused up to SILU_MUL_FUSE_MAX_M rows, SiluAndMul +
-    the FP8 GEMM (Triton, then dequantize + cuBLAS past FP8_TRITON_MAX_M) above; always bitwise
-    `layer(SiluAndMul()(gate_up))`."""
+def test_fp8_layer_silu_mul_dispatch(monkeypatch):
+    """An FP8 RowLinear with act="silu_mul": fused up to SILU_MUL_FUSE_MAX_M rows (opt-in: turned on
+    here at 16), SiluAndMul + the FP8 GEMM (Triton, then dequantize + cuBLAS past FP8_TRITON_MAX_M)
+    above; always bitwise `layer(SiluAndMul()(gate_up))`."""
+    import turbospec.layers.linear as lin
+    monkeypatch.setattr(lin, "SILU_MUL_FUSE_MAX_M", 16)
     from turbospec.layers.activation import SiluAndMul
     from turbospec.layers.linear import RowLinear
     from turbospec.layers.quant.fp8 import make_linear_fp8, quantize_fp8

@@ -160,11 +160,12 @@ def test_silu_mul_fused_is_bitwise_the_unfused_path(N, K, swap):
         assert torch.equal(fused, full[:M]), f"M={M}: fused rows differ from the unfused 64-row call"
 
 
-def test_silu_mul_layer_dispatch():
+def test_silu_mul_layer_dispatch(monkeypatch):
     """RowLinear(gate_up, act="silu_mul") on CUDA: one launch up to SILU_MUL_FUSE_MAX_M rows, the
     SiLU-and-mul kernel + the GEMM above it and with TURBOSPEC_GEMM=cublas; always bitwise
-    `layer(SiluAndMul()(gate_up))`."""
+    `layer(SiluAndMul()(gate_up))`. (The fusion is opt-in: the test turns it on at 16 rows.)"""
     import turbospec.layers.linear as lin
+    monkeypatch.setattr(lin, "SILU_MUL_FUSE_MAX_M", 16)
     from turbospec.kernels.microbench_layers import count_kernels
     from turbospec.layers.activation import SiluAndMul
     N, K = 384, 1024                                                    # codelm-12m down_proj

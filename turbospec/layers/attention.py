@@ -91,7 +91,7 @@ class Attention(nn.Module):
 
     # class-level: `microbench_layers.layer_path("native")` turns the fusion off, so that RoPE runs
     # on its PyTorch path (the baseline) even where the Triton backend attends
-    fuse_rope_store = True
+    fuse_rope_store = os.environ.get("TURBOSPEC_FUSE_ROPE_STORE", "1") != "0"
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()

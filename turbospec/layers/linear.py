@@ -63,7 +63,10 @@ _SKINNY = os.environ.get("TURBOSPEC_GEMM", "skinny") != "cublas"
 # per K block is, by estimate, under half the time its weight tile takes to stream (qwen3-8b
 # down_proj on an H200), so it hides; at 64 it would not, and the one launch saved matters less
 # there. 16 is also the FP8 GEMM's BLOCK_M: up to it every config has one M tile.
-SILU_MUL_FUSE_MAX_M = 16
+# Off by default (0): on an H200 the fused qwen3-8b down_proj ran slower than SiLU-and-mul + GEMM
+# (all skinny GEMMs of a step 4.12 -> 4.57 ms against 49 us saved), the silu tile computed inside
+# the K loop apparently stalling its loads. TURBOSPEC_SILU_FUSE_MAX_M=16 turns it on (bitwise equal).
+SILU_MUL_FUSE_MAX_M = int(os.environ.get("TURBOSPEC_SILU_FUSE_MAX_M", "0"))
 
 InputAct = Literal["silu_mul"] | None       # an activation a linear applies to its input first
 _SILU_AND_MUL = SiluAndMul()

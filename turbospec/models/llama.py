@@ -32,7 +32,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)                                 # [T, 2I]
-        # down_proj(silu(gate) * up): SiluAndMul, fused into the GEMM on decode sizes (layers/linear.py)
+        # down_proj(silu(gate) * up): SiluAndMul then the GEMM (fused in its x load when opted in: layers/linear.py)
         return self.down_proj(gate_up, act="silu_mul")                 # [T, H]
 
 
