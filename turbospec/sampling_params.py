@@ -1,7 +1,7 @@
 """SamplingParams: vLLM's names and defaults, validated at construction."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass

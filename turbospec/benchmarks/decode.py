@@ -2,7 +2,6 @@
 the HBM roofline (bytes read per step / copy bandwidth measured in the same run)."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch

@@ -219,75 +219,6 @@ def bench_attention(kind, batch, ctx, ceiling, rows, case=None, qn=None, kernel=
     return t
 
 
-def bench_store_kv(tokens, ceiling, rows) -> None:
-    from turbospec.kernels.store_kv import store_kv
-    from turbospec.layers.attention import store_kv_torch
-    case = make_attn_case([tokens], [0], copies=_copies(4 * tokens * KVH * D * 2))
-    k = torch.randn(tokens, KVH, D, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
-    kc, vc = case.k_cache.clone(), case.v_cache.clone()
-    m = case.metas[0]
-    store_kv(k, v, case.k_cache, case.v_cache, m.slot_mapping)
-    store_kv_torch(k, v, kc, vc, m.slot_mapping)
-    err = 0.0 if torch.equal(kc, case.k_cache) and torch.equal(vc, case.v_cache) else float("inf")
-    assert err == 0.0, "store_kv differs from store_kv_torch"
-    fns = [(lambda m=m: store_kv(k, v, case.k_cache, case.v_cache, m.slot_mapping)) for m in case.metas]
-    t = time_graph(fns * max(1, -(-8 // len(fns))))
-    _row(f"store_kv tokens={tokens}", t, 4 * k.numel() * 2, ceiling, err, rows)
-
-
-def bench_rope_store_kv(tokens, ceiling, rows) -> None:
-    """q/k norm + RoPE + KV store in one launch, and the two launches it replaces (same bits)."""
-    from turbospec.config import RopeConfig
-    from turbospec.kernels.rope import qk_norm_rope, qk_norm_rope_store_kv
-    from turbospec.kernels.store_kv import store_kv
-    from turbospec.layers.rotary import RotaryEmbedding
-    nbytes = 2 * tokens * (H + 2 * KVH) * D * 2            # q, k, v read; q out, k, v cached
-    case = make_attn_case([tokens], [0], copies=_copies(nbytes))
-    emb = RotaryEmbedding(D, 4096, RopeConfig(1e6)).cuda()
-    qkv = torch.randn(tokens, (H + 2 * KVH) * D, device="cuda", dtype=torch.bfloat16)
-    q, k, v = (x.view(tokens, -1, D) for x in qkv.split([H * D, KVH * D, KVH * D], dim=-1))
-    pos = torch.randint(0, 4096, (tokens,), device="cuda")
-    w = (1 + 0.1 * torch.randn(2, D, device="cuda")).to(torch.bfloat16)
-    rope = (emb.cos_cache, emb.sin_cache)
-
-    def fused(m, kc, vc):
-        return qk_norm_rope_store_kv(pos, q, k, v, *rope, kc, vc, m.slot_mapping, w[0], w[1])
-
-    def split(m, kc, vc):
-        q_out, k_out = qk_norm_rope(pos, q, k, *rope, w[0], w[1])
-        store_kv(k_out, v, kc, vc, m.slot_mapping)
-        return q_out
-    m = case.metas[0]
-    a, b = ([case.k_cache.clone(), case.v_cache.clone()] for _ in range(2))
-    same = torch.equal(fused(m, *a), split(m, *b)) and all(map(torch.equal, a, b))
-    assert same, "qk_norm_rope_store_kv differs from qk_norm_rope + store_kv"
-    for name, fn in (("q/k-norm+rope+store (one launch)", fused), ("q/k-norm+rope, store_kv", split)):
-        fns = [(lambda m=m: fn(m, case.k_cache, case.v_cache)) for m in case.metas]
-        t = time_graph(fns * max(1, -(-8 // len(fns))))
-        _row(f"{name} tokens={tokens}", t, nbytes, ceiling, 0.0, rows)
-
-
-def bench_rmsnorm(tokens, hidden, ceiling, rows) -> None:
-    from turbospec.kernels.rmsnorm import fused_add_rms_norm
-    from turbospec.layers.layernorm import RMSNorm
-    norm = RMSNorm(hidden).to("cuda", torch.bfloat16)
-    norm.weight.data.normal_(1.0, 0.1)
-    n = _copies(4 * tokens * hidden * 2)
-    xs = [torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
-    rs = [torch.randn_like(x) for x in xs]
-    out, res = fused_add_rms_norm(xs[0], rs[0], norm.weight, norm.eps)
-    ref_out, ref_res = norm(xs[0], rs[0])
-    err = max(rel_err(out, ref_out.float()), rel_err(res, ref_res.float()))
-    assert err < 1e-2, f"rmsnorm rel err {err:.2e}"
-    fns = [(lambda x=x, r=r: fused_add_rms_norm(x, r, norm.weight, norm.eps)) for x, r in zip(xs, rs)]
-    t = time_graph(fns * max(1, -(-8 // n)))
-    _row(f"add+rmsnorm tokens={tokens} hidden={hidden}", t, 4 * tokens * hidden * 2, ceiling, err, rows)
-
-
-# (kind, batch, ctx, kernel, {override: options}): every valid combination is timed. Decode and
-# chain verify rows of the invariant kernel: P_MIN / MAX_PARTS / tile choices (changing them
-# changes the bits, not the invariance); the multi-token kernel at b=64 is the old verify path.
 SWEEP = [("decode", 1, 512, "decode", dict(block_n=(32, 64), min_partition=(32, 64, 128), num_stages=(2, 3))),
          ("decode", 1, 8192, "decode", dict(max_partitions=(16, 32, 64), num_stages=(2, 3, 4))),
          ("decode", 64, 2048, "decode", dict(min_partition=(64, 128, 256), max_partitions=(8, 16, 32))),
@@ -311,6 +242,7 @@ def main() -> None:
           f"  shape: H={H} KVH={KVH} D={D} block_size={BS} bf16")
     ceiling = copy_bandwidth()
     print(f"device-to-device copy: {ceiling / 1e9:.0f} GB/s (bytes read + written) = the ceiling\n")
+    from turbospec.kernels.microbench_small import bench_rmsnorm, bench_rope_store_kv, bench_store_kv
     rows, failed = [], []
 
     def attempt(fn, *a, **kw):               # a failing shape is reported and the run goes on
