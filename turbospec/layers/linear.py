@@ -12,8 +12,8 @@ added here without touching model files:
 Every matmul goes through `quant_method.apply(layer, x, act=None)`, so that a quantized weight
 (FP8, in `layers/quant/`) only swaps the method; `UnquantizedLinearMethod` calls `linear`.
 `act="silu_mul"` makes the input x = gate_up [*, 2K] and the matmul's input silu(gate) * up
-(`SiluAndMul`): on decode sizes the GEMM kernel computes it while loading x, one launch fewer,
-bitwise the same result (see SILU_MUL_FUSE_MAX_M); elsewhere `apply_input_act` runs first.
+(`SiluAndMul`): `apply_input_act` runs first, or, opted in for decode sizes (SILU_MUL_FUSE_MAX_M),
+the GEMM kernel computes it while loading x, one launch fewer, bitwise the same result.
 A parameter's `weight_loader(param, loaded_weight, shard_id)` copies one checkpoint tensor into
 its slice; `shard_ids` lists the pieces that must all arrive (see `model_loader`).
 """
