@@ -31,14 +31,14 @@ except ImportError:                                         # pragma: no cover -
     _HAS_GDC = False
 
 _ENABLED: dict = {}
+_MODE = os.environ.get("TURBOSPEC_PDL", "1")                # read once: "0" off, "all" every kernel early
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def pdl_enabled(device: torch.device) -> bool:
     """PDL on this device: CUDA, compute capability >= 9.0, Triton with griddepcontrol, not the
     interpreter, and not switched off by TURBOSPEC_PDL=0."""
-    if device.type != "cuda" or not _HAS_GDC or os.environ.get("TRITON_INTERPRET") == "1":
-        return False
-    if os.environ.get("TURBOSPEC_PDL", "1") == "0":
+    if device.type != "cuda" or not _HAS_GDC or _INTERPRET or _MODE == "0":
         return False
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _ENABLED:
@@ -59,7 +59,7 @@ def pdl_launch(device: torch.device, weight_bytes: int = 0) -> dict:
     streams; above EARLY_MAX_WEIGHT_BYTES it starts after its predecessor as usual (it still waits
     and releases), unless TURBOSPEC_PDL=all."""
     on = pdl_enabled(device)
-    early = on and (weight_bytes <= EARLY_MAX_WEIGHT_BYTES or os.environ.get("TURBOSPEC_PDL", "1") == "all")
+    early = on and (weight_bytes <= EARLY_MAX_WEIGHT_BYTES or _MODE == "all")
     return dict(PDL=on, launch_pdl=early)
 
 
