@@ -4,6 +4,7 @@
 #   OUT=/path bash bench/gpu_engine.sh [tests] [decode] [fp8] [oracle] [drafters] [profile]
 #       finer parts: decode8b codelm moe cublas oracle1 fp8dense fp8moe alltests (all of tests/gpu)
 #       pdl (A/B of the launch fusions and programmatic dependent launch: codelm-12m, qwen3-8b)
+#       moeab (qwen3-30b-a3b bf16 batch 1 under PDL off / cuBLAS / two-launch attention)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,6 +28,12 @@ for part in ${*:-tests decode oracle drafters}; do
                   run 40 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16 --prompt-len 128 --gen-len 256
                 TURBOSPEC_FUSE_ROPE_STORE=$1 TURBOSPEC_SILU_FUSE_MAX_M=$2 TURBOSPEC_PDL=$3 \
                   run 70 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64 --profile
+              done ;;
+    moeab)    # qwen3-30b-a3b bf16 batch 1 (34.5% of roofline at 4ffd9c1, 30.6% at 0ca8a14): which change?
+              for v in "" "TURBOSPEC_PDL=0" "TURBOSPEC_GEMM=cublas" "TURBOSPEC_ATTN_REDUCE=two TURBOSPEC_FUSE_ROPE_STORE=0"; do
+                echo "### moeab: ${v:-defaults}" | tee -a "$log"
+                ( [ -z "$v" ] || export $v
+                  run 90 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 32 )
               done ;;
     decode8b) run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile ;;
     codelm)   run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 ;;
