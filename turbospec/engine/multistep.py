@@ -74,8 +74,9 @@ class DecodeBurst:
     def _slots(self, b: int) -> torch.Tensor:
         """[b] KV slot of each row's current position (-1: padding row)."""
         pos = self.pos[:b]
-        block = self.block_tables[:b].gather(1, (pos // self.block_size).unsqueeze(1)).squeeze(1).long()
-        return torch.where(self.valid[:b], block * self.block_size + pos % self.block_size, torch.full_like(pos, -1))
+        bs = self.block_size
+        block = self.block_tables[:b].gather(1, (pos // bs).unsqueeze(1)).squeeze(1).long()   # [b]
+        return torch.where(self.valid[:b], block * bs + pos % bs, torch.full_like(pos, -1))
 
     @torch.inference_mode()
     def capture(self) -> None:
