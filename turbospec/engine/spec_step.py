@@ -76,11 +76,17 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
     rows = [draft_row[b] for b in bs]
     K = max(proposal.num_tokens[r] for r in rows)
     V = logits.shape[1]
-    # [S, K+1] logits rows of each sequence, padded by repeating its last row (never read)
-    idx = torch.tensor([[offsets[b] + min(j, proposal.num_tokens[r]) for j in range(K + 1)]
-                        for b, r in zip(bs, rows)], dtype=torch.long, device=logits.device)
-    seqs = [scheduled[b].seq for b in bs]
     dev = logits.device
+    seqs = [scheduled[b].seq for b in bs]
+    full = all(proposal.num_tokens[r] == K for r in rows)
+    if full and all(offsets[b] == offsets[bs[0]] + i * (K + 1) for i, b in enumerate(bs)):
+        start = offsets[bs[0]]                              # the usual chain step: rows already in place
+        seq_logits = logits[start:start + len(bs) * (K + 1)].view(len(bs), K + 1, V)   # [S, K+1, V]
+    else:
+        # [S, K+1] logits rows of each sequence, padded by repeating its last row (never read)
+        idx = torch.tensor([[offsets[b] + min(j, proposal.num_tokens[r]) for j in range(K + 1)]
+                            for b, r in zip(bs, rows)], dtype=torch.long, device=dev)
+        seq_logits = logits[idx.view(-1)].view(len(bs), K + 1, V)
     ridx = torch.tensor(rows, dtype=torch.long)
 
     def pick(t: torch.Tensor | None) -> torch.Tensor | None:   # proposers may draft on the host
@@ -89,17 +95,22 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
                    pick(proposal.draft_probs), pick(proposal.parents))
     if sub.parents is None and all(s.params.greedy for s in seqs):
         num = torch.tensor(sub.num_tokens).to(dev, non_blocking=True)
-        res = greedy_chain(logits[idx.view(-1)].view(len(bs), K + 1, V), sub.token_ids, num)
+        res = greedy_chain(seq_logits, sub.token_ids, num)
     else:
         st_rows = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs],
                                               dev, repeats=[K + 1] * len(seqs))
-        target_probs = compute_probs(logits[idx.view(-1)], st_rows).view(len(bs), K + 1, V)
+        target_probs = compute_probs(seq_logits.reshape(-1, V), st_rows).view(len(bs), K + 1, V)
         st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], dev)
         res = rejection_sample(target_probs, sub, st)
-    out_tok = res.output_token_ids.tolist()
-    n_out = res.num_output.tolist()
-    nodes = res.accepted_nodes.tolist()
-    return {b: (out_tok[i][:n_out[i]], nodes[i][:n_out[i] - 1]) for i, b in enumerate(bs)}
+    # one device->host copy (each .tolist() waits for the GPU on its own): [S, (K+1) + 1 + K]
+    packed = torch.cat([res.output_token_ids, res.num_output.unsqueeze(1), res.accepted_nodes],
+                       dim=1).tolist()
+    out = {}
+    for i, b in enumerate(bs):
+        row = packed[i]
+        n = row[K + 1]
+        out[b] = (row[:n], row[K + 2:K + 2 + n - 1])
+    return out
 
 
 def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
