@@ -5,6 +5,7 @@
 #       finer parts: decode8b codelm moe cublas oracle1 fp8dense fp8moe alltests (all of tests/gpu)
 #       pdl (A/B of the launch fusions and programmatic dependent launch: codelm-12m, qwen3-8b)
 #       moeab (qwen3-30b-a3b bf16 batch 1 under PDL off / cuBLAS / two-launch attention)
+#       moeoracle (qwen3-30b-a3b FP8: oracle, automatic draft length, verify cost vs k and batch)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -35,6 +36,10 @@ for part in ${*:-tests decode oracle drafters}; do
                 ( [ -z "$v" ] || export $v
                   run 90 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 32 )
               done ;;
+    moeoracle) # issue 4: the verify-cost table (k x batch) and automatic draft length on the MoE, FP8
+              run 300 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,4,16,64 \
+                --prompt-len 256 --max-tokens 64 \
+                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
     decode8b) run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile ;;
     codelm)   run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 ;;
     moe)      run 120 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1,16 --prompt-len 256 --gen-len 32 --profile ;;

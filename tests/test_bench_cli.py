@@ -2,6 +2,7 @@
 shapes that cannot run here, and greedy speculative output identical to plain."""
 from __future__ import annotations
 
+import json
 import re
 
 from typer.testing import CliRunner
@@ -49,3 +50,27 @@ def test_bench_spec_bad_input():
     r = runner.invoke(app, ["bench", "spec", "--shape", "qwen3-8b", "--speculative-config",
                             '{"method": "ngram", "num_speculative_tokens": 3}'])
     assert r.exit_code == 2 and "oracle" in r.output
+
+
+def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
+    """The oracle on a random-weight shape with block-FP8 weights (issue 4's MoE table runs this on
+    qwen3-30b-a3b): the header names the weights, every batch row reports identical outputs (fp32
+    compute on the CPU), and the verify-cost table has a column per k."""
+    cfg = json.loads((codelm_dir / "config.json").read_text())
+    cfg.update(hidden_size=256, intermediate_size=256, num_hidden_layers=1, num_attention_heads=2,
+               num_key_value_heads=1, head_dim=128, layer_types=["full_attention"])
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = runner.invoke(app, ["bench", "spec", "--shape", str(tmp_path), "--device", "cpu", "--dtype", "fp32",
+                            "--quantization", "fp8", "--batch-sizes", "1,2", "--prompt-len", "16",
+                            "--max-tokens", "16", "--speculative-config",
+                            '{"method": "oracle", "num_speculative_tokens": 3, "acceptance_length": 2}'])
+    assert r.exit_code == 0, r.output
+    assert "weights block-FP8 (128x128)" in r.output.splitlines()[0]
+    rows = [l.split() for l in r.output.splitlines() if re.match(r"^\s+[12]\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x", l)]
+    assert [row[0] for row in rows] == ["1", "2"] and [row[-1] for row in rows] == ["1/1", "2/2"], r.output
+    assert all(float(row[3].rstrip("x")) > 0 for row in rows)
+    assert "k=3" in r.output
+    r = runner.invoke(app, ["bench", "spec", "--shape", str(tmp_path), "--quantization", "int4",
+                            "--speculative-config", '{"method": "oracle", "num_speculative_tokens": 3, '
+                            '"acceptance_length": 2}'])
+    assert r.exit_code == 2 and "fp8" in r.output

@@ -97,6 +97,7 @@ def spec(
     dtype: str = typer.Option(None),
     temperature: float = typer.Option(0.0),
     device: str = typer.Option(None),
+    quantization: str = typer.Option(None, help="with --shape: fp8 = block-FP8 weights (128x128, quantized at load)"),
 ) -> None:
     """Plain vs speculative decoding in the same process: acceptance, tok/s of each, speedup."""
     try:
@@ -105,9 +106,14 @@ def spec(
         raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
     if (model is None) == (shape is None):
         raise typer.BadParameter("pass exactly one of --model DIR (with --prompts) or --shape NAME (oracle)")
+    if quantization not in (None, "fp8"):
+        raise typer.BadParameter("--quantization must be fp8 (or omitted)")
     if shape is not None:
-        _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device)
+        _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device, quantization)
     else:
+        if quantization is not None:
+            raise typer.BadParameter("--quantization goes with --shape (random weights); a --model directory "
+                                     "brings its own quantization_config")
         if prompts is None:
             raise typer.BadParameter("--model needs --prompts FILE.jsonl")
         _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype)
@@ -141,7 +147,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
 
 
-def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device):
+def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device, quantization=None):
     from turbospec.benchmarks.oracle import bench_oracle
     from turbospec.engine.draft_length import candidate_ks
 
@@ -156,11 +162,12 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     cost_ks = candidate_ks(k)               # the verify-cost table: k = 0 (decode), 1, 2, 3, 4 and k
     auto = spec_cfg.get("draft_length") == "auto"
     try:
-        rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto)
+        rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto,
+                                   quantization)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
-               f"k {k} | target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
+               f"weights {'block-FP8 (128x128)' if quantization else dt} | k {k} | target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
     typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
                f"{'same as plain':>14}" + (f" {'auto k':>7}" if auto else ""))
     for r in rows:

@@ -93,8 +93,9 @@ def verify_cost(engine: LLMEngine, batch: int, ks: list[int], prompt_len: int, v
 
 def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
                  k: int, acceptance_length: float, prompt_len: int, gen_len: int,
-                 cost_ks: list[int], auto: bool = False) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
-    model = random_model(config, device, dtype)
+                 cost_ks: list[int], auto: bool = False, quantization: str | None = None
+                 ) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
+    model = random_model(config, device, dtype, quantization=quantization)
     oracle = OracleProposer(k, acceptance_length, config.vocab_size)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len + k + 1, max(batch_sizes),
                           speculative_proposer=oracle, auto_draft_length=auto,
