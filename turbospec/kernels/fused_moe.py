@@ -4,7 +4,7 @@ Two launches of one grouped-GEMM kernel family, bf16 or block-FP8 weights, over 
 
   GEMM1  inter[slot] = silu(x[token] @ gate_e.T) * (x[token] @ up_e.T)      [T*k, I]  (SiLU-and-mul fused)
   GEMM2  y[slot]     = topk_weight[slot] * (inter[slot] @ down_e.T)         [T*k, H]
-  out[token]         = sum over its k slots of y                            [T, H]   (torch sum, fp32 accumulate)
+  out[token]         = sum over its k slots of y                            [T, H]   (kernels/moe_sum.py)
 
 Rows are (token, slot) pairs; a program owns BLOCK_M rows that all use one expert and BLOCK_N output
 columns, so an expert's weights are read once per block. Two row layouts:
@@ -17,6 +17,15 @@ columns, so an expert's weights are read once per block. Two row layouts:
 
 FP8 weights use the same register dequantization as kernels/fp8_gemm.py (BLOCK_K = the 128-wide
 scale block). Nothing syncs with the host; every launch is CUDA-graph-capturable.
+
+Row invariance (what keeps speculation lossless: a verify of B x (k+1) tokens must round each
+token like its batch-1 decode): up to INVARIANT_MAX_TOKENS tokens, the dense GEMMs' 64-row bound,
+both GEMMs run batch-1 decode's tiles, warps and stages (`pick_config`), so slot and aligned mode
+differ only in how a program finds its rows, and a row's dot products, SiLU, FP8 scales and
+rounding are the same instructions in the same order; the combine sums a token's slots in slot
+order in fp32 (`moe_sum`). Token t's output is then bitwise a function of its own hidden row and
+routing (and the weights, SM count, FP8 conversion path) only, whatever T or SLOT_MODE_MAX_TOKENS.
+Checked in the interpreter; GPU test pending (tests/gpu/test_fp8_moe_kernels.py, bitwise).
 """
 from __future__ import annotations
 
@@ -25,11 +34,14 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.fp8_gemm import _wtile_dot, fast_cvt_enabled, launch
-from turbospec.kernels.moe_align import moe_align
+from turbospec.kernels.moe_align import max_blocks, moe_align
+from turbospec.kernels.moe_sum import moe_sum
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms
+from turbospec.layers.linear import INVARIANT_MAX_M
 
 SLOT_MODE_MAX_TOKENS = 1
+INVARIANT_MAX_TOKENS = INVARIANT_MAX_M    # tokens up to which every row rounds alike whatever T is
 
 
 @triton.jit
@@ -109,20 +121,53 @@ def _block_n(num_blocks: int, N: int, num_sms: int) -> int:
     return 64 if num_blocks * triton.cdiv(N, 64) >= 1.5 * num_sms else 32
 
 
-def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block, fast_cvt, **cfg):
-    sorted_ids, blk_expert, blk_rows, num_blocks, block_m, slot_mode = layout
-    block_n = cfg.pop("BLOCK_N", None) or _block_n(num_blocks, N, num_sms(a.device))
-    grid = (triton.cdiv(N, block_n), num_blocks)
+def pick_config(T: int, N: int, E: int, top_k: int, num_sms: int, block_k: int = 64,
+                slot_mode: bool = False) -> dict:
+    """Launch config of one grouped GEMM with N output columns for T tokens (BLOCK_K: the caller's).
+
+    Up to INVARIANT_MAX_TOKENS tokens it is batch-1 decode's config whatever T is — a function of
+    (N, top_k, block_k, SM count) only: BLOCK_M 16 (slot mode's tile; also what `pick_block_m` gives
+    there whenever E >= 4 * top_k) and `_block_n` evaluated for top_k blocks, as at T = 1. Cost at
+    larger T: where the T = 1 rule picks BLOCK_N 32 (qwen3-30b-a3b's GEMM1, N = I = 768, on 132
+    SMs) aligned mode would have taken 64 from T = 2 on; 32 launches twice the programs, each
+    re-reading its [16, K] activation tile (from L2: a quarter of its weight bytes), while the
+    weight bytes streamed from HBM stay the same. Above the bound: today's heuristics
+    (`pick_block_m`, BLOCK_N from the real block count)."""
+    S = T * top_k
+    if T <= INVARIANT_MAX_TOKENS:
+        block_m, num_blocks = 16, top_k
+    elif slot_mode:
+        block_m, num_blocks = 16, S
+    else:
+        block_m = pick_block_m(S, E)
+        num_blocks = max_blocks(S, E, block_m)
+    block_n = _block_n(num_blocks, N, num_sms)
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_stages=3,
+                num_warps=8 if block_m * block_n >= 64 * 64 else 4)          # 4 warps spill there
+
+
+def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block, fast_cvt, cfg):
+    sorted_ids, blk_expert, blk_rows, num_blocks, slot_mode = layout
+    grid = (triton.cdiv(N, cfg["BLOCK_N"]), num_blocks)
     stride_se, stride_sn = (s.stride(0), s.stride(1)) if fp8 else (0, 0)
-    block_k = block[1] if fp8 else 64
     args = (a, w.view(torch.uint8) if fp8 else w, s if fp8 else a, out, tw, sorted_ids, blk_expert, blk_rows,
             N, K, a_div, a.stride(0), w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0))
     launch(_moe_gemm_kernel, grid, args, dict(
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_N=block[0] if fp8 else 1, GATED=gated,
-        MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8, FAST_CVT=fast_cvt, EVEN_K=K % block_k == 0,
-        num_warps=cfg.get("num_warps", 8 if block_m * block_n >= 64 * 64 else 4),    # 4 warps spill there
-        num_stages=cfg.get("num_stages", 3),
+        cfg, GROUP_N=block[0] if fp8 else 1, GATED=gated, MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8,
+        FAST_CVT=fast_cvt, EVEN_K=K % cfg["BLOCK_K"] == 0,
         **pdl_launch(a.device, min(w.shape[0], num_blocks) * w[0].numel() * w.element_size())), a.device)
+
+
+def _gemm_config(T, N, E, top_k, block_k, slot_mode, device, user: dict | None) -> dict:
+    """`pick_config`, then the caller's overrides (a given BLOCK_M / BLOCK_N resets the warps)."""
+    cfg = pick_config(T, N, E, top_k, num_sms(device), block_k, slot_mode)
+    user = {key: v for key, v in (user or {}).items() if v is not None}
+    if slot_mode:
+        user.pop("BLOCK_M", None)                                 # slot mode: one live row, tile 16
+    if ("BLOCK_M" in user or "BLOCK_N" in user) and "num_warps" not in user:
+        bm, bn = user.get("BLOCK_M", cfg["BLOCK_M"]), user.get("BLOCK_N", cfg["BLOCK_N"])
+        user["num_warps"] = 8 if bm * bn >= 64 * 64 else 4
+    return {**cfg, **user}
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
@@ -144,17 +189,18 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     ids = ids if ids.dtype == torch.int32 else ids.to(torch.int32)
     tw = topk_weights.reshape(-1).contiguous()
     limit = SLOT_MODE_MAX_TOKENS if slot_mode_max_tokens is None else slot_mode_max_tokens
-    if T <= limit:
-        layout = (ids, ids, ids, S, 16, True)                   # block b = slot b, expert ids[b]
+    slot_mode = T <= limit
+    block_k = block[1] if fp8 else 64
+    cfg1 = _gemm_config(T, I, E, k, block_k, slot_mode, x.device, config)
+    cfg2 = _gemm_config(T, H, E, k, block_k, slot_mode, x.device, config)
+    if slot_mode:
+        layout = (ids, ids, ids, S, True)                        # block b = slot b, expert ids[b]
     else:
-        block_m = (config or {}).get("BLOCK_M") or pick_block_m(S, E)
-        sorted_ids, blk_expert, blk_rows = moe_align(ids, E, block_m)
-        layout = (sorted_ids, blk_expert, blk_rows, blk_expert.numel(), block_m, False)
+        sorted_ids, blk_expert, blk_rows = moe_align(ids, E, cfg1["BLOCK_M"])
+        layout = (sorted_ids, blk_expert, blk_rows, blk_expert.numel(), False)
     fast = fp8 and x.dtype == torch.bfloat16 and fast_cvt_enabled(x.device)
-    cfg = dict(config or {})
-    cfg.pop("BLOCK_M", None)
-    inter = torch.empty(S, I, dtype=x.dtype, device=x.device)
-    _launch(x, w13, w13_scale, inter, tw, layout, I, H, k, True, False, fp8, block, fast, **cfg)
-    y = torch.empty(S, H, dtype=x.dtype, device=x.device)
-    _launch(inter, w2, w2_scale, y, tw, layout, H, I, 1, False, True, fp8, block, fast, **cfg)
-    return y.view(T, k, H).sum(dim=1)
+    inter = torch.empty(S, I, dtype=x.dtype, device=x.device)                       # [T*k, I]
+    _launch(x, w13, w13_scale, inter, tw, layout, I, H, k, True, False, fp8, block, fast, cfg1)
+    y = torch.empty(S, H, dtype=x.dtype, device=x.device)                           # [T*k, H]
+    _launch(inter, w2, w2_scale, y, tw, layout, H, I, 1, False, True, fp8, block, fast, cfg2)
+    return moe_sum(y, k)                                                            # [T, H]
