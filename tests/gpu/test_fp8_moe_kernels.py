@@ -3,7 +3,8 @@
 Random inputs (never zeros); outputs land in memory that held NaN just before (a freed NaN buffer
 of the same size), so an unwritten element fails. References run in float32 on upcast inputs;
 bf16 threshold: relative error 1e-2. Real shapes: qwen3-8b / qwen3-30b-a3b projections, 128
-experts top-8 at H 2048, I 768.
+experts top-8 at H 2048, I 768. The fused MoE's row invariance (token count up to
+INVARIANT_MAX_TOKENS) is checked bitwise, bf16 and FP8.
 
     PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_fp8_moe_kernels.py
 """
@@ -158,6 +159,65 @@ def test_fused_moe_layer_has_no_host_sync_and_captures(experts):
         g.replay()
         ref = fused_experts(x, q13, q2, *fused_topk(logits, cfg), **kw)
         assert torch.equal(out, ref)
+
+
+@pytest.fixture(scope="module")
+def small_experts():
+    """16 experts top-4, H 320, I 192: ragged K for the FP8 kernels' 128-wide BLOCK_K."""
+    from turbospec.layers.quant.fp8 import quantize_fp8
+    g = torch.Generator(device="cuda").manual_seed(1)
+    w13 = torch.randn(16, 2 * 192, 320, device="cuda", generator=g).to(torch.bfloat16) * 0.05
+    w2 = torch.randn(16, 320, 192, device="cuda", generator=g).to(torch.bfloat16) * 0.05
+    (q13, s13), (q2, s2) = quantize_fp8(w13, BLOCK), quantize_fp8(w2, BLOCK)
+    return w13, w2, q13, q2, dict(w13_scale=s13, w2_scale=s2, block_shape=BLOCK)
+
+
+def test_moe_sum_is_the_slot_order_fp32_sum():
+    from turbospec.kernels.moe_sum import moe_sum
+    for T, k, Hd in ((1, 8, 2048), (64, 8, 2048), (5, 3, 1000)):
+        y = torch.randn(T * k, Hd, device="cuda") * torch.logspace(-3, 3, Hd, device="cuda")
+        y = y.to(torch.bfloat16)                                                   # [T * k, H]
+        seq = torch.zeros(T, Hd, device="cuda")
+        for j in range(k):                              # elementwise fp32 adds: exactly the slot order
+            seq = seq + y.view(T, k, Hd)[:, j].float()
+        _poison(T * Hd)
+        assert torch.equal(moe_sum(y, k), seq.to(torch.bfloat16)), (T, k, Hd)
+
+
+@pytest.mark.parametrize("shape", ["qwen3-30b-a3b", "small"])
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_fused_experts_rows_are_batch_invariant(experts, small_experts, shape, fp8):
+    """Up to INVARIANT_MAX_TOKENS tokens, row i of a T-token call (aligned mode, or slot mode up to
+    8 tokens) is bitwise token i's batch-1 call (slot mode), eager and in a CUDA graph replayed on
+    permuted tokens: what keeps bf16 speculation lossless through the MoE."""
+    from turbospec.kernels.fused_moe import INVARIANT_MAX_TOKENS, fused_experts
+    w13, w2, q13, q2, kw = experts if shape == "qwen3-30b-a3b" else small_experts
+    args, kw = ((q13, q2), kw) if fp8 else ((w13, w2), {})
+    n_exp, top_k, Hd = (E, K, H) if shape == "qwen3-30b-a3b" else (16, 4, 320)
+    n = 64
+    assert n <= INVARIANT_MAX_TOKENS
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n, Hd, generator=g).to("cuda", torch.bfloat16)
+    ids = torch.stack([torch.randperm(n_exp, generator=g)[:top_k] for _ in range(n)]).cuda()
+    w = torch.softmax(torch.randn(n, top_k, generator=g), -1).cuda()
+    single = torch.cat([fused_experts(x[i:i + 1], *args, w[i:i + 1], ids[i:i + 1], **kw) for i in range(n)])
+    for T in (1, 3, 8, 16, 64):
+        for slot in (0, None, 8):                       # aligned, the default (slot mode at T = 1), slot
+            _poison(T * top_k * Hd)
+            out = fused_experts(x[:T], *args, w[:T], ids[:T], slot_mode_max_tokens=slot, **kw)
+            diff = (out.float() - single[:T].float()).abs().max().item()
+            assert torch.equal(out, single[:T]), f"T={T} slot_mode_max_tokens={slot}: max |diff| {diff}"
+    for T in (1, 16, 64):
+        xs, ws, idss = x[:T].clone(), w[:T].clone(), ids[:T].clone()
+        fused_experts(xs, *args, ws, idss, **kw)                                 # compile
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fused_experts(xs, *args, ws, idss, **kw)
+        perm = torch.randperm(n, generator=g)[:T].cuda()
+        for buf, src in ((xs, x), (ws, w), (idss, ids)):
+            buf.copy_(src[perm])
+        graph.replay()
+        assert torch.equal(out, single[perm]), f"T={T}: graph replay rows differ from the batch-1 calls"
 
 
 @pytest.mark.parametrize("N,Kd", [(4096, 12288), (384, 1024), (200, 300)],
