@@ -1,9 +1,9 @@
 """Probe: does programmatic dependent launch (PDL) shorten a CUDA-graphed decode-like chain on Hopper?
 
-    python3 bench/pdl_probe.py            # on an H100/H200; prints one line per (chain, variant)
+    PYTHONPATH=. python3 bench/pdl_probe.py    # on an H100/H200; one line per (chain, variant)
 
-Standalone (torch + triton only). Two chains of data-dependent kernels, each captured in one CUDA
-graph: "8b" (36 layers of qwen3-8b-sized GEMVs, bf16, plus small row kernels in between, as in a
+Its own small kernels; timing and the copy ceiling are turbospec.kernels.microbench's. Two chains
+of data-dependent kernels, each captured in one CUDA graph: "8b" (36 layers of qwen3-8b-sized GEMVs, bf16, plus small row kernels in between, as in a
 decode step) and "12m" (6 layers of codelm-12m-sized ones, launch-bound). Variants: plain launches;
 PDL (every kernel waits on its predecessor with griddepcontrol.wait, then lets its dependents
 launch); PDL + the GEMV's first weight block loaded before the wait (overlaps the predecessor's
@@ -12,13 +12,14 @@ plain one bit for bit (a missing wait would read stale data).
 """
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from turbospec.kernels.microbench import copy_bandwidth, time_graph
 
 
 @triton.jit
@@ -94,46 +95,10 @@ def run(steps):
         kern[grid](*args, **kw, launch_pdl=bool(kw.get("USE_PDL")), num_warps=4)
 
 
-def time_graph(steps, replays=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run(steps)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        run(steps)
-    g.replay()
-    ts = []
-    for _ in range(replays):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e-3)
-    return statistics.median(ts), g
-
-
-def copy_bw(dev):
-    a = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(10):
-        b.copy_(a)
-    e1.record()
-    e1.synchronize()
-    return 2 * 10 * a.numel() / (e0.elapsed_time(e1) * 1e-3)
-
-
 def main():
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    bw = copy_bw(dev)
+    bw = copy_bandwidth()
     print(f"# pdl_probe | {torch.cuda.get_device_name()} | torch {torch.__version__} triton {triton.__version__} "
           f"| copy {bw / 1e12:.2f} TB/s | bf16 GEMV chains in one CUDA graph, 2 row kernels before each GEMV")
     chains = {"8b": ([(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)], 36),
@@ -149,12 +114,11 @@ def main():
         for vname, v in variants.items():
             steps, out = build(ws, x0, v)
             try:
-                t, g = time_graph(steps)
+                t = time_graph([lambda: run(steps)], replays=20)       # the last replay leaves its output
             except Exception as e:                                   # noqa: BLE001 - report and go on
                 print(f"{name:4s} {vname:13s} FAILED: {type(e).__name__}: {str(e)[:200]}")
                 ok = False
                 continue
-            g.replay()
             torch.cuda.synchronize()
             res = out.clone()
             same = "ref" if ref is None else ("bits equal" if torch.equal(res, ref) else "DIFFERENT")
@@ -162,7 +126,6 @@ def main():
             ref = res if ref is None else ref
             print(f"{name:4s} {vname:13s} {t * 1e6:9.1f} us/step  {len(steps):4d} launches  "
                   f"{t * 1e6 / len(steps):5.2f} us/launch  weights {wbytes / t / bw:6.1%} of copy  {same}")
-            del g
     sys.exit(0 if ok else 1)
 
 

@@ -17,6 +17,8 @@ import dataclasses
 import pytest
 import torch
 
+from tests.gpu.graphs import capture
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -116,18 +118,6 @@ def test_store_kv_skips_padding_and_matches_torch():
     assert torch.equal(kc, kc0) and torch.equal(vc, vc0)
 
 
-def _graph(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    return g, out
-
-
 @pytest.mark.parametrize("q_len", [1, 8])
 def test_cuda_graph_replay_other_lengths(q_len):
     """Captured once at the capacity, replayed at shorter lengths and with padded sequences
@@ -136,7 +126,7 @@ def test_cuda_graph_replay_other_lengths(q_len):
     cap = 4096
     c = _case([q_len] * 4, [cap - q_len] * 4, seed=5)
     m = c.metas[0]
-    g, out = _graph(lambda: _attend(c, m))
+    g, out = capture(lambda: _attend(c, m))
     for lens in ([cap, 3000, 17 + q_len, 2 * q_len], [q_len, cap, 1000, q_len]):
         m.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
         g.replay()
@@ -212,7 +202,7 @@ def test_cuda_graph_bits_equal_eager(q_len):
     cap = 8192
     c = _case([q_len] * 4, [cap - q_len] * 4, seed=8)
     m = c.metas[0]
-    g, out = _graph(lambda: _attend(c, m))
+    g, out = capture(lambda: _attend(c, m))
     for lens in ([cap, 3000, 17 + q_len, 2 * q_len], [q_len, 600, 2049, q_len]):
         m.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
         g.replay()
@@ -237,7 +227,7 @@ def test_fused_reduce_bits_equal_two_launches(q_len, ctx):
     _check(c, two)
     for _ in range(3):                                      # races would show as run-to-run changes
         _assert_same(run(True), two, "fused vs two launches")
-    g, out = _graph(lambda: run(True))
+    g, out = capture(lambda: run(True))
     g.replay()
     _assert_same(out, two, "fused, graph replay")
     torch.cuda.synchronize()

@@ -15,6 +15,8 @@ import dataclasses
 import pytest
 import torch
 
+from tests.gpu.graphs import capture
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -209,14 +211,7 @@ def test_model_cuda_graph_replay(arch, dtype):
         with forward_context(meta):
             return gpu.compute_logits(gpu(ids, pos))
     with torch.inference_mode():
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            step()                                          # warm-up: Triton compiles here
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = step()
+        graph, out = capture(step)
         for i in range(3):
             ids.copy_(torch.randint(0, cfg.vocab_size, (4,), device="cuda"))
             pos.copy_(torch.randint(0, 2000, (4,), device="cuda"))

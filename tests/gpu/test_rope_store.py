@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.gpu.graphs import capture
+
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -55,18 +57,6 @@ def _unfused(pos, views, emb, weights, caches, slots):
     return rq, kc, vc
 
 
-def _graph(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()                                                # warm-up: Triton compiles here
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    return g, out
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("T", [1, 7, 300])
 @pytest.mark.parametrize("nh,nkv,D", SHAPES)
@@ -89,14 +79,14 @@ def test_rope_store_kv_bitwise(dtype, T, nh, nkv, D, qk_norm):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("qk_norm", [True, False], ids=["qwen3", "llama"])
-def test_rope_store_kv_cuda_graph(dtype, qk_norm):
+def test_rope_store_kv_cudacapture(dtype, qk_norm):
     """Captured once, replayed on new qkv / positions / slots: the eager two-launch bits each time."""
     from turbospec.kernels.rope import qk_norm_rope_store_kv
     nh, nkv, D, T = 32, 8, 128, 64
     qkv, views, pos, slots, weights, caches = _inputs(T, nh, nkv, D, dtype, qk_norm, 11)
     emb = _rope(D, qk_norm)
     base = [c.clone() for c in caches]
-    g, q = _graph(lambda: qk_norm_rope_store_kv(pos, *views, emb.cos_cache, emb.sin_cache,
+    g, q = capture(lambda: qk_norm_rope_store_kv(pos, *views, emb.cos_cache, emb.sin_cache,
                                                 *caches, slots, *weights))
     for i in range(3):
         new_qkv, _, new_pos, new_slots, _, _ = _inputs(T, nh, nkv, D, dtype, qk_norm, 100 + i)
