@@ -2,13 +2,14 @@
 
     PYTHONPATH=. python3 bench/pdl_probe.py    # on an H100/H200; one line per (chain, variant)
 
-Its own small kernels; timing and the copy ceiling are turbospec.kernels.microbench's. Two chains
-of data-dependent kernels, each captured in one CUDA graph: "8b" (36 layers of qwen3-8b-sized GEMVs, bf16, plus small row kernels in between, as in a
-decode step) and "12m" (6 layers of codelm-12m-sized ones, launch-bound). Variants: plain launches;
-PDL (every kernel waits on its predecessor with griddepcontrol.wait, then lets its dependents
-launch); PDL + the GEMV's first weight block loaded before the wait (overlaps the predecessor's
-tail); PDL with launch_dependents before the wait. Every variant's final output must equal the
-plain one bit for bit (a missing wait would read stale data).
+Its own small kernels; timing and the copy ceiling are turbospec.kernels.microbench's. Two chains of
+data-dependent kernels, each captured in one CUDA graph: "8b" (36 layers of qwen3-8b-sized GEMVs,
+bf16, plus small row kernels in between, as in a decode step) and "12m" (6 layers of
+codelm-12m-sized ones, launch-bound). Variants: plain launches; PDL (every kernel waits on its
+predecessor with griddepcontrol.wait, then lets its dependents launch); PDL + the GEMV's first
+weight block loaded before the wait (overlaps the predecessor's tail); PDL with launch_dependents
+before the wait. Every variant's final output must equal the plain one bit for bit (a missing wait
+would read stale data).
 """
 from __future__ import annotations
 
