@@ -5,8 +5,8 @@ chunk's strided reads). Grid: (rows, column blocks of BLOCK).
 
 Numerics follow `turbospec.layers.activation.silu_and_mul`: silu in float32 rounded to the input
 dtype (F.silu's output), then the product in float32 rounded once. `silu_mul` is that arithmetic,
-shared with the GEMMs that compute it while loading their input (`load_silu_mul_tile`: down_proj
-on decode sizes), so both paths round alike bit for bit.
+shared with the GEMMs that compute it while loading their input (`load_silu_mul_tile`: down_proj,
+when opted in with TURBOSPEC_SILU_FUSE_MAX_M), so both paths round alike bit for bit.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
+
 
 @triton.jit
 def silu_mul(gate, up):
