@@ -5,7 +5,10 @@
 #       finer parts: decode8b codelm moe cublas oracle1 fp8dense fp8moe alltests (all of tests/gpu)
 #       pdl (A/B of the launch fusions and programmatic dependent launch: codelm-12m, qwen3-8b)
 #       moeab (qwen3-30b-a3b bf16 batch 1 under PDL off / cuBLAS / two-launch attention)
-#       moeoracle (qwen3-30b-a3b FP8: oracle, automatic draft length, verify cost vs k and batch)
+#       moeoracle (qwen3-30b-a3b FP8: oracle, automatic draft length, verify cost vs k and batch;
+#                  then batch 16 and 64 again with bitwise_exact false)
+#       moeab2 (qwen3-30b-a3b bf16 batch 1: the attention merge and the RoPE+store fusion one at a time,
+#               then a PDL-off profile)  reduceab (attention merge rule vs always in the launch)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -39,7 +42,21 @@ for part in ${*:-tests decode oracle drafters}; do
     moeoracle) # issue 4: the verify-cost table (k x batch) and automatic draft length on the MoE, FP8
               run 300 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,4,16,64 \
                 --prompt-len 256 --max-tokens 64 \
-                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
+                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}'
+              run 200 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 16,64 \
+                --prompt-len 256 --max-tokens 64 \
+                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto","bitwise_exact":false}' ;;
+    moeab2)   for v in "TURBOSPEC_ATTN_REDUCE=two" "TURBOSPEC_FUSE_ROPE_STORE=0"; do
+                echo "### moeab2: $v" | tee -a "$log"
+                ( export $v; run 90 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 32 )
+              done
+              TURBOSPEC_PDL=0 run 120 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 32 --profile ;;
+    reduceab) # baseline for the attention merge rule: the previous default (always in the launch)
+              for sh in qwen3-8b qwen3-30b-a3b; do
+                TURBOSPEC_ATTN_REDUCE=fused run 90 "${TS[@]}" bench decode --shape $sh --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64
+                run 90 "${TS[@]}" bench decode --shape $sh --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64
+              done ;;
+    sweep30b) run 330 python3 -m turbospec.kernels.microbench_gemm --quick --sweep --budget 220 --models qwen3-30b-a3b ;;
     decode8b) run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile ;;
     codelm)   run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 ;;
     moe)      run 120 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1,16 --prompt-len 256 --gen-len 32 --profile ;;

@@ -67,7 +67,9 @@ def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "weights block-FP8 (128x128)" in r.output.splitlines()[0]
     rows = [l.split() for l in r.output.splitlines() if re.match(r"^\s+[12]\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x", l)]
-    assert [row[0] for row in rows] == ["1", "2"] and [row[-1] for row in rows] == ["1/1", "2/2"], r.output
+    assert [row[0] for row in rows] == ["1", "2"] and [row[-2] for row in rows] == ["1/1", "2/2"], r.output
+    assert [row[-1] for row in rows] == ["3", "3"]                 # k used (no cap on the CPU)
+    assert "bitwise_exact True |" in r.output.splitlines()[0]
     assert all(float(row[3].rstrip("x")) > 0 for row in rows)
     assert "k=3" in r.output
     r = runner.invoke(app, ["bench", "spec", "--shape", str(tmp_path), "--quantization", "int4",

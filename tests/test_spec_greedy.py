@@ -139,13 +139,13 @@ def test_auto_draft_length_zero_runs_plain_bursts(codelm_dir, plain):
     assert eng.adaptive is not None and eng.burst is not None
     prompts = _code_prompts(2)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
-    eng.adaptive.choose = lambda batch: 0
+    eng.adaptive.choose = lambda batch, k_cap=None: 0
     launches = []
     launch = eng.burst.launch
     eng.burst.launch = lambda *a: launches.append(1) or launch(*a)
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
     assert launches and spec.get_metrics()["spec_decode_num_drafts"] == 0
-    eng.adaptive.choose = lambda batch: 4                     # speculating again: no bursts
+    eng.adaptive.choose = lambda batch, k_cap=None: 4                     # speculating again: no bursts
     launches.clear()
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
     assert not launches and spec.get_metrics()["spec_decode_num_drafts"] > 0

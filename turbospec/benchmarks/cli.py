@@ -161,18 +161,23 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     cost_ks = candidate_ks(k)               # the verify-cost table: k = 0 (decode), 1, 2, 3, 4 and k
     auto = spec_cfg.get("draft_length") == "auto"
+    exact = spec_cfg.get("bitwise_exact", True)
+    if not isinstance(exact, bool):
+        raise typer.BadParameter(f"bitwise_exact={exact!r}: use true or false")
     try:
         rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto,
-                                   quantization)
+                                   quantization, exact)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
-               f"weights {'block-FP8 (128x128)' if quantization else dt} | k {k} | target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
+               f"weights {'block-FP8 (128x128)' if quantization else dt} | k {k}{' (auto)' if auto else ''} | "
+               f"bitwise_exact {exact}{' (verify rows <= 64 per step)' if exact and dev.type == 'cuda' else ''} | "
+               f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
     typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
-               f"{'same as plain':>14}" + (f" {'auto k':>7}" if auto else ""))
+               f"{'same as plain':>14} {'k used':>7}")
     for r in rows:
         typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
-                   f"{r.acceptance_length or 0:>11.2f} {r.identical:>14}" + (f" {r.chosen_k:>7}" if auto else ""))
+                   f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.chosen_k:>7}")
     typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():

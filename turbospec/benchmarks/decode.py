@@ -74,13 +74,14 @@ def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
 
 def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.dtype, max_len: int,
                  max_batch: int, speculative_proposer=None, graph_query_lens: list[int] | None = None,
-                 auto_draft_length: bool = False) -> LLMEngine:
+                 auto_draft_length: bool = False, bitwise_exact: bool = True) -> LLMEngine:
     bs = 16
     blocks = max_batch * (-(-(max_len + 16) // bs)) + 8
     ec = EngineConfig(block_size=bs, num_kv_blocks=blocks, max_num_seqs=max_batch,
                       max_num_batched_tokens=max(8192, max_batch * 64), max_model_len=max_len + 16)
     return LLMEngine(None, model, config, None, device, dtype, ec, proposer=speculative_proposer,
-                     graph_query_lens=graph_query_lens, auto_draft_length=auto_draft_length)
+                     graph_query_lens=graph_query_lens, auto_draft_length=auto_draft_length,
+                     bitwise_exact=bitwise_exact)
 
 
 def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, vocab: int,

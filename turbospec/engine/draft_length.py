@@ -16,6 +16,15 @@ from turbospec.spec.proposer import Proposal
 COST_BATCHES = (1, 4, 16, 64)
 
 
+def exact_k_cap(num_seqs: int) -> int:
+    """The largest draft length whose verify of `num_seqs` sequences (num_seqs x (k + 1) rows) stays
+    within INVARIANT_MAX_M rows, where every CUDA matmul (bf16 skinny GEMM, FP8 GEMM, fused MoE)
+    rounds a row alike whatever the row count: greedy speculative output is then bit for bit plain
+    decoding's. 0 (plain decoding) above INVARIANT_MAX_M / 2 sequences."""
+    from turbospec.layers.linear import INVARIANT_MAX_M
+    return max(0, INVARIANT_MAX_M // max(num_seqs, 1) - 1)
+
+
 def candidate_ks(k_max: int) -> list[int]:
     """Draft lengths the engine may pick (and captures verify graphs for)."""
     return sorted({0, 1, 2, 3, 4, k_max} & set(range(k_max + 1)))
@@ -33,12 +42,15 @@ class AdaptiveDraftLength:
     def _draft_seconds(self, batch: int, k: int) -> float:
         return self.draft_s_per_token * k
 
-    def choose(self, batch: int) -> int:
-        if batch not in self._cache:
-            rates = {k: self.policy.tokens_per_second(batch, k) for k in self.ks}
+    def choose(self, batch: int, k_cap: int | None = None) -> int:
+        """The draft length for `batch` running sequences, at most `k_cap` (None: no cap)."""
+        key = (batch, k_cap)
+        if key not in self._cache:
+            ks = [k for k in self.ks if k_cap is None or k <= k_cap]
+            rates = {k: self.policy.tokens_per_second(batch, k) for k in ks}
             best = max(rates, key=rates.get)
-            self._cache[batch] = best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0
-        return self._cache[batch]
+            self._cache[key] = best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0
+        return self._cache[key]
 
     def observe(self, num_drafted: int, num_accepted: int, draft_seconds: float) -> None:
         self.profile.observe(num_drafted, num_accepted)

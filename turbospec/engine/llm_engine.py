@@ -13,13 +13,14 @@ import torch
 from turbospec.config import EngineConfig, ModelConfig, parse_dtype
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.detokenizer import IncrementalDetokenizer
-from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, measure_cost_table
+from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exact_k_cap, measure_cost_table
 from turbospec.engine.kv_sizing import choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
 from turbospec.engine.request_input import build_sequence, load_tokenizer
 from turbospec.engine.scheduler import Scheduler
 from turbospec.engine.sequence import Sequence, SequenceStatus
 from turbospec.engine.spec_step import SpecDecodeStats, accept_step
+from turbospec.layers.linear import INVARIANT_GEMMS
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
@@ -39,12 +40,16 @@ class LLMEngine:
     def __init__(self, model_dir: str, model: torch.nn.Module, config: ModelConfig, tokenizer,
                  device: torch.device, dtype: torch.dtype, engine_config: EngineConfig,
                  proposer=None, load_seconds: float = 0.0, graph_query_lens: list[int] | None = None,
-                 auto_draft_length: bool = False):
+                 auto_draft_length: bool = False, bitwise_exact: bool = True):
         self.model_dir, self.model, self.model_config = model_dir, model, config
         self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
         self.engine_config = engine_config
         self.proposer = proposer
         k = proposer.k if proposer is not None else 0
+        # bitwise_exact: cap each step's k so that its verify rows fit the row-invariant kernels
+        # (draft_length.exact_k_cap). Only CUDA's invariant kernels need it; with TURBOSPEC_GEMM=cublas
+        # nothing is invariant, so the cap would cost speed and buy nothing.
+        self.bitwise_exact = bitwise_exact and device.type == "cuda" and INVARIANT_GEMMS
         num_blocks = choose_num_blocks(config, engine_config, device, dtype)
         self.runner = ModelRunner(model, config, device, dtype, num_blocks, engine_config.block_size)
         self.block_manager = BlockManager(num_blocks, engine_config.block_size)
@@ -113,9 +118,10 @@ class LLMEngine:
         tok = load_tokenizer(tokenizer or model)
         proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype) \
             if speculative_config else None
-        auto = bool(speculative_config) and speculative_config.get("draft_length") == "auto"
+        spec = speculative_config or {}
         return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s,
-                   auto_draft_length=auto)
+                   auto_draft_length=spec.get("draft_length") == "auto",
+                   bitwise_exact=spec.get("bitwise_exact", True))
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt, params: SamplingParams | None = None) -> None:
@@ -147,9 +153,7 @@ class LLMEngine:
         burst = self._try_burst()
         if burst is not None:
             return self._outputs(burst)
-        k = self.proposer.k if self.proposer is not None else 0
-        if k and self.adaptive is not None:
-            k = self.adaptive.choose(max(len(self.scheduler.running), 1))
+        k = self.draft_length(len(self.scheduler.running))
         sched = self.scheduler.schedule(
             draft_slots=(lambda s: max(0, min(k, s.max_total_tokens - len(s) - 1))) if k else (lambda s: 0))
         if sched.is_empty:
@@ -160,14 +164,23 @@ class LLMEngine:
                 s.seq.metrics.first_scheduled_time = now
         return self._outputs(accept_step(self, sched.scheduled))
 
-    def _plain_decoding(self) -> bool:
-        """No speculation this step: no proposer, or the automatic draft length chose k = 0 for
-        this batch size and the drafter needs no target features (so skipping it loses nothing)."""
+    def draft_length(self, num_seqs: int) -> int:
+        """Draft tokens per sequence for a step of `num_seqs` running sequences: the proposer's k,
+        or the automatic choice, capped by `exact_k_cap` when bitwise_exact holds (0: plain)."""
         p = self.proposer
         if p is None:
-            return True
-        return self.adaptive is not None and not p.needs_target_features and \
-            self.adaptive.choose(max(len(self.scheduler.running), 1)) == 0
+            return 0
+        num_seqs = max(num_seqs, 1)
+        cap = exact_k_cap(num_seqs) if self.bitwise_exact else None
+        if self.adaptive is not None:
+            return self.adaptive.choose(num_seqs, cap)
+        return p.k if cap is None else min(p.k, cap)
+
+    def _plain_decoding(self) -> bool:
+        """No speculation this step: no proposer, or the draft length is 0 for this batch size
+        and the drafter needs no target features (so skipping it loses nothing)."""
+        p = self.proposer
+        return p is None or (not p.needs_target_features and self.draft_length(len(self.scheduler.running)) == 0)
 
     def _burst_ok(self, seqs: list[Sequence], ahead: int) -> bool:
         """Can `seqs` (the whole running set, nothing waiting) take a burst of n steps that starts

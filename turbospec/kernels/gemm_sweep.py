@@ -22,7 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from turbospec.kernels.microbench_gemm import model_shapes, time_gemm, weight_copies
+from turbospec.kernels.microbench_gemm import DEFAULT_MODELS, model_shapes, time_gemm, weight_copies
 
 SWEEP_MS = (1, 16, 64)
 TILES = [(bm, bn, bk, False) for bm in (16, 64) for bn in (32, 64, 128, 256) for bk in (64, 128, 256, 512)
@@ -103,7 +103,7 @@ def _with_split(cfg: dict, shape: Shape, sms: int) -> list[dict]:
     return [dict(cfg, SPLIT_K=s) for s in sorted(splits | {1})]
 
 
-def sweep(dtype: torch.dtype, ceiling: float, budget: float) -> None:
+def sweep(dtype: torch.dtype, ceiling: float, budget: float, models: tuple[str, ...] = DEFAULT_MODELS) -> None:
     from turbospec.kernels.skinny_gemm import heuristic_config
     from turbospec.kernels.split_k import num_sms
     t0, sms = time.monotonic(), num_sms(torch.device("cuda"))
@@ -111,8 +111,9 @@ def sweep(dtype: torch.dtype, ceiling: float, budget: float) -> None:
     def until(frac: float) -> bool:
         return time.monotonic() - t0 < frac * budget
     print(f"\n## sweep: skinny_gemm configs at M = {SWEEP_MS}, {sms} SMs, budget {budget:.0f} s", flush=True)
-    shapes = {f"{m} {lin}": (m, lin, N, K) for m, lin, N, K, _ in model_shapes()}
-    reps = [Shape(*shapes[n], dtype) for n in ("qwen3-8b o", "qwen3-8b gate_up")]
+    rep = {f"{m} {lin}": (m, lin, N, K) for m, lin, N, K, _ in model_shapes(("qwen3-8b",))}
+    reps = [Shape(*rep[n], dtype) for n in ("qwen3-8b o", "qwen3-8b gate_up")]    # stages 1-2 search on these
+    shapes = {f"{m} {lin}": (m, lin, N, K) for m, lin, N, K, _ in model_shapes(models)}
     for bm, bn, bk, swap in TILES:                                              # 1. tiles
         for s in reps:
             if until(0.35):

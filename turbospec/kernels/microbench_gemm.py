@@ -30,19 +30,22 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def linear_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
-    """The dense linears of a (non-MoE) model: name -> weight [N, K]."""
+    """The dense linears of a model: name -> weight [N, K]. An MoE's experts run in the fused MoE
+    kernel, not here: its MLP contributes the router (`gate` [num_experts, H]) instead."""
     H, D = cfg.hidden_size, cfg.head_dim
+    mlp = ({"router": (cfg.num_experts, H)} if cfg.is_moe else
+           {"gate_up": (2 * cfg.intermediate_size, H), "down": (H, cfg.intermediate_size)})
     return {"qkv": ((cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * D, H),
-            "o": (H, cfg.num_attention_heads * D),
-            "gate_up": (2 * cfg.intermediate_size, H),
-            "down": (H, cfg.intermediate_size),
-            "lm_head": (cfg.vocab_size, H)}
+            "o": (H, cfg.num_attention_heads * D), **mlp, "lm_head": (cfg.vocab_size, H)}
 
 
-def model_shapes() -> list[tuple[str, str, int, int, int]]:
-    """(model, linear, N, K, launches per decode step) for qwen3-8b and codelm-12m."""
+DEFAULT_MODELS = ("qwen3-8b", str(CODELM_DIR))
+
+
+def model_shapes(models: tuple[str, ...] = DEFAULT_MODELS) -> list[tuple[str, str, int, int, int]]:
+    """(model, linear, N, K, launches per decode step) for `models` (shape names or model dirs)."""
     rows = []
-    for name in ("qwen3-8b", str(CODELM_DIR)):
+    for name in models:
         model, cfg = resolve_shape(name)
         for lin, (N, K) in linear_shapes(cfg).items():
             rows.append((model, lin, N, K, 1 if lin == "lm_head" else cfg.num_hidden_layers))
@@ -79,7 +82,8 @@ def _cell(t: float, nbytes: int, ceiling: float) -> str:
     return f"{t * 1e6:8.1f} us {nbytes / t / 1e9:5.0f} GB/s {nbytes / t / ceiling:4.0%}"
 
 
-def bench(dtype: torch.dtype, ms, ceiling: float, quick: bool) -> tuple[dict, list[str]]:
+def bench(dtype: torch.dtype, ms, ceiling: float, quick: bool,
+          models: tuple[str, ...] = DEFAULT_MODELS) -> tuple[dict, list[str]]:
     """Times of cuBLAS and skinny_gemm for every shape and M: {(model, linear, M): (t_cublas, t_skinny)}."""
     from turbospec.kernels.skinny_gemm import get_config, skinny_gemm
     from turbospec.kernels.split_k import num_sms
@@ -87,7 +91,7 @@ def bench(dtype: torch.dtype, ms, ceiling: float, quick: bool) -> tuple[dict, li
     sms = num_sms(torch.device("cuda"))
     print(f"{'model':<10} {'linear':<8} {'N':>6} {'K':>6} {'M':>3} | {'cuBLAS (F.linear)':>30} | "
           f"{'skinny_gemm':>30} | speedup  err")
-    for model, lin, N, K, _ in model_shapes():
+    for model, lin, N, K, _ in model_shapes(models):
         if quick and lin in ("qkv", "o") and model != "qwen3-8b":
             continue
         ws = weight_copies(N, K, dtype)
@@ -111,10 +115,10 @@ def bench(dtype: torch.dtype, ms, ceiling: float, quick: bool) -> tuple[dict, li
     return times, failed
 
 
-def per_step(times: dict, dtype: torch.dtype, ceiling: float) -> None:
-    """One decode step's linears (each layer's four + lm_head) at M = 1, 8, 64 rows."""
-    print("\nper decode step, linears only (layers x {qkv, o, gate_up, down} + lm_head):")
-    shapes = model_shapes()
+def per_step(times: dict, dtype: torch.dtype, ceiling: float, models: tuple[str, ...] = DEFAULT_MODELS) -> None:
+    """One decode step's dense linears (each layer's + lm_head) at M = 1, 8, 64 rows."""
+    print("\nper decode step, dense linears only (layers x {qkv, o, gate_up, down | router} + lm_head):")
+    shapes = model_shapes(models)
     for model in dict.fromkeys(s[0] for s in shapes):
         rows = [s for s in shapes if s[0] == model]
         nbytes = sum(N * K * count for _, _, N, K, count in rows) * torch.finfo(dtype).bits // 8
@@ -134,6 +138,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="M = 1, 8, 64 and fewer codelm shapes")
     ap.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
     ap.add_argument("--budget", type=float, default=270.0, help="seconds the sweep may take")
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                    help="comma-separated shape names or model dirs (e.g. qwen3-30b-a3b: its qkv, o, router, lm_head)")
     args = ap.parse_args()
     import triton
     from turbospec.kernels.split_k import num_sms
@@ -144,12 +150,13 @@ def main() -> None:
     ceiling = copy_bandwidth()
     print(f"device-to-device copy: {ceiling / 1e9:.0f} GB/s (bytes read + written) = the ceiling\n", flush=True)
     ms = (1, 8, 64) if args.quick else MS
+    models = tuple(m for m in args.models.split(",") if m)
     with torch.inference_mode():
-        times, failed = bench(dtype, ms, ceiling, args.quick)
-        per_step(times, dtype, ceiling)
+        times, failed = bench(dtype, ms, ceiling, args.quick, models)
+        per_step(times, dtype, ceiling, models)
         if args.sweep:
             from turbospec.kernels.gemm_sweep import sweep
-            sweep(dtype, ceiling, args.budget)
+            sweep(dtype, ceiling, args.budget, models)
     if failed:
         print("\n".join(failed))
         raise SystemExit(1)

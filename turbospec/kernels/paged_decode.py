@@ -190,8 +190,18 @@ def _paged_decode_kernel(
             tl.atomic_xchg(lock, 0)                 # re-armed for the next launch
 
 
-# merge partials in the decode launch (last split to arrive); TURBOSPEC_ATTN_REDUCE=two: two launches
-FUSED_REDUCE = os.environ.get("TURBOSPEC_ATTN_REDUCE", "fused") != "two"
+# Where partials are merged. The last split program to arrive merges its rows one after another,
+# each a latency-bound [MAX_PARTS, D] pass; a second launch merges every row in parallel. On an
+# H200 the in-launch merge paid for 3 rows (codelm-12m decode: 4,402 -> 4,487 tok/s) and cost
+# ~8 us per layer for 8 (qwen3-30b-a3b decode, GQA 8: 4.55 -> 4.14 ms per step with two launches).
+# "auto": in the launch up to FUSED_MAX_ROWS rows per program (decode with GQA <= 4), else two
+# launches (verify, wide GQA); "fused" / "two" force one. Both merge with the same arithmetic:
+# the same bits (tests/gpu/test_attention_kernels.py), so decode and verify may differ in mode.
+REDUCE = os.environ.get("TURBOSPEC_ATTN_REDUCE", "auto")
+if REDUCE not in ("auto", "fused", "two"):
+    raise ValueError(f"TURBOSPEC_ATTN_REDUCE={REDUCE!r}: use auto (default), fused or two")
+FUSED_MAX_ROWS = int(os.environ.get("TURBOSPEC_ATTN_FUSED_MAX_ROWS", "4"))
+FUSED_REDUCE: bool | None = None if REDUCE == "auto" else REDUCE == "fused"
 _LOCKS: dict = {}
 _SM_COUNT: dict = {}
 
@@ -225,11 +235,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            max_seq_len: int, q_len: int = 1, *, block_n: int | None = None,
                            tokens_per_program: int | None = None, min_partition: int = P_MIN,
                            max_partitions: int = MAX_PARTS, num_warps: int = 4,
-                           num_stages: int = 3, fused_reduce: bool = FUSED_REDUCE) -> torch.Tensor:
+                           num_stages: int = 3, fused_reduce: bool | None = FUSED_REDUCE) -> torch.Tensor:
     """q [B * q_len, H, D] (q_len tokens per sequence, causal among themselves: decode q_len = 1,
     chain verify q_len = k + 1), caches [num_blocks, block_size, KVH, D] -> [B * q_len, H, D].
 
-    `max_seq_len` bounds every seq_len (sizes the grid). Keyword overrides are for benchmarks."""
+    `max_seq_len` bounds every seq_len (sizes the grid). fused_reduce: merge the partitions in
+    this launch (True), in a second one (False), or by rows per program (None, see REDUCE).
+    Keyword overrides are for benchmarks."""
     T, H, D = q.shape
     B = seq_lens.shape[0]
     _, block_size, KVH, _ = k_cache.shape
@@ -248,6 +260,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     part_o = torch.empty(T, H, splits, D, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(T, H, splits, dtype=torch.float32, device=q.device)
     parts_pad = triton.next_power_of_2(max_partitions)
+    if fused_reduce is None:
+        fused_reduce = tpp * group <= FUSED_MAX_ROWS
     locks = _locks(B * progs_per_seq * KVH, q.device) if fused_reduce else part_lse
     _paged_decode_kernel[(B * progs_per_seq, KVH, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, scale * LOG2E,

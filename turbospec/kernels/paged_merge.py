@@ -1,7 +1,7 @@
 """Merging a row's attention partials (paged decode's split-KV partitions), and the partition
 rule both sides share. `_merge_row` runs in the decode launch itself (its last split program to
-arrive, `paged_decode.FUSED_REDUCE`) or in `_reduce_partitions_kernel`, a second launch
-(TURBOSPEC_ATTN_REDUCE=two): the same arithmetic, so the same bits.
+arrive) or in `_reduce_partitions_kernel`, a second launch (which one: `paged_decode.REDUCE`): the
+same arithmetic, so the same bits.
 """
 from __future__ import annotations
 

@@ -109,6 +109,12 @@ TUNED: dict[tuple[int, int, int], dict] = {
     (132, 2048, 384): _S,                                     # codelm-12m gate_up 3.3 / 3.3 / 3.4   (3.5 / 3.5 / 3.5)
     (132, 384, 1024): _S,                                     # codelm-12m down    4.8 / 4.8 / 5.1   (4.3 / 4.4 / 4.4)
     (132, 8192, 384): _S,                                     # codelm-12m lm_head 4.3 / 4.2 / 4.6   (4.3 / 4.3 / 4.6)
+    # qwen3-30b-a3b's dense linears (its experts run in fused_moe), sweep of 220 s, 2026-11-29
+    # (`microbench_gemm --quick --sweep --models qwen3-30b-a3b`); heuristic's time after the cuBLAS one
+    (132, 5120, 2048): dict(_S, SPLIT_K=2),                   # qkv    10.1 / 10.3 / 11.6 (8.0 / 8.0 / 8.0; 12.7 / 12.7 / 14.0)
+    (132, 2048, 4096): dict(_S, SPLIT_K=4),                   # o       8.9 /  9.1 / 10.5 (9.3 / 9.5 / 10.0; 13.4 / 13.9 / 15.1)
+    (132, 128, 2048): dict(_S, SPLIT_K=16, num_warps=8),      # router  5.0 /  5.3 /  5.7 (5.1 / 5.2 / 5.7; 5.5 / 5.9 / 6.8)
+    (132, 151936, 2048): dict(_C, BLOCK_K=128, SPLIT_K=1),    # lm_head 146 / 152 / 158   (145 / 149 / 156; 163 / 170 / 177)
 }
 
 _PIPELINE_FILL = 2      # K blocks' worth of time a program spends before its stream is steady

@@ -53,7 +53,7 @@ def default_weight_loader(param: nn.Parameter, loaded_weight: torch.Tensor, shar
 
 
 INVARIANT_MAX_M = 64          # rows up to which CUDA matmuls round each row alike whatever M is
-_SKINNY = os.environ.get("TURBOSPEC_GEMM", "skinny") != "cublas"
+INVARIANT_GEMMS = os.environ.get("TURBOSPEC_GEMM", "skinny") != "cublas"
 
 
 # Up to this many rows a GEMM whose input is silu(gate) * up computes it in its x-tile load
@@ -96,7 +96,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     many rows share the call, so verify rounds like decode. Everything else, and every call with
     `TURBOSPEC_GEMM=cublas`, is `F.linear`. `act`: `apply_input_act(x, act)` first, fused into the
     skinny kernel up to SILU_MUL_FUSE_MAX_M rows."""
-    skinny = x.is_cuda and _SKINNY and x.dtype in (torch.bfloat16, torch.float16)
+    skinny = x.is_cuda and INVARIANT_GEMMS and x.dtype in (torch.bfloat16, torch.float16)
     if act is not None and not (skinny and fuses_input_act(x, act)):
         x, act = apply_input_act(x, act), None
     if skinny and x.numel() <= INVARIANT_MAX_M * x.shape[-1]:

@@ -1,0 +1,73 @@
+"""`speculative_config["bitwise_exact"]` (default true): on CUDA a step verifies at most
+INVARIANT_MAX_M rows (batch x (k + 1)), the bound up to which every matmul rounds a row alike, so the
+draft length shrinks with the batch and is 0 (plain decoding, bursts included) above 32 sequences.
+The cap is CUDA's; here it is switched on by hand on the CPU engine to check the policy itself."""
+from __future__ import annotations
+
+import pytest
+
+from turbospec import LLM, SamplingParams
+from turbospec.engine.draft_length import exact_k_cap
+from turbospec.layers.linear import INVARIANT_MAX_M
+
+PARAMS = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+PROMPTS = ["def fibonacci(n):\n    if n < 2:\n        return n\n",
+           "for i in range(10):\n    for j in range(10):\n        print(i, j)\n",
+           "x = [1, 2, 3]\ny = [4, 5, 6]\nz = [a + b for a, b in zip(x, y)]\n",
+           "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"]
+
+
+def test_exact_k_cap_keeps_verify_rows_within_the_invariant_bound():
+    assert INVARIANT_MAX_M == 64
+    assert [exact_k_cap(b) for b in (1, 4, 8, 16, 21, 32, 33, 64, 256)] == [63, 15, 7, 3, 2, 1, 0, 0, 0]
+    for b in range(1, 100):
+        k = exact_k_cap(b)
+        assert b * (k + 1) <= INVARIANT_MAX_M or k == 0
+        assert k == 0 or b * (k + 2) > INVARIANT_MAX_M            # the largest such k
+
+
+@pytest.fixture(scope="module")
+def plain(codelm_dir):
+    return LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)
+
+
+def _spec(codelm_dir, **extra):
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, **extra})
+    eng = spec.llm_engine
+    assert eng.bitwise_exact is False                             # CPU: no cap unless switched on
+    slots, propose = [], eng.proposer.propose
+    eng.proposer.propose = lambda seqs, n: slots.append(list(n)) or propose(seqs, n)
+    launches, launch = [], eng.burst.launch
+    eng.burst.launch = lambda *a: launches.append(1) or launch(*a)
+    return spec, slots, launches
+
+
+@pytest.mark.parametrize("batch,k_max", [(4, 4), (20, 2), (40, 0)])
+def test_bitwise_exact_caps_the_draft_length(codelm_dir, plain, batch, k_max):
+    prompts = (PROMPTS * 10)[:batch]
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
+    spec, slots, launches = _spec(codelm_dir)
+    spec.llm_engine.bitwise_exact = True
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
+    if k_max == 0:                     # plain decoding: bursts, the proposer never asked
+        assert not slots and launches
+        assert spec.get_metrics()["spec_decode_num_drafts"] == 0
+    else:
+        assert slots and len(slots[0]) == batch and max(slots[0]) == k_max   # every sequence running
+        assert all(len(s) * (max(s) + 1) <= INVARIANT_MAX_M for s in slots)     # k grows as rows finish
+
+
+def test_bitwise_exact_false_drafts_k_at_any_batch(codelm_dir, plain):
+    prompts = (PROMPTS * 10)[:40]
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
+    spec, slots, launches = _spec(codelm_dir, bitwise_exact=False)
+    assert spec.llm_engine.draft_length(40) == 4
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want   # fp32 on the CPU
+    assert slots and max(max(s) for s in slots) == 4 and not launches
+
+
+def test_bitwise_exact_must_be_a_bool(codelm_dir):
+    with pytest.raises(ValueError, match="bitwise_exact"):
+        LLM(str(codelm_dir), device="cpu", dtype="float32",
+            speculative_config={"method": "ngram", "num_speculative_tokens": 4, "bitwise_exact": "yes"})
