@@ -71,3 +71,24 @@ def test_bitwise_exact_must_be_a_bool(codelm_dir):
     with pytest.raises(ValueError, match="bitwise_exact"):
         LLM(str(codelm_dir), device="cpu", dtype="float32",
             speculative_config={"method": "ngram", "num_speculative_tokens": 4, "bitwise_exact": "yes"})
+
+
+def test_bitwise_exact_drafts_nothing_in_a_step_that_prefills(codelm_dir):
+    """With prompts admitted over several steps (small token budget), no step mixes draft rows with
+    prompt rows; without bitwise_exact such steps happen (the check can fail)."""
+    prompts = (PROMPTS * 3)[:12]
+    for exact in (True, False):
+        spec = LLM(str(codelm_dir), device="cpu", dtype="float32", max_num_batched_tokens=64, max_model_len=96,
+                   speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+        eng = spec.llm_engine
+        eng.bitwise_exact = exact
+        mixed, schedule = [], eng.scheduler.schedule
+
+        def record(*a, **kw):
+            out = schedule(*a, **kw)
+            drafts = any(s.num_draft_slots for s in out.scheduled)
+            mixed.append(drafts and any(s.num_new_tokens > 1 for s in out.scheduled))
+            return out
+        eng.scheduler.schedule = record
+        spec.generate(prompts, PARAMS)
+        assert len(mixed) > 5 and any(mixed) != exact, (exact, mixed)

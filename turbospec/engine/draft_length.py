@@ -31,13 +31,27 @@ def candidate_ks(k_max: int) -> list[int]:
 
 
 class AdaptiveDraftLength:
+    """The per-step draft length: the policy's best k from the verify cost table, the acceptance
+    learned online and the proposer's measured time.
+
+    Two guards keep one bad moment from turning speculation off for good (k = 0 drafts nothing, so
+    nothing would ever be learned again): the proposer's time per drafted position is the median
+    of the last DRAFT_WINDOW steps, the first step left out (one-time costs: a first CUDA use, a
+    lazy init), and after PROBE_EVERY consecutive choices of k = 0 the best k > 0 is tried once
+    (until the next observation), so a profile that collapsed in a warm-up can recover."""
+    DRAFT_WINDOW = 32
+    PROBE_EVERY = 64
+
     def __init__(self, cost: StepCostTable, k_max: int, prior_rate: float = 0.7):
         self.ks = candidate_ks(k_max)
         self.profile = AcceptanceProfile(max_len=k_max, prior_rate=prior_rate)
         self.policy = DraftLengthPolicy(cost, self.profile, max_k=k_max, draft_seconds=self._draft_seconds)
-        self.draft_s_per_token = 0.0        # running mean of proposer seconds per drafted position
-        self._n = 0
-        self._cache: dict[int, int] = {}
+        self.draft_s_per_token = 0.0        # median proposer seconds per drafted position, per step
+        self._draft_times: list[float] = []
+        self._steps_seen = 0
+        self._cache: dict[tuple[int, int | None], tuple[int, int]] = {}   # -> (best k, best k > 0)
+        self._zero_run = 0
+        self._probing = False
 
     def _draft_seconds(self, batch: int, k: int) -> float:
         return self.draft_s_per_token * k
@@ -49,13 +63,29 @@ class AdaptiveDraftLength:
             ks = [k for k in self.ks if k_cap is None or k <= k_cap]
             rates = {k: self.policy.tokens_per_second(batch, k) for k in ks}
             best = max(rates, key=rates.get)
-            self._cache[key] = best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0
-        return self._cache[key]
+            pos = max((k for k in ks if k), key=rates.get, default=0)
+            self._cache[key] = (best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0, pos)
+        best, pos = self._cache[key]
+        if best or not pos:
+            return best
+        if not self._probing:
+            self._zero_run += 1
+            self._probing = self._zero_run >= self.PROBE_EVERY
+        return pos if self._probing else 0
 
-    def observe(self, num_drafted: int, num_accepted: int, draft_seconds: float) -> None:
+    def observe(self, num_drafted: int, num_accepted: int) -> None:
+        """One sequence's verify result."""
         self.profile.observe(num_drafted, num_accepted)
-        self._n += 1
-        self.draft_s_per_token += (draft_seconds / max(num_drafted, 1) - self.draft_s_per_token) / min(self._n, 100)
+        self._cache.clear()
+        self._zero_run, self._probing = 0, False
+
+    def observe_draft_time(self, seconds: float, k: int) -> None:
+        """One step's proposer time for drafts of up to k tokens per sequence."""
+        self._steps_seen += 1
+        if self._steps_seen == 1 or k <= 0:
+            return
+        self._draft_times = (self._draft_times + [seconds / k])[-self.DRAFT_WINDOW:]
+        self.draft_s_per_token = sorted(self._draft_times)[len(self._draft_times) // 2]
         self._cache.clear()
 
 

@@ -166,9 +166,12 @@ class LLMEngine:
 
     def draft_length(self, num_seqs: int) -> int:
         """Draft tokens per sequence for a step of `num_seqs` running sequences: the proposer's k,
-        or the automatic choice, capped by `exact_k_cap` when bitwise_exact holds (0: plain)."""
+        or the automatic choice, capped by `exact_k_cap` when bitwise_exact holds (0: plain). Under
+        bitwise_exact a step that prefills drafts nothing: its decode rows share a call of more
+        than 64 rows with the prompt's, so they round like plain decoding's mixed step only if
+        that step is the same."""
         p = self.proposer
-        if p is None:
+        if p is None or (self.bitwise_exact and self.scheduler.will_prefill()):
             return 0
         num_seqs = max(num_seqs, 1)
         cap = exact_k_cap(num_seqs) if self.bitwise_exact else None

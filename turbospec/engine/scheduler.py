@@ -104,6 +104,15 @@ class Scheduler:
             budget -= num_new
         return SchedulerOutput(scheduled, preempted)
 
+    def will_prefill(self) -> bool:
+        """Whether the next `schedule()` would compute prompt tokens: a running sequence with a
+        prefill chunk left, or an admission (seat and blocks free for the head of the queue; the
+        token budget the decodes take first is not counted, so this may say yes and be wrong)."""
+        if any(len(s) - s.num_computed_tokens > 1 for s in self.running):
+            return True
+        return bool(self.waiting) and len(self.running) < self.max_num_seqs and \
+            self.bm.can_allocate(self.waiting[0], len(self.waiting[0]) + 1)
+
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.bm.free(seq)

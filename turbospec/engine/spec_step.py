@@ -118,6 +118,8 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
     t0 = time.perf_counter()
     proposal, draft_row = _propose(engine, scheduled)
     t1 = time.perf_counter()
+    if engine.adaptive is not None and draft_row:
+        engine.adaptive.observe_draft_time(t1 - t0, max(proposal.num_tokens[r] for r in draft_row.values()))
     inputs = runner.prepare(scheduled, bm, proposal, draft_row)
     out = runner.execute(inputs)
     offsets, acc = [], 0
@@ -161,7 +163,7 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
             n_draft = proposal.num_tokens[draft_row[b]]
             stats.record(n_draft, len(nodes))
             if engine.adaptive is not None:
-                engine.adaptive.observe(n_draft, len(nodes), (t1 - t0) / len(draft_row))
+                engine.adaptive.observe(n_draft, len(nodes))
             m = seq.metrics
             m.num_drafts += 1
             m.num_draft_tokens += n_draft
