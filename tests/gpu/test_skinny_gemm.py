@@ -91,11 +91,11 @@ def test_linear_dispatch():
     assert torch.equal(lin.linear(x[:64].view(8, 8, 384), w, b), skinny_gemm(x[:64], w, b).view(8, 8, 512))
     assert torch.equal(lin.linear(x, w, b), torch.nn.functional.linear(x, w, b))
     assert torch.equal(lin.linear(x[:4].float(), w.float()), torch.nn.functional.linear(x[:4].float(), w.float()))
-    lin._SKINNY = False                                                 # TURBOSPEC_GEMM=cublas
+    lin.INVARIANT_GEMMS = False                                         # TURBOSPEC_GEMM=cublas
     try:
         assert torch.equal(lin.linear(x[:4], w, b), torch.nn.functional.linear(x[:4], w, b))
     finally:
-        lin._SKINNY = True
+        lin.INVARIANT_GEMMS = True
 
 
 @pytest.mark.parametrize("N,K", [SHAPES[3], SHAPES[2]])              # qwen3-8b down (split-K), gate_up
@@ -179,9 +179,9 @@ def test_silu_mul_layer_dispatch(monkeypatch):
         n = count_kernels(lambda: layer(gate_up[:M], act="silu_mul"))
         if n is not None:
             assert n == launches, (M, n)
-    lin._SKINNY = False                                                 # TURBOSPEC_GEMM=cublas
+    lin.INVARIANT_GEMMS = False                                         # TURBOSPEC_GEMM=cublas
     try:
         x = gate_up[:4]
         assert torch.equal(layer(x, act="silu_mul"), torch.nn.functional.linear(SiluAndMul()(x), layer.weight))
     finally:
-        lin._SKINNY = True
+        lin.INVARIANT_GEMMS = True
