@@ -136,8 +136,9 @@ def run_defaults_and_padding():
 
 
 def run_fused_reduce():
-    """The merge in the decode launch (last split to arrive) gives the bits of the two-launch path,
-    for decode and chain verify, and leaves every arrival counter re-armed."""
+    """The merge in the decode launch (last split to arrive) gives the bits of the two-launch path
+    and of the automatic choice between them, for decode and chain verify, and leaves every arrival
+    counter re-armed."""
     import torch
     from turbospec.kernels.paged_decode import _LOCKS, paged_decode_attention
     ctx_lens = [0, 15, 40, 62]
@@ -145,9 +146,11 @@ def run_fused_reduce():
         c = _case([q_len] * len(ctx_lens), ctx_lens, H=4, KVH=2, D=32, seed=7 + q_len)
         m = c.metas[0]
         outs = [paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables, c.scale,
-                                       m.max_seq_len, q_len=q_len, fused_reduce=f, **SMALL) for f in (True, False)]
+                                       m.max_seq_len, q_len=q_len, fused_reduce=f, **SMALL)
+                for f in (True, False, None)]                   # None: by rows per program (auto)
         _accurate(c, outs[0])
         _assert_same(outs[0], outs[1], f"fused vs two launches, q={q_len}")
+        _assert_same(outs[0], outs[2], f"fused vs auto, q={q_len}")
         assert int(_LOCKS[c.q.device].abs().sum()) == 0, "arrival counters not re-armed"
     assert torch.equal(_LOCKS[c.q.device], torch.zeros_like(_LOCKS[c.q.device]))
 
