@@ -67,6 +67,20 @@ def test_bitwise_exact_false_drafts_k_at_any_batch(codelm_dir, plain):
     assert slots and max(max(s) for s in slots) == 4 and not launches
 
 
+def test_bitwise_exact_leaves_sampled_batches_uncapped(codelm_dir):
+    """At temperature > 0 the output is exact in distribution whatever the rounding, so a batch with
+    no greedy sequence drafts k; one greedy sequence among them brings the cap back."""
+    prompts = (PROMPTS * 10)[:40]
+    sampled = SamplingParams(temperature=0.8, seed=1, max_tokens=6, ignore_eos=True)
+    spec, slots, _ = _spec(codelm_dir)
+    spec.llm_engine.bitwise_exact = True
+    spec.generate(prompts, sampled)
+    assert slots and max(slots[0]) == 4 and len(slots[0]) == 40
+    slots.clear()
+    spec.generate(prompts, [sampled] * 39 + [PARAMS])                 # the greedy one runs longer
+    assert slots and all(len(s) * (max(s) + 1) <= INVARIANT_MAX_M for s in slots)
+
+
 def test_bitwise_exact_must_be_a_bool(codelm_dir):
     with pytest.raises(ValueError, match="bitwise_exact"):
         LLM(str(codelm_dir), device="cpu", dtype="float32",

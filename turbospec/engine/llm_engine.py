@@ -169,12 +169,17 @@ class LLMEngine:
         or the automatic choice, capped by `exact_k_cap` when bitwise_exact holds (0: plain). Under
         bitwise_exact a step that prefills drafts nothing: its decode rows share a call of more
         than 64 rows with the prompt's, so they round like plain decoding's mixed step only if
-        that step is the same."""
+        that step is the same. Only greedy sequences are compared token for token, so a batch
+        without one (all sampled: exact in distribution either way) is not capped."""
         p = self.proposer
-        if p is None or (self.bitwise_exact and self.scheduler.will_prefill()):
+        if p is None:
+            return 0
+        run = self.scheduler.running
+        exact = self.bitwise_exact and (not run or any(s.params.greedy for s in run))
+        if exact and self.scheduler.will_prefill():
             return 0
         num_seqs = max(num_seqs, 1)
-        cap = exact_k_cap(num_seqs) if self.bitwise_exact else None
+        cap = exact_k_cap(num_seqs) if exact else None
         if self.adaptive is not None:
             return self.adaptive.choose(num_seqs, cap)
         return p.k if cap is None else min(p.k, cap)
