@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import httpx
 import pytest
@@ -51,6 +52,37 @@ def test_engine_step_failure_is_a_500_and_the_server_keeps_serving():
     assert health.status_code == 200 and engine.reqs == {}
     assert 'vllm:kv_cache_usage_perc{model_name="fake"} 0.0' in metrics
     assert 'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="fake",position="0"}' in metrics
+
+
+class _SlowBoomEngine(FakeEngine):
+    """A failing step that takes until the test releases it, so a request can arrive meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.in_step, self.release = threading.Event(), threading.Event()
+
+    def step(self):
+        if any("boom" in r["text"] for r in self.reqs.values()):
+            self.in_step.set()
+            self.release.wait(10)
+        return super().step()
+
+
+def test_a_request_queued_during_a_failing_step_is_served():
+    """A step failure fails the requests in that step (500), not one that arrived while it ran:
+    that one waits in the inbox and is served (it used to get a 503 'engine_unavailable')."""
+    engine = _SlowBoomEngine()
+
+    async def scenario(c):
+        bad = asyncio.create_task(c.post("/v1/completions", json={"model": "fake", "prompt": "boom", "max_tokens": 4}))
+        await asyncio.get_running_loop().run_in_executor(None, engine.in_step.wait, 10)
+        good = asyncio.create_task(c.post("/v1/completions", json={"model": "fake", "prompt": "fine", "max_tokens": 3}))
+        await asyncio.sleep(0.2)                        # the second request is in the inbox now
+        engine.release.set()
+        return await bad, await good
+    bad, good = _run(engine, scenario)
+    assert bad.status_code == 500 and "kaboom" in bad.json()["error"]["message"]
+    assert good.status_code == 200 and good.json()["choices"][0]["text"] == "abc", good.text
 
 
 def test_dead_engine_thread_turns_health_and_requests_into_503():

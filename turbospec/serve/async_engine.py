@@ -177,7 +177,7 @@ class AsyncEngine:
             outputs = self.engine.step()
         except Exception as e:  # noqa: BLE001
             logger.exception("engine.step() failed; failing the %d running request(s)", len(self._live))
-            self._fail_all(500, f"engine error during generation: {type(e).__name__}: {e}")
+            self._fail_all(500, f"engine error during generation: {type(e).__name__}: {e}", pending=False)
             return
         now = time.time()
         for out in outputs:
@@ -219,11 +219,16 @@ class AsyncEngine:
             e2e = (now - live.add.arrival) if now is not None else None
             self.metrics.on_finished(reason, e2e, live.num_prompt_tokens, live.tracker.sent_tokens)
 
-    def _fail_all(self, status: int, message: str) -> None:
+    def _fail_all(self, status: int, message: str, pending: bool = True) -> None:
+        """Fail every running request; with `pending`, also those not yet handed to the engine (the
+        thread is dying). A failed step does not fail them: they were not part of it, and the
+        engine goes on serving (a request sent right after a failure must not get a 503)."""
         for rid, live in list(self._live.items()):
             self._safe_abort(rid)
             self._deliver(live.add, RequestFailed(status, message, "engine_error"))
         self._live.clear()
+        if not pending:
+            return
         with self._cond:
             pending, self._inbox = self._inbox, []
         for item in pending:
