@@ -150,6 +150,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
 def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device, quantization=None):
     from turbospec.benchmarks.oracle import bench_oracle
     from turbospec.engine.draft_length import candidate_ks
+    from turbospec.spec.factory import bitwise_exact
 
     if spec_cfg.get("method") != "oracle":
         raise typer.BadParameter("--shape runs random weights: only the oracle proposer makes sense there "
@@ -161,10 +162,8 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     cost_ks = candidate_ks(k)               # the verify-cost table: k = 0 (decode), 1, 2, 3, 4 and k
     auto = spec_cfg.get("draft_length") == "auto"
-    exact = spec_cfg.get("bitwise_exact", True)
-    if not isinstance(exact, bool):
-        raise typer.BadParameter(f"bitwise_exact={exact!r}: use true or false")
     try:
+        exact = bitwise_exact(spec_cfg)
         rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto,
                                    quantization, exact)
     except ValueError as e:

@@ -10,6 +10,7 @@ import time
 import torch
 
 from turbospec.engine.scheduler import ScheduledSeq
+from turbospec.layers.linear import INVARIANT_MAX_M
 from turbospec.spec.moe_cost import AcceptanceProfile, DraftLengthPolicy, StepCostTable, analytic_step_table
 from turbospec.spec.proposer import Proposal
 
@@ -21,7 +22,6 @@ def exact_k_cap(num_seqs: int) -> int:
     within INVARIANT_MAX_M rows, where every CUDA matmul (bf16 skinny GEMM, FP8 GEMM, fused MoE)
     rounds a row alike whatever the row count: greedy speculative output is then bit for bit plain
     decoding's. 0 (plain decoding) above INVARIANT_MAX_M / 2 sequences."""
-    from turbospec.layers.linear import INVARIANT_MAX_M
     return max(0, INVARIANT_MAX_M // max(num_seqs, 1) - 1)
 
 

@@ -10,6 +10,16 @@ from turbospec.config import ModelConfig
 METHODS = ("ngram", "draft_model", "eagle3", "dflash", "mtp", "oracle")
 
 
+def bitwise_exact(spec: dict[str, Any]) -> bool:
+    """speculative_config["bitwise_exact"] (default true), checked to be a bool."""
+    value = spec.get("bitwise_exact", True)
+    if not isinstance(value, bool):
+        raise ValueError(f"speculative_config bitwise_exact={value!r}: use true (default: each step verifies "
+                         "at most 64 rows, so greedy output is bit for bit plain decoding's) or false (k as "
+                         "asked at any batch; rounding may then differ from plain decoding at near-ties)")
+    return value
+
+
 def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir: str,
                    device: torch.device, dtype: torch.dtype):
     if not isinstance(spec, dict):
@@ -27,10 +37,7 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
     if spec.get("draft_length", "fixed") not in ("fixed", "auto"):
         raise ValueError(f"speculative_config draft_length={spec['draft_length']!r}: use 'auto' (chosen per step "
                          "from measured verify cost and acceptance) or leave it out (always k)")
-    if not isinstance(spec.get("bitwise_exact", True), bool):
-        raise ValueError(f"speculative_config bitwise_exact={spec['bitwise_exact']!r}: use true (default: each "
-                         "step verifies at most 64 rows, so greedy output is bit for bit plain decoding's) or "
-                         "false (k as asked at any batch; rounding may then differ from plain decoding at near-ties)")
+    bitwise_exact(spec)
     if method in ("draft_model", "eagle3", "dflash") and not spec.get("model"):
         raise ValueError(f"method {method!r} needs speculative_config['model']: the drafter's directory")
     if method == "ngram":
