@@ -12,10 +12,10 @@ the decode of that token has). Every floating-point operation producing the row 
   that keeps the count at MAX_PARTS (32) or fewer. P depends on the row's own length only: the
   decode of token t and verify row t have the same L, hence the same partitions. A program reduces
   one partition tile by tile (BLOCK_N, a function of head_dim only) from an empty online-softmax
-  state and writes the normalised partial and its log-sum-exp (fp32); `_reduce_partitions_kernel`
-  merges the row's cdiv(L, P(L)) partials in one fixed [MAX_PARTS, D] tile (the slots past the
-  row's last partition are masked to weight 0, nothing is read from them), so a one-partition row
-  takes the same path as a long one. The grid's split dimension, min(MAX_PARTS, cdiv(max_seq_len,
+  state and writes the normalised partial and its log-sum-exp (fp32); the merge
+  (`paged_merge._merge_rows`) sums the row's cdiv(L, P(L)) weighted partials one partition at a
+  time in partition order, each step masked to the row's own partitions, so a one-partition row
+  takes the same path as a long one and the bits do not depend on which rows are merged together. The grid's split dimension, min(MAX_PARTS, cdiv(max_seq_len,
   P_MIN)), is only an upper bound: a program whose partition a row lacks stores nothing for it.
   `max_seq_len` must bound every row's length (AttentionMetadata's contract).
 - **One binary.** A program owns one kv head, one partition and a [GROUP_PAD, D] q tile (GROUP_PAD
@@ -52,7 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.kernels.paged_merge import _jit_unspecialised, _merge_row, _reduce_partitions_kernel
+from turbospec.kernels.paged_merge import MERGE_UNROLL, _jit_unspecialised, _merge_rows, _reduce_partitions_kernel
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 
 LOG2E = 1.4426950408889634
@@ -123,7 +123,7 @@ def _paged_decode_kernel(
     `program_id(2)` for `tok_per_prog` tokens of one sequence (its tokens 0..q_len-1 are packed at
     seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len = seq_len - q_len).
     FUSED_REDUCE: the last of a (sequence block, kv head)'s split programs to finish merges its
-    rows' partials (`_merge_row`, the same arithmetic as `_reduce_partitions_kernel`), as
+    rows' partials (`_merge_rows`, the same arithmetic as `_reduce_partitions_kernel`), as
     split_k.store_split_k does: one launch instead of two; the counter is re-armed after."""
     pdl_wait(PDL)
     STEP: tl.constexpr = P_MIN * MAX_PARTS
@@ -178,29 +178,26 @@ def _paged_decode_kernel(
         tl.debug_barrier()                          # every thread's partials are written ...
         lock = lock_ptr + pid * tl.num_programs(1) + kvh
         arrived = tl.atomic_add(lock, 1, sem="acq_rel")                 # ... before it is announced
-        if arrived == tl.num_programs(2) - 1:
-            for r in range(0, GROUP_PAD):
-                t_r = tok0 + r // GROUP
-                if (r < tok_per_prog * GROUP) & (t_r < q_len):
-                    h_r = kvh * GROUP + r % GROUP
-                    tg = (seq * q_len + t_r).to(tl.int64)
-                    _merge_row(part_o, part_lse, (tg * NUM_HEADS + h_r) * part_stride,
-                               tl.maximum(ctx + t_r + 1, 0), out_ptr + tg * stride_ot + h_r * stride_oh,
-                               part_stride, HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, True)
+        if arrived == tl.num_programs(2) - 1:      # all rows of the program at once
+            _merge_rows(part_o, part_lse, (tok_g * NUM_HEADS + heads) * part_stride, L_row,
+                        out_ptr + tok_g * stride_ot + heads * stride_oh, row_ok, part_stride,
+                        HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, MERGE_UNROLL, True)
             tl.atomic_xchg(lock, 0)                 # re-armed for the next launch
 
 
-# Where partials are merged. The last split program to arrive merges its rows one after another,
-# each a latency-bound [MAX_PARTS, D] pass; a second launch merges every row in parallel. On an
-# H200 the in-launch merge paid for 3 rows (codelm-12m decode: 4,402 -> 4,487 tok/s) and cost
-# ~8 us per layer for 8 (qwen3-30b-a3b decode, GQA 8: 4.55 -> 4.14 ms per step with two launches).
-# "auto": in the launch up to FUSED_MAX_ROWS rows per program (decode with GQA <= 4), else two
-# launches (verify, wide GQA); "fused" / "two" force one. Both merge with the same arithmetic:
+# Where partials are merged. The last split program to arrive merges all its rows at once
+# (`_merge_rows`); a second launch merges every row in its own program. On an H200 (2026-11-30,
+# prompt 256 + 64, against the previous merge that took the rows one after another in the launch):
+# qwen3-8b decode (GQA 4) batch 1 5.108 -> 4.935 ms per step with the merge in the launch, 4.880 with
+# two launches (batch 16: 5.520 -> 5.485 / 5.329); qwen3-30b-a3b (GQA 8) 3.677 -> 3.800 / 3.705.
+# Earlier, codelm-12m (GQA 3) gained from the in-launch merge (4,402 -> 4,487 tok/s).
+# "auto": in the launch up to FUSED_MAX_ROWS rows per program (decode with GQA <= 3), else two
+# launches (verify, wider GQA); "fused" / "two" force one. Both merge with the same arithmetic:
 # the same bits (tests/gpu/test_attention_kernels.py), so decode and verify may differ in mode.
 REDUCE = os.environ.get("TURBOSPEC_ATTN_REDUCE", "auto")
 if REDUCE not in ("auto", "fused", "two"):
     raise ValueError(f"TURBOSPEC_ATTN_REDUCE={REDUCE!r}: use auto (default), fused or two")
-FUSED_MAX_ROWS = int(os.environ.get("TURBOSPEC_ATTN_FUSED_MAX_ROWS", "4"))
+FUSED_MAX_ROWS = int(os.environ.get("TURBOSPEC_ATTN_FUSED_MAX_ROWS", "3"))
 FUSED_REDUCE: bool | None = None if REDUCE == "auto" else REDUCE == "fused"
 _LOCKS: dict = {}
 _SM_COUNT: dict = {}

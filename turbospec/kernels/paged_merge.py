@@ -1,7 +1,7 @@
 """Merging a row's attention partials (paged decode's split-KV partitions), and the partition
-rule both sides share. `_merge_row` runs in the decode launch itself (its last split program to
-arrive) or in `_reduce_partitions_kernel`, a second launch (which one: `paged_decode.REDUCE`): the
-same arithmetic, so the same bits.
+rule both sides share. `_merge_rows` runs in the decode launch itself (its last split program to
+arrive merges all its rows at once) or in `_reduce_partitions_kernel`, a second launch (which one:
+`paged_decode.REDUCE`): the same arithmetic, so the same bits.
 """
 from __future__ import annotations
 
@@ -29,31 +29,53 @@ def _jit_unspecialised(ints: list[str], pointers: list[str]):
     return triton.jit(**kw)
 
 
+MERGE_UNROLL = tl.constexpr(8)   # partitions whose partial loads a merge step issues together
+
+
 @triton.jit
-def _merge_row(part_o, part_lse, base, L, out_row, part_stride, HEAD_DIM: tl.constexpr,
-               BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
-               PARTS_PAD: tl.constexpr, CG: tl.constexpr):
-    """out_row [D] = sum_s w_s o_s / sum_s w_s over the row's cdiv(L, P(L)) partitions (partials
-    at base + s), w_s = 2^(lse_s - max lse), in one [PARTS_PAD, D] tile whatever the count. CG:
-    read the partials past L1 (they were written by other programs of the same launch)."""
-    num = tl.minimum(tl.cdiv(L, _partition_size(L, P_MIN, MAX_PARTS)), part_stride)
+def _merge_rows(part_o, part_lse, bases, Ls, out_ptrs, rows_ok, part_stride, HEAD_DIM: tl.constexpr,
+                BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
+                PARTS_PAD: tl.constexpr, UNROLL: tl.constexpr, CG: tl.constexpr):
+    """out[r] [D] = (sum_s w_rs o_rs) / (sum_s w_rs) over row r's cdiv(L_r, P(L_r)) partitions,
+    w_rs = 2^(lse_rs - max_s lse_rs), for R rows at once: bases [R] (index of the row's partition-0
+    partial), Ls [R], out_ptrs [R] (the rows' outputs), rows_ok [R].
+
+    Both sums run over the partitions one at a time, in order 0, 1, ..., each step masked to the
+    row's own partitions: every output element is the same sequence of fp32 operations whatever R,
+    the other rows or the loop bound, so the decode launch (its last program merges all its rows at
+    once) and `_reduce_partitions_kernel` (one row per program) give the same bits. UNROLL
+    partitions' loads are issued together. CG: read the partials past L1 (other programs of the
+    same launch wrote them)."""
+    num = tl.where(rows_ok, tl.minimum(tl.cdiv(Ls, _partition_size(Ls, P_MIN, MAX_PARTS)), part_stride), 0)
     offs_s = tl.arange(0, PARTS_PAD)
-    s_ok = offs_s < num
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
+    s_ok = offs_s[None, :] < num[:, None]                                                  # [R, S]
     if CG:
-        lse = tl.load(part_lse + base + offs_s, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-        o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
-                    mask=s_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")     # [S, D]
+        lse = tl.load(part_lse + bases[:, None] + offs_s[None, :], mask=s_ok, other=float("-inf"),
+                      cache_modifier=".cg")
     else:
-        lse = tl.load(part_lse + base + offs_s, mask=s_ok, other=float("-inf"))             # [S]
-        o = tl.load(part_o + (base + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
-                    mask=s_ok[:, None] & d_ok[None, :], other=0.0)                          # [S, D]
-    m = tl.max(lse, 0)
-    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))                                 # absent -> 0
-    den = tl.sum(w, 0)
-    res = tl.sum(w[:, None] * o, 0) / tl.where(den > 0, den, 1.0)
-    tl.store(out_row + offs_d, res.to(out_row.dtype.element_ty), mask=d_ok)
+        lse = tl.load(part_lse + bases[:, None] + offs_s[None, :], mask=s_ok, other=float("-inf"))
+    m = tl.max(lse, 1)                                                                      # [R]
+    m = tl.where(m == float("-inf"), 0.0, m)
+    acc = tl.zeros([bases.shape[0], BLOCK_D], dtype=tl.float32)                             # [R, D]
+    den = tl.zeros([bases.shape[0]], dtype=tl.float32)                                      # [R]
+    for c in range(0, tl.max(num, 0), UNROLL):
+        for j in tl.static_range(UNROLL):
+            live = c + j < num                                                              # [R]
+            o_ptrs = part_o + ((bases + c + j) * HEAD_DIM)[:, None] + offs_d[None, :]
+            if CG:
+                lse_j = tl.load(part_lse + bases + c + j, mask=live, other=float("-inf"), cache_modifier=".cg")
+                o_j = tl.load(o_ptrs, mask=live[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
+            else:
+                lse_j = tl.load(part_lse + bases + c + j, mask=live, other=float("-inf"))
+                o_j = tl.load(o_ptrs, mask=live[:, None] & d_ok[None, :], other=0.0)    # [R, D]
+            w_j = tl.exp2(lse_j - m)                                                        # [R]
+            den = tl.where(live, den + w_j, den)
+            acc = tl.where(live[:, None], acc + w_j[:, None] * o_j, acc)
+    res = acc / tl.where(den > 0, den, 1.0)[:, None]
+    tl.store(out_ptrs[:, None] + offs_d[None, :], res.to(out_ptrs.dtype.element_ty),
+             mask=rows_ok[:, None] & d_ok[None, :])
 
 
 @_jit_unspecialised(["q_len", "part_stride"], ["seq_lens"])
@@ -61,11 +83,13 @@ def _reduce_partitions_kernel(part_o, part_lse, seq_lens, out_ptr, q_len, part_s
                               stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                               BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
                               PARTS_PAD: tl.constexpr, PDL: tl.constexpr):
-    """Grid (num_tokens, num_heads): one row's partials merged (`_merge_row`)."""
+    """Grid (num_tokens, num_heads): one row's partials merged (`_merge_rows` with R = 1)."""
     pdl_wait(PDL)
     tok = tl.program_id(0)
     head = tl.program_id(1)
+    one = tl.arange(0, 1)                                                                   # [1]
     L = tl.maximum(tl.load(seq_lens + tok // q_len) - q_len + tok % q_len + 1, 0)
     base = (tok.to(tl.int64) * NUM_HEADS + head) * part_stride
-    _merge_row(part_o, part_lse, base, L, out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh,
-               part_stride, HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, False)
+    out_row = out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh
+    _merge_rows(part_o, part_lse, base + one, L + one * 0, out_row + one * 0, one == 0, part_stride,
+                HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, MERGE_UNROLL, False)
