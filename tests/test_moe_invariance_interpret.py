@@ -54,7 +54,7 @@ SHAPES = [(768, 128, 8, 64), (2048, 128, 8, 64), (768, 128, 8, 128), (2048, 128,
 
 
 def run_config():
-    from turbospec.kernels.fused_moe import INVARIANT_MAX_TOKENS, pick_block_m, pick_config
+    from turbospec.kernels.fused_moe import BF16_DECODE_STAGES, INVARIANT_MAX_TOKENS, pick_block_m, pick_config
     assert INVARIANT_MAX_TOKENS >= 64, "a 64-row verify (the dense GEMMs' bound) must be covered"
     for sms in (132, 78, 4):
         for N, E, k, bk in SHAPES:
@@ -64,13 +64,15 @@ def run_config():
                     assert pick_config(T, N, E, k, sms, bk, slot) == one, (sms, N, E, k, T, slot)
             # batch-1 decode keeps its pre-invariance config: 64 columns unless under 1.5 programs / SM
             bn = 64 if k * -(-N // 64) >= 1.5 * sms else 32
-            assert one == dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_stages=3, num_warps=4), one
+            stages = BF16_DECODE_STAGES if bk == 64 else 3                   # bf16 experts: deeper
+            assert one == dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, num_stages=stages, num_warps=4), one
             # within the bound, aligned mode's BLOCK_M 16 is what pick_block_m gives anyway (E >= 4 k)
             assert pick_block_m(INVARIANT_MAX_TOKENS * k, E) == 16
     # above the bound, the T-dependent heuristics as before: qwen3-30b-a3b's GEMM1 goes to 64 columns
     T = INVARIANT_MAX_TOKENS + 1
     assert pick_config(T, 768, 128, 8, 132)["BLOCK_N"] == 64
     assert pick_config(1024, 768, 128, 8, 132)["BLOCK_M"] == 64
+    assert pick_config(T, 768, 128, 8, 132)["num_stages"] == 3
 
 
 def run_moe_sum():

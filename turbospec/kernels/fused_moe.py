@@ -110,6 +110,13 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
     tl.store(out_ptrs, acc_g.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
 
 
+# Pipeline depth of the bf16 expert GEMMs up to INVARIANT_MAX_TOKENS tokens. H200 sweep (2026-11-30,
+# `microbench_moe --sweep`, qwen3-30b-a3b experts, one GEMM varied at a time): 6 stages instead of 3
+# took the whole fused MoE from 31.6 to 28.3 us (GEMM1) and 30.4 us (GEMM2) at T = 1, and 214 to
+# 208 us at T = 16. FP8 experts (BLOCK_K 128) gained nothing from 4 or 6 (22.9 us either way) and keep 3.
+BF16_DECODE_STAGES = 6
+
+
 def pick_block_m(num_slots: int, num_experts: int) -> int:
     """Rows per block in aligned mode: about the mean tokens per used expert, 16..64."""
     per_expert = num_slots / max(1, min(num_experts, num_slots))
@@ -131,8 +138,9 @@ def pick_config(T: int, N: int, E: int, top_k: int, num_sms: int, block_k: int =
     larger T: where the T = 1 rule picks BLOCK_N 32 (qwen3-30b-a3b's GEMM1, N = I = 768, on 132
     SMs) aligned mode would have taken 64 from T = 2 on; 32 launches twice the programs, each
     re-reading its [16, K] activation tile (from L2: a quarter of its weight bytes), while the
-    weight bytes streamed from HBM stay the same. Above the bound: today's heuristics
-    (`pick_block_m`, BLOCK_N from the real block count)."""
+    weight bytes streamed from HBM stay the same. Stages: BF16_DECODE_STAGES for bf16 experts
+    (BLOCK_K 64) within the bound, else 3. Above the bound: today's heuristics (`pick_block_m`,
+    BLOCK_N from the real block count)."""
     S = T * top_k
     if T <= INVARIANT_MAX_TOKENS:
         block_m, num_blocks = 16, top_k
@@ -142,7 +150,8 @@ def pick_config(T: int, N: int, E: int, top_k: int, num_sms: int, block_k: int =
         block_m = pick_block_m(S, E)
         num_blocks = max_blocks(S, E, block_m)
     block_n = _block_n(num_blocks, N, num_sms)
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_stages=3,
+    stages = BF16_DECODE_STAGES if T <= INVARIANT_MAX_TOKENS and block_k == 64 else 3
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_stages=stages,
                 num_warps=8 if block_m * block_n >= 64 * 64 else 4)          # 4 warps spill there
 
 
@@ -175,7 +184,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
                   w2_scale: torch.Tensor | None = None, block_shape: tuple[int, int] | None = None,
                   slot_mode_max_tokens: int | None = None, config: dict | None = None) -> torch.Tensor:
     """hidden [T, H], w13 [E, 2I, H], w2 [E, H, I] (bf16, or fp8 with scales [E, ., .]),
-    topk_weights / topk_ids [T, k] -> [T, H] = sum_k w * down(silu(gate(x)) * up(x))."""
+    topk_weights / topk_ids [T, k] -> [T, H] = sum_k w * down(silu(gate(x)) * up(x)).
+    config: launch overrides for both GEMMs, or {"gemm1": {...}, "gemm2": {...}} (benchmarks)."""
     T, H = hidden.shape
     E, I2, _ = w13.shape
     I, k = I2 // 2, topk_ids.shape[1]
@@ -191,8 +201,9 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     limit = SLOT_MODE_MAX_TOKENS if slot_mode_max_tokens is None else slot_mode_max_tokens
     slot_mode = T <= limit
     block_k = block[1] if fp8 else 64
-    cfg1 = _gemm_config(T, I, E, k, block_k, slot_mode, x.device, config)
-    cfg2 = _gemm_config(T, H, E, k, block_k, slot_mode, x.device, config)
+    per_gemm = config is not None and ("gemm1" in config or "gemm2" in config)
+    cfg1 = _gemm_config(T, I, E, k, block_k, slot_mode, x.device, config.get("gemm1") if per_gemm else config)
+    cfg2 = _gemm_config(T, H, E, k, block_k, slot_mode, x.device, config.get("gemm2") if per_gemm else config)
     if slot_mode:
         layout = (ids, ids, ids, S, True)                        # block b = slot b, expert ids[b]
     else:

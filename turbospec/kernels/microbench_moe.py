@@ -155,28 +155,39 @@ def bench_moe(bw: float, quick: bool) -> list[dict]:
 
 
 def sweep(bw: float) -> list[dict]:
-    """Fused-MoE config sweep at T = 1 (slot mode) and 16: the data for its heuristics. (The FP8
-    GEMM has its own staged search: `python -m turbospec.kernels.fp8_sweep`.)"""
+    """Fused-MoE config sweep at T = 1 (slot mode) and 16, bf16 and FP8, one GEMM at a time (the
+    other keeps its default): the data for `fused_moe.pick_config`. (The FP8 dense GEMM has its own
+    staged search: `python -m turbospec.kernels.fp8_sweep`.)"""
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.layers.quant.fp8 import quantize_fp8
     dev, rows = torch.device("cuda"), []
-    print("## sweep: fused MoE FP8 (BLOCK_N, num_stages) at T = 1 (slot mode) and 16")
+    print("## sweep: fused MoE (BLOCK_N, num_stages) of GEMM1 or GEMM2 at T = 1 (slot mode) and 16")
     w13, w2 = (torch.randn(E, 2 * I, H, device=dev) * 0.02, torch.randn(E, H, I, device=dev) * 0.02)
     (q13, s13), (q2, s2) = quantize_fp8(w13, (128, 128)), quantize_fp8(w2, (128, 128))
+    cases = {"fp8": (q13, q2, dict(w13_scale=s13, w2_scale=s2, block_shape=(128, 128)), 1),
+             "bf16": (w13.to(torch.bfloat16), w2.to(torch.bfloat16), {}, 2)}
     del w13, w2
-    kw = dict(w13_scale=s13, w2_scale=s2, block_shape=(128, 128))
-    ebytes = q13[0].numel() + q2[0].numel()
-    for T in (1, 16):
-        x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-        routes = _routings(T, 16, dev)
-        touched = statistics.mean(u for _, _, u in routes)
-        for bn, stages in itertools.product((32, 64, 128), (2, 3, 4)):
-            cfg = dict(BLOCK_N=bn, num_stages=stages, num_warps=4)
-            t = time_launches([lambda r=r: fused_experts(x, q13, q2, r[0], r[1], config=cfg, **kw)
-                               for r in routes], replays=5)
-            rows.append({"T": T, **cfg, "Bps": touched * ebytes / t})
-            print(f"T={T:>2} BLOCK_N={bn:>3} stages={stages}: {t * 1e6:6.1f} us "
-                  f"{touched * ebytes / t / 1e9:6.0f} GB/s", flush=True)
+    for dtype, (a, b, kw, elt) in cases.items():
+        ebytes = (a[0].numel() + b[0].numel()) * elt
+        for T in (1, 16):
+            x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+            routes = _routings(T, 16, dev)
+            touched = statistics.mean(u for _, _, u in routes)
+            t0 = time_launches([lambda r=r: fused_experts(x, a, b, r[0], r[1], **kw) for r in routes], replays=5)
+            print(f"{dtype} T={T:>2} default: {t0 * 1e6:6.1f} us {touched * ebytes / t0 / 1e9:6.0f} GB/s", flush=True)
+            for gemm in ("gemm1", "gemm2"):
+                for bn, stages in itertools.product((16, 32, 64), (3, 4, 6)):
+                    cfg = {gemm: dict(BLOCK_N=bn, num_stages=stages, num_warps=4)}
+                    try:
+                        t = time_launches([lambda r=r: fused_experts(x, a, b, r[0], r[1], config=cfg, **kw)
+                                           for r in routes], replays=5)
+                    except Exception as e:                 # noqa: BLE001 - out of shared memory: skip
+                        print(f"{dtype} T={T:>2} {gemm} BLOCK_N={bn:>3} stages={stages}: {type(e).__name__}")
+                        continue
+                    rows.append({"dtype": dtype, "T": T, "gemm": gemm, "BLOCK_N": bn, "num_stages": stages,
+                                 "us": t * 1e6, "default_us": t0 * 1e6})
+                    print(f"{dtype} T={T:>2} {gemm} BLOCK_N={bn:>3} stages={stages}: {t * 1e6:6.1f} us "
+                          f"({t / t0:.2f} of default)", flush=True)
     return rows
 
 
