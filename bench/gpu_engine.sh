@@ -8,7 +8,10 @@
 #       moeoracle (qwen3-30b-a3b FP8: oracle, automatic draft length, verify cost vs k and batch;
 #                  then batch 16 and 64 again with bitwise_exact false)
 #       moeab2 (qwen3-30b-a3b bf16 batch 1: the attention merge and the RoPE+store fusion one at a time,
-#               then a PDL-off profile)  reduceab (attention merge rule vs always in the launch)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
+#               then a PDL-off profile)  reduceab (attention merge rule vs always in the launch)
+#       mergeab (attention merge of all rows at once vs HEAD's kernels in out/base, by merge mode)
+#       codelmab (codelm-12m decode vs out/base)  moesweep (fused-MoE BLOCK_N x stages per GEMM, bf16 and FP8)
+#       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -56,6 +59,30 @@ for part in ${*:-tests decode oracle drafters}; do
                 TURBOSPEC_ATTN_REDUCE=fused run 90 "${TS[@]}" bench decode --shape $sh --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64
                 run 90 "${TS[@]}" bench decode --shape $sh --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64
               done ;;
+    prof8)    # where a batch-1 step's time goes (PDL off: kernels do not overlap, so each is attributed)
+              TURBOSPEC_PDL=0 run 120 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64 --profile
+              TURBOSPEC_PDL=0 run 120 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64 --profile
+              TURBOSPEC_PDL=0 run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64 --profile
+              run 200 python3 -m turbospec.kernels.microbench_moe ;;
+    mergeab)  # the attention merge, all rows of a program at once (paged_merge._merge_rows): bits, then batch-1
+              # decode against the previous kernels (out/base: carried copies of HEAD's paged_{merge,decode}.py)
+              run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_attention_kernels.py
+              rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec /tmp/base/ && cp out/base/*.py /tmp/base/turbospec/kernels/
+              for sh in qwen3-8b qwen3-30b-a3b; do
+                for v in "base auto" "new auto" "new fused" "new two"; do
+                  set -- $v; echo "### mergeab: $sh $1 TURBOSPEC_ATTN_REDUCE=$2" | tee -a "$log"
+                  ( [ $1 = base ] && cd /tmp/base
+                    TURBOSPEC_ATTN_REDUCE=$2 run 90 "${TS[@]}" bench decode --shape $sh --dtype bf16 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
+                done
+              done ;;
+    codelmab) # codelm-12m batch 1 / 16 / 64 (GQA 3: merge in the launch) against HEAD's kernels in out/base, as mergeab
+              rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec /tmp/base/ && cp out/base/*.py /tmp/base/turbospec/kernels/ && cp -r models /tmp/base/
+              for v in base new base new; do
+                echo "### codelmab: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 )
+              done ;;
+    moesweep) run 330 python3 -m turbospec.kernels.microbench_moe --sweep ;;
     sweep30b) run 330 python3 -m turbospec.kernels.microbench_gemm --quick --sweep --budget 220 --models qwen3-30b-a3b ;;
     decode8b) run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile ;;
     codelm)   run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 ;;
