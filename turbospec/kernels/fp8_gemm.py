@@ -108,9 +108,11 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) accumulates x[m tile, K slice s] @
     dequant(w[n tile, K slice s]).T in fp32, one 128-wide scale block per step (SWAP_AB: the
     transpose, as in skinny_gemm). On an H200 neither SWAP_AB nor prefetching the next block's
-    loads into registers by hand was faster (`fp8_sweep`, 2026-11-29). Our reading: the per-byte
-    dequantization work, not load latency, holds it at 30-76% of copy bandwidth at M = 1 (with
-    BLOCK_M 16, M = 64 converts every weight tile four times and takes three times as long).
+    loads into registers by hand was faster (`fp8_sweep`, 2026-11-29), nor an L2 prefetch of the
+    program's rows, nor f16 MMAs on hardware-converted weights (2026-11-30). Nsight Compute
+    (qwen3-8b gate_up, M = 1): instruction-issue bound, ~4.6 thread instructions per weight byte,
+    60% of them the conversion, mma.sync rather than wgmma (docs/benchmarks.md); with BLOCK_M 16,
+    M = 64 converts every weight tile four times and takes three times as long.
     ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (as in skinny_gemm)."""
     pdl_wait(PDL)
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(

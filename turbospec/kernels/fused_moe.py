@@ -115,7 +115,7 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
 # Pipeline depth of the bf16 expert GEMMs up to INVARIANT_MAX_TOKENS tokens. H200 sweep (2026-11-30,
 # `microbench_moe --sweep`, qwen3-30b-a3b experts, one GEMM varied at a time): 6 stages instead of 3
 # took the whole fused MoE from 31.6 to 28.3 us (GEMM1) and 30.4 us (GEMM2) at T = 1, and 214 to
-# 208 us at T = 16; qwen3-30b-a3b bf16 decode batch 1: 3.683 -> 3.423 ms per step (`gpu_engine.sh f16ab`).
+# 208 us at T = 16; qwen3-30b-a3b bf16 decode batch 1: 3.683 -> 3.423 ms per step (`gpu_engine.sh moestages`).
 # FP8 experts (BLOCK_K 128) gained nothing from 4 or 6 (22.9 us either way) and keep 3.
 # TURBOSPEC_MOE_BF16_STAGES overrides it (A/B runs).
 BF16_DECODE_STAGES = int(os.environ.get("TURBOSPEC_MOE_BF16_STAGES", "6"))
