@@ -32,6 +32,7 @@ import triton.language as tl
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
+from turbospec.kernels.tuned_configs import load as load_tuned
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct
 
 FP8_TRITON_MAX_M = 256
@@ -211,9 +212,12 @@ TUNED: dict[tuple[int, int, int], dict] = {
 def pick_config(M: int, N: int, K: int, block_k: int, num_sms: int) -> dict:
     """Tile shape and split count for a decode/verify-sized GEMM: enough programs for ~2 per SM.
     Up to INVARIANT_MAX_M rows the config is a function of (N, K) only (`TUNED`, else BLOCK_M 16
-    and the split from the N tiles alone), so a row rounds alike whatever the number of rows in
+    and the split from the N tiles alone; this machine's tuned-config file first, see
+    tuned_configs.py), so a row rounds alike whatever the number of rows in
     the launch: decode and verify give the same logits. Larger M (<= FP8_TRITON_MAX_M) grows the tiles."""
-    tuned = TUNED.get((num_sms, N, K)) if M <= INVARIANT_MAX_M and block_k == 128 else None
+    tuned = None
+    if M <= INVARIANT_MAX_M and block_k == 128:
+        tuned = load_tuned("fp8_gemm").get((num_sms, N, K)) or TUNED.get((num_sms, N, K))
     if tuned is not None:
         split, per = split_k_for(triton.cdiv(K, block_k), tuned["SPLIT_K"])
         return dict(tuned, SPLIT_K=split, kb_per_split=per)

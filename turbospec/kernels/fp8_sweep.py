@@ -1,6 +1,6 @@
 """Launch-config search for the block-FP8 decode GEMM (`fp8_gemm`, M <= 64 rows).
 
-    PYTHONPATH=. python3 -m turbospec.kernels.fp8_sweep [--budget 150] [--shapes "8b o,8b gate_up"]
+    PYTHONPATH=. python3 -m turbospec.kernels.fp8_sweep [--budget 150] [--shapes "8b o,8b gate_up" | --models M] [--save]
 
 One config must serve every M <= 64 of a shape (the invariance contract of `fp8_gemm.pick_config`),
 so every config is timed at M = 1, 16 and 64 and scored by its worst ratio to the fastest config
@@ -31,6 +31,7 @@ TILES = [(False, 16, 32, 4), (False, 16, 64, 4), (False, 16, 128, 8), (True, 16,
          (True, 16, 128, 8), (True, 16, 256, 8), (True, 64, 64, 4), (True, 64, 128, 8), (False, 64, 64, 4)]
 #        (SWAP_AB, BLOCK_M, BLOCK_N, num_warps)
 KEYS = ("BLOCK_M", "BLOCK_N", "SPLIT_K", "num_warps", "num_stages", "SWAP_AB")
+FP8_LINEARS = ("qkv", "o", "gate_up", "down")     # what FP8 checkpoints quantize (not routers, not the LM head)
 
 
 def make_config(N: int, K: int, sms: int, swap: bool, block_m: int, block_n: int, warps: int, stages: int,
@@ -89,7 +90,9 @@ class Shape:
             f" us ({self.nbytes / t[1] / 1e9:.0f} GB/s = {self.nbytes / t[1] / bw:.0%} of copy at M=1)"
 
 
-def sweep(budget: float, names: list[str]) -> None:
+def sweep(budget: float, names: list[str] | dict[str, tuple[int, int]], save: bool = False) -> None:
+    """names: GEMV_SHAPES keys, or {name: (N, K)} (`--models`)."""
+    shapes = names if isinstance(names, dict) else {n: GEMV_SHAPES[n] for n in names}
     from turbospec.benchmarks.roofline import measure_copy_bandwidth
     from turbospec.kernels.fp8_gemm import pick_config
     from turbospec.kernels.split_k import num_sms
@@ -128,8 +131,8 @@ def sweep(budget: float, names: list[str]) -> None:
     finalists = list(dict.fromkeys(finalists))
     print(f"stage 2 finalists (swap, BLOCK_M, BLOCK_N, warps, stages, programs per SM): {finalists}", flush=True)
     results = []
-    for name in names:                                                              # 3. every shape
-        s = next((r for r in reps if r.name == name), None) or Shape(name, *GEMV_SHAPES[name])
+    for name, (N, K) in shapes.items():                                            # 3. every shape
+        s = next((r for r in reps if (r.N, r.K) == (N, K)), None) or Shape(name, N, K)
         default = {k: v for k, v in pick_config(1, s.N, s.K, 128, sms).items() if k != "kb_per_split"}
         default.setdefault("SWAP_AB", False)
         s.run(default)
@@ -155,20 +158,35 @@ def sweep(budget: float, names: list[str]) -> None:
     for name, N, K, cfg, cell in results:
         print(f"    ({sms}, {N}, {K}): dict(" + ", ".join(f"{k}={v}" for k, v in cfg.items()) + f"),  # {name}: {cell}")
     print("}")
+    if save and results:
+        from turbospec.kernels.tuned_configs import save as save_tuned
+        dev = torch.cuda.get_device_name()
+        path = save_tuned("fp8_gemm", [dict(sms=sms, N=N, K=K, device=dev, config=cfg, note=f"{name}: {cell}")
+                                       for name, N, K, cfg, cell in results])
+        print(f"saved {len(results)} fp8_gemm configs to {path}: every later process uses them")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=float, default=150.0, help="seconds for the whole search")
     ap.add_argument("--shapes", default=",".join(GEMV_SHAPES), help=f"comma list of {list(GEMV_SHAPES)}")
+    ap.add_argument("--models", default=None, help="comma-separated shape names or model dirs: sweep their "
+                    f"FP8 linears ({', '.join(FP8_LINEARS)}) instead of --shapes")
+    ap.add_argument("--save", action="store_true", help="keep the configs found in this machine's tuned-config "
+                    "file ($TURBOSPEC_TUNED_CONFIGS or ~/.cache/turbospec/tuned_configs.json)")
     args = ap.parse_args()
-    names = [n.strip() for n in args.shapes.split(",") if n.strip()]
-    unknown = [n for n in names if n not in GEMV_SHAPES]
-    if unknown:
-        raise SystemExit(f"unknown shapes {unknown}: choose from {list(GEMV_SHAPES)}")
+    if args.models:
+        from turbospec.kernels.microbench_gemm import model_shapes
+        names = {f"{m} {lin}": (N, K) for m, lin, N, K, _ in model_shapes(tuple(args.models.split(",")))
+                 if lin in FP8_LINEARS}
+    else:
+        names = [n.strip() for n in args.shapes.split(",") if n.strip()]
+        unknown = [n for n in names if n not in GEMV_SHAPES]
+        if unknown:
+            raise SystemExit(f"unknown shapes {unknown}: choose from {list(GEMV_SHAPES)}, or give --models")
     if not torch.cuda.is_available():
         raise SystemExit("fp8_sweep needs a CUDA GPU")
-    sweep(args.budget, names)
+    sweep(args.budget, names, save=args.save)
 
 
 if __name__ == "__main__":

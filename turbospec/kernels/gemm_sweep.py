@@ -13,7 +13,8 @@ constant), so the search is staged to stay within `budget` seconds:
 Stages get 35% / 30% / 35% of the budget; a second run is faster (Triton's on-disk cache).
 
 Prints, per shape, the best config with its times next to the heuristic default's and cuBLAS's,
-then the `TUNED` dict to paste into skinny_gemm.py (keyed by SM count, N, K).
+then the `TUNED` dict to paste into skinny_gemm.py (keyed by SM count, N, K); `--save` also merges
+them into this machine's tuned-config file (tuned_configs.py), which every later process reads.
 """
 from __future__ import annotations
 
@@ -103,7 +104,10 @@ def _with_split(cfg: dict, shape: Shape, sms: int) -> list[dict]:
     return [dict(cfg, SPLIT_K=s) for s in sorted(splits | {1})]
 
 
-def sweep(dtype: torch.dtype, ceiling: float, budget: float, models: tuple[str, ...] = DEFAULT_MODELS) -> None:
+def sweep(dtype: torch.dtype, ceiling: float, budget: float, models: tuple[str, ...] = DEFAULT_MODELS,
+          save: bool = False) -> None:
+    """Search configs for every shape of `models`; print the `TUNED` entries, and with `save` merge
+    them into this machine's tuned-config file (tuned_configs.py), which later processes use."""
     from turbospec.kernels.skinny_gemm import heuristic_config
     from turbospec.kernels.split_k import num_sms
     t0, sms = time.monotonic(), num_sms(torch.device("cuda"))
@@ -153,3 +157,9 @@ def sweep(dtype: torch.dtype, ceiling: float, budget: float, models: tuple[str, 
         print(f"    ({sms}, {N}, {K}): dict(" + ", ".join(f"{k}={v}" for k, v in cfg.items())
               + f"),  # {name}: {cell} at M={SWEEP_MS}")
     print("}")
+    if save and results:
+        from turbospec.kernels.tuned_configs import save as save_tuned
+        dev = torch.cuda.get_device_name()
+        path = save_tuned("skinny_gemm", [dict(sms=sms, N=N, K=K, device=dev, config=cfg, note=f"{name}: {cell} at M={SWEEP_MS}")
+                                          for name, N, K, cfg, cell in results])
+        print(f"saved {len(results)} skinny_gemm configs to {path}: every later process uses them")

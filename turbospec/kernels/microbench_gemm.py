@@ -135,12 +135,17 @@ def per_step(times: dict, dtype: torch.dtype, ceiling: float, models: tuple[str,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="also search launch configs (prints TUNED)")
+    ap.add_argument("--save", action="store_true",
+                    help="with --sweep: keep the configs found in this machine's tuned-config file "
+                         "($TURBOSPEC_TUNED_CONFIGS or ~/.cache/turbospec/tuned_configs.json)")
     ap.add_argument("--quick", action="store_true", help="M = 1, 8, 64 and fewer codelm shapes")
     ap.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
     ap.add_argument("--budget", type=float, default=270.0, help="seconds the sweep may take")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
                     help="comma-separated shape names or model dirs (e.g. qwen3-30b-a3b: its qkv, o, router, lm_head)")
     args = ap.parse_args()
+    if args.save and not args.sweep:
+        ap.error("--save keeps what --sweep finds: add --sweep")
     import triton
     from turbospec.kernels.split_k import num_sms
     dtype = DTYPES[args.dtype]
@@ -156,7 +161,7 @@ def main() -> None:
         per_step(times, dtype, ceiling, models)
         if args.sweep:
             from turbospec.kernels.gemm_sweep import sweep
-            sweep(dtype, ceiling, args.budget, models)
+            sweep(dtype, ceiling, args.budget, models, save=args.save)
     if failed:
         print("\n".join(failed))
         raise SystemExit(1)

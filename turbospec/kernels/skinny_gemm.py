@@ -46,6 +46,7 @@ import triton.language as tl
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
+from turbospec.kernels.tuned_configs import load as load_tuned
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 
 
@@ -93,7 +94,8 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
 # ------------------------------------------------------------------ configs
 
 # (SM count, N, K) -> config, measured by `python -m turbospec.kernels.microbench_gemm --sweep`
-# on a GPU with that many SMs (paste its dict here). Shapes not listed use `heuristic_config`.
+# on a GPU with that many SMs (`--save` keeps its result in this machine's tuned-config file, which
+# overrides this table; see tuned_configs.py). Shapes in neither use `heuristic_config`.
 # H200 (132 SMs), bf16, 2026-11-29, sweeps of 120 s and 150 s (the second with swapped operands):
 # time in us at M = 1 / 16 / 64 (cuBLAS in brackets).
 _C = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
@@ -154,8 +156,9 @@ def heuristic_config(N: int, K: int, sms: int, block_m: int = 64, block_n: int =
 
 @functools.lru_cache(maxsize=None)
 def get_config(N: int, K: int, sms: int) -> dict:
-    """The launch config of an [N, K] weight on a GPU with `sms` SMs; never depends on M."""
-    return dict(TUNED.get((sms, N, K)) or heuristic_config(N, K, sms))
+    """The launch config of an [N, K] weight on a GPU with `sms` SMs; never depends on M: this
+    machine's tuned-config file (`tuned_configs`), else `TUNED`, else `heuristic_config`."""
+    return dict(load_tuned("skinny_gemm").get((sms, N, K)) or TUNED.get((sms, N, K)) or heuristic_config(N, K, sms))
 
 
 # ------------------------------------------------------------------ host side
