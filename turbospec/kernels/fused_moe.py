@@ -118,7 +118,10 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
 # 208 us at T = 16; qwen3-30b-a3b bf16 decode batch 1: 3.683 -> 3.423 ms per step (`gpu_engine.sh moestages`).
 # FP8 experts (BLOCK_K 128) gained nothing from 4 or 6 (22.9 us either way) and keep 3.
 # TURBOSPEC_MOE_BF16_STAGES overrides it (A/B runs).
-BF16_DECODE_STAGES = int(os.environ.get("TURBOSPEC_MOE_BF16_STAGES", "6"))
+_STAGES = os.environ.get("TURBOSPEC_MOE_BF16_STAGES", "6")
+if not (_STAGES.isdigit() and 1 <= int(_STAGES) <= 8):
+    raise ValueError(f"TURBOSPEC_MOE_BF16_STAGES={_STAGES!r}: give a number of pipeline stages from 1 to 8 (default 6)")
+BF16_DECODE_STAGES = int(_STAGES)
 
 
 def pick_block_m(num_slots: int, num_experts: int) -> int:

@@ -15,8 +15,9 @@ the decode of that token has). Every floating-point operation producing the row 
   state and writes the normalised partial and its log-sum-exp (fp32); the merge
   (`paged_merge._merge_rows`) sums the row's cdiv(L, P(L)) weighted partials one partition at a
   time in partition order, each step masked to the row's own partitions, so a one-partition row
-  takes the same path as a long one and the bits do not depend on which rows are merged together. The grid's split dimension, min(MAX_PARTS, cdiv(max_seq_len,
-  P_MIN)), is only an upper bound: a program whose partition a row lacks stores nothing for it.
+  takes the same path as a long one and the bits do not depend on which rows are merged together.
+  The grid's split dimension, min(MAX_PARTS, cdiv(max_seq_len, P_MIN)), is only an upper bound: a
+  program whose partition a row lacks stores nothing for it.
   `max_seq_len` must bound every row's length (AttentionMetadata's contract).
 - **One binary.** A program owns one kv head, one partition and a [GROUP_PAD, D] q tile (GROUP_PAD
   = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token; verify up
