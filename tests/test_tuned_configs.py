@@ -46,6 +46,13 @@ def test_save_merges_and_replaces_by_shape(cfg_file):
     assert tc.load("fp8_gemm") == {(132, 5120, 2048): FP8}
 
 
+def test_save_sweep_keeps_the_rows_a_sweep_prints(cfg_file, capsys):
+    path = tc.save_sweep("fp8_gemm", 132, "NVIDIA H200", [("30b qkv", 5120, 2048, FP8, "8.0 us")])
+    assert path == cfg_file and str(cfg_file) in capsys.readouterr().out
+    entry = json.loads(cfg_file.read_text())["fp8_gemm"][0]
+    assert entry == dict(sms=132, N=5120, K=2048, device="NVIDIA H200", config=FP8, note="30b qkv: 8.0 us")
+
+
 def test_load_is_read_once_per_process(cfg_file):
     assert tc.load("skinny_gemm") == {}
     tc.save("skinny_gemm", [dict(sms=132, N=64, K=64, config=SKINNY)])

@@ -159,11 +159,8 @@ def sweep(budget: float, names: list[str] | dict[str, tuple[int, int]], save: bo
         print(f"    ({sms}, {N}, {K}): dict(" + ", ".join(f"{k}={v}" for k, v in cfg.items()) + f"),  # {name}: {cell}")
     print("}")
     if save and results:
-        from turbospec.kernels.tuned_configs import save as save_tuned
-        dev = torch.cuda.get_device_name()
-        path = save_tuned("fp8_gemm", [dict(sms=sms, N=N, K=K, device=dev, config=cfg, note=f"{name}: {cell}")
-                                       for name, N, K, cfg, cell in results])
-        print(f"saved {len(results)} fp8_gemm configs to {path}: every later process uses them")
+        from turbospec.kernels.tuned_configs import save_sweep
+        save_sweep("fp8_gemm", sms, torch.cuda.get_device_name(), results)
 
 
 def main() -> None:

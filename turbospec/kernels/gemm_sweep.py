@@ -158,8 +158,6 @@ def sweep(dtype: torch.dtype, ceiling: float, budget: float, models: tuple[str, 
               + f"),  # {name}: {cell} at M={SWEEP_MS}")
     print("}")
     if save and results:
-        from turbospec.kernels.tuned_configs import save as save_tuned
-        dev = torch.cuda.get_device_name()
-        path = save_tuned("skinny_gemm", [dict(sms=sms, N=N, K=K, device=dev, config=cfg, note=f"{name}: {cell} at M={SWEEP_MS}")
-                                          for name, N, K, cfg, cell in results])
-        print(f"saved {len(results)} skinny_gemm configs to {path}: every later process uses them")
+        from turbospec.kernels.tuned_configs import save_sweep
+        save_sweep("skinny_gemm", sms, torch.cuda.get_device_name(),
+                   [(n, N, K, cfg, f"{cell} at M={SWEEP_MS}") for n, N, K, cfg, cell in results])

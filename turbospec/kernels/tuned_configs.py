@@ -117,3 +117,11 @@ def save(kernel: str, entries: list[dict], path: Path | None = None) -> Path:
         json.dump(data, f, indent=1)
     os.replace(tmp, path)
     return path
+
+
+def save_sweep(kernel: str, sms: int, device: str, results: list[tuple]) -> Path:
+    """A sweep's winners, (name, N, K, config, timing text) rows, into the file; says where."""
+    path = save(kernel, [dict(sms=sms, N=N, K=K, device=device, config=cfg, note=f"{name}: {cell}")
+                         for name, N, K, cfg, cell in results])
+    print(f"saved {len(results)} {kernel} configs to {path}: every later process uses them")
+    return path
