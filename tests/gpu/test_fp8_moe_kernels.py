@@ -136,6 +136,37 @@ def test_fused_experts_matches_reference(experts, T, fp8):
         assert out.dtype == torch.bfloat16 and _rel(out, ref) < 1e-2, (slot, _rel(out, ref))
 
 
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("cfg", [None, dict(BLOCK_N=64, num_stages=3), dict(BLOCK_N=32, num_stages=8)],
+                         ids=["default", "n64", "n32"])
+@pytest.mark.parametrize("mode", ["loop", "last"])
+def test_slot_mode_sum_in_gemm2_is_bitwise_gemm2_then_moe_sum(experts, monkeypatch, fp8, cfg, mode):
+    """Slot mode's one-launch GEMM2 + combine (TURBOSPEC_MOE_SUM_IN_GEMM2 loop / last) gives the
+    bits of GEMM2's per-slot tiles summed by `moe_sum`, at any tile config, for 1..8 tokens, eager
+    and replayed in a CUDA graph (the counters re-arm)."""
+    from turbospec.kernels import fused_moe
+    w13, w2, q13, q2, kw = experts
+    args, kw = ((q13, q2), kw) if fp8 else ((w13, w2), {})
+    user = dict(gemm2=cfg) if cfg else None
+    for T in (1, 3, 8):
+        x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
+        w, ids = _routing(T, seed=10 + T)
+        monkeypatch.setattr(fused_moe, "SUM_IN_GEMM2", "0")
+        two = fused_moe.fused_experts(x, *args, w, ids, slot_mode_max_tokens=8, config=user, **kw)
+        monkeypatch.setattr(fused_moe, "SUM_IN_GEMM2", mode)
+        _poison(T * H)
+        one = fused_moe.fused_experts(x, *args, w, ids, slot_mode_max_tokens=8, config=user, **kw)
+        diff = (one.float() - two.float()).abs().max().item()
+        assert torch.equal(one, two), f"T={T}: max |diff| {diff}"
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fused_moe.fused_experts(x, *args, w, ids, slot_mode_max_tokens=8, config=user, **kw)
+        for _ in range(3):
+            out.fill_(float("nan"))
+            graph.replay()
+            assert torch.equal(out, two), f"T={T}: graph replay differs"
+
+
 def test_fused_moe_layer_has_no_host_sync_and_captures(experts):
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.kernels.moe_align import fused_topk

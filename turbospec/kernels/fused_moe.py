@@ -1,10 +1,15 @@
 """Fused MoE experts: `fused_experts(hidden, w13, w2, topk_weights, topk_ids)` on CUDA.
 
-Two launches of one grouped-GEMM kernel family, bf16 or block-FP8 weights, over the used experts only:
+Grouped GEMMs over the used experts only, bf16 or block-FP8 weights:
 
   GEMM1  inter[slot] = silu(x[token] @ gate_e.T) * (x[token] @ up_e.T)      [T*k, I]  (SiLU-and-mul fused)
   GEMM2  y[slot]     = topk_weight[slot] * (inter[slot] @ down_e.T)         [T*k, H]
   out[token]         = sum over its k slots of y                            [T, H]   (kernels/moe_sum.py)
+
+In slot mode GEMM2 and the sum are one launch (TURBOSPEC_MOE_SUM_IN_GEMM2): either a program walks
+its token's k slots in order keeping the fp32 sum of the rounded y tiles (`_moe_down_sum_kernel`),
+or GEMM2 runs as usual and the last slot of a token to finish sums the token's y tiles; the same
+operations as GEMM2 then `moe_sum`, so the same bits. Two launches per MoE layer at batch 1.
 
 Rows are (token, slot) pairs; a program owns BLOCK_M rows that all use one expert and BLOCK_N output
 columns, so an expert's weights are read once per block. Two row layouts:
@@ -33,83 +38,17 @@ import os
 
 import torch
 import triton
-import triton.language as tl
 
-from turbospec.kernels.fp8_gemm import _wtile_dot, fast_cvt_enabled, launch
+from turbospec.kernels.fp8_gemm import fast_cvt_enabled, launch
 from turbospec.kernels.moe_align import max_blocks, moe_align
+from turbospec.kernels.moe_gemm import _moe_down_sum_kernel, _moe_gemm_kernel
 from turbospec.kernels.moe_sum import moe_sum
-from turbospec.kernels.pdl import pdl_launch, pdl_wait
-from turbospec.kernels.split_k import num_sms
+from turbospec.kernels.pdl import pdl_launch
+from turbospec.kernels.split_k import num_sms, split_buffers
 from turbospec.layers.linear import INVARIANT_MAX_M
 
 SLOT_MODE_MAX_TOKENS = 1
 INVARIANT_MAX_TOKENS = INVARIANT_MAX_M    # tokens up to which every row rounds alike whatever T is
-
-
-@triton.jit
-def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_expert_ptr, blk_rows_ptr,
-                     N, K, a_div, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_N: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
-                     SLOT_MODE: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr,
-                     EVEN_K: tl.constexpr, PDL: tl.constexpr):
-    pdl_wait(PDL)
-    pid_n, pid_b = tl.program_id(0), tl.program_id(1)
-    r = tl.arange(0, BLOCK_M)
-    if SLOT_MODE:
-        row_ok = r == 0
-        rows = tl.where(row_ok, pid_b, 0)
-    else:
-        nrows = tl.load(blk_rows_ptr + pid_b)
-        if nrows == 0:
-            return
-        row_ok = r < nrows
-        rows = tl.load(sorted_ptr + pid_b * BLOCK_M + r, mask=row_ok, other=0)
-    expert = tl.load(blk_expert_ptr + pid_b).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    n_ok = offs_n < N
-    a_ptrs = a_ptr + (rows // a_div).to(tl.int64)[:, None] * stride_am + offs_k[None, :]
-    w_base = w_ptr + expert * stride_we
-    g_ptrs = w_base + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
-    u_ptrs = g_ptrs + N * stride_wn                              # up rows follow the I gate rows
-    sg_ptrs = s_ptr + expert * stride_se + (offs_n // GROUP_N) * stride_sn
-    su_ptrs = s_ptr + expert * stride_se + ((N + offs_n) // GROUP_N) * stride_sn
-    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a_mask, w_mask = row_ok[:, None], n_ok[:, None]
-        else:
-            k_ok = kb * BLOCK_K + offs_k < K
-            a_mask, w_mask = row_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :]
-        a = tl.load(a_ptrs, mask=a_mask, other=0.0)                             # [BM, BK]
-        wg = tl.load(g_ptrs, mask=w_mask, other=0)                              # [BN, BK]
-        if GATED:
-            wu = tl.load(u_ptrs, mask=w_mask, other=0)
-        if FP8:
-            sg = tl.load(sg_ptrs + kb, mask=n_ok, other=0.0)
-            if FAST_CVT:
-                sg = sg * 72057594037927936.0
-            acc_g += _wtile_dot(a, wg, FAST_CVT) * sg[None, :]
-            if GATED:
-                su = tl.load(su_ptrs + kb, mask=n_ok, other=0.0)
-                if FAST_CVT:
-                    su = su * 72057594037927936.0
-                acc_u += _wtile_dot(a, wu, FAST_CVT) * su[None, :]
-        else:
-            acc_g += tl.dot(a, tl.trans(wg))
-            if GATED:
-                acc_u += tl.dot(a, tl.trans(wu))
-        a_ptrs += BLOCK_K
-        g_ptrs += BLOCK_K
-        u_ptrs += BLOCK_K
-    if GATED:
-        acc_g = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u                # silu(gate) * up, fp32
-    if MUL_WEIGHT:
-        acc_g = acc_g * tl.load(tw_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)[:, None]
-    out_ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
-    tl.store(out_ptrs, acc_g.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
 
 
 # Pipeline depth of the bf16 expert GEMMs up to INVARIANT_MAX_TOKENS tokens. H200 sweep (2026-11-30,
@@ -122,6 +61,12 @@ _STAGES = os.environ.get("TURBOSPEC_MOE_BF16_STAGES", "6")
 if not (_STAGES.isdigit() and 1 <= int(_STAGES) <= 8):
     raise ValueError(f"TURBOSPEC_MOE_BF16_STAGES={_STAGES!r}: give a number of pipeline stages from 1 to 8 (default 6)")
 BF16_DECODE_STAGES = int(_STAGES)
+# How slot mode combines a token's k slots (A/B runs): "loop" `_moe_down_sum_kernel` (GEMM2 walks
+# the slots, one launch); "last" GEMM2's grid as in aligned mode, the last slot to arrive sums
+# (one launch); "0" GEMM2 then `moe_sum` (two launches). Same bits whichever.
+SUM_IN_GEMM2 = os.environ.get("TURBOSPEC_MOE_SUM_IN_GEMM2", "loop")
+if SUM_IN_GEMM2 not in ("loop", "last", "0"):
+    raise ValueError(f"TURBOSPEC_MOE_SUM_IN_GEMM2={SUM_IN_GEMM2!r}: use loop (default), last or 0")
 
 
 def pick_block_m(num_slots: int, num_experts: int) -> int:
@@ -162,14 +107,38 @@ def pick_config(T: int, N: int, E: int, top_k: int, num_sms: int, block_k: int =
                 num_warps=8 if block_m * block_n >= 64 * 64 else 4)          # 4 warps spill there
 
 
-def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block, fast_cvt, cfg):
+def pick_sum_config(N: int, block_k: int, num_sms: int) -> dict:
+    """Launch config of `_moe_down_sum_kernel` (one program per (token, BLOCK_N columns), each
+    streaming k experts' [BLOCK_N, K] rows): a function of (N, block_k, SM count) only."""
+    block_n = 16 if triton.cdiv(N, 32) < num_sms else 32
+    return dict(BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+                num_stages=BF16_DECODE_STAGES if block_k == 64 else 6)
+
+
+def _launch_down_sum(a, w, s, out, tw, ids, fp8, block, fast_cvt, cfg):
+    T, N, K = out.shape[0], out.shape[1], a.shape[1]
+    stride_se, stride_sn = (s.stride(0), s.stride(1)) if fp8 else (0, 0)
+    args = (a, w.view(torch.uint8) if fp8 else w, s if fp8 else a, out, tw, ids, N, K, a.stride(0),
+            w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0))
+    launch(_moe_down_sum_kernel, (triton.cdiv(N, cfg["BLOCK_N"]), T), args, dict(
+        cfg, TOP_K=ids.numel() // T, GROUP_N=block[0] if fp8 else 1, FP8=fp8, FAST_CVT=fast_cvt,
+        EVEN_K=K % cfg["BLOCK_K"] == 0, **pdl_launch(a.device)), a.device)
+
+
+def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block, fast_cvt, cfg,
+            sum_out: torch.Tensor | None = None):
+    """One grouped GEMM; sum_out [T, N] (slot mode's GEMM2): the last slot of a token sums into it."""
     sorted_ids, blk_expert, blk_rows, num_blocks, slot_mode = layout
     grid = (triton.cdiv(N, cfg["BLOCK_N"]), num_blocks)
     stride_se, stride_sn = (s.stride(0), s.stride(1)) if fp8 else (0, 0)
+    locks = split_buffers(1, 1, (grid[0] * (sum_out.shape[0] if sum_out is not None else 1), 1, 1), a.device)[1]
     args = (a, w.view(torch.uint8) if fp8 else w, s if fp8 else a, out, tw, sorted_ids, blk_expert, blk_rows,
-            N, K, a_div, a.stride(0), w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0))
+            N, K, a_div, a.stride(0), w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0),
+            sum_out if sum_out is not None else out, locks, sum_out.stride(0) if sum_out is not None else 0)
+    top_k = num_blocks // sum_out.shape[0] if sum_out is not None else 1
     launch(_moe_gemm_kernel, grid, args, dict(
-        cfg, GROUP_N=block[0] if fp8 else 1, GATED=gated, MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8,
+        cfg, TOP_K=top_k, SUM_LAST=sum_out is not None,
+        GROUP_N=block[0] if fp8 else 1, GATED=gated, MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8,
         FAST_CVT=fast_cvt, EVEN_K=K % cfg["BLOCK_K"] == 0,
         **pdl_launch(a.device, min(w.shape[0], num_blocks) * w[0].numel() * w.element_size())), a.device)
 
@@ -209,8 +178,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     slot_mode = T <= limit
     block_k = block[1] if fp8 else 64
     per_gemm = config is not None and ("gemm1" in config or "gemm2" in config)
-    cfg1 = _gemm_config(T, I, E, k, block_k, slot_mode, x.device, config.get("gemm1") if per_gemm else config)
-    cfg2 = _gemm_config(T, H, E, k, block_k, slot_mode, x.device, config.get("gemm2") if per_gemm else config)
+    user1, user2 = (config.get("gemm1"), config.get("gemm2")) if per_gemm else (config, config)
+    cfg1 = _gemm_config(T, I, E, k, block_k, slot_mode, x.device, user1)
     if slot_mode:
         layout = (ids, ids, ids, S, True)                        # block b = slot b, expert ids[b]
     else:
@@ -219,6 +188,17 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     fast = fp8 and x.dtype == torch.bfloat16 and fast_cvt_enabled(x.device)
     inter = torch.empty(S, I, dtype=x.dtype, device=x.device)                       # [T*k, I]
     _launch(x, w13, w13_scale, inter, tw, layout, I, H, k, True, False, fp8, block, fast, cfg1)
+    if slot_mode and SUM_IN_GEMM2 == "loop":
+        out = torch.empty(T, H, dtype=x.dtype, device=x.device)                     # [T, H]
+        cfg = pick_sum_config(H, block_k, num_sms(x.device))
+        cfg.update({key: v for key, v in (user2 or {}).items() if v is not None and key != "BLOCK_M"})
+        _launch_down_sum(inter, w2, w2_scale, out, tw, ids, fp8, block, fast, cfg)
+        return out
     y = torch.empty(S, H, dtype=x.dtype, device=x.device)                           # [T*k, H]
+    cfg2 = _gemm_config(T, H, E, k, block_k, slot_mode, x.device, user2)
+    if slot_mode and SUM_IN_GEMM2 == "last":
+        out = torch.empty(T, H, dtype=x.dtype, device=x.device)                     # [T, H]
+        _launch(inter, w2, w2_scale, y, tw, layout, H, I, 1, False, True, fp8, block, fast, cfg2, out)
+        return out
     _launch(inter, w2, w2_scale, y, tw, layout, H, I, 1, False, True, fp8, block, fast, cfg2)
     return moe_sum(y, k)                                                            # [T, H]

@@ -154,10 +154,11 @@ def bench_moe(bw: float, quick: bool) -> list[dict]:
     return rows
 
 
-def sweep(bw: float) -> list[dict]:
+def sweep(bw: float, gemms=("gemm1", "gemm2"), tokens=(1, 16), stages_list=(3, 4, 6)) -> list[dict]:
     """Fused-MoE config sweep at T = 1 (slot mode) and 16, bf16 and FP8, one GEMM at a time (the
-    other keeps its default): the data for `fused_moe.pick_config`. (The FP8 dense GEMM has its own
-    staged search: `python -m turbospec.kernels.fp8_sweep`.)"""
+    other keeps its default): the data for `fused_moe.pick_config` (slot mode's GEMM2: the one-launch
+    GEMM2 + sum, `pick_sum_config`). (The FP8 dense GEMM has its own staged search:
+    `python -m turbospec.kernels.fp8_sweep`.)"""
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.layers.quant.fp8 import quantize_fp8
     dev, rows = torch.device("cuda"), []
@@ -169,14 +170,14 @@ def sweep(bw: float) -> list[dict]:
     del w13, w2
     for dtype, (a, b, kw, elt) in cases.items():
         ebytes = (a[0].numel() + b[0].numel()) * elt
-        for T in (1, 16):
+        for T in tokens:
             x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
             routes = _routings(T, 16, dev)
             touched = statistics.mean(u for _, _, u in routes)
             t0 = time_launches([lambda r=r: fused_experts(x, a, b, r[0], r[1], **kw) for r in routes], replays=5)
             print(f"{dtype} T={T:>2} default: {t0 * 1e6:6.1f} us {touched * ebytes / t0 / 1e9:6.0f} GB/s", flush=True)
-            for gemm in ("gemm1", "gemm2"):
-                for bn, stages in itertools.product((16, 32, 64), (3, 4, 6)):
+            for gemm in gemms:
+                for bn, stages in itertools.product((16, 32, 64), stages_list):
                     cfg = {gemm: dict(BLOCK_N=bn, num_stages=stages, num_warps=4)}
                     try:
                         t = time_launches([lambda r=r: fused_experts(x, a, b, r[0], r[1], config=cfg, **kw)
@@ -249,6 +250,9 @@ def main() -> None:
     ap.add_argument("--verify-table", action="store_true", help="also the qwen3-30b-a3b FP8 verify-cost table")
     ap.add_argument("--only-verify-table", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="only the fused-MoE config sweep (FP8 GEMM: python -m turbospec.kernels.fp8_sweep)")
+    ap.add_argument("--sweep-gemms", default="gemm1,gemm2", help="with --sweep: which GEMMs (gemm1,gemm2)")
+    ap.add_argument("--sweep-tokens", default="1,16", help="with --sweep: token counts")
+    ap.add_argument("--sweep-stages", default="3,4,6", help="with --sweep: pipeline depths")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -258,7 +262,8 @@ def main() -> None:
     print(f"# {torch.cuda.get_device_name()} | copy bandwidth {bw / 1e12:.3f} TB/s (read + write, measured now)")
     out = {"device": torch.cuda.get_device_name(), "copy_bandwidth_Bps": bw}
     if args.sweep:
-        out["sweep"] = sweep(bw)
+        ints = lambda v: tuple(int(x) for x in v.split(","))   # noqa: E731
+        out["sweep"] = sweep(bw, tuple(args.sweep_gemms.split(",")), ints(args.sweep_tokens), ints(args.sweep_stages))
     elif not args.only_verify_table:
         out["gemv"] = bench_gemv(bw, args.quick)
         out["moe"] = bench_moe(bw, args.quick)

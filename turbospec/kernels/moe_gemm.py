@@ -1,0 +1,140 @@
+"""The fused MoE's Triton kernels (host side, configs and the docs: kernels/fused_moe.py).
+
+`_moe_gemm_kernel`: one grouped GEMM over (token, slot) rows, a program per (BLOCK_N columns, row
+block of one expert), GATED (GEMM1: silu(gate) * up) or MUL_WEIGHT (GEMM2: times the routing
+weight). `_moe_down_sum_kernel`: slot mode's GEMM2 with the combine folded in. Both take a K block
+at a time through `_wblock` (bf16, or FP8 dequantized in registers as in kernels/fp8_gemm.py).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from turbospec.kernels.fp8_gemm import _wtile_dot
+from turbospec.kernels.pdl import pdl_wait
+
+
+@triton.jit
+def _wblock(a, w_ptrs, s_ptrs, w_mask, n_ok, FP8: tl.constexpr, FAST_CVT: tl.constexpr):
+    """One K block: a [BM, BK] @ w[BN, BK].T in fp32 (FP8: dequantized, times the block's scales
+    at s_ptrs [BN])."""
+    w = tl.load(w_ptrs, mask=w_mask, other=0)                                   # [BN, BK]
+    if FP8:
+        s = tl.load(s_ptrs, mask=n_ok, other=0.0)
+        if FAST_CVT:
+            s = s * 72057594037927936.0
+        return _wtile_dot(a, w, FAST_CVT) * s[None, :]
+    return tl.dot(a, tl.trans(w))
+
+
+@triton.jit
+def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_expert_ptr, blk_rows_ptr,
+                     N, K, a_div, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
+                     sum_ptr, lock_ptr, stride_sum,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     GROUP_N: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
+                     SLOT_MODE: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr,
+                     EVEN_K: tl.constexpr, PDL: tl.constexpr, TOP_K: tl.constexpr = 1,
+                     SUM_LAST: tl.constexpr = False):
+    """SUM_LAST (slot mode's GEMM2): after storing its y tile, a program counts itself in on its
+    (token, column block) counter; the token's last slot to arrive sums the k y tiles in slot order
+    in fp32 into sum [T, N] (`moe_sum`'s operations, so its bits) and re-arms the counter."""
+    pdl_wait(PDL)
+    pid_n, pid_b = tl.program_id(0), tl.program_id(1)
+    r = tl.arange(0, BLOCK_M)
+    if SLOT_MODE:
+        row_ok = r == 0
+        rows = tl.where(row_ok, pid_b, 0)
+    else:
+        nrows = tl.load(blk_rows_ptr + pid_b)
+        if nrows == 0:
+            return
+        row_ok = r < nrows
+        rows = tl.load(sorted_ptr + pid_b * BLOCK_M + r, mask=row_ok, other=0)
+    expert = tl.load(blk_expert_ptr + pid_b).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_ok = offs_n < N
+    a_ptrs = a_ptr + (rows // a_div).to(tl.int64)[:, None] * stride_am + offs_k[None, :]
+    w_base = w_ptr + expert * stride_we
+    g_ptrs = w_base + offs_n[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
+    u_ptrs = g_ptrs + N * stride_wn                              # up rows follow the I gate rows
+    sg_ptrs = s_ptr + expert * stride_se + (offs_n // GROUP_N) * stride_sn
+    su_ptrs = s_ptr + expert * stride_se + ((N + offs_n) // GROUP_N) * stride_sn
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a_mask, w_mask = row_ok[:, None], n_ok[:, None]
+        else:
+            k_ok = kb * BLOCK_K + offs_k < K
+            a_mask, w_mask = row_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :]
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)                             # [BM, BK]
+        acc_g += _wblock(a, g_ptrs, sg_ptrs + kb, w_mask, n_ok, FP8, FAST_CVT)
+        if GATED:
+            acc_u += _wblock(a, u_ptrs, su_ptrs + kb, w_mask, n_ok, FP8, FAST_CVT)
+        a_ptrs += BLOCK_K
+        g_ptrs += BLOCK_K
+        u_ptrs += BLOCK_K
+    if GATED:
+        acc_g = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u                # silu(gate) * up, fp32
+    if MUL_WEIGHT:
+        acc_g = acc_g * tl.load(tw_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)[:, None]
+    out_ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, acc_g.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+    if SUM_LAST:
+        tl.debug_barrier()                                       # the y tile is written ...
+        token = pid_b // TOP_K
+        lock = lock_ptr + token * tl.num_programs(0) + pid_n
+        if tl.atomic_add(lock, 1, sem="acq_rel") == TOP_K - 1:   # ... before it is announced
+            total = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for j in tl.static_range(TOP_K):
+                y_ptrs = out_ptr + (token * TOP_K + j).to(tl.int64) * stride_om + offs_n
+                total += tl.load(y_ptrs, mask=n_ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+            tl.store(sum_ptr + token.to(tl.int64) * stride_sum + offs_n,
+                     total.to(sum_ptr.dtype.element_ty), mask=n_ok)
+            tl.atomic_xchg(lock, 0)                              # re-armed for the next launch
+
+
+@triton.jit
+def _moe_down_sum_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, ids_ptr, N, K, stride_am, stride_we,
+                         stride_wn, stride_se, stride_sn, stride_om, TOP_K: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_N: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr,
+                         EVEN_K: tl.constexpr, PDL: tl.constexpr):
+    """Slot mode's GEMM2 and combine in one launch: program (n, t) walks token t's k slots in slot
+    order, one flattened (slot, K block) loop, and keeps out[t, n tile] = sum_j round(tw_j *
+    (inter_j @ down_{e_j}.T)) in fp32 — the same operations as GEMM2's per-slot tile and `moe_sum`,
+    so the same bits, without the [T*k, H] round trip and the third launch."""
+    pdl_wait(PDL)
+    pid_n, t = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    row_ok = tl.arange(0, BLOCK_M) == 0                          # one live row, as in slot mode
+    out_rows = tl.where(row_ok, t, 0)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_ok = offs_n < N
+    nk = tl.cdiv(K, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in range(0, TOP_K * nk):
+        j = it // nk
+        kb = it - j * nk
+        slot = t * TOP_K + j
+        expert = tl.load(ids_ptr + slot).to(tl.int64)
+        if EVEN_K:
+            a_mask, w_mask = row_ok[:, None], n_ok[:, None]
+        else:
+            k_ok = kb * BLOCK_K + offs_k < K
+            a_mask, w_mask = row_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :]
+        a_ptrs = a_ptr + tl.where(row_ok, slot, 0)[:, None] * stride_am + kb * BLOCK_K + offs_k[None, :]
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)                             # [BM, BK]
+        w_ptrs = (w_ptr + expert * stride_we + offs_n[:, None].to(tl.int64) * stride_wn
+                  + kb * BLOCK_K + offs_k[None, :])
+        s_ptrs = s_ptr + expert * stride_se + (offs_n // GROUP_N) * stride_sn + kb
+        acc += _wblock(a, w_ptrs, s_ptrs, w_mask, n_ok, FP8, FAST_CVT)
+        last = kb == nk - 1                                      # slot j done: weight, round, add
+        y = (acc * tl.load(tw_ptr + slot).to(tl.float32)).to(out_ptr.dtype.element_ty).to(tl.float32)
+        total = tl.where(last, total + y, total)
+        acc = tl.where(last, 0.0, acc)
+    out_ptrs = out_ptr + out_rows[:, None] * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
