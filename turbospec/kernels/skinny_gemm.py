@@ -50,21 +50,14 @@ from turbospec.kernels.tuned_configs import load as load_tuned
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 
 
-@triton.jit(do_not_specialize=["M"])
-def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
-                        M, N, K, stride_xm, stride_wn, stride_om, kb_per_split,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                        SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
-                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
-    """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
-    Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32.
-    SWAP_AB computes the transpose, w @ x.T [BN, BM]: the weight tile is the MMA's M side (Hopper
-    wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16 rows of MMA work.
-    ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (`load_silu_mul_tile`)."""
-    pdl_wait(PDL)
-    offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
-        x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
+@triton.jit
+def k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                SWAP_AB: tl.constexpr, ACT_SILU_MUL: tl.constexpr, ACT_ROWS: tl.constexpr):
+    """The K loop of a `program_tiles` program: x[offs_m, K blocks kb0..kb1) @ w[offs_n, same].T
+    [BM, BN] in fp32. SWAP_AB computes the transpose, w @ x.T [BN, BM]: the weight tile is the
+    MMA's M side (Hopper wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16
+    rows of MMA work. ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up."""
     m_ok, n_ok = offs_m < M, offs_n < N
     if SWAP_AB:
         acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -88,6 +81,24 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
         w_ptrs += BLOCK_K
     if SWAP_AB:
         acc = tl.trans(acc_t)
+    return acc
+
+
+@triton.jit(do_not_specialize=["M"])
+def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
+                        M, N, K, stride_xm, stride_wn, stride_om, kb_per_split,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                        SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
+                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
+    """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
+    Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32
+    (`k_slice_dot`)."""
+    pdl_wait(PDL)
+    offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
+        x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
+                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SWAP_AB, ACT_SILU_MUL, ACT_ROWS)
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
 
 

@@ -8,6 +8,8 @@ adds the bias, writes the output and re-arms the counter. The order of the sum d
 which program arrives last, so the result is bitwise reproducible, and row m of the output
 depends only on row m of the input. Nothing syncs the host: the launch can be captured in a CUDA
 graph (the workspace comes from torch's caching allocator, the counters are allocated once).
+`arrive_split_k` and `sum_split_k` are the two halves of that epilogue, for a kernel whose last
+program does more with the sum than store it.
 
 Counters are per device and indexed by output tile, so kernels that use them must not run
 concurrently on two streams (the engine runs one stream).
@@ -50,6 +52,33 @@ def _finish(acc, out_ptr, b_ptr, offs_m, offs_n, M, N, stride_om, HAS_BIAS: tl.c
 
 
 @triton.jit
+def arrive_split_k(acc, ws_ptr, lock_ptr, offs_m, offs_n, M, N):
+    """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) stores its fp32 partial acc [BM, BN]
+    to ws [SPLIT_K, M, N] and counts itself in on its (M tile, N tile)'s int32 counter. Returns
+    (how many of the tile's programs arrived before it, the counter): the one that sees
+    SPLIT_K - 1 is the last, sums the partials (`sum_split_k`) and re-arms the counter (xchg 0)."""
+    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    part = ws_ptr + (pid_k * M + offs_m[:, None]).to(tl.int64) * N + offs_n[None, :]
+    tl.store(part, acc, mask=mask)
+    tl.debug_barrier()                              # every thread's partial is written ...
+    lock = lock_ptr + pid_n * tl.num_programs(0) + pid_m
+    return tl.atomic_add(lock, 1, sem="acq_rel"), lock             # ... before it is announced
+
+
+@triton.jit
+def sum_split_k(acc, ws_ptr, offs_m, offs_n, M, N, SPLIT_K: tl.constexpr):
+    """The partials of ws [SPLIT_K, M, N] at [offs_m, offs_n] summed in split order (0, 1, ...),
+    the same order whichever program arrived last; acc gives the shape (its values are unused)."""
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    acc = tl.zeros_like(acc)
+    for sk in range(SPLIT_K):
+        p = ws_ptr + (sk * M + offs_m[:, None]).to(tl.int64) * N + offs_n[None, :]
+        acc += tl.load(p, mask=mask, other=0.0, cache_modifier=".cg")
+    return acc
+
+
+@triton.jit
 def store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om,
                   SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr):
     """The epilogue of a program of grid (M tiles, N tiles, SPLIT_K): acc [BM, BN] fp32 is its
@@ -57,20 +86,11 @@ def store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, s
     if SPLIT_K == 1:
         _finish(acc, out_ptr, b_ptr, offs_m, offs_n, M, N, stride_om, HAS_BIAS)
     else:
-        pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-        part = ws_ptr + (pid_k * M + offs_m[:, None]).to(tl.int64) * N + offs_n[None, :]
-        tl.store(part, acc, mask=mask)
-        tl.debug_barrier()                          # every thread's partial is written ...
-        tile = pid_n * tl.num_programs(0) + pid_m
-        arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel")   # ... before it is announced
+        arrived, lock = arrive_split_k(acc, ws_ptr, lock_ptr, offs_m, offs_n, M, N)
         if arrived == SPLIT_K - 1:                  # the last split: sum all partials in order
-            acc = tl.zeros_like(acc)
-            for sk in range(SPLIT_K):
-                p = ws_ptr + (sk * M + offs_m[:, None]).to(tl.int64) * N + offs_n[None, :]
-                acc += tl.load(p, mask=mask, other=0.0, cache_modifier=".cg")
+            acc = sum_split_k(acc, ws_ptr, offs_m, offs_n, M, N, SPLIT_K)
             _finish(acc, out_ptr, b_ptr, offs_m, offs_n, M, N, stride_om, HAS_BIAS)
-            tl.atomic_xchg(lock_ptr + tile, 0)     # re-armed for the next launch
+            tl.atomic_xchg(lock, 0)                # re-armed for the next launch
 
 
 # ------------------------------------------------------------------ host side
