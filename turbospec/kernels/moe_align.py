@@ -2,6 +2,8 @@
 
 `fused_topk` — one program per token: softmax or sigmoid scores, expert bias, group-limited choice,
 top-k by repeated argmax, renormalisation and routed scaling (semantics: layers/moe_routing.py).
+The math is `route_rows`, on a [rows, experts] tile: `router_topk` runs it on the router GEMM's
+output tile in the same launch.
 
 `moe_align` — sort the T*k (token, slot) pairs by expert into blocks of BLOCK_M rows, each block
 owned by one expert, so that the GEMM reads every used expert's weights once per block and never
@@ -24,49 +26,65 @@ from turbospec.layers.moe_routing import RoutingConfig
 
 
 @triton.jit
+def route_rows(x, bias_ptr, scale, eps, E: tl.constexpr, E_POW2: tl.constexpr, TOP_K: tl.constexpr,
+               K_POW2: tl.constexpr, SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, N_GROUP: tl.constexpr,
+               TOPK_GROUP: tl.constexpr, RENORM: tl.constexpr):
+    """The routing of R rows: logits x [R, E_POW2] fp32 (-inf past E) -> (weights [R, K_POW2] fp32,
+    ids [R, K_POW2] int32; columns past TOP_K unused). Every reduction runs along the expert axis,
+    so a row's result does not depend on the other rows. Semantics: layers/moe_routing.py."""
+    R: tl.constexpr = x.shape[0]
+    e = tl.arange(0, E_POW2)[None, :]
+    ok = e < E
+    if SIGMOID:
+        s = tl.where(ok, 1.0 / (1.0 + tl.exp(-x)), 0.0)
+    else:
+        p = tl.exp(x - tl.max(x, 1)[:, None])
+        s = p / tl.sum(p, 1)[:, None]
+    choice = s
+    if HAS_BIAS:
+        choice = s + tl.load(bias_ptr + e, mask=ok, other=0.0).to(tl.float32)
+    choice = tl.where(ok, choice, float("-inf"))                                 # [R, E_POW2]
+    if N_GROUP > 1:                                  # E == E_POW2 here (checked by the host)
+        GS: tl.constexpr = E // N_GROUP
+        grouped = tl.reshape(choice, (R, N_GROUP, GS))
+        j = tl.arange(0, GS)[None, None, :]
+        best = tl.max(grouped, 2)
+        first = tl.argmax(grouped, 2)
+        second = tl.max(tl.where(j == first[:, :, None], float("-inf"), grouped), 2)
+        gscore = best + second                                                   # [R, G]
+        g = tl.arange(0, N_GROUP)[None, :]
+        keep_g = tl.zeros((R, N_GROUP), dtype=tl.int1)
+        for _ in tl.static_range(TOPK_GROUP):
+            pick = tl.argmax(tl.where(keep_g, float("-inf"), gscore), 1)
+            keep_g = keep_g | (g == pick[:, None])
+        keep = tl.reshape(tl.broadcast_to(keep_g[:, :, None], (R, N_GROUP, GS)), (R, E_POW2))
+        choice = tl.where(keep, choice, float("-inf"))
+    kk = tl.arange(0, K_POW2)[None, :]
+    ids = tl.zeros((R, K_POW2), dtype=tl.int32)
+    ws = tl.zeros((R, K_POW2), dtype=tl.float32)
+    for i in tl.static_range(TOP_K):
+        pick = tl.argmax(choice, 1)[:, None]                                     # [R, 1]
+        ids = tl.where(kk == i, pick, ids)
+        ws = tl.where(kk == i, tl.sum(tl.where(e == pick, s, 0.0), 1)[:, None], ws)
+        choice = tl.where(e == pick, float("-inf"), choice)
+    if RENORM:
+        ws = ws / (tl.sum(ws, 1)[:, None] + eps)
+    return ws * scale, ids
+
+
+@triton.jit
 def _topk_kernel(logits_ptr, bias_ptr, w_ptr, id_ptr, stride_t, scale, eps,
                  E: tl.constexpr, E_POW2: tl.constexpr, TOP_K: tl.constexpr, K_POW2: tl.constexpr,
                  SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr, N_GROUP: tl.constexpr,
                  TOPK_GROUP: tl.constexpr, RENORM: tl.constexpr, PDL: tl.constexpr):
+    """One program per token: `route_rows` on its one row."""
     pdl_wait(PDL)
     t = tl.program_id(0).to(tl.int64)
-    e = tl.arange(0, E_POW2)
-    ok = e < E
-    x = tl.load(logits_ptr + t * stride_t + e, mask=ok, other=float("-inf")).to(tl.float32)
-    if SIGMOID:
-        s = tl.where(ok, 1.0 / (1.0 + tl.exp(-x)), 0.0)
-    else:
-        p = tl.exp(x - tl.max(x, 0))
-        s = p / tl.sum(p, 0)
-    choice = s
-    if HAS_BIAS:
-        choice = s + tl.load(bias_ptr + e, mask=ok, other=0.0).to(tl.float32)
-    choice = tl.where(ok, choice, float("-inf"))
-    if N_GROUP > 1:                                  # E == E_POW2 here (checked by the host)
-        grouped = tl.reshape(choice, (N_GROUP, E // N_GROUP))
-        j = tl.arange(0, E // N_GROUP)
-        best = tl.max(grouped, 1)
-        first = tl.argmax(grouped, 1)
-        second = tl.max(tl.where(j[None, :] == first[:, None], float("-inf"), grouped), 1)
-        gscore = best + second                                                   # [G]
-        g = tl.arange(0, N_GROUP)
-        keep_g = g < 0
-        for _ in tl.static_range(TOPK_GROUP):
-            pick = tl.argmax(tl.where(keep_g, float("-inf"), gscore), 0)
-            keep_g = keep_g | (g == pick)
-        keep = tl.reshape(tl.broadcast_to(keep_g[:, None], (N_GROUP, E // N_GROUP)), (E_POW2,))
-        choice = tl.where(keep, choice, float("-inf"))
-    kk = tl.arange(0, K_POW2)
-    ids = tl.zeros((K_POW2,), dtype=tl.int32)
-    ws = tl.zeros((K_POW2,), dtype=tl.float32)
-    for i in tl.static_range(TOP_K):
-        pick = tl.argmax(choice, 0)
-        ids = tl.where(kk == i, pick, ids)
-        ws = tl.where(kk == i, tl.sum(tl.where(e == pick, s, 0.0), 0), ws)
-        choice = tl.where(e == pick, float("-inf"), choice)
-    if RENORM:
-        ws = ws / (tl.sum(ws, 0) + eps)
-    ws = ws * scale
+    e = tl.arange(0, E_POW2)[None, :]
+    x = tl.load(logits_ptr + t * stride_t + e, mask=e < E, other=float("-inf")).to(tl.float32)   # [1, E_POW2]
+    ws, ids = route_rows(x, bias_ptr, scale, eps, E, E_POW2, TOP_K, K_POW2, SIGMOID, HAS_BIAS,
+                         N_GROUP, TOPK_GROUP, RENORM)
+    kk = tl.arange(0, K_POW2)[None, :]
     tl.store(id_ptr + t * TOP_K + kk, ids, mask=kk < TOP_K)
     tl.store(w_ptr + t * TOP_K + kk, ws, mask=kk < TOP_K)
 
