@@ -120,3 +120,34 @@ def test_fused_moe_module_routes_through_its_config():
     w, ids = route_torch(logits, cfg, bias)
     ref = fused_experts_torch(x, moe.gate_up_proj, moe.down_proj, w, ids)
     assert torch.allclose(moe(x, logits, bias), ref)
+
+
+def test_forward_with_router_off_cuda_is_gate_then_forward():
+    """On the CPU (and wherever `fuses_router` says no) the fused entry is exactly today's path."""
+    from turbospec.layers.linear import ReplicatedLinear
+    from turbospec.layers.moe import fuses_router
+    torch.manual_seed(0)
+    cfg = RoutingConfig(top_k=2, scoring="sigmoid", n_group=2, topk_group=1, routed_scaling_factor=1.5)
+    moe = FusedMoE(8, 2, 16, 8, renormalize=True, routing=cfg)
+    gate = ReplicatedLinear(16, 8)
+    with torch.no_grad():
+        for p in (moe.gate_up_proj, moe.down_proj, gate.weight):
+            p.normal_()
+    x, bias = torch.randn(5, 16), torch.randn(8)
+    gate_bf16 = ReplicatedLinear(16, 8).to(torch.bfloat16)
+    assert not fuses_router(x.to(torch.bfloat16), gate_bf16, cfg, 8)                # CPU tensors
+    assert torch.equal(moe.forward_with_router(x, gate, bias), moe(x, gate(x), bias))
+    assert torch.equal(moe.forward_with_router(x, gate), moe(x, gate(x)))
+
+
+def test_fuse_router_switch_accepts_only_0_and_1(monkeypatch):
+    from turbospec.layers.moe import _env_switch
+    for value, on in (("0", False), ("1", True)):
+        monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", value)
+        assert _env_switch("TURBOSPEC_FUSE_ROUTER") is on
+    monkeypatch.delenv("TURBOSPEC_FUSE_ROUTER")
+    assert _env_switch("TURBOSPEC_FUSE_ROUTER") is True
+    for bad in ("", "yes", "2", "true"):
+        monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", bad)
+        with pytest.raises(ValueError, match="TURBOSPEC_FUSE_ROUTER.*0.*1"):
+            _env_switch("TURBOSPEC_FUSE_ROUTER")

@@ -7,14 +7,20 @@ Experts are stacked (vLLM's w13 / w2, named as transformers v5 names them):
 the PyTorch reference below loops over the experts that received tokens, in expert order, and
 accumulates with `index_add_` in the hidden dtype — the same operations, in the same order, as
 transformers' eager Qwen3-MoE, so that CPU float32 results match it exactly.
+`FusedMoE.forward_with_router(hidden, gate)` takes the router instead of its logits: for decode and
+verify sizes on CUDA the router GEMM and the routing are then one launch (`kernels/router_topk.py`).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import nn
 
+from turbospec.layers import moe_routing
 from turbospec.layers.activation import silu_and_mul
-from turbospec.layers.linear import copy_checked, linear
+from turbospec.layers.linear import (INVARIANT_GEMMS, INVARIANT_MAX_M, UnquantizedLinearMethod, copy_checked,
+                                     linear)
 from turbospec.layers.moe_routing import RoutingConfig, route
 
 
@@ -78,6 +84,49 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     return fused_experts_torch(hidden, w13, w2, topk_weights, topk_ids, **fp8)
 
 
+def _env_switch(name: str, default: str = "1") -> bool:
+    """An on/off environment switch: "1" on, "0" off; anything else is refused."""
+    value = os.environ.get(name, default)
+    if value not in ("0", "1"):
+        raise ValueError(f"{name}={value!r}: use 0 (off) or 1 (on, the default is {default})")
+    return value == "1"
+
+
+# Router GEMM + top-k routing as one launch (`kernels.router_topk`) for 1..INVARIANT_MAX_M tokens
+FUSE_ROUTER = _env_switch("TURBOSPEC_FUSE_ROUTER")
+_KERNEL_ROUTER_TOPK = None
+
+
+def _router_topk_kernel():
+    """`kernels.router_topk` (CUDA only, imported lazily), or False without Triton."""
+    global _KERNEL_ROUTER_TOPK
+    if _KERNEL_ROUTER_TOPK is None:
+        try:
+            from turbospec.kernels import router_topk as kernel
+        except ImportError:
+            kernel = False
+        _KERNEL_ROUTER_TOPK = kernel
+    return _KERNEL_ROUTER_TOPK
+
+
+def fuses_router(hidden: torch.Tensor, gate: nn.Module, routing: RoutingConfig, num_experts: int) -> bool:
+    """Whether `FusedMoE.forward_with_router` runs `router_topk`: CUDA, 1..INVARIANT_MAX_M rows, an
+    unquantized bias-free gate whose bf16/fp16 weight has hidden's dtype, invariant GEMMs (not
+    TURBOSPEC_GEMM=cublas), no expert budget (moe_routing, lossy), a layer shape the kernel takes,
+    and TURBOSPEC_FUSE_ROUTER not 0."""
+    weight = getattr(gate, "weight", None)
+    if not (FUSE_ROUTER and hidden.is_cuda and INVARIANT_GEMMS and hidden.dim() == 2
+            and 1 <= hidden.shape[0] <= INVARIANT_MAX_M and moe_routing._BUDGET is None
+            and isinstance(getattr(gate, "quant_method", None), UnquantizedLinearMethod)
+            and getattr(gate, "bias", None) is None and weight is not None
+            and weight.dtype == hidden.dtype and hidden.dtype in (torch.bfloat16, torch.float16)
+            and not (hidden.requires_grad or weight.requires_grad)
+            and hidden.stride(-1) == 1 and weight.stride(-1) == 1):
+        return False
+    kernel = _router_topk_kernel()
+    return bool(kernel) and kernel.supports(num_experts, routing)
+
+
 class FusedMoE(nn.Module):
     """Stacked experts. Shard ids for per-expert checkpoint tensors: (expert, "w1") gate,
     (expert, "w3") up, (expert, "w2") down; shard None loads a whole fused [E, ...] tensor."""
@@ -126,6 +175,21 @@ class FusedMoE(nn.Module):
                 expert_bias: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [T, H], router_logits [T, E] -> [T, H]. Routing: layers/moe_routing.py."""
         topk_weights, topk_ids = route(router_logits, self.routing, expert_bias)
+        return self._experts(hidden, topk_weights, topk_ids)
+
+    def forward_with_router(self, hidden: torch.Tensor, gate: nn.Module,
+                            expert_bias: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden [T, H] -> [T, H] with router_logits = gate(hidden). Decode and verify sizes on CUDA
+        (`fuses_router`): the router GEMM and the routing are one launch; otherwise exactly
+        `forward(hidden, gate(hidden), expert_bias)`."""
+        if fuses_router(hidden, gate, self.routing, self.num_experts):
+            topk_weights, topk_ids = _router_topk_kernel().router_topk(hidden, gate.weight, self.routing,
+                                                                       expert_bias)
+            return self._experts(hidden, topk_weights, topk_ids)
+        return self.forward(hidden, gate(hidden), expert_bias)
+
+    def _experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """hidden [T, H], routing [T, k] -> [T, H]: the experts (bf16 or block-FP8 weights)."""
         fp8 = {}
         if getattr(self, "fp8_block", None) is not None:                # layers/quant/fp8.py
             fp8 = dict(w13_scale=self.gate_up_proj_scale_inv, w2_scale=self.down_proj_scale_inv,

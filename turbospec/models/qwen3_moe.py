@@ -31,8 +31,7 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
                                 config.moe_intermediate_size, renormalize=config.norm_topk_prob)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        router_logits = self.gate(hidden)                                          # [T, E]
-        return self.experts(hidden, router_logits)                                 # [T, H]
+        return self.experts.forward_with_router(hidden, self.gate)                  # [T, H]
 
 
 class Qwen3MoeDecoderLayer(LlamaDecoderLayer):

@@ -126,8 +126,7 @@ class SarvamMoESparseMoeBlock(nn.Module):
                                if args.shared_intermediate_size else None)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        router_logits = self.gate(hidden)                                  # [T, E]
-        out = self.experts(hidden, router_logits, self.gate.expert_bias)   # [T, H]
+        out = self.experts.forward_with_router(hidden, self.gate, self.gate.expert_bias)   # [T, H]
         if self.shared_experts is not None:
             out = out + self.shared_experts(hidden)
         return out
