@@ -85,10 +85,14 @@ def _router_topk_kernel(x_ptr, g_ptr, bias_ptr, w_out_ptr, id_out_ptr, ws_ptr, l
 # ------------------------------------------------------------------ host side
 
 
+def _experts_pow2(num_experts: int) -> int:
+    return max(16, triton.next_power_of_2(num_experts))           # tl.dot needs 16 columns
+
+
 def supports(num_experts: int, cfg: RoutingConfig) -> bool:
     """Whether the kernel routes this layer: at most MAX_EXPERTS_POW2 experts (padded to a power of
-    two, at least 16 for tl.dot), and groups only with a power-of-two E and group count."""
-    e_pow2 = max(16, triton.next_power_of_2(num_experts))
+    two, at least 16), and groups only with a power-of-two E and group count."""
+    e_pow2 = _experts_pow2(num_experts)
     grouped_ok = cfg.n_group == 1 or (num_experts == e_pow2 and cfg.n_group & (cfg.n_group - 1) == 0)
     return e_pow2 <= MAX_EXPERTS_POW2 and grouped_ok
 
@@ -100,7 +104,7 @@ def get_config(num_experts: int, hidden_size: int, sms: int) -> dict:
     spreads over 32 programs of one K block each per M tile, as its tuned skinny config does."""
     block_k = min(64, max(16, triton.next_power_of_2(hidden_size)))
     split = min(_MAX_SPLIT, sms, triton.cdiv(hidden_size, block_k))
-    warps = 4 if triton.next_power_of_2(num_experts) <= 128 else 8
+    warps = 4 if _experts_pow2(num_experts) <= 128 else 8
     return dict(BLOCK_M=16, BLOCK_K=block_k, SPLIT_K=split, SWAP_AB=True, num_warps=warps, num_stages=3)
 
 
@@ -130,7 +134,7 @@ def router_topk(hidden: torch.Tensor, gate_weight: torch.Tensor, cfg: RoutingCon
     _router_topk_kernel[grid](
         hidden, gate_weight, expert_bias if expert_bias is not None else gate_weight, weights, ids,
         ws, locks, T, H, hidden.stride(0), gate_weight.stride(0), per, float(cfg.routed_scaling_factor),
-        cfg.renorm_eps, E=E, E_POW2=max(16, triton.next_power_of_2(E)), SPLIT_K=split,
+        cfg.renorm_eps, E=E, E_POW2=_experts_pow2(E), SPLIT_K=split,
         EVEN_K=H % c["BLOCK_K"] == 0, TOP_K=k, K_POW2=triton.next_power_of_2(k),
         SIGMOID=cfg.scoring == "sigmoid", HAS_BIAS=expert_bias is not None, N_GROUP=cfg.n_group,
         TOPK_GROUP=cfg.topk_group, RENORM=cfg.renormalize, **c,
