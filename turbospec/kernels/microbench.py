@@ -1,6 +1,6 @@
 """Kernel micro-benchmark: achieved bandwidth of each kernel against the measured copy ceiling.
 
-    PYTHONPATH=. python -m turbospec.kernels.microbench [--sweep] [--quick]
+    PYTHONPATH=. python -m turbospec.kernels.microbench [--sweep] [--quick] [--router]
 
 Setting: qwen3-8b attention shape (32 q heads, 8 kv heads, head_dim 128, block_size 16), bf16, on
 whatever GPU is visible. Every timed shape is first checked against the fp32 PyTorch reference.
@@ -8,6 +8,8 @@ Timing: one CUDA graph of many launches, each over a different copy of the KV (>
 per replay, several times the L2), so that every launch reads cold HBM as a layer of a real step
 does; median over replays, divided by launches. Bytes = KV read once + q read + out written.
 `make_attn_case` / `check_attention` are also what the GPU and interpreter tests use.
+`--router`: only qwen3-30b-a3b's MoE router + top-k at 1, 16 and 64 tokens, the fused launch in
+several launch configs against skinny_gemm + fused_topk (`microbench_small.bench_router_topk`).
 """
 from __future__ import annotations
 
@@ -236,13 +238,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true", help="also time kernel config variants")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--router", action="store_true",
+                    help="only the MoE router rows: router_topk (config variants) vs skinny_gemm + fused_topk")
     args = ap.parse_args()
     torch.manual_seed(0)
     print(f"GPU {torch.cuda.get_device_name()}  SMs {torch.cuda.get_device_properties(0).multi_processor_count}"
           f"  shape: H={H} KVH={KVH} D={D} block_size={BS} bf16")
     ceiling = copy_bandwidth()
     print(f"device-to-device copy: {ceiling / 1e9:.0f} GB/s (bytes read + written) = the ceiling\n")
-    from turbospec.kernels.microbench_small import bench_rmsnorm, bench_rope_store_kv, bench_store_kv
+    from turbospec.kernels.microbench_small import (ROUTER_CONFIGS, bench_rmsnorm, bench_rope_store_kv,
+                                                    bench_router_topk, bench_store_kv)
     rows, failed = [], []
 
     def attempt(fn, *a, **kw):               # a failing shape is reported and the run goes on
@@ -251,6 +256,10 @@ def main() -> None:
         except Exception as e:
             failed.append(f"FAILED {fn.__name__}{a[:3]} {kw}: {type(e).__name__}: {str(e)[:300]}")
             print(failed[-1], flush=True)
+    if args.router:
+        for tokens in (1, 16, 64):
+            attempt(bench_router_topk, tokens, ceiling, rows, ROUTER_CONFIGS)
+        raise SystemExit(1 if failed else 0)
     ctxs, batches = ([2048], [1, 64]) if args.quick else ([512, 2048, 8192], [1, 16, 64])
     shapes = [(b, c) for b in batches for c in ctxs] + [(1, 32768)]       # + one long context
     times = {}
@@ -265,6 +274,8 @@ def main() -> None:
         attempt(bench_rope_store_kv, tokens, ceiling, rows)
     for tokens in (1, 64, 2048):
         attempt(bench_rmsnorm, tokens, 4096, ceiling, rows)
+    for tokens in (1, 64):
+        attempt(bench_router_topk, tokens, ceiling, rows)
     best = []
     if args.sweep:
         print("\nsweep (config overrides of one kernel per shape):", flush=True)

@@ -1,5 +1,6 @@
 """Micro-benchmarks of the small per-layer kernels (KV store, q/k-norm + RoPE (+ KV store), fused
-residual + RMSNorm) against the copy ceiling; rows of `python -m turbospec.kernels.microbench`,
+residual + RMSNorm, an MoE router + routing) against the copy ceiling; rows of
+`python -m turbospec.kernels.microbench` (`--router`: the router rows alone, with config variants),
 which owns the timing helpers and the attention cases they reuse.
 """
 from __future__ import annotations
@@ -73,6 +74,39 @@ def bench_rmsnorm(tokens, hidden, ceiling, rows) -> None:
     fns = [(lambda x=x, r=r: fused_add_rms_norm(x, r, norm.weight, norm.eps)) for x, r in zip(xs, rs)]
     t = time_graph(fns * max(1, -(-8 // n)))
     _row(f"add+rmsnorm tokens={tokens} hidden={hidden}", t, 4 * tokens * hidden * 2, ceiling, err, rows)
+
+
+# fused router + top-k launch configs timed by `microbench --router` (None: the kernel's default)
+ROUTER_CONFIGS = [None] + [dict(BLOCK_M=16, BLOCK_K=bk, SPLIT_K=sk, SWAP_AB=swap, num_warps=w, num_stages=3)
+                           for bk, sk, swap, w in ((64, 16, True, 4), (128, 16, True, 4), (128, 8, True, 4),
+                                                   (64, 32, False, 4), (64, 32, True, 8))]
+
+
+def bench_router_topk(tokens, ceiling, rows, configs=(None,)) -> None:
+    """qwen3-30b-a3b's router and routing (E 128, H 2048, top-8 softmax, renormalised) at `tokens`
+    rows: `router_topk` (one launch; each of `configs`) against `skinny_gemm` + `fused_topk`.
+    256 weight copies (128 MB, past the H200's 50 MB L2): every launch reads its router from HBM."""
+    from turbospec.kernels.moe_align import fused_topk
+    from turbospec.kernels.router_topk import router_topk
+    from turbospec.kernels.skinny_gemm import skinny_gemm
+    from turbospec.layers.moe_routing import RoutingConfig
+    E, HID, cfg = 128, 2048, RoutingConfig(top_k=8)
+    ws = [(torch.randn(E, HID, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(256)]
+    x = torch.randn(tokens, HID, device="cuda", dtype=torch.bfloat16)
+    nbytes = (E * HID + tokens * HID) * 2
+    rw, rids = fused_topk(skinny_gemm(x, ws[0]), cfg)
+    t = time_graph([(lambda w=w: fused_topk(skinny_gemm(x, w), cfg)) for w in ws])
+    _row(f"router skinny_gemm + fused_topk T={tokens}", t, nbytes, ceiling, 0.0, rows)
+    for config in configs:
+        w, ids = router_topk(x, ws[0], cfg, config=config)
+        a, r = ids.sort(-1), rids.sort(-1)
+        same = (a.values == r.values).all(-1)
+        assert same.float().mean() >= 0.9, f"router_topk {config}: {(~same).sum()} of {tokens} rows differ"
+        err = rel_err(w.gather(1, a.indices)[same], rw.gather(1, r.indices)[same])
+        t = time_graph([(lambda g=g: router_topk(x, g, cfg, config=config)) for g in ws])
+        shown = {k: v for k, v in (config or {}).items() if k not in ("BLOCK_M", "num_stages")}
+        tag = " ".join(f"{k}={v}" for k, v in shown.items()) or "default"
+        _row(f"router+top-k one launch T={tokens} {tag}", t, nbytes, ceiling, err, rows)
 
 
 # (kind, batch, ctx, kernel, {override: options}): every valid combination is timed. Decode and
