@@ -101,7 +101,7 @@ for part in ${*:-tests decode oracle drafters}; do
     fusetests) # this session's launch fusions: GPU tests (router + top-k, slot-mode GEMM2 + sum, the refactored
               # split-K GEMMs), the fused MoE at T = 1 per TURBOSPEC_MOE_SUM_IN_GEMM2 mode, the router microbench
               run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_router_topk.py \
-                tests/gpu/test_fp8_moe_kernels.py tests/gpu/test_skinny_gemm.py
+                tests/gpu/test_fp8_moe_kernels.py ${SKINNY:-tests/gpu/test_skinny_gemm.py}
               for v in 0 loop last; do TURBOSPEC_MOE_SUM_IN_GEMM2=$v run 70 python3 -m turbospec.kernels.microbench_moe --quick; done
               run 90 python3 -m turbospec.kernels.microbench --router ;;
     fuseab)   # qwen3-30b-a3b batch 1, FP8 and bf16: (router fused, slot-mode sum) = (0, 0) before; (1, 0); (1, loop);

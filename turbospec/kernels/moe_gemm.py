@@ -19,12 +19,14 @@ def _wblock(a, w_ptrs, s_ptrs, w_mask, n_ok, FP8: tl.constexpr, FAST_CVT: tl.con
     """One K block: a [BM, BK] @ w[BN, BK].T in fp32 (FP8: dequantized, times the block's scales
     at s_ptrs [BN])."""
     w = tl.load(w_ptrs, mask=w_mask, other=0)                                   # [BN, BK]
-    if FP8:
+    if FP8:                          # (if / else: Triton compiles the code after a static if's return)
         s = tl.load(s_ptrs, mask=n_ok, other=0.0)
         if FAST_CVT:
             s = s * 72057594037927936.0
-        return _wtile_dot(a, w, FAST_CVT) * s[None, :]
-    return tl.dot(a, tl.trans(w))
+        d = _wtile_dot(a, w, FAST_CVT) * s[None, :]
+    else:
+        d = tl.dot(a, tl.trans(w))
+    return d
 
 
 @triton.jit

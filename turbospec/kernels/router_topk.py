@@ -36,7 +36,7 @@ from turbospec.layers.linear import INVARIANT_MAX_M
 from turbospec.layers.moe_routing import RoutingConfig
 
 MAX_EXPERTS_POW2 = 256          # the [BLOCK_M, E_POW2] logits tile lives in registers
-_MAX_SPLIT = 32
+_MAX_SPLIT = 8
 
 
 @triton.jit
@@ -99,10 +99,11 @@ def supports(num_experts: int, cfg: RoutingConfig) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def get_config(num_experts: int, hidden_size: int, sms: int) -> dict:
-    """The launch config for a [E, H] router on `sms` SMs; never depends on T. 64-wide K blocks
-    (a [128, 64] bf16 weight tile is 16 KB) split up to 32 ways: qwen3-30b-a3b's 0.5 MB router
-    spreads over 32 programs of one K block each per M tile, as its tuned skinny config does."""
-    block_k = min(64, max(16, triton.next_power_of_2(hidden_size)))
+    """The launch config for a [E, H] router on `sms` SMs; never depends on T. 128-wide K blocks
+    split up to 8 ways: the fastest of six configs timed on an H200 for qwen3-30b-a3b's router
+    (`microbench --router`, 2026-11-30: 8.3 us at T = 1; 32 splits of 64 took 15.4 us, their
+    last program's serial sum of the partials being the tail)."""
+    block_k = min(128, max(16, triton.next_power_of_2(hidden_size)))
     split = min(_MAX_SPLIT, sms, triton.cdiv(hidden_size, block_k))
     warps = 4 if _experts_pow2(num_experts) <= 128 else 8
     return dict(BLOCK_M=16, BLOCK_K=block_k, SPLIT_K=split, SWAP_AB=True, num_warps=warps, num_stages=3)
