@@ -12,8 +12,8 @@
 #       mergeab (attention merge of all rows at once vs HEAD's kernels in out/base, by merge mode)
 #       codelmab (codelm-12m decode vs out/base)  moesweep (fused-MoE BLOCK_N x stages per GEMM, bf16 and FP8)
 #       ncu (Nsight Compute on batch-1 GEMMs and the SASS MMA kinds)
-#       moestages (bf16 MoE 3 vs 6 stages)  fusetests fuseab sumsweep (router + top-k and
-#                  slot-mode GEMM2 + expert sum, each one launch: GPU tests, A/B, GEMM2 sweep)
+#       moestages (bf16 MoE 3 vs 6 stages)  fusetests fuseab (the opt-in router + top-k and
+#                  slot-mode GEMM2 + expert sum fusions: GPU tests, A/B)
 #       final (oracle qwen3-8b b1, qwen3-8b decode, MoE oracle b1/16)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
@@ -98,20 +98,19 @@ for part in ${*:-tests decode oracle drafters}; do
                   echo "### SASS $f: $(cuobjdump -sass $f | grep -oE '\b(HGMMA|QGMMA|HMMA|F2F|F2FP|PRMT|LOP3|SHF|FFMA|LDS|STS|LDSM|LDG|LDGSTS|SYNCS|BAR|WARPSYNC|I2F|FMUL)[.A-Z0-9_]*' | cut -d. -f1 | sort | uniq -c | tr '\n' ' ')" | tee -a "$log"
                 done
               done ;;
-    fusetests) # this session's launch fusions: GPU tests (router + top-k, slot-mode GEMM2 + sum, the refactored
-              # split-K GEMMs), the fused MoE at T = 1 per TURBOSPEC_MOE_SUM_IN_GEMM2 mode, the router microbench
+    fusetests) # the opt-in launch fusions (router + top-k; slot-mode GEMM2 + expert sum): GPU tests (with the
+              # refactored split-K GEMMs), the fused MoE at T = 1 per TURBOSPEC_MOE_SUM_IN_GEMM2, the router microbench
               run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_router_topk.py \
                 tests/gpu/test_fp8_moe_kernels.py ${SKINNY:-tests/gpu/test_skinny_gemm.py}
-              for v in 0 loop last; do TURBOSPEC_MOE_SUM_IN_GEMM2=$v run 70 python3 -m turbospec.kernels.microbench_moe --quick; done
+              for v in 0 1; do TURBOSPEC_MOE_SUM_IN_GEMM2=$v run 70 python3 -m turbospec.kernels.microbench_moe --quick; done
               run 90 python3 -m turbospec.kernels.microbench --router ;;
-    fuseab)   # qwen3-30b-a3b batch 1, FP8 and bf16: (router fused, slot-mode sum) = (0, 0) before; (1, 0); (1, loop);
-              # (1, last); (0, 0) again
-              for v in "0 0" "1 0" "1 loop" "1 last" "0 0"; do set -- $v; for q in "--quantization fp8" ""; do
+    fuseab)   # qwen3-30b-a3b batch 1, FP8 and bf16: (TURBOSPEC_FUSE_ROUTER, TURBOSPEC_MOE_SUM_IN_GEMM2) = (0, 0) the
+              # default; (1, 0); (1, 1); (0, 0) again. 2026-11-30 (a "loop" variant since removed): no gain
+              for v in "0 0" "1 0" "1 1" "0 0"; do set -- $v; for q in "--quantization fp8" ""; do
                 echo "### fuseab: TURBOSPEC_FUSE_ROUTER=$1 TURBOSPEC_MOE_SUM_IN_GEMM2=$2 ${q:-bf16}" | tee -a "$log"
                 TURBOSPEC_FUSE_ROUTER=$1 TURBOSPEC_MOE_SUM_IN_GEMM2=$2 run 80 "${TS[@]}" bench decode --shape qwen3-30b-a3b \
                   --dtype bf16 $q --batch-sizes 1 --prompt-len 256 --gen-len 64
               done; done ;;
-    sumsweep) run 120 python3 -m turbospec.kernels.microbench_moe --sweep --sweep-gemms gemm2 --sweep-tokens 1 --sweep-stages 3,6,8 ;;
     moestages) # bf16 fused-MoE pipeline depth: 3 (before) vs 6 (default) stages, qwen3-30b-a3b bf16 decode
               # (the f16-MMA FP8 variant measured with it on 2026-11-30 was slower and is not in the tree)
               for st in 3 6; do

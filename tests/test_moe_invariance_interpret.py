@@ -17,7 +17,7 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["config", "moe_sum", "rows_fp32", "rows_fp8"]
+CASES = ["config", "moe_sum", "rows_fp32", "rows_fp8", "rows_sum_in_gemm2"]
 
 
 @needs_triton
@@ -166,6 +166,16 @@ def run_rows_fp8():
     _check_rows(x, q13, q2, tw, ids, kw, (1, 2, 7, 16))
     x, q13, q2, tw, ids, kw = _rows_case(8, 3, 6, 80, 48, seed=4, fp8_block=(16, 32))    # ragged K
     _check_rows(x, q13, q2, tw, ids, kw, (5, 8))
+
+
+def run_rows_sum_in_gemm2():
+    """TURBOSPEC_MOE_SUM_IN_GEMM2=1 (opt-in): slot mode's GEMM2 sums each token's slots itself; its
+    rows still equal aligned mode's (GEMM2 then moe_sum) and the reference, bf16-free (fp32, FP8)."""
+    from turbospec.kernels import fused_moe
+    fused_moe.SUM_IN_GEMM2 = True
+    run_rows_fp8()
+    x, w13, w2, tw, ids, kw = _rows_case(16, 4, 16, 64, 48, seed=2)
+    _check_rows(x, w13, w2, tw, ids, kw, (3, 16))
 
 
 if __name__ == "__main__":

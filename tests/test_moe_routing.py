@@ -147,6 +147,7 @@ def test_fuse_router_switch_accepts_only_0_and_1(monkeypatch):
         assert _env_switch("TURBOSPEC_FUSE_ROUTER") is on
     monkeypatch.delenv("TURBOSPEC_FUSE_ROUTER")
     assert _env_switch("TURBOSPEC_FUSE_ROUTER") is True
+    assert _env_switch("TURBOSPEC_FUSE_ROUTER", default="0") is False
     for bad in ("", "yes", "2", "true"):
         monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", bad)
         with pytest.raises(ValueError, match="TURBOSPEC_FUSE_ROUTER.*0.*1"):

@@ -139,10 +139,9 @@ def test_fused_experts_matches_reference(experts, T, fp8):
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("cfg", [None, dict(BLOCK_N=64, num_stages=3), dict(BLOCK_N=32, num_stages=8)],
                          ids=["default", "n64", "n32"])
-@pytest.mark.parametrize("mode", ["loop", "last"])
-def test_slot_mode_sum_in_gemm2_is_bitwise_gemm2_then_moe_sum(experts, monkeypatch, fp8, cfg, mode):
-    """Slot mode's one-launch GEMM2 + combine (TURBOSPEC_MOE_SUM_IN_GEMM2 loop / last) gives the
-    bits of GEMM2's per-slot tiles summed by `moe_sum`, at any tile config, for 1..8 tokens, eager
+def test_slot_mode_sum_in_gemm2_is_bitwise_gemm2_then_moe_sum(experts, monkeypatch, fp8, cfg):
+    """Slot mode's GEMM2 with the combine folded in (TURBOSPEC_MOE_SUM_IN_GEMM2=1: the last slot of a
+    token sums) gives the bits of GEMM2 then `moe_sum`, at any tile config, for 1..8 tokens, eager
     and replayed in a CUDA graph (the counters re-arm)."""
     from turbospec.kernels import fused_moe
     w13, w2, q13, q2, kw = experts
@@ -151,9 +150,9 @@ def test_slot_mode_sum_in_gemm2_is_bitwise_gemm2_then_moe_sum(experts, monkeypat
     for T in (1, 3, 8):
         x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
         w, ids = _routing(T, seed=10 + T)
-        monkeypatch.setattr(fused_moe, "SUM_IN_GEMM2", "0")
+        monkeypatch.setattr(fused_moe, "SUM_IN_GEMM2", False)
         two = fused_moe.fused_experts(x, *args, w, ids, slot_mode_max_tokens=8, config=user, **kw)
-        monkeypatch.setattr(fused_moe, "SUM_IN_GEMM2", mode)
+        monkeypatch.setattr(fused_moe, "SUM_IN_GEMM2", True)
         _poison(T * H)
         one = fused_moe.fused_experts(x, *args, w, ids, slot_mode_max_tokens=8, config=user, **kw)
         diff = (one.float() - two.float()).abs().max().item()

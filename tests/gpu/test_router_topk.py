@@ -124,6 +124,7 @@ def test_moe_layer_uses_it_for_decode_sizes_only(monkeypatch):
     on `router_topk`'s routing, bit for bit), unfused above 64 rows, for float32, with
     TURBOSPEC_FUSE_ROUTER off and under an expert budget (bitwise `forward(x, gate(x))`)."""
     import turbospec.layers.moe as moe_mod
+    monkeypatch.setattr(moe_mod, "FUSE_ROUTER", True)                          # opt-in
     from turbospec.kernels.router_topk import router_topk
     from turbospec.layers.linear import ReplicatedLinear
     from turbospec.layers.moe import FusedMoE, fuses_router

@@ -6,10 +6,8 @@ Grouped GEMMs over the used experts only, bf16 or block-FP8 weights:
   GEMM2  y[slot]     = topk_weight[slot] * (inter[slot] @ down_e.T)         [T*k, H]
   out[token]         = sum over its k slots of y                            [T, H]   (kernels/moe_sum.py)
 
-In slot mode GEMM2 and the sum are one launch (TURBOSPEC_MOE_SUM_IN_GEMM2): either a program walks
-its token's k slots in order keeping the fp32 sum of the rounded y tiles (`_moe_down_sum_kernel`),
-or GEMM2 runs as usual and the last slot of a token to finish sums the token's y tiles; the same
-operations as GEMM2 then `moe_sum`, so the same bits. Two launches per MoE layer at batch 1.
+Opt-in (TURBOSPEC_MOE_SUM_IN_GEMM2=1, measured no faster on an H200): in slot mode the last slot of
+a token to finish GEMM2 sums the token's y tiles, `moe_sum`'s operations, so the same bits.
 
 Rows are (token, slot) pairs; a program owns BLOCK_M rows that all use one expert and BLOCK_N output
 columns, so an expert's weights are read once per block. Two row layouts:
@@ -41,7 +39,7 @@ import triton
 
 from turbospec.kernels.fp8_gemm import fast_cvt_enabled, launch
 from turbospec.kernels.moe_align import max_blocks, moe_align
-from turbospec.kernels.moe_gemm import _moe_down_sum_kernel, _moe_gemm_kernel
+from turbospec.kernels.moe_gemm import _moe_gemm_kernel
 from turbospec.kernels.moe_sum import moe_sum
 from turbospec.kernels.pdl import pdl_launch
 from turbospec.kernels.split_k import num_sms, split_buffers
@@ -61,12 +59,13 @@ _STAGES = os.environ.get("TURBOSPEC_MOE_BF16_STAGES", "6")
 if not (_STAGES.isdigit() and 1 <= int(_STAGES) <= 8):
     raise ValueError(f"TURBOSPEC_MOE_BF16_STAGES={_STAGES!r}: give a number of pipeline stages from 1 to 8 (default 6)")
 BF16_DECODE_STAGES = int(_STAGES)
-# How slot mode combines a token's k slots (A/B runs): "loop" `_moe_down_sum_kernel` (GEMM2 walks
-# the slots, one launch); "last" GEMM2's grid as in aligned mode, the last slot to arrive sums
-# (one launch); "0" GEMM2 then `moe_sum` (two launches). Same bits whichever.
-SUM_IN_GEMM2 = os.environ.get("TURBOSPEC_MOE_SUM_IN_GEMM2", "loop")
-if SUM_IN_GEMM2 not in ("loop", "last", "0"):
-    raise ValueError(f"TURBOSPEC_MOE_SUM_IN_GEMM2={SUM_IN_GEMM2!r}: use loop (default), last or 0")
+# Slot mode's combine inside GEMM2 (SUM_LAST: the last slot of a token to finish sums the token's
+# y tiles; same bits as `moe_sum`), opt-in: on the H200 it measured no faster than GEMM2 then
+# `moe_sum` (2026-11-30, docs/benchmarks.md: the launch it saves was hidden by PDL already).
+_SUM = os.environ.get("TURBOSPEC_MOE_SUM_IN_GEMM2", "0")
+if _SUM not in ("0", "1"):
+    raise ValueError(f"TURBOSPEC_MOE_SUM_IN_GEMM2={_SUM!r}: use 0 (default: GEMM2 then moe_sum) or 1")
+SUM_IN_GEMM2 = _SUM == "1"
 
 
 def pick_block_m(num_slots: int, num_experts: int) -> int:
@@ -105,24 +104,6 @@ def pick_config(T: int, N: int, E: int, top_k: int, num_sms: int, block_k: int =
     stages = BF16_DECODE_STAGES if T <= INVARIANT_MAX_TOKENS and block_k == 64 else 3
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_stages=stages,
                 num_warps=8 if block_m * block_n >= 64 * 64 else 4)          # 4 warps spill there
-
-
-def pick_sum_config(N: int, block_k: int, num_sms: int) -> dict:
-    """Launch config of `_moe_down_sum_kernel` (one program per (token, BLOCK_N columns), each
-    streaming k experts' [BLOCK_N, K] rows): a function of (N, block_k, SM count) only."""
-    block_n = 16 if triton.cdiv(N, 32) < num_sms else 32
-    return dict(BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
-                num_stages=BF16_DECODE_STAGES if block_k == 64 else 6)
-
-
-def _launch_down_sum(a, w, s, out, tw, ids, fp8, block, fast_cvt, cfg):
-    T, N, K = out.shape[0], out.shape[1], a.shape[1]
-    stride_se, stride_sn = (s.stride(0), s.stride(1)) if fp8 else (0, 0)
-    args = (a, w.view(torch.uint8) if fp8 else w, s if fp8 else a, out, tw, ids, N, K, a.stride(0),
-            w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0))
-    launch(_moe_down_sum_kernel, (triton.cdiv(N, cfg["BLOCK_N"]), T), args, dict(
-        cfg, TOP_K=ids.numel() // T, GROUP_N=block[0] if fp8 else 1, FP8=fp8, FAST_CVT=fast_cvt,
-        EVEN_K=K % cfg["BLOCK_K"] == 0, **pdl_launch(a.device)), a.device)
 
 
 def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block, fast_cvt, cfg,
@@ -188,15 +169,9 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     fast = fp8 and x.dtype == torch.bfloat16 and fast_cvt_enabled(x.device)
     inter = torch.empty(S, I, dtype=x.dtype, device=x.device)                       # [T*k, I]
     _launch(x, w13, w13_scale, inter, tw, layout, I, H, k, True, False, fp8, block, fast, cfg1)
-    if slot_mode and SUM_IN_GEMM2 == "loop":
-        out = torch.empty(T, H, dtype=x.dtype, device=x.device)                     # [T, H]
-        cfg = pick_sum_config(H, block_k, num_sms(x.device))
-        cfg.update({key: v for key, v in (user2 or {}).items() if v is not None and key != "BLOCK_M"})
-        _launch_down_sum(inter, w2, w2_scale, out, tw, ids, fp8, block, fast, cfg)
-        return out
     y = torch.empty(S, H, dtype=x.dtype, device=x.device)                           # [T*k, H]
     cfg2 = _gemm_config(T, H, E, k, block_k, slot_mode, x.device, user2)
-    if slot_mode and SUM_IN_GEMM2 == "last":
+    if slot_mode and SUM_IN_GEMM2:
         out = torch.empty(T, H, dtype=x.dtype, device=x.device)                     # [T, H]
         _launch(inter, w2, w2_scale, y, tw, layout, H, I, 1, False, True, fp8, block, fast, cfg2, out)
         return out

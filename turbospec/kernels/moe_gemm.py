@@ -2,8 +2,8 @@
 
 `_moe_gemm_kernel`: one grouped GEMM over (token, slot) rows, a program per (BLOCK_N columns, row
 block of one expert), GATED (GEMM1: silu(gate) * up) or MUL_WEIGHT (GEMM2: times the routing
-weight). `_moe_down_sum_kernel`: slot mode's GEMM2 with the combine folded in. Both take a K block
-at a time through `_wblock` (bf16, or FP8 dequantized in registers as in kernels/fp8_gemm.py).
+weight; SUM_LAST: the combine folded in, opt-in), a K block at a time through `_wblock` (bf16, or
+FP8 dequantized in registers as in kernels/fp8_gemm.py).
 """
 from __future__ import annotations
 
@@ -96,47 +96,3 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
             tl.store(sum_ptr + token.to(tl.int64) * stride_sum + offs_n,
                      total.to(sum_ptr.dtype.element_ty), mask=n_ok)
             tl.atomic_xchg(lock, 0)                              # re-armed for the next launch
-
-
-@triton.jit
-def _moe_down_sum_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, ids_ptr, N, K, stride_am, stride_we,
-                         stride_wn, stride_se, stride_sn, stride_om, TOP_K: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_N: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr,
-                         EVEN_K: tl.constexpr, PDL: tl.constexpr):
-    """Slot mode's GEMM2 and combine in one launch: program (n, t) walks token t's k slots in slot
-    order, one flattened (slot, K block) loop, and keeps out[t, n tile] = sum_j round(tw_j *
-    (inter_j @ down_{e_j}.T)) in fp32 — the same operations as GEMM2's per-slot tile and `moe_sum`,
-    so the same bits, without the [T*k, H] round trip and the third launch."""
-    pdl_wait(PDL)
-    pid_n, t = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    row_ok = tl.arange(0, BLOCK_M) == 0                          # one live row, as in slot mode
-    out_rows = tl.where(row_ok, t, 0)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    n_ok = offs_n < N
-    nk = tl.cdiv(K, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(0, TOP_K * nk):
-        j = it // nk
-        kb = it - j * nk
-        slot = t * TOP_K + j
-        expert = tl.load(ids_ptr + slot).to(tl.int64)
-        if EVEN_K:
-            a_mask, w_mask = row_ok[:, None], n_ok[:, None]
-        else:
-            k_ok = kb * BLOCK_K + offs_k < K
-            a_mask, w_mask = row_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :]
-        a_ptrs = a_ptr + tl.where(row_ok, slot, 0)[:, None] * stride_am + kb * BLOCK_K + offs_k[None, :]
-        a = tl.load(a_ptrs, mask=a_mask, other=0.0)                             # [BM, BK]
-        w_ptrs = (w_ptr + expert * stride_we + offs_n[:, None].to(tl.int64) * stride_wn
-                  + kb * BLOCK_K + offs_k[None, :])
-        s_ptrs = s_ptr + expert * stride_se + (offs_n // GROUP_N) * stride_sn + kb
-        acc += _wblock(a, w_ptrs, s_ptrs, w_mask, n_ok, FP8, FAST_CVT)
-        last = kb == nk - 1                                      # slot j done: weight, round, add
-        y = (acc * tl.load(tw_ptr + slot).to(tl.float32)).to(out_ptr.dtype.element_ty).to(tl.float32)
-        total = tl.where(last, total + y, total)
-        acc = tl.where(last, 0.0, acc)
-    out_ptrs = out_ptr + out_rows[:, None] * stride_om + offs_n[None, :]
-    tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])

@@ -1,5 +1,9 @@
 """An MoE layer's router GEMM and its top-k routing in one launch, for decode and verify batches.
 
+Opt-in (`TURBOSPEC_FUSE_ROUTER=1`, layers/moe.py): on an H200 the launch alone is ~6% faster than
+the two it replaces, but qwen3-30b-a3b batch-1 decode was no faster (PDL already overlaps the
+second launch; docs/benchmarks.md).
+
 Unfused, a layer routes with two launches: router_logits = hidden @ gate.T [T, E] (`skinny_gemm`)
 then `moe_align.fused_topk`. On an H200 at batch 1 (qwen3-30b-a3b: E = 128, H = 2048, top-8) they
 took 5.5 us (a 0.5 MB weight) and 2.5 us, mostly launch and latency. Here one kernel does both:
@@ -100,13 +104,13 @@ def supports(num_experts: int, cfg: RoutingConfig) -> bool:
 @functools.lru_cache(maxsize=None)
 def get_config(num_experts: int, hidden_size: int, sms: int) -> dict:
     """The launch config for a [E, H] router on `sms` SMs; never depends on T. 128-wide K blocks
-    split up to 8 ways: the fastest of six configs timed on an H200 for qwen3-30b-a3b's router
-    (`microbench --router`, 2026-11-30: 8.3 us at T = 1; 32 splits of 64 took 15.4 us, their
-    last program's serial sum of the partials being the tail)."""
+    split up to 8 ways, 8 warps: the fastest of the configs timed on an H200 for qwen3-30b-a3b's
+    router (`microbench --router`, 2026-11-30): 6.8 / 7.3 / 7.5 us at T = 1 / 16 / 64, against
+    7.2 / 7.7 / 8.2 us for `skinny_gemm` + `fused_topk`; 4 warps took 8.5 us, 32 splits of 64
+    15.4 us (their last program's serial sum of the partials is the tail)."""
     block_k = min(128, max(16, triton.next_power_of_2(hidden_size)))
     split = min(_MAX_SPLIT, sms, triton.cdiv(hidden_size, block_k))
-    warps = 4 if _experts_pow2(num_experts) <= 128 else 8
-    return dict(BLOCK_M=16, BLOCK_K=block_k, SPLIT_K=split, SWAP_AB=True, num_warps=warps, num_stages=3)
+    return dict(BLOCK_M=16, BLOCK_K=block_k, SPLIT_K=split, SWAP_AB=True, num_warps=8, num_stages=3)
 
 
 def router_topk(hidden: torch.Tensor, gate_weight: torch.Tensor, cfg: RoutingConfig,

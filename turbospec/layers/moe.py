@@ -92,8 +92,10 @@ def _env_switch(name: str, default: str = "1") -> bool:
     return value == "1"
 
 
-# Router GEMM + top-k routing as one launch (`kernels.router_topk`) for 1..INVARIANT_MAX_M tokens
-FUSE_ROUTER = _env_switch("TURBOSPEC_FUSE_ROUTER")
+# Router GEMM + top-k routing as one launch (`kernels.router_topk`) for 1..INVARIANT_MAX_M tokens.
+# Opt-in: on an H200 (2026-11-30, qwen3-30b-a3b batch 1) it was no faster than the two launches,
+# whose second one PDL already overlaps (docs/benchmarks.md).
+FUSE_ROUTER = _env_switch("TURBOSPEC_FUSE_ROUTER", default="0")
 _KERNEL_ROUTER_TOPK = None
 
 
@@ -113,7 +115,7 @@ def fuses_router(hidden: torch.Tensor, gate: nn.Module, routing: RoutingConfig, 
     """Whether `FusedMoE.forward_with_router` runs `router_topk`: CUDA, 1..INVARIANT_MAX_M rows, an
     unquantized bias-free gate whose bf16/fp16 weight has hidden's dtype, invariant GEMMs (not
     TURBOSPEC_GEMM=cublas), no expert budget (moe_routing, lossy), a layer shape the kernel takes,
-    and TURBOSPEC_FUSE_ROUTER not 0."""
+    and TURBOSPEC_FUSE_ROUTER=1 (opt-in)."""
     weight = getattr(gate, "weight", None)
     if not (FUSE_ROUTER and hidden.is_cuda and INVARIANT_GEMMS and hidden.dim() == 2
             and 1 <= hidden.shape[0] <= INVARIANT_MAX_M and moe_routing._BUDGET is None
