@@ -14,7 +14,7 @@
 #       ncu (Nsight Compute on batch-1 GEMMs and the SASS MMA kinds)
 #       moestages (bf16 MoE 3 vs 6 stages)  fusetests fuseab (the opt-in router + top-k and
 #                  slot-mode GEMM2 + expert sum fusions: GPU tests, A/B)
-#       final (oracle qwen3-8b b1, qwen3-8b decode, MoE oracle b1/16)
+#       final (oracle qwen3-8b b1, qwen3-8b decode, MoE oracle b1/16 or $MOE_BATCHES)  refactorab (default-path refactors vs out/base)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -79,6 +79,15 @@ for part in ${*:-tests decode oracle drafters}; do
                     TURBOSPEC_ATTN_REDUCE=$2 run 90 "${TS[@]}" bench decode --shape $sh --dtype bf16 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
                 done
               done ;;
+    refactorab) # this session's refactors of the default path (split_k arrive/sum halves, skinny_gemm.k_slice_dot,
+              # moe_align.route_rows, fused_moe._wblock) against a899ae4's kernels carried in out/base, alternating
+              rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec /tmp/base/ && cp out/base/*.py /tmp/base/turbospec/kernels/
+              for v in base new base new; do
+                echo "### refactorab: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 70 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64
+                  run 70 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64 )
+              done ;;
     codelmab) # codelm-12m batch 1 / 16 / 64 (GQA 3: merge in the launch) against HEAD's kernels in out/base, as mergeab
               rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec /tmp/base/ && cp out/base/*.py /tmp/base/turbospec/kernels/ && cp -r models /tmp/base/
               for v in base new base new; do
@@ -121,7 +130,7 @@ for part in ${*:-tests decode oracle drafters}; do
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'
               run 80 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64
-              run 150 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 \
+              run 240 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes ${MOE_BATCHES:-1,16} \
                 --prompt-len 256 --max-tokens 64 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
     sweep30b) run 330 python3 -m turbospec.kernels.microbench_gemm --quick --sweep --budget 220 --models qwen3-30b-a3b ;;
