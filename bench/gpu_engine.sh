@@ -88,6 +88,16 @@ for part in ${*:-tests decode oracle drafters}; do
                   run 70 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64
                   run 70 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64 )
               done ;;
+    bisect30b) # qwen3-30b-a3b FP8 batch 1: a899ae4's kernels (out/base) / HEAD / HEAD with a899ae4's moe_align.py
+              rm -rf /tmp/base /tmp/mix && mkdir -p /tmp/base /tmp/mix && cp -r turbospec /tmp/base/ && cp -r turbospec /tmp/mix/
+              cp out/base/*.py /tmp/base/turbospec/kernels/ && cp out/base/moe_align.py /tmp/mix/turbospec/kernels/
+              for v in base new mix base new mix; do
+                echo "### bisect30b: $v" | tee -a "$log"
+                ( [ $v = new ] || cd /tmp/$v
+                  run 70 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64 )
+              done ;;
+    resttests) run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_fp8_moe_kernels.py \
+                tests/gpu/test_attention_kernels.py tests/gpu/test_engine_gpu.py tests/gpu/test_fused_layers.py tests/gpu/test_rope_store.py ;;
     codelmab) # codelm-12m batch 1 / 16 / 64 (GQA 3: merge in the launch) against HEAD's kernels in out/base, as mergeab
               rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec /tmp/base/ && cp out/base/*.py /tmp/base/turbospec/kernels/ && cp -r models /tmp/base/
               for v in base new base new; do

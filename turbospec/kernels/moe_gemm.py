@@ -2,8 +2,8 @@
 
 `_moe_gemm_kernel`: one grouped GEMM over (token, slot) rows, a program per (BLOCK_N columns, row
 block of one expert), GATED (GEMM1: silu(gate) * up) or MUL_WEIGHT (GEMM2: times the routing
-weight; SUM_LAST: the combine folded in, opt-in), a K block at a time through `_wblock` (bf16, or
-FP8 dequantized in registers as in kernels/fp8_gemm.py).
+weight; SUM_LAST: the combine folded in, opt-in), a K block at a time (bf16, or FP8 dequantized in
+registers as in kernels/fp8_gemm.py).
 """
 from __future__ import annotations
 
@@ -12,21 +12,6 @@ import triton.language as tl
 
 from turbospec.kernels.fp8_gemm import _wtile_dot
 from turbospec.kernels.pdl import pdl_wait
-
-
-@triton.jit
-def _wblock(a, w_ptrs, s_ptrs, w_mask, n_ok, FP8: tl.constexpr, FAST_CVT: tl.constexpr):
-    """One K block: a [BM, BK] @ w[BN, BK].T in fp32 (FP8: dequantized, times the block's scales
-    at s_ptrs [BN])."""
-    w = tl.load(w_ptrs, mask=w_mask, other=0)                                   # [BN, BK]
-    if FP8:                          # (if / else: Triton compiles the code after a static if's return)
-        s = tl.load(s_ptrs, mask=n_ok, other=0.0)
-        if FAST_CVT:
-            s = s * 72057594037927936.0
-        d = _wtile_dot(a, w, FAST_CVT) * s[None, :]
-    else:
-        d = tl.dot(a, tl.trans(w))
-    return d
 
 
 @triton.jit
@@ -72,9 +57,23 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
             k_ok = kb * BLOCK_K + offs_k < K
             a_mask, w_mask = row_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :]
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)                             # [BM, BK]
-        acc_g += _wblock(a, g_ptrs, sg_ptrs + kb, w_mask, n_ok, FP8, FAST_CVT)
+        wg = tl.load(g_ptrs, mask=w_mask, other=0)                              # [BN, BK]
         if GATED:
-            acc_u += _wblock(a, u_ptrs, su_ptrs + kb, w_mask, n_ok, FP8, FAST_CVT)
+            wu = tl.load(u_ptrs, mask=w_mask, other=0)
+        if FP8:
+            sg = tl.load(sg_ptrs + kb, mask=n_ok, other=0.0)
+            if FAST_CVT:
+                sg = sg * 72057594037927936.0
+            acc_g += _wtile_dot(a, wg, FAST_CVT) * sg[None, :]
+            if GATED:
+                su = tl.load(su_ptrs + kb, mask=n_ok, other=0.0)
+                if FAST_CVT:
+                    su = su * 72057594037927936.0
+                acc_u += _wtile_dot(a, wu, FAST_CVT) * su[None, :]
+        else:
+            acc_g += tl.dot(a, tl.trans(wg))
+            if GATED:
+                acc_u += tl.dot(a, tl.trans(wu))
         a_ptrs += BLOCK_K
         g_ptrs += BLOCK_K
         u_ptrs += BLOCK_K
