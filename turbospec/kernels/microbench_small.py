@@ -79,7 +79,7 @@ def bench_rmsnorm(tokens, hidden, ceiling, rows) -> None:
 # fused router + top-k launch configs timed by `microbench --router` (None: the kernel's default)
 ROUTER_CONFIGS = [None] + [dict(BLOCK_M=16, BLOCK_K=bk, SPLIT_K=sk, SWAP_AB=swap, num_warps=w, num_stages=3)
                            for bk, sk, swap, w in ((128, 4, True, 4), (128, 16, True, 4), (64, 8, True, 4),
-                                                   (256, 4, True, 4), (128, 8, True, 8), (128, 8, False, 4))]
+                                                   (256, 4, True, 4), (128, 8, True, 4), (128, 8, False, 8))]
 
 
 def bench_router_topk(tokens, ceiling, rows, configs=(None,)) -> None:
