@@ -3,6 +3,7 @@ shapes that cannot run here, and greedy speculative output identical to plain.""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from typer.testing import CliRunner
@@ -23,6 +24,24 @@ def test_bench_decode_prints_setting_and_roofline(codelm_dir):
     assert len(rows) == 2
     frac = float(rows[0].split()[-1].rstrip("%"))
     assert 0 < frac < 100
+
+
+def test_bench_names_the_turbospec_switches_set(codelm_dir, tmp_path, monkeypatch):
+    """A kernel switch set in the environment is part of the setting: named in the header and JSON."""
+    args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
+            "--batch-sizes", "1", "--prompt-len", "4", "--gen-len", "2"]
+    for k in [k for k in os.environ if k.startswith("TURBOSPEC_")]:
+        monkeypatch.delenv(k)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0].endswith("| env defaults")
+    monkeypatch.setenv("TURBOSPEC_PDL", "0")
+    monkeypatch.setenv("TURBOSPEC_ATTN_REDUCE", "two")
+    out = tmp_path / "r.json"
+    r = runner.invoke(app, args + ["--json-out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0].endswith("| env TURBOSPEC_ATTN_REDUCE=two TURBOSPEC_PDL=0")
+    assert json.loads(out.read_text())["env"] == {"TURBOSPEC_ATTN_REDUCE": "two", "TURBOSPEC_PDL": "0"}
 
 
 def test_bench_decode_refuses_a_shape_too_big_for_the_cpu():

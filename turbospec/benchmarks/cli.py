@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 
 import torch
@@ -14,6 +15,17 @@ def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _env_vars() -> dict[str, str]:
+    """The TURBOSPEC_* switches set in the environment (kernel choices, docs/internals.md)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("TURBOSPEC_")}
+
+
+def _env_setting() -> str:
+    """' | env A=x B=y' naming every TURBOSPEC_* switch set, or ' | env defaults': part of the setting."""
+    env = _env_vars()
+    return " | env " + (" ".join(f"{k}={v}" for k, v in env.items()) or "defaults")
 
 
 def _shape_setting(shape: str, dtype: str, device: str | None, batch_sizes: str):
@@ -66,7 +78,7 @@ def decode(
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | "
                f"copy bandwidth {bw / 1e12:.2f} TB/s (measured now) | CUDA graphs "
                f"{'on' if engine.runner.graphs is not None else 'off'} | decode bursts of "
-               f"{engine.burst.n if engine.burst is not None else 1} steps")
+               f"{engine.burst.n if engine.burst is not None else 1} steps{_env_setting()}")
     typer.echo(f"{'batch':>5} {'ms/step':>9} {'tok/s/seq':>10} {'tok/s total':>12} {'MB/step':>9} "
                f"{'roofline ms':>12} {'of roofline':>12}")
     for r in results:
@@ -79,7 +91,7 @@ def decode(
         with open(json_out, "w") as f:
             json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
                        "prompt_len": prompt_len,
-                       "gen_len": gen_len, "copy_bandwidth_Bps": bw,
+                       "gen_len": gen_len, "copy_bandwidth_Bps": bw, "env": _env_vars(),
                        "results": [r.__dict__ | {"roofline_frac": r.roofline_frac} for r in results]}, f, indent=1)
 
 
@@ -135,7 +147,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     m = sp.metrics
     typer.echo(f"# bench spec | device {_device_name(eng.device)} | model {model} | dtype {eng.dtype} | "
                f"speculative_config {json.dumps(spec_cfg)} | prompts {prompts} x{len(ps)} | "
-               f"max_tokens {max_tokens} | concurrency {concurrency} | temperature {temperature}")
+               f"max_tokens {max_tokens} | concurrency {concurrency} | temperature {temperature}{_env_setting()}")
     typer.echo(f"plain:       {plain.tokens} tokens in {plain.seconds:.2f} s = {plain.tok_s:.1f} tok/s")
     typer.echo(f"speculative: {sp.tokens} tokens in {sp.seconds:.2f} s = {sp.tok_s:.1f} tok/s "
                f"(draft {m['draft_time_s']:.2f} s, verify {m['verify_time_s']:.2f} s)")
@@ -171,7 +183,8 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
                f"weights {'block-FP8 (128x128)' if quantization else dt} | k {k}{' (auto)' if auto else ''} | "
                f"bitwise_exact {exact}{' (verify rows <= 64 per step)' if exact and dev.type == 'cuda' else ''} | "
-               f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy")
+               f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy"
+               f"{_env_setting()}")
     typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
                f"{'same as plain':>14} {'k used':>7}")
     for r in rows:
