@@ -47,3 +47,57 @@ def test_collapsed_profile_recovers_by_probing():
     for _ in range(200):
         b.observe(7, 0)
     assert all(b.choose(64, k_cap=0) == 0 for _ in range(3 * b.PROBE_EVERY))   # nothing to probe
+
+
+def _steps(a: AdaptiveDraftLength, k: int, seconds: float, n: int = 5) -> None:
+    """n steps drafting k tokens in `seconds` each (the choice before each is not plain)."""
+    for _ in range(n):
+        a._choices = (k, k)
+        a.observe_draft_time(seconds, k)
+
+
+def test_draft_cost_has_a_fixed_part_per_step():
+    """A drafter costs a + b k per step (its catch-up forward, then each drafted token): the time
+    of a k seen is its median, other k lie on the line through the medians; one k seen alone
+    scales per drafted position (no fixed part is known yet)."""
+    a = AdaptiveDraftLength(COST, 7)
+    a.observe_draft_time(1.0, 7)                                   # first step: left out
+    _steps(a, 1, 2.5e-3)
+    assert abs(a._draft_seconds(1, 1) - 2.5e-3) < 1e-12 and abs(a._draft_seconds(1, 4) - 1e-2) < 1e-12
+    _steps(a, 7, 12.1e-3)
+    assert abs(a._draft_seconds(1, 7) - 12.1e-3) < 1e-12
+    assert abs(a._draft_seconds(1, 4) - (2.5e-3 + 3 * 1.6e-3)) < 1e-9              # on the line
+    b = AdaptiveDraftLength(COST, 7)
+    b.observe_draft_time(1.0, 7)
+    _steps(b, 1, 6e-3)
+    _steps(b, 7, 5.9e-3)                                           # a block drafter: flat in k
+    assert abs(b._draft_seconds(1, 4) - 5.95e-3) < 1e-9
+
+
+def test_catch_up_steps_are_left_out():
+    """A step with a sequence's first draft (the drafter reads the prompt) or right after a plain
+    step (it reads the tokens decoded without it) does not price drafting."""
+    a = AdaptiveDraftLength(COST, 7)
+    a.observe_draft_time(1.0, 7)
+    _steps(a, 7, 7e-3)
+    a.observe_draft_time(0.2, 7, catching_up=True)
+    a._choices = (0, 7)
+    a.observe_draft_time(0.2, 7)
+    assert abs(a._draft_seconds(1, 7) - 7e-3) < 1e-12 and len(a._by_k[7]) == 5
+
+
+def test_probes_come_soon_while_little_is_learned():
+    """Below the largest allowed k, that k is drafted after PROBE_MIN choices while few verifies
+    were observed, after up to PROBE_EVERY once many were; a well-measured k = top is kept."""
+    a = AdaptiveDraftLength(COST, 7)
+    for _ in range(4):
+        a.observe(7, 0)                                            # a bad start
+    picks = [a.choose(1) for _ in range(a.PROBE_MIN)]
+    assert len(set(picks[:-1])) == 1 and picks[0] < 7 and picks[-1] == 7
+    a.observe(7, 7)
+    for _ in range(300):
+        a.observe(7, 0)
+    picks = [a.choose(1) for _ in range(a.PROBE_EVERY)]
+    assert picks[:-1] == [0] * (a.PROBE_EVERY - 1) and picks[-1] == 7
+    c = AdaptiveDraftLength(COST, 7)
+    assert all(c.choose(1) == 7 for _ in range(3 * c.PROBE_EVERY))

@@ -149,3 +149,18 @@ def test_auto_draft_length_zero_runs_plain_bursts(codelm_dir, plain):
     launches.clear()
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
     assert not launches and spec.get_metrics()["spec_decode_num_drafts"] > 0
+
+
+def test_auto_draft_length_times_the_cpu_forward(codelm_dir, plain):
+    """On the CPU the verify-cost table is timed on the engine's own forward (batches 1 and 4), not
+    the GPU bytes model: a CPU verify of k + 1 tokens costs more than a decode step, and a
+    speculative run with the automatic k stays identical to plain decoding."""
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32",
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, "draft_length": "auto"})
+    cost = spec.llm_engine.adaptive.policy.cost
+    assert cost.setting.startswith("measured on the CPU")
+    assert sorted({b for b, _ in cost.seconds}) == [1, 4] and sorted({q for _, q in cost.seconds}) == [1, 2, 3, 4, 5]
+    assert all(s > 0 for s in cost.seconds.values()) and cost.cost(4, 5) > cost.cost(1, 1)
+    prompts = _code_prompts(2)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want

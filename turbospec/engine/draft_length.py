@@ -34,71 +34,128 @@ class AdaptiveDraftLength:
     """The per-step draft length: the policy's best k from the verify cost table, the acceptance
     learned online and the proposer's measured time.
 
-    Two guards keep one bad moment from turning speculation off for good (k = 0 drafts nothing, so
-    nothing would ever be learned again): the proposer's time per drafted position is the median
-    of the last DRAFT_WINDOW steps, the first step left out (one-time costs: a first CUDA use, a
-    lazy init), and after PROBE_EVERY consecutive choices of k = 0 the best k > 0 is tried once
-    (until the next observation), so a profile that collapsed in a warm-up can recover."""
+    The proposer's time for a step drafting k tokens: the median of the last DRAFT_WINDOW steps
+    that drafted exactly k where there are some, else a least-squares line a + b k through the
+    medians of the k that were drafted (a proposer has a fixed part per step, a drafter's
+    catch-up forward, and a part per drafted token), else the median per drafted position times
+    k. Left out: the first step (one-time costs: a first CUDA use, a lazy init), a step with a
+    sequence's first draft (the drafter reads its prompt) and a step after a plain one (k = 0),
+    whose drafter first catches up on the tokens decoded without it.
+
+    Exploration, so that one bad moment does not fix the choice for good (k = 0 drafts nothing,
+    and a short k learns neither the cost nor the acceptance of a long one): after a run of
+    consecutive choices below the largest allowed k, that k is drafted (until the next verify is
+    observed). The run is as long as the number of verifies learned from so far, between
+    PROBE_MIN and PROBE_EVERY: a profile built on a few noisy early steps is re-tested soon, a
+    well-measured one rarely (at most 1 step in PROBE_EVERY where drafting does not pay). Measured on the CPU demo model before this: the automatic k fell to 0 after two
+    noisy steps and its probes at k = 1 priced drafting by their fixed part (5 ms per position
+    instead of 1.6), so EAGLE-3 ran at 0.91x plain decoding where a fixed k = 5 gave 1.15x."""
     DRAFT_WINDOW = 32
     PROBE_EVERY = 64
+    PROBE_MIN = 8
 
     def __init__(self, cost: StepCostTable, k_max: int, prior_rate: float = 0.7):
         self.ks = candidate_ks(k_max)
         self.profile = AcceptanceProfile(max_len=k_max, prior_rate=prior_rate)
         self.policy = DraftLengthPolicy(cost, self.profile, max_k=k_max, draft_seconds=self._draft_seconds)
         self.draft_s_per_token = 0.0        # median proposer seconds per drafted position, per step
-        self._draft_times: list[float] = []
+        self._draft_times: list[float] = []                  # seconds per drafted position
+        self._by_k: dict[int, list[float]] = {}              # k -> seconds of the last steps drafting k
+        self._model: tuple[dict[int, float], tuple[float, float] | None] = ({}, None)
         self._steps_seen = 0
-        self._cache: dict[tuple[int, int | None], tuple[int, int]] = {}   # -> (best k, best k > 0)
-        self._zero_run = 0
+        self._cache: dict[tuple[int, int | None], int] = {}
+        self._below_run = 0
         self._probing = False
+        self._choices = (None, None)                          # (previous step's k, this step's k)
 
     def _draft_seconds(self, batch: int, k: int) -> float:
+        medians, line = self._model
+        if k in medians:
+            return medians[k]
+        if line is not None:
+            return max(line[0] + line[1] * k, 0.0)
         return self.draft_s_per_token * k
 
     def choose(self, batch: int, k_cap: int | None = None) -> int:
         """The draft length for `batch` running sequences, at most `k_cap` (None: no cap)."""
+        k = self._choose(batch, k_cap)
+        self._choices = (self._choices[1], k)
+        return k
+
+    def _choose(self, batch: int, k_cap: int | None) -> int:
         key = (batch, k_cap)
+        ks = [k for k in self.ks if k_cap is None or k <= k_cap]
         if key not in self._cache:
-            ks = [k for k in self.ks if k_cap is None or k <= k_cap]
             rates = {k: self.policy.tokens_per_second(batch, k) for k in ks}
             best = max(rates, key=rates.get)
-            pos = max((k for k in ks if k), key=rates.get, default=0)
-            self._cache[key] = (best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0, pos)
-        best, pos = self._cache[key]
-        if best or not pos:
+            self._cache[key] = best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0
+        best, top = self._cache[key], ks[-1]
+        if best == top:
+            self._below_run = 0
             return best
         if not self._probing:
-            self._zero_run += 1
-            self._probing = self._zero_run >= self.PROBE_EVERY
-        return pos if self._probing else 0
+            self._below_run += 1
+            seen = int(self.profile.reached[0]) if self.profile.reached else 0     # verifies learned from
+            self._probing = self._below_run >= min(self.PROBE_EVERY, max(self.PROBE_MIN, seen))
+        return top if self._probing else best
 
     def observe(self, num_drafted: int, num_accepted: int) -> None:
         """One sequence's verify result."""
         self.profile.observe(num_drafted, num_accepted)
         self._cache.clear()
-        self._zero_run, self._probing = 0, False
+        if self._probing:
+            self._below_run, self._probing = 0, False
 
-    def observe_draft_time(self, seconds: float, k: int) -> None:
-        """One step's proposer time for drafts of up to k tokens per sequence."""
+    def observe_draft_time(self, seconds: float, k: int, catching_up: bool = False) -> None:
+        """One step's proposer time for drafts of up to k tokens per sequence; `catching_up`: a
+        sequence drafted for the first time in it (the drafter read its prompt first)."""
         self._steps_seen += 1
-        if self._steps_seen == 1 or k <= 0:
-            return
+        if self._steps_seen == 1 or k <= 0 or catching_up or self._choices[0] == 0:
+            return              # one-time costs, or a drafter catching up on tokens it has not seen
         self._draft_times = (self._draft_times + [seconds / k])[-self.DRAFT_WINDOW:]
-        self.draft_s_per_token = sorted(self._draft_times)[len(self._draft_times) // 2]
+        self.draft_s_per_token = _median(self._draft_times)
+        self._by_k[k] = (self._by_k.get(k, []) + [seconds])[-self.DRAFT_WINDOW:]
+        medians = {kk: _median(v) for kk, v in self._by_k.items()}
+        self._model = (medians, _line(medians) if len(medians) > 1 else None)
         self._cache.clear()
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def _line(points: dict[int, float]) -> tuple[float, float]:
+    """Least-squares (a, b) of y = a + b x through points {x: y}; b >= 0 (else the mean, flat)."""
+    n = len(points)
+    mx, my = sum(points) / n, sum(points.values()) / n
+    sxx = sum((x - mx) ** 2 for x in points)
+    b = sum((x - mx) * (y - my) for x, y in points.items()) / sxx
+    return (my - b * mx, b) if b >= 0 else (my, 0.0)
+
+
+# On the CPU a forward's cost grows with its rows (compute-bound): batches 1 and 4 are timed and
+# larger ones extrapolated linearly (StepCostTable), keeping the start-up to a few forwards.
+CPU_COST_BATCHES = (1, 4)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int = 5) -> StepCostTable:
     """Seconds of one target forward with k drafts per sequence, at a few batch sizes, timed on
-    dummy sequences in the engine's own KV pool (CUDA graphs included). CPU: the bytes model."""
-    cfg = engine.model_config
-    batches = [b for b in COST_BATCHES if b <= engine.engine_config.max_num_seqs]
-    if engine.device.type != "cuda":
-        return analytic_step_table(cfg, batches, [k + 1 for k in ks], bandwidth=2e10, weight_bytes=4.0)
+    dummy sequences in the engine's own KV pool (CUDA graphs included). On the CPU batches 1 and 4
+    only, at context 128 (the analytic bytes model used before priced a CPU verify like a
+    decode step and drafting too dear: on the demo model the automatic k then ran slower than
+    plain decoding)."""
     from turbospec.engine.sequence import Sequence
     from turbospec.sampling_params import SamplingParams
+    cuda = engine.device.type == "cuda"
+    if not cuda:
+        prompt_len = min(prompt_len, 128)
     bm, runner = engine.block_manager, engine.runner
+    batches = [b for b in (COST_BATCHES if cuda else CPU_COST_BATCHES) if b <= engine.engine_config.max_num_seqs]
     out: dict[tuple[int, int], float] = {}
     params = SamplingParams(temperature=0.0, max_tokens=1)
     for b in batches:
@@ -115,13 +172,16 @@ def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int 
             rows = {i: i for i in range(b)} if k else {}
             times = []
             for it in range(iters + 2):
-                torch.cuda.synchronize()
+                _sync(engine.device)
                 t0 = time.perf_counter()
                 runner.execute(runner.prepare(sched, bm, prop, rows))
-                torch.cuda.synchronize()
+                _sync(engine.device)
                 if it >= 2:
                     times.append(time.perf_counter() - t0)
             out[(b, k + 1)] = sorted(times)[len(times) // 2]
         for s in seqs:
             bm.free(s)
-    return StepCostTable(out, f"measured on {torch.cuda.get_device_name()} at context {prompt_len}")
+    if not out:                                          # no room in the KV pool: the bytes model
+        return analytic_step_table(engine.model_config, [1], [k + 1 for k in ks], bandwidth=2e10, weight_bytes=4.0)
+    where = torch.cuda.get_device_name() if cuda else "the CPU"
+    return StepCostTable(out, f"measured on {where} at context {prompt_len}")

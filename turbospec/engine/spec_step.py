@@ -119,7 +119,9 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
     proposal, draft_row = _propose(engine, scheduled)
     t1 = time.perf_counter()
     if engine.adaptive is not None and draft_row:
-        engine.adaptive.observe_draft_time(t1 - t0, max(proposal.num_tokens[r] for r in draft_row.values()))
+        first = any(scheduled[b].seq.metrics.num_drafts == 0 for b in draft_row)   # drafter prefill in it
+        engine.adaptive.observe_draft_time(t1 - t0, max(proposal.num_tokens[r] for r in draft_row.values()),
+                                           catching_up=first)
     inputs = runner.prepare(scheduled, bm, proposal, draft_row)
     out = runner.execute(inputs)
     offsets, acc = [], 0
