@@ -101,3 +101,16 @@ def test_probes_come_soon_while_little_is_learned():
     assert picks[:-1] == [0] * (a.PROBE_EVERY - 1) and picks[-1] == 7
     c = AdaptiveDraftLength(COST, 7)
     assert all(c.choose(1) == 7 for _ in range(3 * c.PROBE_EVERY))
+
+
+def test_costly_probes_are_spaced_by_the_budget():
+    """A probe whose step costs `extra` more than the chosen k's comes at most once every
+    extra / PROBE_BUDGET steps, however little is known."""
+    import math
+    a = AdaptiveDraftLength(COST, 7)
+    a.observe_draft_time(1.0, 7)
+    _steps(a, 7, 7e-3)                                             # 7 ms of drafting at k = 7
+    assert a.choose(1) == 0
+    extra = a.policy.step_seconds(1, 7) / a.policy.step_seconds(1, 0) - 1
+    picks = [a.choose(1) for _ in range(200)]
+    assert picks.index(7) + 2 == max(a.PROBE_MIN, math.ceil(extra / a.PROBE_BUDGET)) > a.PROBE_MIN   # + the first

@@ -5,6 +5,7 @@ plain decoding — whenever speculation would not pay, so it never makes a step 
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -46,13 +47,17 @@ class AdaptiveDraftLength:
     and a short k learns neither the cost nor the acceptance of a long one): after a run of
     consecutive choices below the largest allowed k, that k is drafted (until the next verify is
     observed). The run is as long as the number of verifies learned from so far, between
-    PROBE_MIN and PROBE_EVERY: a profile built on a few noisy early steps is re-tested soon, a
-    well-measured one rarely (at most 1 step in PROBE_EVERY where drafting does not pay). Measured on the CPU demo model before this: the automatic k fell to 0 after two
+    PROBE_MIN and PROBE_EVERY (a profile built on a few noisy early steps is re-tested soon, a
+    well-measured one rarely), and at least long enough that the probes cost at most PROBE_BUDGET
+    of the chosen k's speed in the model (a probe at k = 7 that takes 3.6 steps: every 18 steps). Measured on the CPU demo model before this: the automatic k fell to 0 after two
     noisy steps and its probes at k = 1 priced drafting by their fixed part (5 ms per position
-    instead of 1.6), so EAGLE-3 ran at 0.91x plain decoding where a fixed k = 5 gave 1.15x."""
+    instead of 1.6), so EAGLE-3 ran at 0.91x plain decoding where a fixed k = 5 gave 1.15x; with
+    these rules 1.09-1.14x, and DFlash 0.95x -> 1.5-1.8x. Where drafting never pays (random
+    prompts) the probes cost EAGLE-3 0.93x and DFlash 0.99x of plain decoding (was 0.97 / 0.98x)."""
     DRAFT_WINDOW = 32
     PROBE_EVERY = 64
     PROBE_MIN = 8
+    PROBE_BUDGET = 0.15
 
     def __init__(self, cost: StepCostTable, k_max: int, prior_rate: float = 0.7):
         self.ks = candidate_ks(k_max)
@@ -96,7 +101,9 @@ class AdaptiveDraftLength:
         if not self._probing:
             self._below_run += 1
             seen = int(self.profile.reached[0]) if self.profile.reached else 0     # verifies learned from
-            self._probing = self._below_run >= min(self.PROBE_EVERY, max(self.PROBE_MIN, seen))
+            extra = self.policy.step_seconds(batch, top) / self.policy.step_seconds(batch, best) - 1.0
+            self._probing = self._below_run >= max(min(self.PROBE_EVERY, max(self.PROBE_MIN, seen)),
+                                                   math.ceil(extra / self.PROBE_BUDGET))
         return top if self._probing else best
 
     def observe(self, num_drafted: int, num_accepted: int) -> None:
