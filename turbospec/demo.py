@@ -2,7 +2,9 @@
 side by side (tok/s, acceptance length, and a check that greedy outputs are identical).
 
 One request at a time (the latency case speculation is for), on held-out code the model never saw
-(bench/prompts/heldout_code.jsonl: Django and SQLAlchemy sources)."""
+(bench/prompts/heldout_code.jsonl: Django and SQLAlchemy sources): the first NUM_PROMPTS prompts
+the model continues (it ends some at once, predicting the end of the file), so that every prompt
+times 128 generated tokens."""
 from __future__ import annotations
 
 import json
@@ -13,14 +15,26 @@ from turbospec import LLM, SamplingParams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "codelm-12m")
+NUM_PROMPTS = 6
 with open(os.path.join(ROOT, "bench", "prompts", "heldout_code.jsonl")) as _f:
-    PROMPTS = [json.loads(line)["prompt"] for line in _f][:6]
+    ALL_PROMPTS = [json.loads(line)["prompt"] for line in _f]
 
 
-def run(llm: LLM, params: SamplingParams) -> tuple[list, float]:
+def continued_prompts(llm: LLM, n: int = NUM_PROMPTS) -> list[str]:
+    """The first n held-out prompts whose greedy continuation does not end at once."""
+    out = []
+    for p in ALL_PROMPTS:
+        if llm.generate([p], SamplingParams(temperature=0.0, max_tokens=1))[0].outputs[0].finish_reason == "length":
+            out.append(p)
+            if len(out) == n:
+                break
+    return out
+
+
+def run(llm: LLM, params: SamplingParams, prompts: list[str]) -> tuple[list, float]:
     """Each prompt alone (batch 1); returns the outputs and the total seconds."""
     t0 = time.perf_counter()
-    outs = [llm.generate([p], params)[0] for p in PROMPTS]
+    outs = [llm.generate([p], params)[0] for p in prompts]
     return outs, time.perf_counter() - t0
 
 
@@ -36,22 +50,22 @@ def drafters() -> list[tuple[str, dict]]:
 
 def main() -> None:
     params = SamplingParams(temperature=0.0, max_tokens=128)
-    print(f"model: {MODEL} (Qwen3 architecture, 12.6M parameters), device: cpu, float32, greedy, "
-          f"{len(PROMPTS)} held-out prompts one at a time, up to {params.max_tokens} tokens each\n")
     llm = LLM(MODEL, device="cpu", dtype="float32")
-    llm.generate(PROMPTS[:1], SamplingParams(max_tokens=8))                   # warm-up
-    base, dt = run(llm, params)
+    prompts = continued_prompts(llm)                                          # also the warm-up
+    print(f"model: {MODEL} (Qwen3 architecture, 12.6M parameters), device: cpu, float32, greedy, "
+          f"{len(prompts)} held-out prompts one at a time, up to {params.max_tokens} tokens each\n")
+    base, dt = run(llm, params, prompts)
     n = sum(len(o.outputs[0].token_ids) for o in base)
     # show the least repetitive completion (a 12.6M model likes to loop)
     shown = max(range(len(base)), key=lambda i: len(set(base[i].outputs[0].token_ids)))
     print("=" * 72)
-    print("..." + PROMPTS[shown][-300:] + "\033[1m" + base[shown].outputs[0].text + "\033[0m")
+    print("..." + prompts[shown][-300:] + "\033[1m" + base[shown].outputs[0].text + "\033[0m")
     print("=" * 72)
     rows = [("plain decoding", n / dt, None, True)]
     for label, cfg in drafters():
         sllm = LLM(MODEL, device="cpu", dtype="float32", speculative_config=cfg)
-        sllm.generate(PROMPTS[:1], SamplingParams(max_tokens=8))
-        outs, sdt = run(sllm, params)
+        sllm.generate(prompts[:1], SamplingParams(max_tokens=8))
+        outs, sdt = run(sllm, params, prompts)
         sn = sum(len(o.outputs[0].token_ids) for o in outs)
         same = all(a.outputs[0].token_ids == b.outputs[0].token_ids for a, b in zip(base, outs))
         rows.append((label, sn / sdt, sllm.get_metrics()["acceptance_length"], same))
