@@ -164,3 +164,21 @@ def test_auto_draft_length_times_the_cpu_forward(codelm_dir, plain):
     prompts = _code_prompts(2)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
+
+
+def test_auto_draft_length_is_asked_once_per_step(codelm_dir, plain):
+    """With decode bursts on and a proposer without target features, the engine asks the
+    automatic draft length once per step (its run counter and step history count steps), and the
+    output stays plain decoding's."""
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, "draft_length": "auto"})
+    eng = spec.llm_engine
+    calls, steps = [], []
+    choose, step = eng.adaptive.choose, eng.step
+    eng.adaptive.choose = lambda batch, k_cap=None: calls.append(batch) or choose(batch, k_cap)
+    eng.step = lambda: steps.append(len(calls)) or step()
+    prompts = _code_prompts(2)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
+    per_step = [b - a for a, b in zip(steps, steps[1:] + [len(calls)])]
+    assert steps and max(per_step) == 1, per_step

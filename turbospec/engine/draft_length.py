@@ -49,11 +49,14 @@ class AdaptiveDraftLength:
     observed). The run is as long as the number of verifies learned from so far, between
     PROBE_MIN and PROBE_EVERY (a profile built on a few noisy early steps is re-tested soon, a
     well-measured one rarely), and at least long enough that the probes cost at most PROBE_BUDGET
-    of the chosen k's speed in the model (a probe at k = 7 that takes 3.6 steps: every 18 steps). Measured on the CPU demo model before this: the automatic k fell to 0 after two
-    noisy steps and its probes at k = 1 priced drafting by their fixed part (5 ms per position
-    instead of 1.6), so EAGLE-3 ran at 0.91x plain decoding where a fixed k = 5 gave 1.15x; with
-    these rules 1.09-1.14x, and DFlash 0.95x -> 1.5-1.8x. Where drafting never pays (random
-    prompts) the probes cost EAGLE-3 0.93x and DFlash 0.99x of plain decoding (was 0.97 / 0.98x)."""
+    of the chosen k's speed in the model (a probe at k = 7 that takes 3.6 steps: every 18 steps).
+    The engine asks once per step (`LLMEngine._step_draft_length`): the counts are of steps.
+
+    Measured on the CPU demo model before these rules: the automatic k fell to 0 after two noisy
+    steps and its probes at k = 1 priced drafting by their fixed part (5 ms per position instead
+    of 1.6), so EAGLE-3 ran at 0.91x plain decoding where a fixed k = 5 gave 1.15x; with them
+    1.09-1.14x, and DFlash 0.95x -> 1.5-1.8x. Where drafting never pays (random prompts) the
+    probes cost EAGLE-3 0.93x and DFlash 0.99x of plain decoding (was 0.97 / 0.98x)."""
     DRAFT_WINDOW = 32
     PROBE_EVERY = 64
     PROBE_MIN = 8

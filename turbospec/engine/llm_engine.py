@@ -85,7 +85,7 @@ class LLMEngine:
                           f"slower on small models); max_num_seqs <= {MAX_GRAPH_BATCH} keeps every step graphed",
                           stacklevel=3)
         steps = ec.num_scheduler_steps or (8 if runner.graphs is not None else 1)
-        self.burst, self._flight = None, None
+        self.burst, self._flight, self._step_k = None, None, None
         if steps > 1:
             t0 = time.perf_counter()
             self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None)
@@ -150,10 +150,11 @@ class LLMEngine:
 
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        self._step_k = None                    # the draft length chosen in this step, once
         burst = self._try_burst()
         if burst is not None:
             return self._outputs(burst)
-        k = self.draft_length(len(self.scheduler.running))
+        k = self._step_draft_length()
         sched = self.scheduler.schedule(
             draft_slots=(lambda s: max(0, min(k, s.max_total_tokens - len(s) - 1))) if k else (lambda s: 0))
         if sched.is_empty:
@@ -184,11 +185,18 @@ class LLMEngine:
             return self.adaptive.choose(num_seqs, cap)
         return p.k if cap is None else min(p.k, cap)
 
+    def _step_draft_length(self) -> int:
+        """`draft_length` for this step's running set, asked once per step (the automatic draft
+        length counts its choices: plain steps before a probe, the step before a draft)."""
+        if self._step_k is None:
+            self._step_k = self.draft_length(len(self.scheduler.running))
+        return self._step_k
+
     def _plain_decoding(self) -> bool:
         """No speculation this step: no proposer, or the draft length is 0 for this batch size
         and the drafter needs no target features (so skipping it loses nothing)."""
         p = self.proposer
-        return p is None or (not p.needs_target_features and self.draft_length(len(self.scheduler.running)) == 0)
+        return p is None or (not p.needs_target_features and self._step_draft_length() == 0)
 
     def _burst_ok(self, seqs: list[Sequence], ahead: int) -> bool:
         """Can `seqs` (the whole running set, nothing waiting) take a burst of n steps that starts
