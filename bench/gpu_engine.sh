@@ -15,6 +15,8 @@
 #       moestages (bf16 MoE 3 vs 6 stages)  fusetests fuseab (the opt-in router + top-k and
 #                  slot-mode GEMM2 + expert sum fusions: GPU tests, A/B)
 #       final (oracle qwen3-8b b1, qwen3-8b decode, MoE oracle b1/16 or $MOE_BATCHES)  refactorab (default-path refactors vs out/base)
+#       bisect30b (qwen3-30b-a3b FP8 b1: out/base / HEAD / HEAD with out/base's moe_align.py)
+#       resttests (test_fp8_moe_kernels, attention, engine, fused layers, rope/store)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
