@@ -141,14 +141,14 @@ def test_forward_with_router_off_cuda_is_gate_then_forward():
 
 
 def test_fuse_router_switch_accepts_only_0_and_1(monkeypatch):
-    from turbospec.layers.moe import _env_switch
+    from turbospec.layers.moe import env_switch
     for value, on in (("0", False), ("1", True)):
         monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", value)
-        assert _env_switch("TURBOSPEC_FUSE_ROUTER") is on
+        assert env_switch("TURBOSPEC_FUSE_ROUTER") is on
     monkeypatch.delenv("TURBOSPEC_FUSE_ROUTER")
-    assert _env_switch("TURBOSPEC_FUSE_ROUTER") is True
-    assert _env_switch("TURBOSPEC_FUSE_ROUTER", default="0") is False
+    assert env_switch("TURBOSPEC_FUSE_ROUTER") is True
+    assert env_switch("TURBOSPEC_FUSE_ROUTER", default="0") is False
     for bad in ("", "yes", "2", "true"):
         monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", bad)
         with pytest.raises(ValueError, match="TURBOSPEC_FUSE_ROUTER.*0.*1"):
-            _env_switch("TURBOSPEC_FUSE_ROUTER")
+            env_switch("TURBOSPEC_FUSE_ROUTER")

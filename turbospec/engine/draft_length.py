@@ -71,7 +71,7 @@ class AdaptiveDraftLength:
         self._by_k: dict[int, list[float]] = {}              # k -> seconds of the last steps drafting k
         self._model: tuple[dict[int, float], tuple[float, float] | None] = ({}, None)
         self._steps_seen = 0
-        self._cache: dict[tuple[int, int | None], int] = {}
+        self._cache: dict[tuple[int, int | None], tuple[int, float]] = {}   # -> (best k, probe's extra)
         self._below_run = 0
         self._probing = False
         self._choices = (None, None)                          # (previous step's k, this step's k)
@@ -93,18 +93,19 @@ class AdaptiveDraftLength:
     def _choose(self, batch: int, k_cap: int | None) -> int:
         key = (batch, k_cap)
         ks = [k for k in self.ks if k_cap is None or k <= k_cap]
+        top = ks[-1]
         if key not in self._cache:
             rates = {k: self.policy.tokens_per_second(batch, k) for k in ks}
             best = max(rates, key=rates.get)
-            self._cache[key] = best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0
-        best, top = self._cache[key], ks[-1]
+            best = best if rates[best] >= rates[0] * (1 + self.policy.margin) else 0
+            self._cache[key] = best, self.policy.step_seconds(batch, top) / self.policy.step_seconds(batch, best) - 1.0
+        best, extra = self._cache[key]
         if best == top:
             self._below_run = 0
             return best
         if not self._probing:
             self._below_run += 1
             seen = int(self.profile.reached[0]) if self.profile.reached else 0     # verifies learned from
-            extra = self.policy.step_seconds(batch, top) / self.policy.step_seconds(batch, best) - 1.0
             self._probing = self._below_run >= max(min(self.PROBE_EVERY, max(self.PROBE_MIN, seen)),
                                                    math.ceil(extra / self.PROBE_BUDGET))
         return top if self._probing else best

@@ -44,6 +44,7 @@ from turbospec.kernels.moe_sum import moe_sum
 from turbospec.kernels.pdl import pdl_launch
 from turbospec.kernels.split_k import num_sms, split_buffers
 from turbospec.layers.linear import INVARIANT_MAX_M
+from turbospec.layers.moe import env_switch
 
 SLOT_MODE_MAX_TOKENS = 1
 INVARIANT_MAX_TOKENS = INVARIANT_MAX_M    # tokens up to which every row rounds alike whatever T is
@@ -62,10 +63,7 @@ BF16_DECODE_STAGES = int(_STAGES)
 # Slot mode's combine inside GEMM2 (SUM_LAST: the last slot of a token to finish sums the token's
 # y tiles; same bits as `moe_sum`), opt-in: on the H200 it measured no faster than GEMM2 then
 # `moe_sum` (2026-11-30, docs/benchmarks.md: the launch it saves was hidden by PDL already).
-_SUM = os.environ.get("TURBOSPEC_MOE_SUM_IN_GEMM2", "0")
-if _SUM not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_MOE_SUM_IN_GEMM2={_SUM!r}: use 0 (default: GEMM2 then moe_sum) or 1")
-SUM_IN_GEMM2 = _SUM == "1"
+SUM_IN_GEMM2 = env_switch("TURBOSPEC_MOE_SUM_IN_GEMM2", default="0")
 
 
 def pick_block_m(num_slots: int, num_experts: int) -> int:

@@ -156,9 +156,8 @@ def bench_moe(bw: float, quick: bool) -> list[dict]:
 
 def sweep(bw: float, gemms=("gemm1", "gemm2"), tokens=(1, 16), stages_list=(3, 4, 6)) -> list[dict]:
     """Fused-MoE config sweep at T = 1 (slot mode) and 16, bf16 and FP8, one GEMM at a time (the
-    other keeps its default): the data for `fused_moe.pick_config` (slot mode's GEMM2: the one-launch
-    GEMM2 + sum, `pick_sum_config`). (The FP8 dense GEMM has its own staged search:
-    `python -m turbospec.kernels.fp8_sweep`.)"""
+    other keeps its default): the data for `fused_moe.pick_config`. (The FP8 dense GEMM has its own
+    staged search: `python -m turbospec.kernels.fp8_sweep`.)"""
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.layers.quant.fp8 import quantize_fp8
     dev, rows = torch.device("cuda"), []

@@ -84,7 +84,7 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     return fused_experts_torch(hidden, w13, w2, topk_weights, topk_ids, **fp8)
 
 
-def _env_switch(name: str, default: str = "1") -> bool:
+def env_switch(name: str, default: str = "1") -> bool:
     """An on/off environment switch: "1" on, "0" off; anything else is refused."""
     value = os.environ.get(name, default)
     if value not in ("0", "1"):
@@ -95,7 +95,7 @@ def _env_switch(name: str, default: str = "1") -> bool:
 # Router GEMM + top-k routing as one launch (`kernels.router_topk`) for 1..INVARIANT_MAX_M tokens.
 # Opt-in: on an H200 (2026-11-30, qwen3-30b-a3b batch 1) it was no faster than the two launches,
 # whose second one PDL already overlaps (docs/benchmarks.md).
-FUSE_ROUTER = _env_switch("TURBOSPEC_FUSE_ROUTER", default="0")
+FUSE_ROUTER = env_switch("TURBOSPEC_FUSE_ROUTER", default="0")
 _KERNEL_ROUTER_TOPK = None
 
 
