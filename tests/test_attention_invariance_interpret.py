@@ -19,7 +19,7 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["decode_batch", "chain_vs_decode", "defaults_and_padding", "fused_reduce"]
+CASES = ["decode_batch", "chain_vs_decode", "defaults_and_padding", "fused_reduce", "programs_per_row"]
 SMALL = dict(min_partition=16, block_n=16, max_partitions=2)        # partition size steps at 32, 64, ...
 
 
@@ -153,6 +153,31 @@ def run_fused_reduce():
         _assert_same(outs[0], outs[2], f"fused vs auto, q={q_len}")
         assert int(_LOCKS[c.q.device].abs().sum()) == 0, "arrival counters not re-armed"
     assert torch.equal(_LOCKS[c.q.device], torch.zeros_like(_LOCKS[c.q.device]))
+
+
+def run_programs_per_row():
+    """How many programs share a row's partitions (G: one per partition at batch 1, one for all of
+    them at batch 64) changes no bit: partitions of one and of two tiles (the last one cut short by
+    the row's end), lengths across a partition-size step, decode and chain verify, merged in the
+    launch and in a second one; every G against G = 1 and against the reference."""
+    from turbospec.kernels.paged_decode import paged_decode_attention
+    ctx_lens = [0, 15, 40, 77, 130, 200]
+    for cfg in (dict(min_partition=16, block_n=16, max_partitions=6),     # 1 tile per partition
+                dict(min_partition=32, block_n=16, max_partitions=3)):    # 2 tiles; P steps at 96, 192
+        for q_len in (1, 4):
+            c = _case([q_len] * len(ctx_lens), ctx_lens, H=4, KVH=2, D=32, seed=11 + q_len)
+            m = c.metas[0]
+            splits = min(cfg["max_partitions"], -(-m.max_seq_len // cfg["min_partition"]))
+            outs = {(g, f): paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables,
+                                                   c.scale, m.max_seq_len, q_len=q_len, fused_reduce=f,
+                                                   programs_per_row=g, **cfg)
+                    for g in sorted({1, 2, 3, splits}) for f in (True, False)}
+            base = outs[1, True]
+            _accurate(c, base)
+            for (g, f), out in outs.items():
+                _assert_same(base, out, f"{cfg} q={q_len} G={g} fused={f}")
+            _assert_same(base, paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables,
+                                                      c.scale, m.max_seq_len, q_len=q_len, **cfg), "automatic G")
 
 
 if __name__ == "__main__":

@@ -247,3 +247,24 @@ def test_rmsnorm_matches_layer():
     qk = torch.randn(17, 40 * 128, device="cuda", dtype=torch.bfloat16)[:, :32 * 128].view(17, 32, 128)
     hn = RMSNorm(128).to("cuda", torch.bfloat16)
     assert (rms_norm(qk, hn.weight, hn.eps).float() - hn(qk).float()).norm() / hn(qk).float().norm() < 1e-2
+
+
+@pytest.mark.parametrize("q_len", [1, 4, 8])
+def test_programs_per_row_change_no_bit(q_len):
+    """However many programs share a row's partitions (G = 1: one program walks them all, as at
+    batch 64; G = every partition, as at batch 1; and in between), merged in the launch or in a
+    second one: the same bits. Contexts on both sides of the 2048-token partition-size step."""
+    from turbospec.kernels.paged_decode import paged_decode_attention
+    ctx = [40, 700, 2040, 2050, 5000, 9000]
+    c = _case([q_len] * len(ctx), ctx, num_heads=32, num_kv_heads=8, head_dim=128, seed=10 + q_len)
+    m = c.metas[0]
+
+    def run(g, fused):
+        return paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables, c.scale,
+                                      m.max_seq_len, q_len=q_len, fused_reduce=fused, programs_per_row=g)
+    base = run(1, True)
+    _check(c, base)
+    for g in (1, 2, 3, 7, 32):
+        for fused in (True, False):
+            _assert_same(base, run(g, fused), f"G={g} fused={fused}")
+    _assert_same(base, _attend(c), "automatic G through the backend")

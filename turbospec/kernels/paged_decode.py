@@ -10,16 +10,18 @@ the decode of that token has). Every floating-point operation producing the row 
 - **Fixed partitions.** [0, L) is cut at multiples of P(L) = P_MIN * max(1, cdiv(L, P_MIN *
   MAX_PARTS)) tokens: P_MIN (one BLOCK_N=64 tile) up to 2048 tokens, then the next multiple of 64
   that keeps the count at MAX_PARTS (32) or fewer. P depends on the row's own length only: the
-  decode of token t and verify row t have the same L, hence the same partitions. A program reduces
-  one partition tile by tile (BLOCK_N, a function of head_dim only) from an empty online-softmax
-  state and writes the normalised partial and its log-sum-exp (fp32); the merge
+  decode of token t and verify row t have the same L, hence the same partitions. Each partition is
+  reduced tile by tile (BLOCK_N, a function of head_dim only) from an empty online-softmax state,
+  always P / BLOCK_N tiles (those past the row's end are masked: exact no-ops, see below), into a
+  normalised partial and its log-sum-exp (fp32). Which program does it (one per partition at
+  batch 1; at batch 64 one walking all of a row's partitions: `split_programs`) changes no bit. The merge
   (`paged_merge._merge_rows`) sums the row's cdiv(L, P(L)) weighted partials one partition at a
   time in partition order, each step masked to the row's own partitions, so a one-partition row
   takes the same path as a long one and the bits do not depend on which rows are merged together.
-  The grid's split dimension, min(MAX_PARTS, cdiv(max_seq_len, P_MIN)), is only an upper bound: a
-  program whose partition a row lacks stores nothing for it.
+  The partition count, min(MAX_PARTS, cdiv(max_seq_len, P_MIN)), is only an upper bound: a
+  partition a row lacks is skipped (nothing stored).
   `max_seq_len` must bound every row's length (AttentionMetadata's contract).
-- **One binary.** A program owns one kv head, one partition and a [GROUP_PAD, D] q tile (GROUP_PAD
+- **One binary.** A program owns one kv head, a set of partitions and a [GROUP_PAD, D] q tile (GROUP_PAD
   = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token; verify up
   to GROUP_PAD // group, so 8 tokens x 4 heads read each K/V page twice, not 8 times). Tile shapes,
   BLOCK_N, num_warps, num_stages and every constexpr are the same for decode and verify; the mode
@@ -120,9 +122,13 @@ def _paged_decode_kernel(
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
         PARTS_PAD: tl.constexpr, FUSED_REDUCE: tl.constexpr, PDL: tl.constexpr):
-    """Grid (num_seqs * progs_per_seq, num_kv_heads, num_splits): the partials of partition
-    `program_id(2)` for `tok_per_prog` tokens of one sequence (its tokens 0..q_len-1 are packed at
-    seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len = seq_len - q_len).
+    """Grid (num_seqs * progs_per_seq, num_kv_heads, G): the partials of partitions g, g + G,
+    g + 2G, ... (g = `program_id(2)`) for `tok_per_prog` tokens of one sequence (its tokens
+    0..q_len-1 are packed at seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len =
+    seq_len - q_len). The program walks its partitions' tiles in one loop (so the K/V loads of the
+    next partition are in flight while this one finishes), restarting the online softmax at each
+    partition's first tile and storing the partial after its last: every partition takes the same
+    operations whatever G is.
     FUSED_REDUCE: the last of a (sequence block, kv head)'s split programs to finish merges its
     rows' partials (`_merge_rows`, the same arithmetic as `_reduce_partitions_kernel`), as
     split_k.store_split_k does: one launch instead of two; the counter is re-armed after."""
@@ -130,7 +136,7 @@ def _paged_decode_kernel(
     STEP: tl.constexpr = P_MIN * MAX_PARTS
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
-    part = tl.program_id(2)
+    part_grp = tl.program_id(2)
     seq = pid // progs_per_seq
     tok0 = (pid % progs_per_seq) * tok_per_prog
     ctx = tl.load(seq_lens + seq) - q_len
@@ -154,27 +160,39 @@ def _paged_decode_kernel(
     k_lo = tl.maximum(tl.cdiv(L_lo, STEP), 1)
     k_hi = tl.maximum(tl.cdiv(L_hi, STEP), 1)
     bound = k_lo * STEP
+    g, G = part_grp, tl.num_programs(2)
     for c in range(0, 1 + (k_hi > k_lo).to(tl.int32)):
         size = P_MIN * tl.where(c == 0, k_lo, k_hi)
         in_pass = tl.where(c == 0, L_row <= bound, L_row > bound)                  # [M]
-        start = part * size
-        end = tl.minimum(start + size, tl.where(c == 0, tl.minimum(L_hi, bound), L_hi))
+        limit = tl.where(c == 0, tl.minimum(L_hi, bound), L_hi)
+        tiles_per_part = size // BLOCK_N
+        my_parts = tl.maximum(tl.cdiv(tl.cdiv(limit, size) - g, G), 0)             # g, g + G, ...
         acc = tl.zeros([GROUP_PAD, BLOCK_D], dtype=tl.float32)
         m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
-        for t in range(start // BLOCK_N, tl.cdiv(end, BLOCK_N)):      # empty when end <= start
-            n = t * BLOCK_N + offs_n                                               # [N]
+        for i in range(0, my_parts * tiles_per_part):     # one flat (pipelined) loop over the tiles
+            j = i // tiles_per_part
+            ti = i - j * tiles_per_part
+            part = g + j * G
+            start = part * size
+            end = tl.minimum(start + size, limit)
+            first = ti == 0                               # a partition starts from an empty state
+            acc = tl.where(first, 0.0, acc)
+            m_i = tl.where(first, float("-inf"), m_i)
+            l_i = tl.where(first, 0.0, l_i)
+            n = start + ti * BLOCK_N + offs_n                                      # [N]
             n_ok = n < end
             valid = n[None, :] < L_row[:, None]                                    # [M, N]
             rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, n_ok)
             acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok,
                                          qk_scale, valid, n_ok, True, BLOCK_D == HEAD_DIM)
-        store = row_ok & in_pass & (L_row > start)
-        idx = (tok_g * NUM_HEADS + heads) * part_stride + part                     # [M]
-        o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        tl.store(part_o + idx[:, None] * HEAD_DIM + offs_d[None, :], o,
-                 mask=store[:, None] & d_ok[None, :])
-        tl.store(part_lse + idx, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), mask=store)
+            if ti == tiles_per_part - 1:                  # the partition's last tile: its partial
+                store = row_ok & in_pass & (L_row > start)
+                idx = (tok_g * NUM_HEADS + heads) * part_stride + part             # [M]
+                o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+                tl.store(part_o + idx[:, None] * HEAD_DIM + offs_d[None, :], o,
+                         mask=store[:, None] & d_ok[None, :])
+                tl.store(part_lse + idx, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), mask=store)
     if FUSED_REDUCE:
         tl.debug_barrier()                          # every thread's partials are written ...
         lock = lock_ptr + pid * tl.num_programs(1) + kvh
@@ -199,6 +217,15 @@ REDUCE = os.environ.get("TURBOSPEC_ATTN_REDUCE", "auto")
 if REDUCE not in ("auto", "fused", "two"):
     raise ValueError(f"TURBOSPEC_ATTN_REDUCE={REDUCE!r}: use auto (default), fused or two")
 FUSED_MAX_ROWS = int(os.environ.get("TURBOSPEC_ATTN_FUSED_MAX_ROWS", "3"))
+# Programs per SM the split over partitions aims at (`split_programs`); TURBOSPEC_ATTN_PROGRAMS_PER_SM
+# overrides it (A/B runs).
+_PPS = os.environ.get("TURBOSPEC_ATTN_PROGRAMS_PER_SM", "2")
+try:
+    PROGRAMS_PER_SM = float(_PPS)
+except ValueError:
+    PROGRAMS_PER_SM = -1.0
+if not 0 < PROGRAMS_PER_SM <= 64:
+    raise ValueError(f"TURBOSPEC_ATTN_PROGRAMS_PER_SM={_PPS!r}: give a number of programs per SM in (0, 64] (default 2)")
 FUSED_REDUCE: bool | None = None if REDUCE == "auto" else REDUCE == "fused"
 _LOCKS: dict = {}
 _SM_COUNT: dict = {}
@@ -228,18 +255,29 @@ def default_block_n(head_dim: int) -> int:
     return 64 if head_dim <= 128 else 32
 
 
+def split_programs(row_programs: int, splits: int, sms: int) -> int:
+    """Programs per (sequence block, kv head), G: about PROGRAMS_PER_SM programs per SM in all, at
+    least two per row block, at most one per partition. Batch 1 gets one program per partition (the
+    parallelism is in the partitions); batch 16 and 64 two programs, each walking every other
+    partition of its rows with its tiles pipelined. H200, qwen3-8b heads, context 512 and 2048
+    (bench/attn_bucket.py, 2026-11-30): G = 2 beat 1 and 4 at batch 16 and 64, decode and verify."""
+    return max(1, min(splits, max(2, round(PROGRAMS_PER_SM * sms / row_programs))))
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            seq_lens: torch.Tensor, block_tables: torch.Tensor, scale: float,
                            max_seq_len: int, q_len: int = 1, *, block_n: int | None = None,
                            tokens_per_program: int | None = None, min_partition: int = P_MIN,
                            max_partitions: int = MAX_PARTS, num_warps: int = 4,
-                           num_stages: int = 3, fused_reduce: bool | None = FUSED_REDUCE) -> torch.Tensor:
+                           num_stages: int = 3, fused_reduce: bool | None = FUSED_REDUCE,
+                           programs_per_row: int | None = None) -> torch.Tensor:
     """q [B * q_len, H, D] (q_len tokens per sequence, causal among themselves: decode q_len = 1,
     chain verify q_len = k + 1), caches [num_blocks, block_size, KVH, D] -> [B * q_len, H, D].
 
     `max_seq_len` bounds every seq_len (sizes the grid). fused_reduce: merge the partitions in
     this launch (True), in a second one (False), or by rows per program (None, see REDUCE).
-    Keyword overrides are for benchmarks."""
+    programs_per_row: G of the kernel (None: `split_programs`); it changes which program computes
+    a partition, never a bit of the result. Keyword overrides are for benchmarks."""
     T, H, D = q.shape
     B = seq_lens.shape[0]
     _, block_size, KVH, _ = k_cache.shape
@@ -258,10 +296,12 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     part_o = torch.empty(T, H, splits, D, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(T, H, splits, dtype=torch.float32, device=q.device)
     parts_pad = triton.next_power_of_2(max_partitions)
-    if fused_reduce is None:
-        fused_reduce = tpp * group <= FUSED_MAX_ROWS
+    G = programs_per_row or split_programs(B * progs_per_seq * KVH, splits, num_sms(q.device))
+    G = max(1, min(G, splits))
+    if fused_reduce is None:                # one program per row block: it merges what it wrote
+        fused_reduce = tpp * group <= FUSED_MAX_ROWS or G == 1
     locks = _locks(B * progs_per_seq * KVH, q.device) if fused_reduce else part_lse
-    _paged_decode_kernel[(B * progs_per_seq, KVH, splits)](
+    _paged_decode_kernel[(B * progs_per_seq, KVH, G)](
         q, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, scale * LOG2E,
         q_len, tpp, progs_per_seq, splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
