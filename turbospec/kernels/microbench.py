@@ -211,7 +211,7 @@ def bench_attention(kind, batch, ctx, ceiling, rows, case=None, qn=None, kernel=
     assert err < 2e-2, f"{kind} b={batch} ctx={ctx} {kernel} {kw}: rel err {err:.2e}"
     fns = [(lambda m=m: call(m)) for m in case.metas] * max(1, -(-8 // len(case.metas)))
     t = time_graph(fns)
-    nbytes = case.kv_bytes() // len(case.metas) + 2 * case.q.numel() * 2
+    nbytes = case.kv_bytes() + 2 * case.q.numel() * 2      # one call reads one copy of the KV
     tag = (f"[{kernel} kernel] " if kernel else "") + " ".join(f"{k}={v}" for k, v in kw.items())
     if kind == "prefill":           # compute-bound: state the matmul rate too (causal FLOPs)
         qn = case.q_lens[0]
