@@ -26,6 +26,23 @@ def test_bench_decode_prints_setting_and_roofline(codelm_dir):
     assert 0 < frac < 100
 
 
+def test_bench_decode_max_model_len(codelm_dir, tmp_path):
+    """--max-model-len is the server's context limit (graph length buckets up to it): named in the
+    header and JSON even where the pool for the batch alone would be smaller; shorter than prompt +
+    gen is refused with the fix."""
+    args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
+            "--batch-sizes", "1", "--prompt-len", "8", "--gen-len", "4"]
+    out = tmp_path / "r.json"
+    r = runner.invoke(app, args + ["--max-model-len", "2000", "--json-out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "| max model len 2000 |" in r.output.splitlines()[0]
+    assert json.loads(out.read_text())["max_model_len"] == 2000
+    r = runner.invoke(app, args)
+    assert "| max model len 28 |" in r.output.splitlines()[0]
+    r = runner.invoke(app, args + ["--max-model-len", "10"])
+    assert r.exit_code == 2 and "shorter than prompt + gen (12)" in r.output
+
+
 def test_bench_names_the_turbospec_switches_set(codelm_dir, tmp_path, monkeypatch):
     """A kernel switch set in the environment is part of the setting: named in the header and JSON."""
     args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",

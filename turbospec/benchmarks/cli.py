@@ -62,6 +62,8 @@ def decode(
     json_out: str = typer.Option(None, help="also write the results as JSON here"),
     profile: bool = typer.Option(False, help="also print the GPU kernels of one batch-1 decode step"),
     quantization: str = typer.Option(None, help="fp8: block-FP8 weights (128x128 blocks, quantized at load)"),
+    max_model_len: int = typer.Option(None, help="the engine's context limit, as a server's (default: prompt + gen "
+                                      "+ 16); CUDA graphs are captured for length buckets up to it (2048, 8192, ...)"),
 ) -> None:
     """Plain decoding tok/s of a model shape with random weights, vs the HBM roofline."""
     from turbospec.benchmarks.decode import bench_decode
@@ -69,14 +71,17 @@ def decode(
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
+    if max_model_len is not None and max_model_len < prompt_len + gen_len:
+        raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + gen "
+                                 f"({prompt_len + gen_len}): give at least that, or leave it out")
     try:
-        bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization)
+        bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization, max_model_len)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     typer.echo(f"# bench decode | device {_device_name(dev)} | shape {name} | dtype {dt} | "
                f"weights {'block-FP8 (128x128)' if quantization else dt} | "
-               f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | "
-               f"copy bandwidth {bw / 1e12:.2f} TB/s (measured now) | CUDA graphs "
+               f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | max model len "
+               f"{engine.max_model_len} | copy bandwidth {bw / 1e12:.2f} TB/s (measured now) | CUDA graphs "
                f"{'on' if engine.runner.graphs is not None else 'off'} | decode bursts of "
                f"{engine.burst.n if engine.burst is not None else 1} steps{_env_setting()}")
     typer.echo(f"{'batch':>5} {'ms/step':>9} {'tok/s/seq':>10} {'tok/s total':>12} {'MB/step':>9} "
@@ -90,7 +95,7 @@ def decode(
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
-                       "prompt_len": prompt_len,
+                       "prompt_len": prompt_len, "max_model_len": engine.max_model_len,
                        "gen_len": gen_len, "copy_bandwidth_Bps": bw, "env": _env_vars(),
                        "results": [r.__dict__ | {"roofline_frac": r.roofline_frac} for r in results]}, f, indent=1)
 

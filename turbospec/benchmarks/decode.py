@@ -74,11 +74,17 @@ def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
 
 def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.dtype, max_len: int,
                  max_batch: int, speculative_proposer=None, graph_query_lens: list[int] | None = None,
-                 auto_draft_length: bool = False, bitwise_exact: bool = True) -> LLMEngine:
+                 auto_draft_length: bool = False, bitwise_exact: bool = True,
+                 max_model_len: int | None = None) -> LLMEngine:
+    """An engine whose KV pool holds max_batch sequences of max_len tokens. max_model_len (default
+    max_len + 16): the context limit a server would be started with; the CUDA graphs are captured
+    for length buckets up to it (2048, 8192, ...), so a larger one runs short contexts in the
+    graphs a server would use (the pool grows to hold one sequence of that length)."""
     bs = 16
-    blocks = max_batch * (-(-(max_len + 16) // bs)) + 8
+    model_len = max_model_len or max_len + 16
+    blocks = max(max_batch * (-(-(max_len + 16) // bs)), -(-(model_len + 16) // bs)) + 8
     ec = EngineConfig(block_size=bs, num_kv_blocks=blocks, max_num_seqs=max_batch,
-                      max_num_batched_tokens=max(8192, max_batch * 64), max_model_len=max_len + 16)
+                      max_num_batched_tokens=max(8192, max_batch * 64), max_model_len=model_len)
     return LLMEngine(None, model, config, None, device, dtype, ec, proposer=speculative_proposer,
                      graph_query_lens=graph_query_lens, auto_draft_length=auto_draft_length,
                      bitwise_exact=bitwise_exact)
@@ -99,11 +105,12 @@ def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, voc
 
 
 def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
-                 prompt_len: int, gen_len: int, quantization: str | None = None
-                 ) -> tuple[float, list[DecodeResult], LLMEngine]:
+                 prompt_len: int, gen_len: int, quantization: str | None = None,
+                 max_model_len: int | None = None) -> tuple[float, list[DecodeResult], LLMEngine]:
     bw = measure_copy_bandwidth(device)
     model = random_model(config, device, dtype, quantization=quantization)
-    engine = build_engine(model, config, device, dtype, prompt_len + gen_len, max(batch_sizes))
+    engine = build_engine(model, config, device, dtype, prompt_len + gen_len, max(batch_sizes),
+                          max_model_len=max_model_len)
     run_decode(engine, 1, min(prompt_len, 16), 4, config.vocab_size)          # warm-up
     results = []
     for b in batch_sizes:
