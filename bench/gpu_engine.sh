@@ -17,6 +17,7 @@
 #       final (oracle qwen3-8b b1, qwen3-8b decode, MoE oracle b1/16 or $MOE_BATCHES)  refactorab (default-path refactors vs out/base)
 #       bisect30b (qwen3-30b-a3b FP8 b1: out/base / HEAD / HEAD with out/base's moe_align.py)
 #       resttests (test_fp8_moe_kernels, attention, engine, fused layers, rope/store)
+#       attnab (decode attention's programs per row vs out/base/paged_decode.py: tests, kernel times, qwen3-8b decode)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -137,6 +138,19 @@ for part in ${*:-tests decode oracle drafters}; do
               for st in 3 6; do
                 echo "### moestages: TURBOSPEC_MOE_BF16_STAGES=$st" | tee -a "$log"
                 TURBOSPEC_MOE_BF16_STAGES=$st run 80 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1,16 --prompt-len 256 --gen-len 64
+              done ;;
+    attnab)   # decode attention, a row's partitions walked by G programs (split_programs) vs HEAD's one program
+              # per partition (out/base/paged_decode.py): GPU tests, kernel times (bench/attn_bucket.py), then
+              # qwen3-8b decode at batch 1 / 16 / 64 with a server's context limit (graph length bucket 2048), alternating
+              # (ATTN_VARIANTS: kwargs of paged_decode_attention timed besides the defaults)
+              run 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_attention_kernels.py
+              rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec bench /tmp/base/ && cp out/base/paged_decode.py /tmp/base/turbospec/kernels/
+              ( cd /tmp/base; run 100 python3 bench/attn_bucket.py )
+              run 150 python3 bench/attn_bucket.py ${ATTN_VARIANTS:-}
+              for v in base new base new; do
+                echo "### attnab: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 90 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --max-model-len 8192 )
               done ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
