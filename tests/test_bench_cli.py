@@ -86,6 +86,9 @@ def test_bench_spec_bad_input():
     r = runner.invoke(app, ["bench", "spec", "--shape", "qwen3-8b", "--speculative-config",
                             '{"method": "ngram", "num_speculative_tokens": 3}'])
     assert r.exit_code == 2 and "oracle" in r.output
+    r = runner.invoke(app, ["bench", "spec", "--model", "m", "--prompts", "p.jsonl", "--max-model-len", "4096",
+                            "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'])
+    assert r.exit_code == 2 and "--max-model-len goes with --shape" in r.output
 
 
 def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
@@ -106,9 +109,14 @@ def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
     assert [row[0] for row in rows] == ["1", "2"] and [row[-2] for row in rows] == ["1/1", "2/2"], r.output
     assert [row[-1] for row in rows] == ["3", "3"]                 # k used (no cap on the CPU)
     assert "bitwise_exact True |" in r.output.splitlines()[0]
+    assert "| max model len 52" in r.output.splitlines()[0]        # 16 + 16 + 3 + 1 + 16
     assert all(float(row[3].rstrip("x")) > 0 for row in rows)
     assert "k=3" in r.output
     r = runner.invoke(app, ["bench", "spec", "--shape", str(tmp_path), "--quantization", "int4",
                             "--speculative-config", '{"method": "oracle", "num_speculative_tokens": 3, '
                             '"acceptance_length": 2}'])
     assert r.exit_code == 2 and "fp8" in r.output
+    r = runner.invoke(app, ["bench", "spec", "--shape", str(tmp_path), "--device", "cpu", "--prompt-len", "16",
+                            "--max-tokens", "16", "--max-model-len", "30", "--speculative-config",
+                            '{"method": "oracle", "num_speculative_tokens": 3, "acceptance_length": 2}'])
+    assert r.exit_code == 2 and "shorter than prompt" in r.output and "(36)" in r.output

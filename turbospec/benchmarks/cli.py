@@ -115,6 +115,8 @@ def spec(
     temperature: float = typer.Option(0.0),
     device: str = typer.Option(None),
     quantization: str = typer.Option(None, help="with --shape: fp8 = block-FP8 weights (128x128, quantized at load)"),
+    max_model_len: int = typer.Option(None, help="with --shape: the engine's context limit, as a server's (default: "
+                                      "what the run needs); CUDA graphs are captured for length buckets up to it"),
 ) -> None:
     """Plain vs speculative decoding in the same process: acceptance, tok/s of each, speedup."""
     try:
@@ -126,8 +128,12 @@ def spec(
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
     if shape is not None:
-        _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device, quantization)
+        _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device, quantization,
+                    max_model_len)
     else:
+        if max_model_len is not None:
+            raise typer.BadParameter("--max-model-len goes with --shape; with --model the engine's context "
+                                     "limit is the model's")
         if quantization is not None:
             raise typer.BadParameter("--quantization goes with --shape (random weights); a --model directory "
                                      "brings its own quantization_config")
@@ -164,7 +170,8 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
 
 
-def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device, quantization=None):
+def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device, quantization=None,
+                max_model_len=None):
     from turbospec.benchmarks.oracle import bench_oracle
     from turbospec.engine.draft_length import candidate_ks
     from turbospec.spec.factory import bitwise_exact
@@ -177,19 +184,23 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     if not isinstance(k, int) or k <= 0 or not isinstance(al, (int, float)):
         raise typer.BadParameter("the oracle needs num_speculative_tokens >= 1 and acceptance_length")
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
+    need = prompt_len + gen_len + k + 1
+    if max_model_len is not None and max_model_len < need:
+        raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + max tokens + k + 1 "
+                                 f"({need}): give at least that, or leave it out")
     cost_ks = candidate_ks(k)               # the verify-cost table: k = 0 (decode), 1, 2, 3, 4 and k
     auto = spec_cfg.get("draft_length") == "auto"
     try:
         exact = bitwise_exact(spec_cfg)
         rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto,
-                                   quantization, exact)
+                                   quantization, exact, max_model_len)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
                f"weights {'block-FP8 (128x128)' if quantization else dt} | k {k}{' (auto)' if auto else ''} | "
                f"bitwise_exact {exact}{' (verify rows <= 64 per step)' if exact and dev.type == 'cuda' else ''} | "
-               f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy"
-               f"{_env_setting()}")
+               f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy | "
+               f"max model len {min(max_model_len or need + 16, cfg.max_position_embeddings)}{_env_setting()}")
     typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
                f"{'same as plain':>14} {'k used':>7}")
     for r in rows:

@@ -94,12 +94,15 @@ def verify_cost(engine: LLMEngine, batch: int, ks: list[int], prompt_len: int, v
 def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
                  k: int, acceptance_length: float, prompt_len: int, gen_len: int,
                  cost_ks: list[int], auto: bool = False, quantization: str | None = None,
-                 bitwise_exact: bool = True) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
+                 bitwise_exact: bool = True, max_model_len: int | None = None
+                 ) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
+    """max_model_len: the engine's context limit, as a server's (`build_engine`)."""
     model = random_model(config, device, dtype, quantization=quantization)
     oracle = OracleProposer(k, acceptance_length, config.vocab_size)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len + k + 1, max(batch_sizes),
                           speculative_proposer=oracle, auto_draft_length=auto, bitwise_exact=bitwise_exact,
-                          graph_query_lens=sorted({1, k + 1} | {kk + 1 for kk in cost_ks}))
+                          graph_query_lens=sorted({1, k + 1} | {kk + 1 for kk in cost_ks}),
+                          max_model_len=max_model_len)
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     g = torch.Generator().manual_seed(0)
     rows, costs = [], {}
