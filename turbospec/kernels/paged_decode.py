@@ -1,6 +1,7 @@
 """Paged decode attention, batch-invariant: decode (one token per sequence) and chain verify (the
-k+1 tokens of every sequence) run the same compiled kernel, and row t of the result has the same
-bits whatever batch, bucket or step shape it is computed in.
+k+1 tokens of every sequence) run the same kernel (one source, the same constexprs; only the
+pipeline depth differs), and row t of the result has the same bits whatever batch, bucket or step
+shape it is computed in.
 
 A row is one query token of one sequence times one head; it attends to the first L positions of
 its sequence's KV (decode: L = seq_len; verify token i: L = ctx_len + i + 1, exactly the seq_len
@@ -21,11 +22,12 @@ the decode of that token has). Every floating-point operation producing the row 
   The partition count, min(MAX_PARTS, cdiv(max_seq_len, P_MIN)), is only an upper bound: a
   partition a row lacks is skipped (nothing stored).
   `max_seq_len` must bound every row's length (AttentionMetadata's contract).
-- **One binary.** A program owns one kv head, a set of partitions and a [GROUP_PAD, D] q tile (GROUP_PAD
-  = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token; verify up
+- **One kernel.** A program owns one kv head, a set of partitions and a [GROUP_PAD, D] q tile
+  (GROUP_PAD = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token; verify up
   to GROUP_PAD // group, so 8 tokens x 4 heads read each K/V page twice, not 8 times). Tile shapes,
-  BLOCK_N, num_warps, num_stages and every constexpr are the same for decode and verify; the mode
-  lives in runtime ints that Triton is told not to specialise (`do_not_specialize`; so are the
+  BLOCK_N, num_warps and every constexpr are the same for decode and verify (the pipeline depth,
+  `num_stages`, only schedules the same operations: decode takes 2, verify 3, see
+  `decode_stages`); the mode lives in runtime ints that Triton is told not to specialise (`do_not_specialize`; so are the
   block-table stride and the metadata pointers' alignment, which differ between eager steps and
   graph buckets). Row r of a dot reads row r of its left operand only, so other rows of the tile
   do not change it.
@@ -42,7 +44,7 @@ the decode of that token has). Every floating-point operation producing the row 
   per partition size, each storing only its rows.
 
 Limits: a different Triton/ptxas version or GPU may round differently, but still the same for
-decode and verify (one binary); config overrides (`block_n`, `min_partition`, ...) are for the
+decode and verify (the GPU tests check decode == verify bit for bit on the machine they run on); config overrides (`block_n`, `min_partition`, ...) are for the
 micro-benchmark sweep and give invariance only among calls with the same overrides. Sequences with
 seq_len 0 (graph padding) produce zeros. `_kv_rows` and `_attend_tile` are shared with
 `paged_prefill.py` (prefill and tree verify: not invariant).
@@ -255,6 +257,15 @@ def default_block_n(head_dim: int) -> int:
     return 64 if head_dim <= 128 else 32
 
 
+def decode_stages(q_len: int) -> int:
+    """Pipeline depth: 2 for decode, 3 for verify. H200, qwen3-8b heads, context 512 (+2048 at
+    batch 64), bench/attn_bucket.py 2026-11-30: decode 2 stages vs 3: batch 16 19.6 vs 21.7 us,
+    batch 64 54.9 vs 60.9 (167 vs 178 at 2048), batch 1 6.5 vs 6.7; verify of 4 tokens at batch 16
+    23.8 vs 22.7, of 8 at batch 8 22.1 vs 20.5. The stage count changes when loads are issued, not
+    an operation: decode and verify rows keep the same bits (tests/gpu/test_attention_kernels.py)."""
+    return 2 if q_len == 1 else 3
+
+
 def split_programs(row_programs: int, splits: int, sms: int) -> int:
     """Programs per (sequence block, kv head), G: about PROGRAMS_PER_SM programs per SM in all, at
     least two per row block, at most one per partition. Batch 1 gets one program per partition (the
@@ -269,7 +280,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            max_seq_len: int, q_len: int = 1, *, block_n: int | None = None,
                            tokens_per_program: int | None = None, min_partition: int = P_MIN,
                            max_partitions: int = MAX_PARTS, num_warps: int = 4,
-                           num_stages: int = 3, fused_reduce: bool | None = FUSED_REDUCE,
+                           num_stages: int | None = None, fused_reduce: bool | None = FUSED_REDUCE,
                            programs_per_row: int | None = None) -> torch.Tensor:
     """q [B * q_len, H, D] (q_len tokens per sequence, causal among themselves: decode q_len = 1,
     chain verify q_len = k + 1), caches [num_blocks, block_size, KVH, D] -> [B * q_len, H, D].
@@ -308,7 +319,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         block_tables.stride(0), out, out.stride(0), out.stride(1), locks,
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_N=block_n, BLOCK_SIZE=block_size, P_MIN=min_partition, MAX_PARTS=max_partitions,
-        PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, num_warps=num_warps, num_stages=num_stages,
+        PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, num_warps=num_warps,
+        num_stages=num_stages or decode_stages(q_len),
         **pdl_launch(q.device))
     if fused_reduce:
         return out
