@@ -17,6 +17,7 @@
 #       final (oracle qwen3-8b b1, qwen3-8b decode, MoE oracle b1/16 or $MOE_BATCHES)  refactorab (default-path refactors vs out/base)
 #       bisect30b (qwen3-30b-a3b FP8 b1: out/base / HEAD / HEAD with out/base's moe_align.py)
 #       resttests (test_fp8_moe_kernels, attention, engine, fused layers, rope/store)
+#       attnidx (decode attention: KV rows looked up a tile ahead vs out/base; b1/b16 decode vs out/base, 3 pairs)
 #       serverlen (qwen3-8b, qwen3-30b-a3b FP8 decode and the MoE oracle at --max-model-len 8192)
 #       attnab (decode attention's programs per row vs out/base/paged_decode.py: tests, kernel times, qwen3-8b decode)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
@@ -159,6 +160,23 @@ for part in ${*:-tests decode oracle drafters}; do
               run 240 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes ${MOE_BATCHES:-16,64} \
                 --prompt-len 256 --max-tokens 64 --max-model-len 8192 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
+    attnidx)  # decode attention with the next tile's KV rows looked up one iteration ahead vs 9dac746 (out/base/paged_decode_head.py),
+              # then qwen3-8b decode b1 / b16 (--max-model-len 8192) against 9f739a1's kernel (out/base/paged_decode.py), three pairs
+              run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_attention_kernels.py
+              for v in head base; do rm -rf /tmp/$v && mkdir -p /tmp/$v && cp -r turbospec bench /tmp/$v/; done
+              cp out/base/paged_decode_head.py /tmp/head/turbospec/kernels/paged_decode.py && cp out/base/paged_decode.py /tmp/base/turbospec/kernels/
+              ( cd /tmp/head; TRITON_CACHE_DIR=/tmp/tc_head run 100 python3 bench/attn_bucket.py )
+              TRITON_CACHE_DIR=/tmp/tc_new run 150 python3 bench/attn_bucket.py '{"num_stages":3}' '{"num_stages":4}'
+              for v in head new; do
+                for f in $(find /tmp/tc_$v -name "_paged_decode_kernel.cubin" | head -3); do
+                  echo "### SASS $v $f: $(cuobjdump -sass $f | grep -oE '\b(LDGSTS|LDG|LDS|LDSM|HMMA|BAR|MUFU)[.A-Z0-9_]*' | cut -d. -f1 | sort | uniq -c | tr '\n' ' ')" | tee -a "$log"
+                done
+              done
+              for v in base new base new base new; do
+                echo "### attnidx: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 60 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64 --max-model-len 8192 )
+              done ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'

@@ -76,6 +76,18 @@ def _kv_rows(bt_row, n, BLOCK_SIZE: tl.constexpr, stride_kb, stride_kt, MASKED: 
 
 
 @triton.jit
+def _tile_positions(i, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N: tl.constexpr):
+    """Tile i of program g's partitions g, g + G, ... (`size` tokens each, `tiles_per_part` tiles):
+    (partition, tile within it, partition start, KV positions n [BLOCK_N], n < the partition's end)."""
+    j = i // tiles_per_part
+    ti = i - j * tiles_per_part
+    part = g + j * G
+    start = part * size
+    n = start + ti * BLOCK_N + offs_n
+    return part, ti, start, n, n < tl.minimum(start + size, limit)
+
+
+@triton.jit
 def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale, valid, n_ok,
                  MASKED: tl.constexpr, EVEN_D: tl.constexpr):
     """One online-softmax step over a [BLOCK_N] run of KV positions (log2 domain).
@@ -172,20 +184,19 @@ def _paged_decode_kernel(
         acc = tl.zeros([GROUP_PAD, BLOCK_D], dtype=tl.float32)
         m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
-        for i in range(0, my_parts * tiles_per_part):     # one flat (pipelined) loop over the tiles
-            j = i // tiles_per_part
-            ti = i - j * tiles_per_part
-            part = g + j * G
-            start = part * size
-            end = tl.minimum(start + size, limit)
+        total = my_parts * tiles_per_part
+        _, _, _, n_nx, ok_nx = _tile_positions(0, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
+        rows_nx = _kv_rows(bt_row, n_nx, BLOCK_SIZE, stride_kb, stride_kt, True, ok_nx & (total > 0))
+        for i in range(0, total):                         # one flat (pipelined) loop over the tiles
+            part, ti, start, n, n_ok = _tile_positions(i, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
+            rows = rows_nx                                # this tile's KV rows, looked up last iteration
+            _, _, _, n_nx, ok_nx = _tile_positions(i + 1, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
+            rows_nx = _kv_rows(bt_row, n_nx, BLOCK_SIZE, stride_kb, stride_kt, True, ok_nx & (i + 1 < total))
             first = ti == 0                               # a partition starts from an empty state
             acc = tl.where(first, 0.0, acc)
             m_i = tl.where(first, float("-inf"), m_i)
             l_i = tl.where(first, 0.0, l_i)
-            n = start + ti * BLOCK_N + offs_n                                      # [N]
-            n_ok = n < end
             valid = n[None, :] < L_row[:, None]                                    # [M, N]
-            rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, n_ok)
             acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok,
                                          qk_scale, valid, n_ok, True, BLOCK_D == HEAD_DIM)
             if ti == tiles_per_part - 1:                  # the partition's last tile: its partial
