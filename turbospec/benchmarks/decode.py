@@ -137,6 +137,11 @@ def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top
         torch.cuda.synchronize()
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=top)
     lines = [table]
+    from turbospec.kernels.pdl import pdl_enabled
+    if pdl_enabled(engine.device):
+        lines.append("programmatic dependent launch is on: a kernel's time above includes waiting for its "
+                     "predecessor (an elementwise kernel after a GEMM shows the GEMM's tail); "
+                     "TURBOSPEC_PDL=0 attributes each kernel its own time")
     graphs = engine.runner.graphs
     if graphs is not None:
         key = next((k for k in graphs.graphs if k[0] == graphs.bucket(batch) and k[1] == 1), None)
