@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.triton_interpret import interpreter_shim, needs_triton, run_case
+from tests.triton_interpret import ROOT, interpreter_shim, needs_triton, run_case
 
 CASES = ["decode_batch", "chain_vs_decode", "defaults_and_padding", "fused_reduce", "programs_per_row"]
 SMALL = dict(min_partition=16, block_n=16, max_partitions=2)        # partition size steps at 32, 64, ...
@@ -27,6 +27,27 @@ SMALL = dict(min_partition=16, block_n=16, max_partitions=2)        # partition 
 @pytest.mark.parametrize("case", CASES)
 def test_invariance_interpreted(case):
     run_case(__file__, case, timeout=600)
+
+
+@needs_triton
+def test_split_programs_and_its_switch():
+    """G per row block: every partition its own program at batch 1, at least two programs per row
+    block, never more than the partitions; a bad TURBOSPEC_ATTN_PROGRAMS_PER_SM stops the import
+    with the variable and the fix named."""
+    import os
+    import subprocess
+
+    from turbospec.kernels.paged_decode import split_programs
+    assert split_programs(8, 10, 132) == 10            # qwen3-8b batch 1: one program per partition
+    assert split_programs(8, 32, 132) == 32
+    assert split_programs(128, 32, 132) == 2           # batch 16
+    assert split_programs(512, 32, 132) == 2           # batch 64: still two
+    assert split_programs(512, 1, 132) == 1            # one partition: one program
+    env = dict(os.environ, TURBOSPEC_ATTN_PROGRAMS_PER_SM="lots",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-c", "import turbospec.kernels.paged_decode"], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode != 0 and "TURBOSPEC_ATTN_PROGRAMS_PER_SM='lots'" in r.stderr and "(0, 64]" in r.stderr
 
 
 # ------------------------------------------------------------- run inside the subprocess

@@ -14,22 +14,23 @@ the decode of that token has). Every floating-point operation producing the row 
   decode of token t and verify row t have the same L, hence the same partitions. Each partition is
   reduced tile by tile (BLOCK_N, a function of head_dim only) from an empty online-softmax state,
   always P / BLOCK_N tiles (those past the row's end are masked: exact no-ops, see below), into a
-  normalised partial and its log-sum-exp (fp32). Which program does it (one per partition at
-  batch 1; at batch 64 one walking all of a row's partitions: `split_programs`) changes no bit. The merge
-  (`paged_merge._merge_rows`) sums the row's cdiv(L, P(L)) weighted partials one partition at a
-  time in partition order, each step masked to the row's own partitions, so a one-partition row
-  takes the same path as a long one and the bits do not depend on which rows are merged together.
+  normalised partial and its log-sum-exp (fp32). Which program does it changes no bit (one per
+  partition at batch 1; from batch 16 two per row block, each walking every other partition:
+  `split_programs`). The merge (`paged_merge._merge_rows`) sums the row's cdiv(L, P(L)) weighted
+  partials one partition at a time in partition order, each step masked to the row's own
+  partitions, so a one-partition row takes the same path as a long one and the bits do not depend
+  on which rows are merged together.
   The partition count, min(MAX_PARTS, cdiv(max_seq_len, P_MIN)), is only an upper bound: a
   partition a row lacks is skipped (nothing stored).
   `max_seq_len` must bound every row's length (AttentionMetadata's contract).
 - **One kernel.** A program owns one kv head, a set of partitions and a [GROUP_PAD, D] q tile
-  (GROUP_PAD = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token; verify up
-  to GROUP_PAD // group, so 8 tokens x 4 heads read each K/V page twice, not 8 times). Tile shapes,
-  BLOCK_N, num_warps and every constexpr are the same for decode and verify (the pipeline depth,
-  `num_stages`, only schedules the same operations: decode takes 2, verify 3, see
-  `decode_stages`); the mode lives in runtime ints that Triton is told not to specialise (`do_not_specialize`; so are the
-  block-table stride and the metadata pointers' alignment, which differ between eager steps and
-  graph buckets). Row r of a dot reads row r of its left operand only, so other rows of the tile
+  (GROUP_PAD = max(16, group)): `tok_per_prog` consecutive tokens x `group` heads (decode 1 token;
+  verify up to GROUP_PAD // group, so 8 tokens x 4 heads read each K/V page twice, not 8 times).
+  Tile shapes, BLOCK_N, num_warps and every constexpr are the same for decode and verify (the
+  pipeline depth, `num_stages`, only schedules the same operations: decode takes 2, verify 3, see
+  `decode_stages`); the mode lives in runtime ints that Triton is told not to specialise
+  (`do_not_specialize`; so are the block-table stride and the metadata pointers' alignment, which
+  differ between eager steps and graph buckets). Row r of a dot reads row r of its left operand only, so other rows of the tile
   do not change it.
 - **What a verify program does beyond the decode is an exact no-op.** Every tile takes the one
   masked path (`qk = where(n < L_r, qk, -inf)`), so a tile yields the same bits for row r whether or
@@ -44,8 +45,9 @@ the decode of that token has). Every floating-point operation producing the row 
   per partition size, each storing only its rows.
 
 Limits: a different Triton/ptxas version or GPU may round differently, but still the same for
-decode and verify (the GPU tests check decode == verify bit for bit on the machine they run on); config overrides (`block_n`, `min_partition`, ...) are for the
-micro-benchmark sweep and give invariance only among calls with the same overrides. Sequences with
+decode and verify (the GPU tests check decode == verify bit for bit on the machine they run on);
+config overrides (`block_n`, `min_partition`, ...) are for the micro-benchmark sweep and give
+invariance only among calls with the same overrides. Sequences with
 seq_len 0 (graph padding) produce zeros. `_kv_rows` and `_attend_tile` are shared with
 `paged_prefill.py` (prefill and tree verify: not invariant).
 """
@@ -230,8 +232,8 @@ REDUCE = os.environ.get("TURBOSPEC_ATTN_REDUCE", "auto")
 if REDUCE not in ("auto", "fused", "two"):
     raise ValueError(f"TURBOSPEC_ATTN_REDUCE={REDUCE!r}: use auto (default), fused or two")
 FUSED_MAX_ROWS = int(os.environ.get("TURBOSPEC_ATTN_FUSED_MAX_ROWS", "3"))
-# Programs per SM the split over partitions aims at (`split_programs`); TURBOSPEC_ATTN_PROGRAMS_PER_SM
-# overrides it (A/B runs).
+# Programs per SM the split over partitions aims at (`split_programs`: at least two per row block);
+# TURBOSPEC_ATTN_PROGRAMS_PER_SM overrides it (A/B runs).
 _PPS = os.environ.get("TURBOSPEC_ATTN_PROGRAMS_PER_SM", "2")
 try:
     PROGRAMS_PER_SM = float(_PPS)
