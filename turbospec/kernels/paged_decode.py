@@ -30,8 +30,8 @@ the decode of that token has). Every floating-point operation producing the row 
   pipeline depth, `num_stages`, only schedules the same operations: decode takes 2, verify 3, see
   `decode_stages`); the mode lives in runtime ints that Triton is told not to specialise
   (`do_not_specialize`; so are the block-table stride and the metadata pointers' alignment, which
-  differ between eager steps and graph buckets). Row r of a dot reads row r of its left operand only, so other rows of the tile
-  do not change it.
+  differ between eager steps and graph buckets). Row r of a dot reads row r of its left operand
+  only, so other rows of the tile do not change it.
 - **What a verify program does beyond the decode is an exact no-op.** Every tile takes the one
   masked path (`qk = where(n < L_r, qk, -inf)`), so a tile yields the same bits for row r whether or
   not other rows of the program see further. A verify program runs to its longest row; for a
@@ -240,7 +240,8 @@ try:
 except ValueError:
     PROGRAMS_PER_SM = -1.0
 if not 0 < PROGRAMS_PER_SM <= 64:
-    raise ValueError(f"TURBOSPEC_ATTN_PROGRAMS_PER_SM={_PPS!r}: give a number of programs per SM in (0, 64] (default 2)")
+    raise ValueError(f"TURBOSPEC_ATTN_PROGRAMS_PER_SM={_PPS!r}: give a number of programs per SM "
+                     f"in (0, 64] (default 2)")
 FUSED_REDUCE: bool | None = None if REDUCE == "auto" else REDUCE == "fused"
 _LOCKS: dict = {}
 _SM_COUNT: dict = {}
