@@ -17,6 +17,7 @@
 #       final (oracle qwen3-8b b1, qwen3-8b decode, MoE oracle b1/16 or $MOE_BATCHES)  refactorab (default-path refactors vs out/base)
 #       bisect30b (qwen3-30b-a3b FP8 b1: out/base / HEAD / HEAD with out/base's moe_align.py)
 #       resttests (test_fp8_moe_kernels, attention, engine, fused layers, rope/store)
+#       ncuattn (Nsight Compute on decode attention, batch 16 and 64)
 #       attnidx (decode attention: KV rows looked up a tile ahead vs out/base; b1/b16 decode vs out/base, 3 pairs)
 #       serverlen (qwen3-8b, qwen3-30b-a3b FP8 decode and the MoE oracle at --max-model-len 8192)
 #       attnab (decode attention's programs per row vs out/base/paged_decode.py: tests, kernel times, qwen3-8b decode)
@@ -160,6 +161,13 @@ for part in ${*:-tests decode oracle drafters}; do
               run 240 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes ${MOE_BATCHES:-16,64} \
                 --prompt-len 256 --max-tokens 64 --max-model-len 8192 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
+    ncuattn)  # Nsight Compute on decode attention at batch 16 and 64 (bench/ncu_attn.py): why a program streams
+              # its KV at 40-60% of copy bandwidth (stalls, occupancy, bytes in flight)
+              NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+              run 200 "$NCU" --clock-control none --kernel-name regex:"_paged_decode_kernel|_reduce_partitions_kernel" \
+                --launch-skip 0 --launch-count 12 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+                --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+                --section SourceCounters python3 bench/ncu_attn.py ;;
     attnidx)  # decode attention with the next tile's KV rows looked up one iteration ahead vs 9dac746 (out/base/paged_decode_head.py),
               # then qwen3-8b decode b1 / b16 (--max-model-len 8192) against 9f739a1's kernel (out/base/paged_decode.py), three pairs
               run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_attention_kernels.py
