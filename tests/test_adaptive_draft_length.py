@@ -114,3 +114,61 @@ def test_costly_probes_are_spaced_by_the_budget():
     extra = a.policy.step_seconds(1, 7) / a.policy.step_seconds(1, 0) - 1
     picks = [a.choose(1) for _ in range(200)]
     assert picks.index(7) + 2 == max(a.PROBE_MIN, math.ceil(extra / a.PROBE_BUDGET)) > a.PROBE_MIN   # + the first
+
+
+def test_tree_profile_learns_what_each_budget_delivers():
+    """Trees (k = node budget, at most `depth` accepted): before any data a budget is priced as a
+    chain of min(k, depth) at the learned per-depth rates; once drafted, by what it delivered."""
+    from turbospec.spec.moe_cost import AcceptanceProfile, TreeAcceptanceProfile
+    t = TreeAcceptanceProfile(max_len=24, depth=4, prior_rate=0.7)
+    assert t.expected_accepted(24) == t.expected_accepted(4) < 4.0    # never more than the depth
+    assert t.expected_accepted(0) == 0.0
+    for _ in range(300):                             # the full tree: 3 of 4 levels accepted
+        t.observe(24, 3)
+    for _ in range(300):                             # a 2-node tree rarely gets one
+        t.observe(2, 0)
+        t.observe(2, 1) if _ % 4 == 0 else None
+    assert abs(t.expected_accepted(24) - 3.0) < 0.05
+    assert abs(t.expected_accepted(2) - 0.25) < 0.05
+    chain = AcceptanceProfile(max_len=24, prior_rate=0.7)        # the chain model on the same steps
+    for _ in range(300):
+        chain.observe(24, 3)
+    assert chain.expected_accepted(2) > 1.5          # would price the 2-node tree at ~2 tokens
+
+
+def test_tree_budget_that_does_not_pay_is_dropped():
+    """A smaller tree priced by the prior (a chain as deep as it is long) is tried, found to
+    deliver less, and dropped for the full tree; a tree that delivers nothing turns drafting off."""
+    a = AdaptiveDraftLength(COST, 7, tree_depth=3)
+    for _ in range(100):
+        a.observe(7, 3)                              # the whole depth accepted: 4 tokens a step
+    small = a.choose(1)
+    assert small == 3                                # priced as a chain of 3 at rate ~1: cheaper
+    for _ in range(100):
+        a.observe(small, 0)                          # but 3 nodes deliver nothing
+    assert a.choose(1) == 7
+    b = AdaptiveDraftLength(COST, 7, tree_depth=3)
+    for _ in range(100):
+        b.observe(7, 0)
+    assert b.choose(1) == 0
+
+
+def test_engine_tree_auto_is_lossless_and_learns_per_budget(codelm_dir):
+    """EAGLE-3 dynamic trees with the automatic draft length through the engine (the committed
+    drafter, CPU): greedy output equals plain decoding's, the verify cost was measured as tree
+    verifies, and acceptance is learned per node budget, never above the tree's depth."""
+    from turbospec import LLM, SamplingParams
+    from turbospec.spec.moe_cost import TreeAcceptanceProfile
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    prompts = ["def fibonacci(n):\n    if n < 2:\n        return n\n",
+               "class Stack:\n    def __init__(self):\n        self.items = []\n"]
+    want = [o.outputs[0].token_ids for o in LLM(str(codelm_dir), device="cpu", dtype="float32").generate(prompts, params)]
+    spec = {"method": "eagle3", "model": str(codelm_dir.parent / "codelm-12m-eagle3"), "num_speculative_tokens": 8,
+            "tree": {"topk": 2, "depth": 4, "budget": 8}, "draft_length": "auto"}
+    llm = LLM(str(codelm_dir), device="cpu", dtype="float32", speculative_config=spec)
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
+    a = llm.llm_engine.adaptive
+    assert isinstance(a.profile, TreeAcceptanceProfile) and a.profile.depth == 4
+    assert "tree verify" in a.policy.cost.setting
+    assert sum(w for w, _ in a.profile.by_budget.values()) > 0
+    assert all(a.profile.expected_accepted(k) <= 4.0 for k in a.ks)

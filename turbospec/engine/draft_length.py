@@ -12,7 +12,8 @@ import torch
 
 from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.layers.linear import INVARIANT_MAX_M
-from turbospec.spec.moe_cost import AcceptanceProfile, DraftLengthPolicy, StepCostTable, analytic_step_table
+from turbospec.spec.moe_cost import (AcceptanceProfile, DraftLengthPolicy, StepCostTable, TreeAcceptanceProfile,
+                                     analytic_step_table)
 from turbospec.spec.proposer import Proposal
 
 COST_BATCHES = (1, 4, 16, 64)
@@ -62,9 +63,12 @@ class AdaptiveDraftLength:
     PROBE_MIN = 8
     PROBE_BUDGET = 0.15
 
-    def __init__(self, cost: StepCostTable, k_max: int, prior_rate: float = 0.7):
+    def __init__(self, cost: StepCostTable, k_max: int, prior_rate: float = 0.7, tree_depth: int | None = None):
+        """tree_depth: the proposer drafts trees of this depth and k is their node budget
+        (`TreeAcceptanceProfile`); None: chains."""
         self.ks = candidate_ks(k_max)
-        self.profile = AcceptanceProfile(max_len=k_max, prior_rate=prior_rate)
+        self.profile = (TreeAcceptanceProfile(max_len=k_max, prior_rate=prior_rate, depth=tree_depth)
+                        if tree_depth else AcceptanceProfile(max_len=k_max, prior_rate=prior_rate))
         self.policy = DraftLengthPolicy(cost, self.profile, max_k=k_max, draft_seconds=self._draft_seconds)
         self.draft_s_per_token = 0.0        # median proposer seconds per drafted position, per step
         self._draft_times: list[float] = []                  # seconds per drafted position
@@ -154,9 +158,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int = 5) -> StepCostTable:
+def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int = 5,
+                       tree: bool = False) -> StepCostTable:
     """Seconds of one target forward with k drafts per sequence, at a few batch sizes, timed on
-    dummy sequences in the engine's own KV pool (CUDA graphs included). On the CPU batches 1 and 4
+    dummy sequences in the engine's own KV pool (CUDA graphs included). tree: the drafts are
+    verified as a tree (a tree mask, the multi-token attention path), as a tree proposer's are. On the CPU batches 1 and 4
     only, at context 128 (the analytic bytes model used before priced a CPU verify like a
     decode step and drafting too dear: on the demo model the automatic k then ran slower than
     plain decoding)."""
@@ -179,7 +185,9 @@ def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int 
             s.num_computed_tokens = prompt_len - 1      # KV content is irrelevant to the timing
         for k in ks:
             sched = [ScheduledSeq(s, 1, k) for s in seqs]
-            prop = Proposal(torch.ones(b, k, dtype=torch.long), [k] * b) if k else None
+            parents = (torch.arange(-1, k - 1, dtype=torch.long).expand(b, k).clone()     # [b, k] a chain-shaped tree
+                       if tree else None)
+            prop = Proposal(torch.ones(b, k, dtype=torch.long), [k] * b, parents=parents) if k else None
             rows = {i: i for i in range(b)} if k else {}
             times = []
             for it in range(iters + 2):
@@ -195,4 +203,4 @@ def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int 
     if not out:                                          # no room in the KV pool: the bytes model
         return analytic_step_table(engine.model_config, [1], [k + 1 for k in ks], bandwidth=2e10, weight_bytes=4.0)
     where = torch.cuda.get_device_name() if cuda else "the CPU"
-    return StepCostTable(out, f"measured on {where} at context {prompt_len}")
+    return StepCostTable(out, f"measured on {where} at context {prompt_len}{', tree verify' if tree else ''}")

@@ -93,7 +93,10 @@ class LLMEngine:
         self.startup["graph_capture_seconds"] = capture_s
         self.startup["num_cuda_graphs"] = (runner.graphs.num_graphs if runner.graphs else 0) + \
             (len(self.burst.graphs) if self.burst is not None else 0)
-        self.adaptive = AdaptiveDraftLength(measure_cost_table(self, ks), k) if auto_draft_length and k else None
+        tree = getattr(self.proposer, "tree", None)              # EAGLE-3 trees: k is the node budget
+        self.adaptive = (AdaptiveDraftLength(measure_cost_table(self, ks, tree=tree is not None), k,
+                                             tree_depth=tree["depth"] if tree else None)
+                         if auto_draft_length and k else None)
 
     @classmethod
     def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,

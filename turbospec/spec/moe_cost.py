@@ -182,6 +182,40 @@ class AcceptanceProfile:
         return 1.0 + self.expected_accepted(k)
 
 
+@dataclass
+class TreeAcceptanceProfile(AcceptanceProfile):
+    """Acceptance of draft trees (EAGLE-2 dynamic trees: the `n` best nodes of a tree `depth` deep),
+    where the draft length is the node budget. A chain's per-position model does not fit: no more
+    than `depth` drafts can be accepted however many nodes there are, and n nodes accept more
+    than a chain of n positions would at the tree's per-depth rates. So the per-depth rates
+    (positions up to `depth`, learned as for a chain) only give a prior, E[accepted | n] <= the
+    chain of min(n, depth); what a budget n delivered when it was drafted is kept per n
+    (`by_budget`: observations, accepted drafts) and pulls the estimate toward its mean with
+    `prior_strength` weight on the prior."""
+    depth: int = 1
+    by_budget: dict = field(default_factory=dict)
+
+    def observe_many(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        super().observe_many([min(int(n), self.depth) for n in drafted],
+                             [min(int(a), self.depth) for a in accepted])
+        if self.decay != 1.0:
+            self.by_budget = {n: [w * self.decay, a * self.decay] for n, (w, a) in self.by_budget.items()}
+        for n, a in zip(drafted, accepted):
+            if int(n) > 0:
+                w_a = self.by_budget.setdefault(int(n), [0.0, 0.0])
+                w_a[0] += 1.0
+                w_a[1] += min(int(a), int(n), self.depth)
+
+    def expected_accepted(self, k: int) -> float:
+        if k <= 0:
+            return 0.0
+        prior = super().expected_accepted(min(k, self.depth))
+        w, a = self.by_budget.get(k, (0.0, 0.0))
+        if w + self.prior_strength <= 0:
+            return prior
+        return (a + self.prior_strength * prior) / (w + self.prior_strength)
+
+
 class DraftLengthPolicy:
     """Picks the chain length per step from the acceptance profile and the verify cost.
 
