@@ -142,8 +142,9 @@ def test_tree_budget_that_does_not_pay_is_dropped():
     a = AdaptiveDraftLength(COST, 7, tree_depth=3)
     for _ in range(100):
         a.observe(7, 3)                              # the whole depth accepted: 4 tokens a step
+    assert a.ks == [0, 1, 2, 4, 7]                   # a tree's budgets: powers of two and the budget
     small = a.choose(1)
-    assert small == 3                                # priced as a chain of 3 at rate ~1: cheaper
+    assert small == 4                                # priced as a chain of 3 at rate ~1: cheaper
     for _ in range(100):
         a.observe(small, 0)                          # but 3 nodes deliver nothing
     assert a.choose(1) == 7

@@ -27,8 +27,11 @@ def exact_k_cap(num_seqs: int) -> int:
     return max(0, INVARIANT_MAX_M // max(num_seqs, 1) - 1)
 
 
-def candidate_ks(k_max: int) -> list[int]:
-    """Draft lengths the engine may pick (and captures verify graphs for)."""
+def candidate_ks(k_max: int, tree: bool = False) -> list[int]:
+    """Draft lengths the engine may pick (and captures verify graphs for): 0-4 and k_max; for a
+    tree (k = node budget, often 16-64) 0, 1, 2, 4, 8, ... up to the budget and the budget."""
+    if tree:
+        return sorted({0, k_max} | {1 << i for i in range(k_max.bit_length()) if 1 << i <= k_max})
     return sorted({0, 1, 2, 3, 4, k_max} & set(range(k_max + 1)))
 
 
@@ -66,7 +69,7 @@ class AdaptiveDraftLength:
     def __init__(self, cost: StepCostTable, k_max: int, prior_rate: float = 0.7, tree_depth: int | None = None):
         """tree_depth: the proposer drafts trees of this depth and k is their node budget
         (`TreeAcceptanceProfile`); None: chains."""
-        self.ks = candidate_ks(k_max)
+        self.ks = candidate_ks(k_max, tree=bool(tree_depth))
         self.profile = (TreeAcceptanceProfile(max_len=k_max, prior_rate=prior_rate, depth=tree_depth)
                         if tree_depth else AcceptanceProfile(max_len=k_max, prior_rate=prior_rate))
         self.policy = DraftLengthPolicy(cost, self.profile, max_k=k_max, draft_seconds=self._draft_seconds)

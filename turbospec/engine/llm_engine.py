@@ -74,11 +74,13 @@ class LLMEngine:
         """CUDA graphs (decode and verify), decode bursts, the automatic draft length: each only
         where it applies (engine/cuda_graph.py, multistep.py, draft_length.py)."""
         ec, runner = self.engine_config, self.runner
-        ks = candidate_ks(k) if auto_draft_length and k else sorted({0, k})
+        tree = getattr(self.proposer, "tree", None)              # EAGLE-3 trees: k is the node budget
+        ks = candidate_ks(k, tree=tree is not None) if auto_draft_length and k else sorted({0, k})
         max_batch = min(ec.max_num_seqs, MAX_GRAPH_BATCH)
         capture_s = 0.0
-        if not ec.enforce_eager:
-            capture_s = runner.capture_graphs(max_batch, graph_query_lens or [kk + 1 for kk in ks], self.max_model_len)
+        if not ec.enforce_eager:                 # a tree verify (tree mask) runs eagerly: decode graphs only
+            query_lens = graph_query_lens or ([1] if tree else [kk + 1 for kk in ks])
+            capture_s = runner.capture_graphs(max_batch, query_lens, self.max_model_len)
         if runner.graphs is not None and ec.max_num_seqs > MAX_GRAPH_BATCH:
             warnings.warn(f"max_num_seqs={ec.max_num_seqs}: CUDA graphs and decode bursts cover at most "
                           f"{MAX_GRAPH_BATCH} running sequences, so steps with more run eagerly (several times "
@@ -93,7 +95,6 @@ class LLMEngine:
         self.startup["graph_capture_seconds"] = capture_s
         self.startup["num_cuda_graphs"] = (runner.graphs.num_graphs if runner.graphs else 0) + \
             (len(self.burst.graphs) if self.burst is not None else 0)
-        tree = getattr(self.proposer, "tree", None)              # EAGLE-3 trees: k is the node budget
         self.adaptive = (AdaptiveDraftLength(measure_cost_table(self, ks, tree=tree is not None), k,
                                              tree_depth=tree["depth"] if tree else None)
                          if auto_draft_length and k else None)
