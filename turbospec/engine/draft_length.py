@@ -28,8 +28,8 @@ def exact_k_cap(num_seqs: int) -> int:
 
 
 def candidate_ks(k_max: int, tree: bool = False) -> list[int]:
-    """Draft lengths the engine may pick (and captures verify graphs for): 0-4 and k_max; for a
-    tree (k = node budget, often 16-64) 0, 1, 2, 4, 8, ... up to the budget and the budget."""
+    """Draft lengths the engine may pick: 0-4 and k_max (chains: it captures their verify graphs);
+    for a tree (k = node budget, often 16-64) 0, 1, 2, 4, 8, ... up to the budget and the budget."""
     if tree:
         return sorted({0, k_max} | {1 << i for i in range(k_max.bit_length()) if 1 << i <= k_max})
     return sorted({0, 1, 2, 3, 4, k_max} & set(range(k_max + 1)))
@@ -165,8 +165,8 @@ def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int 
                        tree: bool = False) -> StepCostTable:
     """Seconds of one target forward with k drafts per sequence, at a few batch sizes, timed on
     dummy sequences in the engine's own KV pool (CUDA graphs included). tree: the drafts are
-    verified as a tree (a tree mask, the multi-token attention path), as a tree proposer's are. On the CPU batches 1 and 4
-    only, at context 128 (the analytic bytes model used before priced a CPU verify like a
+    verified as a tree (a tree mask, the multi-token attention path, eager), as a tree proposer's
+    are. On the CPU batches 1 and 4 only, at context 128 (the analytic bytes model used before priced a CPU verify like a
     decode step and drafting too dear: on the demo model the automatic k then ran slower than
     plain decoding)."""
     from turbospec.engine.sequence import Sequence

@@ -186,12 +186,12 @@ class AcceptanceProfile:
 class TreeAcceptanceProfile(AcceptanceProfile):
     """Acceptance of draft trees (EAGLE-2 dynamic trees: the `n` best nodes of a tree `depth` deep),
     where the draft length is the node budget. A chain's per-position model does not fit: no more
-    than `depth` drafts can be accepted however many nodes there are, and n nodes accept more
-    than a chain of n positions would at the tree's per-depth rates. So the per-depth rates
-    (positions up to `depth`, learned as for a chain) only give a prior, E[accepted | n] <= the
-    chain of min(n, depth); what a budget n delivered when it was drafted is kept per n
-    (`by_budget`: observations, accepted drafts) and pulls the estimate toward its mean with
-    `prior_strength` weight on the prior."""
+    than `depth` drafts can be accepted however many nodes there are, and a tree pruned to a few
+    nodes accepts less than a chain of as many positions at the full tree's per-depth rates (it
+    lacks the siblings those rates came from). So the per-depth rates (positions up to `depth`,
+    learned as for a chain) only give a budget's prior, the chain of min(n, depth); what a budget
+    n delivered when it was drafted is kept per n (`by_budget`: observations, accepted drafts) and
+    pulls the estimate toward its mean, with `prior_strength` weight on the prior."""
     depth: int = 1
     by_budget: dict = field(default_factory=dict)
 
