@@ -111,3 +111,32 @@ def test_non_streaming_client_disconnect_aborts(server):
     idle = _wait_for_idle(server)
     assert idle["vllm:kv_cache_usage_perc"] == 0.0 and idle["vllm:num_requests_running"] == 0.0, idle
     assert server.metric("vllm:request_success_total", finished_reason="abort") - aborts_before == 1
+
+
+def test_several_choices_are_all_aborted_on_disconnect(server):
+    """A request of 2 prompts x n = 3 (six engine requests): hanging up mid-stream, or giving up on
+    the non-streamed response, aborts all six and frees their KV."""
+    body = {"model": MODEL_NAME, "prompt": PROMPTS[:2], "n": 3, "max_tokens": 1500, "ignore_eos": True,
+            "temperature": 0}
+    aborts_before = server.metric("vllm:request_success_total", finished_reason="abort")
+
+    async def main():
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+            async with client.stream("POST", "/v1/completions", json={**body, "stream": True}, headers=AUTH) as r:
+                assert r.status_code == 200
+                seen = set()
+                async for line in r.aiter_lines():
+                    if line.startswith("data: {"):
+                        seen |= {c["index"] for c in json.loads(line[6:])["choices"]}
+                    if len(seen) == 6:
+                        break                      # every choice has streamed: hang up
+            try:
+                await asyncio.wait_for(client.post("/v1/completions", headers=AUTH, json=body), 1.5)
+            except asyncio.TimeoutError:
+                return True
+            return False
+    assert asyncio.run(main()), "six 1500-token requests finished in 1.5 s: the test needs longer ones"
+    idle = _wait_for_idle(server)
+    assert idle == {"vllm:kv_cache_usage_perc": 0.0, "vllm:num_requests_running": 0.0,
+                    "vllm:num_requests_waiting": 0.0}, idle
+    assert server.metric("vllm:request_success_total", finished_reason="abort") - aborts_before == 12

@@ -142,3 +142,64 @@ def test_vllm_bench_serve_payloads(server):
         events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
         assert '"completion_tokens":6' in events[-2]
+
+
+def test_completion_batch_of_prompts_and_n(client):
+    """A batch of prompts times n: choice i is prompt i // n, sample i % n; greedy samples equal
+    the single-prompt response; the usage counts each prompt once and every completion."""
+    prompts = [PROMPT, "import os\n"]
+    r = client.completions.create(model=MODEL_NAME, prompt=prompts, n=2, max_tokens=10, temperature=0)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    singles = [client.completions.create(model=MODEL_NAME, prompt=p, max_tokens=10, temperature=0) for p in prompts]
+    for i, c in enumerate(r.choices):
+        assert c.text == singles[i // 2].choices[0].text and c.finish_reason == singles[i // 2].choices[0].finish_reason
+    assert r.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in singles)
+    assert r.usage.completion_tokens == 2 * sum(s.usage.completion_tokens for s in singles)
+    ids = client.completions.create(model=MODEL_NAME, prompt=[[100, 200, 300], [5, 6]], max_tokens=4, temperature=0)
+    assert len(ids.choices) == 2 and ids.usage.prompt_tokens == 5
+
+
+def test_completion_n_samples_with_seed(client):
+    """Sample j of a seeded request draws with seed + j: the samples differ, and a repeated
+    request returns the same ones; sample 0 is the single request with that seed."""
+    kw = dict(model=MODEL_NAME, prompt="import ", max_tokens=12, temperature=1.0, seed=11)
+    a = [c.text for c in client.completions.create(n=4, **kw).choices]
+    b = [c.text for c in client.completions.create(n=4, **kw).choices]
+    assert a == b and len(set(a)) > 1
+    assert a[0] == client.completions.create(**kw).choices[0].text
+    assert a[1] == client.completions.create(**{**kw, "seed": 12}).choices[0].text
+
+
+def test_completion_stream_of_several_choices(client):
+    """Streamed, the choices interleave, each chunk tagged with its index: per index the text and
+    the finish reason are the non-streamed ones; one usage chunk at the end with the totals."""
+    kw = dict(model=MODEL_NAME, prompt=[PROMPT, "class A:"], n=2, max_tokens=12, temperature=0)
+    whole = client.completions.create(**kw)
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    texts, finishes = ["", "", "", ""], [[], [], [], []]
+    for c in chunks:
+        for ch in c.choices:
+            texts[ch.index] += ch.text
+            if ch.finish_reason:
+                finishes[ch.index].append(ch.finish_reason)
+    assert texts == [c.text for c in whole.choices]
+    assert finishes == [[c.finish_reason] for c in whole.choices]
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_chat_n(client):
+    whole = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, n=3, max_completion_tokens=8,
+                                           temperature=0)
+    assert [c.index for c in whole.choices] == [0, 1, 2]
+    assert len({c.message.content for c in whole.choices}) == 1          # greedy: three equal samples
+    one = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_completion_tokens=8, temperature=0)
+    assert whole.usage.prompt_tokens == one.usage.prompt_tokens
+    assert whole.usage.completion_tokens == 3 * one.usage.completion_tokens
+    chunks = list(client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, n=2, max_completion_tokens=8,
+                                                 temperature=0, stream=True))
+    roles = sorted(ch.index for c in chunks for ch in c.choices if ch.delta.role == "assistant")
+    assert roles == [0, 1]
+    for i in (0, 1):
+        assert "".join(ch.delta.content or "" for c in chunks for ch in c.choices if ch.index == i) == \
+            whole.choices[i].message.content

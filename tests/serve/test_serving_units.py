@@ -133,9 +133,24 @@ def test_delta_tracker_never_takes_back_streamed_text():
     assert t.update(_out("x\ny", [5, 6])).text == "\ny"       # it did not: released
 
 
+def test_n_is_a_strict_positive_integer():
+    assert parse_model(CompletionRequest, {"model": "m", "prompt": "p", "n": 3}).num_samples == 3
+    for bad in (True, 0, -1, 1.5, "2"):
+        with pytest.raises(APIError) as e:
+            parse_model(CompletionRequest, {"model": "m", "prompt": "p", "n": bad})
+        assert e.value.status == 400 and "n" in e.value.message
+
+
+def test_sample_seeds_differ_and_wrap():
+    from turbospec.sampling_params import SamplingParams
+    from turbospec.serve.choices import sample_params
+    p = SamplingParams(temperature=1.0, seed=2**63 - 1)
+    assert sample_params(p, 0) is p and sample_params(p, 1).seed == -(2**63)
+    assert sample_params(SamplingParams(temperature=1.0), 3).seed is None
+
+
 @pytest.mark.parametrize("body,ok", [
     ({"n": 1, "best_of": 1, "logit_bias": {}, "presence_penalty": 0.0, "user": "u", "echo": False}, True),
-    ({"n": True}, False),
     ({"frequency_penalty": 0.5}, False),
     ({"suffix": "tail"}, False),
 ])

@@ -1,9 +1,9 @@
 """OpenAI request bodies for /v1/completions and /v1/chat/completions, validated strictly.
 
 Types are strict (no "5" for 5, no true for 1). A field that would change what the model returns
-but that turbospec does not implement (`n` > 1, `best_of`, `logit_bias`, `tools`,
-`response_format`, penalties, ...) is rejected with a 400 naming it, unless it carries its neutral
-value. Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
+but that turbospec does not implement (`best_of`, `logit_bias`, `tools`, `response_format`,
+penalties, ...) is rejected with a 400 naming it, unless it carries its neutral value. `n` and a
+batch of prompts are served as one engine request per choice (serve/choices.py). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
 nothing is ever silently ignored.
 """
 from __future__ import annotations
@@ -26,7 +26,6 @@ HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safet
 
 # Fields accepted only at their neutral value(s); anything else is a 400.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
-    "n": (1, None),
     "best_of": (1, None),
     "echo": (False, None),
     "suffix": (None, ""),
@@ -70,6 +69,7 @@ class _SamplingFields(BaseModel):
     top_p: float | None = None
     top_k: int | None = None
     seed: int | None = Field(None, ge=-(2**63), lt=2**64)     # what torch.Generator takes
+    n: int | None = Field(None, ge=1)             # choices per prompt (serve/choices.py)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
@@ -81,10 +81,6 @@ class _SamplingFields(BaseModel):
     def check_supported(self) -> None:
         """Reject unknown fields and semantic fields set to a value turbospec does not implement."""
         extra = dict(self.model_extra or {})
-        n = extra.get("n")
-        if n is not None and not _is_neutral(n, NEUTRAL_VALUES["n"]):
-            raise bad_request(f"n={n!r} is not supported: turbospec returns exactly one choice per "
-                              "request; send several requests instead", param="n", code="unsupported_parameter")
         unsupported = [k for k, v in extra.items()
                        if k in NEUTRAL_VALUES and not _is_neutral(v, NEUTRAL_VALUES[k])]
         if unsupported:
@@ -103,6 +99,17 @@ class _SamplingFields(BaseModel):
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed when stream is true",
                               param="stream_options")
+
+    @property
+    def num_samples(self) -> int:
+        return self.n or 1
+
+    def check_num_choices(self, num_prompts: int) -> None:
+        from turbospec.serve.choices import MAX_CHOICES
+        if num_prompts * self.num_samples > MAX_CHOICES:
+            raise bad_request(f"{num_prompts} prompt(s) x n={self.num_samples} = {num_prompts * self.num_samples} "
+                              f"choices; at most {MAX_CHOICES} per request: split it into several requests",
+                              param="n")
 
     @property
     def include_usage_in_stream(self) -> bool:
@@ -140,20 +147,18 @@ class CompletionRequest(_SamplingFields):
     max_tokens: int | None = 16                   # OpenAI's default for completions
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
-    def single_prompt(self) -> str | list[int]:
-        """One prompt: a string or a list of token ids (a batch of one is unwrapped)."""
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts: a string, a list of token ids, or a batch of either (one choice per prompt
+        and sample, in order)."""
         p = self.prompt
         if isinstance(p, str):
-            return p
+            return [p]
         if not p:
             raise bad_request("prompt is an empty list: send a string or a list of token ids",
                               param="prompt")
         if isinstance(p[0], int):
-            return list(p)                          # type: ignore[arg-type]
-        if len(p) != 1:
-            raise bad_request(f"a batch of {len(p)} prompts is not supported: send one request per "
-                              "prompt", param="prompt", code="unsupported_parameter")
-        return p[0] if isinstance(p[0], str) else list(p[0])
+            return [list(p)]                        # type: ignore[arg-type]
+        return [q if isinstance(q, str) else list(q) for q in p]
 
     def to_sampling_params(self) -> SamplingParams:
         self.check_supported()

@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from turbospec.serve.async_engine import AsyncEngine
+from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, start_choices, usage
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.deltas import StreamDelta, TokenLogprob
 from turbospec.serve.errors import APIError
@@ -19,12 +20,8 @@ from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, Ch
                                        ChatCompletionResponse, ChatLogprobs, ChatMessageOut,
                                        ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
                                        CompletionResponse, DeltaMessage, SpeculativeDecodingInfo,
-                                       TopLogprob, UsageInfo, sse)
+                                       TopLogprob, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
-
-
-def _usage(d: StreamDelta) -> UsageInfo:
-    return UsageInfo.of(d.num_prompt_tokens, d.num_output_tokens)
 
 
 def _error_event(e: RequestFailed) -> str:
@@ -44,15 +41,15 @@ class OpenAIServing:
         except RequestFailed as e:
             raise APIError(e.status, e.message, code=e.code) from None
 
-    async def _collect(self, request: Request, stream: RequestStream) -> StreamDelta:
-        async def run() -> StreamDelta:
-            total = await stream.next()
-            while not total.finished:
-                total = total.merge(await stream.next())
-            return total
+    async def _start_choices(self, rid: str, params, prompts: list[dict], n: int) -> list[RequestStream]:
+        return await start_choices(self._start, rid, params, prompts, n)
+
+    async def _collect(self, request: Request, streams: list[RequestStream]) -> list[StreamDelta]:
         try:
-            return await wait_or_disconnect(request, run(), on_disconnect=stream.abort)
+            return await wait_or_disconnect(request, collect_all(streams),
+                                            on_disconnect=lambda: abort_all(streams))
         except RequestFailed as e:
+            abort_all(streams)
             raise APIError(e.status, e.message, code=e.code) from None
 
     # ---- /v1/completions -----------------------------------------------------------------------
@@ -60,94 +57,104 @@ class OpenAIServing:
         req = await read_request(request, CompletionRequest, self.max_body_bytes)
         check_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params()
-        prompt = req.single_prompt()
+        prompts = req.prompts()
+        req.check_num_choices(len(prompts))
         rid = f"cmpl-{uuid.uuid4().hex}"
-        stream = await self._start(rid, params, prompt=prompt)
+        streams = await self._start_choices(rid, params, [{"prompt": p} for p in prompts], req.num_samples)
         if req.stream:
-            return SSEResponse(self._completion_events(rid, req, stream))
+            return SSEResponse(self._completion_events(rid, req, streams))
         try:
-            d = await self._collect(request, stream)
+            finals = await self._collect(request, streams)
         except ClientGone:
             return Response(status_code=499)
-        choice = CompletionChoice(text=d.text, finish_reason=d.finish_reason, stop_reason=d.stop_reason,
-                                  logprobs=_completion_logprobs(d.logprobs, 0)[0])
-        body = CompletionResponse(id=rid, model=req.model, choices=[choice], usage=_usage(d),
-                                  speculative_decoding=SpeculativeDecodingInfo.of(d.spec))
+        choices = [CompletionChoice(index=i, text=d.text, finish_reason=d.finish_reason, stop_reason=d.stop_reason,
+                                    logprobs=_completion_logprobs(d.logprobs, 0)[0]) for i, d in enumerate(finals)]
+        body = CompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
+                                  speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
 
     async def _completion_events(self, rid: str, req: CompletionRequest,
-                                 stream: RequestStream) -> AsyncIterator[str]:
-        created, offset = int(time.time()), 0
+                                 streams: list[RequestStream]) -> AsyncIterator[str]:
+        created, offsets, finals = int(time.time()), [0] * len(streams), [None] * len(streams)
+
+        def chunk(choices, usage_info=None, spec=None) -> str:
+            return sse(CompletionResponse(id=rid, created=created, model=req.model, choices=choices,
+                                          usage=usage_info, speculative_decoding=spec))
+        events = merged(streams)
         try:
-            while not stream.finished:
-                d = await stream.next()
+            async for i, d in events:
                 if not (d.text or d.finished or d.token_ids):
                     continue
-                logprobs, offset = _completion_logprobs(d.logprobs, offset)
+                logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                choice = CompletionChoice(text=d.text, logprobs=logprobs, finish_reason=d.finish_reason,
-                                          stop_reason=d.stop_reason)
-                yield sse(CompletionResponse(id=rid, created=created, model=req.model, choices=[choice],
-                                             speculative_decoding=spec))
-                if d.finished and req.include_usage_in_stream:
-                    yield sse(CompletionResponse(id=rid, created=created, model=req.model, choices=[],
-                                                 usage=_usage(d), speculative_decoding=spec))
+                yield chunk([CompletionChoice(index=i, text=d.text, logprobs=logprobs, finish_reason=d.finish_reason,
+                                              stop_reason=d.stop_reason)], spec=spec)
+                if d.finished:
+                    finals[i] = d
+            if req.include_usage_in_stream:
+                yield chunk([], usage(finals, req.num_samples), SpeculativeDecodingInfo.of(spec_total(finals)))
             yield SSE_DONE
         except RequestFailed as e:
             yield _error_event(e)
             yield SSE_DONE
         finally:
-            stream.abort()                  # no-op once finished; frees KV when the client left
+            await events.aclose()
+            abort_all(streams)             # no-op once finished; frees KV when the client left
 
     # ---- /v1/chat/completions ------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, self.max_body_bytes)
         check_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params()
+        req.check_num_choices(1)
         if not self.engine.has_chat_template:
             raise APIError(400, f"the model {req.model!r} has no chat template (its tokenizer_config.json "
                            "sets no `chat_template`): use /v1/completions, or add a template to the "
                            "model directory", code="no_chat_template")
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        stream = await self._start(rid, params, messages=req.template_messages())
+        streams = await self._start_choices(rid, params, [{"messages": req.template_messages()}], req.num_samples)
         if req.stream:
-            return SSEResponse(self._chat_events(rid, req, stream))
+            return SSEResponse(self._chat_events(rid, req, streams))
         try:
-            d = await self._collect(request, stream)
+            finals = await self._collect(request, streams)
         except ClientGone:
             return Response(status_code=499)
-        choice = ChatChoice(message=ChatMessageOut(content=d.text), finish_reason=d.finish_reason,
-                            stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs))
-        body = ChatCompletionResponse(id=rid, model=req.model, choices=[choice], usage=_usage(d),
-                                      speculative_decoding=SpeculativeDecodingInfo.of(d.spec))
+        choices = [ChatChoice(index=i, message=ChatMessageOut(content=d.text), finish_reason=d.finish_reason,
+                              stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs))
+                   for i, d in enumerate(finals)]
+        body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
+                                      speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
 
     async def _chat_events(self, rid: str, req: ChatCompletionRequest,
-                           stream: RequestStream) -> AsyncIterator[str]:
-        created = int(time.time())
+                           streams: list[RequestStream]) -> AsyncIterator[str]:
+        created, finals, events = int(time.time()), [None] * len(streams), merged(streams)
 
-        def chunk(choices, usage=None, spec=None) -> str:
+        def chunk(choices, usage_info=None, spec=None) -> str:
             return sse(ChatCompletionChunk(id=rid, created=created, model=req.model, choices=choices,
-                                           usage=usage, speculative_decoding=spec))
+                                           usage=usage_info, speculative_decoding=spec))
         try:
-            yield chunk([ChatChunkChoice(delta=DeltaMessage(role="assistant", content=""))])
-            while not stream.finished:
-                d = await stream.next()
+            for i in range(len(streams)):
+                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
+            async for i, d in events:
                 if not (d.text or d.finished or d.token_ids):
                     continue
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
                 delta = DeltaMessage(content=d.text if d.text or not d.finished else None)
-                yield chunk([ChatChunkChoice(delta=delta, logprobs=_chat_logprobs(d.logprobs),
+                yield chunk([ChatChunkChoice(index=i, delta=delta, logprobs=_chat_logprobs(d.logprobs),
                                              finish_reason=d.finish_reason, stop_reason=d.stop_reason)],
                             spec=spec)
-                if d.finished and req.include_usage_in_stream:
-                    yield chunk([], usage=_usage(d), spec=spec)
+                if d.finished:
+                    finals[i] = d
+            if req.include_usage_in_stream:
+                yield chunk([], usage(finals, req.num_samples), SpeculativeDecodingInfo.of(spec_total(finals)))
             yield SSE_DONE
         except RequestFailed as e:
             yield _error_event(e)
             yield SSE_DONE
         finally:
-            stream.abort()
+            await events.aclose()
+            abort_all(streams)
 
 
 def _completion_logprobs(lps: list[TokenLogprob] | None, offset: int) -> tuple[CompletionLogprobs | None, int]:
