@@ -15,6 +15,7 @@ _SUBCOMMAND_MODULES = (
     "turbospec.benchmarks.cli",    # turbospec bench decode|spec
     "turbospec.audit.cli",         # turbospec audit
     "turbospec.train.cli",         # turbospec train eagle3|dflash
+    "turbospec.recipes.cli",       # turbospec recipe list|show|check|run
 )
 
 for _name in _SUBCOMMAND_MODULES:

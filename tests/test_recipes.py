@@ -1,0 +1,115 @@
+"""Pinned recipes (`turbospec recipe`): every shipped step is a command line the real CLI accepts,
+placeholders fill in, `check` tells a wrong model or machine apart, `run` runs a step, and a broken
+recipe file gets an error that names the file and the fix."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from turbospec.cli import app
+from turbospec.recipes import load, names
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def _parse(argv: list[str]):
+    """Parse a `turbospec ...` command line as the CLI would, without running it (a context with
+    the converted parameters; raises on an unknown flag or a bad value)."""
+    cmd = get_command(app)
+    name, args = "turbospec", list(argv)
+    while hasattr(cmd, "list_commands"):             # a group (typer's click may be vendored)
+        name, args = args[0], args[1:]
+        sub = cmd.get_command(cmd.context_class(cmd), name)
+        assert sub is not None, f"no command {name!r} in {argv}"
+        cmd = sub
+    return cmd.make_context(name, args)
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_shipped_step_is_a_valid_command(name):
+    r = load(name)
+    assert r.steps and r.model["default"] and r.measured.strip()
+    values = r.values()
+    for step in r.steps:
+        argv = r.argv(step, values)
+        assert not any("{" + p + "}" in a for a in argv for p in values), (step.name, argv)
+        ctx = _parse(argv)                               # raises on an unknown flag or a bad value
+        if step.spec is not None:
+            spec = json.loads(ctx.params["speculative_config"])
+            assert spec["method"] in ("ngram", "draft_model", "eagle3", "dflash", "mtp", "oracle")
+
+
+def test_names_cover_cpu_and_gpu():
+    assert {"codelm-12m-cpu", "qwen3-8b-h200", "qwen3-30b-a3b-fp8-h200"} <= set(names())
+
+
+def test_show_fills_placeholders_and_overrides():
+    r = runner.invoke(app, ["recipe", "show", "qwen3-8b-h200", "--model", "models/Qwen3-8B",
+                            "--set", "drafter=/d/mine"])
+    assert r.exit_code == 0, r.output
+    serve = next(line for line in r.output.splitlines() if line.startswith("turbospec serve"))
+    argv = shlex.split(serve)[1:]
+    assert argv[:2] == ["serve", "models/Qwen3-8B"]
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "eagle3", "model": "/d/mine", "num_speculative_tokens": 7, "draft_length": "auto"}
+    assert "# GPU: H200 | pinned: torch 2.11, triton 3.6, transformers 5.17" in r.output
+    bad = runner.invoke(app, ["recipe", "show", "qwen3-8b-h200", "--set", "draftr=x"])
+    assert bad.exit_code == 2 and "no placeholder {draftr}" in bad.output
+    bad = runner.invoke(app, ["recipe", "show", "qwen3-8b-h200", "--set", "drafter"])
+    assert bad.exit_code == 2 and "KEY=VALUE" in bad.output
+    bad = runner.invoke(app, ["recipe", "show", "llama-99b"])
+    assert bad.exit_code == 2 and "codelm-12m-cpu" in bad.output
+
+
+def test_check_tells_the_recipes_model_from_another(tiny_qwen3, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    ok = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu"])
+    assert ok.exit_code == 0, ok.output
+    assert "OK    model" in ok.output and "FAIL" not in ok.output
+    wrong = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu", "--model", str(tiny_qwen3)])
+    assert wrong.exit_code == 1
+    line = next(x for x in wrong.output.splitlines() if x.startswith("FAIL  model"))
+    assert "num_hidden_layers = 3 (recipe: 6)" in line
+    gpu = runner.invoke(app, ["recipe", "check", "qwen3-30b-a3b-fp8-h200", "--model", str(tiny_qwen3)])
+    assert gpu.exit_code == 1
+    assert "'Qwen3ForCausalLM' (recipe: 'Qwen3MoeForCausalLM')" in gpu.output
+    assert "quantization None (recipe: 'fp8')" in gpu.output
+
+
+def test_run_a_step(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    r = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "generate"])
+    assert r.exit_code == 0, r.output
+    assert "turbospec generate models/codelm-12m" in r.output and "def fibonacci(n):" in r.output
+    dry = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "train", "--dry-run", "--set", "data=d.jsonl"])
+    assert dry.exit_code == 0 and "--data d.jsonl" in dry.output
+    bad = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "deploy"])
+    assert bad.exit_code == 2 and "no step 'deploy'" in bad.output and "generate" in bad.output
+
+
+@pytest.mark.parametrize("text,message", [
+    ('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[[steps]]\nname = "a"\nargv = ["generate"]\n'
+     '[extras]\nx = 1\n', "unknown key(s) ['extras']"),
+    ('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[[steps]]\nname = "a"\n'
+     'argv = ["generate", "{modle}"]\n', "undeclared placeholder(s) ['{modle}']"),
+    ('name = "x"\ntitle = "t"\ngpu = "none"\n[[steps]]\nname = "a"\nargv = ["generate"]\n', "needs 'model'"),
+    ('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[[steps]]\nname = "a"\nargv = ["g"]\n'
+     '[[steps]]\nname = "a"\nargv = ["g"]\n', "two steps share a name"),
+    ('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[[steps]]\nname = "a"\nargv = []\n',
+     "non-empty list of strings"),
+    ('name = "x"\ntitle = \n', "not valid TOML"),
+])
+def test_broken_recipe_files_name_the_problem(tmp_path, text, message):
+    f = tmp_path / "mine.toml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=None) as e:
+        load(str(f))
+    assert message in str(e.value) and str(f) in str(e.value)
+    r = runner.invoke(app, ["recipe", "show", str(f)])
+    assert r.exit_code == 2

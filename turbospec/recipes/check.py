@@ -1,0 +1,109 @@
+"""`turbospec recipe check`: this machine and the model directory against a recipe.
+
+Each finding is OK, WARN (runs, but not what was measured: another package version or GPU, a
+placeholder path that does not exist yet) or FAIL (cannot run as written: no GPU for a GPU recipe,
+a model directory of another architecture or shape)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from turbospec.recipes import Recipe
+
+_NOT_CONFIG = {"default", "architecture", "quant_method"}
+
+
+@dataclass
+class Finding:
+    status: str              # OK | WARN | FAIL
+    what: str
+    detail: str
+
+
+def check(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
+    return _versions(recipe) + [_gpu(recipe)] + _model(recipe, values["model"]) + _paths(recipe, values)
+
+
+def _installed(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _versions(recipe: Recipe) -> list[Finding]:
+    out = []
+    for pkg, want in recipe.pinned.items():
+        have = _installed(pkg)
+        if have is None:
+            gpu_kernels = pkg == "triton" and recipe.gpu != "none"
+            out.append(Finding("FAIL" if gpu_kernels else "WARN", pkg,
+                               f"not installed (measured with {want})"
+                               + ("; the GPU kernels need it: pip install 'turbospec[gpu]'" if gpu_kernels else "")))
+        elif have.split("+")[0].split(".")[:len(want.split("."))] == want.split("."):
+            out.append(Finding("OK", pkg, f"{have} (pinned {want})"))
+        else:
+            out.append(Finding("WARN", pkg, f"{have}, the numbers were measured with {want}"))
+    return out
+
+
+def _gpu(recipe: Recipe) -> Finding:
+    if recipe.gpu == "none":
+        return Finding("OK", "device", "a CPU recipe")
+    import torch
+    if not torch.cuda.is_available():
+        return Finding("FAIL", "device", f"no CUDA GPU here; the recipe was measured on one {recipe.gpu}")
+    name = torch.cuda.get_device_name()
+    if recipe.gpu.lower() not in name.lower():
+        return Finding("WARN", "device", f"{name}; measured on {recipe.gpu}: expect other numbers")
+    return Finding("OK", "device", name)
+
+
+def _model(recipe: Recipe, model: str) -> list[Finding]:
+    path = Path(model)
+    if not path.is_dir():
+        return [Finding("WARN", "model", f"{model!r} is not a local directory: download it first (e.g. "
+                        f"`huggingface-cli download {model} --local-dir models/{path.name}`) and pass "
+                        f"--model models/{path.name}")]
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return [Finding("FAIL", "model", f"{path}/config.json is missing or not JSON ({e})")]
+    want = recipe.model
+    wrong = []
+    arch = (cfg.get("architectures") or [None])[0]
+    if "architecture" in want and arch != want["architecture"]:
+        wrong.append(f"architecture {arch!r} (recipe: {want['architecture']!r})")
+    if "quant_method" in want:
+        got = (cfg.get("quantization_config") or {}).get("quant_method")
+        if got != want["quant_method"]:
+            wrong.append(f"quantization {got!r} (recipe: {want['quant_method']!r})")
+    for key, val in want.items():
+        if key not in _NOT_CONFIG and cfg.get(key) != val:
+            wrong.append(f"{key} = {cfg.get(key)!r} (recipe: {val!r})")
+    if wrong:
+        return [Finding("FAIL", "model", f"{path} is not the recipe's model: " + "; ".join(wrong))]
+    return [Finding("OK", "model", f"{path}: {arch}" + "".join(
+        f", {k} {want[k]}" for k in want if k not in _NOT_CONFIG))]
+
+
+def _paths(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
+    """Placeholders that name a directory or file a step reads: present, or made by a step."""
+    out = []
+    for key in recipe.placeholders:
+        value = values[key]
+        made_by = [s.name for s in recipe.steps if _writes(s.argv, key)]
+        if Path(value).exists():
+            out.append(Finding("OK", key, value))
+        elif made_by:
+            out.append(Finding("WARN", key, f"{value} does not exist yet: step {made_by[0]!r} makes it"))
+        elif "/" in value or value.endswith((".jsonl", ".json")):
+            out.append(Finding("WARN", key, f"{value} does not exist: pass --set {key}=PATH"))
+    return out
+
+
+def _writes(argv: list[str], key: str) -> bool:
+    """Whether a step's command writes the placeholder's path (it follows --out)."""
+    return any(a == "--out" and i + 1 < len(argv) and argv[i + 1] == f"{{{key}}}" for i, a in enumerate(argv))

@@ -1,0 +1,85 @@
+"""`turbospec recipe list | show | check | run` (turbospec/recipes/__init__.py has the format)."""
+from __future__ import annotations
+
+import shlex
+
+import typer
+
+recipe_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                         help="Pinned recipes: a model, a GPU and the measured turbospec commands for them.")
+
+MODEL = typer.Option(None, "--model", help="the model directory (default: the recipe's model id)")
+SET = typer.Option([], "--set", help="a placeholder's value, KEY=VALUE (e.g. drafter=drafters/mine); repeatable")
+
+
+def _load(name: str, model: str | None, sets: list[str]):
+    from turbospec.recipes import load
+    overrides: dict[str, str | None] = {"model": model}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise typer.BadParameter(f"--set {item!r}: write KEY=VALUE, e.g. --set drafter=drafters/mine")
+        overrides[key] = value
+    try:
+        recipe = load(name)
+        return recipe, recipe.values(overrides)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+@recipe_app.command("list")
+def list_recipes() -> None:
+    """The shipped recipes."""
+    from turbospec.recipes import load, names
+    for n in names():
+        r = load(n)
+        typer.echo(f"{n:<28} {r.gpu:<6} {r.title}")
+
+
+@recipe_app.command("show")
+def show(name: str = typer.Argument(..., help="a shipped recipe's name or a .toml path"),
+         model: str = MODEL, sets: list[str] = SET) -> None:
+    """The recipe's setting, what was measured, and its steps as shell lines to copy."""
+    recipe, values = _load(name, model, sets)
+    typer.echo(f"# {recipe.title}")
+    typer.echo(f"# GPU: {recipe.gpu} | pinned: " + ", ".join(f"{k} {v}" for k, v in recipe.pinned.items()))
+    for line in recipe.measured.strip().splitlines():
+        typer.echo(f"# {line}")
+    for step in recipe.steps:
+        typer.echo(f"\n# {step.name}: {step.about}" if step.about else f"\n# {step.name}")
+        typer.echo("turbospec " + " ".join(shlex.quote(a) for a in recipe.argv(step, values)))
+
+
+@recipe_app.command("check")
+def check_cmd(name: str = typer.Argument(..., help="a shipped recipe's name or a .toml path"),
+              model: str = MODEL, sets: list[str] = SET) -> None:
+    """This machine and the model directory against the recipe; exit 1 on a FAIL."""
+    from turbospec.recipes.check import check
+    recipe, values = _load(name, model, sets)
+    findings = check(recipe, values)
+    for f in findings:
+        typer.echo(f"{f.status:<5} {f.what:<13} {f.detail}")
+    if any(f.status == "FAIL" for f in findings):
+        raise typer.Exit(1)
+
+
+@recipe_app.command("run")
+def run(name: str = typer.Argument(..., help="a shipped recipe's name or a .toml path"),
+        step: str = typer.Argument(..., help="the step to run (`turbospec recipe show` lists them)"),
+        model: str = MODEL, sets: list[str] = SET,
+        dry_run: bool = typer.Option(False, help="print the command instead of running it")) -> None:
+    """Run one step of the recipe, in this process, exactly as `show` prints it."""
+    recipe, values = _load(name, model, sets)
+    try:
+        argv = recipe.argv(recipe.step(step), values)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    typer.echo("turbospec " + " ".join(shlex.quote(a) for a in argv), err=True)
+    if dry_run:
+        return
+    from turbospec.cli import app
+    app(argv, prog_name="turbospec", standalone_mode=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipe_app, name="recipe")
