@@ -59,3 +59,21 @@ def test_chat_without_template_is_a_400(spec_server):
 def test_no_api_key_needed_when_none_set(spec_server):
     r = httpx.get(f"{spec_server.url}/v1/models", timeout=10)
     assert r.status_code == 200 and r.json()["data"][0]["id"] == MODEL_NAME
+
+
+def test_several_choices_with_speculation(spec_server):
+    """n = 3 greedy on the speculative server: three copies of the single response's text, and the
+    response's speculation figures are the three choices' summed (what the server's counters
+    moved by: the choices may draft in different steps, e.g. one that shares a step with another's
+    prefill drafts nothing in it)."""
+    client = openai.OpenAI(base_url=f"{spec_server.url}/v1", api_key="unused", timeout=60, max_retries=0)
+    one = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=32, temperature=0)
+    before = {k: spec_server.metric(k) for k in COUNTERS}
+    three = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=32, temperature=0, n=3)
+    after = {k: spec_server.metric(k) for k in COUNTERS}
+    assert [c.text for c in three.choices] == [one.choices[0].text] * 3
+    s3 = three.model_extra["speculative_decoding"]
+    assert s3["num_drafts"] > one.model_extra["speculative_decoding"]["num_drafts"] > 0
+    for key, counter in zip(("num_drafts", "num_draft_tokens", "num_accepted_tokens"), COUNTERS):
+        assert s3[key] == after[counter] - before[counter], key
+    assert s3["acceptance_length"] == 1 + s3["num_accepted_tokens"] / s3["num_drafts"]
