@@ -27,3 +27,6 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    # per prompt token {token_id: Logprob} (None for the first) once the prompt is computed, when
+    # SamplingParams.prompt_logprobs asked for them (vLLM's field)
+    prompt_logprobs: list[dict | None] | None = None

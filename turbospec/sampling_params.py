@@ -16,6 +16,7 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     logprobs: int | None = None          # top-k logprobs per generated token (plus the chosen one)
+    prompt_logprobs: int | None = None   # the same for every prompt token but the first (vLLM's field)
     skip_special_tokens: bool = True
     n: int = 1
 
@@ -39,6 +40,9 @@ class SamplingParams:
             raise ValueError(f"min_tokens={self.min_tokens} must be >= 0")
         if self.logprobs is not None and (not isinstance(self.logprobs, int) or self.logprobs < 0):
             raise ValueError(f"logprobs={self.logprobs!r} must be a non-negative integer")
+        if self.prompt_logprobs is not None and (not isinstance(self.prompt_logprobs, int)
+                                                 or isinstance(self.prompt_logprobs, bool) or self.prompt_logprobs < 0):
+            raise ValueError(f"prompt_logprobs={self.prompt_logprobs!r} must be a non-negative integer")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ValueError(f"seed={self.seed!r} must be an integer")
         if self.n != 1:

@@ -203,3 +203,33 @@ def test_chat_n(client):
     for i in (0, 1):
         assert "".join(ch.delta.content or "" for c in chunks for ch in c.choices if ch.index == i) == \
             whole.choices[i].message.content
+
+
+def test_completion_echo_and_prompt_logprobs(client, codelm_dir):
+    """echo: the prompt before the completion; with logprobs, one entry per prompt token (the first
+    with none) equal to the engine's prompt logprobs, then the completion's, as log-likelihood
+    scoring (lm-eval's `echo=True, logprobs=1, max_tokens=1` on a batch of prompts) reads them;
+    streamed, the echo comes in each choice's first chunk."""
+    from turbospec import LLM, SamplingParams
+    prompts = ["def add(a, b):", "import os\n"]
+    plain = client.completions.create(model=MODEL_NAME, prompt=prompts[0], max_tokens=6, temperature=0, logprobs=1)
+    echo = client.completions.create(model=MODEL_NAME, prompt=prompts[0], max_tokens=6, temperature=0, echo=True)
+    assert echo.choices[0].text == prompts[0] + plain.choices[0].text and echo.choices[0].logprobs is None
+    r = client.completions.create(model=MODEL_NAME, prompt=prompts, max_tokens=1, temperature=0, echo=True, logprobs=1)
+    ref = LLM(str(codelm_dir), device="cpu", dtype="float32").generate(
+        prompts, SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1))
+    for ch, out in zip(r.choices, ref):
+        lp, ids = ch.logprobs, out.prompt_token_ids
+        assert ch.text.startswith(prompts[ch.index]) and len(lp.tokens) == len(ids) + 1
+        assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        for p in range(1, len(ids)):
+            assert abs(lp.token_logprobs[p] - out.prompt_logprobs[p][ids[p]].logprob) < 1e-4
+            assert len(lp.top_logprobs[p]) == 1
+        assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[len(ids)] == len(prompts[ch.index])
+    whole = client.completions.create(model=MODEL_NAME, prompt=prompts[0], max_tokens=6, temperature=0, echo=True,
+                                      logprobs=0)
+    chunks = [c for c in client.completions.create(model=MODEL_NAME, prompt=prompts[0], max_tokens=6, temperature=0,
+                                                   echo=True, logprobs=0, stream=True) if c.choices]
+    assert chunks[0].choices[0].text.startswith(prompts[0])
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
+    assert sum((c.choices[0].logprobs.token_logprobs for c in chunks), []) == whole.choices[0].logprobs.token_logprobs

@@ -302,7 +302,8 @@ class LLMEngine:
                                 list(seq.output_logprobs) if seq.params.logprobs is not None else None,
                                 seq.finish_reason, seq.stop_reason)
         return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
-                             [comp], seq.is_finished, seq.metrics)
+                             [comp], seq.is_finished, seq.metrics,
+                             list(seq.prompt_logprobs) if seq.params.prompt_logprobs is not None else None)
 
     # ---- introspection ---------------------------------------------------------------------
     def get_stats(self) -> EngineStats:

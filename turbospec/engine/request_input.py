@@ -63,4 +63,6 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
                          f"{max_model_len - len(ids)}")
     if params.logprobs is not None and params.logprobs > config.vocab_size:
         raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {config.vocab_size}")
+    if params.prompt_logprobs is not None and params.prompt_logprobs > config.vocab_size:
+        raise ValueError(f"prompt_logprobs={params.prompt_logprobs} exceeds the vocabulary size {config.vocab_size}")
     return Sequence(request_id, text, ids, params, device, max_model_len)

@@ -56,6 +56,8 @@ class Sequence:
         self.num_computed_tokens = 0          # tokens whose KV is in the cache
         self.max_model_len = max_model_len
         self.output_logprobs: list[dict] = []
+        # prompt_logprobs: entry i for prompt token i (None for the first, which nothing predicts)
+        self.prompt_logprobs: list[dict | None] = [None] if params.prompt_logprobs is not None else []
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self.output_text = ""

@@ -153,6 +153,8 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
     for b, s in enumerate(scheduled):
         seq, start = s.seq, s.seq.num_computed_tokens
         q0 = inputs.query_start[b]
+        if seq.params.prompt_logprobs is not None and len(seq.prompt_logprobs) < seq.num_prompt_tokens:
+            _prompt_logprobs(engine, seq, start, s.num_new_tokens, q0, out)
         if b not in results:                      # a prefill chunk that does not reach the end
             seq.num_computed_tokens += s.num_new_tokens
             _observe(engine, seq, start, seq.token_ids[start:start + s.num_new_tokens], out,
@@ -189,6 +191,23 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
             bm.truncate(seq, len(seq))
         advanced.append(seq)
     return advanced
+
+
+def _prompt_logprobs(engine, seq: Sequence, start: int, num_new: int, q0: int, out) -> None:
+    """Logprobs of the prompt tokens this prefill chunk predicts (position p's row predicts token
+    p + 1), from the target's raw distribution, appended to seq.prompt_logprobs; positions already
+    covered (a recomputed prefill after preemption) are skipped. Syncs the host, only for requests
+    that asked for them."""
+    first = len(seq.prompt_logprobs) - 1                     # the next position whose row is needed
+    last = min(start + num_new, seq.num_prompt_tokens - 1)   # exclusive: the last prompt token predicts no prompt token
+    if last <= first or first < start:
+        return
+    rows = torch.arange(q0 + first - start, q0 + last - start, device=out.hidden.device)
+    targets = torch.tensor(seq.token_ids[first + 1:last + 1], device=out.hidden.device)
+    with torch.inference_mode():
+        logits = engine.runner.model.compute_logits(out.hidden[rows])                 # [n, V]
+        lp = compute_logprobs(logits, targets, seq.params.prompt_logprobs)
+    seq.prompt_logprobs += logprobs_to_dicts(lp, targets)
 
 
 def _observe(engine, seq: Sequence, start: int, tokens: list[int], out, rows: list[int]) -> None:

@@ -163,7 +163,7 @@ class AsyncEngine:
             self._resolve(item, RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error"))
             return
         self._live[item.request_id] = _Live(item, DeltaTracker(item.params.stop or [], item.params.logprobs,
-                                                                self.tokenizer))
+                                                                self.tokenizer, item.params.prompt_logprobs))
         self._resolve(item, None)
 
     def _render_chat(self, messages: list[dict]) -> str:

@@ -33,6 +33,10 @@ class StreamDelta:
     num_prompt_tokens: int
     num_output_tokens: int                 # cumulative
     spec: RequestMetrics = field(default_factory=RequestMetrics)   # a snapshot: drafts, accepted
+    # the first delta of a request: its prompt (text or None, token ids) and, when asked for, one
+    # logprob entry per prompt token (None for the first)
+    prompt: tuple[str | None, list[int]] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def finished(self) -> bool:
@@ -43,7 +47,8 @@ class StreamDelta:
         lps = None if self.logprobs is None and later.logprobs is None else \
             (self.logprobs or []) + (later.logprobs or [])
         return replace(later, text=self.text + later.text, token_ids=self.token_ids + later.token_ids,
-                       logprobs=lps)
+                       logprobs=lps, prompt=self.prompt or later.prompt,
+                       prompt_logprobs=self.prompt_logprobs if self.prompt_logprobs is not None else later.prompt_logprobs)
 
 
 def held_back_len(text: str, stops: list[str]) -> int:
@@ -60,9 +65,12 @@ def held_back_len(text: str, stops: list[str]) -> int:
 class DeltaTracker:
     """Per request: remembers what was already sent and produces the next StreamDelta."""
 
-    def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer):
+    def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer,
+                 num_prompt_logprobs: int | None = None):
         self.stops = stops
         self.num_logprobs = num_logprobs
+        self.num_prompt_logprobs = num_prompt_logprobs
+        self.prompt_sent = False
         self.tokenizer = tokenizer
         self.sent_text = ""
         self.sent_tokens = 0
@@ -95,8 +103,15 @@ class DeltaTracker:
             return None
         self.spec = replace(out.metrics)          # the engine thread keeps mutating the original
         self.num_prompt_tokens = len(out.prompt_token_ids)
+        prompt = prompt_lps = None
+        if not self.prompt_sent:                  # the prompt is computed once anything is generated
+            self.prompt_sent = True
+            prompt = (out.prompt, list(out.prompt_token_ids))
+            if self.num_prompt_logprobs is not None and out.prompt_logprobs is not None:
+                prompt_lps = [None if e is None else self._logprob(t, e, self.num_prompt_logprobs)
+                              for t, e in zip(out.prompt_token_ids, out.prompt_logprobs)]
         return StreamDelta(new_text, new_ids, logprobs, comp.finish_reason, comp.stop_reason,
-                           self.num_prompt_tokens, len(comp.token_ids), self.spec)
+                           self.num_prompt_tokens, len(comp.token_ids), self.spec, prompt, prompt_lps)
 
     def final_delta(self, reason: str) -> StreamDelta:
         """The closing delta of a request ended outside the engine's outputs (an abort)."""
@@ -109,14 +124,15 @@ class DeltaTracker:
             return f"token_id:{token_id}"
         return self.tokenizer.decode([token_id], skip_special_tokens=False)
 
-    def _logprob(self, token_id: int, entry: dict) -> TokenLogprob:
-        """entry: {token_id: Logprob(logprob, rank) | float}, the chosen token among them."""
+    def _logprob(self, token_id: int, entry: dict, k: int | None = None) -> TokenLogprob:
+        """entry: {token_id: Logprob(logprob, rank) | float}, the chosen token among them; the top
+        k (default: the generated tokens' logprobs count)."""
         def lp(v) -> float:
             return float(getattr(v, "logprob", v))
 
         chosen = lp(entry[token_id]) if token_id in entry else float("nan")
         ranked = sorted(entry.items(), key=lambda kv: (getattr(kv[1], "rank", None) or 1 << 30, -lp(kv[1])))
-        k = self.num_logprobs or 0
+        k = (self.num_logprobs if k is None else k) or 0
         top = [(self._token_str(t), lp(v)) for t, v in ranked
                if getattr(v, "rank", None) is None or v.rank <= k][:k]
         return TokenLogprob(self._token_str(token_id), token_id, chosen, top)

@@ -3,7 +3,8 @@
 Types are strict (no "5" for 5, no true for 1). A field that would change what the model returns
 but that turbospec does not implement (`best_of`, `logit_bias`, `tools`, `response_format`,
 penalties, ...) is rejected with a 400 naming it, unless it carries its neutral value. `n` and a
-batch of prompts are served as one engine request per choice (serve/choices.py). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
+batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
+implements `echo` (with `logprobs`: the prompt tokens' logprobs too). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
 nothing is ever silently ignored.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safet
 # Fields accepted only at their neutral value(s); anything else is a 400.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "best_of": (1, None),
-    "echo": (False, None),
+    "echo": (False, None),                        # chat; /v1/completions implements it
     "suffix": (None, ""),
     "logit_bias": (None, {}),
     "presence_penalty": (0, 0.0, None),
@@ -146,6 +147,7 @@ class CompletionRequest(_SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = 16                   # OpenAI's default for completions
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False                            # the prompt before the completion (with logprobs: its logprobs too)
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts: a string, a list of token ids, or a batch of either (one choice per prompt
@@ -161,9 +163,13 @@ class CompletionRequest(_SamplingFields):
         return [q if isinstance(q, str) else list(q) for q in p]
 
     def to_sampling_params(self) -> SamplingParams:
+        """echo + logprobs (OpenAI's; what log-likelihood scoring such as lm-eval reads): the engine
+        computes the prompt tokens' logprobs too."""
         self.check_supported()
         _check_max_tokens("max_tokens", self.max_tokens)
-        return self._sampling_params(self.max_tokens, self.logprobs)
+        params = self._sampling_params(self.max_tokens, self.logprobs)
+        params.prompt_logprobs = self.logprobs if self.echo else None
+        return params
 
 
 class ChatMessage(BaseModel):

@@ -67,8 +67,11 @@ class OpenAIServing:
             finals = await self._collect(request, streams)
         except ClientGone:
             return Response(status_code=499)
-        choices = [CompletionChoice(index=i, text=d.text, finish_reason=d.finish_reason, stop_reason=d.stop_reason,
-                                    logprobs=_completion_logprobs(d.logprobs, 0)[0]) for i, d in enumerate(finals)]
+        choices = []
+        for i, d in enumerate(finals):
+            text, logprobs, _ = self._echoed(req, d, d.text, d.logprobs)
+            choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
+                                            stop_reason=d.stop_reason, logprobs=logprobs))
         body = CompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
                                   speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
@@ -85,9 +88,13 @@ class OpenAIServing:
             async for i, d in events:
                 if not (d.text or d.finished or d.token_ids):
                     continue
-                logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
+                if d.prompt is not None:              # the choice's first chunk: the echo goes first
+                    text, logprobs, offsets[i] = self._echoed(req, d, d.text, d.logprobs)
+                else:
+                    text = d.text
+                    logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                yield chunk([CompletionChoice(index=i, text=d.text, logprobs=logprobs, finish_reason=d.finish_reason,
+                yield chunk([CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
                                               stop_reason=d.stop_reason)], spec=spec)
                 if d.finished:
                     finals[i] = d
@@ -100,6 +107,34 @@ class OpenAIServing:
         finally:
             await events.aclose()
             abort_all(streams)             # no-op once finished; frees KV when the client left
+
+    def _echoed(self, req: CompletionRequest, d: StreamDelta, text: str, lps) -> tuple[str, object, int]:
+        """A choice's text and logprobs from its start, with the prompt in front when `echo` (its
+        text as given, or the ids decoded; with logprobs, one entry per prompt token, the first
+        with none). Returns (text, CompletionLogprobs | None, the next text offset)."""
+        if not req.echo or d.prompt is None:
+            logprobs, offset = _completion_logprobs(lps, 0)
+            return text, logprobs, offset
+        prompt_text, prompt_ids = d.prompt
+        tok = self.engine.tokenizer
+        if prompt_text is None:
+            prompt_text = tok.decode(prompt_ids, skip_special_tokens=False) if tok is not None else ""
+        if lps is None:
+            return prompt_text + text, None, len(prompt_text)
+        echo = CompletionLogprobs()
+        offset = 0
+        for t, e in zip(prompt_ids, d.prompt_logprobs or [None] * len(prompt_ids)):
+            token = e.token if e is not None else (tok.decode([t], skip_special_tokens=False) if tok is not None
+                                                   else f"token_id:{t}")
+            echo.tokens.append(token)
+            echo.token_logprobs.append(e.logprob if e is not None else None)
+            echo.top_logprobs.append({k: v for k, v in e.top} if e is not None and e.top else None)
+            echo.text_offset.append(offset)
+            offset += len(token)
+        rest, offset = _completion_logprobs(lps, len(prompt_text))
+        for f in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            getattr(echo, f).extend(getattr(rest, f))
+        return prompt_text + text, echo, offset
 
     # ---- /v1/chat/completions ------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
