@@ -36,8 +36,10 @@ def _check(out, ids, ref, k):
         assert [t for _, t in top][:k] == ref[p - 1].topk(k).indices.tolist()
 
 
-@pytest.mark.parametrize("chunk", [8192, 16])
-def test_prompt_logprobs_match_transformers(codelm_dir, reference, chunk):
+@pytest.mark.parametrize("chunk,lm_head_rows", [(8192, 256), (16, 256), (8192, 5)])
+def test_prompt_logprobs_match_transformers(codelm_dir, reference, chunk, lm_head_rows, monkeypatch):
+    """Prefill in one step or in chunks of 16 tokens; the LM head over 256 or 5 rows at a time."""
+    monkeypatch.setattr("turbospec.engine.spec_step.PROMPT_LOGPROBS_ROWS", lm_head_rows)
     ids, ref = reference
     llm = LLM(str(codelm_dir), device="cpu", dtype="float32", max_num_batched_tokens=chunk)
     out = llm.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=3, prompt_logprobs=2))[0]

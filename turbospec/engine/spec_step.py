@@ -193,6 +193,9 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
     return advanced
 
 
+PROMPT_LOGPROBS_ROWS = 256     # prompt rows per LM-head call (151,936-word vocab: 156 MB of fp32 logits)
+
+
 def _prompt_logprobs(engine, seq: Sequence, start: int, num_new: int, q0: int, out) -> None:
     """Logprobs of the prompt tokens this prefill chunk predicts (position p's row predicts token
     p + 1), from the target's raw distribution, appended to seq.prompt_logprobs; positions already
@@ -202,12 +205,14 @@ def _prompt_logprobs(engine, seq: Sequence, start: int, num_new: int, q0: int, o
     last = min(start + num_new, seq.num_prompt_tokens - 1)   # exclusive: the last prompt token predicts no prompt token
     if last <= first or first < start:
         return
-    rows = torch.arange(q0 + first - start, q0 + last - start, device=out.hidden.device)
-    targets = torch.tensor(seq.token_ids[first + 1:last + 1], device=out.hidden.device)
-    with torch.inference_mode():
-        logits = engine.runner.model.compute_logits(out.hidden[rows])                 # [n, V]
-        lp = compute_logprobs(logits, targets, seq.params.prompt_logprobs)
-    seq.prompt_logprobs += logprobs_to_dicts(lp, targets)
+    for a in range(first, last, PROMPT_LOGPROBS_ROWS):          # [rows, V] fp32 at a time
+        b = min(a + PROMPT_LOGPROBS_ROWS, last)
+        rows = torch.arange(q0 + a - start, q0 + b - start, device=out.hidden.device)
+        targets = torch.tensor(seq.token_ids[a + 1:b + 1], device=out.hidden.device)
+        with torch.inference_mode():
+            logits = engine.runner.model.compute_logits(out.hidden[rows])             # [n, V]
+            lp = compute_logprobs(logits, targets, seq.params.prompt_logprobs)
+        seq.prompt_logprobs += logprobs_to_dicts(lp, targets)
 
 
 def _observe(engine, seq: Sequence, start: int, tokens: list[int], out, rows: list[int]) -> None:
