@@ -1,7 +1,7 @@
 """Merging a row's attention partials (paged decode's split-KV partitions), and the partition
 rule both sides share. `_merge_rows` runs in the decode launch itself (its last split program to
 arrive merges all its rows at once) or in `_reduce_partitions_kernel`, a second launch (which one:
-`paged_decode.REDUCE`): the same arithmetic, so the same bits.
+`paged_decode_policy.REDUCE`): the same arithmetic, so the same bits.
 """
 from __future__ import annotations
 
