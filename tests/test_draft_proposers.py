@@ -244,6 +244,25 @@ def test_eagle3_dynamic_tree(target, eagle3_dir):
     assert p.parents[1, 4:].eq(-1).all() and p.token_ids[1, 4:].eq(0).all()
 
 
+def test_eagle3_small_budget_drafts_fewer_levels(target, eagle3_dir):
+    """A budget of n < depth nodes drafts only n levels (a node deeper than n never makes the cut):
+    the same nodes as the full-depth tree, in fewer drafter steps."""
+    model, _ = target
+    k, depth = 3, 4
+    prop = eagle3(target, eagle3_dir, k=3, tree={"topk": k, "depth": depth, "budget": 12})
+    seqs = [make_seq(rand_ids(10, 21)), make_seq(rand_ids(7, 22))]
+    for s in seqs:
+        feed(prop, s, model)
+    calls, compute = [], prop.draft.compute_logits
+    prop.draft.compute_logits = lambda h: calls.append(1) or compute(h)
+    p = prop.propose(seqs, [2, 3])
+    assert len(calls) == 3                                  # the root, then levels 2 and 3: not 4
+    for r, seq in enumerate(seqs):
+        paths = tree_paths(p.token_ids[r], p.parents[r], p.num_tokens[r])
+        selected, _, _ = ref_tree(prop, model, seq.token_ids, k, depth, p.num_tokens[r])
+        assert set(paths) == selected and p.num_tokens[r] == [2, 3][r]
+
+
 def test_eagle3_free_reobserve_and_errors(target, eagle3_dir):
     model, cfg = target
     prop = eagle3(target, eagle3_dir, k=3)

@@ -115,11 +115,14 @@ class Eagle3Proposer(Proposer):
             return Proposal.empty(B, self.device)
         sub = [seqs[b] for b in rows]
         limits = [min(self.k, max_tokens[b]) for b in rows]
-        extra = (self.tree["depth"] - 1) * self.tree["topk"] if self.tree else max(limits) - 1
+        # a budget of n nodes never keeps a node deeper than n (its ancestors score at least as
+        # high and come first), so small budgets draft fewer levels: the same nodes, fewer steps
+        depth = min(self.tree["depth"], max(limits)) if self.tree else 0
+        extra = (depth - 1) * self.tree["topk"] if self.tree else max(limits) - 1
         root_h, batch, P = self._catch_up(sub, extra)               # [R, H], PaddedBatchKV, [R]
         root_logits = self.draft.compute_logits(root_h)             # [R, Vd]
         if self.tree:
-            tok, n, probs, parents = self._tree(root_h, root_logits, batch, P, limits)
+            tok, n, probs, parents = self._tree(root_h, root_logits, batch, P, limits, depth)
         else:
             tok, n, probs = self._chain(sub, root_h, root_logits, batch, P, limits)
             parents = None
@@ -213,12 +216,12 @@ class Eagle3Proposer(Proposer):
             probs[:, :, self._vocab_ids] = torch.stack(qs, dim=1)
         return tok, limits, probs
 
-    def _tree(self, root_h, root_logits, batch, P, limits):
+    def _tree(self, root_h, root_logits, batch, P, limits, depth: int):
         """EAGLE-2 dynamic tree: each level expands the top-k frontier nodes by their top-k
         children; of all candidates, the `budget` with the highest cumulative draft log-prob are
         kept (ancestor-closed, since a child never scores above its parent), in topological order.
         Drafts are deterministic (draft_probs None = one-hot q)."""
-        k, depth = self.tree["topk"], self.tree["depth"]
+        k = self.tree["topk"]
         R, H = root_h.shape
         dev = self.device
         sc, tok = torch.log_softmax(root_logits, dim=-1).topk(k, dim=-1)         # [R, k] depth 1
