@@ -244,3 +244,27 @@ def test_more_running_sequences_than_graphs_cover_is_warned(codelm_dir, monkeypa
         assert bool(msgs) == warned, (n, msgs)
         if warned:
             assert f"max_num_seqs={n}" in msgs[0] and f"<= {MAX_GRAPH_BATCH}" in msgs[0]
+
+
+def test_generate_n_samples(codelm_dir):
+    """SamplingParams(n=...) in LLM.generate: one RequestOutput per prompt with n completions
+    (index 0..n-1); sample j draws with seed + j, so samples differ, repeat, and sample j equals a
+    single request seeded seed + j; greedy samples are all the greedy text. The engine itself takes
+    one sequence per request and says where n is handled."""
+    llm = LLM(str(codelm_dir), device="cpu", dtype="float32")
+    outs = llm.generate(["import ", "def f(x):"], SamplingParams(temperature=1.0, max_tokens=10, n=3, seed=7))
+    assert len(outs) == 2 and [c.index for c in outs[0].outputs] == [0, 1, 2]
+    texts = [c.text for c in outs[0].outputs]
+    assert len(set(texts)) > 1
+    again = llm.generate(["import "], SamplingParams(temperature=1.0, max_tokens=10, n=3, seed=7))[0]
+    assert [c.text for c in again.outputs] == texts
+    one = llm.generate(["import "], SamplingParams(temperature=1.0, max_tokens=10, seed=8))[0]
+    assert one.outputs[0].text == texts[1]
+    greedy = llm.generate(["import "], SamplingParams(temperature=0.0, max_tokens=10, n=2))[0]
+    assert greedy.outputs[0].token_ids == greedy.outputs[1].token_ids
+    with pytest.raises(ValueError, match="n=0"):
+        SamplingParams(n=0)
+    with pytest.raises(ValueError, match="one sequence per request"):
+        llm.llm_engine.add_request("x", "import ", SamplingParams(n=2))
+    eng = llm.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 from turbospec.config import EngineConfig
@@ -32,7 +33,8 @@ class LLM:
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = False) -> list[RequestOutput]:
-        """One RequestOutput per prompt, in prompt order. Every prompt is validated before any
+        """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
+        engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
         work starts, so a bad one fails the call without running the others."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
@@ -44,12 +46,14 @@ class LLM:
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams: pass one, "
                              "or one per prompt")
         eng = self.llm_engine
-        ids = [f"gen-{next(self._ids)}" for _ in prompts]
+        groups = [[f"gen-{next(self._ids)}" for _ in range(p.n)] for p in params]     # per prompt: its n ids
+        ids = [rid for g in groups for rid in g]
         added = []
         try:
-            for rid, prompt, p in zip(ids, prompts, params):
-                eng.add_request(rid, prompt, p)
-                added.append(rid)
+            for g, prompt, p in zip(groups, prompts, params):
+                for j, rid in enumerate(g):
+                    eng.add_request(rid, prompt, p.for_sample(j))
+                    added.append(rid)
         except ValueError:
             for rid in added:
                 eng.abort_request(rid)
@@ -71,7 +75,20 @@ class LLM:
                         bar.update(1)
         if bar is not None:
             bar.close()
-        return [finals[r] for r in ids]
+        return [_merge_samples([finals[r] for r in g]) for g in groups]
 
     def get_metrics(self) -> dict[str, Any]:
         return self.llm_engine.get_metrics()
+
+
+def _merge_samples(outs: list[RequestOutput]) -> RequestOutput:
+    """The n sequences of one prompt as one RequestOutput: completions index 0..n-1, the first's
+    request id and prompt, speculation counts summed."""
+    if len(outs) == 1:
+        return outs[0]
+    first = outs[0]
+    metrics = replace(first.metrics, num_drafts=sum(o.metrics.num_drafts for o in outs),
+                      num_draft_tokens=sum(o.metrics.num_draft_tokens for o in outs),
+                      num_accepted_tokens=sum(o.metrics.num_accepted_tokens for o in outs))
+    completions = [replace(o.outputs[0], index=j) for j, o in enumerate(outs)]
+    return replace(first, outputs=completions, metrics=metrics)

@@ -1,7 +1,7 @@
 """SamplingParams: vLLM's names and defaults, validated at construction."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass
@@ -18,7 +18,7 @@ class SamplingParams:
     logprobs: int | None = None          # top-k logprobs per generated token (plus the chosen one)
     prompt_logprobs: int | None = None   # the same for every prompt token but the first (vLLM's field)
     skip_special_tokens: bool = True
-    n: int = 1
+    n: int = 1                           # completions per prompt (LLM.generate; one engine sequence each)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -45,10 +45,18 @@ class SamplingParams:
             raise ValueError(f"prompt_logprobs={self.prompt_logprobs!r} must be a non-negative integer")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ValueError(f"seed={self.seed!r} must be an integer")
-        if self.n != 1:
-            raise ValueError(f"n={self.n}: turbospec returns one completion per request; send n requests")
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise ValueError(f"n={self.n!r} must be a positive integer")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+
+    def for_sample(self, j: int) -> "SamplingParams":
+        """The parameters of sample j of n (one engine sequence): n = 1, and seed + j (wrapped to
+        64 bits) when seeded, so the samples differ and a repeated request returns the same ones."""
+        if self.n == 1 and (j == 0 or self.seed is None):
+            return self
+        seed = None if self.seed is None else (self.seed + j + 2**63) % 2**64 - 2**63
+        return replace(self, n=1, seed=seed)
 
     @property
     def greedy(self) -> bool:

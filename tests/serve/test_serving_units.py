@@ -143,10 +143,11 @@ def test_n_is_a_strict_positive_integer():
 
 def test_sample_seeds_differ_and_wrap():
     from turbospec.sampling_params import SamplingParams
-    from turbospec.serve.choices import sample_params
     p = SamplingParams(temperature=1.0, seed=2**63 - 1)
-    assert sample_params(p, 0) is p and sample_params(p, 1).seed == -(2**63)
-    assert sample_params(SamplingParams(temperature=1.0), 3).seed is None
+    assert p.for_sample(0) is p and p.for_sample(1).seed == -(2**63)
+    assert SamplingParams(temperature=1.0).for_sample(3).seed is None
+    q = SamplingParams(temperature=1.0, seed=5, n=3).for_sample(0)
+    assert q.n == 1 and q.seed == 5
 
 
 @pytest.mark.parametrize("body,ok", [

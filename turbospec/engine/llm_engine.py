@@ -130,6 +130,9 @@ class LLMEngine:
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt, params: SamplingParams | None = None) -> None:
         params = params or SamplingParams()
+        if params.n != 1:
+            raise ValueError(f"n={params.n}: the engine runs one sequence per request; LLM.generate and the "
+                             "server fan n out (SamplingParams.for_sample(j) gives sample j's parameters)")
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use: pass a unique id")
         seq = build_sequence(request_id, prompt, params, self.tokenizer, self.model_config,

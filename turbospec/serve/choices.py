@@ -9,7 +9,6 @@ speculation figures are summed over the choices.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import AsyncIterator, Awaitable, Callable
 
 from turbospec.engine.sequence import RequestMetrics
@@ -23,13 +22,6 @@ MAX_CHOICES = 128            # prompts x n per request: each is an engine reques
 Start = Callable[..., Awaitable[RequestStream]]
 
 
-def sample_params(params: SamplingParams, j: int) -> SamplingParams:
-    """Sampling parameters of sample j of a prompt: seed + j (wrapped to 64 bits) when seeded."""
-    if j == 0 or params.seed is None:
-        return params
-    return replace(params, seed=(params.seed + j + 2**63) % 2**64 - 2**63)
-
-
 async def start_choices(start: Start, request_id: str, params: SamplingParams,
                         prompts: list[dict], n: int) -> list[RequestStream]:
     """One engine request per (prompt, sample), in choice order; `prompts` are add_request keyword
@@ -40,7 +32,7 @@ async def start_choices(start: Start, request_id: str, params: SamplingParams,
         for p, prompt in enumerate(prompts):
             for j in range(n):
                 rid = f"{request_id}-{p * n + j}" if many else request_id
-                streams.append(await start(rid, sample_params(params, j), **prompt))
+                streams.append(await start(rid, params.for_sample(j), **prompt))
     except BaseException:
         abort_all(streams)
         raise
