@@ -20,6 +20,7 @@ def generate(
     speculative_config: str = typer.Option(None, "--speculative-config",
                                            help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\''),
     ignore_eos: bool = typer.Option(False),
+    quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself"),
 ) -> None:
     """Generate text and print it with tokens/s."""
     from turbospec import LLM, SamplingParams
@@ -31,7 +32,7 @@ def generate(
         except json.JSONDecodeError as e:
             raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
     try:
-        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec)
+        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec, quantization=quantization)
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
                                 seed=seed, ignore_eos=ignore_eos)
         t0 = time.perf_counter()

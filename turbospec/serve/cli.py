@@ -62,6 +62,7 @@ def serve(
     port: int = typer.Option(8000, help="TCP port."),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when available)."),
     dtype: str = typer.Option(None, help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU)."),
+    quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself."),
     api_key: str = typer.Option(None, envvar="TURBOSPEC_API_KEY",
                                 help="Require `Authorization: Bearer KEY` on /v1 routes."),
     served_model_name: list[str] = typer.Option(None, help="Name(s) clients use as `model` "
@@ -92,7 +93,7 @@ def serve(
                                      max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                                      enforce_eager=enforce_eager)
         engine, cold = build_engine(model, device=device, dtype=dtype, speculative_config=spec,
-                                    engine_config=engine_config)
+                                    engine_config=engine_config, quantization=quantization)
     except ValueError as e:
         typer.echo(f"turbospec serve: cannot start: {e}", err=True)
         raise typer.Exit(2)

@@ -1,0 +1,31 @@
+"""`--quantization fp8` on `turbospec generate` and `turbospec serve`: a bf16/fp32 checkpoint is
+quantized at load, as `LLM(quantization="fp8")` does (the same output), and a value other than fp8
+stops with the supported values named."""
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from turbospec import LLM, SamplingParams
+from turbospec.cli import app
+
+runner = CliRunner()
+
+
+def test_generate_quantizes_at_load(codelm_dir):
+    prompt = "def add(a, b):"
+    r = runner.invoke(app, ["generate", str(codelm_dir), "--prompt", prompt, "--max-tokens", "48", "--device", "cpu",
+                            "--quantization", "fp8"])
+    assert r.exit_code == 0, r.output
+    params = SamplingParams(temperature=0.0, max_tokens=48)
+    want = LLM(str(codelm_dir), device="cpu", dtype="float32", quantization="fp8").generate([prompt], params)[0]
+    plain = LLM(str(codelm_dir), device="cpu", dtype="float32").generate([prompt], params)[0]
+    assert want.outputs[0].text != plain.outputs[0].text          # FP8 weights change this continuation
+    assert prompt + want.outputs[0].text in r.output
+
+
+def test_bad_quantization_is_refused(codelm_dir):
+    for cmd in (["generate", str(codelm_dir), "--prompt", "x", "--device", "cpu"],
+                ["serve", str(codelm_dir), "--device", "cpu", "--port", "1"]):
+        r = runner.invoke(app, cmd + ["--quantization", "int4"])
+        assert r.exit_code == 2, r.output
+        assert "quantization='int4': supported values are None and 'fp8'" in r.output
