@@ -125,9 +125,10 @@ def test_tree_profile_learns_what_each_budget_delivers():
     assert t.expected_accepted(0) == 0.0
     for _ in range(300):                             # the full tree: 3 of 4 levels accepted
         t.observe(24, 3)
-    for _ in range(300):                             # a 2-node tree rarely gets one
+    for i in range(300):                             # a 2-node tree rarely gets one
         t.observe(2, 0)
-        t.observe(2, 1) if _ % 4 == 0 else None
+        if i % 4 == 0:
+            t.observe(2, 1)
     assert abs(t.expected_accepted(24) - 3.0) < 0.05
     assert abs(t.expected_accepted(2) - 0.25) < 0.05
     chain = AcceptanceProfile(max_len=24, prior_rate=0.7)        # the chain model on the same steps

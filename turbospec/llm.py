@@ -87,8 +87,5 @@ def _merge_samples(outs: list[RequestOutput]) -> RequestOutput:
     if len(outs) == 1:
         return outs[0]
     first = outs[0]
-    metrics = replace(first.metrics, num_drafts=sum(o.metrics.num_drafts for o in outs),
-                      num_draft_tokens=sum(o.metrics.num_draft_tokens for o in outs),
-                      num_accepted_tokens=sum(o.metrics.num_accepted_tokens for o in outs))
     completions = [replace(o.outputs[0], index=j) for j, o in enumerate(outs)]
-    return replace(first, outputs=completions, metrics=metrics)
+    return replace(first, outputs=completions, metrics=first.metrics.plus_drafts_of([o.metrics for o in outs[1:]]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -28,6 +28,13 @@ class RequestMetrics:
     num_accepted_tokens: int = 0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+
+    def plus_drafts_of(self, others: list["RequestMetrics"]) -> "RequestMetrics":
+        """A copy whose draft counts are this one's plus `others'` (several sequences of one
+        request: `n` samples, a batch of prompts)."""
+        return replace(self, num_drafts=self.num_drafts + sum(o.num_drafts for o in others),
+                       num_draft_tokens=self.num_draft_tokens + sum(o.num_draft_tokens for o in others),
+                       num_accepted_tokens=self.num_accepted_tokens + sum(o.num_accepted_tokens for o in others))
 
     @property
     def acceptance_length(self) -> float | None:

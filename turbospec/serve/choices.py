@@ -17,8 +17,6 @@ from turbospec.serve.deltas import StreamDelta
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.responses import UsageInfo
 
-MAX_CHOICES = 128            # prompts x n per request: each is an engine request with its own KV
-
 Start = Callable[..., Awaitable[RequestStream]]
 
 
@@ -101,6 +99,4 @@ def usage(finals: list[StreamDelta], n: int) -> UsageInfo:
 
 def spec_total(finals: list[StreamDelta]) -> RequestMetrics:
     """The choices' speculation figures summed (drafts, draft tokens, accepted tokens)."""
-    return RequestMetrics(num_drafts=sum(d.spec.num_drafts for d in finals),
-                          num_draft_tokens=sum(d.spec.num_draft_tokens for d in finals),
-                          num_accepted_tokens=sum(d.spec.num_accepted_tokens for d in finals))
+    return RequestMetrics().plus_drafts_of([d.spec for d in finals])

@@ -15,6 +15,13 @@ from turbospec.engine.sequence import RequestMetrics
 logger = logging.getLogger("turbospec.serve")
 
 
+def token_str(tokenizer, token_id: int) -> str:
+    """One token's text as logprobs show it (special tokens included)."""
+    if tokenizer is None:
+        return f"token_id:{token_id}"
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
 @dataclass
 class TokenLogprob:
     token: str
@@ -120,9 +127,7 @@ class DeltaTracker:
 
     # ---- logprobs ---------------------------------------------------------------------------
     def _token_str(self, token_id: int) -> str:
-        if self.tokenizer is None:
-            return f"token_id:{token_id}"
-        return self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return token_str(self.tokenizer, token_id)
 
     def _logprob(self, token_id: int, entry: dict, k: int | None = None) -> TokenLogprob:
         """entry: {token_id: Logprob(logprob, rank) | float}, the chosen token among them; the top

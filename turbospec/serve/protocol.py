@@ -20,6 +20,7 @@ from turbospec.serve.errors import APIError, bad_request
 
 MAX_LOGPROBS = 20
 MAX_STOP_STRINGS = 64
+MAX_CHOICES = 128            # prompts x n per request: each is an engine request with its own KV
 
 # Fields accepted and ignored: they do not change the generated tokens.
 HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
@@ -106,7 +107,6 @@ class _SamplingFields(BaseModel):
         return self.n or 1
 
     def check_num_choices(self, num_prompts: int) -> None:
-        from turbospec.serve.choices import MAX_CHOICES
         if num_prompts * self.num_samples > MAX_CHOICES:
             raise bad_request(f"{num_prompts} prompt(s) x n={self.num_samples} = {num_prompts * self.num_samples} "
                               f"choices; at most {MAX_CHOICES} per request: split it into several requests",

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, start_choices, usage
 from turbospec.serve.request_stream import RequestFailed, RequestStream
-from turbospec.serve.deltas import StreamDelta, TokenLogprob
+from turbospec.serve.deltas import StreamDelta, TokenLogprob, token_str
 from turbospec.serve.errors import APIError
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, check_model_name
 from turbospec.serve.request_body import read_request
@@ -41,9 +41,6 @@ class OpenAIServing:
         except RequestFailed as e:
             raise APIError(e.status, e.message, code=e.code) from None
 
-    async def _start_choices(self, rid: str, params, prompts: list[dict], n: int) -> list[RequestStream]:
-        return await start_choices(self._start, rid, params, prompts, n)
-
     async def _collect(self, request: Request, streams: list[RequestStream]) -> list[StreamDelta]:
         try:
             return await wait_or_disconnect(request, collect_all(streams),
@@ -60,7 +57,7 @@ class OpenAIServing:
         prompts = req.prompts()
         req.check_num_choices(len(prompts))
         rid = f"cmpl-{uuid.uuid4().hex}"
-        streams = await self._start_choices(rid, params, [{"prompt": p} for p in prompts], req.num_samples)
+        streams = await start_choices(self._start, rid, params, [{"prompt": p} for p in prompts], req.num_samples)
         if req.stream:
             return SSEResponse(self._completion_events(rid, req, streams))
         try:
@@ -124,8 +121,7 @@ class OpenAIServing:
         echo = CompletionLogprobs()
         offset = 0
         for t, e in zip(prompt_ids, d.prompt_logprobs or [None] * len(prompt_ids)):
-            token = e.token if e is not None else (tok.decode([t], skip_special_tokens=False) if tok is not None
-                                                   else f"token_id:{t}")
+            token = e.token if e is not None else token_str(tok, t)
             echo.tokens.append(token)
             echo.token_logprobs.append(e.logprob if e is not None else None)
             echo.top_logprobs.append({k: v for k, v in e.top} if e is not None and e.top else None)
@@ -147,7 +143,7 @@ class OpenAIServing:
                            "sets no `chat_template`): use /v1/completions, or add a template to the "
                            "model directory", code="no_chat_template")
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        streams = await self._start_choices(rid, params, [{"messages": req.template_messages()}], req.num_samples)
+        streams = await start_choices(self._start, rid, params, [{"messages": req.template_messages()}], req.num_samples)
         if req.stream:
             return SSEResponse(self._chat_events(rid, req, streams))
         try:
