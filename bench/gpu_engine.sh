@@ -21,6 +21,7 @@
 #       attnidx (decode attention: KV rows looked up a tile ahead vs out/base; b1/b16 decode vs out/base, 3 pairs)
 #       serverlen (qwen3-8b, qwen3-30b-a3b FP8 decode and the MoE oracle at --max-model-len 8192)
 #       attnab (decode attention's programs per row vs out/base/paged_decode.py: tests, kernel times, qwen3-8b decode)
+#       cvtab (FP8 conversion, 3 instructions per pair, vs out/base/fp8_gemm.py: kernels, SASS, decode, tests)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -185,6 +186,27 @@ for part in ${*:-tests decode oracle drafters}; do
                 ( [ $v = base ] && cd /tmp/base
                   run 60 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64 --max-model-len 8192 )
               done ;;
+    cvtab)    # the fp8 -> bf16 conversion in 3 instructions per pair (sign-replicating prmt) vs out/base/fp8_gemm.py
+              # (5 per pair): kernel bandwidth, SASS instruction counts, qwen3-30b-a3b / qwen3-8b FP8 decode alternating; tests
+              rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec bench /tmp/base/ && cp out/base/fp8_gemm.py /tmp/base/turbospec/kernels/
+              ( cd /tmp/base; TRITON_CACHE_DIR=/tmp/tc_base run 150 python3 -m turbospec.kernels.microbench_moe --quick )
+              TRITON_CACHE_DIR=/tmp/tc_new run 150 python3 -m turbospec.kernels.microbench_moe --quick
+              for v in base new; do
+                for f in $(find /tmp/tc_$v -name "_fp8_gemm_kernel.cubin" -o -name "_moe_gemm_kernel.cubin" | head -6); do
+                  echo "### SASS $v $(basename $f) $(cuobjdump -sass $f | grep -cE '^\s+/\*[0-9a-f]{4}\*/') instr: $(cuobjdump -sass $f | grep -oE '\b(PRMT|LOP3|SHF|IMAD|HMMA|HGMMA|LDGSTS|LDS|LDSM|STS|HMUL2|FFMA|FMUL)\b' | sort | uniq -c | tr '\n' ' ')" | tee -a "$log"
+                done
+              done
+              for v in base new base new; do
+                echo "### cvtab: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 90 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
+              done
+              for v in base new; do
+                echo "### cvtab: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 90 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64 )
+              done
+              run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf -x tests/gpu/test_fp8_moe_kernels.py ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'

@@ -7,7 +7,8 @@ kernel keeps activations in bf16 and dequantizes the weight tile in registers:
 - grid (M tiles, N tiles, SPLIT_K), M fastest so that the M tiles sharing a weight tile run
   together and read it from HBM once; a program walks its K range one 128-wide scale block at a
   time (BLOCK_K = the block size, one scale per weight row per step): acc += dot(x, w.T) * scale;
-- fp8 -> bf16 with integer ops (`_fp8_bits_to_bf16`: byte permute + two masks + a shift per pair)
+- fp8 -> bf16 with integer ops (`_fp8_bits_to_bf16`: a sign-replicating byte permute, a shift and a
+  mask per pair)
   instead of the cvt path, whose throughput caps a pure-conversion kernel near half of HBM speed.
   The bit trick yields w * 2^-120 exactly (e4m3 and bf16 exponent biases differ by 120, subnormals
   included); x is pre-scaled by 2^64 (exact) and the product rescaled by 2^56 with the block scale,
@@ -41,23 +42,21 @@ _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56
 
 @triton.jit
 def _fp8_bits_to_bf16(w):
-    """uint8 e4m3 bit patterns -> bf16 holding value * 2^-120: per 32-bit word of 4 bytes, place each
-    byte in the high half of a 16-bit lane (sign lands on bf16's sign), shift exponent+mantissa down
-    by 4 into bf16's low exponent / high mantissa bits."""
+    """uint8 e4m3 bit patterns -> bf16 holding value * 2^-120, three instructions per pair: a
+    sign-replicating byte permute makes each 16-bit lane `SSSSSSSS s eeee mmm` (S = the sign
+    copied), a shift left by 4 puts exponent+mantissa at bf16's low exponent / high mantissa bits
+    and a copy of the sign at bit 15, and one mask keeps those (the bits shifted across lanes fall
+    in the masked-off low nibble). Was 2.5 instructions per byte, now 1.5 (issue-bound kernel)."""
     return tl.inline_asm_elementwise(
         asm="""{
         .reg .b32 a, b, z;
         mov.b32 z, 0;
-        prmt.b32 a, $2, z, 0x1404;
-        prmt.b32 b, $2, z, 0x3424;
-        and.b32 $0, a, 0x80008000;
-        shr.b32 a, a, 4;
-        and.b32 a, a, 0x07F007F0;
-        or.b32 $0, $0, a;
-        and.b32 $1, b, 0x80008000;
-        shr.b32 b, b, 4;
-        and.b32 b, b, 0x07F007F0;
-        or.b32 $1, $1, b;
+        prmt.b32 a, $2, z, 0x9180;
+        prmt.b32 b, $2, z, 0xB3A2;
+        shl.b32 a, a, 4;
+        shl.b32 b, b, 4;
+        and.b32 $0, a, 0x87F087F0;
+        and.b32 $1, b, 0x87F087F0;
         }""",
         constraints="=r,=r,r", args=[w], dtype=tl.bfloat16, is_pure=True, pack=4)
 
