@@ -22,6 +22,7 @@
 #       serverlen (qwen3-8b, qwen3-30b-a3b FP8 decode and the MoE oracle at --max-model-len 8192)
 #       attnab (decode attention's programs per row vs out/base/paged_decode.py: tests, kernel times, qwen3-8b decode)
 #       cvtab (FP8 conversion, 3 instructions per pair, vs out/base/fp8_gemm.py: kernels, SASS, decode, tests)
+#       attnprobe (decode attention variants: partition size, tile, stages)  prof8b (qwen3-8b b16 / b64 kernel profile)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -207,6 +208,15 @@ for part in ${*:-tests decode oracle drafters}; do
                   run 90 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64 )
               done
               run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf -x tests/gpu/test_fp8_moe_kernels.py ;;
+    attnprobe) # decode attention's cost structure (bench/attn_bucket.py variants, bits not kept): partitions of 2 or 4
+              # tiles (fewer partials, softmax restarts and merge work), a 128-token tile, 3 stages with one program per row
+              run 200 python3 bench/attn_bucket.py '{"min_partition":128}' '{"min_partition":256}' \
+                '{"block_n":128,"min_partition":128}' '{"num_stages":3,"programs_per_row":1}' ;;
+    prof8b)   # where a qwen3-8b batch-16 / batch-64 step goes (PDL off: kernels not overlapped), a server's context limit
+              for b in 16 64; do
+                TURBOSPEC_PDL=0 run 120 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes $b --prompt-len 512 \
+                  --gen-len 16 --max-model-len 8192 --profile --profile-batch $b
+              done ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'

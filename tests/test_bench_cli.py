@@ -43,6 +43,17 @@ def test_bench_decode_max_model_len(codelm_dir, tmp_path):
     assert r.exit_code == 2 and "shorter than prompt + gen (12)" in r.output
 
 
+def test_bench_decode_profile_batch_refused_outside_the_batches(codelm_dir):
+    """--profile-batch must be one the engine can hold (it is sized by the largest batch)."""
+    args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
+            "--batch-sizes", "1,2", "--prompt-len", "4", "--gen-len", "2", "--profile"]
+    r = runner.invoke(app, args + ["--profile-batch", "3"])
+    flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", r.output).split())           # rich's error box wraps lines
+    assert r.exit_code == 2 and "from 1 to the largest of --batch-sizes (2)" in flat, r.output
+    r = runner.invoke(app, args + ["--profile-batch", "0"])
+    assert r.exit_code == 2
+
+
 def test_bench_names_the_turbospec_switches_set(codelm_dir, tmp_path, monkeypatch):
     """A kernel switch set in the environment is part of the setting: named in the header and JSON."""
     args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",

@@ -60,7 +60,8 @@ def decode(
     gen_len: int = typer.Option(128, help="decode steps per sequence"),
     device: str = typer.Option(None, help="cuda (default when available) or cpu"),
     json_out: str = typer.Option(None, help="also write the results as JSON here"),
-    profile: bool = typer.Option(False, help="also print the GPU kernels of one batch-1 decode step"),
+    profile: bool = typer.Option(False, help="also print the GPU kernels of one decode step (at --profile-batch)"),
+    profile_batch: int = typer.Option(1, help="with --profile: the batch size of the profiled step"),
     quantization: str = typer.Option(None, help="fp8: block-FP8 weights (128x128 blocks, quantized at load)"),
     max_model_len: int = typer.Option(None, help="the engine's context limit, as a server's (default: prompt + gen "
                                       "+ 16); CUDA graphs are captured for length buckets up to it (2048, 8192, ...)"),
@@ -71,6 +72,9 @@ def decode(
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
+    if not 1 <= profile_batch <= max(bss):
+        raise typer.BadParameter(f"--profile-batch {profile_batch}: give a batch size from 1 to the largest "
+                                 f"of --batch-sizes ({max(bss)}), which sizes the engine")
     if max_model_len is not None and max_model_len < prompt_len + gen_len:
         raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + gen "
                                  f"({prompt_len + gen_len}): give at least that, or leave it out")
@@ -91,7 +95,7 @@ def decode(
                    f"{r.bytes_per_step / 1e6:>9.1f} {r.roofline_ms:>12.3f} {100 * r.roofline_frac:>11.1f}%")
     if profile and dev.type == "cuda":
         from turbospec.benchmarks.decode import profile_step
-        typer.echo(profile_step(engine, 1, prompt_len, cfg.vocab_size))
+        typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
