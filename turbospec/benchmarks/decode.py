@@ -122,14 +122,17 @@ def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
 
 
 def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top: int = 25) -> str:
-    """torch.profiler table of one decode step's GPU kernels (after a few warm steps), and the
+    """torch.profiler table of one decode step's GPU kernels (after the prefills and two decode steps), and the
     time of the step's CUDA-graph replay alone (the GPU-only time, without host overhead)."""
     from torch.profiler import ProfilerActivity, profile
     g = torch.Generator().manual_seed(3)
-    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"prof{i}", {"prompt_token_ids": torch.randint(0, vocab, (prompt_len,), generator=g).tolist()}, params)
-    for _ in range(4):
+    sched = engine.scheduler
+    while sched.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in sched.running):
+        engine.step()                           # every prompt prefilled (a batch of 64 takes several steps)
+    for _ in range(2):
         engine.step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

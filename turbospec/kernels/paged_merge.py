@@ -83,12 +83,13 @@ def _reduce_partitions_kernel(part_o, part_lse, seq_lens, out_ptr, q_len, part_s
                               stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                               BLOCK_D: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
                               PARTS_PAD: tl.constexpr, PDL: tl.constexpr):
-    """Grid (num_tokens, num_heads): one row's partials merged (`_merge_rows` with R = 1)."""
-    pdl_wait(PDL)
+    """Grid (num_tokens, num_heads): one row's partials merged (`_merge_rows` with R = 1). The row's
+    length is read before the PDL wait (seq_lens is never written by the kernel before this one)."""
     tok = tl.program_id(0)
     head = tl.program_id(1)
     one = tl.arange(0, 1)                                                                   # [1]
     L = tl.maximum(tl.load(seq_lens + tok // q_len) - q_len + tok % q_len + 1, 0)
+    pdl_wait(PDL)
     base = (tok.to(tl.int64) * NUM_HEADS + head) * part_stride
     out_row = out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh
     _merge_rows(part_o, part_lse, base + one, L + one * 0, out_row + one * 0, one == 0, part_stride,

@@ -3,11 +3,14 @@ in the stream is still finishing, so launch latency and the predecessor's tail o
 
 Contract for every Triton kernel launched with `**pdl_launch(device)`:
 
-- its first statement is `pdl_wait(PDL)`: every program waits there until the previous kernel in
-  the stream has completed and its writes are visible (`griddepcontrol.wait`), then lets the next
-  kernel launch (`griddepcontrol.launch_dependents`). Nothing before it may read what an earlier
-  kernel writes or write what an earlier kernel reads. Waiting in *every* program keeps the chain
-  transitive: a kernel cannot complete before its predecessor has;
+- every program calls `pdl_wait(PDL)` before it touches what the previous kernel in the stream
+  writes or reads: it waits there until that kernel has completed and its writes are visible
+  (`griddepcontrol.wait`), then lets the next kernel launch (`griddepcontrol.launch_dependents`).
+  Waiting in *every* program keeps the chain transitive: a kernel cannot complete before its
+  predecessor has, and a kernel cannot start before its predecessor has passed its wait, so when
+  it starts every kernel two or more launches back has completed. Hence a kernel may, before its
+  wait, read what is written only before the step or by kernels at least two launches back (the
+  attention kernels read seq_lens and block tables there) and never write anything;
 - kernels launched without PDL (PyTorch ops, cuBLAS) wait for full completion as usual, so mixing
   is safe.
 

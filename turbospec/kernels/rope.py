@@ -67,7 +67,8 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, q_out, k_out, k_cache, v_cache, sl
                          BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, HAS_NORM: tl.constexpr,
                          STORE_KV: tl.constexpr, Q_TY: tl.constexpr, K_TY: tl.constexpr,
                          PDL: tl.constexpr):
-    pdl_wait(PDL)
+    """Before the PDL wait: the position, its cos/sin and the slot (written before the step or by
+    kernels two or more launches back, never by the GEMM just before: see pdl.py)."""
     t = tl.program_id(0).to(tl.int64)
     hb = tl.program_id(1)
     offs_h = tl.arange(0, BLOCK_H)
@@ -75,10 +76,15 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, q_out, k_out, k_cache, v_cache, sl
     d_ok = offs_d < HALF
     q_blocks = (NUM_HEADS + BLOCK_H - 1) // BLOCK_H
     kv_blocks = (NUM_KV_HEADS + BLOCK_H - 1) // BLOCK_H
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=d_ok, other=0.0)       # [BD] fp32
+    sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=d_ok, other=0.0)
+    if STORE_KV:
+        slot = tl.load(slot_ptr + t).to(tl.int64)
+    else:
+        slot = t
+    pdl_wait(PDL)
     if hb < q_blocks + kv_blocks:
-        pos = tl.load(pos_ptr + t).to(tl.int64)
-        cos = tl.load(cos_ptr + pos * stride_cos + offs_d, mask=d_ok, other=0.0)   # [BD] fp32
-        sin = tl.load(sin_ptr + pos * stride_cos + offs_d, mask=d_ok, other=0.0)
         if hb < q_blocks:
             heads = hb * BLOCK_H + offs_h                                # [BH]
             ok = (heads < NUM_HEADS)[:, None] & d_ok[None, :]            # [BH, BD]
@@ -91,7 +97,6 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, q_out, k_out, k_cache, v_cache, sl
             y1, y2 = _norm_rope_heads(k_ptr, stride_kt, stride_kh, kw_ptr, k_eps, t, heads, offs_d,
                                       ok, cos, sin, K_TY, HALF, HAS_NORM)
             if STORE_KV:
-                slot = tl.load(slot_ptr + t).to(tl.int64)
                 _store_halves(k_cache + slot * stride_cs, stride_ch, heads, offs_d, ok & (slot >= 0),
                               y1, y2, HALF)
             else:
@@ -103,7 +108,7 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, v_ptr, q_out, k_out, k_cache, v_cache, sl
             v_heads = (hb - q_blocks - kv_blocks) * BLOCK_H + offs_h
             v_offs = tl.arange(0, 2 * BLOCK_D)                           # [2BD] the whole row
             v_ok = (v_heads < NUM_KV_HEADS)[:, None] & (v_offs < 2 * HALF)[None, :]
-            v_slot = tl.load(slot_ptr + t).to(tl.int64)
+            v_slot = slot
             v_rows = v_heads[:, None].to(tl.int64)
             x = tl.load(v_ptr + t * stride_vt + v_rows * stride_vh + v_offs[None, :], mask=v_ok)
             dst = v_cache + v_slot * stride_cs + v_rows * stride_ch + v_offs[None, :]
