@@ -7,6 +7,7 @@
     metrics.py        Prometheus under vLLM's names          errors.py     OpenAI error bodies
     request_body.py   size limit, UTF-8, JSON                streaming.py  disconnect handling
     startup.py        engine build, warm-up, cold-start report   cli.py    the `serve` command
+    chat.py           chat messages, template options, --chat-template
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turbospec.sampling_params import SamplingParams
+from turbospec.serve.chat import render_chat
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
@@ -29,6 +30,7 @@ class _Add:
     request_id: str
     prompt: str | list[int] | None
     messages: list[dict] | None              # chat: rendered with the template in the engine thread
+    template_kwargs: dict | None             # chat: apply_chat_template's options
     params: SamplingParams
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
@@ -85,14 +87,15 @@ class AsyncEngine:
 
     async def add_request(self, request_id: str, params: SamplingParams, *,
                           prompt: str | list[int] | None = None,
-                          messages: list[dict] | None = None) -> RequestStream:
+                          messages: list[dict] | None = None,
+                          template_kwargs: dict | None = None) -> RequestStream:
         """Queue a request; returns once the engine accepted it. Raises RequestFailed (400 for
         bad input such as a prompt over the context length, 503 when the engine is down)."""
         if not self.is_healthy:
             raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
                                 "engine_unavailable")
         loop = asyncio.get_running_loop()
-        item = _Add(request_id, prompt, messages, params, loop, loop.create_future(), asyncio.Queue())
+        item = _Add(request_id, prompt, messages, template_kwargs, params, loop, loop.create_future(), asyncio.Queue())
         self._post(item)
         try:
             await item.future
@@ -152,7 +155,8 @@ class AsyncEngine:
         if item.future.cancelled():
             return
         try:
-            prompt = self._render_chat(item.messages) if item.messages is not None else item.prompt
+            prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)
+                      if item.messages is not None else item.prompt)
             self.engine.add_request(item.request_id, prompt, item.params)
         except ValueError as e:
             self._resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
@@ -165,12 +169,6 @@ class AsyncEngine:
         self._live[item.request_id] = _Live(item, DeltaTracker(item.params.stop or [], item.params.logprobs,
                                                                 self.tokenizer, item.params.prompt_logprobs))
         self._resolve(item, None)
-
-    def _render_chat(self, messages: list[dict]) -> str:
-        try:
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        except Exception as e:  # noqa: BLE001 - jinja raises its own types for bad conversations
-            raise ValueError(f"the chat template rejected these messages: {type(e).__name__}: {e}") from e
 
     def _step(self) -> None:
         try:

@@ -67,6 +67,9 @@ def serve(
                                 help="Require `Authorization: Bearer KEY` on /v1 routes."),
     served_model_name: list[str] = typer.Option(None, help="Name(s) clients use as `model` "
                                                 "(default: MODEL as given). Repeat for aliases."),
+    chat_template: str = typer.Option(None, help="A Jinja chat template (a file, or the template text) "
+                                      "for /v1/chat/completions, replacing the tokenizer's own; needed "
+                                      "for a model that has none."),
     max_model_len: int = typer.Option(None, help="Context length cap (default: the model's)."),
     num_kv_blocks: int = typer.Option(None, help="KV cache blocks (default: sized from memory)."),
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
@@ -82,9 +85,14 @@ def serve(
 
     from turbospec.config import EngineConfig
     from turbospec.serve.app import build_app
-    from turbospec.serve.startup import build_engine, print_cold_start
+    from turbospec.serve.chat import load_chat_template
+    from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
+    try:
+        template = load_chat_template(chat_template) if chat_template is not None else None
+    except (OSError, ValueError) as e:
+        raise typer.BadParameter(str(e), param_hint="--chat-template")
     names = list(served_model_name or []) or [model]
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(levelname)s %(name)s: %(message)s")
@@ -94,6 +102,8 @@ def serve(
                                      enforce_eager=enforce_eager)
         engine, cold = build_engine(model, device=device, dtype=dtype, speculative_config=spec,
                                     engine_config=engine_config, quantization=quantization)
+        if template is not None:
+            install_chat_template(engine, template)
     except ValueError as e:
         typer.echo(f"turbospec serve: cannot start: {e}", err=True)
         raise typer.Exit(2)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from turbospec.sampling_params import SamplingParams
+from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
 from turbospec.serve.errors import APIError, bad_request
 
 MAX_LOGPROBS = 20
@@ -172,46 +173,18 @@ class CompletionRequest(_SamplingFields):
         return params
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-
-    @field_validator("content")
-    @classmethod
-    def _text_parts_only(cls, v):
-        if isinstance(v, list):
-            for part in v:
-                kind = part.get("type")
-                if kind != "text" or not isinstance(part.get("text"), str):
-                    raise ValueError(f"only text content parts ({{'type': 'text', 'text': ...}}) are "
-                                     f"supported, got type {kind!r}")
-        return v
-
-    def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part["text"] for part in self.content)
-
-
-class ChatCompletionRequest(_SamplingFields):
+class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None                 # deprecated by OpenAI in favour of the next one
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
-    def template_messages(self) -> list[dict[str, str]]:
-        out = []
-        for m in self.messages:
-            d = {"role": m.role, "content": m.text()}
-            if m.name is not None:
-                d["name"] = m.name
-            out.append(d)
-        return out
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.for_template() for m in self.messages]
+
+    def template_kwargs(self) -> dict[str, Any]:
+        return self.template_kwargs_for(self.messages)
 
     def to_sampling_params(self) -> SamplingParams:
         self.check_supported()

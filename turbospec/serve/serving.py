@@ -138,12 +138,14 @@ class OpenAIServing:
         check_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params()
         req.check_num_choices(1)
+        template_kwargs = req.template_kwargs()
         if not self.engine.has_chat_template:
             raise APIError(400, f"the model {req.model!r} has no chat template (its tokenizer_config.json "
-                           "sets no `chat_template`): use /v1/completions, or add a template to the "
-                           "model directory", code="no_chat_template")
+                           "sets no `chat_template`): use /v1/completions, or start the server with "
+                           "`--chat-template FILE.jinja`", code="no_chat_template")
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        streams = await start_choices(self._start, rid, params, [{"messages": req.template_messages()}], req.num_samples)
+        prompt = {"messages": req.template_messages(), "template_kwargs": template_kwargs}
+        streams = await start_choices(self._start, rid, params, [prompt], req.num_samples)
         if req.stream:
             return SSEResponse(self._chat_events(rid, req, streams))
         try:

@@ -84,6 +84,21 @@ def warm_up(engine, max_steps: int = 64) -> None:
                            f"{stats.num_total_blocks} free after it finished)")
 
 
+def install_chat_template(engine, template: str) -> None:
+    """`--chat-template`: replace the tokenizer's template, after checking that it renders a
+    one-message conversation (a broken template is refused at start-up, not on every request)."""
+    from turbospec.serve.chat import render_chat
+
+    tokenizer = getattr(engine, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("--chat-template needs a tokenizer, and the model directory has none")
+    tokenizer.chat_template = template
+    try:
+        render_chat(tokenizer, [{"role": "user", "content": "hi"}])
+    except ValueError as e:
+        raise ValueError(f"--chat-template does not render a one-message conversation: {e}") from None
+
+
 def print_cold_start(model: str, device: str, cs: ColdStart, speculative: dict | None) -> None:
     spec = f", speculative {speculative.get('method')}" if speculative else ""
     print(f"turbospec serve: {model} on {device}{spec} ready; cold start:", file=sys.stdout)
