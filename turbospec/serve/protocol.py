@@ -61,6 +61,7 @@ def _is_neutral(value: Any, accepted: tuple[Any, ...]) -> bool:
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
+    continuous_usage_stats: bool = False          # vLLM's: every chunk carries the usage so far
 
 
 class _SamplingFields(BaseModel):
@@ -117,6 +118,10 @@ class _SamplingFields(BaseModel):
     def include_usage_in_stream(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    @property
+    def usage_in_every_chunk(self) -> bool:
+        return bool(self.stream_options and self.stream_options.continuous_usage_stats)
+
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         kwargs: dict[str, Any] = dict(
             max_tokens=max_tokens, logprobs=logprobs, stop=self.stop, stop_token_ids=self.stop_token_ids,
@@ -163,12 +168,21 @@ class CompletionRequest(_SamplingFields):
             return [list(p)]                        # type: ignore[arg-type]
         return [q if isinstance(q, str) else list(q) for q in p]
 
+    @property
+    def echo_only(self) -> bool:
+        """echo with max_tokens=0 (OpenAI's legacy way to score a prompt): the prompt and its
+        logprobs, nothing generated. The engine generates one token, which is dropped."""
+        return self.echo and self.max_tokens == 0
+
     def to_sampling_params(self) -> SamplingParams:
         """echo + logprobs (OpenAI's; what log-likelihood scoring such as lm-eval reads): the engine
         computes the prompt tokens' logprobs too."""
         self.check_supported()
-        _check_max_tokens("max_tokens", self.max_tokens)
-        params = self._sampling_params(self.max_tokens, self.logprobs)
+        if self.max_tokens == 0 and not self.echo:
+            raise bad_request("max_tokens=0 must be at least 1 (0 is accepted only with echo=true, "
+                              "to score the prompt)", param="max_tokens")
+        _check_max_tokens("max_tokens", self.max_tokens if not self.echo_only else None)
+        params = self._sampling_params(1 if self.echo_only else self.max_tokens, self.logprobs)
         params.prompt_logprobs = self.logprobs if self.echo else None
         return params
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
 from fastapi import Request
@@ -20,7 +20,7 @@ from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, Ch
                                        ChatCompletionResponse, ChatLogprobs, ChatMessageOut,
                                        ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
                                        CompletionResponse, DeltaMessage, SpeculativeDecodingInfo,
-                                       TopLogprob, sse)
+                                       TopLogprob, UsageInfo, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 
 
@@ -64,6 +64,8 @@ class OpenAIServing:
             finals = await self._collect(request, streams)
         except ClientGone:
             return Response(status_code=499)
+        if req.echo_only:
+            finals = [_prompt_only(d) for d in finals]
         choices = []
         for i, d in enumerate(finals):
             text, logprobs, _ = self._echoed(req, d, d.text, d.logprobs)
@@ -85,6 +87,8 @@ class OpenAIServing:
             async for i, d in events:
                 if not (d.text or d.finished or d.token_ids):
                     continue
+                if req.echo_only:
+                    d = _prompt_only(d)
                 if d.prompt is not None:              # the choice's first chunk: the echo goes first
                     text, logprobs, offsets[i] = self._echoed(req, d, d.text, d.logprobs)
                 else:
@@ -92,7 +96,7 @@ class OpenAIServing:
                     logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
                 yield chunk([CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
-                                              stop_reason=d.stop_reason)], spec=spec)
+                                              stop_reason=d.stop_reason)], _running_usage(req, d), spec)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
@@ -176,7 +180,7 @@ class OpenAIServing:
                 delta = DeltaMessage(content=d.text if d.text or not d.finished else None)
                 yield chunk([ChatChunkChoice(index=i, delta=delta, logprobs=_chat_logprobs(d.logprobs),
                                              finish_reason=d.finish_reason, stop_reason=d.stop_reason)],
-                            spec=spec)
+                            _running_usage(req, d), spec)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
@@ -188,6 +192,17 @@ class OpenAIServing:
         finally:
             await events.aclose()
             abort_all(streams)
+
+
+def _prompt_only(d: StreamDelta) -> StreamDelta:
+    """echo with max_tokens=0: the delta without the one token generated to get there."""
+    return replace(d, text="", token_ids=[], logprobs=None if d.logprobs is None else [],
+                   finish_reason="length" if d.finished else None, stop_reason=None, num_output_tokens=0)
+
+
+def _running_usage(req, d: StreamDelta) -> UsageInfo | None:
+    """vLLM's continuous_usage_stats: this choice's prompt and completion tokens so far."""
+    return UsageInfo.of(d.num_prompt_tokens, d.num_output_tokens) if req.usage_in_every_chunk else None
 
 
 def _completion_logprobs(lps: list[TokenLogprob] | None, offset: int) -> tuple[CompletionLogprobs | None, int]:
