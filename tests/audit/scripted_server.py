@@ -12,6 +12,9 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
   sglang=1   /get_server_info answers avg_spec_accept_length = k
   perreq=1   the usage chunk carries turbospec's per-request `speculative_decoding` figures
+  served=M   /v1/models lists M (default "scripted") and a request for another model gets vLLM's 404
+  key=K      requests without `Authorization: Bearer K` get 401
+  failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
 Each token is the word "tok " so text length tells the truth too. Prints "PORT <n>" when ready.
@@ -25,15 +28,19 @@ from collections import defaultdict
 
 COUNTERS: dict[str, dict] = defaultdict(lambda: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": defaultdict(int)})
 LOG: dict[str, list] = defaultdict(list)
+CALLS: dict[str, int] = defaultdict(int)
 
 
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
-           "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0}
+           "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
+           "failevery": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap"):
             out[key] = float(value)
+        elif key in ("served", "key"):
+            out[key] = value
         elif key in out and key != "fault":
             out[key] = int(value)
         else:
@@ -47,7 +54,7 @@ async def read_request(reader: asyncio.StreamReader):
     method, path, _ = lines[0].split(" ", 2)
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
     body = await reader.readexactly(int(headers.get("content-length", 0)))
-    return method, path, body
+    return method, path, body, headers
 
 
 def plain(writer, status: int, body: bytes, ctype: str = "application/json") -> None:
@@ -152,7 +159,7 @@ def metrics_text(key: str) -> bytes:
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
-            method, path, body = await read_request(reader)
+            method, path, body, headers = await read_request(reader)
             parts = path.split("/")
             spec_str = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
             spec = parse_spec(spec_str)
@@ -163,8 +170,21 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 plain(writer, 200, json.dumps(LOG[spec_str]).encode())
             elif method == "GET" and tail == "/get_server_info" and spec["sglang"]:
                 plain(writer, 200, json.dumps({"internal_states": [{"avg_spec_accept_length": spec["k"]}]}).encode())
+            elif method == "GET" and tail == "/v1/models":
+                plain(writer, 200, json.dumps({"object": "list", "data": [
+                    {"id": spec["served"] or "scripted", "object": "model"}]}).encode())
+            elif method == "POST" and spec["key"] and headers.get("authorization") != f"Bearer {spec['key']}":
+                plain(writer, 401, b'{"error": {"message": "invalid api key", "type": "auth"}}')
+            elif method == "POST" and spec["served"] and json.loads(body).get("model") != spec["served"]:
+                message = f"The model `{json.loads(body).get('model')}` does not exist."
+                plain(writer, 404, json.dumps({"object": "error", "message": message, "code": 404}).encode())
             elif method == "POST" and tail in ("/v1/chat/completions", "/v1/completions"):
                 req = json.loads(body)
+                CALLS[spec_str] += 1
+                if spec["failevery"] and CALLS[spec_str] % spec["failevery"] == 0:
+                    plain(writer, 500, b'{"error": {"message": "scripted intermittent error"}}')
+                    await writer.drain()
+                    continue
                 if not await stream(writer, spec, tail.endswith("chat/completions"), int(req.get("max_tokens", 16)), spec_str):
                     return
             else:

@@ -96,8 +96,8 @@ def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(httpx.get(f"{url}/log").json()) < 2:
-            time.sleep(0.1)                     # until two requests have finished
+        while time.monotonic() < deadline and len(httpx.get(f"{url}/log").json()) < 3:
+            time.sleep(0.1)                     # until the preflight request and two measured ones have finished
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

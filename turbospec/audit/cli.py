@@ -5,7 +5,9 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from typing import Optional
 
 import typer
@@ -15,6 +17,8 @@ from turbospec.audit.config import LoadConfig, LoadLevel, parse_concurrency, par
 from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
 from turbospec.audit.endpoint import Endpoint
 from turbospec.audit.gpus import get_gpu
+from turbospec.audit.outdir import check_out_dir
+from turbospec.audit.preflight import PreflightError, preflight, resolve_models
 from turbospec.audit.projection import SpecAssumption
 from turbospec.audit.results import Economics
 from turbospec.audit.roofline import load_model_bytes
@@ -40,7 +44,8 @@ def _aligned(name: str, values: list[str], n: int, required: bool) -> list[Optio
 def audit(
     endpoint: list[str] = typer.Option(..., "--endpoint",
         help="Base URL (…:8000, …/v1 or a full …/completions URL); repeat to race several"),
-    model: list[str] = typer.Option(..., "--model", help="Served model name; once, or once per --endpoint"),
+    model: list[str] = typer.Option([], "--model",
+        help="Served model name; once, or once per --endpoint (default: the one model /v1/models lists)"),
     api: str = typer.Option("chat", "--api",
         help="chat (/v1/chat/completions) or completions (/v1/completions)"),
     api_key: list[str] = typer.Option([], "--api-key", envvar="OPENAI_API_KEY",
@@ -97,46 +102,85 @@ def audit(
     telemetry: str = typer.Option("auto", "--telemetry",
         help="auto (local endpoints) | on | off: NVML sampling"),
     out: str = typer.Option("audit-out", "--out", help="Output directory"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier audit in --out"),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar"),
 ) -> None:
-    """Benchmark OpenAI-compatible endpoints; write results.json, report.md and report.html."""
+    """Benchmark OpenAI-compatible endpoints; write results.json, report.md and report.html.
+
+    Exit status: 0 when the report is written; 1 when an endpoint cannot work as configured (found by a
+    first short request, before anything is measured) or when no request succeeded (the report is
+    still written); 2 for a bad argument; 130 when aborted by a second Ctrl-C."""
     settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
+    args = dict(settings, api_key=api_key)
     try:
-        n = len(endpoint)
-        models = _aligned("--model", model, n, required=True)
-        keys = _aligned("--api-key", api_key, n, required=False)
-        if metrics_url and len(metrics_url) != n:
-            raise ValueError(f"--metrics-url given {len(metrics_url)} times for {n} endpoints: "
-                             "pass it once per --endpoint")
-        metrics = list(metrics_url) or [None] * n
-        eps = tuple(Endpoint(u, m, api, k, mu) for u, m, k, mu in zip(endpoint, models, keys, metrics))
-        conc = parse_concurrency(concurrency if concurrency is not None or request_rate else _DEFAULT_CONCURRENCY)
-        levels = (tuple(LoadLevel(concurrency=c) for c in conc)
-                  + tuple(LoadLevel(request_rate=r) for r in parse_rates(request_rate)))
-        body = _parse_extra_body(extra_body)
-        cfg = LoadConfig(endpoints=eps, levels=levels, num_prompts=num_prompts,
-                         request=RequestSettings(max_tokens, temperature, timeout, ignore_eos, body),
-                         warmup=warmup, max_duration_s=max_duration, max_inflight=max_inflight, seed=seed,
-                         telemetry=telemetry, slo=SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms))
-        prompts = load_workload(dataset, num_prompts, seed)
-        if api == "completions":
-            for p in prompts:
-                p.as_text()                          # messages-only prompts cannot go to /v1/completions
-        counters = {e.url: find_token_counter(tokenizer, e.model) for e in eps}
-        g = get_gpu(gpu, gpu_bandwidth_tbs)
-        econ = Economics(
-            gpu=g, cost=CostModel.for_gpu(g, currency, num_gpus, gpu_price, usd_to_inr, hours_per_day=hours_per_day,
-                                          daily_output_tokens=daily_output_tokens),
-            model=load_model_bytes(model_config, models[0]),
-            assumed=SpecAssumption(acceptance_length, f"assumed (--acceptance-length {acceptance_length:g})",
-                                   num_speculative_tokens, verify_overhead),
-            target_concurrency=target_concurrency)
+        check_out_dir(out, overwrite)
+        built = _build(args, model or ["?"] * len(endpoint))       # every argument checked before any request
+        if not model:
+            keys = [e.api_key for e in built[0].endpoints]
+            model = asyncio.run(resolve_models(endpoint, api, keys, timeout))
+            typer.echo(f"auditing model {', '.join(dict.fromkeys(model))} (from /v1/models)", err=True)
+            built = _build(args, model)
+        cfg, econ, prompts, counters = built
+        settings["model"] = [e.model for e in cfg.endpoints]
+        for warning in asyncio.run(preflight(cfg.endpoints, cfg.request)):
+            typer.secho(f"Warning: {warning}", fg=typer.colors.YELLOW, err=True)
+    except PreflightError as e:
+        typer.secho(f"Error: {e}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from None
     except ValueError as e:
         typer.secho(f"Error: {e}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.secho("Interrupted before measuring: nothing written", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130) from None
     from turbospec.audit.pipeline import run_and_report     # matplotlib loads only when a run starts
-    results = run_and_report(cfg, econ, prompts, counters, out, settings, progress=not no_progress)
+    try:
+        results = run_and_report(cfg, econ, prompts, counters, out, settings, progress=not no_progress)
+    except KeyboardInterrupt:
+        saved = os.path.exists(os.path.join(out, "results.json"))
+        typer.secho("Aborted (second Ctrl-C): " + (f"{out}/results.json holds what was measured; the reports "
+                    "were not written" if saved else "nothing written"), fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130) from None
     _print_summary(results, out)
+    if not any(r["num_ok"] for r in results["runs"]):
+        raise typer.Exit(1)
+
+
+def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dict]:
+    """The validated run from the CLI arguments (`a`) for these model names; ValueError says what to pass."""
+    n = len(a["endpoint"])
+    models = _aligned("--model", models, n, required=True)
+    keys = _aligned("--api-key", a["api_key"], n, required=False)
+    if a["metrics_url"] and len(a["metrics_url"]) != n:
+        raise ValueError(f"--metrics-url given {len(a['metrics_url'])} times for {n} endpoints: "
+                         "pass it once per --endpoint")
+    metrics = list(a["metrics_url"]) or [None] * n
+    eps = tuple(Endpoint(u, m, a["api"], k, mu) for u, m, k, mu in zip(a["endpoint"], models, keys, metrics))
+    conc_text, rate_text = a["concurrency"], a["request_rate"]
+    conc = parse_concurrency(conc_text if conc_text is not None or rate_text else _DEFAULT_CONCURRENCY)
+    levels = (tuple(LoadLevel(concurrency=c) for c in conc)
+              + tuple(LoadLevel(request_rate=r) for r in parse_rates(rate_text)))
+    request = RequestSettings(a["max_tokens"], a["temperature"], a["timeout"], a["ignore_eos"],
+                              _parse_extra_body(a["extra_body"]))
+    cfg = LoadConfig(endpoints=eps, levels=levels, num_prompts=a["num_prompts"], request=request,
+                     warmup=a["warmup"], max_duration_s=a["max_duration"], max_inflight=a["max_inflight"],
+                     seed=a["seed"], telemetry=a["telemetry"],
+                     slo=SLO(a["slo_ttft_ms"], a["slo_tpot_ms"], a["slo_e2e_ms"]))
+    prompts = load_workload(a["dataset"], a["num_prompts"], a["seed"])
+    if a["api"] == "completions":
+        for p in prompts:
+            p.as_text()                          # messages-only prompts cannot go to /v1/completions
+    counters = {e.url: find_token_counter(a["tokenizer"], e.model) for e in eps}
+    g = get_gpu(a["gpu"], a["gpu_bandwidth_tbs"])
+    econ = Economics(
+        gpu=g, cost=CostModel.for_gpu(g, a["currency"], a["num_gpus"], a["gpu_price"], a["usd_to_inr"],
+                                      hours_per_day=a["hours_per_day"],
+                                      daily_output_tokens=a["daily_output_tokens"]),
+        model=load_model_bytes(a["model_config"], models[0]),
+        assumed=SpecAssumption(a["acceptance_length"], f"assumed (--acceptance-length {a['acceptance_length']:g})",
+                               a["num_speculative_tokens"], a["verify_overhead"]),
+        target_concurrency=a["target_concurrency"])
+    return cfg, econ, prompts, counters
 
 
 def _parse_extra_body(text: str | None) -> dict:
@@ -161,9 +205,17 @@ def _print_summary(results: dict, out: str) -> None:
         typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, "
                    f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate, "
                    + (f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms" if r["ttft_ms"]["p50"] is not None else "no TTFT"))
+        for e in r["failure_examples"][:1] if r["num_failed"] else ():
+            reasons = ", ".join(f"{k}: {v}" for k, v in r["failures"].items())
+            typer.secho(f"  failed ({reasons}); e.g. {e['detail']}" + _FIX.get(e["reason"], ""),
+                        fg=typer.colors.YELLOW)
     if results["interrupted"]:
         typer.secho("interrupted: the report holds what was measured before Ctrl-C", fg=typer.colors.YELLOW)
     typer.echo(f"wrote {out}/results.json, {out}/report.md, {out}/report.html")
+
+
+_FIX = {"timeout": " -> raise --timeout, or lower --max-tokens / --concurrency",
+        "connection refused": " -> is the server still up?"}
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,7 @@
 Every failure ends as a `RequestRecord` with `ok=False`, a short `error` category (what the
 report counts) and an `error_detail` (what a human reads), never as an exception:
 
-  http <status>              the body's first 200 characters in the detail
+  http <status>              the error message of the body (else its first 200 characters) in the detail
   timeout                    no first token, or no end of stream, within --timeout
   connection refused | connection error
   stream cut                 the connection closed mid-body (incomplete chunked read, reset)
@@ -15,6 +15,7 @@ report counts) and an `error_detail` (what a human reads), never as an exception
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -72,6 +73,22 @@ def _root_causes(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+def error_message(raw: bytes) -> str:
+    """What an error body says: the message of OpenAI's {"error": {"message"}}, vLLM's {"message"} or
+    FastAPI's {"detail"}; else the body's first 200 characters."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text[:200]
+    err = obj.get("error") if isinstance(obj, dict) else None
+    for msg in ((err.get("message") if isinstance(err, dict) else err),
+                *((obj.get("message"), obj.get("detail")) if isinstance(obj, dict) else ())):
+        if msg:
+            return str(msg)[:300]
+    return text[:200]
+
+
 def build_body(ep: Endpoint, prompt: Prompt, s: RequestSettings) -> dict:
     body: dict = {"model": ep.model, "max_tokens": prompt.max_tokens or s.max_tokens,
                   "temperature": s.temperature, "stream": True,
@@ -117,8 +134,7 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
                   counter: TokenCounter | None) -> None:
     async with http.stream("POST", ep.request_url, json=body, headers=ep.headers()) as resp:
         if resp.status_code >= 400:
-            raw = await resp.aread()
-            rec.fail(f"http {resp.status_code}", raw[:200].decode("utf-8", "replace"))
+            rec.fail(f"http {resp.status_code}", error_message(await resp.aread()))
             return
         decoder, pieces, usage, done = SSEDecoder(), [], None, False
         cumulative: list[int | None] = []     # completion_tokens seen with each text chunk

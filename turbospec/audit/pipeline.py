@@ -9,7 +9,8 @@ import sys
 from contextlib import nullcontext
 
 from turbospec.audit.config import LoadConfig
-from turbospec.audit.plots import draw_all
+from turbospec.audit.outdir import remove_previous
+from turbospec.audit.plots import FIGURES, draw_all
 from turbospec.audit.report import build_sections
 from turbospec.audit.report_html import render_html
 from turbospec.audit.report_md import render_markdown
@@ -48,9 +49,14 @@ def run_and_report(cfg: LoadConfig, econ: Economics, prompts: list[Prompt],
 
 
 def write_outputs(results: dict, out_dir: str) -> None:
+    """results.json first (atomically: a kill never leaves half a file), then the figures and reports.
+    An earlier audit's outputs in out_dir are replaced (the CLI refuses that without --overwrite)."""
     os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
-    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
+    remove_previous(out_dir, list(FIGURES))
+    tmp = os.path.join(out_dir, ".results.json.partial")
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1, ensure_ascii=False)
+    os.replace(tmp, os.path.join(out_dir, "results.json"))
     figures = draw_all(results)
     paths = {}
     for name, png in figures.items():
