@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from turbospec.audit.cost import CostModel, format_money
+from turbospec.audit.cost import CostModel, format_money, format_percent
 from turbospec.audit.gpus import get_gpu
 from turbospec.audit.presets import guess_preset, preset_config
 from turbospec.audit.projection import SpecAssumption, ceiling, projected_speedup
@@ -108,6 +108,15 @@ def test_format_money():
     assert format_money(2_628_000, "INR") == "₹26.28 lakh"
     assert format_money(3.2e7, "INR") == "₹3.20 crore"
     assert format_money(None, "INR") == "n/a"
+
+
+def test_format_percent_never_rounds_a_breach_onto_its_threshold():
+    assert [format_percent(x) for x in (0.43, 0.052, 0.05, 0.00067, 0.0, 1.0, None)] == \
+        ["43%", "5.2%", "5.0%", "0.07%", "0%", "100%", "–"]
+    v = decide(VerdictInput("e", 55, 3, 2.0, 3.0, "assumed", 16))     # 3 of 58 = 5.17% > 5%
+    assert v["decision"] == "inconclusive" and "3 of 58 requests failed (5.2% > 5%)" in v["reasons"][0]
+    v = decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", 16, ceiling_fraction=125.7 / 188_423))
+    assert "batch-1 decode reaches only 0.07% of the HBM ceiling" in " ".join(v["reasons"])
 
 
 def test_projected_speedup():

@@ -80,3 +80,9 @@ def test_audit_acceptance_equals_the_engines(turbospec_server, run_audit_here, t
     assert sum(p * spec["num_drafts"] for p in spec["per_position"]) == pytest.approx(spec["num_accepted_tokens"])
     assert run["token_count_source"] == {"usage": 3}
     assert res["model"]["source"].endswith("codelm-12m/config.json")
+    from turbospec.audit.report import build_sections
+    from turbospec.audit.report_md import render_markdown
+    md = render_markdown("t", build_sections(res), {})     # a 12.6M model is not "0.01B" read as "0.03 GB"
+    assert "12.6M active of 12.6M parameters" in md and " MB read per decoded token" in md
+    frac = run["roofline"]["fraction_per_sequence"]         # a CPU run against an H200 ceiling: far under 1%
+    assert frac < 0.01 and f"| {frac:.2%} |" in md

@@ -89,6 +89,15 @@ class CostModel:
                 "hours_per_day": self.hours_per_day, "daily_output_tokens": self.daily_output_tokens}
 
 
+def format_percent(x: float | None) -> str:
+    """12%, 5.2% (under 10%: one decimal, so 5.2% never reads as the 5% it exceeds), 0.07% (under 1%)."""
+    if x is None:
+        return "–"
+    if x == 0 or abs(x) >= 0.1:
+        return f"{x:.0%}"
+    return f"{x:.1%}" if abs(x) >= 0.01 else f"{x:.2%}"
+
+
 def format_money(amount: float | None, currency: str) -> str:
     """$12,345.67 / ₹12,346 (Indian grouping), ₹26.28 lakh, ₹3.20 crore; the sign goes first."""
     if amount is None:

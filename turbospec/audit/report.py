@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from turbospec.audit.cost import format_money
+from turbospec.audit.cost import format_money, format_percent
 from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_SPEEDUP
 
 
@@ -23,7 +23,14 @@ def n(x: float | None, digits: int = 1) -> str:
 
 
 def pct(x: float | None) -> str:
-    return "–" if x is None else f"{x:.0%}"
+    return format_percent(x)
+
+
+def _size(x: float, unit: str) -> str:
+    """0.03 GB would hide a small model: 26.1 MB; parameters as 12.6M or 8.19B."""
+    if unit == "B":
+        return f"{x / 1e9:.2f} GB" if x >= 1e9 else f"{x / 1e6:.1f} MB"
+    return f"{x / 1e9:.2f}B" if x >= 1e9 else f"{x / 1e6:.1f}M"
 
 
 def build_sections(res: dict) -> list[Section]:
@@ -129,9 +136,9 @@ def _ceiling(res: dict) -> Section:
                               "to get the ceiling and a batch-aware projection."))
         return s
     s.blocks.append(("p", f"Model: {m['name']} ({m['source']}), {m['weight_dtype']} weights, "
-                          f"{m['weight_bytes_per_token'] / 1e9:.2f} GB read per decoded token at batch 1, "
+                          f"{_size(m['weight_bytes_per_token'], 'B')} read per decoded token at batch 1, "
                           f"{m['kv_bytes_per_token_of_context'] / 1e3:.1f} kB of KV cache per token of context, "
-                          f"{m['active_params'] / 1e9:.2f}B active of {m['total_params'] / 1e9:.2f}B parameters. "
+                          f"{_size(m['active_params'], 'p')} active of {_size(m['total_params'], 'p')} parameters. "
                           + " ".join(m["notes"])))
     rows = [[r["endpoint"], r["label"], n(r["roofline"]["context_tokens"], 0),
              n(r["roofline"]["per_sequence_tokens_per_s"]), n(r["output_tokens_per_s"]["p50"]),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turbospec.audit.cost import format_money
+from turbospec.audit.cost import format_money, format_percent
 
 MIN_SPEEDUP = 1.3
 MIN_ACCEPTANCE_LENGTH = 2.0
@@ -47,7 +47,7 @@ def decide(v: VerdictInput) -> dict:
     total = v.num_ok + v.num_failed
     fail_rate = v.num_failed / total if total else 1.0
     if v.num_ok == 0 or fail_rate > MAX_FAILURE_RATE:
-        reasons.append(f"{v.num_failed} of {total} requests failed ({fail_rate:.0%} > "
+        reasons.append(f"{v.num_failed} of {total} requests failed ({format_percent(fail_rate)} > "
                        f"{MAX_FAILURE_RATE:.0%}): fix the failures listed in the report, then audit again")
         return {"endpoint": v.endpoint, "decision": "inconclusive", "reasons": reasons, "thresholds": thresholds}
     at = f"at concurrency {v.target_concurrency:g}" if v.target_concurrency else ""
@@ -73,7 +73,7 @@ def decide(v: VerdictInput) -> dict:
         reasons.append("no model shape given (--model-config): the projection ignores how the batch and MoE "
                        "routing erode speculation at high concurrency")
     if v.ceiling_fraction is not None and v.ceiling_fraction < LOW_CEILING_FRACTION:
-        reasons.append(f"batch-1 decode reaches only {v.ceiling_fraction:.0%} of the HBM ceiling: engine work "
+        reasons.append(f"batch-1 decode reaches only {format_percent(v.ceiling_fraction)} of the HBM ceiling: engine work "
                        "(FP8 weights, CUDA graphs, fused kernels) may pay before or alongside speculation")
     if ok_speed and ok_accept and v.annual_savings is not None:
         reasons.append(f"implied saving {format_money(v.annual_savings, v.currency)} a year at the stated load")
