@@ -6,6 +6,7 @@ import hmac
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from turbospec import __version__
@@ -32,9 +33,11 @@ def _auth_dependency(api_key: str | None):
 
 def build_app(engine, served_model_name: str | list[str], api_key: str | None = None, *,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
-              shutdown_timeout_s: float = 10.0) -> FastAPI:
+              shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None) -> FastAPI:
     """`engine`: an LLMEngine (wrapped and driven here) or an AsyncEngine. The engine thread starts
-    with the app (lifespan) and stops with it, aborting whatever is still running."""
+    with the app (lifespan) and stops with it, aborting whatever is still running.
+    `allowed_origins`: CORS, so that a web page on those origins can call the API from a browser
+    (the CLI allows any, as vLLM does; the API key still applies)."""
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError("served_model_name must be a non-empty string (or a list of them)")
@@ -57,6 +60,9 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     app.state.engine = async_engine
     app.state.metrics = metrics
     install_error_handlers(app)
+    if allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_methods=["*"],
+                           allow_headers=["*"], allow_credentials=False)
 
     @app.get("/health")
     async def health() -> Response:

@@ -75,6 +75,8 @@ def serve(
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
     block_size: int = typer.Option(16, help="Tokens per KV block."),
     enforce_eager: bool = typer.Option(False, help="Never use CUDA graphs."),
+    allowed_origins: list[str] = typer.Option(["*"], help="CORS origins a browser page may call the API "
+                                              "from (repeat; default any, as with vLLM; '' for none)."),
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="Largest accepted request body."),
     shutdown_timeout: float = typer.Option(10.0, help="Seconds in-flight requests get to finish on shutdown."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
@@ -109,7 +111,8 @@ def serve(
         raise typer.Exit(2)
     print_cold_start(model, str(getattr(engine, "device", device)), cold, spec)
     app = build_app(engine, names, api_key, max_body_bytes=max_request_bytes,
-                    shutdown_timeout_s=shutdown_timeout)
+                    shutdown_timeout_s=shutdown_timeout,
+                    allowed_origins=[o for o in allowed_origins or [] if o.strip()])
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=max(1, int(round(shutdown_timeout))),
                             access_log=log_level == "debug")

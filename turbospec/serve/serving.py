@@ -39,7 +39,7 @@ class OpenAIServing:
         try:
             return await self.engine.add_request(request_id, params, **prompt)
         except RequestFailed as e:
-            raise APIError(e.status, e.message, code=e.code) from None
+            raise APIError(e.status, e.message, code=e.code, param=_param_of(e, prompt)) from None
 
     async def _collect(self, request: Request, streams: list[RequestStream]) -> list[StreamDelta]:
         try:
@@ -192,6 +192,16 @@ class OpenAIServing:
         finally:
             await events.aclose()
             abort_all(streams)
+
+
+def _param_of(e: RequestFailed, prompt: dict) -> str | None:
+    """The request field a refused prompt points at: the prompt, or max_tokens when only the
+    room it asks for is too much."""
+    if e.status != 400:
+        return None
+    if e.code == "context_length_exceeded" and "max_tokens" in e.message:
+        return "max_tokens"
+    return "messages" if "messages" in prompt else "prompt"
 
 
 def _prompt_only(d: StreamDelta) -> StreamDelta:

@@ -1,0 +1,44 @@
+"""A browser page calling the server (CORS preflight and response headers, the API key still
+enforced) and the `param` of a context-length error, which points at the field to change."""
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from .server_process import API_KEY, MODEL_NAME
+
+ORIGIN = "http://localhost:3000"
+
+
+def test_cors_preflight_and_response(server):
+    pre = httpx.options(f"{server.url}/v1/chat/completions", timeout=10, headers={
+        "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"})
+    assert pre.status_code == 200
+    assert pre.headers["access-control-allow-origin"] == "*"
+    assert "POST" in pre.headers["access-control-allow-methods"]
+    assert "authorization" in pre.headers["access-control-allow-headers"].lower()
+    r = httpx.get(f"{server.url}/v1/models", timeout=10,
+                  headers={"Origin": ORIGIN, "Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+    denied = httpx.get(f"{server.url}/v1/models", timeout=10, headers={"Origin": ORIGIN})
+    assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
+        yield c
+
+
+def test_context_length_errors_name_the_field(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt="def f():", max_tokens=4000)
+    assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt="x " * 3000, max_tokens=4)
+    assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "prompt"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x " * 3000}])
+    assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "messages"
