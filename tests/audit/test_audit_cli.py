@@ -47,6 +47,10 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
     (["--model-config", "qwen9"], "unknown model preset 'qwen9'"),
     (["--telemetry", "maybe"], "--telemetry 'maybe'"),
     (["--timeout", "0"], "--timeout must be positive"),
+    (["--target-concurrency", "0"], "--target-concurrency 0: pass a positive load"),
+    (["--metrics-url", "localhost:8000/metrics"], "--metrics-url 'localhost:8000/metrics' is not an http(s) URL"),
+    (["--model-config", "missing/config.json"], "no such file missing/config.json"),
+    (["--model-config", "tests"], "no such file tests/config.json"),
 ])
 def test_bad_arguments_exit_2_with_a_message_saying_what_to_pass(extra, message):
     res = CliRunner().invoke(cli(), OK + extra)

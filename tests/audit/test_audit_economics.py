@@ -65,6 +65,11 @@ def test_model_config_sources(tmp_path):
     assert "guessed" in load_model_bytes(None, "sarvamai/sarvam-30b").source
     with pytest.raises(ValueError, match="unknown model preset"):
         load_model_bytes("qwen9", "x")
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ValueError, match="is not a JSON object"):
+        load_model_bytes(str(tmp_path / "list.json"), "x")
+    with pytest.raises(ValueError, match="no such file"):
+        load_model_bytes(str(tmp_path), "x")                 # a directory without config.json
     with pytest.raises(ValueError, match="quantization method"):
         model_bytes({**preset_config("qwen3-8b"), "quantization_config": {"quant_method": "weird"}})
 

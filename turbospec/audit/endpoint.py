@@ -27,6 +27,11 @@ class Endpoint:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"--endpoint {self.url!r} is not an http(s) URL: pass e.g. "
                              "http://127.0.0.1:8000 or https://api.example.com/v1")
+        if self.metrics_url_override is not None:
+            m = urlparse(self.metrics_url_override)
+            if m.scheme not in ("http", "https") or not m.netloc:
+                raise ValueError(f"--metrics-url {self.metrics_url_override!r} is not an http(s) URL: pass e.g. "
+                                 "http://127.0.0.1:8000/metrics")
         if self.api not in APIS:
             raise ValueError(f"--api {self.api!r} is not supported: use chat or completions")
         if not self.model:

@@ -42,6 +42,11 @@ class Economics:
     assumed: SpecAssumption                    # used wherever acceptance is not measured
     target_concurrency: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.target_concurrency is not None and not self.target_concurrency > 0:
+            raise ValueError(f"--target-concurrency {self.target_concurrency:g}: pass a positive load, one of the "
+                             "measured --concurrency levels (e.g. 16) or an effective concurrency of a Poisson level")
+
     @property
     def serving_gpus(self) -> GPU:
         """The --num-gpus GPUs behind an endpoint as one tensor-parallel group: their bandwidth and

@@ -168,7 +168,12 @@ def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
                     raw = json.load(f)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"--model-config {path} is not valid JSON ({e})") from e
+            if not isinstance(raw, dict):
+                raise ValueError(f"--model-config {path} is not a JSON object: pass a Hugging Face config.json")
             return model_bytes(raw, name=model_name, source=path)
+        if os.path.isdir(spec) or spec.endswith(".json") or os.sep in spec:
+            raise ValueError(f"--model-config {spec!r}: no such file {path}: pass a Hugging Face config.json, the "
+                             "model directory that holds one, or a preset (e.g. qwen3-8b)")
         return model_bytes(preset_config(spec), name=spec, source=f"preset {spec}")
     guess = guess_preset(model_name)
     if guess is None:
