@@ -14,6 +14,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   perreq=1   the usage chunk carries turbospec's per-request `speculative_decoding` figures
   served=M   /v1/models lists M (default "scripted") and a request for another model gets vLLM's 404
   key=K      requests without `Authorization: Bearer K` get 401
+  finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
@@ -34,7 +35,7 @@ CALLS: dict[str, int] = defaultdict(int)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0}
+           "failevery": 0, "finish": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap"):
@@ -111,6 +112,8 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
             continue
         done += n
         obj = {"object": "chat.completion.chunk", "choices": [choice(chat, "tok " * n, spec["quirks"] and i == 0)]}
+        if spec["finish"] and i == len(sizes) - 1:
+            obj["choices"][0]["finish_reason"] = "length"
         if spec["continuous"]:
             obj["usage"] = {"prompt_tokens": 7, "completion_tokens": done}
         event(writer, obj)

@@ -44,3 +44,13 @@ def test_duration_limit_cancels_without_counting_failures(scripted_base, run_aud
     assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 2)
     assert "2 requests cancelled unfinished" in (tmp_path / "report.md").read_text()
     assert res["verdict"]["decision"] == "inconclusive"
+
+
+def test_a_clean_end_after_a_finish_reason_needs_no_done_sentinel(scripted_base, run_audit_here):
+    # some servers end the stream without `data: [DONE]`; after a finish_reason the answer is complete
+    url = f"{scripted_base}/s/ttft=5,gap=5,fault=nodone,finish=1"
+    res, _ = run_audit_here([url], num_prompts=2, warmup=0, max_tokens=7)
+    run = res["runs"][0]
+    assert (run["num_ok"], run["num_failed"]) == (2, 0), run["failures"]
+    assert run["output_tokens"]["total"] == 14 and run["token_count_source"] == {"usage": 2}
+    assert [q["finish_reason"] for q in run["requests"]] == ["length", "length"]

@@ -9,7 +9,7 @@ report counts) and an `error_detail` (what a human reads), never as an exception
   stream cut                 the connection closed mid-body (incomplete chunked read, reset)
   bad json                   a `data:` payload that is not a JSON object
   error in stream            the server sent an error object inside the stream
-  no [DONE]                  the stream ended cleanly but without the `[DONE]` sentinel
+  no [DONE]                  the stream ended cleanly but without the `[DONE]` sentinel or a finish_reason
   empty output               `[DONE]` arrived before any generated text
 """
 from __future__ import annotations
@@ -164,8 +164,11 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
             tail = decoder.flush()
             if tail is not None and parse_chunk(tail).done:
                 done = True
-        if not done:
-            rec.fail("no [DONE]", f"stream ended after {len(rec.chunk_times_s)} chunks without data: [DONE]")
+        if not done and rec.finish_reason is None:
+            # a clean end after a finish_reason is complete (some servers omit the sentinel); without
+            # one the answer may be truncated
+            rec.fail("no [DONE]", f"stream ended after {len(rec.chunk_times_s)} chunks without data: [DONE] "
+                     "or a finish_reason")
             return
         if not rec.chunk_times_s:
             rec.fail("empty output", f"[DONE] before any generated text (finish_reason={rec.finish_reason})")
