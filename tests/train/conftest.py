@@ -1,4 +1,4 @@
-"""Fixtures for the training tests: a tiny Qwen3 target (2 layers, hidden 64, vocab 8192 with the
+"""Fixtures for the training tests: a tiny Qwen3 target (4 layers, hidden 64, vocab 8192 with the
 demo model's tokenizer) written with transformers' save_pretrained, and small JSONL files."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ for i in range(10):
 '''
 
 
-def write_tiny_target(path: Path, num_layers: int = 3, seed: int = 0) -> Path:
+def write_tiny_target(path: Path, num_layers: int = 4, seed: int = 0) -> Path:
     import transformers
     cfg = transformers.Qwen3Config(
         vocab_size=8192, hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers,

@@ -19,7 +19,7 @@ def _cfg(tiny_target, code_jsonl, tmp_path, method, **kw):
 def test_eagle3_ttt_equals_chain_drafting(tiny_target, code_jsonl, tmp_path):
     torch.manual_seed(0)
     cfg = _cfg(tiny_target, code_jsonl, tmp_path, "eagle3", eagle3=Eagle3Options(ttt_steps=4, draft_vocab_size=300))
-    target = TargetModel(str(tiny_target), (1, 2, 2), torch.device("cpu"))
+    target = TargetModel(str(tiny_target), (1, 2, 3), torch.device("cpu"))
     counts = torch.randint(0, 50, (target.config.vocab_size,))
     draft, used = build_eagle3_draft(cfg, target, counts)
     with torch.no_grad():                       # make the head's residual path matter

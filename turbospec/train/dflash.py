@@ -35,16 +35,21 @@ from turbospec.train.metrics import StepStats, chain_stats
 
 def dflash_target_layers(num_target_layers: int, num_draft_layers: int,
                          requested: tuple[int, ...] | None) -> tuple[int, ...]:
-    """Input-of-layer ids (exported as output-of-layer id - 1). Default: the z-lab spacing."""
+    """Distinct input-of-layer ids (exported as output-of-layer id - 1). Default: the z-lab spacing;
+    where a small target makes it repeat a layer, ids spread evenly over 1..L-1 instead (vLLM and
+    SGLang capture a repeated id once, so fc would not get the features it was trained on)."""
     L = num_target_layers
     if requested is not None:
         ids = tuple(sorted(requested))
-        if ids[-1] > L - 1:
-            raise ValueError(f"--target-layers {list(requested)}: use input-of-layer ids in 1..{L - 1} "
+        if ids[-1] > L - 1 or len(set(ids)) != len(ids):
+            raise ValueError(f"--target-layers {list(requested)}: use distinct input-of-layer ids in 1..{L - 1} "
                              f"for this {L}-layer target")
         return ids
-    ids = default_target_layer_ids(L, num_draft_layers)
-    return tuple(sorted(min(max(i + 1, 1), L - 1) for i in ids))
+    ids = tuple(sorted(min(max(i + 1, 1), L - 1) for i in default_target_layer_ids(L, num_draft_layers)))
+    if len(set(ids)) == len(ids):
+        return ids
+    n = min(len(ids), L - 1)
+    return tuple(sorted({int(round(1 + (L - 2) * j / max(n - 1, 1))) for j in range(n)}))
 
 
 def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFlashDraftModel:

@@ -35,16 +35,19 @@ def eagle3_target_layers(num_target_layers: int, requested: tuple[int, ...] | No
     """Input-of-layer ids (low, mid, high). Default: EAGLE's (2, L//2, L-3) when distinct and
     exportable, else three ids spread over 1..L-1 (small targets)."""
     L = num_target_layers
+    if L < 4:         # vLLM / SGLang capture a repeated id once: fc would get 2 features, not 3
+        raise ValueError(f"EAGLE-3 fuses 3 distinct target layers (input-of-layer ids 1..L-1); this {L}-layer "
+                         f"target has {L - 1}: train a DFlash drafter (`turbospec train dflash`) instead")
     if requested is not None:
         ids = tuple(sorted(requested))
-        if len(ids) != 3 or ids[-1] > L - 1:
-            raise ValueError(f"--target-layers {list(requested)}: EAGLE-3 fuses exactly 3 input-of-layer "
+        if len(set(ids)) != 3 or ids[-1] > L - 1:
+            raise ValueError(f"--target-layers {list(requested)}: EAGLE-3 fuses exactly 3 distinct input-of-layer "
                              f"ids in 1..{L - 1} for this {L}-layer target, e.g. 1,{max(1, L // 2)},{L - 1}")
         return ids
     ids = default_aux_layers(L)
     if len(set(ids)) == 3 and min(ids) >= 1 and max(ids) <= L - 1:
         return ids
-    hi = max(1, L - 1)
+    hi = L - 1
     return tuple(sorted(int(round(1 + (hi - 1) * t)) for t in (0.0, 0.5, 1.0)))
 
 
