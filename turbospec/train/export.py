@@ -2,14 +2,17 @@
 
 - EAGLE-3: `LlamaForCausalLMEagle3` (SpecForge / vLLM / SGLang): config.json + model.safetensors,
   `midlayer.*`, d2t (int64 offsets) / t2d (bool), no embed_tokens (the engines share the target's),
-  captured layers written as output-of-layer ids in `eagle_config`.
+  captured layers written as output-of-layer ids in `eagle_config` (SGLang, SpecForge) and as
+  input-of-layer ids at the top level (`eagle_aux_hidden_state_layer_ids`, vLLM).
 - DFlash: z-lab `DFlashDraftModel`: config.json + model.safetensors, no embed_tokens / lm_head,
   `dflash_config.{mask_token_id, target_layer_ids}` (output-of-layer), `block_size`.
 
 Both go through the draft modules' own exporters (`save_eagle3` / `save_dflash`) and are read back
 with the strict loaders the proposers use (`load_eagle3` / `load_dflash`), which name any missing
-or misshapen tensor. Files are written to a temporary directory and moved into place, so an
-interrupted export never leaves a half-written checkpoint under its real name. `training_info.json` records the setting.
+or misshapen tensor. Files are written to a temporary directory inside the export directory and
+renamed into place, so an interrupted export never leaves a half-written file under its real name;
+they get the umask's permissions (readable by a server running as another user).
+`training_info.json` records the setting.
 """
 from __future__ import annotations
 
@@ -29,23 +32,51 @@ INFO_FILE = "training_info.json"
 
 def export_drafter(method: str, draft: torch.nn.Module, out_dir: str, target_config: ModelConfig,
                    dtype: torch.dtype = torch.bfloat16, info: dict | None = None, verify: bool = True) -> None:
-    tmp = tempfile.mkdtemp(prefix="turbospec-export-")      # never a half-written file in out_dir
-    if method == "eagle3":
-        save_eagle3(draft, tmp, target_config, include_embeddings=False, dtype=dtype)
-    elif method == "dflash":
-        save_dflash(draft, tmp, dtype=dtype)
-    else:
-        raise ValueError(f"unknown method {method!r}: use eagle3 or dflash")
-    if info is not None:
-        with open(os.path.join(tmp, INFO_FILE), "w") as f:
-            json.dump(info, f, indent=1, default=str)
-    if verify:
-        check_export(method, tmp, target_config)
+    out_dir = os.path.abspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    for fn in os.listdir(tmp):
-        shutil.move(os.path.join(tmp, fn), os.path.join(out_dir, fn + ".tmp"))
-        os.replace(os.path.join(out_dir, fn + ".tmp"), os.path.join(out_dir, fn))
-    shutil.rmtree(tmp, ignore_errors=True)
+    # next to out_dir (same file system): every file lands with a rename, never a half-written copy
+    tmp = tempfile.mkdtemp(prefix=".export-", dir=out_dir)
+    try:
+        if method == "eagle3":
+            save_eagle3(draft, tmp, target_config, include_embeddings=False, dtype=dtype)
+            _add_input_of_layer_ids(os.path.join(tmp, "config.json"), target_config)
+        elif method == "dflash":
+            save_dflash(draft, tmp, dtype=dtype)
+        else:
+            raise ValueError(f"unknown method {method!r}: use eagle3 or dflash")
+        if info is not None:
+            with open(os.path.join(tmp, INFO_FILE), "w") as f:
+                json.dump(info, f, indent=1, default=str)
+        if verify:
+            check_export(method, tmp, target_config)
+        mode = _default_file_mode(tmp)    # safetensors writes 0600: a server running as another user could not read it
+        for fn in sorted(os.listdir(tmp), key=lambda n: n == "config.json"):   # config.json last
+            os.chmod(os.path.join(tmp, fn), mode)
+            os.replace(os.path.join(tmp, fn), os.path.join(out_dir, fn))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _default_file_mode(directory: str) -> int:
+    """The mode a plain open() gives a new file here (0o666 less the umask)."""
+    probe = os.path.join(directory, ".mode")
+    open(probe, "w").close()
+    mode = os.stat(probe).st_mode & 0o777
+    os.remove(probe)
+    return mode
+
+
+def _add_input_of_layer_ids(config_path: str, target_config: ModelConfig) -> None:
+    """Also write the captured layers at the top level, input-of-layer (vLLM / speculators): the newest
+    vLLM reads only that key and otherwise captures its default (2, L//2, L-3), which is not what a
+    drafter trained on other layers (any small target, any --target-layers) expects. SGLang and
+    SpecForge read the nested output-of-layer ids, which the draft's own writer puts in `eagle_config`."""
+    with open(config_path) as f:
+        raw = json.load(f)
+    nested = raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    raw["eagle_aux_hidden_state_layer_ids"] = [int(i) + 1 for i in nested]
+    with open(config_path, "w") as f:
+        json.dump(raw, f, indent=2)
 
 
 def check_export(method: str, draft_dir: str, target_config: ModelConfig) -> None:
