@@ -60,6 +60,10 @@ def test_export_round_trip(method, tiny_target, code_jsonl, tmp_path):
     out = str(tmp_path / "export")
     export_drafter(method, recipe.draft, out, target.config, torch.float32, {"note": "test"})
     assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "training_info.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    for fn in os.listdir(out):                # safetensors alone would write 0600
+        assert os.stat(os.path.join(out, fn)).st_mode & 0o777 == 0o666 & ~umask, fn
     loaded = (load_eagle3 if method == "eagle3" else load_dflash)(out, "cpu", torch.float32)
     mine, theirs = recipe.draft.state_dict(), loaded.state_dict()
     assert set(mine) == set(theirs)
@@ -70,12 +74,15 @@ def test_export_round_trip(method, tiny_target, code_jsonl, tmp_path):
         # published layout: output-of-layer ids, d2t offsets consistent with t2d
         assert raw["architectures"] == ["LlamaForCausalLMEagle3"]
         assert raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [i - 1 for i in target.aux_layers]
+        assert raw["eagle_aux_hidden_state_layer_ids"] == list(target.aux_layers)    # vLLM reads this one
+        assert len(set(target.aux_layers)) == 3
         assert raw["draft_vocab_size"] == 512
         used = loaded.d2t + torch.arange(512)
         assert torch.equal(torch.nonzero(loaded.t2d).flatten(), used)
     else:
         assert raw["architectures"] == ["DFlashDraftModel"] and raw["block_size"] == 4
         assert raw["dflash_config"]["target_layer_ids"] == [i - 1 for i in target.aux_layers]
+        assert len(set(target.aux_layers)) == len(target.aux_layers)
 
 
 def test_resume_continues_the_run(tiny_target, code_jsonl, tmp_path):
@@ -123,5 +130,11 @@ def test_cli_trains_and_exports(tiny_target, code_jsonl, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("")
     res = CliRunner().invoke(app, ["train", "dflash", "--target", str(tiny_target), "--data", str(bad),
-                                   "--out", str(out)])
+                                   "--out", str(tmp_path / "df")])
     assert res.exit_code == 2 and "holds no records" in res.output
+    # the same command again over the finished run: refused, the export and its state kept
+    before = (out / "model.safetensors").read_bytes()
+    res = CliRunner().invoke(app, ["train", "eagle3", "--target", str(tiny_target), "--data", str(code_jsonl),
+                                   "--out", str(out), "--steps", "1"])
+    assert res.exit_code == 2 and "already exists" in res.output and "--overwrite" in res.output, res.output
+    assert (out / "model.safetensors").read_bytes() == before

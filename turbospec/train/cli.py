@@ -27,6 +27,7 @@ LOG_EVERY = typer.Option(20, help="log line every N steps (when not on a termina
 SAVE_EVERY = typer.Option(1000, help="training-state checkpoint + export every N steps")
 CKPT = typer.Option(None, help="training-state directory (default <out>/checkpoint)")
 RESUME = typer.Option(False, help="continue from the training state in --checkpoint-dir")
+OVERWRITE = typer.Option(False, help="replace the drafter / training state already in --out (refused otherwise)")
 INIT_FROM = typer.Option(None, help="start from an exported drafter's weights (same shape options; new optimizer and schedule)")
 SEED = typer.Option(0)
 DEVICE = typer.Option(None, help="cuda (default when available) or cpu")
@@ -57,13 +58,20 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
 def _run(method: str, shape: dict, eagle3: dict, dflash: dict, **kw) -> None:
     from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
     from turbospec.train.loop import train
+    cfg = None
     try:
         cfg = TrainConfig(method=method, shape=DraftShape(**shape), eagle3=Eagle3Options(**eagle3),
                           dflash=DFlashOptions(**dflash), **kw)
-        train(cfg)
-    except ValueError as e:
+        result = train(cfg)
+    except (ValueError, OSError) as e:       # OSError: a disk that filled up, a file that vanished
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:                # a second Ctrl-C: stopped at once
+        where = f": the last saved training state is in {cfg.state_dir}" if cfg is not None else ""
+        typer.echo(f"interrupted{where}", err=True)
+        raise typer.Exit(130) from None
+    if result.get("interrupted"):            # stopped by a signal after saving: not a finished run
+        raise typer.Exit(130)
 
 
 @train_app.command("eagle3")
@@ -73,7 +81,7 @@ def eagle3(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = 
            warmup_steps: int = WARMUP, min_lr_ratio: float = MIN_LR, weight_decay: float = WD,
            grad_clip: float = CLIP, heldout_fraction: float = HELDOUT, eval_every: int = EVAL_EVERY,
            log_every: int = LOG_EVERY, save_every: int = SAVE_EVERY, checkpoint_dir: str = CKPT,
-           resume: bool = RESUME, init_from: str = INIT_FROM, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
+           resume: bool = RESUME, overwrite: bool = OVERWRITE, init_from: str = INIT_FROM, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
            chat_template: str = CHAT, feature_cache: str = CACHE, eval_prompts: str = EVAL_PROMPTS,
            eval_num_prompts: int = EVAL_N, eval_max_tokens: int = EVAL_TOK, export_dtype: str = EXPORT_DTYPE,
            num_layers: int = LAYERS, intermediate_size: int = INTER, num_attention_heads: int = HEADS,
@@ -100,7 +108,7 @@ def dflash(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = 
            warmup_steps: int = WARMUP, min_lr_ratio: float = MIN_LR, weight_decay: float = WD,
            grad_clip: float = CLIP, heldout_fraction: float = HELDOUT, eval_every: int = EVAL_EVERY,
            log_every: int = LOG_EVERY, save_every: int = SAVE_EVERY, checkpoint_dir: str = CKPT,
-           resume: bool = RESUME, init_from: str = INIT_FROM, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
+           resume: bool = RESUME, overwrite: bool = OVERWRITE, init_from: str = INIT_FROM, seed: int = SEED, device: str = DEVICE, target_dtype: str = TDTYPE,
            chat_template: str = CHAT, feature_cache: str = CACHE, eval_prompts: str = EVAL_PROMPTS,
            eval_num_prompts: int = EVAL_N, eval_max_tokens: int = EVAL_TOK, export_dtype: str = EXPORT_DTYPE,
            num_layers: int = typer.Option(3, "--num-layers", help="drafter decoder layers"),

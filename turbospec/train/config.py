@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 
 METHODS = ("eagle3", "dflash")
+STATE_FILE = "train_state.pt"                                  # under TrainConfig.state_dir
+EXPORT_FILES = ("config.json", "model.safetensors", "training_info.json")   # what --out receives
 
 
 @dataclass
@@ -96,6 +98,7 @@ class TrainConfig:
     save_every: int = 1000              # training-state checkpoints (and an export) every N steps
     checkpoint_dir: str | None = None   # None: <out>/checkpoint
     resume: bool = False
+    overwrite: bool = False             # replace a drafter / training state already in out (else refused)
     init_from: str | None = None        # an exported drafter to continue training from (fresh optimizer)
     seed: int = 0
     device: str | None = None           # cuda if available, else cpu
@@ -152,6 +155,7 @@ class TrainConfig:
             if not os.path.isfile(os.path.join(self.init_from, "config.json")):
                 raise ValueError(f"--init-from {self.init_from!r} has no config.json: pass an exported drafter "
                                  "directory (the --out of an earlier run)")
+        self._check_out()
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
             raise ValueError(f"--chat-template {self.chat_template!r} does not exist: pass a Jinja file")
         if self.method == "dflash" and self.dflash.block_size - 1 > (self.max_seq_len or 1024) // 2:
@@ -160,6 +164,29 @@ class TrainConfig:
         self.shape.validate()
         self.eagle3.validate()
         self.dflash.validate()
+
+    def _check_out(self) -> None:
+        """Never overwrite earlier work silently: an export or a training state already under --out /
+        --checkpoint-dir is continued (--resume) or replaced on request (--overwrite), nothing else."""
+        for flag, path in (("--out", self.out), ("--checkpoint-dir", self.state_dir)):
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise ValueError(f"{flag} {path!r} is a file: pass a directory (it is created if missing)")
+        state = os.path.join(self.state_dir, STATE_FILE)
+        if self.resume:
+            if self.overwrite:
+                raise ValueError("--resume and --overwrite exclude each other: --resume continues the training "
+                                 "state in --checkpoint-dir, --overwrite starts a new run over it")
+            if not os.path.isfile(state):
+                raise ValueError(f"--resume: no {STATE_FILE} in {self.state_dir!r}; start without --resume, or "
+                                 "pass --checkpoint-dir of the run to continue")
+            return
+        if self.overwrite:
+            return
+        found = [os.path.join(self.out, fn) for fn in EXPORT_FILES if os.path.isfile(os.path.join(self.out, fn))]
+        found += [state] if os.path.isfile(state) else []
+        if found:
+            raise ValueError(f"{found[0]} already exists (an earlier run's work): pass --resume to continue its "
+                             "training state, --overwrite to replace it, or another --out")
 
     @property
     def state_dir(self) -> str:

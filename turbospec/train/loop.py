@@ -26,6 +26,7 @@ from turbospec.train.data import load_dataset, load_tokenizer
 from turbospec.train.evaluate import autocast_for, evaluate_heldout, measure_acceptance
 from turbospec.train.export import export_drafter
 from turbospec.train.features import FeatureCache, TargetModel, cached_features
+from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
 from turbospec.train.recipes import build_recipe, capture_layers
 from turbospec.train.state import init_from_export, load_state, lr_at, make_optimizer, save_state, set_lr
@@ -82,6 +83,18 @@ def _fmt(m: dict) -> str:
     return f"loss {m['loss']:.3f} | acc/draft {acc} | accept_len {m['accept_len']:.2f}"
 
 
+def _make_writable_dirs(cfg: TrainConfig) -> None:
+    """Create --out and the checkpoint directory now: a path that cannot be written fails before
+    training, not when the first checkpoint or the export is due."""
+    for flag, path in (("--out", cfg.out), ("--checkpoint-dir", cfg.state_dir)):
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"{flag} {path!r} cannot be created ({e.strerror}): pass a writable directory") from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{flag} {path!r} is not writable: pass a writable directory")
+
+
 def train(cfg: TrainConfig) -> dict:
     """Run one training; returns the final metrics (rank 0 also exported the drafter to cfg.out)."""
     t_setup = time.perf_counter()
@@ -97,6 +110,8 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--max-seq-len {cfg.max_seq_len} exceeds the target's context "
                          f"{tcfg.max_position_embeddings}: lower it")
     layers = capture_layers(cfg, tcfg)
+    if rank == 0:
+        _make_writable_dirs(cfg)
     tokenizer = load_tokenizer(cfg.target, cfg.chat_template)
     ds, report = load_dataset(cfg.data, tokenizer, tcfg.vocab_size, cfg.max_seq_len, cfg.truncate,
                               cfg.loss_on_prompt)
@@ -153,63 +168,77 @@ def train(cfg: TrainConfig) -> dict:
     stream = iterate(train_ds, cfg.batch_size, cfg.seed, step, rank, world)
     running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
     heldout_m: dict = {}
-    stop = torch.zeros(2, device=device)
-    while total_steps is None or step < total_steps:
-        elapsed = elapsed0 + time.perf_counter() - t0
-        if world > 1:                        # all ranks stop together and share the schedule clock
-            stop[0], stop[1] = float(budget is not None and elapsed >= budget), elapsed
-            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
-            over, elapsed = bool(stop[0]), float(stop[1])
-        else:
-            over = budget is not None and elapsed >= budget
-        if over:
-            log.print(f"time budget of {cfg.max_minutes:g} min reached at step {step}")
-            break
-        progress = max(step / total_steps if total_steps else 0.0, elapsed / budget if budget else 0.0)
-        set_lr(opt, lr_at(step, progress, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
-        host = next(stream)
-        batch = host.to(device)
-        keys = [f"train-{i}" for i in host.indices] if cache else []
-        feats = cached_features(target, cache, batch, keys, host.lengths)
-        with autocast():
-            loss, packed = module(*recipe.inputs(batch, feats, anchor_gen, host))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        step += 1
-        tokens += int(host.lengths.sum())
-        running = packed if running is None else running + packed
-        line, postfix = None, {}
-        if step % cfg.log_every == 0 or step == total_steps:
-            m = summarize(running, recipe.k)
-            now = time.perf_counter()
-            rate = tokens / (now - t_log)
-            postfix = {"loss": f"{m['loss']:.3f}", "acc0": f"{m['acc'][0]:.2f}", "AL": f"{m['accept_len']:.2f}",
-                       "heldout_AL": f"{heldout_m.get('accept_len', float('nan')):.2f}", "tok/s": f"{rate:.0f}"}
-            line = (f"step {step}{end} | train {_fmt(m)} | heldout AL "
-                    f"{heldout_m.get('accept_len', float('nan')):.2f} | lr {opt.param_groups[0]['lr']:.2e} | "
-                    f"{rate:.0f} tok/s | {elapsed:.0f} s")
-            running, tokens, t_log = None, 0, now
-        if step % cfg.eval_every == 0:
+    stop = torch.zeros(3, device=device)
+    interrupted = None
+    with StopRequest() as signals:           # Ctrl-C / SIGTERM: leave after the step, save, export
+        while total_steps is None or step < total_steps:
+            elapsed = elapsed0 + time.perf_counter() - t0
+            if world > 1:                        # all ranks stop together and share the schedule clock
+                stop[0], stop[1] = float(budget is not None and elapsed >= budget), elapsed
+                stop[2] = float(signals.requested is not None)
+                dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+                over, elapsed, signalled = bool(stop[0]), float(stop[1]), bool(stop[2])
+            else:
+                over, signalled = budget is not None and elapsed >= budget, signals.requested is not None
+            if signalled:
+                interrupted = signals.requested or "a signal to another rank"
+                log.print(f"stopped by {interrupted} at step {step}")
+                break
+            if over:
+                log.print(f"time budget of {cfg.max_minutes:g} min reached at step {step}")
+                break
+            progress = max(step / total_steps if total_steps else 0.0, elapsed / budget if budget else 0.0)
+            set_lr(opt, lr_at(step, progress, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
+            host = next(stream)
+            batch = host.to(device)
+            keys = [f"train-{i}" for i in host.indices] if cache else []
+            feats = cached_features(target, cache, batch, keys, host.lengths)
+            with autocast():
+                loss, packed = module(*recipe.inputs(batch, feats, anchor_gen, host))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            step += 1
+            tokens += int(host.lengths.sum())
+            running = packed if running is None else running + packed
+            line, postfix = None, {}
+            if step % cfg.log_every == 0 or step == total_steps:
+                m = summarize(running, recipe.k)
+                now = time.perf_counter()
+                rate = tokens / (now - t_log)
+                postfix = {"loss": f"{m['loss']:.3f}", "acc0": f"{m['acc'][0]:.2f}", "AL": f"{m['accept_len']:.2f}",
+                           "heldout_AL": f"{heldout_m.get('accept_len', float('nan')):.2f}", "tok/s": f"{rate:.0f}"}
+                line = (f"step {step}{end} | train {_fmt(m)} | heldout AL "
+                        f"{heldout_m.get('accept_len', float('nan')):.2f} | lr {opt.param_groups[0]['lr']:.2e} | "
+                        f"{rate:.0f} tok/s | {elapsed:.0f} s")
+                running, tokens, t_log = None, 0, now
+            if step % cfg.eval_every == 0:
+                heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
+                line = (line or f"step {step}") + f"\n  held-out: {_fmt(heldout_m)}"
+            log.step(1, postfix, line)
+            if step % cfg.save_every == 0 and step != total_steps:
+                if rank == 0:
+                    save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
+                export(heldout_m)
+        log.close()
+        # the state first: the final evaluation can take a while
+        if rank == 0:
+            save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
+        if interrupted is None:
             heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
-            line = (line or f"step {step}") + f"\n  held-out: {_fmt(heldout_m)}"
-        log.step(1, postfix, line)
-        if step % cfg.save_every == 0 and step != total_steps:
-            if rank == 0:
-                save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
-            export(heldout_m)
-    log.close()
-    heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
-    log.print(f"final held-out ({step} steps, {elapsed0 + time.perf_counter() - t0:.0f} s): {_fmt(heldout_m)}")
-    if rank == 0:
-        save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
-    export(heldout_m)
+            log.print(f"final held-out ({step} steps, {elapsed0 + time.perf_counter() - t0:.0f} s): "
+                      f"{_fmt(heldout_m)}")
+        export(heldout_m)                    # interrupted: with the last periodic held-out metrics
     result = {"step": step, "heldout": heldout_m, "out": cfg.out}
     if rank == 0:
         log.print(f"exported {cfg.method} drafter to {cfg.out}")
-        if cfg.eval_prompts:
+        if interrupted is not None:
+            result["interrupted"] = interrupted
+            log.print(f"interrupted at step {step}: training state in {cfg.state_dir}; continue the run with the "
+                      "same command plus --resume")
+        elif cfg.eval_prompts:
             result["acceptance"] = _true_acceptance(cfg, recipe, device, log)
     if world > 1:
         dist.barrier()

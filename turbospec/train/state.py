@@ -17,7 +17,7 @@ import os
 import torch
 from torch import nn
 
-STATE_FILE = "train_state.pt"
+from turbospec.train.config import STATE_FILE
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:

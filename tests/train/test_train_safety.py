@@ -1,0 +1,103 @@
+"""No lost work: an earlier run's export / training state is never replaced silently, Ctrl-C or
+SIGTERM saves the state and exports before leaving (and --resume continues it), and layer choices
+that vLLM / SGLang could not load are refused up front."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from turbospec.train import loop
+from turbospec.train.config import DFlashOptions, Eagle3Options, TrainConfig
+from turbospec.train.dflash import dflash_target_layers
+from turbospec.train.eagle3 import eagle3_target_layers
+from turbospec.train.interrupt import StopRequest
+
+SMALL = dict(eagle3=Eagle3Options(ttt_steps=2, draft_vocab_size=300), dflash=DFlashOptions(block_size=4,
+                                                                                            anchors_per_seq=4))
+
+
+def _kw(tiny_target, code_jsonl, out, **kw):
+    return dict(method="dflash", target=str(tiny_target), data=str(code_jsonl), out=str(out), batch_size=4,
+                max_seq_len=256, warmup_steps=1, eval_every=100, heldout_fraction=0.1, **SMALL) | kw
+
+
+def test_existing_work_is_refused_unless_resume_or_overwrite(tiny_target, code_jsonl, tmp_path):
+    out = tmp_path / "run"
+    TrainConfig(**_kw(tiny_target, code_jsonl, out))                     # nothing there yet: fine
+    out.mkdir()
+    TrainConfig(**_kw(tiny_target, code_jsonl, out))                     # an empty directory: fine
+    (out / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"model.safetensors already exists.*--resume.*--overwrite"):
+        TrainConfig(**_kw(tiny_target, code_jsonl, out))
+    TrainConfig(**_kw(tiny_target, code_jsonl, out, overwrite=True))
+    with pytest.raises(ValueError, match="no train_state.pt"):           # resume needs a state, checked early
+        TrainConfig(**_kw(tiny_target, code_jsonl, out, resume=True))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "train_state.pt").write_bytes(b"x")
+    with pytest.raises(ValueError, match="train_state.pt already exists"):   # a state alone counts too
+        TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "new", checkpoint_dir=str(ckpt)))
+    TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "new", checkpoint_dir=str(ckpt), resume=True))
+    with pytest.raises(ValueError, match="exclude each other"):
+        TrainConfig(**_kw(tiny_target, code_jsonl, out, checkpoint_dir=str(ckpt), resume=True, overwrite=True))
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match="is a file"):
+        TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "afile"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_the_state_and_exports_then_resume_continues(sig, tiny_target, code_jsonl, tmp_path,
+                                                                     monkeypatch):
+    calls = {"n": 0}
+    set_lr = loop.set_lr
+
+    def set_lr_then_signal(opt, lr):          # called once per step, before the step runs
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), sig)         # arrives inside step 3
+        set_lr(opt, lr)
+
+    monkeypatch.setattr(loop, "set_lr", set_lr_then_signal)
+    before = signal.getsignal(sig)
+    out = tmp_path / "run"
+    r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=50)))
+    assert r["interrupted"] == sig.name and r["step"] == 3               # step 3 finished, no step 4
+    assert signal.getsignal(sig) is before                               # handlers given back
+    state = torch.load(out / "checkpoint" / "train_state.pt", weights_only=False)
+    assert state["step"] == 3
+    assert json.load(open(out / "training_info.json"))["step"] == 3
+    assert (out / "model.safetensors").is_file() and not [f for f in os.listdir(out) if f.startswith(".")]
+    monkeypatch.setattr(loop, "set_lr", set_lr)
+    r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=5, resume=True)))
+    assert r["step"] == 5 and "interrupted" not in r
+
+
+def test_second_signal_stops_at_once():
+    with StopRequest() as s:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert s.requested == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):                                         # let the handler run
+                pass
+
+
+def test_captured_layers_are_distinct_and_refused_where_engines_would_collapse_them():
+    for L in range(4, 64):
+        ids = eagle3_target_layers(L, None)
+        assert len(set(ids)) == 3 and 1 <= min(ids) and max(ids) <= L - 1, (L, ids)
+        for n in (1, 2, 3, 4, 5, 8):
+            ids = dflash_target_layers(L, n, None)
+            assert len(set(ids)) == len(ids) and 1 <= min(ids) and max(ids) <= L - 1, (L, n, ids)
+    assert eagle3_target_layers(36, None) == (2, 18, 33)                # EAGLE's own default kept
+    assert dflash_target_layers(36, 5, None) == (2, 10, 18, 26, 34)     # z-lab's spacing kept
+    with pytest.raises(ValueError, match="3 distinct"):
+        eagle3_target_layers(6, (1, 3, 3))
+    with pytest.raises(ValueError, match="train a DFlash drafter"):
+        eagle3_target_layers(3, None)
+    with pytest.raises(ValueError, match="distinct"):
+        dflash_target_layers(6, 2, (2, 2))
