@@ -97,3 +97,20 @@ def test_prompt_completion_mask(tiny_target, tmp_path, tok):
     assert ids.tolist() == [5, 6, 7, 8, 9] and mask.tolist() == [False, False, False, True, True]
     ds, _ = load_dataset(str(data), tok, 8192, 64, loss_on_prompt=True)
     assert ds.sample(1)[1].tolist() == [False, True, True, True, True]
+
+
+def test_every_bad_line_is_counted_and_the_first_named(tiny_target, tmp_path, monkeypatch):
+    rows = ["\ufeff" + json.dumps({"text": "a = 1\n"}), {"text": 3}, "garbage"] + [{"foo": i} for i in range(6)]
+    rows += [{"text": "b = 2\n"}, [1]]
+    data = write_jsonl(tmp_path / "m.jsonl", rows)                       # BOM on line 1 is fine
+    with open(data, "ab") as f:
+        f.write(b'{"text": "caf\xe9"}\n')                                # latin-1, not UTF-8: line 12
+    msg = _train_fails(tiny_target, data, tmp_path, monkeypatch)
+    assert msg.startswith("10 bad lines in") and "m.jsonl:1:" not in msg
+    assert "m.jsonl:2: field 'text' must be a string" in msg and "m.jsonl:3: not valid JSON" in msg
+    assert "m.jsonl:6:" in msg and "m.jsonl:7:" not in msg               # the first five named
+    assert "5 more bad line(s), e.g. line(s) [7, 8, 9, 11, 12]" in msg
+    data = write_jsonl(tmp_path / "u.jsonl", [{"text": "ok = 1\n"}])
+    with open(data, "ab") as f:
+        f.write(b'{"text": "caf\xe9"}\n')
+    assert "u.jsonl:2: not UTF-8 text" in _train_fails(tiny_target, data, tmp_path, monkeypatch)

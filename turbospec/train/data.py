@@ -142,41 +142,63 @@ def _chat_messages(path, n, row) -> list[dict]:
 
 
 def parse_records(path: str, vocab_size: int) -> list[tuple[int, str, object]]:
-    """Every line checked (JSON, schema, types) before anything is tokenized.
+    """Every line checked (JSON, schema, types) before anything is tokenized; every bad line is
+    counted and the first few are named, so one pass over the file finds them all.
     Returns (line number, schema, payload)."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    out, errors, bad_lines = [], [], []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise _fail(path, n, f"not valid JSON ({e.msg} at column {e.colno}): one JSON object per line") from None
-            if not isinstance(row, dict):
-                raise _fail(path, n, f"expected a JSON object with one of: {SCHEMAS}")
-            if "messages" in row or "conversations" in row:
-                out.append((n, "chat", _chat_messages(path, n, row)))
-            elif "prompt_token_ids" in row:
-                p = _check_ids(path, n, row, "prompt_token_ids", vocab_size)
-                c = _check_ids(path, n, row, "completion_token_ids", vocab_size, required=False)
-                out.append((n, "token_ids", (p, c)))
-            elif "text" in row:
-                t = _check_str(path, n, row, "text")
-                if not t.strip():
-                    raise _fail(path, n, "'text' is empty: remove the line")
-                out.append((n, "text", t))
-            elif "prompt" in row:
-                p = _check_str(path, n, row, "prompt")
-                c = _check_str(path, n, row, "completion", required=False)
-                if not p and not c:
-                    raise _fail(path, n, "'prompt' and 'completion' are empty: remove the line")
-                out.append((n, "prompt_completion", (p, c)))
-            else:
-                raise _fail(path, n, f"has fields {sorted(row)[:6]}, expected one of: {SCHEMAS}")
+                try:
+                    line = raw.decode("utf-8-sig" if n == 1 else "utf-8")      # a BOM (Windows editors)
+                except UnicodeDecodeError as e:
+                    raise _fail(path, n, f"not UTF-8 text (byte {e.start} of the line): convert the file to "
+                                "UTF-8") from None
+                out.append(_parse_line(path, n, line, vocab_size))
+            except ValueError as e:
+                bad_lines.append(n)
+                if len(errors) < _MAX_ERRORS:
+                    errors.append(str(e))
+    if errors:
+        more = len(bad_lines) - len(errors)
+        tail = f"\n  ... and {more} more bad line(s), e.g. line(s) {bad_lines[len(errors):][:10]}" if more else ""
+        head = "" if len(bad_lines) == 1 else f"{len(bad_lines)} bad lines in {path} (fix or remove them):\n  "
+        raise ValueError(head + "\n  ".join(errors) + tail)
     if not out:
         raise ValueError(f"{path} holds no records: write one JSON object per line with one of: {SCHEMAS}")
     return out
+
+
+_MAX_ERRORS = 5
+
+
+def _parse_line(path: str, n: int, line: str, vocab_size: int) -> tuple[int, str, object]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise _fail(path, n, f"not valid JSON ({e.msg} at column {e.colno}): one JSON object per line") from None
+    if not isinstance(row, dict):
+        raise _fail(path, n, f"expected a JSON object with one of: {SCHEMAS}")
+    if "messages" in row or "conversations" in row:
+        return n, "chat", _chat_messages(path, n, row)
+    if "prompt_token_ids" in row:
+        p = _check_ids(path, n, row, "prompt_token_ids", vocab_size)
+        c = _check_ids(path, n, row, "completion_token_ids", vocab_size, required=False)
+        return n, "token_ids", (p, c)
+    if "text" in row:
+        t = _check_str(path, n, row, "text")
+        if not t.strip():
+            raise _fail(path, n, "'text' is empty: remove the line")
+        return n, "text", t
+    if "prompt" in row:
+        p = _check_str(path, n, row, "prompt")
+        c = _check_str(path, n, row, "completion", required=False)
+        if not p and not c:
+            raise _fail(path, n, "'prompt' and 'completion' are empty: remove the line")
+        return n, "prompt_completion", (p, c)
+    raise _fail(path, n, f"has fields {sorted(row)[:6]}, expected one of: {SCHEMAS}")
 
 
 # ----------------------------------------------------------------------------- tokenizing
