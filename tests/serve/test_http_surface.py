@@ -1,5 +1,6 @@
-"""A browser page calling the server (CORS preflight and response headers, the API key still
-enforced) and the `param` of a context-length error, which points at the field to change."""
+"""The HTTP surface beyond generation: a browser page calling the server (CORS preflight and
+response headers, the API key still enforced), `models.retrieve`, HEAD /health, and the `param`
+of a context-length error, which points at the field to change."""
 from __future__ import annotations
 
 import httpx
@@ -42,3 +43,17 @@ def test_context_length_errors_name_the_field(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x " * 3000}])
     assert e.value.body["code"] == "context_length_exceeded" and e.value.body["param"] == "messages"
+
+
+def test_models_retrieve(client, server):
+    m = client.models.retrieve(MODEL_NAME)
+    assert m.id == MODEL_NAME and m.object == "model" and m.model_extra["max_model_len"] == 2048
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4o")
+    assert e.value.body["code"] == "model_not_found" and MODEL_NAME in e.value.body["message"]
+    assert httpx.get(f"{server.url}/v1/models/{MODEL_NAME}", timeout=10).status_code == 401
+
+
+def test_head_health(server):
+    r = httpx.head(f"{server.url}/health", timeout=10)
+    assert r.status_code == 200 and r.content == b""

@@ -13,6 +13,7 @@ from turbospec import __version__
 from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.errors import APIError, install_error_handlers
 from turbospec.serve.metrics import CONTENT_TYPE, ServerMetrics
+from turbospec.serve.protocol import check_model_name
 from turbospec.serve.request_body import DEFAULT_MAX_BODY_BYTES
 from turbospec.serve.responses import ModelCard, ModelList
 from turbospec.serve.serving import OpenAIServing
@@ -64,7 +65,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
         app.add_middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_methods=["*"],
                            allow_headers=["*"], allow_credentials=False)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])          # load balancers probe with HEAD too
     async def health() -> Response:
         if async_engine.is_healthy:
             return JSONResponse({"status": "ok"})
@@ -79,12 +80,20 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     async def version() -> Response:
         return JSONResponse({"version": __version__})
 
+    def card(name: str) -> ModelCard:
+        return ModelCard(id=name, root=str(getattr(async_engine.engine, "model_dir", name)),
+                         max_model_len=async_engine.max_model_len)
+
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
         await require_key(request)
-        cards = [ModelCard(id=n, root=str(getattr(async_engine.engine, "model_dir", n)),
-                           max_model_len=async_engine.max_model_len) for n in names]
-        return Response(ModelList(data=cards).model_dump_json(), media_type="application/json")
+        return Response(ModelList(data=[card(n) for n in names]).model_dump_json(), media_type="application/json")
+
+    @app.get("/v1/models/{model:path}")              # served names may contain '/'
+    async def model(model: str, request: Request) -> Response:
+        await require_key(request)
+        check_model_name(model, names)
+        return Response(card(model).model_dump_json(), media_type="application/json")
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
