@@ -190,6 +190,32 @@ def test_decode_bursts_equal_single_steps(codelm_dir, llm):
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
 
 
+def test_bursts_run_to_the_end_of_a_request(codelm_dir, llm):
+    """A sequence with fewer than n tokens left still bursts (the rows past its end are dropped):
+    22 decode tokens at n = 5 take 5 bursts, not 4 and two single steps; the tokens, the finish
+    reason and the freed blocks are as plain decoding's. Near the model's length limit the burst
+    stops where the KV positions would pass it."""
+    prompt = _prompts(1)[0]
+    params = SamplingParams(temperature=0.0, max_tokens=23, ignore_eos=True)
+    want = llm.generate([prompt], params)[0].outputs[0]
+    b = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=5)
+    eng = b.llm_engine
+    launches = []
+    for name in ("launch", "launch_chained"):
+        f = getattr(eng.burst, name)
+        setattr(eng.burst, name, lambda *a, f=f: launches.append(1) or f(*a))
+    got = b.generate([prompt], params)[0].outputs[0]
+    assert (got.token_ids, got.finish_reason) == (want.token_ids, "length") and len(got.token_ids) == 23
+    assert len(launches) == 5
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+    n_prompt = len(prompt["prompt_token_ids"])
+    short = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=5, max_model_len=n_prompt + 13)
+    plain = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=n_prompt + 13)
+    long = SamplingParams(temperature=0.0, max_tokens=13, ignore_eos=True)            # up to the limit
+    got, want = short.generate([prompt], long)[0].outputs[0], plain.generate([prompt], long)[0].outputs[0]
+    assert got.token_ids == want.token_ids and len(got.token_ids) == 13 and got.finish_reason == "length"
+
+
 def test_pipelined_bursts_with_arrivals_and_aborts(codelm_dir, llm):
     """Bursts chain (the next launched before the last is read) while the batch is steady; an
     arrival drains the pipeline, an abort drops its rows; every survivor's tokens equal plain."""

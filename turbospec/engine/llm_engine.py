@@ -207,14 +207,20 @@ class LLMEngine:
 
     def _burst_ok(self, seqs: list[Sequence], ahead: int) -> bool:
         """Can `seqs` (the whole running set, nothing waiting) take a burst of n steps that starts
-        `ahead` tokens past their host-side lengths? Allocates the blocks it needs if so."""
+        `ahead` tokens past their host-side lengths? Allocates the blocks it needs if so.
+        A sequence with fewer than n tokens left still bursts: its rows run on and the tokens past
+        its end are dropped (as after a stop), so a batch's last few tokens, or one nearly done
+        sequence among many, do not fall back to single steps that each wait for the host (qwen3-8b
+        batch 16, prompt 512 + 64 on an H200: 7 of 63 decode steps, 0.38 ms per step of host time
+        in all). Only the model's length limit bounds the burst's KV positions."""
         n, bm = self.burst.n, self.block_manager
         if self.scheduler.waiting or not seqs or len(seqs) != len(self.scheduler.running):
             return False
         for s in seqs:
             p = s.params
             if s.is_finished or not p.greedy or p.logprobs is not None or \
-                    s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < n:
+                    s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < 1 or \
+                    len(s) + ahead + n - 1 > self.max_model_len:
                 return False
         end = ahead + n - 1
         if not self.burst.fits(len(seqs), max(len(s) for s in seqs) + ahead + n) or \
