@@ -76,6 +76,17 @@ def test_a_signal_saves_the_state_and_exports_then_resume_continues(sig, tiny_ta
     assert r["step"] == 5 and "interrupted" not in r
 
 
+def test_resume_with_other_stream_settings_warns(tiny_target, code_jsonl, tmp_path, capsys):
+    out = tmp_path / "run"
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2)))
+    capsys.readouterr()
+    r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2, resume=True, batch_size=2)))
+    text = capsys.readouterr().out
+    assert r["step"] == 2
+    assert "warning: resuming with other settings than the saved run (batch_size: 4 -> 2)" in text
+    assert "the saved run is at step 2, --steps / --epochs give 2" in text
+
+
 def test_second_signal_stops_at_once():
     with StopRequest() as s:
         os.kill(os.getpid(), signal.SIGINT)

@@ -29,7 +29,8 @@ from turbospec.train.features import FeatureCache, TargetModel, cached_features
 from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
 from turbospec.train.recipes import build_recipe, capture_layers
-from turbospec.train.state import init_from_export, load_state, lr_at, make_optimizer, save_state, set_lr
+from turbospec.train.state import (init_from_export, load_state, lr_at, make_optimizer, resume_differences,
+                                   save_state, set_lr)
 
 
 def _setup_distributed(cfg: TrainConfig) -> tuple[torch.device, int, int]:
@@ -139,8 +140,18 @@ def train(cfg: TrainConfig) -> dict:
         init_from_export(cfg.init_from, draft, cfg.method)
         log.print(f"initialized the drafter from {cfg.init_from}")
     if cfg.resume:
-        step, elapsed0 = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
+        step, elapsed0, saved = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
         log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
+        changed = resume_differences(saved, cfg)
+        if changed:
+            log.print(f"warning: resuming with other settings than the saved run ({'; '.join(changed)}): the "
+                      "batches and the held-out split are not the ones an uninterrupted run would have seen")
+        if total_steps is not None and step >= total_steps:
+            log.print(f"warning: the saved run is at step {step}, --steps / --epochs give {total_steps}: raise "
+                      "them to train further")
+        if budget is not None and elapsed0 >= budget:
+            log.print(f"warning: the saved run already trained {elapsed0 / 60:.1f} min, the whole --max-minutes "
+                      f"{cfg.max_minutes:g}: raise --max-minutes to train further")
     if (cfg.resume or cfg.init_from) and cfg.method == "eagle3":      # the loaded draft vocabulary
         recipe.trainer.used.copy_(draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device))
     module = recipe.trainer

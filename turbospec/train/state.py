@@ -58,8 +58,8 @@ def save_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, step
 
 
 def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anchor_gen: torch.Generator,
-               method: str) -> tuple[int, float]:
-    """Restore in place; returns (step, elapsed seconds)."""
+               method: str) -> tuple[int, float, dict]:
+    """Restore in place; returns (step, elapsed seconds, the saved run's config)."""
     path = os.path.join(path_dir, STATE_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"--resume: no {STATE_FILE} in {path_dir!r}; start without --resume, or pass "
@@ -77,7 +77,25 @@ def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anch
     anchor_gen.set_state(state["rng"]["anchors"])
     if state["rng"]["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return int(state["step"]), float(state["elapsed"])
+    return int(state["step"]), float(state["elapsed"]), state["config"]
+
+
+# settings that decide the batch stream and the held-out split a resumed run continues
+STREAM_KEYS = ("target", "data", "batch_size", "seed", "max_seq_len", "truncate", "loss_on_prompt",
+               "heldout_fraction", "heldout_max", "target_dtype")
+
+
+def resume_differences(saved: dict, config) -> list[str]:
+    """'key: saved -> now' for each stream setting a resumed run changed (paths compared absolute)."""
+    now = dataclasses.asdict(config)
+    out = []
+    for k in STREAM_KEYS:
+        a, b = saved.get(k), now.get(k)
+        if k in ("target", "data") and a is not None and b is not None:
+            a, b = os.path.abspath(a), os.path.abspath(b)
+        if a != b:
+            out.append(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}")
+    return out
 
 
 def init_from_export(draft_dir: str, draft: nn.Module, method: str) -> None:
