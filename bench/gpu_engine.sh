@@ -24,6 +24,7 @@
 #       cvtab (FP8 conversion, 3 instructions per pair, vs out/base/fp8_gemm.py: kernels, SASS, decode, tests)
 #       attnprobe (decode attention variants: partition size, tile, stages)  prof8b (qwen3-8b b16 / b64 kernel profile)
 #       hoistab (PDL prologue hoists in attention / merge / rope vs out/base/hoist: tests, kernels, 30b b1, b16 profile)
+#       burstab (bursts to a request's end + PDL hoists vs out/base/burst: tests, attention, qwen3-8b / 30b decode)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -232,6 +233,25 @@ for part in ${*:-tests decode oracle drafters}; do
               done
               TURBOSPEC_PDL=all run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64
               run 90 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 16 --prompt-len 512 --gen-len 64 --max-model-len 8192 --profile --profile-batch 16 ;;
+    burstab)  # bursts to the end of a request + the PDL hoists (attention and merge: seq_lens; rope: position, cos/sin,
+              # slot) vs out/base/burst (the engine and kernels before them): GPU tests, attention kernel times, qwen3-8b bf16
+              # decode (server context limit) alternating, qwen3-30b-a3b FP8 decode
+              run 280 python3 -m pytest -q -m gpu -p no:cacheprovider -rf -x tests/gpu/test_attention_kernels.py \
+                tests/gpu/test_engine_gpu.py -k "not fp32"
+              rm -rf /tmp/base && mkdir -p /tmp/base && cp -r turbospec bench /tmp/base/ && cp out/base/burst/llm_engine.py /tmp/base/turbospec/engine/ \
+                && cp out/base/burst/{paged_decode,paged_merge,rope}.py /tmp/base/turbospec/kernels/
+              ( cd /tmp/base; run 60 python3 bench/attn_bucket.py )
+              run 60 python3 bench/attn_bucket.py
+              for v in base new base new; do
+                echo "### burstab: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 75 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --max-model-len 8192 )
+              done
+              for v in base new; do
+                echo "### burstab: $v" | tee -a "$log"
+                ( [ $v = base ] && cd /tmp/base
+                  run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
+              done ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'

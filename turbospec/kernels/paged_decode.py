@@ -90,17 +90,6 @@ def _tile_positions(i, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N: tl.co
 
 
 @triton.jit
-def _first_tile_rows(bt_row, g, G, size, limit, offs_n, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                     stride_kb, stride_kt):
-    """KV rows of program g's first tile in a pass of `size`-token partitions up to `limit` (none
-    if it has no partition there)."""
-    tiles_per_part = size // BLOCK_N
-    total = tl.maximum(tl.cdiv(tl.cdiv(limit, size) - g, G), 0) * tiles_per_part
-    _, _, _, n, ok = _tile_positions(0, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
-    return _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, ok & (total > 0))
-
-
-@triton.jit
 def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale, valid, n_ok,
                  MASKED: tl.constexpr, EVEN_D: tl.constexpr):
     """One online-softmax step over a [BLOCK_N] run of KV positions (log2 domain).
@@ -176,6 +165,9 @@ def _paged_decode_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     tok_g = (seq * q_len + tok).to(tl.int64)                                       # [M] packed index
+    pdl_wait(PDL)              # seq_lens was read above: the kernel just before never writes it (pdl.py)
+    q = tl.load(q_ptr + tok_g[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)                   # [M, D]
     bt_row = block_tables + seq.to(tl.int64) * stride_bt
     k_head = k_cache + kvh * stride_kh
     v_head = v_cache + kvh * stride_kh
@@ -185,11 +177,6 @@ def _paged_decode_kernel(
     k_hi = tl.maximum(tl.cdiv(L_hi, STEP), 1)
     bound = k_lo * STEP
     g, G = part_grp, tl.num_programs(2)
-    rows_first = _first_tile_rows(bt_row, g, G, P_MIN * k_lo, tl.minimum(L_hi, bound), offs_n, BLOCK_N,
-                                  BLOCK_SIZE, stride_kb, stride_kt)
-    pdl_wait(PDL)              # seq_lens and block tables were read above: no kernel just before writes them
-    q = tl.load(q_ptr + tok_g[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)                   # [M, D]
     for c in range(0, 1 + (k_hi > k_lo).to(tl.int32)):
         size = P_MIN * tl.where(c == 0, k_lo, k_hi)
         in_pass = tl.where(c == 0, L_row <= bound, L_row > bound)                  # [M]
@@ -200,10 +187,8 @@ def _paged_decode_kernel(
         m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
         total = my_parts * tiles_per_part
-        if c == 0:
-            rows_nx = rows_first
-        else:
-            rows_nx = _first_tile_rows(bt_row, g, G, size, limit, offs_n, BLOCK_N, BLOCK_SIZE, stride_kb, stride_kt)
+        _, _, _, n_nx, ok_nx = _tile_positions(0, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
+        rows_nx = _kv_rows(bt_row, n_nx, BLOCK_SIZE, stride_kb, stride_kt, True, ok_nx & (total > 0))
         for i in range(0, total):                         # one flat (pipelined) loop over the tiles
             part, ti, start, n, n_ok = _tile_positions(i, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
             rows = rows_nx                                # this tile's KV rows, looked up last iteration

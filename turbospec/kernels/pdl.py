@@ -10,7 +10,7 @@ Contract for every Triton kernel launched with `**pdl_launch(device)`:
   predecessor has, and a kernel cannot start before its predecessor has passed its wait, so when
   it starts every kernel two or more launches back has completed. Hence a kernel may, before its
   wait, read what is written only before the step or by kernels at least two launches back (the
-  attention kernels read seq_lens and block tables there) and never write anything;
+  attention kernels read seq_lens there, rope the position, its cos/sin and the slot) and never write anything;
 - kernels launched without PDL (PyTorch ops, cuBLAS) wait for full completion as usual, so mixing
   is safe.
 
