@@ -15,6 +15,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   served=M   /v1/models lists M (default "scripted") and a request for another model gets vLLM's 404
   key=K      requests without `Authorization: Bearer K` get 401
   finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
+  lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
@@ -35,10 +36,10 @@ CALLS: dict[str, int] = defaultdict(int)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "finish": 0}
+           "failevery": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
-        if key in ("ttft", "gap"):
+        if key in ("ttft", "gap", "lag"):
             out[key] = float(value)
         elif key in ("served", "key"):
             out[key] = value
@@ -121,13 +122,10 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         if spec["quirks"] and chat:
             event(writer, {"choices": [{"index": 0, "delta": {"content": None}}]})
             chunk(writer, ": keep-alive\n\n")
-        if i > 0:
-            c = COUNTERS[key]
-            c["drafts"] += 1
-            c["draft_tokens"] += spec["draft"]
-            c["accepted"] += n - 1
-            for p in range(n - 1):
-                c["pos"][p] += 1
+        if i > 0 and spec["lag"]:         # counted lag ms after the stream ends, as a lagging server does
+            loop.call_later(spec["lag"] / 1e3, count_step, key, spec["draft"], n)
+        elif i > 0:
+            count_step(key, spec["draft"], n)
         await writer.drain()
     if spec["usage"]:
         last = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": max_tokens}}
@@ -142,6 +140,15 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
     await writer.drain()
     LOG[key].append({"t0_ms": t0 * 1e3, "sent_ms": sent_ms, "tokens": sizes})
     return True
+
+
+def count_step(key: str, draft: int, n: int) -> None:
+    c = COUNTERS[key]
+    c["drafts"] += 1
+    c["draft_tokens"] += draft
+    c["accepted"] += n - 1
+    for p in range(n - 1):
+        c["pos"][p] += 1
 
 
 def metrics_text(key: str) -> bytes:

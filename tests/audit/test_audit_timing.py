@@ -130,3 +130,14 @@ def test_tokenizer_fallback(scripted_base, run_audit_here):
     run = res["runs"][0]
     assert run["token_count_source"] == {"tokenizer": 1}
     assert run["output_tokens"]["mean"] == TokenCounter(tok_dir).count("tok " * 7)
+
+
+def test_lagging_counters_are_read_once_settled(scripted_base, run_audit_here):
+    # the server counts each verify step 60 ms after its chunk: read at once after the last stream, the
+    # last request's final steps would be missing (and a warm-up's would land in the measured window)
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=5,gap=5,k=2,lag=60,perreq=1"], num_prompts=2, warmup=0,
+                            max_tokens=21)
+    spec, per_req = res["runs"][0]["speculation"], res["runs"][0]["server_reported_speculation"]
+    assert spec["source"] == "prometheus" and per_req["num_drafts"] == 20
+    for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        assert spec[k] == per_req[k], (k, spec, per_req)

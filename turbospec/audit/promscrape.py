@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from dataclasses import dataclass, field
@@ -139,6 +140,24 @@ async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | N
     if resp.status_code != 200:
         return None
     return spec_counters(resp.text)
+
+
+async def scrape_settled(http: httpx.AsyncClient, url: str, interval_s: float = 0.1,
+                         max_wait_s: float = 2.0) -> SpecCounters | None:
+    """A scrape once the speculation counters stop moving: a server may count a request's last steps
+    just after its stream ended (vLLM logs stats per interval, turbospec after the final chunk), and a
+    warm-up's late drafts must not land in the measured window. Re-scrapes every interval_s until two
+    agree, for at most max_wait_s (then the last scrape)."""
+    last = await scrape_counters(http, url)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_s
+    while last is not None and last.present and loop.time() < deadline:
+        await asyncio.sleep(interval_s)
+        now = await scrape_counters(http, url)
+        if now is None or (now.totals, now.per_pos) == (last.totals, last.per_pos):
+            return last if now is None else now
+        last = now
+    return last
 
 
 async def fetch_server_info(http: httpx.AsyncClient, url: str) -> dict | None:

@@ -27,7 +27,7 @@ import httpx
 from turbospec.audit.client import RequestRecord, send_request
 from turbospec.audit.config import LoadConfig, LoadLevel
 from turbospec.audit.endpoint import Endpoint
-from turbospec.audit.promscrape import SpecCounters, fetch_server_info, scrape_counters
+from turbospec.audit.promscrape import SpecCounters, fetch_server_info, scrape_settled
 from turbospec.audit.telemetry import start_sampling
 from turbospec.audit.tokens import TokenCounter
 from turbospec.audit.workload import Prompt, take
@@ -135,7 +135,7 @@ class _LevelRunner:
         try:
             await self._warmup()
             for ep in eps:
-                self.runs[ep.url].spec_before = await scrape_counters(self.clients[ep.url], ep.metrics_url)
+                self.runs[ep.url].spec_before = await scrape_settled(self.clients[ep.url], ep.metrics_url)
             sampler, reason = start_sampling(self.cfg.telemetry, any(ep.is_local for ep in eps))
             if self.level.concurrency:
                 await self._closed_loop()
@@ -151,7 +151,7 @@ class _LevelRunner:
         for ep in eps:
             run = self.runs[ep.url]
             run.telemetry = telemetry
-            run.spec_after = await scrape_counters(self.clients[ep.url], ep.metrics_url)
+            run.spec_after = await scrape_settled(self.clients[ep.url], ep.metrics_url)
             if not (run.spec_after and run.spec_after.present):
                 run.server_info = await fetch_server_info(self.clients[ep.url], ep.server_info_url)
         return list(self.runs.values())
