@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from turbospec.train.data import load_dataset, load_tokenizer
 from turbospec.train.regenerate import regenerate
 from turbospec.train.stdlib_corpus import build_stdlib_corpus, stdlib_files
@@ -71,3 +73,11 @@ def test_regenerate_caps_the_batch_at_the_engines_graphed_maximum(tiny_target, c
     assert (stats.batch, stats.chunks, stats.samples, stats.completion_tokens) == (256, 1, 2, 8)
     assert [e.engine_config.max_num_seqs for e in engines] == [256]            # running seqs stay graphed
     assert any("--batch-size 512 exceeds 256" in m for m in logs)
+
+
+def test_regenerate_refuses_to_write_over_its_own_data(tiny_target, code_jsonl):
+    before = code_jsonl.read_bytes()
+    with pytest.raises(ValueError, match="is the --data file"):
+        regenerate(str(tiny_target), str(code_jsonl), str(code_jsonl.parent / "." / code_jsonl.name),
+                   num_samples=1, max_new_tokens=4, device="cpu")
+    assert code_jsonl.read_bytes() == before

@@ -113,6 +113,9 @@ def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int,
         raise ValueError("--num-samples, --max-new-tokens and --batch-size must be >= 1")
     if not 1 <= min_prompt <= max_prompt:
         raise ValueError(f"--min-prompt {min_prompt} / --max-prompt {max_prompt}: need 1 <= min <= max")
+    if os.path.exists(out_path) and os.path.exists(data_path) and os.path.samefile(out_path, data_path):
+        raise ValueError(f"--out {out_path!r} is the --data file: writing it would destroy the prompts; "
+                         "pass another --out")
     cfg = ModelConfig.from_pretrained(target_dir)
     if max_prompt + max_new_tokens > cfg.max_position_embeddings:
         raise ValueError(f"--max-prompt {max_prompt} + --max-new-tokens {max_new_tokens} exceeds the target's "
