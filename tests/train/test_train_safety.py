@@ -112,3 +112,14 @@ def test_captured_layers_are_distinct_and_refused_where_engines_would_collapse_t
         eagle3_target_layers(3, None)
     with pytest.raises(ValueError, match="distinct"):
         dflash_target_layers(6, 2, (2, 2))
+
+
+def test_a_failing_acceptance_check_after_export_keeps_the_run(tiny_target, code_jsonl, tmp_path, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("engine bug")
+    monkeypatch.setattr(loop, "measure_acceptance", broken)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f():\\n"}\n')
+    r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "run", steps=1, eval_prompts=str(prompts))))
+    assert r["acceptance"] == "not measured: RuntimeError: engine bug"
+    assert (tmp_path / "run" / "model.safetensors").is_file()

@@ -265,6 +265,10 @@ def _true_acceptance(cfg: TrainConfig, recipe, device: torch.device, log: _Log) 
     except (ImportError, ValueError, NotImplementedError) as e:
         log.print(f"true acceptance not measured: the engine cannot serve this drafter yet ({e})")
         return f"not measured: {e}"
+    except Exception as e:                   # the drafter is exported already: report, do not lose the run
+        log.print(f"true acceptance not measured: the engine failed ({type(e).__name__}: {e}); the exported "
+                  f"drafter in {cfg.out} is complete: measure it with `turbospec bench spec`")
+        return f"not measured: {type(e).__name__}: {e}"
     log.print(f"true acceptance on {res['num_prompts']} prompts of {cfg.eval_prompts} (greedy, "
               f"{cfg.eval_max_tokens} tokens, k={recipe.k}): acceptance length "
               f"{res['acceptance_length'] and round(res['acceptance_length'], 3)}; plain {res['plain_tok_s']:.1f} "
