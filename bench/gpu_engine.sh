@@ -25,6 +25,7 @@
 #       attnprobe (decode attention variants: partition size, tile, stages)  prof8b (qwen3-8b b16 / b64 kernel profile)
 #       hoistab (PDL prologue hoists in attention / merge / rope vs out/base/hoist: tests, kernels, 30b b1, b16 profile)
 #       burstab (bursts to a request's end + PDL hoists vs out/base/burst: tests, attention, qwen3-8b / 30b decode)
+#       final9 (8b oracle, MoE oracle b1/16, 8b FP8 b1, 30b bf16 b1)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -252,6 +253,15 @@ for part in ${*:-tests decode oracle drafters}; do
                 ( [ $v = base ] && cd /tmp/base
                   run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
               done ;;
+    final9)   # end-of-session numbers when qwen3-8b decode was measured already: #8's oracle, #4's MoE table at batch
+              # 1 and 16, qwen3-8b FP8 and qwen3-30b-a3b bf16 at batch 1
+              run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
+                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'
+              run 200 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 \
+                --prompt-len 256 --max-tokens 64 \
+                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}'
+              run 60 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64
+              run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64 ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'
