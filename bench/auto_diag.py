@@ -1,0 +1,42 @@
+"""Why the automatic draft length picks what it picks: the oracle bench at one batch size (as
+`turbospec bench spec --shape S --speculative-config '{"method":"oracle",...,"draft_length":"auto"}'`),
+then the engine's start-up verify-cost table, the learned acceptance, the proposer's measured
+time per k and every step's choice.
+
+    PYTHONPATH=. python3 bench/auto_diag.py [shape] [batch] [quantization|none] [prior_strength]
+"""
+import sys
+
+import torch
+
+from turbospec.benchmarks import oracle as ob
+from turbospec.benchmarks.cli import _shape_setting
+
+shape, batch = (sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"), int(sys.argv[2]) if len(sys.argv) > 2 else 1
+quant = (sys.argv[3] if len(sys.argv) > 3 else "fp8") if (sys.argv[3:4] or ["fp8"])[0] != "none" else None
+dev, name, cfg, dt, _ = _shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
+prior_strength = float(sys.argv[4]) if len(sys.argv) > 4 else None
+seen = {}
+orig = ob.build_engine
+
+
+def build(*a, **kw):
+    eng = orig(*a, **kw)
+    seen["engine"] = eng
+    if prior_strength is not None:
+        eng.adaptive.profile.prior_strength = prior_strength
+    hist = seen.setdefault("choices", [])
+    choose = eng.adaptive.choose
+    eng.adaptive.choose = lambda b, cap=None: hist.append(choose(b, cap)) or hist[-1]
+    return eng
+
+
+ob.build_engine = build
+rows, _ = ob.bench_oracle(cfg, dev, dt, [batch], 7, 4.0, 256, 64, [0], auto=True, quantization=quant)
+eng, ad = seen["engine"], seen["engine"].adaptive
+print(rows)
+print("cost table (batch, q) -> ms:", {k: round(v * 1e3, 3) for k, v in sorted(ad.policy.cost.seconds.items()) if k[0] == batch})
+print("acceptance rates:", [round(r, 3) for r in ad.profile.rates()], "reached:", [int(r) for r in ad.profile.reached])
+print("proposer ms by k (medians):", {k: round(1e3 * sorted(v)[len(v) // 2], 3) for k, v in ad._by_k.items()})
+print("modelled tok/s by k:", {k: round(ad.policy.tokens_per_second(batch, k), 1) for k in ad.ks})
+print("choices:", seen["choices"])
