@@ -1,14 +1,19 @@
-"""`LLM`: the offline entry point, vLLM's shape — `LLM(model=...).generate(prompts, params)`."""
+"""`LLM`: the offline entry point, vLLM's shape — `LLM(model=...).generate(prompts, params)` and
+`LLM.chat(messages, params)`."""
 from __future__ import annotations
 
 import itertools
+import os
+import re
 from dataclasses import replace
 from typing import Any
 
 from turbospec.config import EngineConfig
 from turbospec.engine.llm_engine import LLMEngine
-from turbospec.outputs import RequestOutput
+from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
+
+_HF_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class LLM:
@@ -18,10 +23,14 @@ class LLM:
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, num_scheduler_steps: int | None = None):
+        check_model_path(model)
+        if tokenizer is not None:
+            check_model_path(tokenizer, what="tokenizer")
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                           enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps)
+        self.model = model
         self.llm_engine = LLMEngine.from_config(model, device=device, dtype=dtype,
                                                 speculative_config=speculative_config,
                                                 engine_config=ec, quantization=quantization,
@@ -35,57 +44,182 @@ class LLM:
                  use_tqdm: bool = False) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
         engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
-        work starts, so a bad one fails the call without running the others."""
+        work starts, so a bad one fails the call without running the others; if the call is
+        interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         prompts = list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) \
+            else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams: pass one, "
                              "or one per prompt")
+        for p in params:
+            if not isinstance(p, SamplingParams):
+                raise ValueError(f"sampling_params must be a SamplingParams (or a list of them), not "
+                                 f"{type(p).__name__}: e.g. SamplingParams(temperature=0.0, max_tokens=64)")
         eng = self.llm_engine
         groups = [[f"gen-{next(self._ids)}" for _ in range(p.n)] for p in params]     # per prompt: its n ids
         ids = [rid for g in groups for rid in g]
-        added = []
+        finals: dict[str, RequestOutput] = {}
+        bar = None
         try:
             for g, prompt, p in zip(groups, prompts, params):
                 for j, rid in enumerate(g):
                     eng.add_request(rid, prompt, p.for_sample(j))
-                    added.append(rid)
-        except ValueError:
-            for rid in added:
-                eng.abort_request(rid)
-            raise
-        finals: dict[str, RequestOutput] = {}
-        bar = None
-        if use_tqdm:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=len(ids), desc="generate", unit="req")
-        while len(finals) < len(ids):
-            outs = eng.step()
-            if not outs and not eng.scheduler.running:     # nothing can be scheduled: never spin
-                raise RuntimeError(f"{len(ids) - len(finals)} requests cannot be scheduled (KV pool of "
-                                   f"{eng.block_manager.num_usable_blocks} blocks): raise num_kv_blocks")
-            for out in outs:
-                if out.finished:
-                    finals[out.request_id] = out
-                    if bar is not None:
-                        bar.update(1)
-        if bar is not None:
-            bar.close()
-        return [_merge_samples([finals[r] for r in g]) for g in groups]
+            if use_tqdm:
+                from tqdm.auto import tqdm
+                bar = tqdm(total=len(ids), desc="generate", unit="req")
+            while len(finals) < len(ids):
+                outs = eng.step()
+                if not outs and not eng.scheduler.running:     # nothing can be scheduled: never spin
+                    raise RuntimeError(f"{len(ids) - len(finals)} requests cannot be scheduled (KV pool "
+                                       f"of {eng.block_manager.num_usable_blocks} blocks): raise num_kv_blocks")
+                for out in outs:
+                    if out.finished:
+                        finals[out.request_id] = out
+                        if bar is not None:
+                            bar.update(1)
+        finally:
+            for rid in ids:                    # a failed or interrupted call leaves nothing behind
+                if rid not in finals:
+                    eng.abort_request(rid)
+            if bar is not None:
+                bar.close()
+        tokenizer = self.get_tokenizer()
+        return [_finalize([finals[r] for r in g], p, tokenizer) for g, p in zip(groups, params)]
+
+    def chat(self, messages, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+             use_tqdm: bool = False, chat_template: str | None = None, add_generation_prompt: bool = True,
+             continue_final_message: bool = False,
+             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+        """vLLM's `LLM.chat`: one conversation (a list of {"role", "content"} messages) or a list
+        of them, rendered with the tokenizer's chat template (or `chat_template`, the Jinja text
+        or a file), then generated as `generate` does. One RequestOutput per conversation."""
+        prompts = _render_conversations(self.get_tokenizer(), self.model, messages, chat_template,
+                                        add_generation_prompt, continue_final_message, chat_template_kwargs)
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def get_metrics(self) -> dict[str, Any]:
         return self.llm_engine.get_metrics()
 
 
-def _merge_samples(outs: list[RequestOutput]) -> RequestOutput:
-    """The n sequences of one prompt as one RequestOutput: completions index 0..n-1, the first's
-    request id and prompt, speculation counts summed."""
-    if len(outs) == 1:
-        return outs[0]
+def check_model_path(path: str, what: str = "model") -> None:
+    """A clear ValueError for a path that is not a local model directory (turbospec loads local
+    directories; a Hugging Face id is downloaded first)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{what} must be the path of a model directory, not {type(path).__name__}")
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return
+    if os.path.isfile(path):
+        raise ValueError(f"{what} {path!r} is a file: pass the directory that holds config.json "
+                         f"({os.path.dirname(path) or '.'!r})")
+    if _HF_REPO_ID.match(path):
+        local = os.path.join("models", path.split("/")[1])
+        raise ValueError(f"{what} {path!r} is not a local directory: turbospec loads local Hugging Face "
+                         f"directories; download it first (`hf download {path} --local-dir {local}`) "
+                         f"and pass {local!r}")
+    raise ValueError(f"{what} path {path!r} does not exist: pass a Hugging Face model directory "
+                     "(config.json + *.safetensors)")
+
+
+def _finalize(outs: list[RequestOutput], params: SamplingParams, tokenizer) -> RequestOutput:
+    """The n sequences of one prompt as one RequestOutput (completions index 0..n-1, the first's
+    request id and prompt, speculation counts summed), with vLLM's output conventions applied:
+    the stop string kept when `include_stop_str_in_output`, logprob entries' `decoded_token`."""
+    completions = [_completion(o.outputs[0], j, params) for j, o in enumerate(outs)]
     first = outs[0]
-    completions = [replace(o.outputs[0], index=j) for j, o in enumerate(outs)]
-    return replace(first, outputs=completions, metrics=first.metrics.plus_drafts_of([o.metrics for o in outs[1:]]))
+    merged = replace(first, outputs=completions,
+                     metrics=first.metrics.plus_drafts_of([o.metrics for o in outs[1:]]) if len(outs) > 1
+                     else first.metrics)
+    if tokenizer is not None:
+        _decode_logprob_tokens(tokenizer, [c.logprobs for c in completions] + [merged.prompt_logprobs])
+    return merged
+
+
+def _completion(c: CompletionOutput, index: int, params: SamplingParams) -> CompletionOutput:
+    text = c.text
+    if params.include_stop_str_in_output and isinstance(c.stop_reason, str):
+        text += c.stop_reason                  # the text was cut right before the matched stop string
+    return replace(c, index=index, text=text)
+
+
+def _decode_logprob_tokens(tokenizer, tables: list[list[dict | None] | None]) -> None:
+    """Fill `Logprob.decoded_token` (each token's text, special tokens included), as vLLM does."""
+    cache: dict[int, str] = {}
+    for table in tables:
+        for entry in table or ():
+            for tid, lp in (entry or {}).items():
+                if lp.decoded_token is None:
+                    if tid not in cache:
+                        cache[tid] = tokenizer.decode([tid], skip_special_tokens=False)
+                    lp.decoded_token = cache[tid]
+
+
+def _render_conversations(tokenizer, model: str, messages, chat_template: str | None,
+                          add_generation_prompt: bool, continue_final_message: bool,
+                          chat_template_kwargs: dict[str, Any] | None) -> list[str]:
+    """Each conversation's prompt text, rendered by the chat template. ValueError, with the fix,
+    for a model without a tokenizer or template, a malformed conversation, or a template error."""
+    if tokenizer is None:
+        raise ValueError(f"{model!r} has no tokenizer, so it has no chat template: add tokenizer files "
+                         "(or pass LLM(tokenizer=DIR)), or use LLM.generate with token-id prompts")
+    if chat_template is not None and os.path.isfile(chat_template):
+        with open(chat_template, encoding="utf-8") as f:
+            chat_template = f.read()
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise ValueError(f"the tokenizer of {model!r} has no chat template (tokenizer_config.json sets no "
+                         "`chat_template`): pass LLM.chat(..., chat_template=JINJA_TEXT_OR_FILE), or use "
+                         "LLM.generate with a plain text prompt")
+    if continue_final_message and add_generation_prompt:
+        raise ValueError("continue_final_message=True continues the last assistant message, so it needs "
+                         "add_generation_prompt=False (which would open a new assistant turn)")
+    if isinstance(messages, (list, tuple)) and messages and isinstance(messages[0], dict):
+        conversations = [messages]
+    elif isinstance(messages, (list, tuple)) and messages:
+        conversations = list(messages)
+    else:
+        raise ValueError("messages must be a conversation (a non-empty list of {'role': ..., 'content': ...} "
+                         "dicts) or a list of conversations")
+    kwargs = dict(chat_template_kwargs or {})
+    reserved = sorted(set(kwargs) & {"tokenize", "chat_template", "add_generation_prompt",
+                                     "continue_final_message", "conversation", "return_dict"})
+    if reserved:
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(reserved)}: use LLM.chat's own "
+                         "arguments")
+    prompts = []
+    for i, conv in enumerate(conversations):
+        conv = [_message(m, i, j) for j, m in enumerate(conv if isinstance(conv, (list, tuple)) else [None])]
+        if not conv:
+            raise ValueError(f"conversation {i} is empty: pass at least one message")
+        if continue_final_message and conv[-1]["role"] != "assistant":
+            raise ValueError(f"continue_final_message=True continues the final assistant message, but "
+                             f"conversation {i} ends with role {conv[-1]['role']!r}")
+        try:
+            prompts.append(tokenizer.apply_chat_template(
+                conv, tokenize=False, chat_template=template, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, **kwargs))
+        except Exception as e:  # noqa: BLE001 - jinja raises its own types for bad conversations
+            raise ValueError(f"the chat template rejected conversation {i}: {type(e).__name__}: {e}") from e
+    return prompts
+
+
+def _message(m, i: int, j: int) -> dict[str, Any]:
+    """One message as the template gets it: text content parts joined into one string."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise ValueError(f"conversation {i}, message {j}: a message is a dict with a 'role' and a 'content', "
+                         f"e.g. {{'role': 'user', 'content': 'Hello'}}; got {m!r}")
+    content = m.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                   for p in content):
+            raise ValueError(f"conversation {i}, message {j}: only text content parts "
+                             "({'type': 'text', 'text': ...}) are supported")
+        content = "".join(p["text"] for p in content)
+    elif content is not None and not isinstance(content, str):
+        raise ValueError(f"conversation {i}, message {j}: content must be a string or a list of text parts")
+    return {**m, "content": content if content is not None else ""}

@@ -15,6 +15,14 @@ class CompletionOutput:
     finish_reason: str | None = None       # "stop" | "length" | "abort"
     stop_reason: str | int | None = None   # the stop string or stop token id that ended it
 
+    @property
+    def cumulative_logprob(self) -> float | None:
+        """The sum of the generated tokens' logprobs; None unless logprobs were asked for (as
+        vLLM). Computed when read, so per-step outputs of a long stream do not pay for it."""
+        if self.logprobs is None:
+            return None
+        return sum(float(d[t].logprob) for t, d in zip(self.token_ids, self.logprobs))
+
     def finished(self) -> bool:
         return self.finish_reason is not None
 

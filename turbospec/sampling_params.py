@@ -1,7 +1,15 @@
-"""SamplingParams: vLLM's names and defaults, validated at construction."""
+"""SamplingParams: vLLM's names and defaults, validated at construction.
+
+vLLM fields that turbospec does not implement (penalties, min_p, logit_bias, ...) are accepted at
+their neutral value only, so code written for vLLM runs unchanged until it asks for one; any other
+value, or a name that is no field at all, is a ValueError that names it and lists what is supported.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import difflib
+import functools
+import math
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass
@@ -14,6 +22,7 @@ class SamplingParams:
     seed: int | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False   # keep the matched stop string at the end of the text
     ignore_eos: bool = False
     logprobs: int | None = None          # top-k logprobs per generated token (plus the chosen one)
     prompt_logprobs: int | None = None   # the same for every prompt token but the first (vLLM's field)
@@ -28,27 +37,34 @@ class SamplingParams:
         self._validate()
 
     def _validate(self) -> None:
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature!r} must be >= 0 (0 means greedy)")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+        if not _is_number(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 means greedy)")
+        if not _is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]; use 1.0 to disable it")
-        if not isinstance(self.top_k, int) or (self.top_k < -1):
-            raise ValueError(f"top_k={self.top_k!r} must be -1 (disabled) or a positive integer")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens <= 0):
-            raise ValueError(f"max_tokens={self.max_tokens!r} must be a positive integer (or None)")
-        if self.min_tokens < 0:
-            raise ValueError(f"min_tokens={self.min_tokens} must be >= 0")
-        if self.logprobs is not None and (not isinstance(self.logprobs, int) or self.logprobs < 0):
-            raise ValueError(f"logprobs={self.logprobs!r} must be a non-negative integer")
-        if self.prompt_logprobs is not None and (not isinstance(self.prompt_logprobs, int)
-                                                 or isinstance(self.prompt_logprobs, bool) or self.prompt_logprobs < 0):
-            raise ValueError(f"prompt_logprobs={self.prompt_logprobs!r} must be a non-negative integer")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed={self.seed!r} must be an integer")
-        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+        if not _is_int(self.top_k) or self.top_k < -1:
+            raise ValueError(f"top_k={self.top_k!r} must be -1 or 0 (disabled) or a positive integer")
+        if self.max_tokens is not None and (not _is_int(self.max_tokens) or self.max_tokens <= 0):
+            raise ValueError(f"max_tokens={self.max_tokens!r} must be a positive integer (or None: up to "
+                             "the context length)")
+        if not _is_int(self.min_tokens) or self.min_tokens < 0:
+            raise ValueError(f"min_tokens={self.min_tokens!r} must be a non-negative integer")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens={self.min_tokens} must be <= max_tokens={self.max_tokens}")
+        if self.logprobs is not None and (not _is_int(self.logprobs) or self.logprobs < 0):
+            raise ValueError(f"logprobs={self.logprobs!r} must be a non-negative integer (or None)")
+        if self.prompt_logprobs is not None and (not _is_int(self.prompt_logprobs) or self.prompt_logprobs < 0):
+            raise ValueError(f"prompt_logprobs={self.prompt_logprobs!r} must be a non-negative integer (or None)")
+        if self.seed is not None and not _is_int(self.seed):
+            raise ValueError(f"seed={self.seed!r} must be an integer (or None)")
+        if not _is_int(self.n) or self.n < 1:
             raise ValueError(f"n={self.n!r} must be a positive integer")
         if any(not isinstance(s, str) or not s for s in self.stop):
-            raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+            raise ValueError(f"stop={self.stop!r} must be a non-empty string or a list of non-empty strings")
+        if any(not _is_int(t) or t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of non-negative integers")
+        for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
 
     def for_sample(self, j: int) -> "SamplingParams":
         """The parameters of sample j of n (one engine sequence): n = 1, and seed + j (wrapped to
@@ -65,3 +81,63 @@ class SamplingParams:
     @property
     def uses_top_k(self) -> bool:
         return self.top_k is not None and self.top_k > 0
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+SUPPORTED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SamplingParams))
+
+# vLLM's SamplingParams fields that turbospec does not implement: the values that mean "off".
+NEUTRAL_VALUES: dict[str, tuple] = {
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "min_p": (0, 0.0),
+    "best_of": (None,),                  # or equal to n (checked below)
+    "logit_bias": (None, {}),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "logits_processors": (None, []),
+    "truncate_prompt_tokens": (None,),
+    "guided_decoding": (None,),
+    "structured_outputs": (None,),
+    "detokenize": (True,),
+    "spaces_between_special_tokens": (True,),
+    "extra_args": (None, {}),
+}
+
+
+def _is_neutral(name: str, value, n) -> bool:
+    if name == "best_of" and _is_int(value) and value == n:
+        return True
+    return any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in NEUTRAL_VALUES[name])
+
+
+def _checked_init(init):
+    """Refuse, by name, fields that SamplingParams does not have; drop vLLM's at their neutral value."""
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        for name in [k for k in kwargs if k not in SUPPORTED_FIELDS]:
+            value = kwargs.pop(name)
+            if name in NEUTRAL_VALUES:
+                if _is_neutral(name, value, kwargs.get("n", 1)):
+                    continue
+                neutral = " or ".join(repr(v) for v in NEUTRAL_VALUES[name]) + (" or n" if name == "best_of" else "")
+                raise ValueError(f"SamplingParams({name}={value!r}): turbospec does not implement {name} "
+                                 f"(only its neutral value {neutral} is accepted); supported fields: "
+                                 f"{', '.join(SUPPORTED_FIELDS)}")
+            close = difflib.get_close_matches(name, SUPPORTED_FIELDS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"SamplingParams has no field {name!r}: {hint}supported fields: "
+                             f"{', '.join(SUPPORTED_FIELDS)}")
+        init(self, *args, **kwargs)
+    return __init__
+
+
+SamplingParams.__init__ = _checked_init(SamplingParams.__init__)

@@ -1,0 +1,205 @@
+"""The Python API as a vLLM user calls it: SamplingParams fields (and the vLLM ones turbospec does
+not implement), RequestOutput / CompletionOutput fields, stop strings with and without
+include_stop_str_in_output, n with seeds, max_tokens=None, LLM.chat, and an interrupted generate
+leaving nothing behind. A random-weight Qwen3 with codelm's tokenizer (tiny_qwen3), float32 CPU."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from turbospec import LLM, SamplingParams
+
+PROMPT = "def add(a, b):\n    return"
+CHAT_TEMPLATE = ("{% for m in messages %}# {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}def {% endif %}")
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_qwen3):
+    return LLM(str(tiny_qwen3), device="cpu", dtype="float32", max_model_len=96)
+
+
+def greedy(**kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, **{"max_tokens": 24, "ignore_eos": True, **kw})
+
+
+# ---- SamplingParams ------------------------------------------------------------------------
+
+def test_unknown_field_is_named_with_the_supported_ones():
+    with pytest.raises(ValueError) as e:
+        SamplingParams(max_token=8)
+    msg = str(e.value)
+    assert "'max_token'" in msg and "did you mean 'max_tokens'" in msg
+    assert "temperature" in msg and "include_stop_str_in_output" in msg and "prompt_logprobs" in msg
+
+
+@pytest.mark.parametrize("field,value", [("presence_penalty", 0.5), ("frequency_penalty", -1.0),
+                                         ("repetition_penalty", 1.2), ("min_p", 0.05), ("best_of", 4),
+                                         ("logit_bias", {1: 5.0}), ("detokenize", False),
+                                         ("presence_penalty", False)])
+def test_vllm_fields_not_implemented_are_refused_by_name(field, value):
+    with pytest.raises(ValueError) as e:
+        SamplingParams(**{field: value})
+    msg = str(e.value)
+    assert msg.startswith(f"SamplingParams({field}=") and f"does not implement {field}" in msg
+    assert "supported fields: temperature, top_p" in msg
+
+
+def test_vllm_fields_at_their_neutral_value_are_accepted():
+    p = SamplingParams(presence_penalty=0.0, frequency_penalty=0, repetition_penalty=1.0, min_p=0.0,
+                       best_of=3, n=3, logit_bias=None, detokenize=True, spaces_between_special_tokens=True)
+    assert p.n == 3 and p == SamplingParams(n=3)
+    assert SamplingParams(best_of=None).n == 1
+
+
+@pytest.mark.parametrize("kw,fragment", [
+    (dict(temperature=float("nan")), "temperature=nan"), (dict(temperature=-0.1), "temperature=-0.1"),
+    (dict(top_p=0.0), "top_p=0.0"), (dict(top_k=-2), "top_k=-2"), (dict(max_tokens=0), "max_tokens=0"),
+    (dict(max_tokens=True), "max_tokens=True"), (dict(min_tokens=9, max_tokens=4), "min_tokens=9 must be <="),
+    (dict(stop_token_ids=["x"]), "stop_token_ids"), (dict(stop=[""]), "stop="), (dict(n=0), "n=0"),
+    (dict(seed=1.5), "seed=1.5"), (dict(ignore_eos="yes"), "ignore_eos='yes'"), (dict(logprobs=-1), "logprobs=-1"),
+])
+def test_bad_values_name_the_field(kw, fragment):
+    with pytest.raises(ValueError, match=None) as e:
+        SamplingParams(**kw)
+    assert fragment in str(e.value)
+
+
+# ---- outputs ---------------------------------------------------------------------------------
+
+def test_request_output_fields(llm):
+    tok = llm.get_tokenizer()
+    out = llm.generate(PROMPT, greedy(logprobs=2))[0]
+    assert out.prompt == PROMPT and out.finished
+    assert out.prompt_token_ids == tok.encode(PROMPT, add_special_tokens=False)
+    c = out.outputs[0]
+    assert c.index == 0 and len(c.token_ids) == 24 and c.finish_reason == "length" and c.stop_reason is None
+    assert c.text == tok.decode(c.token_ids, skip_special_tokens=True)
+    assert len(c.logprobs) == 24 and all(len(d) in (2, 3) and t in d for d, t in zip(c.logprobs, c.token_ids))
+    chosen = [d[t].logprob for d, t in zip(c.logprobs, c.token_ids)]
+    assert math.isclose(c.cumulative_logprob, sum(chosen), rel_tol=1e-9) and c.cumulative_logprob < 0
+    for d in c.logprobs:                               # vLLM fills each entry's token text
+        assert all(lp.decoded_token == tok.decode([t]) for t, lp in d.items())
+    assert llm.generate(PROMPT, greedy())[0].outputs[0].cumulative_logprob is None
+
+
+def test_token_id_prompts_and_lists(llm):
+    ids = llm.get_tokenizer().encode(PROMPT, add_special_tokens=False)
+    by_text, by_ids, by_dict = llm.generate([PROMPT, ids, {"prompt_token_ids": ids}], greedy())
+    assert by_ids.prompt is None and by_ids.prompt_token_ids == ids
+    assert by_text.outputs[0].token_ids == by_ids.outputs[0].token_ids == by_dict.outputs[0].token_ids
+    per_prompt = llm.generate([ids, ids], [greedy(max_tokens=3), greedy(max_tokens=5)])
+    assert [len(o.outputs[0].token_ids) for o in per_prompt] == [3, 5]
+    with pytest.raises(ValueError, match="must be a SamplingParams"):
+        llm.generate([ids], {"temperature": 0})
+    with pytest.raises(ValueError, match="2 prompts but 3 SamplingParams"):
+        llm.generate([ids, ids], [greedy()] * 3)
+
+
+def test_stop_string_is_cut_unless_include_stop_str_in_output(llm):
+    full = llm.generate(PROMPT, greedy())[0].outputs[0].text
+    stop = full[8:11]
+    assert stop.strip(), full                          # a visible 3-character piece of the continuation
+    cut = full.index(stop)
+    out = llm.generate(PROMPT, greedy(stop=[stop, "never-appears"]))[0].outputs[0]
+    assert (out.text, out.finish_reason, out.stop_reason) == (full[:cut], "stop", stop)
+    kept = llm.generate(PROMPT, greedy(stop=stop, include_stop_str_in_output=True))[0].outputs[0]
+    assert (kept.text, kept.finish_reason, kept.stop_reason) == (full[:cut + len(stop)], "stop", stop)
+    assert kept.token_ids == out.token_ids
+
+
+def test_stop_token_ids_and_min_tokens(llm):
+    ref = llm.generate(PROMPT, greedy())[0].outputs[0].token_ids
+    t = ref[4]
+    first = ref.index(t)
+    out = llm.generate(PROMPT, greedy(stop_token_ids=[t]))[0].outputs[0]
+    assert out.token_ids == ref[:first + 1] and out.stop_reason == t and out.finish_reason == "stop"
+
+
+def test_n_samples_are_seeded_and_reproducible(llm):
+    p = SamplingParams(temperature=1.0, n=3, seed=11, max_tokens=12, ignore_eos=True)
+    a, b = llm.generate(PROMPT, p)[0], llm.generate(PROMPT, p)[0]
+    assert [c.index for c in a.outputs] == [0, 1, 2]
+    assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+    assert len({tuple(c.token_ids) for c in a.outputs}) == 3        # seeds 11, 12, 13 differ
+    single = llm.generate(PROMPT, SamplingParams(temperature=1.0, seed=12, max_tokens=12, ignore_eos=True))[0]
+    assert single.outputs[0].token_ids == a.outputs[1].token_ids
+
+
+def test_max_tokens_none_runs_to_the_context_length(llm):
+    out = llm.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True))[0]
+    assert len(out.prompt_token_ids) + len(out.outputs[0].token_ids) == 96
+    assert out.outputs[0].finish_reason == "length"
+
+
+def test_interrupted_generate_frees_everything(llm, monkeypatch):
+    eng = llm.llm_engine
+    want = llm.generate([PROMPT, "class A:"], greedy())
+    calls = {"n": 0}
+    real_step = eng.step
+
+    def step():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_step()
+    monkeypatch.setattr(eng, "step", step)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate([PROMPT, "class A:"], greedy())
+    monkeypatch.undo()
+    assert not eng.has_unfinished_requests() and not eng.seqs
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+    again = llm.generate([PROMPT, "class A:"], greedy())
+    assert [o.outputs[0].token_ids for o in again] == [o.outputs[0].token_ids for o in want]
+
+
+# ---- chat ------------------------------------------------------------------------------------
+
+def test_chat_without_a_template_says_how_to_fix_it(llm):
+    assert not getattr(llm.get_tokenizer(), "chat_template", None)
+    with pytest.raises(ValueError, match="has no chat template.*chat_template="):
+        llm.chat([{"role": "user", "content": "hi"}])
+
+
+def test_chat_renders_the_template_and_generates(llm, tmp_path):
+    conv = [{"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "add "}, {"type": "text", "text": "two"}]}]
+    rendered = "# system: be brief\n# user: add two\ndef "
+    out = llm.chat(conv, greedy(), chat_template=CHAT_TEMPLATE)
+    assert len(out) == 1 and out[0].prompt == rendered
+    assert out[0].outputs[0].token_ids == llm.generate(rendered, greedy())[0].outputs[0].token_ids
+    f = tmp_path / "t.jinja"
+    f.write_text(CHAT_TEMPLATE)
+    two = llm.chat([conv, [{"role": "user", "content": "x"}]], greedy(), chat_template=str(f),
+                   add_generation_prompt=False)
+    assert [o.prompt for o in two] == [rendered[:-4], "# user: x\n"]
+
+
+@pytest.mark.parametrize("messages,kw,fragment", [
+    ([], {}, "messages must be a conversation"),
+    ([[]], {}, "conversation 0 is empty"),
+    (["hello"], {}, "a message is a dict with a 'role'"),
+    ([{"role": "user", "content": [{"type": "image_url"}]}], {}, "only text content parts"),
+    ([{"role": "user", "content": "x"}], {"continue_final_message": True}, "add_generation_prompt=False"),
+    ([{"role": "user", "content": "x"}], {"continue_final_message": True, "add_generation_prompt": False},
+     "ends with role 'user'"),
+    ([{"role": "user", "content": "x"}], {"chat_template_kwargs": {"tokenize": True}}, "may not set tokenize"),
+])
+def test_chat_bad_input(llm, messages, kw, fragment):
+    with pytest.raises(ValueError) as e:
+        llm.chat(messages, greedy(), chat_template=CHAT_TEMPLATE, **kw)
+    assert fragment in str(e.value)
+
+
+# ---- construction ----------------------------------------------------------------------------
+
+def test_model_path_errors(tiny_qwen3, tmp_path):
+    cases = [(str(tiny_qwen3 / "config.json"), "is a file: pass the directory"),
+             ("Qwen/Qwen3-0.6B", "hf download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B"),
+             (str(tmp_path / "nope"), "does not exist"),
+             (str(tmp_path), "has no config.json")]
+    for path, fragment in cases:
+        with pytest.raises(ValueError) as e:
+            LLM(path, device="cpu")
+        assert fragment in str(e.value), (path, str(e.value))
