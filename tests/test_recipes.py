@@ -113,3 +113,14 @@ def test_broken_recipe_files_name_the_problem(tmp_path, text, message):
     assert message in str(e.value) and str(f) in str(e.value)
     r = runner.invoke(app, ["recipe", "show", str(f)])
     assert r.exit_code == 2
+
+
+def test_check_says_how_to_get_a_missing_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                     # not the repository root: models/... is missing
+    for model, local in ((None, "models/Qwen3-8B"), ("models/Qwen3-8B", "models/Qwen3-8B"), ("/data/q8", "/data/q8")):
+        r = runner.invoke(app, ["recipe", "check", "qwen3-8b-h200"] + (["--model", model] if model else []))
+        line = next(x for x in r.output.splitlines() if x.startswith("WARN  model"))
+        assert f"`hf download Qwen/Qwen3-8B --local-dir {local}`" in line and f"--model {local}" in line
+    r = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu"])
+    line = next(x for x in r.output.splitlines() if x.startswith("WARN  model"))
+    assert "run from the repository root" in line and "download" not in line

@@ -18,6 +18,21 @@ _SUBCOMMAND_MODULES = (
     "turbospec.recipes.cli",       # turbospec recipe list|show|check|run
 )
 
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from turbospec import __version__
+        typer.echo(f"turbospec {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
+                                       help="Print the version and exit.")) -> None:
+    """turbospec: fast, lossless speculative decoding for open LLMs."""
+
+
 for _name in _SUBCOMMAND_MODULES:
     try:
         _mod = importlib.import_module(_name)

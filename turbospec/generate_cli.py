@@ -13,14 +13,17 @@ def generate(
     max_tokens: int = typer.Option(128, help="tokens to generate per prompt"),
     temperature: float = typer.Option(0.0, help="0 = greedy"),
     top_p: float = typer.Option(1.0),
-    top_k: int = typer.Option(-1),
+    top_k: int = typer.Option(-1, help="-1 = no top-k"),
     seed: int = typer.Option(None, help="per-request seed (same seed, same output)"),
+    stop: list[str] = typer.Option([], "--stop", help="stop string, left out of the text (repeatable)"),
+    ignore_eos: bool = typer.Option(False, help="keep generating past the end-of-sequence token"),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda if available)"),
-    dtype: str = typer.Option(None, help="bfloat16 (GPU default) or float32 (CPU default)"),
+    dtype: str = typer.Option(None, help="bfloat16 (GPU default), float16 or float32 (CPU default)"),
     speculative_config: str = typer.Option(None, "--speculative-config",
                                            help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\''),
-    ignore_eos: bool = typer.Option(False),
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself"),
+    tokenizer: str = typer.Option(None, help="tokenizer directory (default: MODEL)"),
+    max_model_len: int = typer.Option(None, help="context length cap (default: the model's)"),
 ) -> None:
     """Generate text and print it with tokens/s."""
     from turbospec import LLM, SamplingParams
@@ -30,17 +33,31 @@ def generate(
         try:
             spec = json.loads(speculative_config)
         except json.JSONDecodeError as e:
-            raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
+            _fail(f"--speculative-config is not valid JSON ({e}): write e.g. "
+                  '\'{"method": "ngram", "num_speculative_tokens": 4}\'')
+        if not isinstance(spec, dict):
+            _fail('--speculative-config must be a JSON object, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
     try:
-        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec, quantization=quantization)
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
-                                seed=seed, ignore_eos=ignore_eos)
+                                seed=seed, stop=stop or None, ignore_eos=ignore_eos)
+    except ValueError as e:
+        _fail(str(e))
+    try:
+        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec, quantization=quantization,
+                  tokenizer=tokenizer, max_model_len=max_model_len)
+    except ValueError as e:
+        _fail(str(e))
+    except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback
+        _fail(f"could not load {model!r}: {type(e).__name__}: {e}")
+    if llm.get_tokenizer() is None:
+        _fail(f"{model!r} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...), so --prompt "
+              "cannot be encoded: pass --tokenizer DIR")
+    try:
         t0 = time.perf_counter()
         outs = llm.generate(prompt, params)
         dt = time.perf_counter() - t0
-    except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
+    except (ValueError, RuntimeError) as e:
+        _fail(str(e))
     n = sum(len(o.outputs[0].token_ids) for o in outs)
     for o in outs:
         typer.echo(o.prompt + o.outputs[0].text)
@@ -50,6 +67,11 @@ def generate(
     if m.get("acceptance_length"):
         line += f", acceptance length {m['acceptance_length']:.2f}"
     typer.echo(line, err=True)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:

@@ -64,9 +64,7 @@ def _gpu(recipe: Recipe) -> Finding:
 def _model(recipe: Recipe, model: str) -> list[Finding]:
     path = Path(model)
     if not path.is_dir():
-        return [Finding("WARN", "model", f"{model!r} is not a local directory: download it first (e.g. "
-                        f"`huggingface-cli download {model} --local-dir models/{path.name}`) and pass "
-                        f"--model models/{path.name}")]
+        return [Finding("WARN", "model", _missing_model(recipe, model))]
     try:
         cfg = json.loads((path / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -87,6 +85,18 @@ def _model(recipe: Recipe, model: str) -> list[Finding]:
         return [Finding("FAIL", "model", f"{path} is not the recipe's model: " + "; ".join(wrong))]
     return [Finding("OK", "model", f"{path}: {arch}" + "".join(
         f", {k} {want[k]}" for k in want if k not in _NOT_CONFIG))]
+
+
+def _missing_model(recipe: Recipe, model: str) -> str:
+    """How to get the model: the recipe's Hugging Face id downloaded to MODEL (or to models/NAME
+    when MODEL is the id itself); a recipe whose model ships in the repository: the directory."""
+    default = str(recipe.model.get("default", ""))
+    if default.startswith(("models/", "./", "/")) or not default:
+        return (f"{model!r} is not a local directory: run from the repository root (the recipe's paths "
+                "are relative to it) or pass --model DIR")
+    local = f"models/{Path(default).name}" if model == default else model
+    return (f"{model!r} is not a local directory: download {default} first (`hf download {default} "
+            f"--local-dir {local}`) and pass --model {local}")
 
 
 def _paths(recipe: Recipe, values: dict[str, str]) -> list[Finding]:

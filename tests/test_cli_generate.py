@@ -1,0 +1,96 @@
+"""`turbospec generate` as a newcomer runs it: a wrong path, a directory without config.json, an
+unsupported architecture, a corrupt checkpoint, no tokenizer, `--device cuda` without a GPU and bad
+flags each end in one `error: ...` line (exit 2, no traceback); `--stop` and `--tokenizer` give
+what `LLM` gives; `turbospec --version` and bare `turbospec` work."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from turbospec import LLM, SamplingParams, __version__
+from turbospec.cli import app
+
+runner = CliRunner()
+
+
+def one_error_line(r) -> str:
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    return lines[0]
+
+
+def gen(model, *args: str):
+    return runner.invoke(app, ["generate", str(model), "--prompt", "def f(x):", "--device", "cpu",
+                               "--max-tokens", "8", *args])
+
+
+def test_bad_model_paths(tiny_qwen3, tiny_dir_factory, tmp_path):
+    assert "does not exist" in one_error_line(gen(tmp_path / "missing"))
+    assert "has no config.json" in one_error_line(gen(tmp_path))
+    assert "is a file" in one_error_line(gen(tiny_qwen3 / "config.json"))
+    assert "hf download Qwen/Qwen3-8B" in one_error_line(gen("Qwen/Qwen3-8B"))
+    odd = tiny_dir_factory(tiny_qwen3, config_updates={"architectures": ["MambaForCausalLM"]})
+    line = one_error_line(gen(odd))
+    assert "unsupported architecture 'MambaForCausalLM'" in line and "Qwen3ForCausalLM" in line
+
+
+def test_corrupt_checkpoint_and_no_tokenizer(tiny_qwen3, tiny_llama31, tmp_path):
+    bad = tmp_path / "corrupt"
+    bad.mkdir()
+    shutil.copy(tiny_qwen3 / "config.json", bad / "config.json")
+    (bad / "model.safetensors").write_bytes(b"not a safetensors file")
+    assert one_error_line(gen(bad)).startswith(f"error: could not load '{bad}'")
+    line = one_error_line(gen(tiny_llama31))
+    assert "has no tokenizer files" in line and "--tokenizer" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_device_cuda_without_a_gpu(tiny_qwen3):
+    r = runner.invoke(app, ["generate", str(tiny_qwen3), "--prompt", "x", "--device", "cuda"])
+    assert "no CUDA GPU is visible" in one_error_line(r)
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--speculative-config", "{method"], "--speculative-config is not valid JSON"),
+    (["--speculative-config", "[4]"], "must be a JSON object"),
+    (["--speculative-config", '{"method": "medusa"}'], "method 'medusa'"),
+    (["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
+    (["--max-tokens", "5000"], "lower max_tokens to at most"),
+    (["--dtype", "fp12"], "unknown dtype 'fp12'"),
+])
+def test_bad_flags(tiny_qwen3, args, fragment):
+    assert fragment in one_error_line(gen(tiny_qwen3, *args))
+
+
+def test_stop_and_tokenizer_flags_match_the_python_api(tiny_qwen3, codelm_dir, tmp_path):
+    prompt = "def add(a, b):"
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    full = LLM(str(tiny_qwen3), device="cpu").generate(prompt, params)[0].outputs[0].text
+    stop = full[6:9]
+    assert stop.strip()
+    r = runner.invoke(app, ["generate", str(tiny_qwen3), "--prompt", prompt, "--device", "cpu", "--max-tokens",
+                            "24", "--ignore-eos", "--stop", stop])
+    assert r.exit_code == 0, r.output
+    assert r.output.split("\n" + "-" * 40)[0] == prompt + full[:full.index(stop)]
+    # weights without tokenizer files, the tokenizer from another directory
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in tiny_qwen3.iterdir():
+        if f.name.endswith((".safetensors", ".safetensors.index.json")) or f.name == "config.json":
+            shutil.copy(f, bare / f.name)
+    r = runner.invoke(app, ["generate", str(bare), "--tokenizer", str(codelm_dir), "--prompt", prompt,
+                            "--device", "cpu", "--max-tokens", "24", "--ignore-eos"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(prompt + full)
+
+
+def test_version_and_bare_command():
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"turbospec {__version__}"
+    r = runner.invoke(app, [])
+    assert "generate" in r.output and "recipe" in r.output and "Traceback" not in r.output
