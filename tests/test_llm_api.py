@@ -203,3 +203,22 @@ def test_model_path_errors(tiny_qwen3, tmp_path):
         with pytest.raises(ValueError) as e:
             LLM(path, device="cpu")
         assert fragment in str(e.value), (path, str(e.value))
+
+
+def test_vllm_constructor_arguments(tiny_qwen3):
+    for kw, fragment in ((dict(tensor_parallel_size=2), "LLM(tensor_parallel_size=2) is not supported (turbospec "
+                          "runs a model on one GPU); accepted: 1"),
+                         (dict(enable_prefix_caching=True), "accepted: None or False"),
+                         (dict(max_num_seq=4), "unknown argument 'max_num_seq': it takes model, device"),
+                         (dict(seed="1"), "seed='1' must be an integer")):
+        with pytest.raises(ValueError) as e:
+            LLM(str(tiny_qwen3), device="cpu", **kw)
+        assert fragment in str(e.value)
+    p = SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True)       # no per-request seed
+
+    def run(seed):
+        return LLM(str(tiny_qwen3), device="cpu", seed=seed, tensor_parallel_size=1,
+                   trust_remote_code=True).generate([PROMPT, PROMPT], p)
+    a, b, c = run(3), run(3), run(4)
+    ids = [[o.outputs[0].token_ids for o in r] for r in (a, b, c)]
+    assert ids[0] == ids[1] and ids[0] != ids[2] and ids[0][0] != ids[0][1]

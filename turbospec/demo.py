@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 from turbospec import LLM, SamplingParams
@@ -59,7 +60,8 @@ def main() -> None:
     # show the least repetitive completion (a 12.6M model likes to loop)
     shown = max(range(len(base)), key=lambda i: len(set(base[i].outputs[0].token_ids)))
     print("=" * 72)
-    print("..." + prompts[shown][-300:] + "\033[1m" + base[shown].outputs[0].text + "\033[0m")
+    bold, unbold = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")    # no escapes in a log
+    print("..." + prompts[shown][-300:] + bold + base[shown].outputs[0].text + unbold)
     print("=" * 72)
     rows = [("plain decoding", n / dt, None, True)]
     for label, cfg in drafters():

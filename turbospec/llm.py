@@ -22,7 +22,13 @@ class LLM:
                  tokenizer: str | None = None, block_size: int = 16, num_kv_blocks: int | None = None,
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
-                 enforce_eager: bool = False, num_scheduler_steps: int | None = None):
+                 enforce_eager: bool = False, num_scheduler_steps: int | None = None,
+                 seed: int | None = None, **vllm_kwargs):
+        """`seed` (vLLM's): seeds the random draws of requests without their own
+        SamplingParams.seed, so a script's unseeded samples repeat from run to run."""
+        _check_vllm_kwargs(vllm_kwargs)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ValueError(f"seed={seed!r} must be an integer (or None)")
         check_model_path(model)
         if tokenizer is not None:
             check_model_path(tokenizer, what="tokenizer")
@@ -35,6 +41,9 @@ class LLM:
                                                 speculative_config=speculative_config,
                                                 engine_config=ec, quantization=quantization,
                                                 tokenizer=tokenizer)
+        if seed is not None:
+            import torch
+            torch.manual_seed(seed)            # after start-up, which may draw samples itself
         self._ids = itertools.count()
 
     def get_tokenizer(self):
@@ -104,6 +113,33 @@ class LLM:
 
     def get_metrics(self) -> dict[str, Any]:
         return self.llm_engine.get_metrics()
+
+
+# vLLM's LLM(...) arguments that turbospec does not implement: the values accepted (they change
+# nothing here); anything else is refused by name.
+_VLLM_LLM_ARGS: dict[str, tuple] = {
+    "tensor_parallel_size": (1,), "pipeline_parallel_size": (1,), "data_parallel_size": (1,),
+    "trust_remote_code": (False, True),     # turbospec never runs a checkpoint's own code
+    "revision": (None,), "tokenizer_revision": (None,), "tokenizer_mode": ("auto",),
+    "kv_cache_dtype": ("auto",), "enable_prefix_caching": (None, False),
+    "disable_log_stats": (False, True), "max_seq_len_to_capture": None,   # None: any value
+}
+_HINTS = {"tensor_parallel_size": "turbospec runs a model on one GPU",
+          "pipeline_parallel_size": "turbospec runs a model on one GPU",
+          "data_parallel_size": "start one server per GPU instead"}
+
+
+def _check_vllm_kwargs(kwargs: dict[str, Any]) -> None:
+    import inspect
+    for name, value in kwargs.items():
+        if name not in _VLLM_LLM_ARGS:
+            known = [p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "vllm_kwargs")]
+            raise ValueError(f"LLM() got an unknown argument {name!r}: it takes {', '.join(known)}")
+        allowed = _VLLM_LLM_ARGS[name]
+        if allowed is not None and not any(value == v and type(value) is type(v) for v in allowed):
+            hint = _HINTS.get(name, "turbospec does not implement it")
+            raise ValueError(f"LLM({name}={value!r}) is not supported ({hint}); accepted: "
+                             f"{' or '.join(repr(v) for v in allowed)}")
 
 
 def check_model_path(path: str, what: str = "model") -> None:
