@@ -2,15 +2,18 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU build of PyTorch first, so that no CUDA build is pulled in by the range in pyproject.
+# PyTorch first, pinned, so that the range in pyproject pulls in no other version. From PyPI on
+# Linux this is the CUDA build (a few GB); for the CPU-only build (about 200 MB) on a machine
+# without a GPU: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 
 .PHONY: demo test venv clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install -q -e ".[test]" "transformers==5.17.0"
 	touch $@
 

@@ -52,7 +52,8 @@ def test_corrupt_checkpoint_and_no_tokenizer(tiny_qwen3, tiny_llama31, tmp_path)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_device_cuda_without_a_gpu(tiny_qwen3):
     r = runner.invoke(app, ["generate", str(tiny_qwen3), "--prompt", "x", "--device", "cuda"])
-    assert "no CUDA GPU is visible" in one_error_line(r)
+    line = one_error_line(r)
+    assert "--device cuda but no CUDA GPU is visible" in line and "pass --device cpu" in line
 
 
 @pytest.mark.parametrize("args,fragment", [

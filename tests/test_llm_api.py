@@ -82,6 +82,9 @@ def test_request_output_fields(llm):
     for d in c.logprobs:                               # vLLM fills each entry's token text
         assert all(lp.decoded_token == tok.decode([t]) for t, lp in d.items())
     assert llm.generate(PROMPT, greedy())[0].outputs[0].cumulative_logprob is None
+    prompt_lps = llm.generate(PROMPT, greedy(max_tokens=1, prompt_logprobs=1))[0].prompt_logprobs
+    assert prompt_lps[0] is None and len(prompt_lps) == len(out.prompt_token_ids)
+    assert all(lp.decoded_token == tok.decode([t]) for d in prompt_lps[1:] for t, lp in d.items())
 
 
 def test_token_id_prompts_and_lists(llm):

@@ -42,6 +42,12 @@ def generate(
                                 seed=seed, stop=stop or None, ignore_eos=ignore_eos)
     except ValueError as e:
         _fail(str(e))
+    if device is not None and device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            build = "a CPU-only build of torch" if torch.version.cuda is None else f"torch {torch.__version__}"
+            _fail(f"--device {device} but no CUDA GPU is visible ({build}): pass --device cpu, or leave "
+                  "--device out to use a GPU when there is one")
     try:
         llm = LLM(model, device=device, dtype=dtype, speculative_config=spec, quantization=quantization,
                   tokenizer=tokenizer, max_model_len=max_model_len)
