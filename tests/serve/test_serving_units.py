@@ -172,3 +172,26 @@ def test_chat_max_tokens_aliases():
     assert req.to_sampling_params().max_tokens == 7 and req.template_messages()[0]["content"] == "ab"
     assert parse_model(ChatCompletionRequest, {**base, "max_tokens": 5}).to_sampling_params().max_tokens == 5
     assert parse_model(ChatCompletionRequest, base).to_sampling_params().max_tokens is None
+
+
+class _SlowMetricsEngine(FakeEngine):
+    """Reading the engine's counters takes a while (as under CPU load)."""
+
+    def get_metrics(self) -> dict:
+        import time
+        time.sleep(0.2)
+        return super().get_metrics()
+
+
+def test_metrics_count_a_request_before_its_last_chunk_is_sent():
+    """/metrics read right after a response includes every draft of it: the counters are taken from
+    the engine before the step's outputs go out (they were taken after, so a client that scraped
+    /metrics at once could miss the last step's drafts)."""
+    engine = _SlowMetricsEngine()
+
+    async def scenario(c):
+        r = await c.post("/v1/completions", json={"model": "fake", "prompt": "fine", "max_tokens": 3})
+        return r, (await c.get("/metrics")).text
+    r, metrics = _run(engine, scenario)
+    assert r.json()["speculative_decoding"]["num_drafts"] == 3
+    assert 'vllm:spec_decode_num_drafts_total{model_name="fake"} 3.0' in metrics

@@ -177,6 +177,8 @@ class AsyncEngine:
             logger.exception("engine.step() failed; failing the %d running request(s)", len(self._live))
             self._fail_all(500, f"engine error during generation: {type(e).__name__}: {e}", pending=False)
             return
+        if self.metrics is not None:        # before any delta goes out: a client that reads /metrics
+            self.metrics.on_engine_metrics(self.engine.get_metrics())   # after its last chunk sees its drafts
         now = time.time()
         for out in outputs:
             live = self._live.get(out.request_id)
@@ -197,8 +199,6 @@ class AsyncEngine:
                 self._live.pop(out.request_id, None)
                 self._finish(live, delta.finish_reason, now)
             self._deliver(live.add, delta)
-        if self.metrics is not None:
-            self.metrics.on_engine_metrics(self.engine.get_metrics())
 
     def _observe(self, live: _Live, delta: StreamDelta, now: float) -> None:
         if not delta.token_ids or self.metrics is None:
