@@ -59,13 +59,17 @@ def checkpoint_files(model_dir: str) -> list[str]:
 def iterate_weights(model_dir_or_files: str | list[str], device: torch.device | str = "cpu"
                     ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) over one checkpoint directory (or explicit files), one tensor at a time."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     files = (checkpoint_files(model_dir_or_files) if isinstance(model_dir_or_files, str)
              else list(model_dir_or_files))
     for path in files:
-        with safe_open(path, framework="pt", device=str(device)) as f:
-            for name in f.keys():
-                yield name, f.get_tensor(name)
+        try:
+            with safe_open(path, framework="pt", device=str(device)) as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+        except SafetensorError as e:        # a truncated or corrupt file: say which, not a traceback
+            raise ValueError(f"cannot read {path}: {e} (a truncated or corrupt safetensors file: "
+                             "download it again)") from e
 
 
 def _is_skipped(name: str, num_layers: int) -> bool:

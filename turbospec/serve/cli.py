@@ -99,6 +99,8 @@ def serve(
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(levelname)s %(name)s: %(message)s")
     try:
+        from turbospec.llm import check_model_path
+        check_model_path(model)            # a Hugging Face id: the download command, a file: its directory
         engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                                      max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                                      enforce_eager=enforce_eager)

@@ -1,0 +1,33 @@
+"""`turbospec serve` with a model it cannot load: one line saying why and what to do, exit 2, no
+traceback (a Hugging Face id, a corrupt safetensors file)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from turbospec.cli import app
+
+CODELM = Path(__file__).resolve().parents[2] / "models" / "codelm-12m"
+
+
+def _serve(model: str):
+    r = CliRunner().invoke(app, ["serve", model, "--device", "cpu"])
+    return r, " ".join(r.output.replace("│", " ").split())
+
+
+def test_a_hugging_face_id_gets_the_download_command():
+    r, out = _serve("Qwen/Qwen3-8B")
+    assert r.exit_code == 2 and "hf download Qwen/Qwen3-8B --local-dir models/Qwen3-8B" in out
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_a_corrupt_checkpoint_names_the_file(tmp_path):
+    d = tmp_path / "broken"
+    d.mkdir()
+    shutil.copy(CODELM / "config.json", d / "config.json")
+    (d / "model.safetensors").write_text("x")
+    r, out = _serve(str(d))
+    assert r.exit_code == 2 and "cannot read" in out and "model.safetensors" in out and "corrupt" in out
+    assert r.exception is None or isinstance(r.exception, SystemExit)
