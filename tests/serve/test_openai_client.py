@@ -107,6 +107,20 @@ def test_top_k_and_stop_string(client):
     assert streamed == r.choices[0].text
 
 
+def test_include_stop_str_in_output(client):
+    """vLLM's include_stop_str_in_output: the matched stop string ends the text, streamed or not."""
+    base = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=0)
+    text = base.choices[0].text
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    cut = text[:text.index(stop)]
+    kw = dict(model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=0, stop=[stop],
+              extra_body={"include_stop_str_in_output": True})
+    r = client.completions.create(**kw)
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].text == cut + stop
+    streamed = "".join(c.choices[0].text for c in client.completions.create(**kw, stream=True))
+    assert streamed == cut + stop
+
+
 def test_logprobs_completion_and_chat(client):
     r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
     lp = r.choices[0].logprobs

@@ -73,8 +73,9 @@ class DeltaTracker:
     """Per request: remembers what was already sent and produces the next StreamDelta."""
 
     def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer,
-                 num_prompt_logprobs: int | None = None):
+                 num_prompt_logprobs: int | None = None, include_stop: bool = False):
         self.stops = stops
+        self.include_stop = include_stop
         self.num_logprobs = num_logprobs
         self.num_prompt_logprobs = num_prompt_logprobs
         self.prompt_sent = False
@@ -90,6 +91,8 @@ class DeltaTracker:
         comp = out.outputs[0]
         finished = comp.finish_reason is not None
         text = comp.text
+        if finished and self.include_stop and isinstance(comp.stop_reason, str):
+            text += comp.stop_reason              # the engine cut the text right before the stop string
         if not text.startswith(self.sent_text):
             if not self._warned:          # the engine rewrote text we already streamed
                 logger.warning("request %s: engine text no longer extends the streamed text",

@@ -39,7 +39,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "min_p": (0, 0.0, None),
     "use_beam_search": (False, None),
     "prompt_logprobs": (None,),
-    "include_stop_str_in_output": (False, None),
     "tools": (None, []),
     "tool_choice": (None, "none"),
     "functions": (None, []),
@@ -79,6 +78,7 @@ class _SamplingFields(BaseModel):
     ignore_eos: bool = False
     min_tokens: int = Field(0, ge=0)
     skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False      # vLLM's: the matched stop string ends the text
     stream: bool = False
     stream_options: StreamOptions | None = None
 
@@ -126,7 +126,8 @@ class _SamplingFields(BaseModel):
         kwargs: dict[str, Any] = dict(
             max_tokens=max_tokens, logprobs=logprobs, stop=self.stop, stop_token_ids=self.stop_token_ids,
             ignore_eos=self.ignore_eos, min_tokens=self.min_tokens, seed=self.seed,
-            skip_special_tokens=self.skip_special_tokens)
+            skip_special_tokens=self.skip_special_tokens,
+            include_stop_str_in_output=self.include_stop_str_in_output)
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         if self.top_p is not None:
