@@ -89,6 +89,8 @@ def test_run_a_step(monkeypatch):
     assert "turbospec generate models/codelm-12m" in r.output and "def fibonacci(n):" in r.output
     dry = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "train", "--dry-run", "--set", "data=d.jsonl"])
     assert dry.exit_code == 0 and "--data d.jsonl" in dry.output
+    redo = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "audit", "--dry-run", "--", "--overwrite"])
+    assert redo.exit_code == 0 and redo.output.strip().endswith("--out audit-codelm-12m --overwrite")
     bad = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "deploy"])
     assert bad.exit_code == 2 and "no step 'deploy'" in bad.output and "generate" in bad.output
 

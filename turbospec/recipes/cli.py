@@ -66,12 +66,15 @@ def check_cmd(name: str = typer.Argument(..., help="a shipped recipe's name or a
 @recipe_app.command("run")
 def run(name: str = typer.Argument(..., help="a shipped recipe's name or a .toml path"),
         step: str = typer.Argument(..., help="the step to run (`turbospec recipe show` lists them)"),
+        extra: list[str] = typer.Argument(None, help="more flags for the step's command, after `--` "
+                                          "(e.g. `-- --overwrite` to redo an audit or a training run)"),
         model: str = MODEL, sets: list[str] = SET,
         dry_run: bool = typer.Option(False, help="print the command instead of running it")) -> None:
-    """Run one step of the recipe, in this process, exactly as `show` prints it."""
+    """Run one step of the recipe, in this process, exactly as `show` prints it (plus any flags
+    given after `--`)."""
     recipe, values = _load(name, model, sets)
     try:
-        argv = recipe.argv(recipe.step(step), values)
+        argv = recipe.argv(recipe.step(step), values) + list(extra or [])
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     typer.echo("turbospec " + " ".join(shlex.quote(a) for a in argv), err=True)
