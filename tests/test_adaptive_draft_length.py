@@ -174,3 +174,28 @@ def test_engine_tree_auto_is_lossless_and_learns_per_budget(codelm_dir):
     assert "tree verify" in a.policy.cost.setting
     assert sum(w for w, _ in a.profile.by_budget.values()) > 0
     assert all(a.profile.expected_accepted(k) <= 4.0 for k in a.ks)
+
+
+def test_measured_verify_steps_correct_the_start_up_cost():
+    """The start-up table of an H200 run (qwen3-30b-a3b FP8, batch 1, ms) priced verifies far above
+    what the same engine's steps took later, and the automatic k held 4. Three timed verify steps
+    of 5 tokens correct every q's excess over decode (k = 7's too, never timed yet) and k = 7 wins;
+    decode's cost is never changed; two steps are not enough; a q's own timings take over from the
+    pooled ratio once there are three."""
+    start = {1: 2.858, 2: 3.515, 3: 3.986, 4: 4.52, 5: 4.816, 8: 6.175}
+    tab = StepCostTable({(1, q): 1e-3 * v for q, v in start.items()})
+    a = AdaptiveDraftLength(tab, 7)
+    a.profile.reached = [22.0, 20.0, 16.0, 11.0, 0.0, 0.0, 0.0]      # what that run had learned
+    a.profile.accepted = [19.6, 17.1, 12.2, 8.9, 0.0, 0.0, 0.0]
+    assert a.choose(1) == 4
+    for _ in range(2):
+        a.observe_verify_time(1, 5, 3.39e-3)
+    assert a.choose(1) == 4 and a.cost.cost(1, 8) == tab.cost(1, 8)
+    a.observe_verify_time(1, 5, 3.39e-3)
+    assert a.choose(1) == 7
+    assert abs(a.cost.cost(1, 5) - 3.39e-3) < 1e-9 and a.cost.cost(1, 1) == tab.cost(1, 1)
+    pooled = (3.39 - 2.858) / (4.816 - 2.858)
+    assert abs(a.cost.cost(1, 8) - 1e-3 * (2.858 + pooled * (6.175 - 2.858))) < 1e-9
+    for _ in range(3):
+        a.observe_verify_time(1, 8, 3.53e-3)
+    assert abs(a.cost.cost(1, 8) - 3.53e-3) < 1e-9

@@ -164,6 +164,9 @@ def test_auto_draft_length_times_the_cpu_forward(codelm_dir, plain):
     prompts = _code_prompts(2)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
+    timed = cost.ratios                          # verify steps timed during the run correct the table
+    assert spec.get_metrics()["spec_decode_num_drafts"] > 0 and timed
+    assert all(r >= 0 for rs in timed.values() for r in rs)
 
 
 def test_auto_draft_length_is_asked_once_per_step(codelm_dir, plain):

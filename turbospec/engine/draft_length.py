@@ -35,6 +35,52 @@ def candidate_ks(k_max: int, tree: bool = False) -> list[int]:
     return sorted({0, 1, 2, 3, 4, k_max} & set(range(k_max + 1)))
 
 
+class ObservedStepCost:
+    """The start-up verify-cost table, corrected by what verify steps took since. A step of q
+    tokens per sequence costs decode + excess(q); the table's excess is scaled by the median ratio
+    of measured to tabled excess over the last WINDOW verify steps of that q (any batch size) once
+    MIN_SEEN were timed, else by the median over every q timed (an unmeasured q, e.g. the largest,
+    probed rarely, borrows the others' correction), else not at all. Decode (q = 1, run as graphed
+    bursts, never timed here) keeps the table's value. Why: the start-up timing runs dummy
+    sequences and can be far off a real step (qwen3-30b-a3b FP8 on an H200: a verify of 8 tokens
+    timed at 2.0-2.2 decode steps at start-up, 1.25 later in the same engine; the automatic k
+    stayed at 4 where a fixed 7 ran 1.25x faster; cause not found). A measured step includes
+    acceptance (a few kernels), so speculation is priced slightly high, never low."""
+    WINDOW = 16
+    MIN_SEEN = 3
+
+    def __init__(self, table: StepCostTable):
+        self.table = table
+        self.ratios: dict[int, list[float]] = {}            # q -> measured / tabled excess
+
+    @property
+    def seconds(self) -> dict[tuple[int, int], float]:
+        return self.table.seconds
+
+    @property
+    def setting(self) -> str:
+        return self.table.setting
+
+    def _ratio(self, q: int) -> float:
+        own = self.ratios.get(q, [])
+        if len(own) >= self.MIN_SEEN:
+            return _median(own)
+        pooled = [r for rs in self.ratios.values() for r in rs]
+        return _median(pooled) if len(pooled) >= self.MIN_SEEN else 1.0
+
+    def cost(self, batch: int, q: int) -> float:
+        base1, base = self.table.cost(batch, 1), self.table.cost(batch, q)
+        if q == 1 or base <= base1:
+            return base
+        return base1 + self._ratio(q) * (base - base1)
+
+    def observe(self, batch: int, q: int, seconds: float) -> None:
+        base1, base = self.table.cost(batch, 1), self.table.cost(batch, q)
+        if q > 1 and base > base1:
+            r = max(seconds - base1, 0.0) / (base - base1)
+            self.ratios[q] = (self.ratios.get(q, []) + [r])[-self.WINDOW:]
+
+
 class AdaptiveDraftLength:
     """The per-step draft length: the policy's best k from the verify cost table, the acceptance
     learned online and the proposer's measured time.
@@ -72,7 +118,8 @@ class AdaptiveDraftLength:
         self.ks = candidate_ks(k_max, tree=bool(tree_depth))
         self.profile = (TreeAcceptanceProfile(max_len=k_max, prior_rate=prior_rate, depth=tree_depth)
                         if tree_depth else AcceptanceProfile(max_len=k_max, prior_rate=prior_rate))
-        self.policy = DraftLengthPolicy(cost, self.profile, max_k=k_max, draft_seconds=self._draft_seconds)
+        self.cost = ObservedStepCost(cost)
+        self.policy = DraftLengthPolicy(self.cost, self.profile, max_k=k_max, draft_seconds=self._draft_seconds)
         self.draft_s_per_token = 0.0        # median proposer seconds per drafted position, per step
         self._draft_times: list[float] = []                  # seconds per drafted position
         self._by_k: dict[int, list[float]] = {}              # k -> seconds of the last steps drafting k
@@ -123,6 +170,12 @@ class AdaptiveDraftLength:
         self._cache.clear()
         if self._probing:
             self._below_run, self._probing = 0, False
+
+    def observe_verify_time(self, batch: int, q: int, seconds: float) -> None:
+        """One verify step's seconds (prepare, forward, acceptance), every one of its `batch`
+        sequences feeding q tokens: corrects the start-up cost of q (`ObservedStepCost`)."""
+        self.cost.observe(batch, q, seconds)
+        self._cache.clear()
 
     def observe_draft_time(self, seconds: float, k: int, catching_up: bool = False) -> None:
         """One step's proposer time for drafts of up to k tokens per sequence; `catching_up`: a

@@ -145,6 +145,9 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
     if draft_row:
         results.update(_verify(engine, scheduled, proposal, draft_row, out.logits, offsets))
     t2 = time.perf_counter()
+    if engine.adaptive is not None and inputs.uniform_q and len(draft_row) == len(scheduled) and \
+            all(s.num_new_tokens == 1 for s in scheduled):          # a pure verify step: its cost is real
+        engine.adaptive.observe_verify_time(len(scheduled), inputs.uniform_q, t2 - t1)
     if proposal is not None:
         stats.draft_time_s += t1 - t0
         stats.verify_time_s += t2 - t1
