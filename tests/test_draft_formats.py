@@ -165,6 +165,7 @@ def test_eagle3_export_round_trip(tmp_path):
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["model_type"] == "llama"
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 5]   # output-of-layer
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 6]                   # input-of-layer (vLLM)
     assert cfg["draft_vocab_size"] == VD and cfg["target_hidden_size"] == T and cfg["fc_norm"] is True
     from safetensors import safe_open
     with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:

@@ -113,6 +113,10 @@ class Eagle3Config:
             "rope_theta": self.rope.theta, "tie_word_embeddings": False,
             "attention_bias": self.attention_bias,
             "torch_dtype": str(dtype).replace("torch.", ""),
+            # the captured layers both ways: input-of-layer at the top level (vLLM / speculators; the
+            # newest vLLM reads only that key, else captures its default layers), output-of-layer in
+            # eagle_config (SGLang, SpecForge)
+            "eagle_aux_hidden_state_layer_ids": list(ids),
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in ids],
                              "use_aux_hidden_state": True},
         }

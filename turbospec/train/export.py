@@ -39,7 +39,6 @@ def export_drafter(method: str, draft: torch.nn.Module, out_dir: str, target_con
     try:
         if method == "eagle3":
             save_eagle3(draft, tmp, target_config, include_embeddings=False, dtype=dtype)
-            _add_input_of_layer_ids(os.path.join(tmp, "config.json"), target_config)
         elif method == "dflash":
             save_dflash(draft, tmp, dtype=dtype)
         else:
@@ -64,19 +63,6 @@ def _default_file_mode(directory: str) -> int:
     mode = os.stat(probe).st_mode & 0o777
     os.remove(probe)
     return mode
-
-
-def _add_input_of_layer_ids(config_path: str, target_config: ModelConfig) -> None:
-    """Also write the captured layers at the top level, input-of-layer (vLLM / speculators): the newest
-    vLLM reads only that key and otherwise captures its default (2, L//2, L-3), which is not what a
-    drafter trained on other layers (any small target, any --target-layers) expects. SGLang and
-    SpecForge read the nested output-of-layer ids, which the draft's own writer puts in `eagle_config`."""
-    with open(config_path) as f:
-        raw = json.load(f)
-    nested = raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    raw["eagle_aux_hidden_state_layer_ids"] = [int(i) + 1 for i in nested]
-    with open(config_path, "w") as f:
-        json.dump(raw, f, indent=2)
 
 
 def check_export(method: str, draft_dir: str, target_config: ModelConfig) -> None:
