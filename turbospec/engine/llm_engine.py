@@ -207,12 +207,9 @@ class LLMEngine:
 
     def _burst_ok(self, seqs: list[Sequence], ahead: int) -> bool:
         """Can `seqs` (the whole running set, nothing waiting) take a burst of n steps that starts
-        `ahead` tokens past their host-side lengths? Allocates the blocks it needs if so.
-        A sequence with fewer than n tokens left still bursts: its rows run on and the tokens past
-        its end are dropped (as after a stop), so a batch's last few tokens, or one nearly done
-        sequence among many, do not fall back to single steps that each wait for the host (qwen3-8b
-        batch 16, prompt 512 + 64 on an H200: 7 of 63 decode steps, 0.38 ms per step of host time
-        in all). Only the model's length limit bounds the burst's KV positions."""
+        `ahead` tokens past their host-side lengths? Allocates the blocks it needs if so. A sequence
+        with fewer than n tokens left bursts too (tokens past its end are dropped, as after a stop),
+        so the last tokens do not fall back to single steps that wait for the host (docs/benchmarks.md)."""
         n, bm = self.burst.n, self.block_manager
         if self.scheduler.waiting or not seqs or len(seqs) != len(self.scheduler.running):
             return False
