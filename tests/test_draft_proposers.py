@@ -355,3 +355,18 @@ def test_dflash_sampled_q_free_and_builder(target, dflash_dir):
     torch.testing.assert_close(prop.propose([s], [2]).draft_probs[0], want, atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match="block_size"):
         build_dflash_proposer(model, cfg, {"model": dflash_dir, "num_speculative_tokens": 4}, CPU, torch.float32)
+
+
+def test_draft_model_method_with_a_learned_drafter_names_its_method():
+    """method draft_model pointed at an EAGLE-3 or DFlash drafter: the error gives the config to use."""
+    import json as _json
+    from pathlib import Path
+
+    from turbospec import LLM
+    root = Path(__file__).resolve().parents[1] / "models"
+    for name, method in (("codelm-12m-dflash", "dflash"), ("codelm-12m-eagle3", "eagle3")):
+        d = str(root / name)
+        with pytest.raises(ValueError) as e:
+            LLM(str(root / "codelm-12m"), device="cpu", dtype="float32",
+                speculative_config={"method": "draft_model", "model": d, "num_speculative_tokens": 3})
+        assert _json.dumps({"method": method, "model": d}) in str(e.value)

@@ -7,6 +7,7 @@ reconciled with what the target committed: its KV is kept up to the longest comm
 """
 from __future__ import annotations
 
+import json
 import warnings
 
 import torch
@@ -44,6 +45,12 @@ class DraftModelProposer(Proposer):
     def from_dir(cls, draft_dir: str, k: int, target_config: ModelConfig, device: torch.device,
                  dtype: torch.dtype, engine_config: EngineConfig | None = None) -> "DraftModelProposer":
         from turbospec.model_loader import load_model
+        from turbospec.models.draft_layers import read_config
+        archs = " ".join(read_config(draft_dir).get("architectures") or [])
+        for marker, method in (("Eagle3", "eagle3"), ("DFlash", "dflash")):
+            if marker.lower() in archs.lower():         # a learned drafter, not a causal LM of its own
+                raise ValueError(f"{draft_dir!r} is a {archs!r} drafter, not a standalone model: use "
+                                 f"speculative_config {json.dumps({'method': method, 'model': draft_dir})}")
         cfg = ModelConfig.from_pretrained(draft_dir)
         if abs(cfg.vocab_size - target_config.vocab_size) > 1024:
             raise ValueError(f"draft vocab_size {cfg.vocab_size} differs from the target's "
