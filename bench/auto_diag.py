@@ -36,6 +36,8 @@ rows, _ = ob.bench_oracle(cfg, dev, dt, [batch], 7, 4.0, 256, 64, [1, 2, 3, 4, 7
 eng, ad = seen["engine"], seen["engine"].adaptive
 print(rows)
 print("cost table (batch, q) -> ms:", {k: round(v * 1e3, 3) for k, v in sorted(ad.policy.cost.seconds.items()) if k[0] == batch})
+print("corrected by timed verify steps (q -> ms):", {q: round(ad.cost.cost(batch, q) * 1e3, 3) for q in sorted({q for _, q in ad.cost.seconds})},
+      "ratios:", {q: [round(r, 2) for r in rs] for q, rs in ad.cost.ratios.items()})
 print("acceptance rates:", [round(r, 3) for r in ad.profile.rates()], "reached:", [int(r) for r in ad.profile.reached])
 print("proposer ms by k (medians):", {k: round(1e3 * sorted(v)[len(v) // 2], 3) for k, v in ad._by_k.items()})
 print("modelled tok/s by k:", {k: round(ad.policy.tokens_per_second(batch, k), 1) for k in ad.ks})

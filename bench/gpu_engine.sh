@@ -26,6 +26,7 @@
 #       hoistab (PDL prologue hoists in attention / merge / rope vs out/base/hoist: tests, kernels, 30b b1, b16 profile)
 #       burstab (bursts to a request's end + PDL hoists vs out/base/burst: tests, attention, qwen3-8b / 30b decode)
 #       final9 (8b oracle, MoE oracle b1/16, 8b FP8 b1, 30b bf16 b1)
+#       autok (MoE oracle: automatic k with timed verify costs vs fixed k = 7, 64 / 256 tokens; auto_diag)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -262,6 +263,16 @@ for part in ${*:-tests decode oracle drafters}; do
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}'
               run 60 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64
               run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64 ;;
+    autok)    # the automatic draft length with timed verify steps correcting the start-up table (ObservedStepCost):
+              # qwen3-30b-a3b FP8 oracle at batch 1 / 16, auto vs a fixed k = 7, 64 and 256 tokens; then bench/auto_diag.py
+              for mt in 64 256; do
+                for sc in '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' \
+                          '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'; do
+                  run 120 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 \
+                    --prompt-len 256 --max-tokens $mt --speculative-config "$sc"
+                done
+              done
+              run 90 python3 bench/auto_diag.py qwen3-30b-a3b 1 fp8 ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'

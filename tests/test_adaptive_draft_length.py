@@ -199,3 +199,18 @@ def test_measured_verify_steps_correct_the_start_up_cost():
     for _ in range(3):
         a.observe_verify_time(1, 8, 3.53e-3)
     assert abs(a.cost.cost(1, 8) - 3.53e-3) < 1e-9
+
+
+def test_measured_verify_overhead_on_a_dense_model_stays_small():
+    """A dense model's verify costs about a decode step (table excess 1% at q = 8, 0.1% at q = 2);
+    measured steps add a fixed acceptance overhead (3% of a step). Over a near-zero excess that
+    ratio would be 21x and price k = 7 at 1.21 steps; with the floor (5% of a step) no q is priced
+    above decode + the measured overhead and k = 7 stays the choice."""
+    base = 4.75e-3
+    tab = StepCostTable({(1, q): base * (1 + 0.01 * (q - 1) / 7) for q in (1, 2, 3, 4, 5, 8)})
+    a = AdaptiveDraftLength(tab, 7)
+    for _ in range(3):
+        a.observe_verify_time(1, 2, base * 1.03)          # timed at q = 2 only: excess 0.14% of a step
+    assert abs(a.cost.cost(1, 2) - base * 1.03) < 1e-9
+    assert all(a.cost.cost(1, q) <= base * 1.031 for q in (3, 4, 5, 8))   # not 1 + 0.03 / 0.0014 * excess
+    assert a.choose(1) == 7

@@ -45,9 +45,12 @@ class ObservedStepCost:
     sequences and can be far off a real step (qwen3-30b-a3b FP8 on an H200: a verify of 8 tokens
     timed at 2.0-2.2 decode steps at start-up, 1.25 later in the same engine; the automatic k
     stayed at 4 where a fixed 7 ran 1.25x faster; cause not found). A measured step includes
-    acceptance (a few kernels), so speculation is priced slightly high, never low."""
+    acceptance (a few kernels), so speculation is priced slightly high, never low. An excess under
+    FLOOR of a decode step counts as FLOOR (a dense model's verify costs about a decode step: a
+    ratio over a near-zero excess would blow the acceptance overhead up into every q)."""
     WINDOW = 16
     MIN_SEEN = 3
+    FLOOR = 0.05
 
     def __init__(self, table: StepCostTable):
         self.table = table
@@ -61,24 +64,29 @@ class ObservedStepCost:
     def setting(self) -> str:
         return self.table.setting
 
-    def _ratio(self, q: int) -> float:
+    def _ratio(self, q: int) -> float | None:
         own = self.ratios.get(q, [])
         if len(own) >= self.MIN_SEEN:
             return _median(own)
         pooled = [r for rs in self.ratios.values() for r in rs]
-        return _median(pooled) if len(pooled) >= self.MIN_SEEN else 1.0
+        return _median(pooled) if len(pooled) >= self.MIN_SEEN else None
+
+    def _excess(self, batch: int, q: int) -> tuple[float, float]:
+        """(decode seconds, the table's excess of q over it, at least FLOOR of a decode step)."""
+        base1 = self.table.cost(batch, 1)
+        return base1, max(self.table.cost(batch, q) - base1, self.FLOOR * base1)
 
     def cost(self, batch: int, q: int) -> float:
-        base1, base = self.table.cost(batch, 1), self.table.cost(batch, q)
-        if q == 1 or base <= base1:
-            return base
-        return base1 + self._ratio(q) * (base - base1)
+        ratio = self._ratio(q) if q > 1 else None
+        if ratio is None:
+            return self.table.cost(batch, q)
+        base1, excess = self._excess(batch, q)
+        return base1 + ratio * excess
 
     def observe(self, batch: int, q: int, seconds: float) -> None:
-        base1, base = self.table.cost(batch, 1), self.table.cost(batch, q)
-        if q > 1 and base > base1:
-            r = max(seconds - base1, 0.0) / (base - base1)
-            self.ratios[q] = (self.ratios.get(q, []) + [r])[-self.WINDOW:]
+        if q > 1:
+            base1, excess = self._excess(batch, q)
+            self.ratios[q] = (self.ratios.get(q, []) + [max(seconds - base1, 0.0) / excess])[-self.WINDOW:]
 
 
 class AdaptiveDraftLength:
