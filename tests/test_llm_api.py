@@ -184,10 +184,10 @@ def test_chat_renders_the_template_and_generates(llm, tmp_path):
     ([[]], {}, "conversation 0 is empty"),
     (["hello"], {}, "a message is a dict with a 'role'"),
     ([{"role": "user", "content": [{"type": "image_url"}]}], {}, "only text content parts"),
-    ([{"role": "user", "content": "x"}], {"continue_final_message": True}, "add_generation_prompt=False"),
+    ([{"role": "user", "content": "x"}], {"continue_final_message": True}, "add_generation_prompt=false"),
     ([{"role": "user", "content": "x"}], {"continue_final_message": True, "add_generation_prompt": False},
-     "ends with role 'user'"),
-    ([{"role": "user", "content": "x"}], {"chat_template_kwargs": {"tokenize": True}}, "may not set tokenize"),
+     "the last message has role 'user'"),
+    ([{"role": "user", "content": "x"}], {"chat_template_kwargs": {"tokenize": True}}, "may not set 'tokenize'"),
 ])
 def test_chat_bad_input(llm, messages, kw, fragment):
     with pytest.raises(ValueError) as e:

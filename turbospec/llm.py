@@ -198,22 +198,19 @@ def _decode_logprob_tokens(tokenizer, tables: list[list[dict | None] | None]) ->
 def _render_conversations(tokenizer, model: str, messages, chat_template: str | None,
                           add_generation_prompt: bool, continue_final_message: bool,
                           chat_template_kwargs: dict[str, Any] | None) -> list[str]:
-    """Each conversation's prompt text, rendered by the chat template. ValueError, with the fix,
-    for a model without a tokenizer or template, a malformed conversation, or a template error."""
+    """Each conversation's prompt text, rendered by the chat template (turbospec/chat_template.py:
+    the server's rules). ValueError, with the fix, for a model without a tokenizer or template, a
+    malformed conversation, or a template error."""
+    from turbospec.chat_template import load_chat_template, message_for_template, render_chat, template_kwargs
     if tokenizer is None:
         raise ValueError(f"{model!r} has no tokenizer, so it has no chat template: add tokenizer files "
                          "(or pass LLM(tokenizer=DIR)), or use LLM.generate with token-id prompts")
-    if chat_template is not None and os.path.isfile(chat_template):
-        with open(chat_template, encoding="utf-8") as f:
-            chat_template = f.read()
-    template = chat_template or getattr(tokenizer, "chat_template", None)
+    template = load_chat_template(chat_template) if chat_template is not None else \
+        getattr(tokenizer, "chat_template", None)
     if not template:
         raise ValueError(f"the tokenizer of {model!r} has no chat template (tokenizer_config.json sets no "
                          "`chat_template`): pass LLM.chat(..., chat_template=JINJA_TEXT_OR_FILE), or use "
                          "LLM.generate with a plain text prompt")
-    if continue_final_message and add_generation_prompt:
-        raise ValueError("continue_final_message=True continues the last assistant message, so it needs "
-                         "add_generation_prompt=False (which would open a new assistant turn)")
     if isinstance(messages, (list, tuple)) and messages and isinstance(messages[0], dict):
         conversations = [messages]
     elif isinstance(messages, (list, tuple)) and messages:
@@ -221,41 +218,15 @@ def _render_conversations(tokenizer, model: str, messages, chat_template: str | 
     else:
         raise ValueError("messages must be a conversation (a non-empty list of {'role': ..., 'content': ...} "
                          "dicts) or a list of conversations")
-    kwargs = dict(chat_template_kwargs or {})
-    reserved = sorted(set(kwargs) & {"tokenize", "chat_template", "add_generation_prompt",
-                                     "continue_final_message", "conversation", "return_dict"})
-    if reserved:
-        raise ValueError(f"chat_template_kwargs may not set {', '.join(reserved)}: use LLM.chat's own "
-                         "arguments")
     prompts = []
     for i, conv in enumerate(conversations):
-        conv = [_message(m, i, j) for j, m in enumerate(conv if isinstance(conv, (list, tuple)) else [None])]
+        conv = conv if isinstance(conv, (list, tuple)) else [conv]      # not a list: a bad message
         if not conv:
             raise ValueError(f"conversation {i} is empty: pass at least one message")
-        if continue_final_message and conv[-1]["role"] != "assistant":
-            raise ValueError(f"continue_final_message=True continues the final assistant message, but "
-                             f"conversation {i} ends with role {conv[-1]['role']!r}")
         try:
-            prompts.append(tokenizer.apply_chat_template(
-                conv, tokenize=False, chat_template=template, add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message, **kwargs))
-        except Exception as e:  # noqa: BLE001 - jinja raises its own types for bad conversations
-            raise ValueError(f"the chat template rejected conversation {i}: {type(e).__name__}: {e}") from e
+            msgs = [message_for_template(m) for m in conv]
+            kwargs = template_kwargs(msgs, add_generation_prompt, continue_final_message, chat_template_kwargs)
+            prompts.append(render_chat(tokenizer, msgs, kwargs, template))
+        except ValueError as e:
+            raise ValueError(f"conversation {i}: {e}") from e
     return prompts
-
-
-def _message(m, i: int, j: int) -> dict[str, Any]:
-    """One message as the template gets it: text content parts joined into one string."""
-    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-        raise ValueError(f"conversation {i}, message {j}: a message is a dict with a 'role' and a 'content', "
-                         f"e.g. {{'role': 'user', 'content': 'Hello'}}; got {m!r}")
-    content = m.get("content")
-    if isinstance(content, list):
-        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                   for p in content):
-            raise ValueError(f"conversation {i}, message {j}: only text content parts "
-                             "({'type': 'text', 'text': ...}) are supported")
-        content = "".join(p["text"] for p in content)
-    elif content is not None and not isinstance(content, str):
-        raise ValueError(f"conversation {i}, message {j}: content must be a string or a list of text parts")
-    return {**m, "content": content if content is not None else ""}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turbospec.sampling_params import SamplingParams
-from turbospec.serve.chat import render_chat
+from turbospec.chat_template import render_chat
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics

@@ -87,12 +87,12 @@ def serve(
 
     from turbospec.config import EngineConfig
     from turbospec.serve.app import build_app
-    from turbospec.serve.chat import load_chat_template
+    from turbospec.chat_template import load_chat_template
     from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
     try:
-        template = load_chat_template(chat_template) if chat_template is not None else None
+        template = load_chat_template(chat_template, "--chat-template") if chat_template is not None else None
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e), param_hint="--chat-template")
     names = list(served_model_name or []) or [model]

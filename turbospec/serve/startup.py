@@ -87,7 +87,7 @@ def warm_up(engine, max_steps: int = 64) -> None:
 def install_chat_template(engine, template: str) -> None:
     """`--chat-template`: replace the tokenizer's template, after checking that it renders a
     one-message conversation (a broken template is refused at start-up, not on every request)."""
-    from turbospec.serve.chat import render_chat
+    from turbospec.chat_template import render_chat
 
     tokenizer = getattr(engine, "tokenizer", None)
     if tokenizer is None:
