@@ -87,7 +87,21 @@ def test_full_cli_run_in_rupees_without_leaking_the_key(scripted_base, tmp_path)
     per_m = 300 / (run["aggregate_output_tokens_per_s"] * 3600) * 1e6
     assert run["cost"]["per_million_output_tokens"] == pytest.approx(per_m)
     assert r["model"]["weight_dtype"] == "fp8" and r["model"]["moe"]["experts_per_tok"] == 8
-    assert "₹" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "₹" in report and "(assumed)" not in report and "**Assumed**" not in report    # --gpu given
+
+
+def test_a_gpu_not_given_is_marked_assumed(scripted_base, tmp_path):
+    """Without --gpu the ceiling and prices are an H200's: the report's title and ceiling say so."""
+    res = CliRunner().invoke(cli(), [
+        "audit", "--endpoint", f"{scripted_base}/s/ttft=5,gap=2", "--model", "scripted", "--concurrency", "1",
+        "--num-prompts", "1", "--max-tokens", "4", "--dataset", "math", "--warmup", "0",
+        "--out", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    report = (tmp_path / "report.md").read_text()
+    assert "NVIDIA H200 SXM 141GB (assumed) x 1" in report.splitlines()[0]
+    assert "**Assumed**: --gpu was not given" in report
+    assert json.loads((tmp_path / "results.json").read_text())["gpu"]["assumed"] is True
 
 
 def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from dataclasses import replace
 from typing import Optional
 
 import typer
@@ -16,7 +17,7 @@ from turbospec.audit.client import RequestSettings
 from turbospec.audit.config import LoadConfig, LoadLevel, parse_concurrency, parse_rates
 from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
 from turbospec.audit.endpoint import Endpoint
-from turbospec.audit.gpus import get_gpu
+from turbospec.audit.gpus import DEFAULT_GPU, get_gpu
 from turbospec.audit.outdir import check_out_dir
 from turbospec.audit.preflight import PreflightError, preflight, resolve_models
 from turbospec.audit.projection import SpecAssumption
@@ -78,7 +79,8 @@ def audit(
     slo_e2e_ms: Optional[float] = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on e2e latency"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
         help="tokenizer.json (or model dir) for counting when the server sends no usage"),
-    gpu: str = typer.Option("h200", "--gpu", help="h100-sxm | h100-pcie | h200 | b200 | a100 | l40s"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="h100-sxm | h100-pcie | h200 | b200 | a100 | l40s: the "
+                                      "endpoint's GPU (default: h200, marked as assumed in the report)"),
     num_gpus: int = typer.Option(1, "--num-gpus", help="GPUs behind each endpoint"),
     gpu_price: Optional[float] = typer.Option(None, "--gpu-price",
         help="Price of one GPU-hour in --currency (default: the GPU table)"),
@@ -171,7 +173,9 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
         for p in prompts:
             p.as_text()                          # messages-only prompts cannot go to /v1/completions
     counters = {e.url: find_token_counter(a["tokenizer"], e.model) for e in eps}
-    g = get_gpu(a["gpu"], a["gpu_bandwidth_tbs"])
+    g = get_gpu(a["gpu"] or DEFAULT_GPU, a["gpu_bandwidth_tbs"])
+    if a["gpu"] is None:                         # the ceiling and prices are for a GPU nobody named
+        g = replace(g, assumed=True)
     econ = Economics(
         gpu=g, cost=CostModel.for_gpu(g, a["currency"], a["num_gpus"], a["gpu_price"], a["usd_to_inr"],
                                       hours_per_day=a["hours_per_day"],

@@ -21,6 +21,7 @@ class GPU:
     price_usd_per_hour: float
     price_inr_per_hour: float | None  # None: convert the USD price
     price_source: str
+    assumed: bool = False             # not stated (--gpu left out): the report says so
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -40,6 +41,8 @@ GPUS: dict[str, GPU] = {g.key: g for g in (
     GPU("l40s", "NVIDIA L40S 48GB", 0.864, 48, 362, 1.00, None,
         "USD: typical on-demand rate (assumption); INR converted"),
 )}
+
+DEFAULT_GPU = "h200"
 
 ALIASES = {"h100": "h100-sxm", "h100sxm": "h100-sxm", "h100pcie": "h100-pcie", "a100-80gb": "a100",
            "a100-sxm": "a100", "h200-sxm": "h200", "l40": "l40s"}

@@ -65,8 +65,9 @@ def write_outputs(results: dict, out_dir: str) -> None:
             f.write(png)
     sections = build_sections(results)
     title = "Inference audit"
+    gpu = results["gpu"]["name"] + (" (assumed)" if results["gpu"].get("assumed") else "")
     subtitle = (f"{', '.join(e['url'] for e in results['endpoints'])} · {results['endpoints'][0]['model']} · "
-                f"{results['gpu']['name']} x {results['cost_model']['num_gpus']} · {results['finished_at']}"
+                f"{gpu} x {results['cost_model']['num_gpus']} · {results['finished_at']}"
                 + (" · INTERRUPTED" if results["interrupted"] else ""))
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
         f.write(render_markdown(f"{title} — {subtitle}", sections, paths))

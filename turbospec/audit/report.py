@@ -130,7 +130,9 @@ def _ceiling(res: dict) -> Section:
     m, g = res["model"], res["gpu"]
     s = Section("Ceiling (HBM roofline)")
     s.blocks.append(("p", f"GPU: {g['name']}, {g['mem_bandwidth_tbs']} TB/s, {g['memory_gb']} GB, "
-                          f"{g['bf16_tflops']} bf16 TFLOPS (vendor peaks)."))
+                          f"{g['bf16_tflops']} bf16 TFLOPS (vendor peaks)."
+                          + (" **Assumed**: --gpu was not given; pass the endpoint's GPU (--gpu) for a "
+                             "ceiling and prices that are its own." if g.get("assumed") else "")))
     if m is None:
         s.blocks.append(("p", "No model shape: pass --model-config config.json (or a preset such as qwen3-8b) "
                               "to get the ceiling and a batch-aware projection."))
