@@ -43,17 +43,33 @@ def _x(r: dict) -> float:
     return r["concurrency"] or r["effective_concurrency"]
 
 
+def _concurrency_axis(ax, xs: list[float]) -> None:
+    """Ticks at the measured concurrency levels (whole numbers, not 1.5, 2.5, ...); a log2 scale
+    when they span 8x or more (1, 4, 16, 64). Left as is for request-rate runs (fractional)."""
+    levels = sorted(set(xs))
+    if not levels or any(float(x) != int(x) for x in levels):
+        return
+    if levels[0] > 0 and levels[-1] / levels[0] >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(int(x)) for x in levels])
+    ax.minorticks_off()
+
+
 def throughput_vs_concurrency(results: dict) -> bytes | None:
     groups = {ep: [r for r in rs if r["num_ok"]] for ep, rs in _by_endpoint(results["runs"]).items()}
     if not any(groups.values()):
         return None
     with plt.rc_context(_STYLE):
         fig, (a1, a2) = plt.subplots(1, 2)
+        all_x = []
         for ep, rs in groups.items():
             rs = sorted(rs, key=_x)
             xs = [_x(r) for r in rs]
+            all_x += xs
             a1.plot(xs, [r["aggregate_output_tokens_per_s_per_gpu"] for r in rs], "o-", label=_short(ep))
             a2.plot(xs, [r["output_tokens_per_s"]["p50"] or 0 for r in rs], "o-", label=_short(ep))
+        for ax in (a1, a2):
+            _concurrency_axis(ax, all_x)
         a1.set(title="aggregate output tok/s per GPU", xlabel="concurrency (in flight)", ylim=(0, None))
         a2.set(title="median output tok/s per request", xlabel="concurrency (in flight)", ylim=(0, None))
         return _png(fig, a1)
