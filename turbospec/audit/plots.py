@@ -99,8 +99,12 @@ def latency_vs_throughput(results: dict) -> bytes | None:
             xs = [r["aggregate_output_tokens_per_s"] for r in rs]
             a1.plot(xs, [r["tpot_ms"]["p50"] or 0 for r in rs], "o-", label=_short(ep))
             a2.plot(xs, [r["e2e_ms"]["p50"] or 0 for r in rs], "o-", label=_short(ep))
-            for r, x in zip(rs, xs):
-                a1.annotate(f"c={_x(r):.3g}", (x, r["tpot_ms"]["p50"] or 0), fontsize=6)
+            for ax, key in ((a1, "tpot_ms"), (a2, "e2e_ms")):    # each point's load, beside it
+                for r, x in zip(rs, xs):
+                    ax.annotate(f"c={_x(r):.3g}", (x, r[key]["p50"] or 0), xytext=(5, -9),
+                                textcoords="offset points", fontsize=7)
+        for ax in (a1, a2):
+            ax.margins(x=0.12)                          # room for the last point's label
         a1.set(title="TPOT p50 vs throughput", xlabel="aggregate output tok/s", ylabel="ms", ylim=(0, None))
         a2.set(title="e2e p50 vs throughput", xlabel="aggregate output tok/s", ylabel="ms", ylim=(0, None))
         return _png(fig, a1)
