@@ -113,10 +113,16 @@ NEUTRAL_VALUES: dict[str, tuple] = {
 }
 
 
+def is_one_of(value, accepted) -> bool:
+    """value equals one of `accepted`, a bool never standing in for a number (True == 1 in Python):
+    the test for vLLM fields accepted only at their neutral value, here and in the server."""
+    return any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in accepted)
+
+
 def _is_neutral(name: str, value, n) -> bool:
     if name == "best_of" and _is_int(value) and value == n:
         return True
-    return any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in NEUTRAL_VALUES[name])
+    return is_one_of(value, NEUTRAL_VALUES[name])
 
 
 def _checked_init(init):

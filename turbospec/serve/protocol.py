@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from turbospec.sampling_params import SamplingParams
+from turbospec.sampling_params import SamplingParams, is_one_of
 from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
 from turbospec.serve.errors import APIError, bad_request
 
@@ -52,11 +52,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _is_neutral(value: Any, accepted: tuple[Any, ...]) -> bool:
-    # bool is an int in Python: `n: true` must not pass as `n: 1`
-    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in accepted)
-
-
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
@@ -86,7 +81,7 @@ class _SamplingFields(BaseModel):
         """Reject unknown fields and semantic fields set to a value turbospec does not implement."""
         extra = dict(self.model_extra or {})
         unsupported = [k for k, v in extra.items()
-                       if k in NEUTRAL_VALUES and not _is_neutral(v, NEUTRAL_VALUES[k])]
+                       if k in NEUTRAL_VALUES and not is_one_of(v, NEUTRAL_VALUES[k])]
         if unsupported:
             detail = ", ".join(f"'{k}' (accepted only as {_show(NEUTRAL_VALUES[k])})" for k in unsupported)
             raise bad_request(f"unsupported parameter(s) {detail}: turbospec does not implement them; "
