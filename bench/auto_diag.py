@@ -27,7 +27,7 @@ def build(*a, **kw):
         eng.adaptive.profile.prior_strength = prior_strength
     hist = seen.setdefault("choices", [])
     choose = eng.adaptive.choose
-    eng.adaptive.choose = lambda b, cap=None: hist.append(choose(b, cap)) or hist[-1]
+    eng.adaptive.choose = lambda b, cap=None, steps=1: hist.append(choose(b, cap, steps)) or hist[-1]
     return eng
 
 

@@ -139,13 +139,13 @@ def test_auto_draft_length_zero_runs_plain_bursts(codelm_dir, plain):
     assert eng.adaptive is not None and eng.burst is not None
     prompts = _code_prompts(2)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
-    eng.adaptive.choose = lambda batch, k_cap=None: 0
+    eng.adaptive.choose = lambda batch, k_cap=None, steps=1: 0
     launches = []
     launch = eng.burst.launch
     eng.burst.launch = lambda *a: launches.append(1) or launch(*a)
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
     assert launches and spec.get_metrics()["spec_decode_num_drafts"] == 0
-    eng.adaptive.choose = lambda batch, k_cap=None: 4                     # speculating again: no bursts
+    eng.adaptive.choose = lambda batch, k_cap=None, steps=1: 4                     # speculating again: no bursts
     launches.clear()
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
     assert not launches and spec.get_metrics()["spec_decode_num_drafts"] > 0
@@ -178,10 +178,34 @@ def test_auto_draft_length_is_asked_once_per_step(codelm_dir, plain):
     eng = spec.llm_engine
     calls, steps = [], []
     choose, step = eng.adaptive.choose, eng.step
-    eng.adaptive.choose = lambda batch, k_cap=None: calls.append(batch) or choose(batch, k_cap)
+    eng.adaptive.choose = lambda batch, k_cap=None, steps=1: calls.append(batch) or choose(batch, k_cap, steps)
     eng.step = lambda: steps.append(len(calls)) or step()
     prompts = _code_prompts(2)
     want = [o.outputs[0].token_ids for o in plain.generate(prompts, PARAMS)]
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, PARAMS)] == want
     per_step = [b - a for a, b in zip(steps, steps[1:] + [len(calls)])]
     assert steps and max(per_step) == 1, per_step
+
+
+def test_chained_bursts_stop_for_a_probe(codelm_dir, plain):
+    """Decode bursts chain while the automatic draft length picks k = 0, each counting its n steps
+    towards the next probe; when one is due the chain stops and the probe verifies drafts. Before,
+    a chain ran to the end of the requests: k = 0 taken once was never re-tested (no drafts after
+    the first burst), and the output stays plain decoding's."""
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4, "draft_length": "auto"})
+    eng, a = spec.llm_engine, spec.llm_engine.adaptive
+    for _ in range(300):                                 # every draft rejected so far: k = 0 until a probe
+        a.observe(4, 0)
+    events = []
+    launch, chained, observe = eng.burst.launch, eng.burst.launch_chained, a.observe
+    eng.burst.launch = lambda *x: events.append("burst") or launch(*x)
+    eng.burst.launch_chained = lambda *x: events.append("burst") or chained(*x)
+    a.observe = lambda n, m: events.append("verify") or observe(n, m)
+    prompts = _code_prompts(1)
+    params = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
+    assert [o.outputs[0].token_ids for o in spec.generate(prompts, params)] == want
+    first = events.index("burst")
+    assert "verify" in events[first:], events           # probed after bursting started
+    assert events.count("burst") >= 10                   # and still mostly bursts

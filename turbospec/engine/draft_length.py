@@ -146,13 +146,14 @@ class AdaptiveDraftLength:
             return max(line[0] + line[1] * k, 0.0)
         return self.draft_s_per_token * k
 
-    def choose(self, batch: int, k_cap: int | None = None) -> int:
-        """The draft length for `batch` running sequences, at most `k_cap` (None: no cap)."""
-        k = self._choose(batch, k_cap)
+    def choose(self, batch: int, k_cap: int | None = None, steps: int = 1) -> int:
+        """The draft length for `batch` running sequences, at most `k_cap` (None: no cap). `steps`:
+        how many steps a plain choice covers (a decode burst of n steps counts n towards a probe)."""
+        k = self._choose(batch, k_cap, steps)
         self._choices = (self._choices[1], k)
         return k
 
-    def _choose(self, batch: int, k_cap: int | None) -> int:
+    def _choose(self, batch: int, k_cap: int | None, steps: int) -> int:
         key = (batch, k_cap)
         ks = [k for k in self.ks if k_cap is None or k <= k_cap]
         top = ks[-1]
@@ -166,7 +167,7 @@ class AdaptiveDraftLength:
             self._below_run = 0
             return best
         if not self._probing:
-            self._below_run += 1
+            self._below_run += steps
             seen = int(self.profile.reached[0]) if self.profile.reached else 0     # verifies learned from
             self._probing = self._below_run >= max(min(self.PROBE_EVERY, max(self.PROBE_MIN, seen)),
                                                    math.ceil(extra / self.PROBE_BUDGET))

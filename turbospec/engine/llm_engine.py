@@ -172,13 +172,14 @@ class LLMEngine:
                 s.seq.metrics.first_scheduled_time = now
         return self._outputs(accept_step(self, sched.scheduled))
 
-    def draft_length(self, num_seqs: int) -> int:
+    def draft_length(self, num_seqs: int, steps: int = 1) -> int:
         """Draft tokens per sequence for a step of `num_seqs` running sequences: the proposer's k,
         or the automatic choice, capped by `exact_k_cap` when bitwise_exact holds (0: plain). Under
         bitwise_exact a step that prefills drafts nothing: its decode rows share a call of more
         than 64 rows with the prompt's, so they round like plain decoding's mixed step only if
         that step is the same. Only greedy sequences are compared token for token, so a batch
-        without one (all sampled: exact in distribution either way) is not capped."""
+        without one (all sampled: exact in distribution either way) is not capped. `steps`: the
+        steps a plain choice covers (a chained decode burst's n, counted towards the next probe)."""
         p = self.proposer
         if p is None:
             return 0
@@ -189,7 +190,7 @@ class LLMEngine:
         num_seqs = max(num_seqs, 1)
         cap = exact_k_cap(num_seqs) if exact else None
         if self.adaptive is not None:
-            return self.adaptive.choose(num_seqs, cap)
+            return self.adaptive.choose(num_seqs, cap, steps)
         return p.k if cap is None else min(p.k, cap)
 
     def _step_draft_length(self) -> int:
@@ -227,6 +228,18 @@ class LLMEngine:
             bm.allocate(s, len(s) + end)
         return True
 
+    def _chain_plain(self, num_seqs: int) -> bool:
+        """May the next burst be chained? Always with a fixed draft length (the batch, and so its
+        cap, is the same). With the automatic one only while it picks plain decoding, asked once
+        per step (a step that launched a fresh burst asked already) and counting the burst's n
+        steps towards the next probe: else chains would run to the end of the requests, and a k
+        that fell to 0 on a few bad steps would never be probed again."""
+        if self.adaptive is None:
+            return True
+        if self._step_k is None:
+            self._step_k = self.draft_length(num_seqs, steps=self.burst.n)
+        return self._step_k == 0
+
     def _try_burst(self) -> list[Sequence] | None:
         """n greedy decode steps at once when that cannot change the result (engine/multistep.py),
         with the next burst launched before this one's tokens are read when it can be."""
@@ -241,7 +254,7 @@ class LLMEngine:
                                        [s.block_table for s in run])
             flight.seqs = list(run)
         seqs = flight.seqs
-        if self._burst_ok(seqs, self.burst.n):
+        if self._chain_plain(len(seqs)) and self._burst_ok(seqs, self.burst.n):
             self._flight = self.burst.launch_chained(flight, [s.block_table for s in seqs])
             self._flight.seqs = seqs
         n = self.burst.n
