@@ -26,6 +26,7 @@
 #       hoistab (PDL prologue hoists in attention / merge / rope vs out/base/hoist: tests, kernels, 30b b1, b16 profile)
 #       burstab (bursts to a request's end + PDL hoists vs out/base/burst: tests, attention, qwen3-8b / 30b decode)
 #       final9 (8b oracle, MoE oracle b1/16, 8b FP8 b1, 30b bf16 b1)
+#       autok2 (MoE oracle b16/64 auto vs fixed, auto_diag b16)  attnwarps (attention warps / 32-token tile)
 #       autok (MoE oracle: automatic k with timed verify costs vs fixed k = 7, 64 / 256 tokens; auto_diag)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
@@ -273,6 +274,17 @@ for part in ${*:-tests decode oracle drafters}; do
                 done
               done
               run 90 python3 bench/auto_diag.py qwen3-30b-a3b 1 fp8 ;;
+    autok2)   # after chained bursts stop for probes: the MoE FP8 oracle at batch 16 / 64, auto vs fixed k = 7, 64 tokens;
+              # then auto_diag at batch 16 (every choice, the timed verify ratios)
+              for sc in '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' \
+                        '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'; do
+                run 150 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 16,64 \
+                  --prompt-len 256 --max-tokens 64 --speculative-config "$sc"
+              done
+              run 120 python3 bench/auto_diag.py qwen3-30b-a3b 16 fp8 ;;
+    attnwarps) # decode attention: warps per program and a 32-token tile (bits not kept), bench/attn_bucket.py
+              run 200 python3 bench/attn_bucket.py '{"num_warps":8}' '{"num_warps":2}' '{"block_n":32}' \
+                '{"num_warps":2,"programs_per_row":4}' '{"block_n":32,"num_warps":2}' ;;
     final)    # end-of-session numbers: #8's oracle, qwen3-8b decode, #4's MoE table at batch 1 and 16
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'
