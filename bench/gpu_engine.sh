@@ -282,6 +282,15 @@ for part in ${*:-tests decode oracle drafters}; do
                   --prompt-len 256 --max-tokens 64 --speculative-config "$sc"
               done
               run 120 python3 bench/auto_diag.py qwen3-30b-a3b 16 fp8 ;;
+    autok3)   # the start-up cost table on random ids: MoE FP8 oracle batch 1 / 16 / 64 auto vs fixed k = 7; batch 64 auto
+              # with bitwise_exact false (k not capped at 0); auto_diag at batch 16
+              for sc in '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' \
+                        '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}' \
+                        '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto","bitwise_exact":false}'; do
+                run 150 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes ${B3:-1,16,64} \
+                  --prompt-len 256 --max-tokens 64 --speculative-config "$sc"
+              done
+              run 120 python3 bench/auto_diag.py qwen3-30b-a3b 16 fp8 ;;
     attnwarps) # decode attention: warps per program and a 32-token tile (bits not kept), bench/attn_bucket.py
               run 200 python3 bench/attn_bucket.py '{"num_warps":8}' '{"num_warps":2}' '{"block_n":32}' \
                 '{"num_warps":2,"programs_per_row":4}' '{"block_n":32,"num_warps":2}' ;;
