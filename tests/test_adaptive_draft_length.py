@@ -214,3 +214,20 @@ def test_measured_verify_overhead_on_a_dense_model_stays_small():
     assert abs(a.cost.cost(1, 2) - base * 1.03) < 1e-9
     assert all(a.cost.cost(1, q) <= base * 1.031 for q in (3, 4, 5, 8))   # not 1 + 0.03 / 0.0014 * excess
     assert a.choose(1) == 7
+
+
+def test_start_up_cost_table_feeds_distinct_tokens(codelm_dir):
+    """The start-up verify-cost table times forwards of distinct random token ids: an MoE routes
+    identical tokens to the same experts, so ids that were all 1 timed a batch as one token's
+    experts (an H200 MoE at batch 16: decode timed at 3.8 ms where real steps take 8.1)."""
+    from turbospec import LLM
+    from turbospec.engine.draft_length import measure_cost_table
+    eng = LLM(str(codelm_dir), device="cpu", dtype="float32").llm_engine
+    fed = []
+    prepare = eng.runner.prepare
+    eng.runner.prepare = lambda *a: (lambda inp: fed.append(inp.input_ids.tolist()) or inp)(prepare(*a))
+    table = measure_cost_table(eng, [0, 3], iters=1)
+    assert sorted(table.seconds) == [(1, 1), (1, 4), (4, 1), (4, 4)]
+    big = [ids for ids in fed if len(ids) == 16]                 # batch 4 x (3 drafts + 1)
+    assert big and all(len(set(ids)) >= 12 for ids in big)
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
