@@ -1,0 +1,31 @@
+"""Why the start-up verify-cost table prices a verify above what the same engine's steps take: the
+oracle bench at one batch size with the automatic k (as bench/auto_diag.py), then on that engine
+the start-up table, the same measurement re-run now, and the bench's own `verify_cost` (prefilled
+sequences of random ids), all in ms.
+
+    PYTHONPATH=. python3 bench/cost_table_diag.py [shape] [batch] [quantization|none]
+"""
+import sys
+
+import torch
+
+from turbospec.benchmarks import oracle as ob
+from turbospec.benchmarks.cli import _shape_setting
+from turbospec.engine.draft_length import measure_cost_table
+
+shape, batch = (sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"), int(sys.argv[2]) if len(sys.argv) > 2 else 1
+quant = (sys.argv[3] if len(sys.argv) > 3 else "fp8") if (sys.argv[3:4] or ["fp8"])[0] != "none" else None
+dev, name, cfg, dt, _ = _shape_setting(shape, "bf16", None, str(batch))
+seen = {}
+orig = ob.build_engine
+ob.build_engine = lambda *a, **kw: seen.setdefault("engine", orig(*a, **kw))
+ks = [1, 2, 3, 4, 7]
+ob.bench_oracle(cfg, dev, dt, [batch], 7, 4.0, 256, 64, ks, auto=True, quantization=quant)
+eng = seen["engine"]
+row = lambda t: {q: round(s * 1e3, 3) for (b, q), s in sorted(t.seconds.items()) if b == batch}  # noqa: E731
+print("start-up table (q -> ms):", row(eng.adaptive.cost.table))
+print("measure_cost_table re-run now:", row(measure_cost_table(eng, [0] + ks)))
+print("measure_cost_table re-run, 20 iters:", row(measure_cost_table(eng, [0] + ks, iters=20)))
+vc = ob.verify_cost(eng, batch, [0] + ks, 256, cfg.vocab_size)
+print("bench verify_cost (prefilled sequences; q -> ms):", {k + 1: round(v, 3) for k, v in vc.items()})
+print("timed verify ratios:", {q: [round(r, 2) for r in rs] for q, rs in eng.adaptive.cost.ratios.items()})
