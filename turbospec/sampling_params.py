@@ -1,6 +1,6 @@
 """SamplingParams: vLLM's names and defaults, validated at construction.
 
-vLLM fields that turbospec does not implement (penalties, min_p, logit_bias, ...) are accepted at
+vLLM fields that turbospec does not implement (best_of, logits_processors, ...) are accepted at
 their neutral value only, so code written for vLLM runs unchanged until it asks for one; any other
 value, or a name that is no field at all, is a ValueError that names it and lists what is supported.
 """
@@ -28,6 +28,12 @@ class SamplingParams:
     prompt_logprobs: int | None = None   # the same for every prompt token but the first (vLLM's field)
     skip_special_tokens: bool = True
     n: int = 1                           # completions per prompt (LLM.generate; one engine sequence each)
+    # logits processing before temperature (vLLM's semantics, layers/penalties.py); min_p after it
+    presence_penalty: float = 0.0        # [-2, 2]: subtracted once from every token already generated
+    frequency_penalty: float = 0.0       # [-2, 2]: subtracted per occurrence among the generated tokens
+    repetition_penalty: float = 1.0      # > 0: a seen token's (prompt or output) logit / rp if > 0, else * rp
+    min_p: float = 0.0                   # [0, 1]: drop tokens below min_p x the top token's probability
+    logit_bias: dict[int, float] | None = None   # token id -> added to its logit, in [-100, 100]
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -35,6 +41,7 @@ class SamplingParams:
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
         self._validate()
+        self.logit_bias = _checked_logit_bias(self.logit_bias)
 
     def _validate(self) -> None:
         if not _is_number(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
@@ -65,6 +72,16 @@ class SamplingParams:
         for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if not _is_number(v) or not -2.0 <= v <= 2.0:
+                raise ValueError(f"{name}={v!r} must be a number in [-2, 2] (0 disables it)")
+        rp = self.repetition_penalty
+        if not _is_number(rp) or not math.isfinite(rp) or rp <= 0:
+            raise ValueError(f"repetition_penalty={rp!r} must be a finite number > 0 (1 disables it; "
+                             "> 1 discourages repeats)")
+        if not _is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0 disables it)")
 
     def for_sample(self, j: int) -> "SamplingParams":
         """The parameters of sample j of n (one engine sequence): n = 1, and seed + j (wrapped to
@@ -82,6 +99,33 @@ class SamplingParams:
     def uses_top_k(self) -> bool:
         return self.top_k is not None and self.top_k > 0
 
+    @property
+    def modifies_logits(self) -> bool:
+        """A logit bias or a penalty: the logits change before temperature and before greedy's
+        argmax (so such a sequence takes no greedy decode burst)."""
+        return bool(self.logit_bias) or self.presence_penalty != 0 or self.frequency_penalty != 0 \
+            or self.repetition_penalty != 1
+
+
+def _checked_logit_bias(bias) -> dict[int, float] | None:
+    """{token id: bias} with int keys (a string of digits is taken too, as vLLM does: JSON's keys
+    are strings) and float values in [-100, 100] (OpenAI's range); None when empty. Whether the
+    ids are inside the vocabulary is checked when the request reaches the engine."""
+    if bias is None:
+        return None
+    if not isinstance(bias, dict):
+        raise ValueError(f"logit_bias={bias!r} must be a dict {{token_id: bias}} (or None)")
+    out: dict[int, float] = {}
+    for k, v in bias.items():
+        tok = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k
+        if not _is_int(tok) or tok < 0:
+            raise ValueError(f"logit_bias key {k!r} must be a token id: a non-negative integer (in JSON a "
+                             "string of digits, e.g. {\"50256\": -100})")
+        if not _is_number(v) or not -100.0 <= v <= 100.0:
+            raise ValueError(f"logit_bias[{tok}]={v!r} must be a number in [-100, 100]")
+        out[tok] = float(v)
+    return out or None
+
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
@@ -95,12 +139,7 @@ SUPPORTED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SamplingParams)
 
 # vLLM's SamplingParams fields that turbospec does not implement: the values that mean "off".
 NEUTRAL_VALUES: dict[str, tuple] = {
-    "presence_penalty": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0),
-    "min_p": (0, 0.0),
     "best_of": (None,),                  # or equal to n (checked below)
-    "logit_bias": (None, {}),
     "allowed_token_ids": (None,),
     "bad_words": (None, []),
     "logits_processors": (None, []),

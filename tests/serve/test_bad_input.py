@@ -57,7 +57,7 @@ CASES = [
     ("too_many_choices", "/v1/completions", _bad(prompt=["a"] * 20, n=7), AUTH, 400, "at most 128"),
     ("too_many_choices_chat", "/v1/chat/completions", {**CHAT, "n": 129}, AUTH, 400, "at most 128"),
     ("best_of", "/v1/completions", _bad(best_of=3), AUTH, 400, "best_of"),
-    ("logit_bias", "/v1/completions", _bad(logit_bias={"5": 10}), AUTH, 400, "logit_bias"),
+    ("logit_bias", "/v1/completions", _bad(logit_bias={"5": 1000}), AUTH, 400, "logit_bias"),
     ("tools", "/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]},
      AUTH, 400, "tools"),
     ("response_format", "/v1/chat/completions", {**CHAT, "response_format": {"type": "json_object"}},

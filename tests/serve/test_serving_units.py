@@ -152,7 +152,7 @@ def test_sample_seeds_differ_and_wrap():
 
 @pytest.mark.parametrize("body,ok", [
     ({"n": 1, "best_of": 1, "logit_bias": {}, "presence_penalty": 0.0, "user": "u", "echo": False}, True),
-    ({"frequency_penalty": 0.5}, False),
+    ({"use_beam_search": True}, False),
     ({"suffix": "tail"}, False),
 ])
 def test_neutral_values_are_accepted_others_rejected(body, ok):

@@ -216,7 +216,7 @@ class LLMEngine:
             return False
         for s in seqs:
             p = s.params
-            if s.is_finished or not p.greedy or p.logprobs is not None or \
+            if s.is_finished or not p.greedy or p.logprobs is not None or p.modifies_logits or \
                     s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < 1 or \
                     len(s) + ahead + n - 1 > self.max_model_len:
                 return False

@@ -4,7 +4,8 @@ Each step's next token is the argmax of the last, fed straight back on the devic
 KV lengths and slots (from the block tables) advance on the device too. On CUDA the whole burst
 is one CUDA graph per batch bucket, so a small model stops being bound by the host. The engine
 uses a burst only when it cannot change the result: every running sequence is a greedy decode
-with no logprobs and at least n tokens to go; stop rules are applied to the returned tokens
+with no logprobs, logit bias or penalties (the argmax here is the raw one) and at least n tokens
+to go; stop rules are applied to the returned tokens
 afterwards, and tokens past a stop are dropped (their KV lies in blocks freed with the sequence).
 
 Bursts are pipelined: while the same sequences have another n tokens to go and nothing waits,

@@ -65,4 +65,7 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
         raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {config.vocab_size}")
     if params.prompt_logprobs is not None and params.prompt_logprobs > config.vocab_size:
         raise ValueError(f"prompt_logprobs={params.prompt_logprobs} exceeds the vocabulary size {config.vocab_size}")
+    bad = sorted(t for t in params.logit_bias or {} if t >= config.vocab_size)
+    if bad:
+        raise ValueError(f"logit_bias token ids {bad[:5]} are outside the vocabulary [0, {config.vocab_size})")
     return Sequence(request_id, text, ids, params, device, max_model_len)

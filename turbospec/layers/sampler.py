@@ -1,4 +1,5 @@
-"""The plain sampler: the user's distribution (temperature -> top-k -> top-p, greedy one-hot),
+"""The plain sampler: the user's distribution (temperature -> min_p -> top-k -> top-p, greedy
+one-hot; logit bias and penalties come before it, in layers/penalties.py),
 sampling without a host sync, per-request seeds, and raw-model logprobs.
 
 `compute_probs` defines "the user's distribution"; the rejection sampler (`turbospec/spec/verify.py`)
@@ -27,6 +28,7 @@ class SamplingTensors:
     top_p: torch.Tensor                  # [N] float32; 1.0 = off
     greedy: torch.Tensor                 # [N] bool
     generators: list[torch.Generator | None]
+    min_p: torch.Tensor | None = None    # [N] float32, 0 = off; None: no row uses min_p
     # host-side flags, known at construction, so that no step needs a sync to skip work
     any_top_k: bool = False
     max_top_k: int = 0
@@ -57,20 +59,23 @@ class SamplingTensors:
         reps = list(repeats) if repeats is not None else [1] * n
         if len(reps) != n:
             raise ValueError(f"got {n} SamplingParams but {len(reps)} repeats; pass one count per row")
-        temps, ks, ps, greedy, row_gens = [], [], [], [], []
+        temps, ks, ps, min_ps, greedy, row_gens = [], [], [], [], [], []
         for p, g, r in zip(params_list, gens, reps):
             is_greedy = p.greedy
             temps += [1.0 if is_greedy else float(p.temperature)] * r
             ks += [int(p.top_k) if p.uses_top_k and not is_greedy else 0] * r
             ps += [float(p.top_p) if not is_greedy else 1.0] * r
+            min_ps += [float(p.min_p) if not is_greedy else 0.0] * r
             greedy += [is_greedy] * r
             row_gens += [g] * r
+        any_min_p = any(m > 0 for m in min_ps)
         return SamplingTensors(
             temperature=torch.tensor(temps, dtype=torch.float32, device=device),
             top_k=torch.tensor(ks, dtype=torch.long, device=device),
             top_p=torch.tensor(ps, dtype=torch.float32, device=device),
             greedy=torch.tensor(greedy, dtype=torch.bool, device=device),
             generators=row_gens,
+            min_p=torch.tensor(min_ps, dtype=torch.float32, device=device) if any_min_p else None,
             any_top_k=any(k > 0 for k in ks),
             max_top_k=max(ks, default=0),
             any_top_p=any(p < 1.0 for p in ps),
@@ -107,13 +112,23 @@ def _top_k_top_p_mask(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor
     return torch.zeros_like(removed_sorted).scatter(-1, order, removed_sorted)
 
 
+def _min_p_mask(scaled: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """[N, V] bool, True = token removed: its probability is below min_p x the row's largest one
+    (after temperature). The top token always stays (min_p <= 1)."""
+    probs = torch.softmax(scaled, dim=-1)                                            # [N, V]
+    return probs < min_p.unsqueeze(-1) * probs.amax(dim=-1, keepdim=True)
+
+
 def compute_probs(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
-    """[N, V] logits -> [N, V] float32 probs: the user's distribution. Order (as vLLM):
-    temperature, then top-k, then top-p; greedy rows are one-hot at argmax (ties -> lowest id)."""
+    """[N, V] logits (after logit bias and penalties) -> [N, V] float32 probs: the user's
+    distribution. Order (as vLLM): temperature, then min_p, then top-k, then top-p; greedy rows
+    are one-hot at argmax (ties -> lowest id)."""
     logits = logits.float()
     if st.all_greedy:
         return _one_hot_argmax(logits)
     scaled = logits / st.temperature.unsqueeze(-1)                                   # [N, V]
+    if st.min_p is not None:
+        scaled = scaled.masked_fill(_min_p_mask(scaled, st.min_p), float("-inf"))
     if st.any_top_k or st.any_top_p:
         scaled = scaled.masked_fill(_top_k_top_p_mask(scaled, st), float("-inf"))
     probs = torch.softmax(scaled, dim=-1)                                            # [N, V]

@@ -1,8 +1,9 @@
 """OpenAI request bodies for /v1/completions and /v1/chat/completions, validated strictly.
 
 Types are strict (no "5" for 5, no true for 1). A field that would change what the model returns
-but that turbospec does not implement (`best_of`, `logit_bias`, `tools`, `response_format`,
-penalties, ...) is rejected with a 400 naming it, unless it carries its neutral value. `n` and a
+but that turbospec does not implement (`best_of`, `tools`, `response_format`, ...) is rejected
+with a 400 naming it, unless it carries its neutral value. The penalties, `min_p` and `logit_bias`
+(its keys token ids as strings, as JSON has them) are served with vLLM's semantics. `n` and a
 batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
 implements `echo` (with `logprobs`: the prompt tokens' logprobs too). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
 nothing is ever silently ignored.
@@ -32,11 +33,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "best_of": (1, None),
     "echo": (False, None),                        # chat; /v1/completions implements it
     "suffix": (None, ""),
-    "logit_bias": (None, {}),
-    "presence_penalty": (0, 0.0, None),
-    "frequency_penalty": (0, 0.0, None),
-    "repetition_penalty": (1, 1.0, None),
-    "min_p": (0, 0.0, None),
     "use_beam_search": (False, None),
     "prompt_logprobs": (None,),
     "tools": (None, []),
@@ -74,6 +70,11 @@ class _SamplingFields(BaseModel):
     min_tokens: int = Field(0, ge=0)
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False      # vLLM's: the matched stop string ends the text
+    presence_penalty: float | None = None         # OpenAI's, [-2, 2]
+    frequency_penalty: float | None = None        # OpenAI's, [-2, 2]
+    logit_bias: dict[str, float] | None = None    # OpenAI's: {"token id": bias in [-100, 100]}
+    repetition_penalty: float | None = None       # vLLM's, > 0
+    min_p: float | None = None                    # vLLM's, [0, 1]
     stream: bool = False
     stream_options: StreamOptions | None = None
 
@@ -129,10 +130,13 @@ class _SamplingFields(BaseModel):
             kwargs["top_p"] = self.top_p
         if self.top_k is not None:
             kwargs["top_k"] = -1 if self.top_k == 0 else self.top_k
+        for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
         try:
             return SamplingParams(**kwargs)
         except ValueError as e:          # its messages start with the field: "top_p=0 must be ..."
-            named = re.match(r"(\w+)[=\s]", str(e))
+            named = re.match(r"(\w+)[=\s\[]", str(e))
             raise bad_request(str(e), param=named.group(1) if named and named.group(1) in kwargs else None)
 
 

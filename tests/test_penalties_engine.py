@@ -1,0 +1,136 @@
+"""Penalties, logit_bias and min_p through the engine on models/codelm-12m: greedy output changes
+and equals a slow reference loop (a full transformers forward per token); speculative greedy
+(n-gram, EAGLE-3 chain and tree) equals plain greedy with drafts accepted; decode bursts are
+skipped for such sequences; +100 forces a token, -100 bans it; logprobs stay the raw model's."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turbospec import LLM, SamplingParams
+
+# repetitive code: penalties change what a greedy decode does, and prompt-lookup drafts hit
+PROMPT = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+          "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n")
+PROMPTS = [PROMPT, "for i in range(10):\n    for j in range(10):\n        print(i, j)\n",
+           "x = [1, 2, 3]\ny = [4, 5, 6]\nz = [a + b for a, b in zip(x, y)]\n"]
+PENALIZED = {"repetition": dict(repetition_penalty=1.3),
+             "frequency_presence": dict(frequency_penalty=0.8, presence_penalty=0.5),
+             "all": dict(repetition_penalty=1.15, frequency_penalty=0.3, presence_penalty=0.3,
+                         logit_bias={198: -3.0, 285: 2.5})}
+EAGLE3 = "codelm-12m-eagle3"
+
+
+def _greedy(max_tokens=24, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def llm(codelm_dir):
+    return LLM(str(codelm_dir), device="cpu", dtype="float32")
+
+
+def _ids(llm_, prompts, params):
+    return [o.outputs[0].token_ids for o in llm_.generate(prompts, params)]
+
+
+def _reference_greedy(hf, prompt_ids: list[int], params: SamplingParams) -> list[int]:
+    """Full forward each step, then vLLM's formulas written out token by token."""
+    ids = list(prompt_ids)
+    for _ in range(params.max_tokens):
+        with torch.no_grad():
+            x = hf(torch.tensor([ids])).logits[0, -1].float()
+        out = ids[len(prompt_ids):]
+        for tok, b in (params.logit_bias or {}).items():
+            x[tok] += b
+        for v in set(ids):
+            x[v] = x[v] / params.repetition_penalty if x[v] > 0 else x[v] * params.repetition_penalty
+        for v in set(out):
+            x[v] -= params.frequency_penalty * out.count(v) + params.presence_penalty
+        ids.append(int(x.argmax()))
+    return ids[len(prompt_ids):]
+
+
+@pytest.mark.parametrize("name", list(PENALIZED))
+def test_greedy_penalties_change_the_output_and_match_a_reference_loop(llm, codelm_dir, hf_model_factory, name):
+    hf = hf_model_factory(codelm_dir)
+    prompt_ids = llm.get_tokenizer().encode(PROMPT, add_special_tokens=False)
+    plain = _ids(llm, [PROMPT], _greedy())[0]
+    params = _greedy(**PENALIZED[name])
+    got = _ids(llm, [PROMPT], params)[0]
+    assert got != plain
+    assert got == _reference_greedy(hf, prompt_ids, params)
+
+
+@pytest.mark.parametrize("spec", ["ngram", "eagle3-chain", "eagle3-tree"])
+def test_speculative_greedy_with_penalties_equals_plain(llm, codelm_dir, spec):
+    """A batch mixing penalized, biased and plain greedy sequences, and a sampled one whose
+    min_p = 1 leaves only the top token (so it must equal greedy too, through the rejection
+    sampler): token for token the plain engine's output, with drafts accepted."""
+    cfg = {"ngram": {"method": "ngram", "num_speculative_tokens": 4},
+           "eagle3-chain": {"method": "eagle3", "model": str(codelm_dir.parent / EAGLE3), "num_speculative_tokens": 4},
+           "eagle3-tree": {"method": "eagle3", "model": str(codelm_dir.parent / EAGLE3), "num_speculative_tokens": 6,
+                           "tree": {"topk": 2, "depth": 3, "budget": 6}}}[spec]
+    prompts = [PROMPT] * 3 + PROMPTS[1:] + PROMPTS[2:]
+    params = [_greedy(32, **PENALIZED["repetition"]), _greedy(32, **PENALIZED["all"]), _greedy(32),
+              _greedy(32, **PENALIZED["frequency_presence"]), _greedy(32, repetition_penalty=2.0),
+              SamplingParams(temperature=1.0, min_p=1.0, seed=1, max_tokens=32, ignore_eos=True,
+                             **PENALIZED["frequency_presence"])]
+    want = _ids(llm, prompts, params)
+    assert want[-1] == _ids(llm, prompts[-1:], _greedy(32, **PENALIZED["frequency_presence"]))[0]
+    s = LLM(str(codelm_dir), device="cpu", dtype="float32", speculative_config=cfg)
+    assert _ids(s, prompts, params) == want
+    m = s.get_metrics()
+    assert m["spec_decode_num_drafts"] > 0 and m["spec_decode_num_accepted_tokens"] > 0
+    eng = s.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_decode_bursts_are_skipped_for_penalized_sequences(llm, codelm_dir):
+    b = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)
+    launches = []
+    for name in ("launch", "launch_chained"):
+        f = getattr(b.llm_engine.burst, name)
+        setattr(b.llm_engine.burst, name, lambda *a, f=f: launches.append(1) or f(*a))
+    for name in ("repetition", "all"):
+        params = _greedy(**PENALIZED[name])
+        assert _ids(b, [PROMPT], params) == _ids(llm, [PROMPT], params)
+    mixed = [_greedy(), _greedy(**PENALIZED["frequency_presence"])]          # one penalized: no burst at all
+    assert _ids(b, PROMPTS[:2], mixed) == _ids(llm, PROMPTS[:2], mixed)
+    assert launches == []
+    assert _ids(b, [PROMPT], _greedy()) == _ids(llm, [PROMPT], _greedy())    # plain greedy still bursts
+    assert launches
+
+
+def test_logit_bias_plus_100_forces_and_minus_100_bans(llm):
+    forced = SamplingParams(temperature=1.0, seed=0, max_tokens=8, ignore_eos=True, logit_bias={"777": 100})
+    assert _ids(llm, [PROMPT], forced)[0] == [777] * 8
+    assert _ids(llm, [PROMPT], _greedy(8, logit_bias={777: 100}))[0] == [777] * 8
+    first = _ids(llm, [PROMPT], _greedy(8))[0][0]
+    banned = _ids(llm, [PROMPT], _greedy(8, logit_bias={first: -100}))[0]
+    assert first not in banned
+    hot = SamplingParams(temperature=1.5, seed=3, max_tokens=64, ignore_eos=True, logit_bias={first: -100})
+    assert all(first not in ids for ids in _ids(llm, [PROMPT] * 4, hot))
+
+
+def test_min_p_one_at_temperature_one_is_greedy(llm):
+    params = SamplingParams(temperature=1.0, min_p=1.0, max_tokens=16, ignore_eos=True)
+    assert _ids(llm, PROMPTS, params) == _ids(llm, PROMPTS, _greedy(16))
+
+
+def test_logprobs_are_the_raw_models(llm):
+    """vLLM's default: logprobs of the model's distribution before bias and penalties, so a token
+    forced by +100 reports its raw (low) logprob."""
+    raw = llm.generate([PROMPT], _greedy(1, logprobs=3))[0].outputs[0]
+    forced_tok = max(raw.logprobs[0], key=lambda t: -raw.logprobs[0][t].logprob)   # not the top token
+    out = llm.generate([PROMPT], _greedy(1, logprobs=3, logit_bias={forced_tok: 100}))[0].outputs[0]
+    assert out.token_ids == [forced_tok]
+    assert out.logprobs[0][forced_tok].logprob == pytest.approx(raw.logprobs[0][forced_tok].logprob, abs=1e-5)
+    assert out.logprobs[0][forced_tok].logprob < -1e-3
+
+
+def test_logit_bias_outside_the_vocabulary_is_a_clear_error(llm):
+    with pytest.raises(ValueError, match=r"logit_bias token ids \[8192, 9000\] are outside the vocabulary \[0, 8192\)"):
+        llm.generate([PROMPT], _greedy(4, logit_bias={9000: 1.0, 8192: -1.0, 5: 2.0}))
+    eng = llm.llm_engine
+    assert not eng.has_unfinished_requests()

@@ -1,0 +1,125 @@
+"""Logit bias and the repetition / frequency / presence penalties: the logits processing that
+comes before temperature (vLLM's semantics and order), applied only to steps where some sequence
+asks for it (`SamplingParams.modifies_logits`), so other steps pay nothing.
+
+For a row whose history is H (prompt + output tokens so far) and whose output is O:
+
+    logits += logit_bias
+    logits[v] = logits[v] / rp if logits[v] > 0 else logits[v] * rp      for v in H (repetition)
+    logits -= frequency_penalty * count_O(v) + presence_penalty * (count_O(v) > 0)
+
+Greedy rows take the argmax of the result; sampled rows go on to temperature, min_p, top-k, top-p
+(`layers/sampler.compute_probs`). Logprobs stay those of the raw model (vLLM's default).
+
+Speculative verify rows: the row after draft node n sees the drafts on the path to n as output
+tokens too, exactly what plain decoding would have seen had it accepted them, so verification
+stays lossless.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence as Seq
+
+import torch
+
+from turbospec.spec.tree import ancestor_matrix
+
+if TYPE_CHECKING:
+    from turbospec.engine.sequence import Sequence
+
+
+@dataclass
+class PenaltyTensors:
+    """Per row (a sequence, or one of its K+1 verify rows): what `apply_penalties` needs. A tensor
+    is None when no row needs it."""
+    bias: torch.Tensor | None            # [N, V] float32 logit bias (0 where none)
+    seen: torch.Tensor | None            # [N, V] bool: in the prompt or the output (repetition)
+    repetition: torch.Tensor | None      # [N, 1] float32
+    output_counts: torch.Tensor | None   # [N, V] float32 occurrences among the output tokens
+    frequency: torch.Tensor | None       # [N, 1] float32
+    presence: torch.Tensor | None        # [N, 1] float32
+
+    @staticmethod
+    def build(seqs: Seq["Sequence"], vocab_size: int, device: torch.device | str,
+              drafts: torch.Tensor | None = None, parents: torch.Tensor | None = None) -> "PenaltyTensors":
+        """One row per sequence (its next token after all of seq.token_ids), or, with `drafts`
+        [S, K] (on `device`), K+1 rows per sequence: row 0 after the sequence, row 1+n after draft
+        node n, whose path from the root (the chain's drafts 0..n, or the tree's ancestors of n
+        and n, `parents` [S, K]) counts as generated. Token counts are built on the host from
+        the token lists and uploaded once; the drafts' part is computed on the device."""
+        ps = [s.params for s in seqs]
+        V, S = vocab_size, len(seqs)
+        use_rep = any(p.repetition_penalty != 1 for p in ps)
+        use_out = any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps)
+        bias = seen = rep = counts = freq = pres = None
+        if any(p.logit_bias for p in ps):
+            bias = torch.zeros(S, V, dtype=torch.float32)
+            for i, p in enumerate(ps):
+                for tok, b in (p.logit_bias or {}).items():
+                    bias[i, tok] = b
+            bias = bias.to(device, non_blocking=True)
+        if use_rep:
+            seen = _counts([s.token_ids for s in seqs], V, device) > 0                        # [S, V]
+            rep = _column([p.repetition_penalty for p in ps], device)
+        if use_out:
+            counts = _counts([s.output_token_ids for s in seqs], V, device)                   # [S, V]
+            freq = _column([p.frequency_penalty for p in ps], device)
+            pres = _column([p.presence_penalty for p in ps], device)
+        pt = PenaltyTensors(bias, seen, rep, counts, freq, pres)
+        return pt if drafts is None else pt._verify_rows(drafts, parents, V)
+
+    def _verify_rows(self, drafts: torch.Tensor, parents: torch.Tensor | None, V: int) -> "PenaltyTensors":
+        """[S, ...] per-sequence tensors -> [S * (K+1), ...] per verify row."""
+        S, K = drafts.shape
+
+        def rows(t: torch.Tensor | None) -> torch.Tensor | None:     # [S, X] -> [S * (K+1), X]
+            return None if t is None else t.repeat_interleave(K + 1, dim=0)
+        if K == 0 or (self.seen is None and self.output_counts is None):
+            return PenaltyTensors(rows(self.bias), rows(self.seen), rows(self.repetition),
+                                  rows(self.output_counts), rows(self.frequency), rows(self.presence))
+        one_hot = torch.zeros(S, K, V, dtype=torch.float32, device=drafts.device)
+        one_hot.scatter_(-1, drafts.long().unsqueeze(-1), 1.0)                                # [S, K, V]
+        if parents is None:
+            path = one_hot.cumsum(dim=1)                           # chain: drafts 0..n          [S, K, V]
+        else:
+            path = torch.bmm(ancestor_matrix(parents.long()).float(), one_hot)  # ancestors and n [S, K, V]
+        path = torch.cat([path.new_zeros(S, 1, V), path], dim=1)                              # [S, K+1, V]
+        seen = counts = None
+        if self.seen is not None:
+            seen = (self.seen.unsqueeze(1) | (path > 0)).reshape(S * (K + 1), V)
+        if self.output_counts is not None:
+            counts = (self.output_counts.unsqueeze(1) + path).reshape(S * (K + 1), V)
+        return PenaltyTensors(rows(self.bias), seen, rows(self.repetition), counts,
+                              rows(self.frequency), rows(self.presence))
+
+
+def apply_penalties(logits: torch.Tensor, pt: PenaltyTensors) -> torch.Tensor:
+    """[N, V] logits -> [N, V] float32 processed logits (a new tensor: the raw ones stay for
+    logprobs). Rows without bias or penalties come out unchanged, bit for bit."""
+    logits = logits.float()
+    if pt.bias is not None:
+        logits = logits + pt.bias
+    if pt.seen is not None:
+        rp = pt.repetition                                                                    # [N, 1]
+        logits = torch.where(pt.seen, torch.where(logits > 0, logits / rp, logits * rp), logits)
+    if pt.output_counts is not None:
+        c = pt.output_counts                                                                  # [N, V]
+        logits = logits - pt.frequency * c - pt.presence * (c > 0).float()
+    return logits
+
+
+def _counts(token_lists: Seq[list[int]], V: int, device) -> torch.Tensor:
+    """[S, V] float32 occurrences of each token id in each list (one upload: the padded ids)."""
+    S = len(token_lists)
+    L = max((len(t) for t in token_lists), default=0)
+    ids = torch.full((S, max(L, 1)), V, dtype=torch.long)            # V: padding, a dropped column
+    for i, t in enumerate(token_lists):
+        if t:
+            ids[i, :len(t)] = torch.tensor(t, dtype=torch.long)
+    ids = ids.to(device, non_blocking=True)
+    out = torch.zeros(S, V + 1, dtype=torch.float32, device=device)
+    return out.scatter_add_(1, ids, torch.ones_like(ids, dtype=torch.float32))[:, :V]
+
+
+def _column(values: list[float], device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32).view(-1, 1).to(device, non_blocking=True)
