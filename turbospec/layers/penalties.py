@@ -77,13 +77,14 @@ class PenaltyTensors:
         if K == 0 or (self.seen is None and self.output_counts is None):
             return PenaltyTensors(rows(self.bias), rows(self.seen), rows(self.repetition),
                                   rows(self.output_counts), rows(self.frequency), rows(self.presence))
-        one_hot = torch.zeros(S, K, V, dtype=torch.float32, device=drafts.device)
-        one_hot.scatter_(-1, drafts.long().unsqueeze(-1), 1.0)                                # [S, K, V]
-        if parents is None:
-            path = one_hot.cumsum(dim=1)                           # chain: drafts 0..n          [S, K, V]
-        else:
-            path = torch.bmm(ancestor_matrix(parents.long()).float(), one_hot)  # ancestors and n [S, K, V]
-        path = torch.cat([path.new_zeros(S, 1, V), path], dim=1)                              # [S, K+1, V]
+        if parents is None:                                        # chain: drafts 0..n
+            anc = torch.ones(K, K, dtype=torch.bool, device=drafts.device).tril().expand(S, K, K)
+        else:                                                      # tree: the ancestors of n and n
+            anc = ancestor_matrix(parents.long())                                             # [S, K, K]
+        # path[s, 1 + n, v]: how often v is among the drafts on the path to node n (row 0: none);
+        # a scatter of S x K x K ones, not a [S, K, V] one-hot (that is GBs at batch 256, k 7, 152k vocab)
+        path = torch.zeros(S, K + 1, V, dtype=torch.float32, device=drafts.device)           # [S, K+1, V]
+        path[:, 1:].scatter_add_(2, drafts.long().unsqueeze(1).expand(S, K, K), anc.float())
         seen = counts = None
         if self.seen is not None:
             seen = (self.seen.unsqueeze(1) | (path > 0)).reshape(S * (K + 1), V)
