@@ -1,0 +1,40 @@
+"""Logit bias, penalties and min_p on CUDA (bf16, graphs, the invariant kernels): speculative greedy
+equals plain greedy with them on, penalties change the output, and sampled rows with min_p = 1
+equal greedy."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
+
+from turbospec import LLM, SamplingParams  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2] / "models"
+PROMPTS = ["def add(a, b):\n    return a + b\n\n\ndef add(a, b):\n", "for i in range(10):\n    print(i)\n"
+           "for i in range(10):\n", "import os\nimport os\nimport os\n"]
+PENALIZED = dict(temperature=0.0, max_tokens=48, ignore_eos=True, repetition_penalty=1.1, frequency_penalty=0.2,
+                 presence_penalty=0.1, logit_bias={13: 2.0})
+
+
+def _ids(llm, params):
+    return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params)]
+
+
+@pytest.mark.parametrize("spec", [{"method": "ngram", "num_speculative_tokens": 4},
+                                  {"method": "eagle3", "model": str(ROOT / "codelm-12m-eagle3"),
+                                   "num_speculative_tokens": 5}])
+def test_cuda_penalized_spec_equals_plain(spec):
+    plain = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16")
+    params = SamplingParams(**PENALIZED)
+    want = _ids(plain, params)
+    assert want != _ids(plain, SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True))
+    llm = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", speculative_config=spec)
+    assert _ids(llm, params) == want
+    assert llm.get_metrics()["spec_decode_num_accepted_tokens"] > 0
+    sampled = SamplingParams(**dict(PENALIZED, temperature=0.8, min_p=1.0, seed=3))
+    assert _ids(llm, sampled) == want                    # min_p = 1 keeps only the top token
