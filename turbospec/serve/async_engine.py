@@ -44,6 +44,11 @@ class _Abort:
 
 
 @dataclass
+class _FailInFlight:
+    message: str
+
+
+@dataclass
 class _Live:
     """A request the engine holds, as the engine thread sees it."""
     add: _Add
@@ -65,6 +70,7 @@ class AsyncEngine:
         self._inbox: list[_Add | _Abort] = []
         self._live: dict[str, _Live] = {}          # engine thread only
         self._stopping = False
+        self._refusing: str | None = None          # set by fail_in_flight: no new requests
         self._busy = False
         self._thread: threading.Thread | None = None
         self.dead_reason: str | None = None
@@ -83,7 +89,7 @@ class AsyncEngine:
     @property
     def is_healthy(self) -> bool:
         return (self._thread is not None and self._thread.is_alive() and not self._stopping
-                and self.dead_reason is None)
+                and self.dead_reason is None and self._refusing is None)
 
     async def add_request(self, request_id: str, params: SamplingParams, *,
                           prompt: str | list[int] | None = None,
@@ -91,6 +97,8 @@ class AsyncEngine:
                           template_kwargs: dict | None = None) -> RequestStream:
         """Queue a request; returns once the engine accepted it. Raises RequestFailed (400 for
         bad input such as a prompt over the context length, 503 when the engine is down)."""
+        if self._refusing is not None:
+            raise RequestFailed(503, self._refusing, "server_shutting_down")
         if not self.is_healthy:
             raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
                                 "engine_unavailable")
@@ -107,6 +115,13 @@ class AsyncEngine:
     def abort(self, request_id: str) -> None:
         """Thread-safe and idempotent; frees the request's KV blocks at the next inbox pass."""
         self._post(_Abort(request_id))
+
+    def fail_in_flight(self, message: str) -> None:
+        """Thread-safe: end every request the engine holds with a 503 `server_shutting_down`
+        (their KV freed, their clients told why) and refuse new ones. The graceful shutdown calls
+        it once the in-flight requests have had their time (serve/shutdown.py)."""
+        self._refusing = message
+        self._post(_FailInFlight(message))
 
     def _post(self, item) -> None:
         with self._cond:
@@ -145,6 +160,15 @@ class AsyncEngine:
             self._fail_all(503, self.dead_reason)
 
     def _handle(self, item) -> None:
+        if isinstance(item, _FailInFlight):
+            if self._live:
+                logger.warning("shutting down: ending %d request(s) still running with a 503", len(self._live))
+            for rid, live in list(self._live.items()):
+                self._live.pop(rid)
+                self._safe_abort(rid)
+                self._finish(live, "abort")
+                self._deliver(live.add, RequestFailed(503, item.message, "server_shutting_down"))
+            return
         if isinstance(item, _Abort):
             live = self._live.pop(item.request_id, None)
             if live is not None:
@@ -153,6 +177,9 @@ class AsyncEngine:
                 self._deliver(live.add, live.tracker.final_delta("abort"))
             return
         if item.future.cancelled():
+            return
+        if self._refusing is not None:
+            self._resolve(item, RequestFailed(503, self._refusing, "server_shutting_down"))
             return
         try:
             prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)

@@ -1,20 +1,16 @@
 """`turbospec serve MODEL`: an OpenAI-compatible server on uvicorn.
 
 SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests finish for up to
---shutdown-timeout seconds, abort the rest (freeing their KV blocks), exit 0.
+--shutdown-timeout seconds, end the rest with a 503 (freeing their KV blocks), exit 0
+(serve/shutdown.py).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import signal
 import sys
-import threading
 
 import typer
-
-_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _parse_spec_config(raw: str | None) -> dict | None:
@@ -30,28 +26,6 @@ def _parse_spec_config(raw: str | None) -> dict | None:
         raise typer.BadParameter("must be a JSON object, e.g. '{\"method\": \"ngram\"}'",
                                  param_hint="--speculative-config")
     return cfg
-
-
-def _make_server(config):
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn re-raises a caught SIGTERM/SIGINT after its graceful shutdown, which would end
-        the process with 143/130; a graceful shutdown is a success, so exit normally instead."""
-
-        @contextlib.contextmanager
-        def capture_signals(self):
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in _HANDLED_SIGNALS}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-
-    return Server(config)
 
 
 def serve(
@@ -88,6 +62,7 @@ def serve(
     from turbospec.config import EngineConfig
     from turbospec.serve.app import build_app
     from turbospec.chat_template import load_chat_template
+    from turbospec.serve.shutdown import GracefulServer, graceful_timeout
     from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
@@ -116,9 +91,9 @@ def serve(
                     shutdown_timeout_s=shutdown_timeout,
                     allowed_origins=[o for o in allowed_origins or [] if o.strip()])
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=max(1, int(round(shutdown_timeout))),
+                            timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")
-    server = _make_server(config)
+    server = GracefulServer(config, app.state.engine, shutdown_timeout)
     print(f"turbospec serve: listening on http://{host}:{port} as {', '.join(names)}"
           f"{' (API key required)' if api_key else ''}", flush=True)
     server.run()

@@ -78,7 +78,7 @@ def _trim_union_suffix(path: str) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        if exc.status >= 500:
+        if exc.status >= 500 and exc.code != "server_shutting_down":   # that one is logged once, in bulk
             logger.error("request failed with %d: %s", exc.status, exc.message)
         return exc.response()
 
