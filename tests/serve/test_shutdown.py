@@ -59,9 +59,12 @@ def _port_is_free(port: int) -> bool:
             return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_shutdown_finishes_short_requests_ends_long_ones_cleanly_and_exits_0(tmp_path, sig):
-    srv = ServerProcess(CODELM, tmp_path / "server.log", "--shutdown-timeout", "2")
+@pytest.mark.parametrize("sig,times,drain_s", [(signal.SIGTERM, 1, 2), (signal.SIGINT, 2, 600)],
+                         ids=["SIGTERM", "SIGINT_twice"])
+def test_shutdown_finishes_short_requests_ends_long_ones_cleanly_and_exits_0(tmp_path, sig, times, drain_s):
+    """One SIGTERM with a 2 s drain; or Ctrl-C twice with a 600 s drain, the second cutting it
+    short (the short stream still finishes: it is already done when the second one comes)."""
+    srv = ServerProcess(CODELM, tmp_path / "server.log", "--shutdown-timeout", str(drain_s))
     try:
         short, long_, plain = {}, {}, {}
         s_started, l_started = threading.Event(), threading.Event()
@@ -73,13 +76,16 @@ def test_shutdown_finishes_short_requests_ends_long_ones_cleanly_and_exits_0(tmp
         assert s_started.wait(60) and l_started.wait(60)
         srv.proc.send_signal(sig)
         t0 = time.monotonic()
+        if times == 2:
+            threads[0].join(60)                         # the short stream is done
+            srv.proc.send_signal(sig)
         code = srv.terminate(timeout=60)
         took = time.monotonic() - t0
         for t in threads:
             t.join(60)
         log = srv.log()
         assert code == 0, log[-2000:]
-        assert took < 2 + 5, took                       # the drain, then the 503s' flush at most
+        assert took < 2 + 5 + 3, took           # the drain (or the 24 tokens), the 503s' flush, exit
         assert short["done"] and short["usage"]["completion_tokens"] == 24, short
         # the long stream: its text so far, then an error event and [DONE] (it was cut mid-chunk)
         assert "transport_error" not in long_ and long_["done"], long_

@@ -10,7 +10,8 @@
 4. uvicorn waits up to `FLUSH_S` more for those answers to go out (then cancels what is left: a
    client that stopped reading), the lifespan shutdown stops the engine thread, the process exits 0.
 
-A second SIGINT forces the exit at once (uvicorn's rule); the exit code is 0 too.
+A second signal skips the rest of the drain (step 3 at once); a third SIGINT forces the exit
+without waiting for anything (uvicorn's second). The exit code is 0 in every case.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from turbospec.serve.async_engine import AsyncEngine
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FLUSH_S = 5.0              # after the drain: time for the 503s to reach the clients
-SHUTTING_DOWN = ("the server is shutting down and this request did not finish within its shutdown "
-                 "timeout; retry it on another replica or once the server is back")
+SHUTTING_DOWN = ("the server is shutting down and ended this request before it finished (it ran past "
+                 "the shutdown timeout); retry it on another replica or once the server is back")
 
 
 def graceful_timeout(drain_s: float) -> float:
@@ -38,6 +39,7 @@ class GracefulServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, engine: AsyncEngine, drain_s: float):
         super().__init__(config)
         self.engine, self.drain_s = engine, max(0.0, drain_s)
+        self.drain_cut = False
 
     @contextlib.contextmanager
     def capture_signals(self):
@@ -53,10 +55,24 @@ class GracefulServer(uvicorn.Server):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def handle_exit(self, sig, frame) -> None:
+        """A second signal ends the drain at once (what still runs gets the 503 now); a third
+        SIGINT forces the exit, as uvicorn's second one does."""
+        if self.should_exit and not self.drain_cut:
+            self.drain_cut = True
+            return
+        super().handle_exit(sig, frame)
+
     async def shutdown(self, sockets=None) -> None:
-        timer = asyncio.get_running_loop().call_later(self.drain_s, self.engine.fail_in_flight, SHUTTING_DOWN)
+        drain = asyncio.ensure_future(self._drain_deadline())
         try:
             await super().shutdown(sockets)
         finally:
-            timer.cancel()
+            drain.cancel()
 
+    async def _drain_deadline(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_s
+        while loop.time() < deadline and not self.drain_cut:
+            await asyncio.sleep(0.05)
+        self.engine.fail_in_flight(SHUTTING_DOWN)
