@@ -1,6 +1,6 @@
 """Logit bias, penalties and min_p on CUDA (bf16, graphs, the invariant kernels): speculative greedy
-equals plain greedy with them on, penalties change the output, and sampled rows with min_p = 1
-equal greedy."""
+equals plain greedy with them on, and penalties change the output (H200, 2026-11-30: passed with
+n-gram and EAGLE-3)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,5 +36,5 @@ def test_cuda_penalized_spec_equals_plain(spec):
     llm = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", speculative_config=spec)
     assert _ids(llm, params) == want
     assert llm.get_metrics()["spec_decode_num_accepted_tokens"] > 0
-    sampled = SamplingParams(**dict(PENALIZED, temperature=0.8, min_p=1.0, seed=3))
-    assert _ids(llm, sampled) == want                    # min_p = 1 keeps only the top token
+    # (min_p = 1 sampling equals greedy only without ties: bf16 logits tie often enough that a
+    # first H200 run sampled the other of two equal tokens once; the CPU float32 tests check it)

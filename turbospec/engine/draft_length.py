@@ -254,23 +254,21 @@ def measure_cost_table(engine, ks: list[int], prompt_len: int = 256, iters: int 
         for s in seqs:
             bm.allocate(s, prompt_len + max(ks) + 1)
             s.num_computed_tokens = prompt_len - 1      # KV content is irrelevant to the timing
-        steps = {}
         for k in ks:
+            sched = [ScheduledSeq(s, 1, k) for s in seqs]
             parents = (torch.arange(-1, k - 1, dtype=torch.long).expand(b, k).clone()     # [b, k] a chain-shaped tree
                        if tree else None)
             prop = Proposal(torch.randint(0, vocab, (b, k), generator=g), [k] * b, parents=parents) if k else None
-            steps[k] = ([ScheduledSeq(s, 1, k) for s in seqs], prop, {i: i for i in range(b)} if k else {})
-        times: dict[int, list[float]] = {k: [] for k in ks}
-        for it in range(iters + 2):                      # rounds over every k: drift hits each alike
-            for k, (sched, prop, rows) in steps.items():
+            rows = {i: i for i in range(b)} if k else {}
+            times = []
+            for it in range(iters + 2):
                 _sync(engine.device)
                 t0 = time.perf_counter()
                 runner.execute(runner.prepare(sched, bm, prop, rows))
                 _sync(engine.device)
                 if it >= 2:
-                    times[k].append(time.perf_counter() - t0)
-        for k, ts in times.items():
-            out[(b, k + 1)] = sorted(ts)[len(ts) // 2]
+                    times.append(time.perf_counter() - t0)
+            out[(b, k + 1)] = sorted(times)[len(times) // 2]
         for s in seqs:
             bm.free(s)
     if not out:                                          # no room in the KV pool: the bytes model
