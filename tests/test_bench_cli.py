@@ -117,8 +117,9 @@ def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "weights block-FP8 (128x128)" in r.output.splitlines()[0]
     rows = [l.split() for l in r.output.splitlines() if re.match(r"^\s+[12]\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x", l)]
-    assert [row[0] for row in rows] == ["1", "2"] and [row[-2] for row in rows] == ["1/1", "2/2"], r.output
-    assert [row[-1] for row in rows] == ["3", "3"]                 # k used (no cap on the CPU)
+    assert [row[0] for row in rows] == ["1", "2"] and [row[-3] for row in rows] == ["1/1", "2/2"], r.output
+    assert [row[-1] for row in rows] == ["3", "3"]                 # k next (no cap on the CPU)
+    assert all(0 < float(row[-2]) <= 3 for row in rows)            # mean k drafted per sequence step
     assert "bitwise_exact True |" in r.output.splitlines()[0]
     assert "| max model len 52" in r.output.splitlines()[0]        # 16 + 16 + 3 + 1 + 16
     assert all(float(row[3].rstrip("x")) > 0 for row in rows)

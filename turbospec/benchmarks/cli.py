@@ -206,10 +206,10 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
                f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy | "
                f"max model len {min(max_model_len or need + 16, cfg.max_position_embeddings)}{_env_setting()}")
     typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
-               f"{'same as plain':>14} {'k used':>7}")
+               f"{'same as plain':>14} {'mean k':>7} {'k next':>7}")
     for r in rows:
         typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
-                   f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.chosen_k:>7}")
+                   f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.mean_k or 0:>7.2f} {r.chosen_k:>7}")
     typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():

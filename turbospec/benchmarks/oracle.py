@@ -23,8 +23,9 @@ class OracleRow:
     plain_tok_s: float
     spec_tok_s: float
     acceptance_length: float | None
-    chosen_k: int | None = None          # the k drafted at this batch (automatic, or capped by bitwise_exact)
+    chosen_k: int | None = None          # the k the engine picks next at this batch (automatic, or capped by bitwise_exact)
     identical: str = ""                  # sequences whose speculative output equals the plain one
+    mean_k: float | None = None          # drafts per sequence per step over the run (0 for plain steps)
 
     @property
     def speedup(self) -> float:
@@ -128,9 +129,12 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
         same = sum(a == o for a, o in zip(spec_outs, outs))
         d = after["spec_decode_num_drafts"] - before["spec_decode_num_drafts"]
         a = after["spec_decode_num_accepted_tokens"] - before["spec_decode_num_accepted_tokens"]
+        drafted = after["spec_decode_num_draft_tokens"] - before["spec_decode_num_draft_tokens"]
+        # every decode step of a sequence either verifies (a draft) or decodes plainly (one token)
+        seq_steps = d + max(spec_n - d - a, 0)
         chosen = engine.draft_length(b)
         rows.append(OracleRow(b, plain_n / plain_s, spec_n / spec_s, 1 + a / d if d else None, chosen,
-                              f"{same}/{len(outs)}"))
+                              f"{same}/{len(outs)}", drafted / seq_steps if seq_steps else 0.0))
         engine.proposer = None
         costs[b] = verify_cost(engine, b, cost_ks, prompt_len, config.vocab_size)
     return rows, costs
