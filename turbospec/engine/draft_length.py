@@ -44,7 +44,12 @@ class ObservedStepCost:
     bursts, never timed here) keeps the table's value. Why: the start-up timing runs dummy
     sequences and can be far off a real step (qwen3-30b-a3b FP8 on an H200: a verify of 8 tokens
     timed at 2.0-2.2 decode steps at start-up, 1.25 later in the same engine; the automatic k
-    stayed at 4 where a fixed 7 ran 1.25x faster; cause not found). A measured step includes
+    stayed at 4 where a fixed 7 ran 1.25x faster). Cause: an MoE routes each token by its hidden
+    state; a dummy sequence has no context (zero KV), so its k + 1 tokens route independently and
+    touch the union of their experts (on the CPU, bench/route_union.py: 38-47 distinct experts per
+    layer for 8 tokens), where a real sequence's tokens share its context and overlap (11-13 from
+    the second layer on, random weights). The table is the no-overlap worst case; the timed steps
+    say what this traffic does. A measured step includes
     acceptance (a few kernels), so speculation is priced slightly high, never low. An excess under
     FLOOR of a decode step counts as FLOOR (a dense model's verify costs about a decode step: a
     ratio over a near-zero excess would blow the acceptance overhead up into every q)."""
