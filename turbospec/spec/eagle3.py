@@ -197,7 +197,7 @@ class Eagle3Proposer(Proposer):
                 d = logits.argmax(dim=-1)                                    # [R] draft ids
             else:
                 q = compute_probs(logits, st)                                # [R, Vd] the user's law on the draft vocab
-                d = sample(q, st)
+                d = sample(q, st if t < min(limits) else self._past_limit(seqs, limits, t))
                 qs.append(q)
             toks.append(d)
             if t == K - 1:
@@ -215,6 +215,14 @@ class Eagle3Proposer(Proposer):
             probs = torch.zeros(R, K, self.vocab_size, device=self.device)
             probs[:, :, self._vocab_ids] = torch.stack(qs, dim=1)
         return tok, limits, probs
+
+    def _past_limit(self, seqs, limits, t: int) -> SamplingTensors:
+        """Sampling rows for draft step t where a row past its own limit (a padded draft, never
+        used) draws from the default generator, not its seeded one: a seeded request's random
+        stream then does not depend on the longest draft of the batch it shares steps with."""
+        return SamplingTensors.from_params([s.params for s in seqs],
+                                           [s.generator if n > t else None for s, n in zip(seqs, limits)],
+                                           self.device)
 
     def _tree(self, root_h, root_logits, batch, P, limits, depth: int):
         """EAGLE-2 dynamic tree: each level expands the top-k frontier nodes by their top-k

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turbospec.layers.sampler import SamplingTensors, exponential, sample_with_noise, uniform
+from turbospec.layers.sampler import SamplingTensors, exponential, sample_with_noise
 from turbospec.spec.proposer import Proposal
 
 
@@ -50,7 +50,7 @@ def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
     num_tokens = torch.as_tensor(proposal.num_tokens, dtype=torch.long).to(dev, non_blocking=True)
     drafts = proposal.token_ids.long()                                                # [B, K]
     q = proposal.draft_probs.float() if proposal.draft_probs is not None else None     # [B, K, V] | None
-    u = uniform(st, (K,))                                                             # [B, K]
+    u = _draft_uniforms(st, proposal.num_tokens, K)                                   # [B, K]
     noise = exponential(st, (V,))                                                     # [B, V]
     if proposal.parents is None:
         accepted_nodes, num_acc, final_p = _chain(p, drafts, q, num_tokens, u)
@@ -81,6 +81,19 @@ def greedy_chain(target_logits: torch.Tensor, drafts: torch.Tensor, num_tokens: 
     out = torch.cat([out, out.new_full((B, 1), -1)], dim=1)                          # [B, K+1]
     out.scatter_(1, num_acc.unsqueeze(1), top.gather(1, num_acc.unsqueeze(1)))
     return VerifyResult(out, num_acc + 1, accepted_nodes, num_acc)
+
+
+def _draft_uniforms(st: SamplingTensors, num_tokens, K: int) -> torch.Tensor:
+    """[B, K] U[0, 1), one per draft. A seeded row draws exactly as many as it has drafts, from its
+    own generator: drawing the batch's K (its longest row's count) made a seeded request's random
+    stream, and so its text, depend on the other requests it shared steps with. Unseeded rows
+    come from the default generator; padding past a row's drafts is never read."""
+    u = torch.empty((st.num_rows, K), dtype=torch.float32, device=st.device).uniform_()
+    if st.any_generator:
+        for i, (g, n) in enumerate(zip(st.generators, num_tokens)):
+            if g is not None and n:
+                u[i, :n].uniform_(generator=g)
+    return u
 
 
 def _greedy_one_hot(p: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
