@@ -29,6 +29,15 @@ from turbospec.sampling_params import SamplingParams
 MAX_GRAPH_BATCH = 256
 
 
+def _capped_len_message(ec: EngineConfig, config: ModelConfig, got: int, pool_tokens: int, k: int) -> str:
+    if got == config.max_position_embeddings:
+        return (f"max_model_len={ec.max_model_len} is over the model's max_position_embeddings "
+                f"({config.max_position_embeddings}): requests are limited to {got} tokens")
+    need = -(-(ec.max_model_len + k + 1) // ec.block_size) + 1
+    return (f"max_model_len={ec.max_model_len} does not fit the KV cache ({pool_tokens} tokens): requests are "
+            f"limited to {got} tokens; raise num_kv_blocks to at least {need} or lower max_model_len")
+
+
 class EngineStats:
     def __init__(self, num_running: int, num_waiting: int, num_free_blocks: int, num_total_blocks: int):
         self.num_running, self.num_waiting = num_running, num_waiting
@@ -56,6 +65,9 @@ class LLMEngine:
         pool_tokens = self.block_manager.num_usable_blocks * engine_config.block_size
         model_len = engine_config.max_model_len or config.max_position_embeddings
         self.max_model_len = min(model_len, config.max_position_embeddings, pool_tokens - k - 1)
+        if engine_config.max_model_len and self.max_model_len < engine_config.max_model_len:
+            warnings.warn(_capped_len_message(engine_config, config, self.max_model_len, pool_tokens, k),
+                          stacklevel=2)
         self.scheduler = Scheduler(self.block_manager, engine_config.max_num_seqs,
                                    max(engine_config.max_num_batched_tokens, self.max_model_len),
                                    on_preempt=self._on_preempt)
