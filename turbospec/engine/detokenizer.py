@@ -19,6 +19,7 @@ class IncrementalDetokenizer:
         self.skip_special_tokens = skip_special_tokens
         self.stop = stop or []
         self.max_stop_len = max((len(s) for s in self.stop), default=0)
+        self._hold = StopHoldBack(self.stop)
         self.prefix_offset = 0
         self.read_offset = 0
         self.text = ""
@@ -62,10 +63,36 @@ class IncrementalDetokenizer:
         still grow into a stop string, so text once shown is never taken back."""
         if finished or not self.stop:
             return self.text
-        hold = 0
-        for s in self.stop:
-            for n in range(min(len(s) - 1, len(self.text)), hold, -1):
-                if self.text.endswith(s[:n]):
-                    hold = n
-                    break
+        hold = self._hold.update(self.text)
         return self.text[:len(self.text) - hold] if hold else self.text
+
+
+class StopHoldBack:
+    """The length of the longest suffix of a growing text that is a proper prefix of one of the
+    stop strings: what a stream must hold back. Incremental: after new characters the held
+    suffix is at most the previous one plus them (a longer one would have been held before), so
+    a step checks that many candidates, not every length up to the stop string's (a request with
+    64 stop strings of 60,000 characters cost 130 ms per engine step over 8,000 characters of
+    text, for every request in the batch)."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = stops
+        self.hold = 0
+        self.seen = 0            # len(text) at the previous update
+
+    def update(self, text: str) -> int:
+        """`text`: the whole text so far; it only grows (a shorter one starts over)."""
+        grown = len(text) - self.seen
+        if grown == 0:
+            return self.hold
+        if grown < 0:
+            self.hold, grown = 0, len(text)
+        limit = min(len(text), self.hold + grown)
+        best = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, limit), best, -1):
+                if text.endswith(s[:n]):
+                    best = n
+                    break
+        self.seen, self.hold = len(text), best
+        return best

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
+from turbospec.engine.detokenizer import StopHoldBack
 from turbospec.engine.sequence import RequestMetrics
 
 logger = logging.getLogger("turbospec.serve")
@@ -60,13 +61,7 @@ class StreamDelta:
 
 def held_back_len(text: str, stops: list[str]) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of a stop string."""
-    best = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:n]):
-                best = n
-                break
-    return best
+    return StopHoldBack(stops).update(text)
 
 
 class DeltaTracker:
@@ -75,6 +70,7 @@ class DeltaTracker:
     def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer,
                  num_prompt_logprobs: int | None = None, include_stop: bool = False):
         self.stops = stops
+        self._hold = StopHoldBack(stops)
         self.include_stop = include_stop
         self.num_logprobs = num_logprobs
         self.num_prompt_logprobs = num_prompt_logprobs
@@ -100,7 +96,7 @@ class DeltaTracker:
                 self._warned = True
             new_text = ""
         else:
-            end = len(text) if finished else len(text) - held_back_len(text, self.stops)
+            end = len(text) if finished else len(text) - self._hold.update(text)
             new_text = text[len(self.sent_text):max(end, len(self.sent_text))]
             self.sent_text += new_text
         new_ids = list(comp.token_ids[self.sent_tokens:])
