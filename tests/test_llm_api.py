@@ -193,6 +193,27 @@ def test_chat_bad_input(llm, messages, kw, fragment):
     assert fragment in str(e.value)
 
 
+TOOLS_TEMPLATE = ("{% for t in tools %}# tool: {{ t.function.name }}\n{% endfor %}{% for m in messages %}"
+                  "# {{ m['role'] }}: {{ m['content'] }}{% for c in m.tool_calls or [] %} -> "
+                  "{{ c.function.name }}({{ c.function.arguments.city }}){% endfor %}{{ '\\n' }}{% endfor %}def ")
+
+
+def test_chat_renders_tools_and_the_tool_turns(llm):
+    """vLLM's LLM.chat(tools=...): the template gets the tools, and an assistant turn's JSON-string
+    arguments as a dict; a template that ignores tools, or a bad schema, is a ValueError."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    conv = [{"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    out = llm.chat(conv, greedy(), chat_template=TOOLS_TEMPLATE, tools=tools)
+    assert out[0].prompt == "# tool: get_weather\n# user: weather?\n# assistant:  -> get_weather(Paris)\n# tool: sunny\ndef "
+    with pytest.raises(ValueError, match="does not render them"):
+        llm.chat(conv[:1], greedy(), chat_template=CHAT_TEMPLATE, tools=tools)
+    with pytest.raises(ValueError, match=r"tools\[0\]\.type must be 'function'"):
+        llm.chat(conv[:1], greedy(), chat_template=TOOLS_TEMPLATE, tools=[{"type": "x", "function": {"name": "f"}}])
+
+
 # ---- construction ----------------------------------------------------------------------------
 
 def test_model_path_errors(tiny_qwen3, tmp_path):

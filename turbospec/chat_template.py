@@ -2,8 +2,10 @@
 server's /v1/chat/completions (vLLM's semantics for both).
 
 - A message reaches the template as a dict: `role`, `content` (a string; text content parts are
-  joined into one), and `name`, `tool_call_id`, `tool_calls` when given; other keys are not
-  rendered.
+  joined into one), and `name`, `tool_call_id`, `tool_calls` when given (each call's
+  `function.arguments` as a dict: turbospec/tools.py); other keys are not rendered.
+- `tools` (OpenAI's function schemas, checked by turbospec/tools.py) reach the template as its
+  `tools` variable; a template that does not read it is refused (it would drop them silently).
 - `add_generation_prompt` (default true) opens a new assistant turn; `continue_final_message`
   continues the last message instead (it must be the assistant's) and implies
   `add_generation_prompt=False`; both true is a contradiction.
@@ -58,14 +60,19 @@ def message_for_template(m: Any) -> dict[str, Any]:
                                 f"{{'role': 'user', 'content': 'Hello'}}; got {m!r}", "messages")
     d: dict[str, Any] = {"role": m["role"], "content": content_text(m.get("content"))}
     d.update({k: m[k] for k in _RENDERED_KEYS if m.get(k) is not None})
+    if "tool_calls" in d:
+        from turbospec.tools import tool_calls_for_template     # tools.py imports this module
+        d["tool_calls"] = tool_calls_for_template(d["tool_calls"])
     return d
 
 
 def template_kwargs(messages: list[dict[str, Any]], add_generation_prompt: bool | None = None,
                     continue_final_message: bool = False,
-                    chat_template_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+                    chat_template_kwargs: dict[str, Any] | None = None,
+                    tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Keyword arguments for `tokenizer.apply_chat_template` (besides the template and tokenize).
-    add_generation_prompt None: its default, True, or False when continuing the final message."""
+    add_generation_prompt None: its default, True, or False when continuing the final message.
+    `tools`: already checked (turbospec/tools.py `check_tools`); None or [] renders none."""
     if add_generation_prompt is None:
         add_generation_prompt = not continue_final_message
     if continue_final_message and add_generation_prompt:
@@ -82,9 +89,11 @@ def template_kwargs(messages: list[dict[str, Any]], add_generation_prompt: bool 
     if reserved:
         raise ChatTemplateError(f"chat_template_kwargs may not set {', '.join(repr(k) for k in reserved)}: "
                                 "set add_generation_prompt / continue_final_message as fields of their own "
-                                "(top-level request fields, or LLM.chat's arguments; tools and documents "
-                                "are not supported)", "chat_template_kwargs")
+                                "(top-level request fields, or LLM.chat's arguments, as is `tools`; "
+                                "documents are not supported)", "chat_template_kwargs")
     kwargs = {**extra, "add_generation_prompt": add_generation_prompt}
+    if tools:
+        kwargs["tools"] = tools
     if continue_final_message:
         kwargs["continue_final_message"] = True
     return kwargs

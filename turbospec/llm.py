@@ -103,12 +103,16 @@ class LLM:
     def chat(self, messages, sampling_params: SamplingParams | list[SamplingParams] | None = None,
              use_tqdm: bool = False, chat_template: str | None = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False,
-             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+             chat_template_kwargs: dict[str, Any] | None = None,
+             tools: list[dict[str, Any]] | None = None) -> list[RequestOutput]:
         """vLLM's `LLM.chat`: one conversation (a list of {"role", "content"} messages) or a list
         of them, rendered with the tokenizer's chat template (or `chat_template`, the Jinja text
-        or a file), then generated as `generate` does. One RequestOutput per conversation."""
+        or a file), then generated as `generate` does. One RequestOutput per conversation.
+        `tools` (OpenAI's function schemas) are rendered by the template, which must read them;
+        the output is not parsed: `turbospec.tool_parser.extract_tool_calls(text)` does that."""
         prompts = _render_conversations(self.get_tokenizer(), self.model, messages, chat_template,
-                                        add_generation_prompt, continue_final_message, chat_template_kwargs)
+                                        add_generation_prompt, continue_final_message, chat_template_kwargs,
+                                        tools)
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def get_metrics(self) -> dict[str, Any]:
@@ -197,11 +201,13 @@ def _decode_logprob_tokens(tokenizer, tables: list[list[dict | None] | None]) ->
 
 def _render_conversations(tokenizer, model: str, messages, chat_template: str | None,
                           add_generation_prompt: bool, continue_final_message: bool,
-                          chat_template_kwargs: dict[str, Any] | None) -> list[str]:
+                          chat_template_kwargs: dict[str, Any] | None,
+                          tools: list[dict[str, Any]] | None = None) -> list[str]:
     """Each conversation's prompt text, rendered by the chat template (turbospec/chat_template.py:
     the server's rules). ValueError, with the fix, for a model without a tokenizer or template, a
-    malformed conversation, or a template error."""
+    malformed conversation or tools, tools with a template that ignores them, or a template error."""
     from turbospec.chat_template import load_chat_template, message_for_template, render_chat, template_kwargs
+    from turbospec.tools import check_tools, template_uses_tools
     if tokenizer is None:
         raise ValueError(f"{model!r} has no tokenizer, so it has no chat template: add tokenizer files "
                          "(or pass LLM(tokenizer=DIR)), or use LLM.generate with token-id prompts")
@@ -211,6 +217,12 @@ def _render_conversations(tokenizer, model: str, messages, chat_template: str | 
         raise ValueError(f"the tokenizer of {model!r} has no chat template (tokenizer_config.json sets no "
                          "`chat_template`): pass LLM.chat(..., chat_template=JINJA_TEXT_OR_FILE), or use "
                          "LLM.generate with a plain text prompt")
+    tools = check_tools(tools)
+    if tools and not template_uses_tools(template):
+        raise ValueError("tools were given but the chat template does not render them (it never reads the "
+                         "`tools` variable), so the model would not see them: pass "
+                         "LLM.chat(..., chat_template=...) with a template that renders tools (the Qwen2.5 / "
+                         "Qwen3 templates do), or leave tools out")
     if isinstance(messages, (list, tuple)) and messages and isinstance(messages[0], dict):
         conversations = [messages]
     elif isinstance(messages, (list, tuple)) and messages:
@@ -225,7 +237,8 @@ def _render_conversations(tokenizer, model: str, messages, chat_template: str | 
             raise ValueError(f"conversation {i} is empty: pass at least one message")
         try:
             msgs = [message_for_template(m) for m in conv]
-            kwargs = template_kwargs(msgs, add_generation_prompt, continue_final_message, chat_template_kwargs)
+            kwargs = template_kwargs(msgs, add_generation_prompt, continue_final_message, chat_template_kwargs,
+                                     tools)
             prompts.append(render_chat(tokenizer, msgs, kwargs, template))
         except ValueError as e:
             raise ValueError(f"conversation {i}: {e}") from e

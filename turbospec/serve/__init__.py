@@ -8,6 +8,7 @@
     request_body.py   size limit, UTF-8, JSON                streaming.py  disconnect handling
     startup.py        engine build, warm-up, cold-start report   cli.py    the `serve` command
     chat.py           chat messages, template options, --chat-template
+    tool_calls.py     tools / tool_choice, Hermes tool calls in responses (turbospec/tool_parser.py)
 """
 from __future__ import annotations
 

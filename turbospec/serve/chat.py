@@ -44,12 +44,14 @@ class ChatTemplateOptions(BaseModel):
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
 
-    def template_kwargs_for(self, messages: list[ChatMessage]) -> dict[str, Any]:
-        """Keyword arguments for `tokenizer.apply_chat_template`; 400 on a contradiction."""
+    def template_kwargs_for(self, messages: list[ChatMessage],
+                            tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Keyword arguments for `tokenizer.apply_chat_template`; 400 on a contradiction or a
+        message the template cannot take (e.g. tool call arguments that are not JSON)."""
         explicit = "add_generation_prompt" in self.model_fields_set     # else implied by continuing
         try:
             return template_kwargs([m.for_template() for m in messages],
                                    self.add_generation_prompt if explicit else None,
-                                   self.continue_final_message, self.chat_template_kwargs)
+                                   self.continue_final_message, self.chat_template_kwargs, tools)
         except ChatTemplateError as e:
             raise bad_request(str(e), param=e.param)

@@ -1,8 +1,9 @@
 """OpenAI request bodies for /v1/completions and /v1/chat/completions, validated strictly.
 
 Types are strict (no "5" for 5, no true for 1). A field that would change what the model returns
-but that turbospec does not implement (`best_of`, `tools`, `response_format`, ...) is rejected
-with a 400 naming it, unless it carries its neutral value. The penalties, `min_p` and `logit_bias`
+but that turbospec does not implement (`best_of`, `response_format`, `tools` on /v1/completions,
+...) is rejected with a 400 naming it, unless it carries its neutral value. Chat serves `tools`,
+`tool_choice`, `parallel_tool_calls` (serve/tool_calls.py). The penalties, `min_p` and `logit_bias`
 (its keys token ids as strings, as JSON has them) are served with vLLM's semantics. `n` and a
 batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
 implements `echo` (with `logprobs`: the prompt tokens' logprobs too). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
@@ -16,9 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from turbospec.chat_template import ChatTemplateError
 from turbospec.sampling_params import SamplingParams, is_one_of
 from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
 from turbospec.serve.errors import APIError, bad_request
+from turbospec.serve.tool_calls import ToolOptions
 
 MAX_LOGPROBS = 20
 MAX_STOP_STRINGS = 64
@@ -35,7 +38,7 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "suffix": (None, ""),
     "use_beam_search": (False, None),
     "prompt_logprobs": (None,),
-    "tools": (None, []),
+    "tools": (None, []),                          # /v1/completions; chat serves them (serve/tool_calls.py)
     "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
@@ -187,7 +190,7 @@ class CompletionRequest(_SamplingFields):
         return params
 
 
-class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions):
+class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None                 # deprecated by OpenAI in favour of the next one
     max_completion_tokens: int | None = None
@@ -195,10 +198,14 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
     def template_messages(self) -> list[dict[str, Any]]:
-        return [m.for_template() for m in self.messages]
+        try:
+            return [m.for_template() for m in self.messages]
+        except ChatTemplateError as e:              # e.g. tool call arguments that are not JSON
+            raise bad_request(str(e), param=e.param)
 
-    def template_kwargs(self) -> dict[str, Any]:
-        return self.template_kwargs_for(self.messages)
+    def template_kwargs(self, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """`tools`: from `checked_tools`."""
+        return self.template_kwargs_for(self.messages, tools)
 
     def to_sampling_params(self) -> SamplingParams:
         self.check_supported()
@@ -213,7 +220,10 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions):
             raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self._sampling_params(max_tokens, logprobs)
+        params = self._sampling_params(max_tokens, logprobs)
+        if self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set:
+            params.skip_special_tokens = False    # some tokenizers mark <tool_call> special (as vLLM's hermes)
+        return params
 
 
 def check_model_name(requested: str, served: list[str]) -> None:

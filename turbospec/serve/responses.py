@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from turbospec.engine.sequence import RequestMetrics
 
@@ -84,9 +84,26 @@ class ChatLogprobs(BaseModel):
     content: list[ChatTokenLogprob] | None = None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str                                # a JSON object
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessageOut(BaseModel):
+    """`tool_calls` only when the model called tools (then `content` may be null), as OpenAI."""
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_tool_calls(self, handler):
+        return _without_none(handler(self), "tool_calls")
 
 
 class ChatChoice(BaseModel):
@@ -107,9 +124,43 @@ class ChatCompletionResponse(BaseModel):
     speculative_decoding: SpeculativeDecodingInfo | None = None
 
 
+class DeltaFunctionCall(BaseModel):
+    name: str | None = None                       # the call's first delta only
+    arguments: str                                # pieces: the client concatenates them
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "name")
+
+
+class DeltaToolCall(BaseModel):
+    """OpenAI's streamed call: the first delta of call `index` has its id, type and name; the
+    later ones omit them (the `openai` client's accumulator would overwrite `type` with a null)."""
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "id", "type")
+
+
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_tool_calls(self, handler):
+        return _without_none(handler(self), "tool_calls")
+
+
+def _without_none(d: dict, *keys: str) -> dict:
+    for key in keys:
+        if d.get(key) is None:
+            d.pop(key, None)
+    return d
 
 
 class ChatChunkChoice(BaseModel):

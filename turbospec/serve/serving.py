@@ -22,6 +22,7 @@ from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, Ch
                                        CompletionResponse, DeltaMessage, SpeculativeDecodingInfo,
                                        TopLogprob, UsageInfo, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
+from turbospec.serve.tool_calls import ChoiceToolCalls
 
 
 def _error_event(e: RequestFailed) -> str:
@@ -142,13 +143,14 @@ class OpenAIServing:
         check_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params()
         req.check_num_choices(1)
-        template_kwargs = req.template_kwargs()
+        req.template_kwargs()                     # contradictory template options: 400 first
         if not self.engine.has_chat_template:
             raise APIError(400, f"the model {req.model!r} has no chat template (its tokenizer_config.json "
                            "sets no `chat_template`): use /v1/completions, or start the server with "
                            "`--chat-template FILE.jinja`", code="no_chat_template")
+        tools = req.checked_tools(getattr(self.engine.tokenizer, "chat_template", None))
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        prompt = {"messages": req.template_messages(), "template_kwargs": template_kwargs}
+        prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools)}
         streams = await start_choices(self._start, rid, params, [prompt], req.num_samples)
         if req.stream:
             return SSEResponse(self._chat_events(rid, req, streams))
@@ -156,9 +158,14 @@ class OpenAIServing:
             finals = await self._collect(request, streams)
         except ClientGone:
             return Response(status_code=499)
-        choices = [ChatChoice(index=i, message=ChatMessageOut(content=d.text), finish_reason=d.finish_reason,
-                              stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs))
-                   for i, d in enumerate(finals)]
+        choices = []
+        for i, d in enumerate(finals):
+            message, finish_reason = ChatMessageOut(content=d.text), d.finish_reason
+            if req.parses_tool_calls:
+                calls = ChoiceToolCalls(req.parallel_tool_calls)
+                message, finish_reason = calls.message(d.text), calls.finish_reason(d.finish_reason)
+            choices.append(ChatChoice(index=i, message=message, finish_reason=finish_reason,
+                                      stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs)))
         body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
                                       speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
@@ -166,6 +173,7 @@ class OpenAIServing:
     async def _chat_events(self, rid: str, req: ChatCompletionRequest,
                            streams: list[RequestStream]) -> AsyncIterator[str]:
         created, finals, events = int(time.time()), [None] * len(streams), merged(streams)
+        calls = [ChoiceToolCalls(req.parallel_tool_calls) if req.parses_tool_calls else None for _ in streams]
 
         def chunk(choices, usage_info=None, spec=None) -> str:
             return sse(ChatCompletionChunk(id=rid, created=created, model=req.model, choices=choices,
@@ -177,10 +185,23 @@ class OpenAIServing:
                 if not (d.text or d.finished or d.token_ids):
                     continue
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                delta = DeltaMessage(content=d.text if d.text or not d.finished else None)
-                yield chunk([ChatChunkChoice(index=i, delta=delta, logprobs=_chat_logprobs(d.logprobs),
-                                             finish_reason=d.finish_reason, stop_reason=d.stop_reason)],
-                            _running_usage(req, d), spec)
+                if calls[i] is None:
+                    deltas = [DeltaMessage(content=d.text if d.text or not d.finished else None)]
+                    finish_reason = d.finish_reason
+                else:                             # the parser may hold text back, or split it
+                    deltas = calls[i].deltas(d.text, d.finished)
+                    finish_reason = calls[i].finish_reason(d.finish_reason)
+                    if not deltas:                # all held back: a chunk only to carry something else
+                        if not (d.finished or d.logprobs or req.usage_in_every_chunk):
+                            continue
+                        deltas = [DeltaMessage()]
+                for k, delta in enumerate(deltas):
+                    first, last = k == 0, k == len(deltas) - 1
+                    yield chunk([ChatChunkChoice(index=i, delta=delta,
+                                                 logprobs=_chat_logprobs(d.logprobs) if first else None,
+                                                 finish_reason=finish_reason if last else None,
+                                                 stop_reason=d.stop_reason if last else None)],
+                                _running_usage(req, d) if last else None, spec if last else None)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:

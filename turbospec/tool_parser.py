@@ -1,0 +1,156 @@
+"""Tool calls in a model's text, in the Hermes format that Qwen2.5 / Qwen3 chat templates teach
+(vLLM's `--tool-call-parser hermes`):
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+possibly several, possibly with text around them. A block is a call when the JSON inside parses
+to an object with a string `name` and an `arguments` object (or a JSON string holding one, or no
+`arguments`: {}); anything else, invalid JSON included, stays in the text as written. A block left
+open when the text ends is a call if what follows the tag parses (a stop string `</tool_call>`
+cut it); otherwise it is text.
+
+`content` is the text outside the calls, with the whitespace that only separated it from a call
+dropped (the newlines around Qwen's blocks); None when that leaves nothing and there was a call.
+Without a call the text is returned unchanged.
+
+`ToolCallParser` reads the text incrementally, as it streams: it emits content as soon as it
+cannot be part of a call (it holds back text that could be the start of `<tool_call>` and
+whitespace that could precede one) and a call once its block has closed, so that a streamed
+character is never taken back and any split of the text yields the same content and calls as the
+whole. `extract_tool_calls` is the whole-text form.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: str                               # a JSON object, as OpenAI sends it
+    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+
+
+@dataclass
+class ExtractedToolCalls:
+    content: str | None
+    tool_calls: list[ToolCall]
+
+
+def parse_tool_call(block: str) -> ToolCall | None:
+    """The call in one block's inside text, or None when it is not one (never raises)."""
+    try:
+        obj = json.loads(block)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None
+    args = obj.get("arguments", {})
+    if isinstance(args, str):                    # some models write the arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except (ValueError, RecursionError):
+            return None
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return None
+    return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
+
+
+def _partial_tag_len(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+class ToolCallParser:
+    """Feed it text as it arrives; each `feed` / `finish` returns the new events in order: a `str`
+    (content) or a `ToolCall`."""
+
+    def __init__(self):
+        self._buf = ""                 # unread text: a possible partial tag, or an open block's inside
+        self._in_call = False
+        self._pending_ws = ""          # whitespace that ends the content so far: dropped before a call
+        self._after_call = False       # strip the whitespace that follows a call
+        self._out: list[str | ToolCall] = []
+        self.num_calls = 0
+
+    def feed(self, text: str) -> list[str | ToolCall]:
+        self._buf += text
+        while True:
+            if not self._in_call:
+                i = self._buf.find(TOOL_CALL_START)
+                if i < 0:
+                    keep = _partial_tag_len(self._buf, TOOL_CALL_START)
+                    self._text(self._buf[:len(self._buf) - keep])
+                    self._buf = self._buf[len(self._buf) - keep:]
+                    break
+                self._text(self._buf[:i])
+                self._buf, self._in_call = self._buf[i + len(TOOL_CALL_START):], True
+            else:
+                j = self._buf.find(TOOL_CALL_END)
+                if j < 0:
+                    break
+                self._block(self._buf[:j], closed=True)
+                self._buf, self._in_call = self._buf[j + len(TOOL_CALL_END):], False
+        return self._take()
+
+    def finish(self) -> list[str | ToolCall]:
+        """The text has ended: resolve an open block, release what was held back."""
+        if self._in_call:
+            self._block(self._buf, closed=False)
+        else:
+            self._text(self._buf)
+        self._buf, self._in_call = "", False
+        if self._pending_ws:
+            self._out.append(self._pending_ws)
+            self._pending_ws = ""
+        return self._take()
+
+    def _take(self) -> list[str | ToolCall]:
+        out, self._out = self._out, []
+        return out
+
+    def _text(self, s: str) -> None:
+        if self._after_call:
+            s = s.lstrip()
+            if not s:
+                return
+            self._after_call = False
+        if not s:
+            return
+        s, self._pending_ws = self._pending_ws + s, ""
+        body = s.rstrip()
+        self._pending_ws = s[len(body):]
+        if body:
+            self._out.append(body)
+
+    def _block(self, inside: str, closed: bool) -> None:
+        call = parse_tool_call(inside)
+        if call is None:                         # not a call: the block is text, as written
+            self._text(TOOL_CALL_START + inside + (TOOL_CALL_END if closed else ""))
+            return
+        self._pending_ws, self._after_call = "", True
+        self.num_calls += 1
+        self._out.append(call)
+
+
+def extract_tool_calls(text: str) -> ExtractedToolCalls:
+    """The calls in a whole text and the content around them (see the module docstring)."""
+    parser = ToolCallParser()
+    events = parser.feed(text) + parser.finish()
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    content = "".join(e for e in events if isinstance(e, str))
+    if not calls:
+        return ExtractedToolCalls(text, [])
+    return ExtractedToolCalls(content or None, calls)
