@@ -12,6 +12,7 @@ import torch
 
 from turbospec.config import EngineConfig, ModelConfig, parse_dtype
 from turbospec.engine.block_manager import BlockManager
+from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
 from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exact_k_cap, measure_cost_table
 from turbospec.engine.kv_sizing import choose_num_blocks
@@ -170,7 +171,7 @@ class LLMEngine:
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         self._step_k = None                    # the draft length chosen in this step, once
-        burst = self._try_burst()
+        burst = try_burst(self)
         if burst is not None:
             return self._outputs(burst)
         k = self._step_draft_length()
@@ -217,69 +218,6 @@ class LLMEngine:
         and the drafter needs no target features (so skipping it loses nothing)."""
         p = self.proposer
         return p is None or (not p.needs_target_features and self._step_draft_length() == 0)
-
-    def _burst_ok(self, seqs: list[Sequence], ahead: int) -> bool:
-        """Can `seqs` (the whole running set, nothing waiting) take a burst of n steps that starts
-        `ahead` tokens past their host-side lengths? Allocates the blocks it needs if so. A sequence
-        with fewer than n tokens left bursts too (tokens past its end are dropped, as after a stop),
-        so the last tokens do not fall back to single steps that wait for the host (docs/benchmarks.md)."""
-        n, bm = self.burst.n, self.block_manager
-        if self.scheduler.waiting or not seqs or len(seqs) != len(self.scheduler.running):
-            return False
-        for s in seqs:
-            p = s.params
-            if s.is_finished or not p.greedy or p.logprobs is not None or p.modifies_logits or \
-                    s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < 1 or \
-                    len(s) + ahead + n - 1 > self.max_model_len:
-                return False
-        end = ahead + n - 1
-        if not self.burst.fits(len(seqs), max(len(s) for s in seqs) + ahead + n) or \
-                sum(bm.num_new_blocks(s, len(s) + end) for s in seqs) > bm.num_free_blocks:
-            return False
-        for s in seqs:
-            bm.allocate(s, len(s) + end)
-        return True
-
-    def _chain_plain(self, num_seqs: int) -> bool:
-        """May the next burst be chained? Always with a fixed draft length (the batch, and so its
-        cap, is the same). With the automatic one only while it picks plain decoding, asked once
-        per step (a step that launched a fresh burst asked already) and counting the burst's n
-        steps towards the next probe: else chains would run to the end of the requests, and a k
-        that fell to 0 on a few bad steps would never be probed again."""
-        if self.adaptive is None:
-            return True
-        if self._step_k is None:
-            self._step_k = self.draft_length(num_seqs, steps=self.burst.n)
-        return self._step_k == 0
-
-    def _try_burst(self) -> list[Sequence] | None:
-        """n greedy decode steps at once when that cannot change the result (engine/multistep.py),
-        with the next burst launched before this one's tokens are read when it can be."""
-        flight, self._flight = self._flight, None
-        if flight is not None and all(s.is_finished for s in flight.seqs):
-            flight = None                      # every row stopped in the burst before: nothing to read
-        if flight is None:
-            run = self.scheduler.running
-            if self.burst is None or not self._plain_decoding() or not self._burst_ok(list(run), 0):
-                return None
-            flight = self.burst.launch([s.last_token_id for s in run], [len(s) - 1 for s in run],
-                                       [s.block_table for s in run])
-            flight.seqs = list(run)
-        seqs = flight.seqs
-        if self._chain_plain(len(seqs)) and self._burst_ok(seqs, self.burst.n):
-            self._flight = self.burst.launch_chained(flight, [s.block_table for s in seqs])
-            self._flight.seqs = seqs
-        n = self.burst.n
-        for s, ts in zip(seqs, flight.tokens()):
-            if s.is_finished:                  # stopped or aborted in an earlier burst: rows discarded
-                continue
-            s.num_computed_tokens = len(s) - 1 + n
-            for t in ts:
-                if self.append_token(s, t, None):
-                    break
-            if not s.is_finished and self._flight is None:
-                self.block_manager.truncate(s, len(s))
-        return [s for s in seqs if s.request_id in self.seqs]
 
     def _outputs(self, advanced: list[Sequence]) -> list[RequestOutput]:
         outputs = []
