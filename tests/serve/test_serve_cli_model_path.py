@@ -31,3 +31,16 @@ def test_a_corrupt_checkpoint_names_the_file(tmp_path):
     r, out = _serve(str(d))
     assert r.exit_code == 2 and "cannot read" in out and "model.safetensors" in out and "corrupt" in out
     assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_vllm_tool_flags_are_accepted_and_other_parsers_refused():
+    """A vLLM launch line's `--enable-auto-tool-choice --tool-call-parser hermes` is accepted (it
+    gets as far as loading the model: here a Hugging Face id, refused with the download command);
+    a parser turbospec lacks is refused by name before anything loads."""
+    r = CliRunner().invoke(app, ["serve", "Qwen/Qwen3-8B", "--device", "cpu", "--enable-auto-tool-choice",
+                                 "--tool-call-parser", "hermes"])
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and "hf download Qwen/Qwen3-8B" in out
+    r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--tool-call-parser", "mistral"])
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and "'mistral' is not a parser turbospec has: use hermes" in out

@@ -44,6 +44,12 @@ def serve(
     chat_template: str = typer.Option(None, help="A Jinja chat template (a file, or the template text) "
                                       "for /v1/chat/completions, replacing the tokenizer's own; needed "
                                       "for a model that has none."),
+    enable_auto_tool_choice: bool = typer.Option(
+        False, "--enable-auto-tool-choice",
+        help="Accepted for vLLM launch lines: tool calling is always on here when a chat request sends "
+             "`tools` (tool_choice auto or none; docs/serving.md)."),
+    tool_call_parser: str = typer.Option("hermes", help="How tool calls are read from the output: hermes "
+                                         "(<tool_call>{json}</tool_call>, Qwen2.5/Qwen3), the one parser."),
     max_model_len: int = typer.Option(None, help="Context length cap (default: the model's)."),
     num_kv_blocks: int = typer.Option(None, help="KV cache blocks (default: sized from memory)."),
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
@@ -66,6 +72,10 @@ def serve(
     from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
+    if tool_call_parser != "hermes":
+        raise typer.BadParameter(f"{tool_call_parser!r} is not a parser turbospec has: use hermes "
+                                 "(<tool_call>{json}</tool_call>, what Qwen2.5 / Qwen3 templates produce)",
+                                 param_hint="--tool-call-parser")
     try:
         template = load_chat_template(chat_template, "--chat-template") if chat_template is not None else None
     except (OSError, ValueError) as e:
