@@ -104,8 +104,8 @@ def test_preempted_requests_equal_their_solo_runs(small_pool_server):
 
 
 def test_clients_giving_up_while_waiting_for_kv_are_aborted(small_pool_server):
-    """Three long requests fill the pool; six streamed clients with a 0.3 s read timeout give up
-    before their first token (they wait for KV). Their requests are aborted, the long ones still
+    """Three long requests fill the pool; six streamed clients with a 0.3 s read timeout and long
+    prompts give up before their first token (they wait for KV). Their requests are aborted, the long ones still
     equal their solo runs, and the pool empties."""
     srv = small_pool_server
     long_body = {"model": MODEL_NAME, "prompt": PROMPTS[0], "max_tokens": 250, "temperature": 0, "ignore_eos": True}
@@ -113,8 +113,11 @@ def test_clients_giving_up_while_waiting_for_kv_are_aborted(small_pool_server):
     async def impatient() -> str:
         async with httpx.AsyncClient(base_url=srv.url, timeout=httpx.Timeout(30, read=0.3)) as c:
             try:
-                async with c.stream("POST", "/v1/completions", json={**long_body, "max_tokens": 20,
-                                                                      "stream": True}) as r:
+                # a 13-block prompt: it waits until two of the long ones have finished, seconds
+                # after the 0.3 s timeout even with n-gram drafts (a short prompt could be admitted
+                # as soon as one long request ended: on an idle machine that came within 0.3 s)
+                async with c.stream("POST", "/v1/completions", json={**long_body, "prompt": PROMPTS[0] * 22,
+                                                                      "max_tokens": 20, "stream": True}) as r:
                     async for line in r.aiter_lines():
                         if line.startswith("data: {"):
                             return "got a token"
