@@ -64,6 +64,8 @@ def test_device_cuda_without_a_gpu(tiny_qwen3):
     (["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
     (["--max-tokens", "5000"], "lower max_tokens to at most"),
     (["--dtype", "fp12"], "unknown dtype 'fp12'"),
+    (["--frequency-penalty", "3"], "frequency_penalty=3.0 must be a number in [-2, 2]"),
+    (["--repetition-penalty", "0"], "repetition_penalty=0.0 must be a finite number > 0"),
 ])
 def test_bad_flags(tiny_qwen3, args, fragment):
     assert fragment in one_error_line(gen(tiny_qwen3, *args))
@@ -89,6 +91,22 @@ def test_stop_and_tokenizer_flags_match_the_python_api(tiny_qwen3, codelm_dir, t
                             "--device", "cpu", "--max-tokens", "24", "--ignore-eos"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith(prompt + full)
+
+
+def test_penalty_flags_match_the_python_api(tiny_qwen3):
+    """--repetition-penalty / --frequency-penalty / --presence-penalty / --min-p give what
+    SamplingParams with the same values gives through LLM (and change greedy output here)."""
+    prompt = "def add(a, b):"
+    kw = dict(repetition_penalty=1.5, frequency_penalty=1.0, presence_penalty=0.5)
+    llm = LLM(str(tiny_qwen3), device="cpu")
+    want = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, **kw))[0]
+    plain = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))[0]
+    assert want.outputs[0].token_ids != plain.outputs[0].token_ids
+    r = runner.invoke(app, ["generate", str(tiny_qwen3), "--prompt", prompt, "--device", "cpu", "--max-tokens",
+                            "24", "--ignore-eos", "--repetition-penalty", "1.5", "--frequency-penalty", "1",
+                            "--presence-penalty", "0.5", "--min-p", "0.0"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(prompt + want.outputs[0].text)
 
 
 def test_version_and_bare_command():

@@ -17,6 +17,10 @@ def generate(
     seed: int = typer.Option(None, help="per-request seed (same seed, same output)"),
     stop: list[str] = typer.Option([], "--stop", help="stop string, left out of the text (repeatable)"),
     ignore_eos: bool = typer.Option(False, help="keep generating past the end-of-sequence token"),
+    repetition_penalty: float = typer.Option(1.0, help="> 1 discourages tokens already in the prompt or output"),
+    frequency_penalty: float = typer.Option(0.0, help="[-2, 2], per occurrence among the generated tokens"),
+    presence_penalty: float = typer.Option(0.0, help="[-2, 2], once for a token already generated"),
+    min_p: float = typer.Option(0.0, help="[0, 1]: drop tokens below min_p x the top token's probability"),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda if available)"),
     dtype: str = typer.Option(None, help="bfloat16 (GPU default), float16 or float32 (CPU default)"),
     speculative_config: str = typer.Option(None, "--speculative-config",
@@ -39,7 +43,9 @@ def generate(
             _fail('--speculative-config must be a JSON object, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
     try:
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
-                                seed=seed, stop=stop or None, ignore_eos=ignore_eos)
+                                seed=seed, stop=stop or None, ignore_eos=ignore_eos,
+                                repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+                                presence_penalty=presence_penalty, min_p=min_p)
     except ValueError as e:
         _fail(str(e))
     if device is not None and device.startswith("cuda"):
