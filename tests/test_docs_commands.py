@@ -1,0 +1,164 @@
+"""docs/*.md as a newcomer copies them (README.md has tests/test_cli_readme.py; benchmarks.md is a
+results log): every `turbospec ...` command names a real subcommand and only flags it has; a
+complete command line of a ```bash block parses as the CLI would parse it (values included) and
+its `--speculative-config` JSON is a valid speculative config; every other `--flag` written in
+inline code belongs to the doc's command (or to a command or `python -m` tool the doc shows).
+Nothing is run, so a doc that drifts from the CLI fails here in a second."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from functools import cache
+
+import pytest
+from typer.main import get_command
+
+from tests.conftest import REPO
+from tests.test_recipes import _parse
+from turbospec.cli import app
+from turbospec.spec.factory import METHODS
+
+DOCS = sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "benchmarks.md")
+OWN = {"serving.md": ["serve"], "audit.md": ["audit"], "training.md": ["train"]}  # else: every command
+FOREIGN = {"--nproc_per_node"}                    # torchrun's, in `torchrun ... -m turbospec.cli train`
+FLAG = re.compile(r"(?<![\w-])(--[a-z][\w-]*)")
+FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
+# `turbospec ARGS`, optionally after VAR=value, `python -m turbospec.cli` or `torchrun ... -m turbospec.cli`
+COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(?:turbospec|(?:python|torchrun)\b.*?-m turbospec\.cli)\s+(.*)$", re.S)
+MODULE = re.compile(r"python -m (turbospec(?:\.\w+)+)")
+
+
+@cache
+def _root():
+    return get_command(app)
+
+
+def _is_group(cmd) -> bool:
+    return hasattr(cmd, "list_commands")         # typer may vendor its click: no isinstance
+
+
+def _leaves(cmd, path: tuple[str, ...] = ()):
+    if not _is_group(cmd):
+        yield path, cmd
+        return
+    for name in cmd.list_commands(cmd.context_class(cmd)):
+        yield from _leaves(cmd.get_command(cmd.context_class(cmd), name), path + (name,))
+
+
+def _options(cmd) -> set[str]:
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+
+
+def _resolve(words: list[str]) :
+    """The (sub)command a command line's leading words name: ("train", "eagle3") -> its command."""
+    cmd, path = _root(), ()
+    for word in words:
+        if not _is_group(cmd):
+            break
+        sub = cmd.get_command(cmd.context_class(cmd), word)
+        assert sub is not None, f"`turbospec {' '.join(path + (word,))}`: no such command"
+        cmd, path = sub, path + (word,)
+    assert not _is_group(cmd), f"`turbospec {' '.join(path)}` is a group, not a command"
+    return path, cmd
+
+
+def _strip_fences(text: str) -> str:
+    return FENCE.sub("", text)
+
+
+def _commands(text: str) -> list[tuple[str, bool]]:
+    """(command after `turbospec`, whether it is a complete line of a ```bash block)."""
+    found = []
+    for m in FENCE.finditer(text):
+        if m.group(1) not in ("bash", "sh", "shell"):
+            continue                                   # output samples, JSON, Python
+        for line in m.group(2).replace("\\\n", " ").splitlines():
+            c = COMMAND.match(line.split("  #")[0].strip())
+            if c:
+                found.append((c.group(1), "..." not in c.group(1)))
+    for span in re.findall(r"`([^`\n]+)`", _strip_fences(text)):
+        c = COMMAND.match(span.strip())
+        if c and not span.strip().startswith("turbospec serve:"):
+            found.append((c.group(1), False))
+    return found
+
+
+def _words(args: str) -> list[str]:
+    """The leading subcommand words of `args` (before any flag, argument or `|`)."""
+    words = []
+    for w in args.split():
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", w):
+            break
+        words.append(w)
+    return words
+
+
+def _module_flags(module: str) -> set[str]:
+    """The flags a `python -m turbospec....` tool declares (read from its source: several import
+    triton, which a CPU machine may lack)."""
+    base = REPO.joinpath(*module.split("."))
+    path = base / "__main__.py" if base.is_dir() else base.with_suffix(".py")
+    assert path.exists(), f"`python -m {module}`: no such module ({path.relative_to(REPO)})"
+    return set(re.findall(r"""add_argument\(\s*["'](--[\w-]+)""", path.read_text()))
+
+
+def _check_spec_json(doc: str, argv: list[str]) -> None:
+    if "--speculative-config" not in argv:
+        return
+    raw = argv[argv.index("--speculative-config") + 1]
+    spec = json.loads(raw)
+    assert isinstance(spec, dict) and spec.get("method") in METHODS, (doc, raw)
+    k = spec.get("num_speculative_tokens")
+    assert spec["method"] == "dflash" or (isinstance(k, int) and k >= 1), (doc, raw)
+    assert spec["method"] not in ("draft_model", "eagle3", "dflash") or spec.get("model"), (doc, raw)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_command_in_the_docs_exists_with_its_flags(doc):
+    text = doc.read_text()
+    for args, complete in _commands(text):
+        path, cmd = _resolve(_words(args))
+        where = f"{doc.name}: `turbospec {args.strip()[:80]}`"
+        unknown = sorted(set(FLAG.findall(args)) - _options(cmd) - FOREIGN)
+        assert not unknown, f"{where}: `turbospec {' '.join(path)}` has no {unknown}"
+        if complete:
+            argv = shlex.split(re.sub(r"\[[^\]]*\]", "", args))     # optional parts: [--api-key KEY]
+            try:
+                _parse(argv)                                         # values too: ints, choices, ...
+            except Exception as e:                                   # typer's click may be vendored
+                raise AssertionError(f"{where}: {getattr(e, 'format_message', e.__str__)()}") from e
+            _check_spec_json(doc.name, argv)
+    for module in MODULE.findall(text):
+        _module_flags(module)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_flag_in_the_docs_prose_and_tables_exists(doc):
+    """Option tables and prose: `--flag` in inline code is a flag of the doc's own command, of a
+    command the doc shows, or of a `python -m` tool it shows."""
+    text = doc.read_text()
+    own = OWN.get(doc.name)
+    known = set(FOREIGN)
+    for path, cmd in _leaves(_root()):
+        if own is None or path[0] in own:
+            known |= _options(cmd)
+    for args, _ in _commands(text):
+        known |= _options(_resolve(_words(args))[1])
+    for module in MODULE.findall(text):
+        known |= _module_flags(module)
+    spans = re.findall(r"`([^`\n]+)`", _strip_fences(text))
+    unknown = sorted({f for s in spans for f in FLAG.findall(s)} - known)
+    assert not unknown, f"{doc.name} shows {unknown}, which no command it documents has"
+
+
+def test_the_checks_catch_a_made_up_flag():
+    bad = "```bash\nturbospec serve models/codelm-12m --device cpu --no-such-flag 1\n```\n"
+    (args, complete), = _commands(bad)
+    path, cmd = _resolve(_words(args))
+    assert path == ("serve",) and complete and "--no-such-flag" not in _options(cmd)
+    with pytest.raises(AssertionError, match="no such command"):
+        _resolve(_words("trian eagle3 --target x"))
+    assert _words("train eagle3 | dflash") == ["train", "eagle3"]
+    assert _commands("`torchrun --nproc_per_node 8 -m turbospec.cli train eagle3 ...`") == \
+        [("train eagle3 ...", False)]
