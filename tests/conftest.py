@@ -208,3 +208,13 @@ def prefill(model, ids: list[int], aux_layers: tuple[int, ...] = ()):
             return model(torch.tensor(ids), torch.arange(T))
     finally:
         model.aux_hidden_state_layers = ()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Small tensors on a shared machine: one intra-op thread is several times faster (a module
+    takes it with `pytestmark = pytest.mark.usefixtures("one_thread")`)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

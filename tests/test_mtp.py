@@ -27,13 +27,7 @@ V = 512
 SMALL = dict(vocab_size=V, tokenizer=False)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors on a shared machine: one intra-op thread is several times faster."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py: small tensors, one thread
 
 
 # ----------------------------------------------------------------------------- synthetic MTP tensors

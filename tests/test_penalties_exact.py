@@ -32,12 +32,7 @@ SETTINGS = {"penalties": SamplingParams(temperature=1.0, repetition_penalty=1.8,
 SHAPES = {"chain": (_propose_chain, 3), "iid_tree": (_propose_iid_tree, 6)}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py: small tensors, one thread
 
 
 def _chains():

@@ -17,13 +17,7 @@ from turbospec.sampling_params import SamplingParams
 from turbospec.spec.proposer import Proposal
 from turbospec.spec.verify import rejection_sample
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors on a shared machine: one intra-op thread is several times faster."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py: small tensors, one thread
 
 
 V = 8

@@ -13,13 +13,7 @@ from turbospec.layers.sampler import (Logprob, SamplingTensors, Sampler, compute
 from turbospec.sampling_params import SamplingParams as SP
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors on a shared machine: one intra-op thread is several times faster."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py: small tensors, one thread
 
 
 def _st(*params, generators=None):

@@ -49,10 +49,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(tool, dict):
             raise _tools_error(f"{where} must be an object {{'type': 'function', 'function': {{'name': ..., "
                                f"'parameters': {{...}}}}}}, not {type(tool).__name__}")
-        unknown = sorted(set(tool) - _TOOL_KEYS)
-        if unknown:
-            raise _tools_error(f"{where} has unknown key(s) {', '.join(map(repr, unknown))}: a tool is "
-                               "{'type': 'function', 'function': {...}}")
+        _no_unknown_keys(tool, _TOOL_KEYS, where, "a tool is {'type': 'function', 'function': {...}}")
         if tool.get("type") != "function":
             raise _tools_error(f"{where}.type must be 'function' (the only tool type served), got "
                                f"{tool.get('type')!r}")
@@ -60,10 +57,7 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(fn, dict):
             raise _tools_error(f"{where}.function must be an object with a 'name' (and 'description', "
                                f"'parameters'), got {type(fn).__name__}")
-        unknown = sorted(set(fn) - _FUNCTION_KEYS)
-        if unknown:
-            raise _tools_error(f"{where}.function has unknown key(s) {', '.join(map(repr, unknown))}: "
-                               f"it takes {', '.join(sorted(_FUNCTION_KEYS))}")
+        _no_unknown_keys(fn, _FUNCTION_KEYS, f"{where}.function", f"it takes {', '.join(sorted(_FUNCTION_KEYS))}")
         name = fn.get("name")
         if not isinstance(name, str) or not _TOOL_NAME.match(name):
             raise _tools_error(f"{where}.function.name must be 1-64 characters from a-z, A-Z, 0-9, '_', "
@@ -85,6 +79,12 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
                                f"that needs {_CONSTRAINED}: send strict false (or leave it out); the "
                                "arguments are then the model's own JSON")
     return [dict(t) for t in tools]
+
+
+def _no_unknown_keys(obj: dict, allowed: frozenset, where: str, hint: str) -> None:
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise _tools_error(f"{where} has unknown key(s) {', '.join(map(repr, unknown))}: {hint}")
 
 
 def _arguments_dict(arguments: Any) -> Any:

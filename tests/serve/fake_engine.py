@@ -2,7 +2,10 @@
 tests of the serving layer's failure paths. Token i decodes to the letter chr(97 + i % 26)."""
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
+
+import httpx
 
 from turbospec.engine.sequence import RequestMetrics
 from turbospec.outputs import CompletionOutput, RequestOutput
@@ -74,3 +77,17 @@ class FakeEngine:
         return {"spec_decode_num_drafts": self.steps, "spec_decode_num_draft_tokens": 2 * self.steps,
                 "spec_decode_num_accepted_tokens": self.steps,
                 "spec_decode_num_accepted_tokens_per_pos": [self.steps, 0]}
+
+
+def run_app(engine, scenario, timeout: float = 30):
+    """Run `scenario(client)` against the server app around `engine` in this process (lifespan
+    included, no socket) and return its result; the whole run is bounded at 60 s."""
+    from turbospec.serve.app import build_app
+    app = build_app(engine, "fake")
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://fake", timeout=timeout) as c:
+                return await scenario(c)
+    return asyncio.run(asyncio.wait_for(main(), 60))

@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx
 
-from .fake_engine import FakeEngine
-from turbospec.serve.app import build_app
+from .fake_engine import FakeEngine, run_app
 
 
 class _BusyEngine(FakeEngine):
@@ -29,14 +27,7 @@ class _BusyEngine(FakeEngine):
 
 
 def _run(engine, scenario):
-    app = build_app(engine, "fake")
-
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://fake", timeout=30) as c:
-                return await scenario(c)
-    return asyncio.run(asyncio.wait_for(main(), 60))
+    return run_app(engine, scenario, timeout=30)
 
 
 async def _busy(c, engine) -> asyncio.Task:

@@ -6,11 +6,9 @@ import asyncio
 import json
 import threading
 
-import httpx
 import pytest
 
-from .fake_engine import FakeEngine
-from turbospec.serve.app import build_app
+from .fake_engine import FakeEngine, run_app
 from turbospec.serve.deltas import DeltaTracker, held_back_len
 from turbospec.serve.errors import APIError
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest
@@ -19,15 +17,8 @@ from turbospec.engine.sequence import RequestMetrics
 from turbospec.outputs import CompletionOutput, RequestOutput
 
 
-def _run(engine: FakeEngine, scenario):
-    app = build_app(engine, "fake")
-
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://fake", timeout=20) as c:
-                return await scenario(c)
-    return asyncio.run(asyncio.wait_for(main(), 60))
+def _run(engine, scenario):
+    return run_app(engine, scenario, timeout=20)
 
 
 def test_engine_step_failure_is_a_500_and_the_server_keeps_serving():
