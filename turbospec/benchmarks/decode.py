@@ -79,12 +79,16 @@ def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.
     """An engine whose KV pool holds max_batch sequences of max_len tokens. max_model_len (default
     max_len + 16): the context limit a server would be started with; the CUDA graphs are captured
     for length buckets up to it (2048, 8192, ...), so a larger one runs short contexts in the
-    graphs a server would use (the pool grows to hold one sequence of that length)."""
+    graphs a server would use (the pool grows to hold one sequence of that length).
+    The token budget holds every prompt at once, so a batch is prefilled in one step and its
+    sequences decode in lockstep: with a smaller budget the prompts prefilled first decode during
+    the later prefills, and the timed phase (after the last prefill) ends with steps in which only
+    the late sequences still run (qwen3-8b, batch 64, 512 + 64: 64 GPU steps for 60 tokens)."""
     bs = 16
     model_len = max_model_len or max_len + 16
     blocks = max(max_batch * (-(-(max_len + 16) // bs)), -(-(model_len + 16) // bs)) + 8
     ec = EngineConfig(block_size=bs, num_kv_blocks=blocks, max_num_seqs=max_batch,
-                      max_num_batched_tokens=max(8192, max_batch * 64), max_model_len=model_len)
+                      max_num_batched_tokens=max(8192, max_batch * max(max_len, 64)), max_model_len=model_len)
     return LLMEngine(None, model, config, None, device, dtype, ec, proposer=speculative_proposer,
                      graph_query_lens=graph_query_lens, auto_draft_length=auto_draft_length,
                      bitwise_exact=bitwise_exact)
