@@ -3,7 +3,9 @@ server's /v1/chat/completions (vLLM's semantics for both).
 
 - A message reaches the template as a dict: `role`, `content` (a string; text content parts are
   joined into one), and `name`, `tool_call_id`, `tool_calls` when given (each call's
-  `function.arguments` as a dict: turbospec/tools.py); other keys are not rendered.
+  `function.arguments` as a dict: turbospec/tools.py); an earlier turn's reasoning, sent as
+  `reasoning` or `reasoning_content` (a reasoning parser's response fields), under both names
+  (Qwen3's and DeepSeek's templates read `reasoning_content`), as vLLM; other keys are not rendered.
 - `tools` (OpenAI's function schemas, checked by turbospec/tools.py) reach the template as its
   `tools` variable; a template that does not read it is refused (it would drop them silently).
 - `add_generation_prompt` (default true) opens a new assistant turn; `continue_final_message`
@@ -60,6 +62,11 @@ def message_for_template(m: Any) -> dict[str, Any]:
                                 f"{{'role': 'user', 'content': 'Hello'}}; got {m!r}", "messages")
     d: dict[str, Any] = {"role": m["role"], "content": content_text(m.get("content"))}
     d.update({k: m[k] for k in _RENDERED_KEYS if m.get(k) is not None})
+    reasoning = m.get("reasoning")
+    if reasoning is None:
+        reasoning = m.get("reasoning_content")
+    if reasoning is not None:
+        d["reasoning"] = d["reasoning_content"] = reasoning
     if "tool_calls" in d:
         from turbospec.tools import tool_calls_for_template     # tools.py imports this module
         d["tool_calls"] = tool_calls_for_template(d["tool_calls"])

@@ -82,12 +82,12 @@ class ToolEngine(FakeEngine):
 
 
 class InProcessServer:
-    """`build_app(engine)` under uvicorn in a daemon thread on 127.0.0.1."""
+    """`build_app(engine, name, **app_options)` under uvicorn in a daemon thread on 127.0.0.1."""
 
-    def __init__(self, engine, name: str = "fake"):
+    def __init__(self, engine, name: str = "fake", **app_options):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(build_app(engine, name), host="127.0.0.1", port=self.port,
+        config = uvicorn.Config(build_app(engine, name, **app_options), host="127.0.0.1", port=self.port,
                                 log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -10,6 +10,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from turbospec import __version__
+from turbospec.reasoning_parser import check_reasoning_parser
 from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.errors import APIError, install_error_handlers
 from turbospec.serve.metrics import CONTENT_TYPE, ServerMetrics
@@ -34,19 +35,24 @@ def _auth_dependency(api_key: str | None):
 
 def build_app(engine, served_model_name: str | list[str], api_key: str | None = None, *,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
-              shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None) -> FastAPI:
+              shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None,
+              reasoning_parser: str | None = None) -> FastAPI:
     """`engine`: an LLMEngine (wrapped and driven here) or an AsyncEngine. The engine thread starts
     with the app (lifespan) and stops with it, aborting whatever is still running.
     `allowed_origins`: CORS, so that a web page on those origins can call the API from a browser
-    (the CLI allows any, as vLLM does; the API key still applies)."""
+    (the CLI allows any, as vLLM does; the API key still applies).
+    `reasoning_parser`: "qwen3" or "deepseek_r1" splits chat outputs into reasoning and content
+    (serve/reasoning.py); None leaves them whole. ValueError for another name."""
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
+    if reasoning_parser is not None:
+        check_reasoning_parser(reasoning_parser)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError("served_model_name must be a non-empty string (or a list of them)")
     metrics = metrics or ServerMetrics(names[0])
     async_engine = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine, metrics)
     if async_engine.metrics is None:
         async_engine.metrics = metrics
-    serving = OpenAIServing(async_engine, names, max_body_bytes)
+    serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser)
     require_key = _auth_dependency(api_key)
 
     @asynccontextmanager

@@ -1,7 +1,8 @@
 """Chat requests' messages and template options as the server parses them: the message shapes
 clients send, validated, and vLLM's `add_generation_prompt`, `continue_final_message`,
 `chat_template_kwargs`. The rendering rules are turbospec/chat_template.py's (shared with
-`LLM.chat`); here their errors become 400s naming the field. Fields that the `openai` client or
+`LLM.chat`; an earlier turn's `reasoning` / `reasoning_content` is rendered); here their errors
+become 400s naming the field. Fields that the `openai` client or
 agent frameworks echo back from an earlier response (`refusal`, `annotations`, null `audio` /
 `function_call`) are accepted and not rendered.
 """
@@ -22,6 +23,8 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_call_id: str | None = None                   # role "tool": the call it answers
     tool_calls: list[dict[str, Any]] | None = None    # role "assistant": an earlier turn's calls
+    reasoning: str | None = None                      # role "assistant": an earlier turn's reasoning
+    reasoning_content: str | None = None              # the same, under its former name
     # echoed back from earlier responses; not rendered
     refusal: str | None = None
     annotations: list[Any] | None = None

@@ -50,6 +50,13 @@ def serve(
              "`tools` (tool_choice auto or none; docs/serving.md)."),
     tool_call_parser: str = typer.Option("hermes", help="How tool calls are read from the output: hermes "
                                          "(<tool_call>{json}</tool_call>, Qwen2.5/Qwen3), the one parser."),
+    reasoning_parser: str = typer.Option(
+        None, help="Split chat outputs' <think>...</think> into message.reasoning (and reasoning_content) "
+                   "and content, as vLLM: qwen3 or deepseek_r1 (default: none, the think text stays in content)."),
+    enable_reasoning: bool = typer.Option(
+        False, "--enable-reasoning",
+        help="Deprecated, does nothing: old vLLM launch lines need it next to --reasoning-parser, which "
+             "alone turns reasoning parsing on here (as in current vLLM)."),
     max_model_len: int = typer.Option(None, help="Context length cap (default: the model's)."),
     num_kv_blocks: int = typer.Option(None, help="KV cache blocks (default: sized from memory)."),
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
@@ -68,10 +75,20 @@ def serve(
     from turbospec.config import EngineConfig
     from turbospec.serve.app import build_app
     from turbospec.chat_template import load_chat_template
+    from turbospec.reasoning_parser import check_reasoning_parser
     from turbospec.serve.shutdown import GracefulServer, graceful_timeout
     from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
+    if reasoning_parser is not None:
+        try:
+            check_reasoning_parser(reasoning_parser)
+        except ValueError as e:
+            typer.echo(f"turbospec serve: --reasoning-parser: {e}", err=True)
+            raise typer.Exit(2)
+    elif enable_reasoning:
+        typer.echo("turbospec serve: --enable-reasoning does nothing without --reasoning-parser "
+                   "(qwen3 or deepseek_r1); serving without reasoning parsing", err=True)
     if tool_call_parser != "hermes":
         raise typer.BadParameter(f"{tool_call_parser!r} is not a parser turbospec has: use hermes "
                                  "(<tool_call>{json}</tool_call>, what Qwen2.5 / Qwen3 templates produce)",
@@ -99,13 +116,15 @@ def serve(
     print_cold_start(model, str(getattr(engine, "device", device)), cold, spec)
     app = build_app(engine, names, api_key, max_body_bytes=max_request_bytes,
                     shutdown_timeout_s=shutdown_timeout,
-                    allowed_origins=[o for o in allowed_origins or [] if o.strip()])
+                    allowed_origins=[o for o in allowed_origins or [] if o.strip()],
+                    reasoning_parser=reasoning_parser)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")
     server = GracefulServer(config, app.state.engine, shutdown_timeout)
     print(f"turbospec serve: listening on http://{host}:{port} as {', '.join(names)}"
-          f"{' (API key required)' if api_key else ''}", flush=True)
+          f"{' (API key required)' if api_key else ''}"
+          f"{f'; reasoning parser {reasoning_parser}' if reasoning_parser else ''}", flush=True)
     server.run()
     if not server.started:            # e.g. the port was taken: uvicorn logged why
         sys.exit(1)

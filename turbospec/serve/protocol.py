@@ -3,7 +3,8 @@
 Types are strict (no "5" for 5, no true for 1). A field that would change what the model returns
 but that turbospec does not implement (`best_of`, `response_format`, `tools` on /v1/completions,
 ...) is rejected with a 400 naming it, unless it carries its neutral value. Chat serves `tools`,
-`tool_choice`, `parallel_tool_calls` (serve/tool_calls.py). The penalties, `min_p` and `logit_bias`
+`tool_choice`, `parallel_tool_calls` (serve/tool_calls.py) and vLLM's `include_reasoning`
+(serve/reasoning.py). The penalties, `min_p` and `logit_bias`
 (its keys token ids as strings, as JSON has them) are served with vLLM's semantics. `n` and a
 batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
 implements `echo` (with `logprobs`: the prompt tokens' logprobs too). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
@@ -21,6 +22,7 @@ from turbospec.chat_template import ChatTemplateError
 from turbospec.sampling_params import SamplingParams, is_one_of
 from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
 from turbospec.serve.errors import APIError, bad_request
+from turbospec.serve.reasoning import ReasoningOptions
 from turbospec.serve.tool_calls import ToolOptions
 
 MAX_LOGPROBS = 20
@@ -190,7 +192,7 @@ class CompletionRequest(_SamplingFields):
         return params
 
 
-class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions):
+class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, ReasoningOptions):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None                 # deprecated by OpenAI in favour of the next one
     max_completion_tokens: int | None = None

@@ -96,14 +96,22 @@ class ToolCall(BaseModel):
 
 
 class ChatMessageOut(BaseModel):
-    """`tool_calls` only when the model called tools (then `content` may be null), as OpenAI."""
+    """`tool_calls` only when the model called tools (then `content` may be null), as OpenAI.
+    `reasoning` and its former name `reasoning_content` (vLLM's) only when the server runs a
+    reasoning parser (then null when the output has no think block)."""
     role: Literal["assistant"] = "assistant"
     content: str | None
     tool_calls: list[ToolCall] | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
 
     @model_serializer(mode="wrap")
-    def _omit_no_tool_calls(self, handler):
-        return _without_none(handler(self), "tool_calls")
+    def _omit_unset(self, handler):
+        d = _without_none(handler(self), "tool_calls")
+        for key in ("reasoning", "reasoning_content"):
+            if key not in self.model_fields_set:
+                d.pop(key, None)
+        return d
 
 
 class ChatChoice(BaseModel):
@@ -147,13 +155,16 @@ class DeltaToolCall(BaseModel):
 
 
 class DeltaMessage(BaseModel):
+    """`reasoning` / `reasoning_content` (the same text) only in a reasoning chunk."""
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
 
     @model_serializer(mode="wrap")
-    def _omit_no_tool_calls(self, handler):
-        return _without_none(handler(self), "tool_calls")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "tool_calls", "reasoning", "reasoning_content")
 
 
 def _without_none(d: dict, *keys: str) -> dict:

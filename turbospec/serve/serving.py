@@ -10,14 +10,16 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from turbospec.serve.async_engine import AsyncEngine
+from turbospec.serve.chat_output import ChatChoiceOutput
 from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, start_choices, usage
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.deltas import StreamDelta, TokenLogprob, token_str
 from turbospec.serve.errors import APIError
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, check_model_name
+from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
 from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
-                                       ChatCompletionResponse, ChatLogprobs, ChatMessageOut,
+                                       ChatCompletionResponse, ChatLogprobs,
                                        ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
                                        CompletionResponse, DeltaMessage, SpeculativeDecodingInfo,
                                        TopLogprob, UsageInfo, sse)
@@ -34,6 +36,7 @@ class OpenAIServing:
     engine: AsyncEngine
     served_model_names: list[str]
     max_body_bytes: int
+    reasoning_parser: str | None = None          # --reasoning-parser: chat outputs are split (serve/reasoning.py)
 
     # ---- shared --------------------------------------------------------------------------------
     async def _start(self, request_id: str, params, **prompt) -> RequestStream:
@@ -160,11 +163,8 @@ class OpenAIServing:
             return Response(status_code=499)
         choices = []
         for i, d in enumerate(finals):
-            message, finish_reason = ChatMessageOut(content=d.text), d.finish_reason
-            if req.parses_tool_calls:
-                calls = ChoiceToolCalls(req.parallel_tool_calls)
-                message, finish_reason = calls.message(d.text), calls.finish_reason(d.finish_reason)
-            choices.append(ChatChoice(index=i, message=message, finish_reason=finish_reason,
+            out = self._chat_output(req)
+            choices.append(ChatChoice(index=i, message=out.message(d), finish_reason=out.finish_reason(d.finish_reason),
                                       stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs)))
         body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
                                       speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
@@ -173,7 +173,7 @@ class OpenAIServing:
     async def _chat_events(self, rid: str, req: ChatCompletionRequest,
                            streams: list[RequestStream]) -> AsyncIterator[str]:
         created, finals, events = int(time.time()), [None] * len(streams), merged(streams)
-        calls = [ChoiceToolCalls(req.parallel_tool_calls) if req.parses_tool_calls else None for _ in streams]
+        outputs = [self._chat_output(req) for _ in streams]
 
         def chunk(choices, usage_info=None, spec=None) -> str:
             return sse(ChatCompletionChunk(id=rid, created=created, model=req.model, choices=choices,
@@ -185,16 +185,12 @@ class OpenAIServing:
                 if not (d.text or d.finished or d.token_ids):
                     continue
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                if calls[i] is None:
-                    deltas = [DeltaMessage(content=d.text if d.text or not d.finished else None)]
-                    finish_reason = d.finish_reason
-                else:                             # the parser may hold text back, or split it
-                    deltas = calls[i].deltas(d.text, d.finished)
-                    finish_reason = calls[i].finish_reason(d.finish_reason)
-                    if not deltas:                # all held back: a chunk only to carry something else
-                        if not (d.finished or d.logprobs or req.usage_in_every_chunk):
-                            continue
-                        deltas = [DeltaMessage()]
+                deltas = outputs[i].deltas(d)     # a parser may hold text back, or split it
+                finish_reason = outputs[i].finish_reason(d.finish_reason)
+                if not deltas:                    # all held back: a chunk only to carry something else
+                    if not (d.finished or d.logprobs or req.usage_in_every_chunk):
+                        continue
+                    deltas = [DeltaMessage()]
                 for k, delta in enumerate(deltas):
                     first, last = k == 0, k == len(deltas) - 1
                     yield chunk([ChatChunkChoice(index=i, delta=delta,
@@ -213,6 +209,14 @@ class OpenAIServing:
         finally:
             await events.aclose()
             abort_all(streams)
+
+    def _chat_output(self, req: ChatCompletionRequest) -> ChatChoiceOutput:
+        """A parser set for one choice: reasoning (server flag), tool calls (request)."""
+        reasoning = None
+        if self.reasoning_parser is not None:
+            reasoning = ChoiceReasoning(self.reasoning_parser, enable_thinking(req.chat_template_kwargs),
+                                        req.include_reasoning)
+        return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls) if req.parses_tool_calls else None)
 
 
 def _param_of(e: RequestFailed, prompt: dict) -> str | None:
