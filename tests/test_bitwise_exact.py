@@ -26,6 +26,24 @@ def test_exact_k_cap_keeps_verify_rows_within_the_invariant_bound():
         assert k == 0 or b * (k + 2) > INVARIANT_MAX_M            # the largest such k
 
 
+def test_exact_k_cap_counts_the_rows_a_graph_runs():
+    """With CUDA graphs a step runs its batch bucket x the captured query length it pads to: 9
+    sequences in bucket 12 with graphs for q in 1..5 and 8 may verify 4 drafts (12 x 5 = 60 rows),
+    not the 6 that 9 x 7 = 63 real rows would allow (padded to 12 x 8 = 96: past the bound)."""
+    lens = [1, 2, 3, 4, 5, 8]
+    assert exact_k_cap(9) == 6
+    assert exact_k_cap(9, 12, lens) == 4
+    assert exact_k_cap(7, 8, lens) == 8        # k 7: 8 x 8 = 64 (the bound); k 8: no graph, 7 x 9 eager
+    assert exact_k_cap(16, 16, lens) == 3 and exact_k_cap(17, 24, lens) == 1
+    assert exact_k_cap(40, 48, lens) == 0
+    assert exact_k_cap(5, 8, [1, 2, 16]) == 1                      # k 2 pads to 16: 8 x 16 > 64
+    for b in range(1, 70):
+        bucket = next(x for x in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96) if x >= b)
+        k = exact_k_cap(b, bucket, lens)
+        q = next((L for L in lens if L >= k + 1), None)
+        assert k == 0 or (bucket * q if q else b * (k + 1)) <= INVARIANT_MAX_M      # no graph: eager
+
+
 @pytest.fixture(scope="module")
 def plain(codelm_dir):
     return LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)

@@ -19,12 +19,25 @@ from turbospec.spec.proposer import Proposal
 COST_BATCHES = (1, 4, 16, 64)
 
 
-def exact_k_cap(num_seqs: int) -> int:
-    """The largest draft length whose verify of `num_seqs` sequences (num_seqs x (k + 1) rows) stays
-    within INVARIANT_MAX_M rows, where every CUDA matmul (bf16 skinny GEMM, FP8 GEMM, fused MoE)
-    rounds a row alike whatever the row count: greedy speculative output is then bit for bit plain
-    decoding's. 0 (plain decoding) above INVARIANT_MAX_M / 2 sequences."""
-    return max(0, INVARIANT_MAX_M // max(num_seqs, 1) - 1)
+def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens: list[int] | None = None) -> int:
+    """The largest draft length whose verify of `num_seqs` sequences stays within INVARIANT_MAX_M
+    rows, where every CUDA matmul (bf16 skinny GEMM, FP8 GEMM, fused MoE) rounds a row alike
+    whatever the row count: greedy speculative output is then bit for bit plain decoding's. 0
+    (plain decoding) above INVARIANT_MAX_M / 2 sequences.
+    The rows are those the step runs: with CUDA graphs, the batch bucket (`batch_bucket`) times
+    the captured query length that k + 1 is padded up to (`query_lens`). Counting only the real
+    num_seqs x (k + 1) let 9 sequences verify 6 drafts as a bucket-12 graph of 12 x 8 = 96 rows:
+    cuBLAS rounding, and qwen3-8b greedy outputs that left plain decoding's near their end
+    (H200, 2026-11-30, `bench/exact_diag.py`)."""
+    b = max(num_seqs, batch_bucket or 0, 1)
+    cap = 0
+    for k in range(1, INVARIANT_MAX_M):
+        q = next((L for L in sorted(query_lens or ()) if L >= k + 1), None)
+        rows = b * q if q is not None else max(num_seqs, 1) * (k + 1)     # no graph: eager, unpadded
+        if rows > INVARIANT_MAX_M:
+            break
+        cap = k
+    return cap
 
 
 def candidate_ks(k_max: int, tree: bool = False) -> list[int]:

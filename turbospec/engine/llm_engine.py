@@ -201,7 +201,8 @@ class LLMEngine:
         if exact and self.scheduler.will_prefill():
             return 0
         num_seqs = max(num_seqs, 1)
-        cap = exact_k_cap(num_seqs) if exact else None
+        graphs = self.runner.graphs
+        cap = exact_k_cap(num_seqs, graphs and graphs.bucket(num_seqs), graphs and graphs.query_lens) if exact else None
         if self.adaptive is not None:
             return self.adaptive.choose(num_seqs, cap, steps)
         return p.k if cap is None else min(p.k, cap)
