@@ -28,6 +28,7 @@
 #       final9 (8b oracle, MoE oracle b1/16, 8b FP8 b1, 30b bf16 b1)
 #       autok2 (MoE oracle b16/64 auto vs fixed, auto_diag b16)  attnwarps (attention warps / 32-token tile)
 #       autok (MoE oracle: automatic k with timed verify costs vs fixed k = 7, 64 / 256 tokens; auto_diag)
+#       smallab (skinny GEMM small-M configs vs out/base_sk: GPU tests, qwen3-8b decode x2, 30b bf16)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
@@ -217,6 +218,20 @@ for part in ${*:-tests decode oracle drafters}; do
               # tiles (fewer partials, softmax restarts and merge work), a 128-token tile, 3 stages with one program per row
               run 200 python3 bench/attn_bucket.py '{"min_partition":128}' '{"min_partition":256}' \
                 '{"block_n":128,"min_partition":128}' '{"num_stages":3,"programs_per_row":1}' ;;
+    smallab)  # the skinny GEMM's small-M configs (M <= 16) and new general configs vs out/base_sk (the kernels
+              # before them): GPU tests of the skinny GEMM, then qwen3-8b decode alternating, qwen3-30b-a3b bf16 b1
+              run 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_skinny_gemm.py
+              for v in base new base new; do
+                echo "### smallab: $v" | tee -a "$log"
+                ( [ $v = new ] || cd out/base_sk
+                  run 120 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 \
+                    --gen-len 64 --max-model-len 8192 )
+              done
+              for v in base new; do
+                echo "### smallab: $v" | tee -a "$log"
+                ( [ $v = new ] || cd out/base_sk
+                  run 120 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
+              done ;;
     prof8b)   # where a qwen3-8b batch-16 / batch-64 step goes (PDL off: kernels not overlapped), a server's context limit
               for b in 16 64; do
                 TURBOSPEC_PDL=0 run 120 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes $b --prompt-len 512 \

@@ -98,6 +98,69 @@ def test_linear_dispatch():
         lin.INVARIANT_GEMMS = True
 
 
+def test_small_m_configs_give_the_general_configs_bits():
+    """Up to SMALL_MAX_M rows a shape may run another tile config with the same K slices; decode
+    (small M) and verify (up to 64 rows) then still agree only if every row matches bit for bit.
+    Checked here directly (the engine's own check runs once per shape at its first call) and
+    through the default selection, across the SMALL_MAX_M boundary."""
+    from turbospec.kernels import skinny_gemm as sg
+    sms = sg.num_sms(torch.device("cuda"))
+    shapes = [(N, K) for (s, N, K) in sg.TUNED_SMALL if s == sms]
+    if not shapes or sg.SMALL_MAX_M == 0:
+        pytest.skip(f"no small-M configs for {sms} SMs")
+    for N, K in shapes:
+        x, w, b = _data(N, K, torch.bfloat16, seed=N + K)
+        general, small = sg.get_config(N, K, sms), sg.TUNED_SMALL[(sms, N, K)]
+        assert small != general and sg.k_slices(small, K) == sg.k_slices(general, K)
+        for M in (1, 5, 16):
+            assert torch.equal(sg.skinny_gemm(x[:M], w, b, config=small), sg.skinny_gemm(x[:M], w, b, config=general)), \
+                f"[{N}, {K}] M={M}: the small-M config's rows differ"
+        full = sg.skinny_gemm(x, w, b)                                  # 64 rows: the general config
+        for M in (1, 16, 17):
+            assert torch.equal(sg.skinny_gemm(x[:M].contiguous(), w, b), full[:M])
+        assert sg._SMALL_OK[(w.device, N, K)] is True
+
+
+def test_small_m_config_refused_when_its_bits_differ(monkeypatch):
+    """A small-M config is used only with the general config's K slices, and only if its rows
+    match bit for bit at the first call; one that differs (here: its output nudged by a few ulps,
+    as on a GPU whose MMAs rounded otherwise) is refused with a warning, for every later call too."""
+    from turbospec.kernels import skinny_gemm as sg
+    sms = sg.num_sms(torch.device("cuda"))
+    N, K = 512, 2048
+    x, w, _ = _data(N, K, torch.bfloat16, M=16)
+    general = sg.get_config(N, K, sms)
+    split, per = sg.k_slices(general, K)
+    small = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=split, num_warps=4, num_stages=4, SWAP_AB=True)
+    assert sg.k_slices(small, K) == (split, per) and small != general
+    other = dict(small, SPLIT_K=1 if split > 1 else 2)
+    assert sg.k_slices(other, K) != (split, per)
+    monkeypatch.setitem(sg.TUNED_SMALL, (sms, N, K), other)
+    assert sg._small_config(w, N, K, sms, general) is None              # other K slices: not even tried
+    assert (w.device, N, K) not in sg._SMALL_OK
+    monkeypatch.setitem(sg.TUNED_SMALL, (sms, N, K), small)
+    real = sg._launch
+
+    def nudged(x, w, bias, cfg, silu_mul=False):
+        is_small = cfg.get("BLOCK_M") == 16
+        out = real(x, w, bias, cfg, silu_mul)
+        if is_small:
+            out[0, 0] += out[0, 0].abs().clamp_min(1e-3) * 0.02          # a few bf16 ulps
+        return out
+
+    monkeypatch.setattr(sg, "_launch", nudged)
+    try:
+        with pytest.warns(UserWarning, match="differ"):
+            assert sg._small_config(w, N, K, sms, general) is None
+        assert sg._SMALL_OK[(w.device, N, K)] is False
+        assert torch.equal(sg.skinny_gemm(x[:4], w), real(x[:4], w, None, dict(general)))
+        monkeypatch.setattr(sg, "_launch", real)
+        sg._SMALL_OK.pop((w.device, N, K))
+        assert sg._small_config(w, N, K, sms, general) == small         # the unnudged rows match
+    finally:
+        sg._SMALL_OK.pop((w.device, N, K), None)
+
+
 @pytest.mark.parametrize("N,K", [SHAPES[3], SHAPES[2]])              # qwen3-8b down (split-K), gate_up
 def test_cuda_graph_capture_and_replay(N, K):
     from turbospec.kernels.skinny_gemm import skinny_gemm

@@ -6,14 +6,21 @@ of activations against N x K of weights: at most 64 FLOP per weight byte, well u
 contiguous dimension), `num_stages` tiles in flight per program, and enough programs for every SM
 (split-K when N alone gives too few tiles).
 
-**Invariance contract.** The launch configuration (BLOCK_M/N/K, SPLIT_K, num_warps, num_stages)
-is a function of (N, K, SM count) only — never of M — and the split-K partials are summed in
-split order (`split_k.store_split_k`). Each output row is then computed by the same instructions
-on the same values whatever M is and whatever the other rows hold (tensor-core MMAs do not mix
-rows; masked rows load zeros and are never stored). So a verify over batch * (k + 1) rows gives
-every row bitwise the logits a decode over batch rows gives, which greedy speculation needs to be
-lossless in bf16. M is not even specialised on (`do_not_specialize`): one binary serves every M.
-What would break it: a config keyed on M, an M-dependent grid order in the reduction, atomics
+**Invariance contract.** The K slices of split-K (SPLIT_K and their boundaries, in elements) are
+a function of (N, K, SM count) only — never of M — and the split-K partials are summed in split
+order (`split_k.store_split_k`). Within a launch config each output row is then computed by the
+same instructions on the same values whatever M is and whatever the other rows hold (tensor-core
+MMAs do not mix rows; masked rows load zeros and are never stored). So a verify over
+batch * (k + 1) rows gives every row bitwise the logits a decode over batch rows gives, which
+greedy speculation needs to be lossless in bf16. M is not even specialised on
+(`do_not_specialize`): one binary serves every M of a config.
+Up to SMALL_MAX_M rows a shape may use a second config (`TUNED_SMALL`) with the *same K slices*
+and other tiles, stages or swapped operands: an fp32 MMA accumulator takes the K steps of its
+slice in order whatever the tile, so the rows come out bitwise the same (measured on an H200 for
+every qwen3-8b / qwen3-30b-a3b shape and 15 tile configs each, `bench/skinny_tiles.py`). It is not
+taken on trust: the first eager call of a shape compares the two configs on 16 random rows and
+uses the small one only if every bit matches (`_small_config`).
+What would break it: a K slicing keyed on M, an M-dependent grid order in the reduction, atomics
 accumulating floats, or cuBLAS (M > INVARIANT_MAX_M goes there: not invariant).
 
 BLOCK_M = 64 by default: every M <= 64 is one M tile, so the weight crosses HBM -> SM exactly
@@ -37,6 +44,8 @@ the fused qwen3-8b down_proj was slower than the two launches.
 from __future__ import annotations
 
 import functools
+import os
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -112,10 +121,13 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
 _C = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
 _S = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, SPLIT_K=1, num_warps=4, num_stages=3, SWAP_AB=True)
 TUNED: dict[tuple[int, int, int], dict] = {
-    (132, 6144, 4096): dict(_C, BLOCK_K=256, SPLIT_K=1),      # qwen3-8b qkv      17.5 / 18.0 / 18.4  (17.1 / 16.1 / 16.6)
-    (132, 4096, 4096): dict(_C, BLOCK_K=256, SPLIT_K=2),      # qwen3-8b o        13.2 / 13.5 / 14.2  (13.6 / 13.7 / 11.9)
-    (132, 24576, 4096): _S,                                   # qwen3-8b gate_up  48.8 / 49.6 / 59.9  (50.2 / 52.0 / 52.6)
-    (132, 4096, 12288): dict(_C, BLOCK_K=256, SPLIT_K=2),     # qwen3-8b down     29.6 / 30.4 / 31.6  (30.2 / 29.6 / 32.7)
+    # qkv, o, gate_up, down: since 2026-11-30 the configs for M > SMALL_MAX_M (TUNED_SMALL below the
+    # table serves M <= 16), from `bench/skinny_tiles.py`: us at M = 1 / 16 / 64, then the previous
+    # config's in brackets. gate_up's swapped 32-row tiles (48.6 / 50.1 / 61.4) stay its small config.
+    (132, 6144, 4096): dict(_C, BLOCK_K=128, SPLIT_K=1, num_stages=5),    # qwen3-8b qkv  16.5 / 17.0 / 17.0 (17.8 / 18.0 / 18.5)
+    (132, 4096, 4096): dict(_C, BLOCK_K=128, SPLIT_K=2, num_stages=5),    # qwen3-8b o    12.8 / 12.8 / 13.5 (13.2 / 13.4 / 14.4)
+    (132, 24576, 4096): dict(_C, BLOCK_K=128, SPLIT_K=1, num_stages=5),   # gate_up  52.8 / 54.0 / 55.6 (48.6 / 50.1 / 61.4)
+    (132, 4096, 12288): dict(_C, BLOCK_K=128, SPLIT_K=2, num_stages=5),   # qwen3-8b down 29.3 / 29.6 / 31.4 (29.8 / 30.6 / 31.9)
     (132, 151936, 4096): dict(_C, BLOCK_K=128, SPLIT_K=1),    # qwen3-8b lm_head 288 / 295 / 309     (298 / 303 / 314)
     (132, 640, 384): _S,                                      # codelm-12m qkv     2.8 / 2.8 / 2.8   (2.9 / 2.9 / 3.1)
     (132, 384, 384): _S,                                      # codelm-12m o       2.5 / 2.6 / 2.6   (2.9 / 2.8 / 2.9)
@@ -128,6 +140,23 @@ TUNED: dict[tuple[int, int, int], dict] = {
     (132, 2048, 4096): dict(_S, SPLIT_K=4),                   # o       8.9 /  9.1 / 10.5 (9.3 / 9.5 / 10.0; 13.4 / 13.9 / 15.1)
     (132, 128, 2048): dict(_S, SPLIT_K=16, num_warps=8),      # router  5.0 /  5.3 /  5.7 (5.1 / 5.2 / 5.7; 5.5 / 5.9 / 6.8)
     (132, 151936, 2048): dict(_C, BLOCK_K=128, SPLIT_K=1),    # lm_head 146 / 152 / 158   (145 / 149 / 156; 163 / 170 / 177)
+}
+
+# Up to SMALL_MAX_M rows (decode to batch 16, verify of 8 tokens at batch 1-2): configs with the
+# K slices of the shape's config above and a 16-row swapped x tile, which leaves shared memory for
+# 4-5 stages (a program then has 3-4 weight tiles in flight, where qkv / o / down had one program
+# per SM streaming too little). H200, 2026-11-30, `bench/skinny_tiles.py`, us at M = 1 / 16 against
+# the config above: qwen3-8b qkv 15.4 / 15.8 (17.8 / 18.0), o 11.8 / 12.2 (13.2 / 13.4), down
+# 27.8 / 28.2 (29.8 / 30.6); qwen3-30b-a3b qkv 9.3 / 9.6 (10.0 / 10.2), o 8.1 / 8.2 (8.9 / 9.2).
+SMALL_MAX_M = int(os.environ.get("TURBOSPEC_SKINNY_SMALL_MAX_M", "16"))     # 0: one config for every M
+_W = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, SWAP_AB=True)
+TUNED_SMALL: dict[tuple[int, int, int], dict] = {
+    (132, 6144, 4096): dict(_W, BLOCK_K=256, SPLIT_K=1, num_stages=4),    # qwen3-8b qkv
+    (132, 4096, 4096): dict(_W, SPLIT_K=2, num_stages=5),                 # qwen3-8b o
+    (132, 4096, 12288): dict(_W, SPLIT_K=2, num_stages=5),                # qwen3-8b down
+    (132, 24576, 4096): _S,                                               # qwen3-8b gate_up (48.6 / 50.1)
+    (132, 5120, 2048): dict(_W, SPLIT_K=2, num_stages=4),                 # qwen3-30b-a3b qkv
+    (132, 2048, 4096): dict(_W, SPLIT_K=4, num_stages=4),                 # qwen3-30b-a3b o
 }
 
 _PIPELINE_FILL = 2      # K blocks' worth of time a program spends before its stream is steady
@@ -167,9 +196,39 @@ def heuristic_config(N: int, K: int, sms: int, block_m: int = 64, block_n: int =
 
 @functools.lru_cache(maxsize=None)
 def get_config(N: int, K: int, sms: int) -> dict:
-    """The launch config of an [N, K] weight on a GPU with `sms` SMs; never depends on M: this
-    machine's tuned-config file (`tuned_configs`), else `TUNED`, else `heuristic_config`."""
+    """The launch config of an [N, K] weight on a GPU with `sms` SMs for any M (above SMALL_MAX_M
+    when the shape has a small-M config): this machine's tuned-config file (`tuned_configs`), else
+    `TUNED`, else `heuristic_config`."""
     return dict(load_tuned("skinny_gemm").get((sms, N, K)) or TUNED.get((sms, N, K)) or heuristic_config(N, K, sms))
+
+
+def k_slices(cfg: dict, K: int) -> tuple[int, int]:
+    """(SPLIT_K, elements per slice) that `cfg` cuts K into: what a row's bits depend on."""
+    split, per = split_k_for(triton.cdiv(K, cfg["BLOCK_K"]), cfg["SPLIT_K"])
+    return split, per * cfg["BLOCK_K"]
+
+
+_SMALL_OK: dict[tuple, bool] = {}
+
+
+def _small_config(w: torch.Tensor, N: int, K: int, sms: int, cfg: dict) -> dict | None:
+    """The M <= SMALL_MAX_M config of this shape if it has one with cfg's K slices and, checked
+    once per (device, N, K) on the first eager call, 16 random rows through it equal cfg's rows
+    bit for bit (under CUDA-graph capture an unchecked shape takes cfg: both agree once checked)."""
+    small = TUNED_SMALL.get((sms, N, K))
+    if small is None or k_slices(small, K) != k_slices(cfg, K):
+        return None
+    key = (w.device, N, K)
+    if key not in _SMALL_OK:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        g = torch.Generator(device=w.device).manual_seed(0)
+        x = torch.randn(SMALL_MAX_M, K, device=w.device, generator=g).to(w.dtype)            # [16, K]
+        _SMALL_OK[key] = torch.equal(_launch(x, w, None, dict(small)), _launch(x, w, None, dict(cfg)))
+        if not _SMALL_OK[key]:
+            warnings.warn(f"skinny_gemm [{N}, {K}]: the small-M config's rows differ from the "
+                          "general config's on this GPU; using the general config for every M")
+    return small if _SMALL_OK[key] else None
 
 
 # ------------------------------------------------------------------ host side
@@ -188,10 +247,20 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
                          f"w {tuple(w.shape)} {w.dtype} stride {w.stride()} (silu_mul={silu_mul})")
     if x.is_cuda and x.dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"skinny_gemm runs bf16/fp16 on CUDA (tl.dot would round {x.dtype} to tf32)")
+    if config is None:
+        sms = num_sms(x.device)
+        config = get_config(N, K, sms)
+        if 0 < M <= SMALL_MAX_M and x.is_cuda:
+            config = _small_config(w, N, K, sms, config) or config
+    return _launch(x, w, bias, dict(config), silu_mul)
+
+
+def _launch(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, cfg: dict,
+            silu_mul: bool = False) -> torch.Tensor:
+    M, N, K = x.shape[0], w.shape[0], w.shape[1]
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)                     # [M, N]
     if M == 0:
         return out
-    cfg = dict(config or get_config(N, K, num_sms(x.device)))
     split, per = split_k_for(triton.cdiv(K, cfg["BLOCK_K"]), cfg.pop("SPLIT_K"))
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
     ws, locks = split_buffers(M, N, grid, x.device)
