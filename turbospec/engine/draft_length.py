@@ -5,6 +5,7 @@ plain decoding — whenever speculation would not pay, so it never makes a step 
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -19,7 +20,7 @@ from turbospec.spec.proposer import Proposal
 COST_BATCHES = (1, 4, 16, 64)
 
 
-def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens: list[int] | None = None) -> int:
+def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens=None) -> int:
     """The largest draft length whose verify of `num_seqs` sequences stays within INVARIANT_MAX_M
     rows, where every CUDA matmul (bf16 skinny GEMM, FP8 GEMM, fused MoE) rounds a row alike
     whatever the row count: greedy speculative output is then bit for bit plain decoding's. 0
@@ -29,10 +30,15 @@ def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens: list
     num_seqs x (k + 1) let 9 sequences verify 6 drafts as a bucket-12 graph of 12 x 8 = 96 rows:
     cuBLAS rounding, and qwen3-8b greedy outputs that left plain decoding's near their end
     (H200, 2026-11-30, `bench/exact_diag.py`)."""
-    b = max(num_seqs, batch_bucket or 0, 1)
+    return _exact_k_cap(num_seqs, batch_bucket or 0, tuple(sorted(query_lens or ())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _exact_k_cap(num_seqs: int, batch_bucket: int, query_lens: tuple[int, ...]) -> int:
+    b = max(num_seqs, batch_bucket, 1)            # asked every step: cached
     cap = 0
     for k in range(1, INVARIANT_MAX_M):
-        q = next((L for L in sorted(query_lens or ()) if L >= k + 1), None)
+        q = next((L for L in query_lens if L >= k + 1), None)
         rows = b * q if q is not None else max(num_seqs, 1) * (k + 1)     # no graph: eager, unpadded
         if rows > INVARIANT_MAX_M:
             break
