@@ -132,3 +132,14 @@ def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
                             "--max-tokens", "16", "--max-model-len", "30", "--speculative-config",
                             '{"method": "oracle", "num_speculative_tokens": 3, "acceptance_length": 2}'])
     assert r.exit_code == 2 and "shorter than prompt" in r.output and "(36)" in r.output
+
+
+def test_lossless_warning_only_where_outputs_must_be_identical():
+    """bench spec flags greedy outputs that left plain decoding while bitwise_exact holds (the
+    batch-16 bug of 2026-11-30 showed only as "11/16" in a column); elsewhere a difference is
+    expected rounding and nothing is printed."""
+    from turbospec.benchmarks.cli import lossless_warning
+    line = lossless_warning(11, 16, True, "batch 16")
+    assert line is not None and "5 of 16" in line and "batch 16" in line and "bug" in line
+    assert lossless_warning(16, 16, True, "batch 16") is None
+    assert lossless_warning(11, 16, False, "batch 16") is None

@@ -172,6 +172,25 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     typer.echo("per-position acceptance: " + " ".join(f"{p:.3f}" for p in m["per_position_acceptance"]))
     if temperature == 0:
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
+        # trees verify through the prefill attention kernel: not bit-identical yet (README)
+        _check_lossless(same, len(ps), eng.bitwise_exact and "tree" not in spec_cfg, "the prompts")
+
+
+def lossless_warning(same: int, total: int, exact: bool, where: str) -> str | None:
+    """The line to print when greedy speculative output left plain decoding's although the engine
+    keeps them bit-identical (`exact`: bitwise_exact on a GPU with the row-invariant kernels, chain
+    drafts): a losslessness bug, not noise."""
+    if same >= total or not exact:
+        return None
+    return (f"WARNING ({where}): {total - same} of {total} greedy outputs differ from plain decoding although "
+            "bitwise_exact holds: speculation must not change a token here. This is a bug; please report it "
+            "with this output (bench/exact_diag.py finds the first differing token)")
+
+
+def _check_lossless(same: int, total: int, exact: bool, where: str) -> None:
+    line = lossless_warning(same, total, exact, where)
+    if line:
+        typer.echo(line, err=True)
 
 
 def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device, quantization=None,
@@ -210,6 +229,9 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     for r in rows:
         typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
                    f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.mean_k or 0:>7.2f} {r.chosen_k:>7}")
+    for r in rows:
+        same, total = (int(x) for x in r.identical.split("/"))
+        _check_lossless(same, total, exact and dev.type == "cuda", f"batch {r.batch}")
     typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():
