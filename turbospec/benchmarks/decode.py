@@ -72,6 +72,9 @@ def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
     return model.eval()
 
 
+MAX_PREFILL_TOKENS = 1 << 16     # one prefill step's activations stay a few GB (qwen3-8b gate_up: 3.2 GB)
+
+
 def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.dtype, max_len: int,
                  max_batch: int, speculative_proposer=None, graph_query_lens: list[int] | None = None,
                  auto_draft_length: bool = False, bitwise_exact: bool = True,
@@ -80,15 +83,17 @@ def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.
     max_len + 16): the context limit a server would be started with; the CUDA graphs are captured
     for length buckets up to it (2048, 8192, ...), so a larger one runs short contexts in the
     graphs a server would use (the pool grows to hold one sequence of that length).
-    The token budget holds every prompt at once, so a batch is prefilled in one step and its
-    sequences decode in lockstep: with a smaller budget the prompts prefilled first decode during
-    the later prefills, and the timed phase (after the last prefill) ends with steps in which only
-    the late sequences still run (qwen3-8b, batch 64, 512 + 64: 64 GPU steps for 60 tokens)."""
+    The token budget holds every prompt at once (up to MAX_PREFILL_TOKENS), so a batch is
+    prefilled in one step and its sequences decode in lockstep: with a smaller budget the prompts
+    prefilled first decode during the later prefills, and the timed phase (after the last prefill)
+    ends with steps in which only the late sequences still run (qwen3-8b, batch 64, 512 + 64: 64
+    GPU steps for 60 tokens)."""
     bs = 16
     model_len = max_model_len or max_len + 16
     blocks = max(max_batch * (-(-(max_len + 16) // bs)), -(-(model_len + 16) // bs)) + 8
     ec = EngineConfig(block_size=bs, num_kv_blocks=blocks, max_num_seqs=max_batch,
-                      max_num_batched_tokens=max(8192, max_batch * max(max_len, 64)), max_model_len=model_len)
+                      max_num_batched_tokens=max(8192, min(max_batch * max(max_len, 64), MAX_PREFILL_TOKENS)),
+                      max_model_len=model_len)
     return LLMEngine(None, model, config, None, device, dtype, ec, proposer=speculative_proposer,
                      graph_query_lens=graph_query_lens, auto_draft_length=auto_draft_length,
                      bitwise_exact=bitwise_exact)
