@@ -15,9 +15,9 @@ batch * (k + 1) rows gives every row bitwise the logits a decode over batch rows
 greedy speculation needs to be lossless in bf16. M is not even specialised on
 (`do_not_specialize`): one binary serves every M of a config.
 Up to SMALL_MAX_M rows a shape may use a second config (`TUNED_SMALL`) with the *same K slices*
-and other tiles, stages or swapped operands: an fp32 MMA accumulator takes the K steps of its
-slice in order whatever the tile, so the rows come out bitwise the same (measured on an H200 for
-every qwen3-8b / qwen3-30b-a3b shape and 15 tile configs each, `bench/skinny_tiles.py`). It is not
+and other tiles, stages or swapped operands: the rows came out bitwise the same on an H200 for
+qwen3-8b's qkv / o / gate_up / down and qwen3-30b-a3b's qkv / o, about 15 tile configs each
+(`bench/skinny_tiles.py`; the K steps of a slice accumulate in order whatever the tile). It is not
 taken on trust: the first eager call of a shape compares the two configs on 16 random rows and
 uses the small one only if every bit matches (`_small_config`).
 What would break it: a K slicing keyed on M, an M-dependent grid order in the reduction, atomics
