@@ -30,6 +30,7 @@
 #       autok (MoE oracle: automatic k with timed verify costs vs fixed k = 7, 64 / 256 tokens; auto_diag)
 #       smallab (skinny GEMM small-M configs vs out/base_sk: GPU tests, qwen3-8b decode x2, 30b bf16)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
+#       fp8large (FP8 GEMM 32-row config: tests, qwen3-8b FP8 b16 / b64 off vs on)  timeline (bench/spec_timeline.py: 8b, codelm-12m)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -316,6 +317,16 @@ for part in ${*:-tests decode oracle drafters}; do
               run 240 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes ${MOE_BATCHES:-1,16} \
                 --prompt-len 256 --max-tokens 64 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
+    fp8large) # the FP8 GEMM's 32-row config for 17-64 rows: GPU tests, then qwen3-8b FP8 decode at batch 16 / 64
+              # and the MoE oracle at batch 16, with it off (TURBOSPEC_FP8_LARGE_MIN_M=0) and on, alternating
+              run 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_fp8_large_config.py tests/gpu/test_skinny_gemm.py -k "fp8 or large"
+              for v in 0 17 0 17; do
+                echo "### TURBOSPEC_FP8_LARGE_MIN_M=$v" | tee -a "$log"
+                TURBOSPEC_FP8_LARGE_MIN_M=$v run 150 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 16,64 --prompt-len 512 --gen-len 64
+              done ;;
+    timeline) # where a speculative step's wall time goes (host phases, GPU gaps), oracle k = 7, batch 1
+              run 150 python3 bench/spec_timeline.py qwen3-8b 7 128
+              run 90 python3 bench/spec_timeline.py models/codelm-12m 7 128 ;;
     sweep30b) run 330 python3 -m turbospec.kernels.microbench_gemm --quick --sweep --budget 220 --models qwen3-30b-a3b ;;
     decode8b) run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile ;;
     codelm)   run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 ;;

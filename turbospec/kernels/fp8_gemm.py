@@ -16,8 +16,9 @@ kernel keeps activations in bf16 and dequantizes the weight tile in registers:
   the plain conversion if the inline PTX misbehaves (`TURBOSPEC_FP8_CVT=native` forces it);
 - split-K without a second launch (`split_k.store_split_k`): the last split to arrive sums the
   fp32 partials **in split order** (bitwise deterministic). No host sync; graph-capturable;
-- up to INVARIANT_MAX_M rows the launch config depends on (N, K) only: decode and verify round
-  every row alike (see `pick_config`).
+- up to INVARIANT_MAX_M rows the K slices depend on (N, K) only: decode and verify round every
+  row alike (configs in kernels/fp8_config.py: 16-row tiles, and from `LARGE_MIN_M` rows 32-row
+  tiles with the same K slices once their bits are checked on the device, `_large_config`).
 
 Prefill (M > FP8_TRITON_MAX_M): dequantize to the activation dtype (one pass) and use cuBLAS —
 exactly the CPU reference's arithmetic; there compute dominates and the extra pass amortises.
@@ -25,6 +26,7 @@ exactly the CPU reference's arithmetic; there compute dominates and the extra pa
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 import triton
@@ -32,11 +34,10 @@ import triton.language as tl
 
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
-from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
-from turbospec.kernels.tuned_configs import load as load_tuned
+from turbospec.kernels import fp8_config
+from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, pick_config  # noqa: F401
+from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct
-
-FP8_TRITON_MAX_M = 256
 _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56 (exact in fp32)
 
 
@@ -195,42 +196,6 @@ def launch(kernel, grid, args: tuple, kwargs: dict, device: torch.device) -> Non
         kernel[grid](*args, **{**kwargs, "FAST_CVT": False})
 
 
-# (SM count, N, K) -> config for M <= INVARIANT_MAX_M (128x128 scale blocks), measured by
-# `python -m turbospec.kernels.fp8_sweep` on a GPU with that many SMs. H200, 2026-11-29, 190-s sweep:
-# only the shapes where the sweep's pick beat the default at M = 1 and 16 and tied at 64; time in us
-# at M = 1 / 16 / 64 (default in brackets).
-_F = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=3)
-TUNED: dict[tuple[int, int, int], dict] = {
-    (132, 6144, 4096): dict(_F, SPLIT_K=4),      # qwen3-8b qkv         11.9 / 12.2 / 32.0  (14.2 / 14.8 / 32.1)
-    (132, 4096, 12288): dict(_F, SPLIT_K=6),     # qwen3-8b down        19.5 / 20.4 / 58.1  (21.1 / 21.7 / 58.4)
-    (132, 5120, 2048): dict(_F, SPLIT_K=3),      # qwen3-30b-a3b qkv     8.4 /  8.7 / 16.8  ( 8.5 /  8.9 / 17.3)
-    (132, 2048, 4096): dict(_F, SPLIT_K=8),      # qwen3-30b-a3b o       7.3 /  7.8 / 14.4  ( 7.6 /  7.9 / 14.7)
-}
-
-
-def pick_config(M: int, N: int, K: int, block_k: int, num_sms: int) -> dict:
-    """Tile shape and split count for a decode/verify-sized GEMM: enough programs for ~2 per SM.
-    Up to INVARIANT_MAX_M rows the config is a function of (N, K) only (`TUNED`, else BLOCK_M 16
-    and the split from the N tiles alone; this machine's tuned-config file first, see
-    tuned_configs.py), so a row rounds alike whatever the number of rows in
-    the launch: decode and verify give the same logits. Larger M (<= FP8_TRITON_MAX_M) grows the tiles."""
-    tuned = None
-    if M <= INVARIANT_MAX_M and block_k == 128:
-        tuned = load_tuned("fp8_gemm").get((num_sms, N, K)) or TUNED.get((num_sms, N, K))
-    if tuned is not None:
-        split, per = split_k_for(triton.cdiv(K, block_k), tuned["SPLIT_K"])
-        return dict(tuned, SPLIT_K=split, kb_per_split=per)
-    if M <= INVARIANT_MAX_M:
-        block_m, block_n, m_tiles = 16, 64, 1
-    else:
-        block_m, block_n = 64, 128
-        m_tiles = triton.cdiv(M, block_m)
-    tiles = triton.cdiv(N, block_n) * m_tiles
-    split, per = split_k_for(triton.cdiv(K, block_k), round(2 * num_sms / tiles))
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, SPLIT_K=split, kb_per_split=per,
-                num_warps=4 if block_n == 64 else 8, num_stages=4 if block_m <= 32 else 3)
-
-
 def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: torch.Tensor | None,
              block: tuple[int, int], config: dict | None = None, fast_cvt: bool | None = None,
              silu_mul: bool = False) -> torch.Tensor:
@@ -243,9 +208,13 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M == 0:
         return out
-    cfg = dict(config or pick_config(M, N, K, block[1], num_sms(x.device)))
     if fast_cvt is None:
         fast_cvt = x.dtype == torch.bfloat16 and fast_cvt_enabled(x.device)
+    if config is None:
+        config = pick_config(M, N, K, block[1], num_sms(x.device))
+        if x.is_cuda and block[1] == 128 and fp8_config.use_large(M):
+            config = _large_config(w, scale_inv, block, config, x.dtype, fast_cvt) or config
+    cfg = dict(config)
     split = cfg.pop("SPLIT_K")
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
     ws, locks = split_buffers(M, N, grid, x.device)
@@ -258,6 +227,31 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
                                               **(dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"]))
                                                  if silu_mul else {})), x.device)
     return out
+
+
+_LARGE_OK: dict[tuple, bool] = {}
+
+
+def _large_config(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int], cfg: dict,
+                  dtype: torch.dtype, fast_cvt: bool) -> dict | None:
+    """`large_config(cfg)` if, checked once per (device, N, K, dtype, conversion) at the first eager
+    call, 64 random rows through it equal cfg's rows bit for bit (under CUDA-graph capture an
+    unchecked shape takes cfg: both agree once checked)."""
+    large = large_config(cfg)
+    if large is None:
+        return None
+    key = (w.device, w.shape[0], w.shape[1], dtype, fast_cvt)
+    if key not in _LARGE_OK:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        g = torch.Generator(device=w.device).manual_seed(0)
+        x = torch.randn(INVARIANT_MAX_M, w.shape[1], device=w.device, generator=g).to(dtype)     # [64, K]
+        _LARGE_OK[key] = torch.equal(fp8_gemm(x, w, scale_inv, None, block, config=large, fast_cvt=fast_cvt),
+                                     fp8_gemm(x, w, scale_inv, None, block, config=cfg, fast_cvt=fast_cvt))
+        if not _LARGE_OK[key]:
+            warnings.warn(f"fp8_gemm [{w.shape[0]}, {w.shape[1]}]: the 32-row config's rows differ from the "
+                          "16-row config's on this GPU; using the 16-row config for every M")
+    return large if _LARGE_OK[key] else None
 
 
 def dequantize(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int], dtype: torch.dtype
