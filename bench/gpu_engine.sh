@@ -31,6 +31,7 @@
 #       smallab (skinny GEMM small-M configs vs out/base_sk: GPU tests, qwen3-8b decode x2, 30b bf16)
 #       prof8 (PDL-off kernel profiles at batch 1: qwen3-30b-a3b FP8 and bf16, qwen3-8b FP8)  sweep30b (skinny GEMM configs for qwen3-30b-a3b's dense linears)
 #       fp8large (FP8 GEMM 32-row config: tests, qwen3-8b FP8 b16 / b64 off vs on)  timeline (bench/spec_timeline.py: 8b, codelm-12m)
+#       greedyab (one-launch greedy accept rule vs PyTorch ops: engine tests, timelines, 8b oracle b1)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -327,6 +328,16 @@ for part in ${*:-tests decode oracle drafters}; do
     timeline) # where a speculative step's wall time goes (host phases, GPU gaps), oracle k = 7, batch 1
               run 150 python3 bench/spec_timeline.py qwen3-8b 7 128
               run 90 python3 bench/spec_timeline.py models/codelm-12m 7 128 ;;
+    greedyab) # the greedy accept rule in one launch (kernels/greedy_verify.py) vs the PyTorch ops (TURBOSPEC_FUSED_GREEDY=0):
+              # engine GPU tests (speculative == plain), then spec_timeline and the qwen3-8b oracle at batch 1, off / on
+              run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py
+              for v in 0 1; do
+                echo "### TURBOSPEC_FUSED_GREEDY=$v" | tee -a "$log"
+                TURBOSPEC_FUSED_GREEDY=$v run 120 python3 bench/spec_timeline.py qwen3-8b 7 128
+                TURBOSPEC_FUSED_GREEDY=$v run 90 python3 bench/spec_timeline.py models/codelm-12m 7 128
+                TURBOSPEC_FUSED_GREEDY=$v run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 \
+                  --max-tokens 128 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}'
+              done ;;
     sweep30b) run 330 python3 -m turbospec.kernels.microbench_gemm --quick --sweep --budget 220 --models qwen3-30b-a3b ;;
     decode8b) run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --profile ;;
     codelm)   run 50 "${TS[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1,16,64 --prompt-len 128 --gen-len 256 ;;

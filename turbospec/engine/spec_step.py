@@ -6,6 +6,8 @@ contiguous slots; blocks past the new length are released.
 """
 from __future__ import annotations
 
+import functools
+import os
 import time
 
 import torch
@@ -89,15 +91,23 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
                             for b, r in zip(bs, rows)], dtype=torch.long, device=dev)
         seq_logits = logits[idx.view(-1)].view(len(bs), K + 1, V)
     ridx = torch.tensor(rows, dtype=torch.long)
+    every_row = rows == list(range(len(proposal.num_tokens)))
 
     def pick(t: torch.Tensor | None) -> torch.Tensor | None:   # proposers may draft on the host
-        return None if t is None else t[ridx.to(t.device), :K].to(dev, non_blocking=True)
+        if t is None:
+            return None
+        if not (every_row and t.shape[1] == K):
+            t = t[ridx.to(t.device), :K]
+        return t.to(dev, non_blocking=True)
     sub = Proposal(pick(proposal.token_ids), [proposal.num_tokens[r] for r in rows],
                    pick(proposal.draft_probs), pick(proposal.parents))
     if any(s.params.modifies_logits for s in seqs):   # row 1+n counts the drafts on the path to n
         pt = PenaltyTensors.build(seqs, V, dev, drafts=sub.token_ids, parents=sub.parents)
         seq_logits = apply_penalties(seq_logits.reshape(-1, V), pt).view(len(bs), K + 1, V)
     if sub.parents is None and all(s.params.greedy for s in seqs):
+        fused = _fused_greedy() if dev.type == "cuda" else None
+        if fused is not None:                                   # one launch, then the copy back
+            return _unpack(fused(seq_logits, sub.token_ids, sub.num_tokens).tolist(), bs, K)
         num = torch.tensor(sub.num_tokens).to(dev, non_blocking=True)
         res = greedy_chain(seq_logits, sub.token_ids, num)
     else:
@@ -109,12 +119,30 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
     # one device->host copy (each .tolist() waits for the GPU on its own): [S, (K+1) + 1 + K]
     packed = torch.cat([res.output_token_ids, res.num_output.unsqueeze(1), res.accepted_nodes],
                        dim=1).tolist()
+    return _unpack(packed, bs, K)
+
+
+def _unpack(packed: list[list[int]], bs: list[int], K: int) -> dict[int, tuple[list[int], list[int]]]:
+    """Rows [K+1 output tokens, num_output, K accepted nodes] -> {batch index: (tokens, nodes)}."""
     out = {}
     for i, b in enumerate(bs):
         row = packed[i]
         n = row[K + 1]
         out[b] = (row[:n], row[K + 2:K + 2 + n - 1])
     return out
+
+
+@functools.cache
+def _fused_greedy():
+    """kernels/greedy_verify.py's one-launch accept rule, or None: no Triton (CPU-only installs) or
+    TURBOSPEC_FUSED_GREEDY=0 (the PyTorch ops of `greedy_chain`; same tokens, for A/B runs)."""
+    if os.environ.get("TURBOSPEC_FUSED_GREEDY", "1") == "0":
+        return None
+    try:
+        from turbospec.kernels.greedy_verify import greedy_chain_packed
+    except ImportError:
+        return None
+    return greedy_chain_packed
 
 
 def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
