@@ -32,27 +32,34 @@ class OracleProposer(Proposer):
         self.vocab_size = vocab_size
         self.continuations: dict[tuple[int, ...], list[int]] = {}
         self.gen = torch.Generator().manual_seed(seed)
+        self._by_seq: dict[int, list[int] | tuple] = {}      # seq_id -> its continuation (() if none)
 
     def record(self, prompt_token_ids: list[int], output_token_ids: list[int]) -> None:
         """The target's greedy continuation of a prompt, from a plain run."""
         self.continuations[tuple(prompt_token_ids)] = list(output_token_ids)
+        self._by_seq.clear()                    # a re-recorded prompt must not keep a stale lookup
 
     def propose(self, seqs: list[Sequence], max_tokens: list[int]) -> Proposal:
+        """Host work only (a benchmark's proposer should cost nothing): one lookup of the recorded
+        continuation per sequence (cached by seq_id), one draw of uniforms for the whole batch."""
         K = max(max_tokens)
-        ids = torch.zeros(len(seqs), K, dtype=torch.long)
+        rows: list[list[int]] = []
         num = []
+        keep = (torch.rand(len(seqs), K, generator=self.gen) < self.a).tolist() if K else []
         for b, (s, m) in enumerate(zip(seqs, max_tokens)):
-            cont = self.continuations.get(tuple(s.token_ids[:s.num_prompt_tokens]))
+            cont = self._by_seq.get(s.seq_id)
             if cont is None:
-                num.append(0)
-                continue
+                cont = self.continuations.get(tuple(s.token_ids[:s.num_prompt_tokens]), ())
+                self._by_seq[s.seq_id] = cont
             n0 = s.num_output_tokens
             true = cont[n0:n0 + m]
-            keep = torch.rand(len(true), generator=self.gen) < self.a
-            drafts = [t if k_ else (t + 1) % self.vocab_size for t, k_ in zip(true, keep.tolist())]
-            ids[b, :len(drafts)] = torch.tensor(drafts, dtype=torch.long)
+            drafts = [t if k_ else (t + 1) % self.vocab_size for t, k_ in zip(true, keep[b])]
+            rows.append(drafts + [0] * (K - len(drafts)))
             num.append(len(drafts))
-        return Proposal(ids, num)
+        return Proposal(torch.tensor(rows, dtype=torch.long).view(len(seqs), K), num)
+
+    def free(self, seq: Sequence) -> None:
+        self._by_seq.pop(seq.seq_id, None)
 
 
 def build_oracle_proposer(spec: dict, vocab_size: int) -> OracleProposer:
