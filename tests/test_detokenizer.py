@@ -29,6 +29,21 @@ def test_incremental_equals_full(tok, stream, step):
 
 
 @pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("step", [1, 3])
+def test_prompt_prefixed_list_reads_only_the_output(tok, stream, step):
+    """The engine hands the sequence's whole token list and its prompt length (no per-token
+    slice of the output): the text is the output's alone, as with the output list."""
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    prompt = tok.encode("import os\n", add_special_tokens=False)
+    d = IncrementalDetokenizer(tok)
+    if not stream:
+        d._stream = None
+    for i in range(step, len(ids) + step, step):
+        d.update(prompt + ids[:i], len(prompt))
+    assert d.text == tok.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("stream", [True, False])
 def test_earliest_stop_string_wins(tok, stream):
     ids = tok.encode(TEXT, add_special_tokens=False)
     d = IncrementalDetokenizer(tok, stop=["class", "return"])

@@ -31,24 +31,27 @@ class IncrementalDetokenizer:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
-    def update(self, output_ids: list[int]) -> str | None:
-        """Fold in newly generated ids (the full output list). Returns the stop string that
-        matched (the text is then cut before it), else None."""
+    def update(self, token_ids: list[int], start: int = 0) -> str | None:
+        """Fold in newly generated ids: the output so far is token_ids[start:] (a sequence's whole
+        token list and its prompt length; only the new tail is read, so a step costs O(new
+        tokens), not O(output length)). Returns the stop string that matched (the text is then
+        cut before it), else None."""
         if self.tokenizer is None:
             return None
+        end = len(token_ids) - start                       # output tokens so far
         if self._stream is not None:
-            parts = [self._stream.step(self._backend, t) for t in output_ids[self.read_offset:]]
-            self.read_offset = len(output_ids)
+            parts = [self._stream.step(self._backend, t) for t in token_ids[start + self.read_offset:]]
+            self.read_offset = end
             delta = "".join(p for p in parts if p)
             if not delta:
                 return None
         else:
-            prefix = self._decode(output_ids[self.prefix_offset:self.read_offset])
-            full = self._decode(output_ids[self.prefix_offset:])
+            prefix = self._decode(token_ids[start + self.prefix_offset:start + self.read_offset])
+            full = self._decode(token_ids[start + self.prefix_offset:])
             if len(full) <= len(prefix) or full.endswith("\ufffd"):
                 return None
             delta = full[len(prefix):]
-            self.prefix_offset, self.read_offset = self.read_offset, len(output_ids)
+            self.prefix_offset, self.read_offset = self.read_offset, end
         start = max(0, len(self.text) - self.max_stop_len + 1)
         self.text += delta
         hits = [(idx, s) for s in self.stop if (idx := self.text.find(s, start)) >= 0]

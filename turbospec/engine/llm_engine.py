@@ -239,7 +239,7 @@ class LLMEngine:
         if seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.time()
         p = seq.params
-        stop_str = self.detok[seq.request_id].update(seq.output_token_ids)
+        stop_str = self.detok[seq.request_id].update(seq.token_ids, seq.num_prompt_tokens)
         if stop_str is not None:
             seq.finish_reason, seq.stop_reason = "stop", stop_str
         elif seq.num_output_tokens >= p.min_tokens and not p.ignore_eos \
