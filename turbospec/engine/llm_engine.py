@@ -268,10 +268,10 @@ class LLMEngine:
     def _make_output(self, seq: Sequence) -> RequestOutput:
         detok = self.detok.get(seq.request_id)
         text = detok.visible_text(seq.is_finished) if detok is not None else ""
-        comp = CompletionOutput(0, text, list(seq.output_token_ids),
+        comp = CompletionOutput(0, text, seq.output_token_ids,                 # a new list (a slice)
                                 list(seq.output_logprobs) if seq.params.logprobs is not None else None,
                                 seq.finish_reason, seq.stop_reason)
-        return RequestOutput(seq.request_id, seq.prompt, seq.token_ids[:seq.num_prompt_tokens],
+        return RequestOutput(seq.request_id, seq.prompt, seq.prompt_token_ids,
                              [comp], seq.is_finished, seq.metrics,
                              list(seq.prompt_logprobs) if seq.params.prompt_logprobs is not None else None)
 

@@ -56,6 +56,7 @@ class Sequence:
         self.request_id = request_id
         self.prompt = prompt
         self.token_ids: list[int] = list(prompt_token_ids)
+        self.prompt_token_ids: list[int] = self.token_ids[:]     # the outputs' copy, made once
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
         self.status = SequenceStatus.WAITING
