@@ -45,7 +45,7 @@ HELDOUT=(--model models/codelm-12m --prompts bench/prompts/heldout_code.jsonl --
 for part in ${*:-tests decode oracle drafters}; do
   case $part in
     tests)    run 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_attention_kernels.py tests/gpu/test_engine_gpu.py ;;
-    alltests) run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu ;;
+    alltests) run 570 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu ;;
     pdl)      # A/B in one call: (fusions off, PDL off) = before this change; then fusions on with PDL
               # off / on (GEMMs start after their predecessor) / all (GEMMs may start early too)
               for v in "0 0 0" "1 16 0" "1 16 1" "1 16 all"; do

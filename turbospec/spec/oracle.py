@@ -45,7 +45,7 @@ class OracleProposer(Proposer):
         K = max(max_tokens)
         rows: list[list[int]] = []
         num = []
-        keep = (torch.rand(len(seqs), K, generator=self.gen) < self.a).tolist() if K else []
+        keep = (torch.rand(len(seqs), K, generator=self.gen) < self.a).tolist()         # [B][K]
         for b, (s, m) in enumerate(zip(seqs, max_tokens)):
             cont = self._by_seq.get(s.seq_id)
             if cont is None:
