@@ -2,6 +2,8 @@
 speculation off, the cap bounds the choice, and a profile that collapsed recovers by probing."""
 from __future__ import annotations
 
+import pytest
+
 from turbospec.engine.draft_length import AdaptiveDraftLength
 from turbospec.spec.moe_cost import StepCostTable
 
@@ -231,3 +233,30 @@ def test_start_up_cost_table_feeds_distinct_tokens(codelm_dir):
     big = [ids for ids in fed if len(ids) == 16]                 # batch 4 x (3 drafts + 1)
     assert big and all(len(set(ids)) >= 12 for ids in big)
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_verify_timings_correct_only_their_own_batch_bucket():
+    """qwen3-8b FP8 on an H200: at batch 1 a verify costs about a decode step and the timed steps
+    add the host's fixed ~0.5 ms, a ratio of ~2 over the floored excess; pooled into batch 16 that
+    ratio doubled every verify's price there and the automatic k fell from 3 (1.29x) to 1 (1.18x)
+    after a batch-1 run. Timings now correct the nearest table batch only."""
+    decode = {1: 4.0e-3, 4: 4.1e-3, 16: 4.4e-3, 64: 6.0e-3}
+    excess = {1: 0.0, 2: 0.06, 3: 0.12, 4: 0.18, 5: 0.25, 8: 0.45}       # per token of q - 1, of a b16 step
+    tab = StepCostTable({(b, q): d * (1 + excess[q] * min(b, 16) / 16) for b, d in decode.items()
+                         for q in (1, 2, 3, 4, 5, 8)})
+    a = AdaptiveDraftLength(tab, 7)
+    a.profile.reached = [40.0, 36.0, 30.0, 26.0, 20.0, 16.0, 12.0]
+    a.profile.accepted = [30.0, 24.0, 18.0, 14.0, 10.0, 7.0, 5.0]
+    fresh = a.choose(16, k_cap=3)
+    before = {q: a.cost.cost(16, q) for q in (2, 3, 4)}
+    for _ in range(4):                                  # batch-1 steps: host overhead 12% of a step
+        a.observe_verify_time(1, 8, decode[1] * 1.12)
+    assert a.cost.cost(1, 8) == pytest.approx(decode[1] * 1.12)
+    assert {q: a.cost.cost(16, q) for q in (2, 3, 4)} == before       # batch 16 keeps its table
+    assert a.cost.cost(2, 8) == pytest.approx(decode[1] * 1.12, rel=0.05)     # 2 is nearest to 1 in log scale
+    assert a.choose(16, k_cap=3) == fresh == 3
+    for _ in range(3):                                  # batch 12 and 20 steps count for bucket 16
+        a.observe_verify_time(12, 4, tab.cost(12, 4) * 1.5)
+    assert a.cost.bucket(12) == a.cost.bucket(20) == 16
+    assert a.cost.cost(16, 4) > before[4] and a.cost.cost(16, 2) > before[2]   # own q, and pooled over q
+    assert a.cost.cost(64, 4) == tab.cost(64, 4)
