@@ -93,6 +93,7 @@ def decode(
     for r in results:
         typer.echo(f"{r.batch:>5} {r.step_ms:>9.3f} {r.tok_s_per_seq:>10.1f} {r.tok_s_total:>12.1f} "
                    f"{r.bytes_per_step / 1e6:>9.1f} {r.roofline_ms:>12.3f} {100 * r.roofline_frac:>11.1f}%")
+    _echo_compiles((r.batch, r.compiles) for r in results)
     if profile and dev.type == "cuda":
         from turbospec.benchmarks.decode import profile_step
         typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size))
@@ -229,6 +230,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     for r in rows:
         typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
                    f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.mean_k or 0:>7.2f} {r.chosen_k:>7}")
+    _echo_compiles((r.batch, r.compiles) for r in rows)
     for r in rows:
         same, total = (int(x) for x in r.identical.split("/"))
         _check_lossless(same, total, exact and dev.type == "cuda", f"batch {r.batch}")
@@ -236,6 +238,13 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():
         typer.echo(f"{b:>5} " + " ".join(f"{c[kk]:>7.3f} ({c[kk] / c[0]:.2f})" for kk in cost_ks))
+
+
+def _echo_compiles(rows) -> None:
+    """Name the Triton compilations that ran inside a timed run: that row timed the compiler too."""
+    for batch, compiles in rows:
+        if compiles:
+            typer.echo(f"warning: batch {batch}: {compiles} inside the timed run; its tok/s include them")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ import torch
 from turbospec.benchmarks.roofline import kv_bytes_per_step, measure_copy_bandwidth, weight_bytes_per_step
 from turbospec.config import EngineConfig, ModelConfig
 from turbospec.engine.llm_engine import LLMEngine
+from turbospec.kernels.jit_watch import JitEvents
 from turbospec.models.registry import get_model_class
 from turbospec.sampling_params import SamplingParams
 
@@ -21,6 +22,7 @@ class DecodeResult:
     tok_s_total: float
     bytes_per_step: float
     roofline_ms: float
+    compiles: str = ""          # Triton compilations inside the timed run ('' if none)
 
     @property
     def roofline_frac(self) -> float:
@@ -100,15 +102,16 @@ def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.
 
 
 def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, vocab: int,
-               seed: int = 0) -> tuple[float, int]:
+               seed: int = 0, compiles=None) -> tuple[float, int]:
     """Seconds per decode step (one token per sequence) over the decode phase, and the number of
     tokens per sequence decoded in it. Time runs from the step after the last prefill to the end;
-    with decode bursts one engine step produces several tokens per sequence."""
+    with decode bursts one engine step produces several tokens per sequence. compiles (a JitEvents):
+    receives the Triton compilations inside the timed phase."""
     from turbospec.benchmarks.oracle import run_batch
     g = torch.Generator().manual_seed(seed)
     params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
     prompts = [torch.randint(0, vocab, (prompt_len,), generator=g).tolist() for _ in range(batch)]
-    _, seconds, tokens = run_batch(engine, prompts, params)
+    _, seconds, tokens = run_batch(engine, prompts, params, compiles)
     steps = tokens / batch
     return seconds / steps, int(steps)
 
@@ -123,10 +126,12 @@ def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
     run_decode(engine, 1, min(prompt_len, 16), 4, config.vocab_size)          # warm-up
     results = []
     for b in batch_sizes:
-        step_s, _ = run_decode(engine, b, prompt_len, gen_len, config.vocab_size)
+        jit = JitEvents()
+        step_s, _ = run_decode(engine, b, prompt_len, gen_len, config.vocab_size, compiles=jit)
         ctx = [prompt_len + gen_len // 2] * b                                  # mean context over the run
         nbytes = weight_bytes_per_step(model, config, b) + kv_bytes_per_step(config, dtype, ctx)
-        results.append(DecodeResult(b, step_s * 1e3, 1 / step_s, b / step_s, nbytes, nbytes / bw * 1e3))
+        results.append(DecodeResult(b, step_s * 1e3, 1 / step_s, b / step_s, nbytes, nbytes / bw * 1e3,
+                                    jit.summary()))
     return bw, results, engine
 
 

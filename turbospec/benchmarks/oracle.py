@@ -12,6 +12,7 @@ from turbospec.benchmarks.decode import build_engine, random_model
 from turbospec.config import ModelConfig
 from turbospec.engine.llm_engine import LLMEngine
 from turbospec.engine.scheduler import ScheduledSeq
+from turbospec.kernels.jit_watch import JitEvents, watch_jit
 from turbospec.sampling_params import SamplingParams
 from turbospec.spec.oracle import OracleProposer
 from turbospec.spec.proposer import Proposal
@@ -26,6 +27,7 @@ class OracleRow:
     chosen_k: int | None = None          # the k the engine picks next at this batch (automatic, or capped by bitwise_exact)
     identical: str = ""                  # sequences whose speculative output equals the plain one
     mean_k: float | None = None          # drafts per sequence per step over the run (0 for plain steps)
+    compiles: str = ""                   # Triton compilations inside the timed runs ('' if none)
 
     @property
     def speedup(self) -> float:
@@ -37,8 +39,21 @@ def _sync(engine: LLMEngine) -> None:
         torch.cuda.synchronize()
 
 
-def run_batch(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams) -> tuple[list[list[int]], float, int]:
-    """Outputs, decode-phase seconds (after every prompt is prefilled) and tokens decoded then."""
+def run_batch(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams,
+              compiles: JitEvents | None = None) -> tuple[list[list[int]], float, int]:
+    """Outputs, decode-phase seconds (after every prompt is prefilled) and tokens decoded then.
+    compiles: receives the Triton compilations that ran inside the timed decode phase."""
+    with watch_jit() as jit:
+        outs, t_decode, first_tokens = _drive(engine, prompts, params)
+    _sync(engine)
+    dt = time.perf_counter() - (t_decode or time.perf_counter())
+    if compiles is not None and t_decode is not None:
+        compiles.compiles += jit.since(t_decode).compiles
+    ordered = [outs[k] for k in sorted(outs, key=lambda r: int(r[1:].split("-")[0]))]
+    return ordered, dt, sum(len(o) for o in ordered) - first_tokens
+
+
+def _drive(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams):
     for i, p in enumerate(prompts):
         engine.add_request(f"o{i}-{time.monotonic_ns()}", {"prompt_token_ids": p}, params)
     outs: dict[str, list[int]] = {}
@@ -52,10 +67,7 @@ def run_batch(engine: LLMEngine, prompts: list[list[int]], params: SamplingParam
         for o in engine.step():
             if o.finished:
                 outs[o.request_id] = o.outputs[0].token_ids
-    _sync(engine)
-    dt = time.perf_counter() - (t_decode or time.perf_counter())
-    ordered = [outs[k] for k in sorted(outs, key=lambda r: int(r[1:].split("-")[0]))]
-    return ordered, dt, sum(len(o) for o in ordered) - first_tokens
+    return outs, t_decode, first_tokens
 
 
 def verify_cost(engine: LLMEngine, batch: int, ks: list[int], prompt_len: int, vocab: int, iters: int = 20) -> dict[int, float]:
@@ -116,12 +128,13 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
     for b in batch_sizes:
         prompts = [torch.randint(0, config.vocab_size, (prompt_len,), generator=g).tolist() for _ in range(b)]
         engine.proposer = None
-        outs, plain_s, plain_n = run_batch(engine, prompts, params)
+        jit = JitEvents()
+        outs, plain_s, plain_n = run_batch(engine, prompts, params, jit)
         for p, o in zip(prompts, outs):
             oracle.record(p, o)
         engine.proposer = oracle
         before = engine.get_metrics()
-        spec_outs, spec_s, spec_n = run_batch(engine, prompts, params)
+        spec_outs, spec_s, spec_n = run_batch(engine, prompts, params, jit)
         after = engine.get_metrics()
         # bit for bit on CUDA while verify rows stay within the invariant kernels' bound (bitwise_exact);
         # past it (bitwise_exact false) verify rounds differently from decode, random weights leave
@@ -134,7 +147,7 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
         seq_steps = d + max(spec_n - d - a, 0)
         chosen = engine.draft_length(b)
         rows.append(OracleRow(b, plain_n / plain_s, spec_n / spec_s, 1 + a / d if d else None, chosen,
-                              f"{same}/{len(outs)}", drafted / seq_steps if seq_steps else 0.0))
+                              f"{same}/{len(outs)}", drafted / seq_steps if seq_steps else 0.0, jit.summary()))
         engine.proposer = None
         costs[b] = verify_cost(engine, b, cost_ks, prompt_len, config.vocab_size)
     return rows, costs

@@ -145,6 +145,13 @@ def _fused_greedy():
     return greedy_chain_packed
 
 
+def warm_up_accept(device: torch.device, k_max: int) -> None:
+    """Compile the one-launch accept rule's variants at start-up, not in a serving step."""
+    if device.type == "cuda" and _fused_greedy() is not None:
+        from turbospec.kernels.greedy_verify import warm_up
+        warm_up(device, k_max)
+
+
 def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
     runner, bm, stats = engine.runner, engine.block_manager, engine.spec_stats
     t0 = time.perf_counter()

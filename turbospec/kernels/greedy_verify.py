@@ -15,7 +15,14 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+# One compiled variant per PER_ROW_NUM for every K < 16: no value specialization of the integer
+# arguments, no alignment specialization of the pointers, one BLOCK. Each new specialization would
+# compile (0.1-1 s) at its first use, inside a serving step (warm_up compiles both at start-up).
+_ARGS = ["top_ptr", "drafts_ptr", "num_ptr", "out_ptr"]
+MIN_BLOCK = 16
+
+
+@triton.jit(do_not_specialize=["stride_d", "K", "NUM_UNIFORM"], do_not_specialize_on_alignment=_ARGS)
 def _greedy_chain_kernel(top_ptr, drafts_ptr, stride_d, num_ptr, out_ptr, K, NUM_UNIFORM,
                          BLOCK: tl.constexpr, PER_ROW_NUM: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
@@ -52,5 +59,15 @@ def greedy_chain_packed(target_logits: torch.Tensor, drafts: torch.Tensor,
         n0 = 0
     drafts = drafts if drafts.stride(-1) == 1 else drafts.contiguous()
     _greedy_chain_kernel[(B,)](top, drafts, drafts.stride(0), num_ptr, out, K, n0,
-                               BLOCK=triton.next_power_of_2(K1), PER_ROW_NUM=not uniform)
+                               BLOCK=max(MIN_BLOCK, triton.next_power_of_2(K1)), PER_ROW_NUM=not uniform)
     return out
+
+
+def warm_up(device: torch.device, k_max: int) -> None:
+    """Compile every variant a chain verify of up to k_max drafts launches (uniform and per-row
+    draft counts), so that none compiles inside a step."""
+    for K in sorted({max(MIN_BLOCK, triton.next_power_of_2(k + 1)) - 1 for k in range(1, k_max + 1)}):
+        logits = torch.zeros(2, K + 1, 8, device=device)
+        drafts = torch.zeros(2, K, dtype=torch.long, device=device)
+        greedy_chain_packed(logits, drafts, [K, K])
+        greedy_chain_packed(logits, drafts, [K, K - 1])
