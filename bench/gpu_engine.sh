@@ -331,8 +331,9 @@ for part in ${*:-tests decode oracle drafters}; do
     timeline) # where a speculative step's wall time goes (host phases, GPU gaps), oracle k = 7, batch 1
               run 150 python3 bench/spec_timeline.py qwen3-8b 7 128
               run 90 python3 bench/spec_timeline.py models/codelm-12m 7 128 ;;
-    nocompile) run 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_no_compile_in_steps.py
-              run 300 python3 bench/jit_log.py bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 \
+    nocompile) run 400 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_no_compile_in_steps.py \
+                tests/gpu/test_attention_kernels.py tests/gpu/test_engine_gpu.py
+              JIT_LOG_WHERE=1 run 300 python3 bench/jit_log.py bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 \
                 --batch-sizes 1,16,64 --prompt-len 256 --max-tokens 64 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
     fp8spec)  run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_no_compile_in_steps.py \

@@ -16,8 +16,8 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["store_kv", "decode", "decode_shapes", "prefill_causal", "prefill_tree", "padded",
-         "backend", "rmsnorm"]
+CASES = ["store_kv", "decode", "decode_shapes", "prefill_causal", "prefill_tree", "prefill_warm_up",
+         "padded", "backend", "rmsnorm"]
 
 
 @needs_triton
@@ -116,6 +116,18 @@ def run_prefill_causal():
 
 def run_prefill_tree():
     _run_prefill(True)
+
+
+def run_prefill_warm_up():
+    """The start-up warm-up launches every variant over the null block and leaves the caches as
+    they were (it writes only its own outputs)."""
+    import torch
+    from turbospec.kernels.paged_prefill import warm_up
+    kc = torch.randn(3, 16, 2, 32)
+    vc = torch.randn(3, 16, 2, 32)
+    before = (kc.clone(), vc.clone())
+    warm_up(kc, vc, 8, torch.float32, tree=True)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
 
 def run_padded():

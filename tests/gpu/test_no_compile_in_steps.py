@@ -73,10 +73,16 @@ def test_no_compile_in_oracle_decode_steps(dtype):
 
 
 _FIRST_REQUESTS = r'''
-import json, sys, torch
+import json, sys, torch, traceback
+from triton import knobs
 from turbospec import LLM, SamplingParams
 from turbospec.kernels.jit_watch import watch_jit
 llm = LLM(sys.argv[1], device="cuda", dtype=sys.argv[2], **json.loads(sys.argv[3]))
+def where(**kw):                 # for the failure message: the specialisation and who launched it
+    frames = [f"{f.filename.split('turbospec/')[-1]}:{f.lineno}" for f in traceback.extract_stack()[:-1]
+              if "turbospec" in f.filename][-4:]
+    print(kw["repr"][:600], frames, file=sys.stderr)
+knobs.runtime.jit_cache_hook = where
 eng = llm.llm_engine
 g = torch.Generator().manual_seed(1)
 ids = lambda n: torch.randint(0, 8000, (n,), generator=g).tolist()
@@ -111,4 +117,4 @@ def test_no_compile_serving_first_requests(dtype, kwargs):
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["done"] == 6
     assert res["warmup_s"] > 0
-    assert res["compiles"] == [], res["compiles"]
+    assert res["compiles"] == [], (res["compiles"], r.stderr[-4000:])

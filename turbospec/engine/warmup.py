@@ -31,23 +31,28 @@ STEPS: tuple[tuple[tuple[int, int], ...], ...] = (
     ((48, 47), (64, 63)),
     ((80, 0), (48, 0)),
 )
+# larger prefills, in sequences of at most the context limit: the fused MoE's row tiles follow the
+# tokens per expert (16 / 32 / 64 rows: about 512 and 2048 tokens on qwen3-30b-a3b)
+BIG_STEPS = (512, 2048)
 
 
 @torch.inference_mode()
 def warm_up_prefill(engine) -> float:
-    """Run STEPS through the engine's model runner; returns seconds spent (0 off CUDA or when
-    the KV pool or the context limit is too small for them)."""
+    """Run STEPS and BIG_STEPS through the engine's model runner, each that fits the context
+    limit, the sequence and token budgets and the free KV blocks; returns seconds spent (0 off
+    CUDA)."""
     if engine.device.type != "cuda":
         return 0.0
     bm, runner = engine.block_manager, engine.runner
-    longest = max(n for step in STEPS for n, _ in step)
-    if longest > engine.max_model_len or \
-            max(sum(bm.blocks_needed(n) for n, _ in step) for step in STEPS) > bm.num_free_blocks:
-        return 0.0
+    budget = engine.scheduler.max_num_batched_tokens
+    steps = list(STEPS) + [_split(t, engine.max_model_len - 1) for t in BIG_STEPS if t <= budget]
+    fits = [s for s in steps if max(n for n, _ in s) <= engine.max_model_len and
+            len(s) <= engine.engine_config.max_num_seqs and
+            sum(bm.blocks_needed(n) for n, _ in s) <= bm.num_free_blocks]
     t0 = time.perf_counter()
     params = SamplingParams(temperature=0.0, max_tokens=1)
     g, vocab = torch.Generator().manual_seed(0), engine.model_config.vocab_size
-    for step in STEPS:
+    for step in fits:
         seqs = [Sequence(f"warmup{i}", None, torch.randint(0, vocab, (n,), generator=g).tolist(), params,
                          engine.device, engine.max_model_len) for i, (n, _) in enumerate(step)]
         sched = []
@@ -58,5 +63,24 @@ def warm_up_prefill(engine) -> float:
         runner.execute(runner.prepare(sched, bm, None, {}))
         for s in seqs:
             bm.free(s)
+    _warm_kernels(engine)
     torch.cuda.synchronize(engine.device)
     return time.perf_counter() - t0
+
+
+def _split(tokens: int, longest: int) -> tuple[tuple[int, int], ...]:
+    """`tokens` prompt tokens as sequences of at most `longest` each."""
+    n = -(-tokens // max(longest, 1))
+    return tuple((tokens // n + (i < tokens % n), 0) for i in range(n))
+
+
+def _warm_kernels(engine) -> None:
+    """The multi-token attention's variants that the dummy steps may not reach (row-tile sizes,
+    split counts, tree masks)."""
+    from turbospec.layers.attention import TorchBackend, backend_for_device
+    layers = engine.runner.attn_layers
+    if not layers or backend_for_device(engine.device) is TorchBackend:
+        return
+    from turbospec.kernels.paged_prefill import warm_up
+    a = layers[0]
+    warm_up(a.k_cache, a.v_cache, a.num_heads, engine.dtype, tree=getattr(engine.proposer, "tree", None) is not None)

@@ -28,16 +28,16 @@ MAX_SPLITS = 32
 
 @triton.jit
 def _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, tok, heads, split, row_ok, offs_d, d_ok,
-                  stride_ot, stride_oh, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  NUM_SPLITS: tl.constexpr):
-    """Final output when NUM_SPLITS == 1, else the normalised partial + its lse (log2)."""
+                  stride_ot, stride_oh, num_splits, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  SPLIT: tl.constexpr):
+    """Final output when not SPLIT (one split), else the normalised partial + its lse (log2)."""
     o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     mask = row_ok[:, None] & d_ok[None, :]
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         ptrs = out_ptr + tok.to(tl.int64)[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
         tl.store(ptrs, o.to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        idx = (tok.to(tl.int64) * NUM_HEADS + heads) * NUM_SPLITS + split          # [M]
+        idx = (tok.to(tl.int64) * NUM_HEADS + heads) * num_splits + split          # [M]
         tl.store(part_o + idx[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask)
         lse = tl.where(l_i > 0, m_i + tl.log2(l_i), float("-inf"))
         tl.store(part_lse + idx, lse, mask=row_ok)
@@ -83,22 +83,27 @@ def reduce_splits(part_o, part_lse, out, num_splits: int) -> None:
                                   NUM_SPLITS=num_splits, num_warps=4, **pdl_launch(out.device))
 
 
-@triton.jit
+# The split count is a runtime value (SPLIT: more than one), and neither the block-table / tree-mask
+# strides nor the metadata pointers' alignment (slices of one packed upload, at offsets that follow
+# the batch size) are specialised: each specialisation compiles (about 1 s) at its first use, and
+# these vary from step to step (engine/warmup.py compiles the remaining variants at start-up).
+@triton.jit(do_not_specialize=["stride_bt", "stride_tm_b", "stride_tm_q", "num_splits"],
+            do_not_specialize_on_alignment=["block_tables", "seq_lens", "query_start_loc", "tree_mask"])
 def _paged_prefill_kernel(
         q_ptr, k_cache, v_cache, block_tables, seq_lens, query_start_loc, tree_mask, out_ptr,
         part_o, part_lse, qk_scale,
         stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_kt, stride_kh, stride_bt,
-        stride_tm_b, stride_tm_q,
+        stride_tm_b, stride_tm_q, num_splits,
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, NUM_SPLITS: tl.constexpr, IS_TREE: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, IS_TREE: tl.constexpr,
         PDL: tl.constexpr):
     pdl_wait(PDL)
     TOK_BLOCK: tl.constexpr = BLOCK_M // GROUP_PAD
     qblk = tl.program_id(0)
     seq = tl.program_id(1)
-    kvh = tl.program_id(2) // NUM_SPLITS
-    split = tl.program_id(2) % NUM_SPLITS
+    kvh = tl.program_id(2) // num_splits
+    split = tl.program_id(2) % num_splits
     q_start = tl.load(query_start_loc + seq)
     q_len = tl.load(query_start_loc + seq + 1) - q_start
     seq_len = tl.load(seq_lens + seq)
@@ -128,7 +133,7 @@ def _paged_prefill_kernel(
     kv_end = tl.where(active, tl.maximum(kv_end, 0), 0)
     full = tl.maximum(full_end, 0) // BLOCK_N
     num_tiles = tl.cdiv(kv_end, BLOCK_N)
-    per = tl.cdiv(num_tiles, NUM_SPLITS)
+    per = tl.cdiv(num_tiles, num_splits)
     t_lo = split * per
     t_hi = tl.minimum(t_lo + per, num_tiles)
 
@@ -159,7 +164,7 @@ def _paged_prefill_kernel(
         acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
                                      valid, n_ok, True, BLOCK_D == HEAD_DIM)
     _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, tok_g, heads, split, row_ok & active,
-                  offs_d, d_ok, stride_ot, stride_oh, NUM_HEADS, HEAD_DIM, NUM_SPLITS)
+                  offs_d, d_ok, stride_ot, stride_oh, num_splits, NUM_HEADS, HEAD_DIM, SPLIT)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -210,11 +215,35 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, tm, out, part_o, part_lse,
         scale * LOG2E, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        stride_tm_b, stride_tm_q,
+        stride_tm_b, stride_tm_q, num_splits,
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_SIZE=block_size, NUM_SPLITS=num_splits,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_SIZE=block_size, SPLIT=num_splits > 1,
         IS_TREE=tree_mask is not None, num_warps=num_warps, num_stages=num_stages,
         **pdl_launch(q.device))
     if num_splits > 1:
         reduce_splits(part_o, part_lse, out, num_splits)
     return out
+
+
+def warm_up(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, dtype: torch.dtype,
+            tree: bool = False) -> None:
+    """Compile every variant a step can launch (each row-tile size, one split or several, tree
+    masks when `tree`) and the split merges: one sequence over the null block (block 0), whose
+    output is thrown away."""
+    dev = k_cache.device
+    _, block_size, kvh, d = k_cache.shape
+    group_pad = triton.next_power_of_2(num_heads // kvh)
+    tables = torch.zeros(1, 4, dtype=torch.int32, device=dev)
+    for block_m in sorted({max(m, group_pad, 16) for m in (16, 32, 64, 128)}):
+        q_len = max(1, block_m // group_pad)
+        q = torch.zeros(q_len, num_heads, d, dtype=dtype, device=dev)
+        qsl = torch.tensor([0, q_len], dtype=torch.int32, device=dev)
+        seq_lens = torch.tensor([q_len + block_size], dtype=torch.int32, device=dev)
+        for splits in (1, 2):
+            for tm in ([None, torch.ones(1, q_len, q_len, dtype=torch.bool, device=dev)] if tree else [None]):
+                paged_prefill_attention(q, k_cache, v_cache, qsl, seq_lens, tables, 1.0, q_len,
+                                        q_len + block_size, tm, num_splits=splits, block_m=block_m)
+    for splits in (1 << i for i in range(1, MAX_SPLITS.bit_length())):
+        part_o = torch.zeros(1, num_heads, splits, d, dtype=torch.float32, device=dev)
+        part_lse = torch.zeros(1, num_heads, splits, dtype=torch.float32, device=dev)
+        reduce_splits(part_o, part_lse, torch.empty(1, num_heads, d, dtype=dtype, device=dev), splits)
