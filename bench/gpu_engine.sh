@@ -33,6 +33,7 @@
 #       fp8large (FP8 GEMM 32-row config: tests, qwen3-8b FP8 b16 / b64 off vs on)  timeline (bench/spec_timeline.py: 8b, codelm-12m)
 #       greedyab (one-launch greedy accept rule vs PyTorch ops: engine tests, timelines, 8b oracle b1)
 #       nocompile (tests/gpu/test_no_compile_in_steps.py; MoE FP8 oracle 1,16,64 with compilations logged)
+#       moeb1ab (qwen3-30b-a3b FP8 oracle at batch 1, 128 tokens: out/base vs HEAD, alternating twice)
 #       fp8spec (qwen3-8b FP8 oracle, auto k, batches 1,16,64 in one engine: out/base with every Triton
 #                compilation logged (bench/jit_log.py), then HEAD; tests/gpu/test_no_compile_in_steps.py)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
@@ -336,6 +337,12 @@ for part in ${*:-tests decode oracle drafters}; do
               JIT_LOG_WHERE=1 run 300 python3 bench/jit_log.py bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 \
                 --batch-sizes 1,16,64 --prompt-len 256 --max-tokens 64 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
+    moeb1ab)  for i in 1 2; do for tree in out/base .; do
+                echo "### moeb1ab: $tree" | tee -a "$log"
+                PYTHONPATH=$tree run 150 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 \
+                  --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
+                  --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}'
+              done; done ;;
     fp8spec)  run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_no_compile_in_steps.py \
                 tests/gpu/test_engine_gpu.py
               SPEC=(bench spec --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes ${FP8_BATCHES:-1,16,64}
