@@ -28,7 +28,7 @@ class ColdStart:
             return "?" if x is None else format(x, fmt)
         out = [f"  weights loaded      {f(self.weights_gb, '.3f')} GB in {f(self.weights_s, '.2f')} s",
                f"  engine init         {f(self.init_s, '.2f')} s (tokenizer, drafter, KV allocation, "
-               "graph capture)",
+               "graph capture, kernel warm-up)",
                f"  warm-up             {f(self.warmup_s, '.2f')} s (one 2-token request)",
                f"  KV cache            {f(self.kv_blocks, 'd')} blocks x {f(self.block_size, 'd')} tokens = "
                f"{f(self.kv_tokens, 'd')} tokens; max_model_len {f(self.max_model_len, 'd')}"]
