@@ -87,12 +87,13 @@ eng = llm.llm_engine
 g = torch.Generator().manual_seed(1)
 ids = lambda n: torch.randint(0, 8000, (n,), generator=g).tolist()
 p = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+hot = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=12, ignore_eos=True, seed=3)
 with watch_jit() as ev:
     for i, n in enumerate((7, 50, 129)):
         eng.add_request(f"a{i}", {"prompt_token_ids": ids(n)}, p)
     eng.step(); eng.step()
     for i, n in enumerate((300, 18, 1)):              # arrive while the first ones decode: mixed steps
-        eng.add_request(f"b{i}", {"prompt_token_ids": ids(n)}, p)
+        eng.add_request(f"b{i}", {"prompt_token_ids": ids(n)}, hot if i == 1 else p)
     done = 0
     while eng.has_unfinished_requests():
         done += sum(o.finished for o in eng.step())
@@ -100,12 +101,19 @@ print(json.dumps({"done": done, "compiles": ev.compiles, "warmup_s": eng.startup
 '''
 
 
-@pytest.mark.parametrize("dtype,kwargs", [("bfloat16", {}),
-                                          ("bfloat16", {"speculative_config": {"method": "ngram",
-                                                                               "num_speculative_tokens": 4}})])
+@pytest.mark.parametrize("dtype,kwargs", [
+    ("bfloat16", {}),
+    ("bfloat16", {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}),
+    ("bfloat16", {"speculative_config": {"method": "draft_model", "model": str(MODEL), "num_speculative_tokens": 3}}),
+    ("bfloat16", {"speculative_config": {"method": "eagle3", "model": str(MODEL) + "-eagle3",
+                                         "num_speculative_tokens": 7}}),
+    ("bfloat16", {"speculative_config": {"method": "dflash", "model": str(MODEL) + "-dflash",
+                                         "num_speculative_tokens": 7}}),
+])
 def test_no_compile_serving_first_requests(dtype, kwargs):
     """A fresh process: start the engine, then serve its first requests — prompts of several
-    lengths, some arriving while others decode — and no Triton kernel compiles after start-up
+    lengths, some arriving while others decode, one sampled — and no Triton kernel compiles after
+    start-up, for plain decoding and each proposer (a draft model's runner is warmed as well)
     (engine/warmup.py runs the eager prefill shapes; before it, the first batched prompt compiled
     the prefill attention kernel, 1.2 s on an H200)."""
     import json

@@ -36,25 +36,38 @@ STEPS: tuple[tuple[tuple[int, int], ...], ...] = (
 BIG_STEPS = (512, 2048)
 
 
-@torch.inference_mode()
 def warm_up_prefill(engine) -> float:
-    """Run STEPS and BIG_STEPS through the engine's model runner, each that fits the context
-    limit, the sequence and token budgets and the free KV blocks; returns seconds spent (0 off
-    CUDA)."""
+    """Run STEPS and BIG_STEPS through the engine's model runner and, for a draft-model proposer,
+    through the drafter's (its first step for a sequence prefills the whole prompt); returns
+    seconds spent (0 off CUDA)."""
     if engine.device.type != "cuda":
         return 0.0
-    bm, runner = engine.block_manager, engine.runner
-    budget = engine.scheduler.max_num_batched_tokens
-    steps = list(STEPS) + [_split(t, engine.max_model_len - 1) for t in BIG_STEPS if t <= budget]
-    fits = [s for s in steps if max(n for n, _ in s) <= engine.max_model_len and
-            len(s) <= engine.engine_config.max_num_seqs and
-            sum(bm.blocks_needed(n) for n, _ in s) <= bm.num_free_blocks]
     t0 = time.perf_counter()
+    ec = engine.engine_config
+    tree = getattr(engine.proposer, "tree", None) is not None
+    warm_up_runner(engine.runner, engine.block_manager, engine.max_model_len, ec.max_num_seqs,
+                   engine.scheduler.max_num_batched_tokens, engine.dtype, tree)
+    drafter = engine.proposer
+    if drafter is not None and hasattr(drafter, "runner") and hasattr(drafter, "bm"):
+        warm_up_runner(drafter.runner, drafter.bm, engine.max_model_len, ec.max_num_seqs,
+                       engine.scheduler.max_num_batched_tokens, engine.dtype)
+    torch.cuda.synchronize(engine.device)
+    return time.perf_counter() - t0
+
+
+@torch.inference_mode()
+def warm_up_runner(runner, bm, max_model_len: int, max_num_seqs: int, token_budget: int,
+                   dtype: torch.dtype, tree: bool = False) -> None:
+    """Each of STEPS and BIG_STEPS that fits the context limit, the sequence and token budgets and
+    the free KV blocks, on throw-away sequences; then the attention variants (`_warm_kernels`)."""
+    steps = list(STEPS) + [_split(t, max_model_len - 1) for t in BIG_STEPS if t <= token_budget]
+    fits = [s for s in steps if max(n for n, _ in s) <= max_model_len and len(s) <= max_num_seqs and
+            sum(bm.blocks_needed(n) for n, _ in s) <= bm.num_free_blocks]
     params = SamplingParams(temperature=0.0, max_tokens=1)
-    g, vocab = torch.Generator().manual_seed(0), engine.model_config.vocab_size
+    g, vocab = torch.Generator().manual_seed(0), runner.config.vocab_size
     for step in fits:
         seqs = [Sequence(f"warmup{i}", None, torch.randint(0, vocab, (n,), generator=g).tolist(), params,
-                         engine.device, engine.max_model_len) for i, (n, _) in enumerate(step)]
+                         runner.device, max_model_len) for i, (n, _) in enumerate(step)]
         sched = []
         for s, (n, cached) in zip(seqs, step):
             bm.allocate(s, n)
@@ -63,9 +76,7 @@ def warm_up_prefill(engine) -> float:
         runner.execute(runner.prepare(sched, bm, None, {}))
         for s in seqs:
             bm.free(s)
-    _warm_kernels(engine)
-    torch.cuda.synchronize(engine.device)
-    return time.perf_counter() - t0
+    _warm_kernels(runner, dtype, tree)
 
 
 def _split(tokens: int, longest: int) -> tuple[tuple[int, int], ...]:
@@ -74,13 +85,13 @@ def _split(tokens: int, longest: int) -> tuple[tuple[int, int], ...]:
     return tuple((tokens // n + (i < tokens % n), 0) for i in range(n))
 
 
-def _warm_kernels(engine) -> None:
+def _warm_kernels(runner, dtype: torch.dtype, tree: bool) -> None:
     """The multi-token attention's variants that the dummy steps may not reach (row-tile sizes,
     split counts, tree masks)."""
     from turbospec.layers.attention import TorchBackend, backend_for_device
-    layers = engine.runner.attn_layers
-    if not layers or backend_for_device(engine.device) is TorchBackend:
+    layers = runner.attn_layers
+    if not layers or backend_for_device(runner.device) is TorchBackend:
         return
     from turbospec.kernels.paged_prefill import warm_up
     a = layers[0]
-    warm_up(a.k_cache, a.v_cache, a.num_heads, engine.dtype, tree=getattr(engine.proposer, "tree", None) is not None)
+    warm_up(a.k_cache, a.v_cache, a.num_heads, dtype, tree=tree)
