@@ -89,6 +89,7 @@ CASES = [
     ("not_bearer", "/v1/chat/completions", CHAT, {"Authorization": API_KEY}, 401, "API key"),
     ("models_without_key", "/v1/models", None, {}, 401, "API key"),
     ("unknown_route", "/v1/nothing", GOOD, AUTH, 404, "endpoint"),
+    ("embeddings_route", "/v1/embeddings", {"model": "m", "input": "x"}, AUTH, 404, "/v1/embeddings. This server has"),
     ("wrong_method", "/v1/completions", None, AUTH, 405, ""),
 ]
 

@@ -87,11 +87,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return format_validation_error(exc).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         message = str(exc.detail)
         if exc.status_code == 404:
-            message = "no such endpoint: the OpenAI-compatible routes are under /v1/ (see /docs)"
+            message = (f"no such endpoint: {request.url.path}. This server has /v1/completions, "
+                       "/v1/chat/completions, /v1/models, /health, /metrics and /version (see /docs)")
         return APIError(exc.status_code, message, code=code).response()
 
     @app.exception_handler(Exception)
