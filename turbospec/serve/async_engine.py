@@ -14,11 +14,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from turbospec.sampling_params import SamplingParams
 from turbospec.chat_template import render_chat
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
+from turbospec.serve.loop_bridge import deliver, resolve
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
 
@@ -167,36 +167,36 @@ class AsyncEngine:
                 self._live.pop(rid)
                 self._safe_abort(rid)
                 self._finish(live, "abort")
-                self._deliver(live.add, RequestFailed(503, item.message, "server_shutting_down"))
+                deliver(live.add, RequestFailed(503, item.message, "server_shutting_down"))
             return
         if isinstance(item, _Abort):
             live = self._live.pop(item.request_id, None)
             if live is not None:
                 self.engine.abort_request(item.request_id)
                 self._finish(live, "abort")
-                self._deliver(live.add, live.tracker.final_delta("abort"))
+                deliver(live.add, live.tracker.final_delta("abort"))
             return
         if item.future.cancelled():
             return
         if self._refusing is not None:
-            self._resolve(item, RequestFailed(503, self._refusing, "server_shutting_down"))
+            resolve(item, RequestFailed(503, self._refusing, "server_shutting_down"))
             return
         try:
             prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)
                       if item.messages is not None else item.prompt)
             self.engine.add_request(item.request_id, prompt, item.params)
         except ValueError as e:
-            self._resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
+            resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
             return
         except Exception as e:  # noqa: BLE001 - a bug in one request must not stop the server
             logger.exception("add_request failed for %s", item.request_id)
             self._safe_abort(item.request_id)
-            self._resolve(item, RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error"))
+            resolve(item, RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error"))
             return
         self._live[item.request_id] = _Live(item, DeltaTracker(item.params.stop or [], item.params.logprobs,
                                                                 self.tokenizer, item.params.prompt_logprobs,
                                                                 item.params.include_stop_str_in_output))
-        self._resolve(item, None)
+        resolve(item, None)
 
     def _step(self) -> None:
         try:
@@ -218,7 +218,7 @@ class AsyncEngine:
                 logger.exception("could not build the output of %s", out.request_id)
                 self._live.pop(out.request_id, None)
                 self._safe_abort(out.request_id)
-                self._deliver(live.add, RequestFailed(500, f"output error: {type(e).__name__}: {e}"))
+                deliver(live.add, RequestFailed(500, f"output error: {type(e).__name__}: {e}"))
                 continue
             if delta is None:
                 continue
@@ -226,7 +226,7 @@ class AsyncEngine:
             if delta.finished:
                 self._live.pop(out.request_id, None)
                 self._finish(live, delta.finish_reason, now)
-            self._deliver(live.add, delta)
+            deliver(live.add, delta)
 
     def _observe(self, live: _Live, delta: StreamDelta, now: float) -> None:
         if not delta.token_ids or self.metrics is None:
@@ -251,7 +251,7 @@ class AsyncEngine:
         engine goes on serving (a request sent right after a failure must not get a 503)."""
         for rid, live in list(self._live.items()):
             self._safe_abort(rid)
-            self._deliver(live.add, RequestFailed(status, message, "engine_error"))
+            deliver(live.add, RequestFailed(status, message, "engine_error"))
         self._live.clear()
         if not pending:
             return
@@ -259,7 +259,7 @@ class AsyncEngine:
             pending, self._inbox = self._inbox, []
         for item in pending:
             if isinstance(item, _Add):
-                self._resolve(item, RequestFailed(503, message, "engine_unavailable"))
+                resolve(item, RequestFailed(503, message, "engine_unavailable"))
 
     def _abort_all(self) -> None:
         for rid in list(self._live):
@@ -281,28 +281,6 @@ class AsyncEngine:
             return
         if self.metrics is not None:
             self.metrics.set_engine_stats(self.last_stats)
-
-    # ---- crossing back to the event loop ------------------------------------------------------
-    @staticmethod
-    def _deliver(add: _Add, item: Any) -> None:
-        try:
-            add.loop.call_soon_threadsafe(add.queue.put_nowait, item)
-        except RuntimeError:            # the event loop is closed: nobody is listening any more
-            pass
-
-    @staticmethod
-    def _resolve(add: _Add, error: RequestFailed | None) -> None:
-        def settle() -> None:
-            if add.future.done():
-                return
-            if error is None:
-                add.future.set_result(None)
-            else:
-                add.future.set_exception(error)
-        try:
-            add.loop.call_soon_threadsafe(settle)
-        except RuntimeError:
-            pass
 
 
 def _code_for(message: str) -> str:
