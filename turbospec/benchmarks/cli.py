@@ -93,7 +93,7 @@ def decode(
     for r in results:
         typer.echo(f"{r.batch:>5} {r.step_ms:>9.3f} {r.tok_s_per_seq:>10.1f} {r.tok_s_total:>12.1f} "
                    f"{r.bytes_per_step / 1e6:>9.1f} {r.roofline_ms:>12.3f} {100 * r.roofline_frac:>11.1f}%")
-    _echo_compiles((r.batch, r.compiles) for r in results)
+    _echo_compiles((f"batch {r.batch}", r.compiles) for r in results)
     if profile and dev.type == "cuda":
         from turbospec.benchmarks.decode import profile_step
         typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size))
@@ -171,6 +171,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | acceptance length {al if al is None else round(al, 3)} "
                f"| acceptance rate {m['acceptance_rate'] and round(m['acceptance_rate'], 3)} | drafts {m['num_drafts']}")
     typer.echo("per-position acceptance: " + " ".join(f"{p:.3f}" for p in m["per_position_acceptance"]))
+    _echo_compiles((f"{name} run", r.compiles) for name, r in (("plain", plain), ("speculative", sp)))
     if temperature == 0:
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
         # trees verify through the prefill attention kernel: not bit-identical yet (README)
@@ -230,7 +231,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     for r in rows:
         typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
                    f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.mean_k or 0:>7.2f} {r.chosen_k:>7}")
-    _echo_compiles((r.batch, r.compiles) for r in rows)
+    _echo_compiles((f"batch {r.batch}", r.compiles) for r in rows)
     for r in rows:
         same, total = (int(x) for x in r.identical.split("/"))
         _check_lossless(same, total, exact and dev.type == "cuda", f"batch {r.batch}")
@@ -242,9 +243,9 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
 
 def _echo_compiles(rows) -> None:
     """Name the Triton compilations that ran inside a timed run: that row timed the compiler too."""
-    for batch, compiles in rows:
+    for label, compiles in rows:
         if compiles:
-            typer.echo(f"warning: batch {batch}: {compiles} inside the timed run; its tok/s include them")
+            typer.echo(f"warning: {label}: {compiles} inside the timed run; its tok/s include them")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from turbospec.engine.llm_engine import LLMEngine
+from turbospec.kernels.jit_watch import watch_jit
 from turbospec.sampling_params import SamplingParams
 
 
@@ -40,6 +41,7 @@ class RunResult:
     tokens: int
     outputs: list[list[int]]
     metrics: dict = field(default_factory=dict)
+    compiles: str = ""                   # Triton compilations inside the timed run ('' if none)
 
     @property
     def tok_s(self) -> float:
@@ -54,18 +56,20 @@ def run(engine: LLMEngine, prompts, params: SamplingParams, concurrency: int) ->
     in_flight = 0
     sync()
     t0 = time.perf_counter()
-    while pending or in_flight:
-        while pending and in_flight < concurrency:
-            i, p = pending.pop(0)
-            engine.add_request(f"p{i}-{time.monotonic_ns()}", p, params)
-            in_flight += 1
-        for o in engine.step():
-            if o.finished:
-                outs[int(o.request_id[1:].split("-")[0])] = o.outputs[0].token_ids
-                in_flight -= 1
-    sync()
+    with watch_jit() as jit:
+        while pending or in_flight:
+            while pending and in_flight < concurrency:
+                i, p = pending.pop(0)
+                engine.add_request(f"p{i}-{time.monotonic_ns()}", p, params)
+                in_flight += 1
+            for o in engine.step():
+                if o.finished:
+                    outs[int(o.request_id[1:].split("-")[0])] = o.outputs[0].token_ids
+                    in_flight -= 1
+        sync()
     dt = time.perf_counter() - t0
-    return RunResult(dt, sum(len(v) for v in outs.values()), [outs[i] for i in range(len(prompts))])
+    return RunResult(dt, sum(len(v) for v in outs.values()), [outs[i] for i in range(len(prompts))],
+                     compiles=jit.summary())
 
 
 def compare(engine: LLMEngine, proposer, prompts, params: SamplingParams, concurrency: int,
