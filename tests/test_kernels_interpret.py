@@ -128,6 +128,8 @@ def run_prefill_warm_up():
     before = (kc.clone(), vc.clone())
     warm_up(kc, vc, 8, torch.float32, tree=True)
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+    mha = torch.randn(2, 16, 4, 32)            # one head per kv head: 128-row tiles of 128 tokens
+    warm_up(mha, mha.clone(), 4, torch.float32)
 
 
 def run_padded():

@@ -4,7 +4,7 @@ compiles while a request waits.
 CUDA graph capture compiles the kernels of decode and chain verify. Prefill, a prompt resumed
 after a cached prefix, and a step mixing prefill and decode rows run eagerly, and a Triton kernel
 compiles once per specialization (its constexprs; each integer argument's "is 1" / "divisible by
-16"): on an H200 the prefill attention kernel took 1.2 s with a cold cache, paid by the first
+16"; each pointer's 16-byte alignment): on an H200 the prefill attention kernel took 1.2 s with a cold cache, paid by the first
 batched prompt a server saw. Each shape class is run once here on throw-away sequences (the KV
 they write is freed; nothing is sampled), covering those specializations.
 """

@@ -233,9 +233,9 @@ def warm_up(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, dtype:
     dev = k_cache.device
     _, block_size, kvh, d = k_cache.shape
     group_pad = triton.next_power_of_2(num_heads // kvh)
-    tables = torch.zeros(1, 4, dtype=torch.int32, device=dev)
     for block_m in sorted({max(m, group_pad, 16) for m in (16, 32, 64, 128)}):
         q_len = max(1, block_m // group_pad)
+        tables = torch.zeros(1, triton.cdiv(q_len + block_size, block_size), dtype=torch.int32, device=dev)
         q = torch.zeros(q_len, num_heads, d, dtype=dtype, device=dev)
         qsl = torch.tensor([0, q_len], dtype=torch.int32, device=dev)
         seq_lens = torch.tensor([q_len + block_size], dtype=torch.int32, device=dev)
