@@ -126,3 +126,29 @@ def test_no_compile_serving_first_requests(dtype, kwargs):
     assert res["done"] == 6
     assert res["warmup_s"] > 0
     assert res["compiles"] == [], (res["compiles"], r.stderr[-4000:])
+
+
+@pytest.mark.parametrize("num_heads,kv_heads", [(8, 8), (32, 8), (6, 2)])
+def test_prefill_warm_up_leaves_the_cache_and_compiles_every_variant(num_heads, kv_heads):
+    """kernels/paged_prefill.warm_up on a real cache (one head per kv head too: its 128-token
+    tiles need 9 blocks of 16, past a fixed 4-entry table), then every tile / split launch of
+    the kernel compiles nothing new."""
+    from turbospec.kernels.paged_prefill import paged_prefill_attention, warm_up
+    kc = torch.randn(64, 16, kv_heads, 128, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    before = (kc.clone(), vc.clone())
+    warm_up(kc, vc, num_heads, torch.bfloat16, tree=True)
+    torch.cuda.synchronize()
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+    g = torch.Generator(device="cuda").manual_seed(0)
+    with watch_jit() as ev:
+        for q_len, ctx, splits in ((3, 40, 1), (17, 0, 2), (70, 100, 4), (200, 300, 1)):
+            q = torch.randn(q_len, num_heads, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+            n = -(-(q_len + ctx) // 16)
+            tables = torch.arange(1, n + 1, dtype=torch.int32, device="cuda").view(1, n)
+            qsl = torch.tensor([0, q_len], dtype=torch.int32, device="cuda")
+            lens = torch.tensor([q_len + ctx], dtype=torch.int32, device="cuda")
+            out = paged_prefill_attention(q, kc, vc, qsl, lens, tables, 0.1, q_len, q_len + ctx, num_splits=splits)
+            assert torch.isfinite(out.float()).all()
+        torch.cuda.synchronize()
+    assert ev.count == 0, ev.summary()
