@@ -89,6 +89,10 @@ ids = lambda n: torch.randint(0, 8000, (n,), generator=g).tolist()
 p = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 hot = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=12, ignore_eos=True, seed=3)
 with watch_jit() as ev:
+    for i, n in enumerate((10, 3, 16)):               # lone short prompts: the decode kernel's chain path
+        eng.add_request(f"solo{i}", {"prompt_token_ids": ids(n)}, p)
+        while eng.has_unfinished_requests():
+            eng.step()
     for i, n in enumerate((7, 50, 129)):
         eng.add_request(f"a{i}", {"prompt_token_ids": ids(n)}, p)
     eng.step(); eng.step()
@@ -123,7 +127,7 @@ def test_no_compile_serving_first_requests(dtype, kwargs):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert res["done"] == 6
+    assert res["done"] == 6          # the batched and mixed ones (the lone ones finish first)
     assert res["warmup_s"] > 0
     assert res["compiles"] == [], (res["compiles"], r.stderr[-4000:])
 

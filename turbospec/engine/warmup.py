@@ -20,9 +20,14 @@ from turbospec.sampling_params import SamplingParams
 
 # (prompt tokens, tokens already in the cache) per dummy sequence, one list per step: one token,
 # lengths of both parities mod 16, one and several sequences, a prefix already cached, and decode rows
-# (1 new token after a cached prefix) mixed with a prefill
+# (1 new token after a cached prefix) mixed with a prefill. A lone prompt of up to 32 tokens runs
+# the decode attention kernel (a uniform chain), specialised on its token count (1, a few, more;
+# divisible by 16) and on its block-table width (1 block or more): one prompt of each class.
 STEPS: tuple[tuple[tuple[int, int], ...], ...] = (
     ((1, 0),),
+    ((3, 0),),
+    ((10, 0),),
+    ((16, 0),),
     ((24, 0),),
     ((32, 0),),
     ((16, 0), (17, 0)),
