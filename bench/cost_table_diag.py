@@ -11,7 +11,7 @@ import torch
 
 from turbospec.benchmarks import oracle as ob
 from turbospec.benchmarks.cli import _shape_setting
-from turbospec.engine.draft_length import measure_cost_table
+from turbospec.engine.step_cost import measure_cost_table
 
 shape, batch = (sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"), int(sys.argv[2]) if len(sys.argv) > 2 else 1
 quant = (sys.argv[3] if len(sys.argv) > 3 else "fp8") if (sys.argv[3:4] or ["fp8"])[0] != "none" else None

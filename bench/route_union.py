@@ -1,5 +1,5 @@
 """Distinct experts a verify of 8 tokens (one sequence) touches per layer: as the start-up cost table
-times it (engine/draft_length.measure_cost_table: a sequence never prefilled, its KV zeros) and
+times it (engine/step_cost.measure_cost_table: a sequence never prefilled, its KV zeros) and
 after a real prefill of 256 random ids. qwen3-30b-a3b's routing (128 experts, top 8, hidden 2048)
 with 4 layers, experts of 64 and a 16k vocabulary so that it runs on a CPU in float32.
 

@@ -223,7 +223,7 @@ def test_start_up_cost_table_feeds_distinct_tokens(codelm_dir):
     identical tokens to the same experts, so ids that were all 1 timed a batch as one token's
     experts (an H200 MoE at batch 16: decode timed at 3.8 ms where real steps take 8.1)."""
     from turbospec import LLM
-    from turbospec.engine.draft_length import measure_cost_table
+    from turbospec.engine.step_cost import measure_cost_table
     eng = LLM(str(codelm_dir), device="cpu", dtype="float32").llm_engine
     fed = []
     prepare = eng.runner.prepare

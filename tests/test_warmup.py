@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from turbospec import LLM, SamplingParams
-from turbospec.engine.warmup import BIG_STEPS, STEPS, _split, warm_up_prefill, warm_up_runner
+from turbospec.engine.warmup import BIG_STEPS, STEPS, _split, warm_up_engine, warm_up_runner
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 PROMPTS = ["def fibonacci(n):\n", "import os\nimport sys\n\n\ndef main(argv):\n"]
@@ -24,7 +24,7 @@ def test_warm_up_steps_leave_no_trace(codelm_dir):
     llm = LLM(str(codelm_dir), device="cpu", dtype="float32")
     eng = llm.llm_engine
     want = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, PARAMS)]
-    assert warm_up_prefill(eng) == 0.0                         # CUDA only: nothing on the CPU
+    assert warm_up_engine(eng) == 0.0                         # CUDA only: nothing on the CPU
     bm = eng.block_manager
     free = bm.num_free_blocks
     ran = []

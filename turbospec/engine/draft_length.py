@@ -8,7 +8,9 @@ from __future__ import annotations
 import functools
 import math
 
-from turbospec.engine.step_cost import ObservedStepCost, _median, measure_cost_table  # noqa: F401 (re-export)
+from statistics import median_high
+
+from turbospec.engine.step_cost import ObservedStepCost
 from turbospec.layers.linear import INVARIANT_MAX_M
 from turbospec.spec.moe_cost import AcceptanceProfile, DraftLengthPolicy, StepCostTable, TreeAcceptanceProfile
 
@@ -151,9 +153,9 @@ class AdaptiveDraftLength:
         if self._steps_seen == 1 or k <= 0 or catching_up or self._choices[0] == 0:
             return              # one-time costs, or a drafter catching up on tokens it has not seen
         self._draft_times = (self._draft_times + [seconds / k])[-self.DRAFT_WINDOW:]
-        self.draft_s_per_token = _median(self._draft_times)
+        self.draft_s_per_token = median_high(self._draft_times)
         self._by_k[k] = (self._by_k.get(k, []) + [seconds])[-self.DRAFT_WINDOW:]
-        medians = {kk: _median(v) for kk, v in self._by_k.items()}
+        medians = {kk: median_high(v) for kk, v in self._by_k.items()}
         self._model = (medians, _line(medians) if len(medians) > 1 else None)
         self._cache.clear()
 

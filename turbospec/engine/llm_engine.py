@@ -14,14 +14,15 @@ from turbospec.config import EngineConfig, ModelConfig, parse_dtype
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
-from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exact_k_cap, measure_cost_table
+from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exact_k_cap
 from turbospec.engine.kv_sizing import choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
 from turbospec.engine.request_input import build_sequence, load_tokenizer
 from turbospec.engine.scheduler import Scheduler
 from turbospec.engine.sequence import Sequence, SequenceStatus
-from turbospec.engine.spec_step import SpecDecodeStats, accept_step, warm_up_accept
-from turbospec.engine.warmup import warm_up_prefill
+from turbospec.engine.spec_step import SpecDecodeStats, accept_step
+from turbospec.engine.step_cost import measure_cost_table
+from turbospec.engine.warmup import warm_up_engine
 from turbospec.layers.linear import INVARIANT_GEMMS
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
@@ -95,8 +96,6 @@ class LLMEngine:
         if not ec.enforce_eager:                 # a tree verify (tree mask) runs eagerly: decode graphs only
             query_lens = graph_query_lens or ([1] if tree else [kk + 1 for kk in ks])
             capture_s = runner.capture_graphs(max_batch, query_lens, self.max_model_len)
-        if k and tree is None:
-            warm_up_accept(self.device, k)
         if runner.graphs is not None and ec.max_num_seqs > MAX_GRAPH_BATCH:
             warnings.warn(f"max_num_seqs={ec.max_num_seqs}: CUDA graphs and decode bursts cover at most "
                           f"{MAX_GRAPH_BATCH} running sequences, so steps with more run eagerly (several times "
@@ -109,7 +108,7 @@ class LLMEngine:
             self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None)
             capture_s += time.perf_counter() - t0
         self.startup["graph_capture_seconds"] = capture_s
-        self.startup["warmup_seconds"] = warm_up_prefill(self)
+        self.startup["warmup_seconds"] = warm_up_engine(self)
         self.startup["num_cuda_graphs"] = (runner.graphs.num_graphs if runner.graphs else 0) + \
             (len(self.burst.graphs) if self.burst is not None else 0)
         self.adaptive = (AdaptiveDraftLength(measure_cost_table(self, ks, tree=tree is not None), k,

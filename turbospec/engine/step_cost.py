@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from statistics import median_high
 
 import torch
 
@@ -13,10 +14,6 @@ from turbospec.spec.moe_cost import StepCostTable, analytic_step_table
 from turbospec.spec.proposer import Proposal
 
 COST_BATCHES = (1, 4, 16, 64)
-
-
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
 
 
 class ObservedStepCost:
@@ -68,9 +65,9 @@ class ObservedStepCost:
         bb = self.bucket(batch)
         own = self.ratios.get((bb, q), [])
         if len(own) >= self.MIN_SEEN:
-            return _median(own)
+            return median_high(own)
         pooled = [r for (b, _), rs in self.ratios.items() if b == bb for r in rs]
-        return _median(pooled) if len(pooled) >= self.MIN_SEEN else None
+        return median_high(pooled) if len(pooled) >= self.MIN_SEEN else None
 
     def _excess(self, batch: int, q: int) -> tuple[float, float]:
         """(decode seconds, the table's excess of q over it, at least FLOOR of a decode step)."""

@@ -1,12 +1,13 @@
-"""Start-up warm-up of the eager paths (CUDA): dummy prefill steps, so that no Triton kernel
-compiles while a request waits.
+"""Start-up warm-up of the eager paths (CUDA): dummy prefill steps and the accept kernel, so that
+no Triton kernel compiles while a request waits.
 
 CUDA graph capture compiles the kernels of decode and chain verify. Prefill, a prompt resumed
 after a cached prefix, and a step mixing prefill and decode rows run eagerly, and a Triton kernel
 compiles once per specialization (its constexprs; each integer argument's "is 1" / "divisible by
-16"; each pointer's 16-byte alignment): on an H200 the prefill attention kernel took 1.2 s with a cold cache, paid by the first
-batched prompt a server saw. Each shape class is run once here on throw-away sequences (the KV
-they write is freed; nothing is sampled), covering those specializations.
+16"; each pointer's 16-byte alignment): on an H200 the prefill attention kernel took 1.2 s with a
+cold cache, paid by the first batched prompt a server saw. Each shape class is run once here on
+throw-away sequences (the KV they write is freed; nothing is sampled), covering those
+specializations.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 
 from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.engine.sequence import Sequence
+from turbospec.engine.spec_step import warm_up_accept
 from turbospec.sampling_params import SamplingParams
 
 # (prompt tokens, tokens already in the cache) per dummy sequence, one list per step: one token,
@@ -41,15 +43,17 @@ STEPS: tuple[tuple[tuple[int, int], ...], ...] = (
 BIG_STEPS = (512, 2048)
 
 
-def warm_up_prefill(engine) -> float:
+def warm_up_engine(engine) -> float:
     """Run STEPS and BIG_STEPS through the engine's model runner and, for a draft-model proposer,
-    through the drafter's (its first step for a sequence prefills the whole prompt); returns
-    seconds spent (0 off CUDA)."""
+    through the drafter's (its first step for a sequence prefills the whole prompt); compile the
+    chain accept kernel's variants; returns seconds spent (0 off CUDA)."""
     if engine.device.type != "cuda":
         return 0.0
     t0 = time.perf_counter()
     ec = engine.engine_config
     tree = getattr(engine.proposer, "tree", None) is not None
+    if engine.proposer is not None and not tree:
+        warm_up_accept(engine.device, engine.proposer.k)
     warm_up_runner(engine.runner, engine.block_manager, engine.max_model_len, ec.max_num_seqs,
                    engine.scheduler.max_num_batched_tokens, engine.dtype, tree)
     drafter = engine.proposer

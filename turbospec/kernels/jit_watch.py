@@ -1,7 +1,7 @@
 """Triton compilations seen while a block of code runs.
 
-A Triton kernel compiles on the first launch of each specialization (its constexprs, and each
-integer argument's "is 1" / "divisible by 16"), typically 0.1-1 s with the disk cache cold. A
+A Triton kernel compiles on the first launch of each specialization (its constexprs, each
+integer argument's "is 1" / "divisible by 16", each pointer's 16-byte alignment), typically 0.1-1 s with the disk cache cold. A
 benchmark whose timed region contains one measures the compiler, not the engine: a 0.5-s run of
 qwen3-8b at batch 16 doubles. `bench spec` / `bench decode` report the compilations inside their
 timed runs so that a reader can tell. Safe to import without Triton (nothing is ever seen then).
