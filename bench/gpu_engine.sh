@@ -34,6 +34,7 @@
 #       greedyab (one-launch greedy accept rule vs PyTorch ops: engine tests, timelines, 8b oracle b1)
 #       nocompile (tests/gpu/test_no_compile_in_steps.py; MoE FP8 oracle 1,16,64 with compilations logged)
 #       moeb1ab (qwen3-30b-a3b FP8 oracle at batch 1, 128 tokens: out/base vs HEAD, alternating twice)
+#       tailab (bench/step_tail.py; qwen3-8b decode b1/16/64 and codelm-12m b1: out/base vs HEAD, alternating twice)
 #       fp8spec (qwen3-8b FP8 oracle, auto k, batches 1,16,64 in one engine: out/base with every Triton
 #                compilation logged (bench/jit_log.py), then HEAD; tests/gpu/test_no_compile_in_steps.py)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
@@ -44,6 +45,10 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 log="$OUT/engine.log"
 run() { local t=$1; shift; echo "### $* (timeout $t s, $(date -u +%T))" | tee -a "$log"; timeout "$t" "$@" >>"$log" 2>&1; echo "### rc=$?" | tee -a "$log"; }
 TS=(python3 -m turbospec.cli)
+# A/B against another tree: PYTHONPATH=$tree with -P (python -m would put the current directory,
+# this checkout, ahead of PYTHONPATH: before 2026-11-30 moeb1ab ran HEAD against itself)
+TSP=(python3 -P -m turbospec.cli)
+which_tree() { PYTHONPATH=$1 python3 -P -c 'import turbospec; print("### turbospec from", turbospec.__file__)' | tee -a "$log"; }
 HELDOUT=(--model models/codelm-12m --prompts bench/prompts/heldout_code.jsonl --num-prompts 16 --max-tokens 128 --device cuda)
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; git log -1 --format='commit %h'; } >>"$log" 2>&1
 for part in ${*:-tests decode oracle drafters}; do
@@ -337,9 +342,18 @@ for part in ${*:-tests decode oracle drafters}; do
               JIT_LOG_WHERE=1 run 300 python3 bench/jit_log.py bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 \
                 --batch-sizes 1,16,64 --prompt-len 256 --max-tokens 64 \
                 --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' ;;
+    tailab)   # step tail: chunked greedy argmax over bf16 logits + Triton token lookup vs out/base, alternating twice
+              PYTHONPATH=. BASE=out/base run 120 python3 bench/step_tail.py
+              for i in 1 2; do for tree in out/base .; do
+                which_tree $tree
+                PYTHONPATH=$tree run 150 "${TSP[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 \
+                  --prompt-len 512 --gen-len 64
+                PYTHONPATH=$tree run 60 "${TSP[@]}" bench decode --shape models/codelm-12m --dtype bf16 --batch-sizes 1 \
+                  --prompt-len 128 --gen-len 256
+              done; done ;;
     moeb1ab)  for i in 1 2; do for tree in out/base .; do
-                echo "### moeb1ab: $tree" | tee -a "$log"
-                PYTHONPATH=$tree run 150 "${TS[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 \
+                which_tree $tree
+                PYTHONPATH=$tree run 150 "${TSP[@]}" bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 \
                   --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
                   --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}'
               done; done ;;

@@ -36,10 +36,18 @@ def run_advance():
     from turbospec.kernels.greedy_step import greedy_advance
     g = torch.Generator().manual_seed(0)
     bs = 16
-    for V, dtype in ((8192, torch.float32), (5000, torch.float32), (300, torch.bfloat16)):
+    from turbospec.kernels.greedy_step import chunk_size
+    # one row is split into chunks (8192 -> 16 x 512, 20000 -> 40 x 512); 300 fits one program
+    for V, dtype in ((8192, torch.float32), (20000, torch.bfloat16), (5000, torch.float32), (300, torch.bfloat16)):
         b = 6
         logits = torch.randn(b, V, generator=g).to(dtype)
-        logits[0, 17] = logits[0, 4000 % V] = logits[0].max() + 1       # a tie: the first index wins
+        # a tie across two chunks: the first index wins, whichever chunk's program arrives last
+        logits[0, 17] = logits[0, 4000 % V] = logits[0].max() + 1
+        if V > chunk_size(V):
+            logits[4, 3 * chunk_size(V) + 5] = logits[4, chunk_size(V) + 9] = logits[4].max() + 1
+            want4 = chunk_size(V) + 9
+        else:
+            want4 = int(logits[4].float().argmax())
         logits[1] = float("-inf")                                        # all -inf: index 0
         logits[2, V - 1] = 100.0                                         # the maximum in the last chunk
         logits[3, :] = 0.5                                               # all equal: index 0
@@ -48,12 +56,14 @@ def run_advance():
         seq_lens = (pos + 1).int()
         valid = torch.tensor([True, True, True, True, True, False])
         want = _reference(logits.float(), pos, seq_lens, valid, tables, bs)
-        out, ids, slots = (torch.full((b,), -7, dtype=torch.long) for _ in range(3))
-        p, sl = pos.clone(), seq_lens.clone()
-        greedy_advance(logits, out, ids, p, sl, valid, tables, slots, bs)
+        for call in range(2):          # twice: the row counters must be re-armed by the first call
+            out, ids, slots = (torch.full((b,), -7, dtype=torch.long) for _ in range(3))
+            p, sl = pos.clone(), seq_lens.clone()
+            greedy_advance(logits, out, ids, p, sl, valid, tables, slots, bs)
         tag = f"V={V} {dtype}"
         assert torch.equal(out, want[0]) and torch.equal(ids, want[0]), (tag, out, want[0])
         assert int(out[0]) == 17 and int(out[1]) == 0 and int(out[2]) == V - 1 and int(out[3]) == 0, tag
+        assert int(out[4]) == want4, (tag, int(out[4]), want4)
         assert torch.equal(p, want[1]) and torch.equal(sl, want[2]), tag
         assert torch.equal(slots, want[3]), (tag, slots, want[3])
         assert int(slots[4]) == -1 and int(slots[5]) == -1 and int(sl[5]) == int(seq_lens[5]), tag

@@ -58,13 +58,13 @@ class DecodeBurst:
                 hidden = self.model(self.ids[:b], pos)
             if isinstance(hidden, tuple):
                 hidden = hidden[0]
-            logits = self.model.compute_logits(hidden)                  # [b, V]
             if self.device.type == "cuda":
                 from turbospec.kernels.greedy_step import greedy_advance   # CUDA only: imports Triton
+                logits = self.model.compute_logits(hidden, upcast=False)     # [b, V] model dtype
                 greedy_advance(logits, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
                                self.valid[:b], self.block_tables[:b], slots, bs)
                 continue
-            nxt = logits.argmax(dim=-1)                                  # [b]
+            nxt = self.model.compute_logits(hidden).argmax(dim=-1)       # [b]
             self.out[j, :b].copy_(nxt)
             self.ids[:b].copy_(nxt)
             self.pos[:b].add_(1)

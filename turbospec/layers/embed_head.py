@@ -21,7 +21,10 @@ class VocabEmbedding(nn.Module):
         self.weight.shard_ids = (None,)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(input_ids, self.weight)           # [*, hidden]
+        if input_ids.is_cuda and not torch.is_grad_enabled():
+            from turbospec.kernels.embedding import embedding      # CUDA only: imports Triton
+            return embedding(input_ids, self.weight)               # [*, hidden]
+        return F.embedding(input_ids, self.weight)                 # [*, hidden]
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
@@ -42,9 +45,11 @@ class ParallelLMHead(nn.Module):
             self.weight.weight_loader = default_weight_loader
             self.weight.shard_ids = (None,)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        # computed in the model dtype (as HF does), returned as float32 for sampling
-        return linear(hidden, self.weight).float()           # [N, V]
+    def forward(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+        """Computed in the model dtype (as HF does), returned as float32 for sampling; upcast=False
+        returns the model dtype (a greedy argmax gives the same index: the upcast is exact)."""
+        logits = linear(hidden, self.weight)                   # [N, V]
+        return logits.float() if upcast else logits
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, tied={self.tied}"

@@ -144,8 +144,8 @@ class LlamaForCausalLM(nn.Module):
         hidden, aux = self.model(input_ids, positions, self._aux_layers)
         return (hidden, aux) if self._aux_layers else hidden
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)                                    # [N, V] float32
+    def compute_logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+        return self.lm_head(hidden, upcast)                   # [N, V] float32 (upcast) or model dtype
 
     def get_input_embeddings(self) -> VocabEmbedding:
         return self.model.embed_tokens
