@@ -73,6 +73,7 @@ def _greedy_advance_kernel(logits_ptr, stride_l, V, part_v, part_i, lock_ptr,
             best_i = tl.min(tl.where(ok & (pv == best), pi, 2147483647), 0).to(tl.int64)
             tl.atomic_xchg(lock_ptr + row, 0)               # re-armed for the next launch
     if last:
+        best_i = tl.where(best_i < V, best_i, 0)            # a NaN row may point past V (or match no chunk)
         _advance(row, best_i, out_ptr, ids_ptr, pos_ptr, seq_lens_ptr, valid_ptr, block_tables_ptr,
                  stride_bt, max_blocks, slots_ptr, block_size)
 
