@@ -3,10 +3,17 @@
 Block 0 is the null block: never allocated, so padded slots and padded block-table entries can
 point at it. Blocks carry reference counts so that a later prefix cache can share a block between
 sequences (`share`), freeing it only when the last holder lets go.
+
+Only this class changes a sequence's `block_table`. It also keeps each table's int32 mirror in
+step (`host_rows`): a step's block tables are built from the mirrors, which are updated with the
+entries that changed since the last step, instead of converting every table's Python ints again
+(64 sequences of 8,192 tokens: 32,768 entries, 1.3 ms of host time per step on the CPU machine).
 """
 from __future__ import annotations
 
 from collections import deque
+
+import numpy as np
 
 from turbospec.engine.sequence import Sequence
 
@@ -60,11 +67,13 @@ class BlockManager:
         keep = self.blocks_needed(num_tokens)
         while len(seq.block_table) > keep:
             self._release(seq.block_table.pop())
+        seq.block_table_synced = min(seq.block_table_synced, len(seq.block_table))
 
     def free(self, seq: Sequence) -> None:
         for block in reversed(seq.block_table):
             self._release(block)
         seq.block_table.clear()
+        seq.block_table_synced = 0
         seq.num_computed_tokens = 0
 
     def share(self, src: Sequence, dst: Sequence, num_blocks: int) -> None:
@@ -72,6 +81,26 @@ class BlockManager:
         for block in src.block_table[:num_blocks]:
             self.ref_counts[block] += 1
             dst.block_table.append(block)
+
+    @staticmethod
+    def host_rows(seqs: list[Sequence], width: int) -> np.ndarray:
+        """[len(seqs), width] int32: each sequence's block table, padded with the null block.
+        Entries past a sequence's `block_table_synced` (lowered by `truncate` / `free`, the only
+        places entries are removed) are copied into its mirror first; appended blocks always lie
+        past it."""
+        out = np.zeros((len(seqs), width), dtype=np.int32)
+        for i, seq in enumerate(seqs):
+            table, n0 = seq.block_table, seq.block_table_synced
+            L = len(table)
+            if L > seq.block_table_host.shape[0]:
+                grown = np.empty(max(L, 2 * seq.block_table_host.shape[0], 16), dtype=np.int32)
+                grown[:n0] = seq.block_table_host[:n0]
+                seq.block_table_host = grown
+            if L > n0:
+                seq.block_table_host[n0:L] = table[n0:L]
+            seq.block_table_synced = L
+            out[i, :L] = seq.block_table_host[:L]
+        return out
 
     def slot(self, seq: Sequence, position: int) -> int:
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -133,15 +134,13 @@ class ModelRunner:
         max_q = max(qsl[i + 1] - qsl[i] for i in range(B))
         # pad rows may reach past a sequence's blocks: the table is zero-filled (the null block) to cover them
         max_blocks = max(max(len(s.seq.block_table) for s in batch), -(-max(seq_lens) // self.block_size))
-        tables: list[int] = []
-        for s in batch:
-            tables += s.seq.block_table
-            tables += [0] * (max_blocks - len(s.seq.block_table))
+        tables = bm.host_rows([s.seq for s in batch], max_blocks)                   # [B, max_blocks] int32
         tree_mask = self._tree_mask(batch, qsl, max_q, tree_rows) if tree_rows else None
         # two uploads per step: the int64 token-wise inputs and the int32 sequence-wise metadata
         dev = self.device
         tok = torch.tensor(ids + pos + slots, dtype=torch.long).to(dev, non_blocking=True)        # [3T]
-        seqw = torch.tensor(qsl + seq_lens + tables, dtype=torch.int32).to(dev, non_blocking=True)
+        seqw = torch.from_numpy(np.concatenate([np.asarray(qsl + seq_lens, dtype=np.int32), tables.reshape(-1)])
+                                ).to(dev, non_blocking=True)                              # [2B + 1 + B * max_blocks]
         meta = AttentionMetadata(
             slot_mapping=tok[2 * T:], query_start_loc=seqw[:B + 1], seq_lens=seqw[B + 1:2 * B + 1],
             block_tables=seqw[2 * B + 1:].view(B, max_blocks),

@@ -6,6 +6,7 @@ import itertools
 import time
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 
 from turbospec.sampling_params import SamplingParams
@@ -60,7 +61,9 @@ class Sequence:
         self.num_prompt_tokens = len(prompt_token_ids)
         self.params = params
         self.status = SequenceStatus.WAITING
-        self.block_table: list[int] = []
+        self.block_table: list[int] = []      # changed only by BlockManager (it keeps the mirror below)
+        self.block_table_host = np.empty(0, dtype=np.int32)   # int32 mirror of block_table's first ...
+        self.block_table_synced = 0                             # ... entries (BlockManager.host_rows)
         self.num_computed_tokens = 0          # tokens whose KV is in the cache
         self.max_model_len = max_model_len
         self.output_logprobs: list[dict] = []
