@@ -194,7 +194,7 @@ class ModelRunner:
         with forward_context(meta):
             out = self.model(inputs.input_ids, inputs.positions)
         hidden, aux = (out[0], torch.cat(out[1], dim=-1)) if isinstance(out, tuple) else (out, None)
-        logits = self.model.compute_logits(hidden[torch.tensor(rows, dtype=torch.long, device=hidden.device)]) \
+        logits = self.model.compute_logits(hidden[torch.tensor(rows, dtype=torch.long).to(hidden.device, non_blocking=True)]) \
             if rows else hidden.new_empty(0, self.config.vocab_size, dtype=torch.float32)
         return StepOutputs(logits, hidden, aux)
 
@@ -202,8 +202,8 @@ class ModelRunner:
         """Copy KV of accepted tree nodes to their final slots (all layers at once)."""
         if not src_slots:
             return
-        src = torch.tensor(src_slots, dtype=torch.long, device=self.device)
-        dst = torch.tensor(dst_slots, dtype=torch.long, device=self.device)
+        src = torch.tensor(src_slots, dtype=torch.long).to(self.device, non_blocking=True)
+        dst = torch.tensor(dst_slots, dtype=torch.long).to(self.device, non_blocking=True)
         flat = self.kv_cache.view(*self.kv_cache.shape[:2], -1, *self.kv_cache.shape[4:])
         flat[:, :, dst] = flat[:, :, src]
 

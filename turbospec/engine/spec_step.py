@@ -225,7 +225,7 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
         lps = None
         if seq.params.logprobs is not None:
             lrows = [offsets[b]] + [offsets[b] + 1 + n for n in nodes]
-            tok_t = torch.tensor(toks, device=out.logits.device)
+            tok_t = torch.tensor(toks).to(out.logits.device, non_blocking=True)
             lps = logprobs_to_dicts(compute_logprobs(out.logits[lrows[:len(toks)]], tok_t,
                                                      seq.params.logprobs), tok_t)
         for j, t in enumerate(toks):
@@ -252,7 +252,7 @@ def _prompt_logprobs(engine, seq: Sequence, start: int, num_new: int, q0: int, o
     for a in range(first, last, PROMPT_LOGPROBS_ROWS):          # [rows, V] fp32 at a time
         b = min(a + PROMPT_LOGPROBS_ROWS, last)
         rows = torch.arange(q0 + a - start, q0 + b - start, device=out.hidden.device)
-        targets = torch.tensor(seq.token_ids[a + 1:b + 1], device=out.hidden.device)
+        targets = torch.tensor(seq.token_ids[a + 1:b + 1]).to(out.hidden.device, non_blocking=True)
         with torch.inference_mode():
             logits = engine.runner.model.compute_logits(out.hidden[rows])             # [n, V]
             lp = compute_logprobs(logits, targets, seq.params.prompt_logprobs)
@@ -264,7 +264,7 @@ def _observe(engine, seq: Sequence, start: int, tokens: list[int], out, rows: li
     prop = engine.proposer
     if prop is None or not prop.needs_target_features or not rows:
         return
-    idx = torch.tensor(rows, dtype=torch.long, device=out.hidden.device)
+    idx = torch.tensor(rows, dtype=torch.long).to(out.hidden.device, non_blocking=True)
     with sdpa_kernel(_DRAFT_SDPA):
         prop.observe(seq, TargetFeatures(start, tokens, out.aux[idx] if out.aux is not None else None,
                                          out.hidden[idx]))

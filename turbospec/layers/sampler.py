@@ -21,6 +21,13 @@ from turbospec.sampling_params import SamplingParams
 _TINY = torch.finfo(torch.float32).tiny
 
 
+def _up(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list on `device` without a stream sync: torch.tensor(..., device=cuda) copies with
+    non_blocking=False, which waits for every kernel queued (the step's forward) before the host
+    may go on; from pageable memory the non-blocking copy is staged before it returns."""
+    return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+
 @dataclass
 class SamplingTensors:
     temperature: torch.Tensor            # [N] float32; greedy rows hold 1.0 (never divided by ~0)
@@ -70,12 +77,12 @@ class SamplingTensors:
             row_gens += [g] * r
         any_min_p = any(m > 0 for m in min_ps)
         return SamplingTensors(
-            temperature=torch.tensor(temps, dtype=torch.float32, device=device),
-            top_k=torch.tensor(ks, dtype=torch.long, device=device),
-            top_p=torch.tensor(ps, dtype=torch.float32, device=device),
-            greedy=torch.tensor(greedy, dtype=torch.bool, device=device),
+            temperature=_up(temps, torch.float32, device),
+            top_k=_up(ks, torch.long, device),
+            top_p=_up(ps, torch.float32, device),
+            greedy=_up(greedy, torch.bool, device),
             generators=row_gens,
-            min_p=torch.tensor(min_ps, dtype=torch.float32, device=device) if any_min_p else None,
+            min_p=_up(min_ps, torch.float32, device) if any_min_p else None,
             any_top_k=any(k > 0 for k in ks),
             max_top_k=max(ks, default=0),
             any_top_p=any(p < 1.0 for p in ps),

@@ -110,10 +110,10 @@ class DFlashProposer(Proposer):
         cfg, dev = self.draft.config, self.device
         R, blk, K = len(sub), cfg.block_size, self.k
         batch = PaddedBatchKV([st.cache for st in states], 0)
-        start = torch.tensor([len(s) - 1 for s in sub], device=dev)                 # anchor positions [R]
+        start = torch.tensor([len(s) - 1 for s in sub]).to(dev, non_blocking=True)                 # anchor positions [R]
         q_pos = start[:, None] + torch.arange(blk, device=dev)                     # [R, blk]
         ids = torch.full((R, blk), cfg.mask_token_id, dtype=torch.long, device=dev)
-        ids[:, 0] = torch.tensor([s.last_token_id for s in sub], device=dev)       # the anchor
+        ids[:, 0] = torch.tensor([s.last_token_id for s in sub]).to(dev, non_blocking=True)       # the anchor
         ctx_pos = torch.arange(batch.used, device=dev).expand(R, -1)                # context = positions 0..
         key_pos = torch.cat([ctx_pos, q_pos], dim=1)
         key_valid = torch.cat([batch.committed[:, :batch.used],
@@ -130,9 +130,9 @@ class DFlashProposer(Proposer):
             q = compute_probs(flat, st_)                                            # [R*K, V] per-slot q
             tok, probs = sample(q, st_).view(R, K), q.view(R, K, -1)
         limits = [min(K, max_tokens[b]) for b in rows]
-        pad = torch.arange(K, device=dev)[None] >= torch.tensor(limits, device=dev)[:, None]
+        pad = torch.arange(K, device=dev)[None] >= torch.tensor(limits).to(dev, non_blocking=True)[:, None]
         tok = tok.masked_fill(pad, 0)
-        idx = torch.tensor(rows, device=dev)
+        idx = torch.tensor(rows).to(dev, non_blocking=True)
         token_ids = torch.zeros(B, K, dtype=torch.long, device=dev)
         token_ids[idx] = tok
         num_tokens = [0] * B

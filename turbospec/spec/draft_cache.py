@@ -79,7 +79,7 @@ class PaddedBatchKV:
             for i in range(len(c0.k)):
                 self.k[i][b, :, :c.length] = c.k[i][:, :c.length]
                 self.v[i][b, :, :c.length] = c.v[i][:, :c.length]
-        lens = torch.tensor(self.lens, device=dev)
+        lens = torch.tensor(self.lens).to(dev, non_blocking=True)
         self.committed = torch.arange(cap, device=dev)[None, :] < lens[:, None]   # [B, cap]
         self.used = self.base
 

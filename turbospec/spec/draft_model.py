@@ -109,7 +109,7 @@ class DraftModelProposer(Proposer):
                                              [seqs[b].generator for b in rows], self.device)
             probs = compute_probs(logits, st)                                      # [R, V]
             tok = sample(probs, st)                                                # [R]
-            ridx = torch.tensor(rows, device=self.device)
+            ridx = torch.tensor(rows).to(self.device, non_blocking=True)
             ids[ridx, j] = tok
             if q is not None:
                 q[ridx, j] = probs

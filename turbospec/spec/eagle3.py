@@ -127,7 +127,7 @@ class Eagle3Proposer(Proposer):
             tok, n, probs = self._chain(sub, root_h, root_logits, batch, P, limits)
             parents = None
         K = tok.shape[1]
-        idx = torch.tensor(rows, device=self.device)
+        idx = torch.tensor(rows).to(self.device, non_blocking=True)
         token_ids = torch.zeros(B, K, dtype=torch.long, device=self.device)
         token_ids[idx] = tok
         num_tokens = [0] * B
@@ -167,14 +167,14 @@ class Eagle3Proposer(Proposer):
             out, kv = self.draft(hidden, self._embed(tokens.to(self.device)), pos.to(self.device),
                                  batch.mask(causal), batch.past())
             start = batch.append(kv)
-            valid = torch.arange(N, device=self.device)[None] < torch.tensor(n_new, device=self.device)[:, None]
+            valid = torch.arange(N, device=self.device)[None] < torch.tensor(n_new).to(self.device, non_blocking=True)[:, None]
             batch.committed[:, start:start + N] = valid
             for r, (st, n) in enumerate(zip(states, n_new)):
                 if n:
                     st.cache.append(batch.columns(r, start, n))
                     st.last_prenorm = out[r, n - 1]
                     st.pending = []
-        P = torch.tensor([st.cache.length for st in states], device=self.device)   # next pair position
+        P = torch.tensor([st.cache.length for st in states]).to(self.device, non_blocking=True)   # next pair position
         return torch.stack([st.last_prenorm for st in states]), batch, P
 
     def _embed(self, draft_or_target_ids: torch.Tensor) -> torch.Tensor:
@@ -208,7 +208,7 @@ class Eagle3Proposer(Proposer):
             h = out[:, 0]
             logits = self.draft.compute_logits(h)
         tok = self.draft.draft_to_target(torch.stack(toks, dim=1))           # [R, K] target ids
-        pad = torch.arange(K, device=self.device)[None] >= torch.tensor(limits, device=self.device)[:, None]
+        pad = torch.arange(K, device=self.device)[None] >= torch.tensor(limits).to(self.device, non_blocking=True)[:, None]
         tok = tok.masked_fill(pad, 0)
         probs = None
         if qs:                                                               # scatter q into the target vocab
@@ -267,7 +267,7 @@ class Eagle3Proposer(Proposer):
         N = max(n_sel)
         # best first; stable, so on ties the earlier (shallower) candidate wins: ancestors come first
         order = torch.sort(all_sc, dim=1, descending=True, stable=True).indices[:, :N]
-        valid = torch.arange(N, device=dev)[None] < torch.tensor(n_sel, device=dev)[:, None]
+        valid = torch.arange(N, device=dev)[None] < torch.tensor(n_sel).to(dev, non_blocking=True)[:, None]
         sel = torch.where(valid, order, n_cand).sort(dim=1).values               # topological (index) order
         valid = sel < n_cand
         sel_c = sel.clamp(max=n_cand - 1)
