@@ -180,7 +180,7 @@ class ModelRunner:
             r0 = s.num_new_tokens - 1
             mask[b, r0:r0 + k + 1, r0:r0 + k + 1] = tm
             mask[b, r0 + 1:r0 + k + 1, :r0] = True
-        return mask.to(self.device)
+        return mask.to(self.device, non_blocking=True)
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs) -> StepOutputs:

@@ -89,7 +89,7 @@ class DFlashProposer(Proposer):
             return
         feats = [torch.cat(st.pending) for st in todo]
         pos = torch.cat([torch.arange(st.cache.length, st.cache.length + f.shape[0]) for st, f in zip(todo, feats)])
-        kv = self.draft.context_kv(torch.cat(feats)[None], pos.to(self.device)[None])   # per layer [1, nkv, N, D]
+        kv = self.draft.context_kv(torch.cat(feats)[None], pos.to(self.device, non_blocking=True)[None])   # per layer [1, nkv, N, D]
         off = 0
         for st, f in zip(todo, feats):
             n = f.shape[0]

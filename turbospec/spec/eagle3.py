@@ -164,7 +164,8 @@ class Eagle3Proposer(Proposer):
                     hidden[r, :n] = p
                     tokens[r, :n] = torch.tensor(s.token_ids[c + 1:c + 1 + n])   # x_{i+1} pairs with h_i
             causal = torch.ones(N, N, dtype=torch.bool, device=self.device).tril().expand(R, N, N)
-            out, kv = self.draft(hidden, self._embed(tokens.to(self.device)), pos.to(self.device),
+            out, kv = self.draft(hidden, self._embed(tokens.to(self.device, non_blocking=True)),
+                                 pos.to(self.device, non_blocking=True),
                                  batch.mask(causal), batch.past())
             start = batch.append(kv)
             valid = torch.arange(N, device=self.device)[None] < torch.tensor(n_new).to(self.device, non_blocking=True)[:, None]
