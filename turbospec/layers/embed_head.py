@@ -21,7 +21,7 @@ class VocabEmbedding(nn.Module):
         self.weight.shard_ids = (None,)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if input_ids.is_cuda and not torch.is_grad_enabled():
+        if input_ids.is_cuda and self.weight.device == input_ids.device and not torch.is_grad_enabled():
             from turbospec.kernels.embedding import embedding      # CUDA only: imports Triton
             return embedding(input_ids, self.weight)               # [*, hidden]
         return F.embedding(input_ids, self.weight)                 # [*, hidden]
