@@ -1,9 +1,9 @@
 """n-gram (prompt lookup) drafting: `ngram_lookup` gives exactly the drafts of the sliding-window
 search it replaced (kept here as the reference) on random sequences over small and large
 vocabularies, repetitive ones, every (min_n, max_n, k) in range and every prefix length; the
-proposer's per-sequence token buffers (keyed by seq_id; a sequence's tokens only grow) follow
-appended tokens, survive capacity growth, start over from a list shorter than what they hold, and
-are dropped by `free`."""
+proposer's per-sequence token mirrors (keyed by seq_id; a sequence's tokens only grow) follow
+appended tokens, survive capacity growth, follow a list cut shorter and grown again, and are
+dropped by `free`."""
 from __future__ import annotations
 
 import time
@@ -14,7 +14,8 @@ import torch
 
 from turbospec.engine.sequence import Sequence
 from turbospec.sampling_params import SamplingParams
-from turbospec.spec.ngram import NgramProposer, _TokenBuffer, ngram_lookup
+from turbospec.engine.host_mirror import HostMirror
+from turbospec.spec.ngram import NgramProposer, ngram_lookup
 
 
 def reference_lookup(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]:
@@ -55,13 +56,13 @@ def test_same_drafts_as_the_sliding_window_search(vocab):
 
 
 def test_token_buffer_follows_the_sequence():
-    buf = _TokenBuffer()
+    buf = HostMirror(np.int64)
     toks: list[int] = []
     rng = np.random.default_rng(0)
     for step in range(300):                                  # grows past several capacities
         toks.extend(rng.integers(0, 100, int(rng.integers(1, 9))).tolist())
         assert buf.sync(toks).tolist() == toks
-    assert buf.sync(toks[:5]).tolist() == toks[:5]           # a shorter list: rebuilt from it
+    assert buf.sync(toks[:5]).tolist() == toks[:5]           # a shorter list: its prefix
     assert buf.sync(toks[:5] + [7, 7]).tolist() == toks[:5] + [7, 7]
 
 

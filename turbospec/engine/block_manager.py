@@ -6,7 +6,7 @@ sequences (`share`), freeing it only when the last holder lets go.
 
 Only this class changes a sequence's `block_table`. It also keeps each table's int32 mirror in
 step (`host_rows`): a step's block tables are built from the mirrors, which are updated with the
-entries that changed since the last step, instead of converting every table's Python ints again
+entries that changed since the last step (`host_mirror.HostMirror`), instead of converting every table's Python ints again
 (64 sequences of 8,192 tokens: 32,768 entries, 1.3 ms of host time per step on the CPU machine).
 """
 from __future__ import annotations
@@ -67,13 +67,13 @@ class BlockManager:
         keep = self.blocks_needed(num_tokens)
         while len(seq.block_table) > keep:
             self._release(seq.block_table.pop())
-        seq.block_table_synced = min(seq.block_table_synced, len(seq.block_table))
+        seq.block_table_host.invalidate_from(len(seq.block_table))
 
     def free(self, seq: Sequence) -> None:
         for block in reversed(seq.block_table):
             self._release(block)
         seq.block_table.clear()
-        seq.block_table_synced = 0
+        seq.block_table_host.invalidate_from(0)
         seq.num_computed_tokens = 0
 
     def share(self, src: Sequence, dst: Sequence, num_blocks: int) -> None:
@@ -84,22 +84,13 @@ class BlockManager:
 
     @staticmethod
     def host_rows(seqs: list[Sequence], width: int) -> np.ndarray:
-        """[len(seqs), width] int32: each sequence's block table, padded with the null block.
-        Entries past a sequence's `block_table_synced` (lowered by `truncate` / `free`, the only
-        places entries are removed) are copied into its mirror first; appended blocks always lie
-        past it."""
+        """[len(seqs), width] int32: each sequence's block table, padded with the null block, from
+        its mirror (`truncate` and `free`, the only places entries are removed, invalidate it;
+        appended blocks are copied in by `sync`)."""
         out = np.zeros((len(seqs), width), dtype=np.int32)
         for i, seq in enumerate(seqs):
-            table, n0 = seq.block_table, seq.block_table_synced
-            L = len(table)
-            if L > seq.block_table_host.shape[0]:
-                grown = np.empty(max(L, 2 * seq.block_table_host.shape[0], 16), dtype=np.int32)
-                grown[:n0] = seq.block_table_host[:n0]
-                seq.block_table_host = grown
-            if L > n0:
-                seq.block_table_host[n0:L] = table[n0:L]
-            seq.block_table_synced = L
-            out[i, :L] = seq.block_table_host[:L]
+            table = seq.block_table_host.sync(seq.block_table)
+            out[i, :table.shape[0]] = table
         return out
 
     def slot(self, seq: Sequence, position: int) -> int:

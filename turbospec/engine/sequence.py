@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from turbospec.engine.host_mirror import HostMirror
 from turbospec.sampling_params import SamplingParams
 
 
@@ -62,8 +63,7 @@ class Sequence:
         self.params = params
         self.status = SequenceStatus.WAITING
         self.block_table: list[int] = []      # changed only by BlockManager (it keeps the mirror below)
-        self.block_table_host = np.empty(0, dtype=np.int32)   # int32 mirror of block_table's first ...
-        self.block_table_synced = 0                             # ... entries (BlockManager.host_rows)
+        self.block_table_host = HostMirror(np.int32)            # BlockManager.host_rows
         self.num_computed_tokens = 0          # tokens whose KV is in the cache
         self.max_model_len = max_model_len
         self.output_logprobs: list[dict] = []

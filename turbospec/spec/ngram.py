@@ -6,7 +6,7 @@ The search runs on the host before every verify step, so its cost is on the crit
 n-gram drafting is meant for long prompts (editing code, quoting documents). `ngram_lookup` finds
 the positions holding the last token with one vectorised comparison and checks only those for the
 n - 1 tokens before; each sequence's tokens are kept in a growing int64 buffer, extended by the
-tokens committed since the last step (`_TokenBuffer`), not converted from the list again. On the
+tokens committed since the last step (`engine.host_mirror.HostMirror`), not converted from the list again. On the
 2-core CPU machine, per sequence and step (list conversion + search, random tokens or a last token
 found at 7.5% of positions): 8,000 tokens 0.53 -> 0.01-0.02 ms, 32,000 tokens 2.0 -> 0.02-0.04 ms,
 before any draft is verified. `tests/test_ngram_lookup.py` checks the drafts against the
@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from turbospec.engine.host_mirror import HostMirror
 from turbospec.engine.sequence import Sequence
 from turbospec.spec.proposer import Proposal, Proposer
 
@@ -44,28 +45,6 @@ def ngram_lookup(tokens: np.ndarray, min_n: int, max_n: int, k: int) -> list[int
     return []
 
 
-class _TokenBuffer:
-    """A sequence's token ids as a growing int64 array (capacity doubles), extended from the
-    sequence's list by the tokens appended since the last call."""
-
-    def __init__(self):
-        self.buf = np.empty(0, dtype=np.int64)
-        self.n = 0
-
-    def sync(self, token_ids: list[int]) -> np.ndarray:
-        L = len(token_ids)
-        if L < self.n:                          # not the sequence it was built for: start over
-            self.n = 0
-        if L > self.buf.shape[0]:
-            grown = np.empty(max(L, 2 * self.buf.shape[0], 256), dtype=np.int64)
-            grown[:self.n] = self.buf[:self.n]
-            self.buf = grown
-        if L > self.n:
-            self.buf[self.n:L] = token_ids[self.n:L]
-            self.n = L
-        return self.buf[:L]
-
-
 class NgramProposer(Proposer):
     def __init__(self, num_speculative_tokens: int, prompt_lookup_min: int = 1, prompt_lookup_max: int = 4):
         super().__init__(num_speculative_tokens)
@@ -73,7 +52,7 @@ class NgramProposer(Proposer):
             raise ValueError(f"need 1 <= prompt_lookup_min ({prompt_lookup_min}) <= prompt_lookup_max "
                              f"({prompt_lookup_max})")
         self.min_n, self.max_n = prompt_lookup_min, prompt_lookup_max
-        self.buffers: dict[int, _TokenBuffer] = {}
+        self.buffers: dict[int, HostMirror] = {}      # seq_id -> its tokens as int64
 
     def free(self, seq: Sequence) -> None:
         self.buffers.pop(seq.seq_id, None)
@@ -83,7 +62,7 @@ class NgramProposer(Proposer):
         for s, m in zip(seqs, max_tokens):
             buf = self.buffers.get(s.seq_id)
             if buf is None:
-                buf = self.buffers[s.seq_id] = _TokenBuffer()
+                buf = self.buffers[s.seq_id] = HostMirror(np.int64)
             drafts.append(ngram_lookup(buf.sync(s.token_ids), self.min_n, self.max_n, m))
         K = max((len(d) for d in drafts), default=0)
         ids = np.zeros((len(seqs), K), dtype=np.int64)                       # [B, K], 0-padded
