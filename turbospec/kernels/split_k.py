@@ -103,12 +103,18 @@ def split_buffers(M: int, N: int, grid: tuple[int, int, int], device: torch.devi
     per device, before any graph capture in the engine (its warm-up runs eagerly)."""
     split = grid[2]
     ws = torch.empty(split * M * N if split > 1 else 1, dtype=torch.float32, device=device)
-    n = grid[0] * grid[1]
+    return ws, arrival_counters(grid[0] * grid[1], device)
+
+
+def arrival_counters(n: int, device: torch.device) -> torch.Tensor:
+    """At least n int32 arrival counters, zero between launches (each kernel that counts on them
+    re-arms what it used), one pool per device shared by the kernels of one stream, allocated
+    before any graph capture in the engine (its warm-up runs eagerly)."""
     locks = _LOCKS.get(device)
     if locks is None or locks.numel() < n:
         locks = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
         _LOCKS[device] = locks
-    return ws, locks
+    return locks
 
 
 def split_k_for(k_blocks: int, split: int) -> tuple[int, int]:
