@@ -86,7 +86,7 @@ def test_shutdown_finishes_short_requests_ends_long_ones_cleanly_and_exits_0(tmp
         log = srv.log()
         assert code == 0, log[-2000:]
         assert took < 2 + 5 + 3, took           # the drain (or the 24 tokens), the 503s' flush, exit
-        assert short["done"] and short["usage"]["completion_tokens"] == 24, short
+        assert short["done"] and short.get("usage", {}).get("completion_tokens") == 24, short   # shows what came
         # the long stream: its text so far, then an error event and [DONE] (it was cut mid-chunk)
         assert "transport_error" not in long_ and long_["done"], long_
         assert long_["error"]["code"] == "server_shutting_down" and long_["error"]["type"] == "server_error"
