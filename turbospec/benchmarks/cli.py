@@ -65,9 +65,15 @@ def decode(
     quantization: str = typer.Option(None, help="fp8: block-FP8 weights (128x128 blocks, quantized at load)"),
     max_model_len: int = typer.Option(None, help="the engine's context limit, as a server's (default: prompt + gen "
                                       "+ 16); CUDA graphs are captured for length buckets up to it (2048, 8192, ...)"),
+    temperature: float = typer.Option(0.0, help="sampling temperature of every request (0: greedy)"),
+    top_p: float = typer.Option(1.0, help="top-p of every request (1: off)"),
+    top_k: int = typer.Option(-1, help="top-k of every request (-1: off)"),
+    min_p: float = typer.Option(0.0, help="min-p of every request (0: off)"),
 ) -> None:
-    """Plain decoding tok/s of a model shape with random weights, vs the HBM roofline."""
+    """Plain decoding tok/s of a model shape with random weights, vs the HBM roofline. Greedy by
+    default; --temperature (with --top-p / --top-k / --min-p) times sampled decoding instead."""
     from turbospec.benchmarks.decode import bench_decode
+    from turbospec.sampling_params import SamplingParams
 
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     if quantization not in (None, "fp8"):
@@ -78,13 +84,21 @@ def decode(
     if max_model_len is not None and max_model_len < prompt_len + gen_len:
         raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + gen "
                                  f"({prompt_len + gen_len}): give at least that, or leave it out")
+    sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
     try:
-        bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization, max_model_len)
+        SamplingParams(**sampling)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    how = "greedy" if temperature == 0 else \
+        f"sampled: temperature {temperature}, top-p {top_p}, top-k {top_k}, min-p {min_p}"
+    try:
+        bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization, max_model_len,
+                                           sampling)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     typer.echo(f"# bench decode | device {_device_name(dev)} | shape {name} | dtype {dt} | "
                f"weights {'block-FP8 (128x128)' if quantization else dt} | "
-               f"prompt {prompt_len} + gen {gen_len} tokens (random ids, greedy) | max model len "
+               f"prompt {prompt_len} + gen {gen_len} tokens (random ids, {how}) | max model len "
                f"{engine.max_model_len} | copy bandwidth {bw / 1e12:.2f} TB/s (measured now) | CUDA graphs "
                f"{'on' if engine.runner.graphs is not None else 'off'} | decode bursts of "
                f"{engine.burst.n if engine.burst is not None else 1} steps{_env_setting()}")
@@ -101,7 +115,7 @@ def decode(
         with open(json_out, "w") as f:
             json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
                        "prompt_len": prompt_len, "max_model_len": engine.max_model_len,
-                       "gen_len": gen_len, "copy_bandwidth_Bps": bw, "env": _env_vars(),
+                       "gen_len": gen_len, "sampling": sampling, "copy_bandwidth_Bps": bw, "env": _env_vars(),
                        "results": [r.__dict__ | {"roofline_frac": r.roofline_frac} for r in results]}, f, indent=1)
 
 

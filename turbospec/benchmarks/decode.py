@@ -102,14 +102,15 @@ def build_engine(model, config: ModelConfig, device: torch.device, dtype: torch.
 
 
 def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, vocab: int,
-               seed: int = 0, compiles=None) -> tuple[float, int]:
+               seed: int = 0, compiles=None, sampling: dict | None = None) -> tuple[float, int]:
     """Seconds per decode step (one token per sequence) over the decode phase, and the number of
     tokens per sequence decoded in it. Time runs from the step after the last prefill to the end;
     with decode bursts one engine step produces several tokens per sequence. compiles (a JitEvents):
-    receives the Triton compilations inside the timed phase."""
+    receives the Triton compilations inside the timed phase. sampling: SamplingParams fields
+    (temperature, top_p, top_k, min_p, seed; default greedy), the same for every request."""
     from turbospec.benchmarks.oracle import run_batch
     g = torch.Generator().manual_seed(seed)
-    params = SamplingParams(temperature=0.0, max_tokens=gen_len, ignore_eos=True)
+    params = SamplingParams(**{"temperature": 0.0, **(sampling or {})}, max_tokens=gen_len, ignore_eos=True)
     prompts = [torch.randint(0, vocab, (prompt_len,), generator=g).tolist() for _ in range(batch)]
     _, seconds, tokens = run_batch(engine, prompts, params, compiles)
     steps = tokens / batch
@@ -118,16 +119,17 @@ def run_decode(engine: LLMEngine, batch: int, prompt_len: int, gen_len: int, voc
 
 def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, batch_sizes: list[int],
                  prompt_len: int, gen_len: int, quantization: str | None = None,
-                 max_model_len: int | None = None) -> tuple[float, list[DecodeResult], LLMEngine]:
+                 max_model_len: int | None = None,
+                 sampling: dict | None = None) -> tuple[float, list[DecodeResult], LLMEngine]:
     bw = measure_copy_bandwidth(device)
     model = random_model(config, device, dtype, quantization=quantization)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len, max(batch_sizes),
                           max_model_len=max_model_len)
-    run_decode(engine, 1, min(prompt_len, 16), 4, config.vocab_size)          # warm-up
+    run_decode(engine, 1, min(prompt_len, 16), 4, config.vocab_size, sampling=sampling)   # warm-up
     results = []
     for b in batch_sizes:
         jit = JitEvents()
-        step_s, _ = run_decode(engine, b, prompt_len, gen_len, config.vocab_size, compiles=jit)
+        step_s, _ = run_decode(engine, b, prompt_len, gen_len, config.vocab_size, compiles=jit, sampling=sampling)
         ctx = [prompt_len + gen_len // 2] * b                                  # mean context over the run
         nbytes = weight_bytes_per_step(model, config, b) + kv_bytes_per_step(config, dtype, ctx)
         results.append(DecodeResult(b, step_s * 1e3, 1 / step_s, b / step_s, nbytes, nbytes / bw * 1e3,
