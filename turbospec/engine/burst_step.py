@@ -1,6 +1,7 @@
 """The decode-burst step (engine/multistep.py runs the bursts): when the whole running set is
-greedy plain decoding, n steps run as one launch, and while the batch stays the same the next
-burst is launched before this one's tokens are read. `LLMEngine.step` tries this first.
+plain decoding that a burst can hold (greedy or unseeded sampling: `DecodeBurst.takes`), n steps
+run as one launch, and while the batch stays the same the next burst is launched before this
+one's tokens are read. `LLMEngine.step` tries this first.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def _burst_ok(engine, seqs: list[Sequence], ahead: int) -> bool:
         return False
     for s in seqs:
         p = s.params
-        if s.is_finished or not p.greedy or p.logprobs is not None or p.modifies_logits or \
+        if s.is_finished or not engine.burst.takes(p) or \
                 s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < 1 or \
                 len(s) + ahead + n - 1 > engine.max_model_len:
             return False
@@ -44,7 +45,7 @@ def _chain_plain(engine, num_seqs: int) -> bool:
 
 
 def try_burst(engine) -> list[Sequence] | None:
-    """n greedy decode steps at once when that cannot change the result (engine/multistep.py),
+    """n decode steps at once when that cannot change the result (engine/multistep.py),
     with the next burst launched before this one's tokens are read when it can be."""
     flight, engine._flight = engine._flight, None
     if flight is not None and all(s.is_finished for s in flight.seqs):
@@ -54,7 +55,7 @@ def try_burst(engine) -> list[Sequence] | None:
         if engine.burst is None or not engine._plain_decoding() or not _burst_ok(engine, list(run), 0):
             return None
         flight = engine.burst.launch([s.last_token_id for s in run], [len(s) - 1 for s in run],
-                                       [s.block_table for s in run])
+                                       [s.block_table for s in run], [s.params for s in run])
         flight.seqs = list(run)
     seqs = flight.seqs
     if _chain_plain(engine, len(seqs)) and _burst_ok(engine, seqs, engine.burst.n):

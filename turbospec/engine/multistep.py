@@ -1,12 +1,21 @@
-"""Decode bursts: n greedy decode steps in one launch, with no host round trip in between.
+"""Decode bursts: n decode steps in one launch, with no host round trip in between.
 
-Each step's next token is the argmax of the last, fed straight back on the device; positions,
-KV lengths and slots (from the block tables) advance on the device too. On CUDA the whole burst
-is one CUDA graph per batch bucket, so a small model stops being bound by the host. The engine
-uses a burst only when it cannot change the result: every running sequence is a greedy decode
-with no logprobs, logit bias or penalties (the argmax here is the raw one) and at least n tokens
-to go; stop rules are applied to the returned tokens
-afterwards, and tokens past a stop are dropped (their KV lies in blocks freed with the sequence).
+Each step's next token is drawn on the device and fed straight back; positions, KV lengths and
+slots (from the block tables) advance on the device too. On CUDA the whole burst is one CUDA graph
+per batch bucket, so a small model stops being bound by the host. The engine uses a burst only
+when it cannot change the result: every running sequence is a plain decode with no logprobs,
+logit bias or penalties and at least one token to go; stop rules are applied to the returned
+tokens afterwards, and tokens past a stop are dropped (their KV lies in blocks freed with the
+sequence).
+
+Three variants per bucket (`Mode`): greedy (the argmax, `kernels.greedy_step` on CUDA); sample,
+when rows sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p.
+Both sampled variants apply the user's distribution exactly as a single step does
+(`layers/sampler.compute_probs` on the same logits, each row's settings in device buffers; filter
+always runs min-p and the sort for top-k / top-p, which leave a row with that filter off
+unchanged, so a temperature-only batch does not pay for the sort) and draw with the exponential
+race from the default generator, inside the graph. A row with a seed draws from its own
+`torch.Generator`, which a graph cannot hold, so a seeded sampled request takes single steps.
 
 Bursts are pipelined: while the same sequences have another n tokens to go and nothing waits,
 the engine launches burst i+1 (`launch_chained`, continuing from the device state) before it
@@ -20,6 +29,21 @@ import torch
 
 from turbospec.engine.cuda_graph import BATCH_BUCKETS, SEQ_LEN_BUCKETS
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
+from turbospec.layers.sampler import SamplingTensors, compute_probs, race_scores
+from turbospec.sampling_params import SamplingParams
+
+
+class Mode:
+    """A burst's graph variant: how each step picks its tokens."""
+    GREEDY, SAMPLE, FILTER = 0, 1, 2          # argmax / temperature only / min-p, top-k, top-p too
+    ALL = (GREEDY, SAMPLE, FILTER)
+
+    @staticmethod
+    def of(params: list[SamplingParams] | None) -> int:
+        sampled = [p for p in params or [] if not p.greedy]
+        if not sampled:
+            return Mode.GREEDY
+        return Mode.FILTER if any(p.min_p > 0 or p.uses_top_k or p.top_p < 1.0 for p in sampled) else Mode.SAMPLE
 
 
 class DecodeBurst:
@@ -39,13 +63,38 @@ class DecodeBurst:
         self.qsl = torch.arange(bmax + 1, dtype=torch.int32, device=device)
         self.out = torch.zeros(num_steps, bmax, dtype=torch.long, device=device)
         self.slots = torch.zeros(bmax, dtype=torch.long, device=device)
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        # the sampled variant's per-row settings (SamplingTensors' layout; padding rows greedy)
+        self.st = SamplingTensors(
+            temperature=torch.ones(bmax, device=device), top_k=torch.zeros(bmax, dtype=torch.long, device=device),
+            top_p=torch.ones(bmax, device=device), greedy=torch.ones(bmax, dtype=torch.bool, device=device),
+            generators=[None] * bmax, min_p=torch.zeros(bmax, device=device), any_top_k=True, any_top_p=True)
+        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}      # (batch, len bucket, Mode)
         self.pool = None
 
-    def _burst(self, b: int, L: int) -> None:
+    @staticmethod
+    def takes(p: SamplingParams) -> bool:
+        """Can a request with these settings decode in a burst? (Greedy or unseeded sampling, raw
+        logits: no penalties or logit bias, no logprobs.)"""
+        return (p.greedy or p.seed is None) and p.logprobs is None and not p.modifies_logits
+
+    def _sampling(self, b: int, mode: int) -> SamplingTensors:
+        """The first b rows of the settings buffers; Mode.FILTER turns every filter's path on."""
+        st, f = self.st, mode == Mode.FILTER
+        return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
+                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f)
+
+    def _next_scores(self, hidden: torch.Tensor, b: int, mode: int) -> torch.Tensor:
+        """[b, V] scores whose row argmax is the next token: the logits (greedy), or the user's
+        distribution over exponential noise (sampled: argmax picks token v with probability p(v))."""
+        if mode == Mode.GREEDY:
+            return self.model.compute_logits(hidden, upcast=self.device.type != "cuda")   # [b, V]
+        st = self._sampling(b, mode)
+        return race_scores(compute_probs(self.model.compute_logits(hidden), st), st)       # [b, V] fp32
+
+    def _burst(self, b: int, L: int, mode: int = Mode.GREEDY) -> None:
         """n decode steps over the first b rows of the static buffers (eager or under capture).
-        On CUDA one kernel (`kernels.greedy_step`) takes each step's argmax and advances ids,
-        positions, KV lengths and the next slots; elsewhere the same in PyTorch ops."""
+        On CUDA one kernel (`kernels.greedy_step`) takes each step's argmax of the scores and
+        advances ids, positions, KV lengths and the next slots; elsewhere the same in PyTorch ops."""
         bs = self.block_size
         slots = self.slots[:b]
         slots.copy_(self._slots(b))
@@ -58,13 +107,13 @@ class DecodeBurst:
                 hidden = self.model(self.ids[:b], pos)
             if isinstance(hidden, tuple):
                 hidden = hidden[0]
+            scores = self._next_scores(hidden, b, mode)                     # [b, V]
             if self.device.type == "cuda":
                 from turbospec.kernels.greedy_step import greedy_advance   # CUDA only: imports Triton
-                logits = self.model.compute_logits(hidden, upcast=False)     # [b, V] model dtype
-                greedy_advance(logits, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
+                greedy_advance(scores, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
                                self.valid[:b], self.block_tables[:b], slots, bs)
                 continue
-            nxt = self.model.compute_logits(hidden).argmax(dim=-1)       # [b]
+            nxt = scores.argmax(dim=-1)                                    # [b]
             self.out[j, :b].copy_(nxt)
             self.ids[:b].copy_(nxt)
             self.pos[:b].add_(1)
@@ -83,16 +132,17 @@ class DecodeBurst:
     def capture(self) -> None:
         for L in reversed(self.len_buckets):
             for b in reversed(self.buckets):
-                self._reset_dummy(b)
-                self._burst(b, L)                    # warm-up
-                torch.cuda.synchronize(self.device)
-                self._reset_dummy(b)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self.pool):
-                    self._burst(b, L)
-                if self.pool is None:
-                    self.pool = g.pool()
-                self.graphs[(b, L)] = g
+                for mode in Mode.ALL:
+                    self._reset_dummy(b)
+                    self._burst(b, L, mode)              # warm-up
+                    torch.cuda.synchronize(self.device)
+                    self._reset_dummy(b)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g, pool=self.pool):
+                        self._burst(b, L, mode)
+                    if self.pool is None:
+                        self.pool = g.pool()
+                    self.graphs[(b, L, mode)] = g
         torch.cuda.synchronize(self.device)
 
     def _reset_dummy(self, b: int) -> None:
@@ -105,9 +155,14 @@ class DecodeBurst:
         return batch <= self.buckets[-1] and max_len_after <= self.len_buckets[-1]
 
     @torch.inference_mode()
-    def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]]) -> "BurstFlight":
+    def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
+               params: list[SamplingParams] | None = None) -> "BurstFlight":
         """Start a burst: last_ids[i] is the newest token of sequence i (its KV not computed yet), at
-        positions[i]. Returns without waiting for the GPU."""
+        positions[i], decoded with params[i] (default greedy; each must pass `takes`). Returns
+        without waiting for the GPU."""
+        if params is not None and not all(self.takes(p) for p in params):
+            raise ValueError("a burst cannot hold a seeded sampled request, logprobs, penalties or a logit "
+                             "bias (DecodeBurst.takes); decode it in single steps")
         B = len(last_ids)
         b = next(x for x in self.buckets if x >= B)
         packed = torch.tensor([last_ids + [0] * (b - B), positions + [0] * (b - B)], dtype=torch.long)
@@ -116,19 +171,35 @@ class DecodeBurst:
         self.pos[:b].copy_(packed[1])
         self.valid[:b].copy_(torch.arange(b, device=self.device) < B)
         self.seq_lens[:b].copy_(torch.where(self.valid[:b], self.pos[:b] + 1, 1).int())
-        return self._launch(B, b, max(positions), block_tables)
+        mode = Mode.of(params)
+        if mode != Mode.GREEDY:
+            self._set_sampling(params, b)
+        return self._launch(B, b, max(positions), block_tables, mode)
+
+    def _set_sampling(self, params: list[SamplingParams], b: int) -> None:
+        """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy."""
+        pad = [SamplingParams(temperature=0.0)] * (b - len(params))
+        host = SamplingTensors.from_params(list(params) + pad, None, "cpu")
+        st = self.st
+        for dst, src in ((st.temperature, host.temperature), (st.top_k, host.top_k), (st.top_p, host.top_p),
+                         (st.greedy, host.greedy)):
+            dst[:b].copy_(self._pinned(src), non_blocking=True)
+        if host.min_p is not None:
+            st.min_p[:b].copy_(self._pinned(host.min_p), non_blocking=True)
+        else:
+            st.min_p[:b].zero_()
 
     @torch.inference_mode()
     def launch_chained(self, flight: "BurstFlight", block_tables: list[list[int]]) -> "BurstFlight":
         """Start the next burst of the same rows straight after `flight`, before its tokens are read:
         ids, positions and KV lengths continue from the device state the last burst left."""
-        return self._launch(flight.rows, flight.bucket, flight.max_pos + self.n, block_tables)
+        return self._launch(flight.rows, flight.bucket, flight.max_pos + self.n, block_tables, flight.mode)
 
     def _pinned(self, t: torch.Tensor) -> torch.Tensor:
         # a pageable host->device copy waits for the stream (the burst in flight): stage in pinned memory
         return t.pin_memory() if self.device.type == "cuda" else t
 
-    def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]]) -> "BurstFlight":
+    def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]], mode: int) -> "BurstFlight":
         L = next((x for x in self.len_buckets if x >= max_pos + 1 + self.n), None)
         width = max(len(t) for t in block_tables)
         tables = torch.zeros(b, width, dtype=torch.int32)
@@ -137,21 +208,22 @@ class DecodeBurst:
         tables = self._pinned(tables)
         self.block_tables[:b].zero_()
         self.block_tables[:b, :width].copy_(tables.to(self.device, non_blocking=True))
-        if (b, L) in self.graphs:
-            self.graphs[(b, L)].replay()
+        if (b, L, mode) in self.graphs:
+            self.graphs[(b, L, mode)].replay()
         else:           # eager: the exact bound keeps the plain attention path from padding to L
-            self._burst(b, max_pos + 1 + self.n)
+            self._burst(b, max_pos + 1 + self.n, mode)
         host = self._pinned(torch.empty(self.n, b, dtype=torch.long))
         host.copy_(self.out[:, :b], non_blocking=True)      # ordered before the next burst overwrites out
         event = None
         if self.device.type == "cuda":
             event = torch.cuda.Event()
             event.record()
-        return BurstFlight(B, b, max_pos, host, event)
+        return BurstFlight(B, b, max_pos, host, event, mode)
 
-    def run(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]]) -> list[list[int]]:
+    def run(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
+            params: list[SamplingParams] | None = None) -> list[list[int]]:
         """launch + wait: n new tokens per sequence (host lists)."""
-        return self.launch(last_ids, positions, block_tables).tokens()
+        return self.launch(last_ids, positions, block_tables, params).tokens()
 
 
 class BurstFlight:
@@ -159,8 +231,8 @@ class BurstFlight:
     burst chained after it). Pinned sources of its copies need no reference here: torch's host
     allocator holds pinned blocks until the copies recorded on them have run."""
 
-    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event):
-        self.rows, self.bucket, self.max_pos = rows, bucket, max_pos
+    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event, mode: int = Mode.GREEDY):
+        self.rows, self.bucket, self.max_pos, self.mode = rows, bucket, max_pos, mode
         self.host_out, self.event = host_out, event
         self.seqs: list = []
 

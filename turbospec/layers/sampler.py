@@ -179,12 +179,18 @@ def sample_with_noise(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return (probs / noise).argmax(dim=-1)
 
 
+def race_scores(probs: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+    """[N, V] probs -> [N, V] probs / E with fresh noise (`sample_with_noise` before its argmax).
+    A one-hot (greedy) row's argmax stays its token: E is finite and positive."""
+    return probs / exponential(st, (probs.shape[-1],))
+
+
 def sample(probs: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
     """[N, V] probs -> [N] int64 token ids, without a host sync. Greedy rows take argmax."""
     greedy_ids = probs.argmax(dim=-1)                                                # [N]
     if st.all_greedy:
         return greedy_ids
-    drawn = sample_with_noise(probs, exponential(st, (probs.shape[-1],)))            # [N]
+    drawn = race_scores(probs, st).argmax(dim=-1)                                    # [N]
     return torch.where(st.greedy, greedy_ids, drawn)
 
 

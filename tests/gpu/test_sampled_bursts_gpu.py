@@ -1,0 +1,134 @@
+"""Sampled decode bursts on CUDA (engine/multistep.py): the sampled graph variant keeps greedy rows
+greedy, and its draws follow the user's distribution (chi-square against the model's own top-k
+law; the graphs' noise differs from eager steps', so tokens are compared in law, not one by one)."""
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
+
+from turbospec import LLM, SamplingParams  # noqa: E402
+from turbospec.engine.multistep import Mode  # noqa: E402
+
+MODEL = str(Path(__file__).resolve().parents[2] / "models" / "codelm-12m")
+PROMPTS = ["def fibonacci(n):\n", "class Stack:\n    def __init__(self):\n",
+           "import os\nimport sys\n\n\ndef main(argv):\n", "for i in range(10):\n"]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    llm = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=8)
+    assert {mode for (_, _, mode) in llm.llm_engine.burst.graphs} == set(Mode.ALL), "a graph variant is missing"
+    return llm
+
+
+def _sampled_launches(llm) -> list[int]:
+    seen, burst = [], llm.llm_engine.burst
+    f = burst._launch
+    burst._launch = lambda *a: seen.append(a[-1]) or f(*a)
+    return seen
+
+
+def test_cuda_sampled_bursts_keep_greedy_rows_greedy(llm):
+    greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    one = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=1)
+    want = [o.outputs[0].token_ids for o in one.generate(PROMPTS, greedy)]
+    hot = SamplingParams(temperature=0.9, top_p=0.9, max_tokens=40, ignore_eos=True)
+    seen = _sampled_launches(llm)
+    try:
+        mixed = llm.generate(PROMPTS, [greedy, hot, greedy, hot])
+    finally:
+        llm.llm_engine.burst.__dict__.pop("_launch", None)
+    assert Mode.FILTER in seen, "no sampled burst ran"
+    assert [mixed[0].outputs[0].token_ids, mixed[2].outputs[0].token_ids] == [want[0], want[2]]
+    top1 = SamplingParams(temperature=1.0, top_k=1, max_tokens=40, ignore_eos=True)
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, top1)] == want
+    eng = llm.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+@pytest.mark.parametrize("params", [dict(temperature=1.0), dict(temperature=0.8, top_k=3),
+                                    dict(temperature=0.9, top_k=20, top_p=0.7), dict(temperature=1.2, top_k=20, min_p=0.1)])
+def test_cuda_sampled_bursts_draw_the_users_distribution(llm, params):
+    """1,024 requests of one prompt: the first token comes from the prefill step, the second from a
+    sampled burst. Grouped by the first token, the second's counts must fit the law that the
+    model's raw logprobs give under these settings."""
+    ids = llm.get_tokenizer().encode(PROMPTS[0])
+    sp = SamplingParams(**params, max_tokens=2, ignore_eos=True)
+    seen = _sampled_launches(llm)
+    try:
+        outs = [o.outputs[0].token_ids for _ in range(16) for o in llm.generate([{"prompt_token_ids": ids}] * 64, sp)]
+    finally:
+        llm.llm_engine.burst.__dict__.pop("_launch", None)
+    assert Mode.of([sp]) in seen, "no burst of this variant ran"
+    groups: dict[int, Counter] = defaultdict(Counter)
+    for t0, t1 in outs:
+        groups[t0][t1] += 1
+    tested = 0
+    for t0, counts in groups.items():
+        n = sum(counts.values())
+        if n < 40:
+            continue
+        ref = llm.generate([{"prompt_token_ids": ids + [t0]}],
+                           SamplingParams(temperature=0.0, max_tokens=1, logprobs=20))[0].outputs[0].logprobs[0]
+        lp = {t: v.logprob for t, v in ref.items() if v.rank is not None and v.rank <= 20}
+        law = _law(lp, params)
+        if REST in law:                                 # temperature 1 alone: every token may come
+            pooled: Counter = Counter()
+            for t, c in counts.items():
+                pooled[t if t in law else REST] += c
+            counts = pooled
+        assert set(counts) <= set(law), f"drew {set(counts) - set(law)} outside the kept set {sorted(law)}"
+        obs, exp = _pooled([counts.get(t, 0) for t in law], [p * n for p in law.values()])
+        if len(obs) > 1:
+            assert chisquare(obs, exp).pvalue > 1e-4, (t0, dict(counts), law)
+            tested += n
+    assert tested >= 100, f"too few draws in groups of 40 or more ({dict(groups)}): pick a sharper prompt"
+
+
+REST = -1          # every token outside the top 20, as one outcome
+
+
+def _law(raw_logprobs: dict[int, float], params: dict) -> dict[int, float]:
+    """The user's law (compute_probs' order: temperature, min-p, top-k, top-p over what is left)
+    from the top-20 raw logprobs: at temperature 1 alone they are the model's own probabilities
+    (the rest of the vocabulary as one outcome, REST); else a top-k of at most 20 decides it."""
+    if params == {"temperature": 1.0}:
+        law = {t: math.exp(v) for t, v in raw_logprobs.items()}
+        return {**law, REST: max(0.0, 1.0 - sum(law.values()))}
+    assert 0 < params["top_k"] <= 20
+    toks = sorted(raw_logprobs, key=lambda v: -raw_logprobs[v])
+    raw = torch.tensor([raw_logprobs[v] for v in toks], dtype=torch.float64)
+    w = torch.exp((raw - raw[0]) / params["temperature"])       # p_t(v) / p_t(top token)
+    keep = torch.arange(len(toks)) < params["top_k"]
+    if params.get("min_p"):
+        keep &= w >= params["min_p"]
+    if params.get("top_p"):
+        q = torch.where(keep, w, 0.0) / torch.where(keep, w, 0.0).sum()
+        keep &= torch.cumsum(q, 0) - q < params["top_p"]
+    q = torch.where(keep, w, 0.0)
+    return {tok: float(v) for tok, v, k in zip(toks, q / q.sum(), keep) if k}
+
+
+def _pooled(obs: list[int], exp: list[float], least: float = 5.0) -> tuple[list[int], list[float]]:
+    """Chi-square bins with an expected count of at least `least`: the rarer tokens share one bin
+    (joined to the smallest large bin if even together they expect fewer)."""
+    big = [i for i in range(len(exp)) if exp[i] >= least]
+    small = [i for i in range(len(exp)) if exp[i] < least]
+    o, e = [obs[i] for i in big], [exp[i] for i in big]
+    if small:
+        so, se = sum(obs[i] for i in small), sum(exp[i] for i in small)
+        if se >= least or not e:
+            o, e = o + [so], e + [se]
+        else:
+            j = min(range(len(e)), key=e.__getitem__)
+            o[j], e[j] = o[j] + so, e[j] + se
+    return o, e

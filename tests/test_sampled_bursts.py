@@ -1,0 +1,102 @@
+"""Sampled decode bursts (engine/multistep.py): a burst draws from the user's distribution exactly
+as single steps do. On the CPU both draw their noise from the default generator in the same
+order when the batch fills its bucket, so under one torch.manual_seed the tokens must be equal;
+a seeded request keeps its own generator and so takes single steps."""
+import pytest
+import torch
+
+from turbospec import LLM, SamplingParams
+from turbospec.engine.multistep import Mode
+
+
+def _prompts(n: int) -> list[dict]:
+    return [{"prompt_token_ids": [(53 * i + 7 * j) % 8000 + 100 for j in range(4 + 6 * i)]} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def engines(codelm_dir):
+    single = LLM(str(codelm_dir), device="cpu", dtype="float32")
+    burst = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)
+    return single, burst
+
+
+def _count_launches(llm) -> list[int]:
+    """The graph variant (Mode) of every burst the engine launches from now on."""
+    modes, b = [], llm.llm_engine.burst
+    f = b._launch                                              # launch and launch_chained both end here
+    b._launch = lambda *a, f=f: modes.append(a[-1]) or f(*a)
+    return modes
+
+
+def _uncount(llm) -> None:
+    llm.llm_engine.burst.__dict__.pop("_launch", None)
+
+
+def _generate(llm, prompts, params, seed):
+    torch.manual_seed(seed)
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+
+
+FILTERS = [dict(temperature=0.8, top_p=0.9, top_k=40), dict(temperature=0.0),        # a greedy row among them
+           dict(temperature=1.3, min_p=0.05), dict(temperature=0.6)]
+TEMPERATURES = [dict(temperature=0.8), dict(temperature=0.0), dict(temperature=1.3), dict(temperature=0.6)]
+
+
+@pytest.mark.parametrize("settings,mode", [(FILTERS, Mode.FILTER), (TEMPERATURES, Mode.SAMPLE)])
+@pytest.mark.parametrize("batch", [1, 2, 4])                    # buckets: the noise tensors have equal shapes
+def test_sampled_bursts_equal_single_steps(engines, batch, settings, mode):
+    single, burst = engines
+    prompts = _prompts(batch)
+    params = [SamplingParams(**s, max_tokens=19, ignore_eos=True) for s in settings[:batch]]
+    if batch == 1 and mode == Mode.FILTER:
+        params = [SamplingParams(temperature=0.7, min_p=0.1, max_tokens=19, ignore_eos=True)]
+    launches = _count_launches(burst)
+    try:
+        for seed in (0, 1):
+            want = _generate(single, prompts, params, seed)
+            got = _generate(burst, prompts, params, seed)
+            assert got == want
+            assert all(len(t) == 19 for t in got)
+        assert launches, "no burst ran: the test compared single steps with themselves"
+        assert set(launches) == {mode}
+    finally:
+        _uncount(burst)
+    eng = burst.llm_engine
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_sampled_bursts_draw_fresh_noise(engines):
+    """Two runs without a common seed differ (the burst's noise is not a fixed tensor), and a
+    top-k of 1 at temperature 1 gives the greedy tokens through the sampled variant."""
+    _, burst = engines
+    prompt = _prompts(1)
+    hot = SamplingParams(temperature=1.5, max_tokens=24, ignore_eos=True)
+    runs = {tuple(burst.generate(prompt, hot)[0].outputs[0].token_ids) for _ in range(3)}
+    assert len(runs) > 1
+    greedy = burst.generate(prompt, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    top1 = burst.generate(prompt, SamplingParams(temperature=1.0, top_k=1, max_tokens=24, ignore_eos=True))
+    assert top1[0].outputs[0].token_ids == greedy[0].outputs[0].token_ids
+
+
+def test_seeded_requests_take_single_steps(engines):
+    single, burst = engines
+    prompts = _prompts(2)
+    params = SamplingParams(temperature=0.9, top_p=0.95, seed=1234, max_tokens=17, ignore_eos=True)
+    launches = _count_launches(burst)
+    try:
+        got = [o.outputs[0].token_ids for o in burst.generate(prompts, params)]
+    finally:
+        _uncount(burst)
+    assert not launches
+    assert got == [o.outputs[0].token_ids for o in single.generate(prompts, params)]
+
+
+def test_burst_refuses_what_it_cannot_hold(engines):
+    _, burst = engines
+    b = burst.llm_engine.burst
+    for p in (SamplingParams(temperature=0.7, seed=3), SamplingParams(temperature=0.0, logprobs=2),
+              SamplingParams(temperature=0.7, presence_penalty=0.5)):
+        assert not b.takes(p)
+        with pytest.raises(ValueError, match="single steps"):
+            b.launch([5], [3], [[0]], [p])
+    assert b.takes(SamplingParams(temperature=0.7, top_p=0.5)) and b.takes(SamplingParams(temperature=0.0))
