@@ -194,7 +194,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192         # token budget per step (chunked prefill beyond it)
     max_model_len: int | None = None           # None: the model's max_position_embeddings
     enforce_eager: bool = False                # True: never use CUDA graphs
-    num_scheduler_steps: int | None = None     # greedy decode bursts of n steps; None: 8 with CUDA graphs, else 1
+    num_scheduler_steps: int | None = None     # decode bursts of n steps; None: 8 with CUDA graphs, else 1
 
     def validate(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

@@ -108,6 +108,7 @@ class LLMEngine:
             self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None)
             capture_s += time.perf_counter() - t0
         self.startup["graph_capture_seconds"] = capture_s
+        self.startup["decode_burst_steps"] = self.burst.n if self.burst is not None else 1
         self.startup["warmup_seconds"] = warm_up_engine(self)
         self.startup["num_cuda_graphs"] = (runner.graphs.num_graphs if runner.graphs else 0) + \
             (len(self.burst.graphs) if self.burst is not None else 0)

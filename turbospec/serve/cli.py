@@ -62,6 +62,11 @@ def serve(
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
     block_size: int = typer.Option(16, help="Tokens per KV block."),
     enforce_eager: bool = typer.Option(False, help="Never use CUDA graphs."),
+    num_scheduler_steps: int = typer.Option(
+        None, help="Decode steps per burst (1-64) when every running request can take one (greedy or "
+                   "unseeded sampling, no logprobs or penalties): one launch, no host round trip between "
+                   "the steps. Default 8 with CUDA graphs, else 1. A request that arrives during bursts "
+                   "waits for up to two of them before its prefill: 1 trades throughput for that latency."),
     allowed_origins: list[str] = typer.Option(["*"], help="CORS origins a browser page may call the API "
                                               "from (repeat; default any, as with vLLM; '' for none)."),
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="Largest accepted request body."),
@@ -80,6 +85,9 @@ def serve(
     from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
+    if num_scheduler_steps is not None and not 1 <= num_scheduler_steps <= 64:
+        raise typer.BadParameter(f"{num_scheduler_steps} is not in 1-64 (1: no decode bursts)",
+                                 param_hint="--num-scheduler-steps")
     if reasoning_parser is not None:
         try:
             check_reasoning_parser(reasoning_parser)
@@ -105,7 +113,7 @@ def serve(
         check_model_path(model)            # a Hugging Face id: the download command, a file: its directory
         engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                                      max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                                     enforce_eager=enforce_eager)
+                                     enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps)
         engine, cold = build_engine(model, device=device, dtype=dtype, speculative_config=spec,
                                     engine_config=engine_config, quantization=quantization)
         if template is not None:

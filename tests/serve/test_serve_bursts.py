@@ -1,0 +1,64 @@
+"""`turbospec serve --num-scheduler-steps N`: decode bursts in a real server, driven by the official
+`openai` client. Greedy, sampled and seeded requests run together (the batch bursts while no seeded
+request is in it); every request gets its max_tokens, and the greedy and seeded ones return what
+they return alone. A value outside 1-64 is refused before the model loads."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from openai import AsyncOpenAI
+from typer.testing import CliRunner
+
+from turbospec.cli import app
+
+from .server_process import CODELM, MODEL_NAME, ServerProcess
+
+PROMPTS = ["def fibonacci(n):", "import os\n\ndef list_files(path):", "class Stack:\n    def __init__(self):",
+           "def is_prime(n):", "for i in range(10):", "def quicksort(xs):"]
+
+
+@pytest.fixture(scope="module")
+def burst_server(tmp_path_factory):
+    if not (CODELM / "config.json").is_file():
+        pytest.skip(f"codelm-12m not found at {CODELM}")
+    srv = ServerProcess(CODELM, tmp_path_factory.mktemp("logs") / "bursts.log", "--num-scheduler-steps", "4")
+    yield srv
+    srv.terminate()
+
+
+def _settings(i: int) -> dict:
+    if i == 0:
+        return dict(temperature=0.0)
+    if i == 1:
+        return dict(temperature=0.9, seed=77)
+    return dict(temperature=0.8, top_p=0.9, extra_body={"ignore_eos": True, "top_k": 40})
+
+
+def test_bursts_serve_greedy_sampled_and_seeded_together(burst_server):
+    assert "decode_burst_steps  4" in burst_server.log()
+    client = AsyncOpenAI(base_url=f"{burst_server.url}/v1", api_key="none")
+
+    async def one(i: int):
+        s = _settings(i)
+        extra = s.pop("extra_body", {"ignore_eos": True})
+        r = await client.completions.create(model=MODEL_NAME, prompt=PROMPTS[i], max_tokens=21 + 3 * i,
+                                            extra_body=extra, **s)
+        return r.choices[0].text, r.usage.completion_tokens
+
+    async def run():
+        together = await asyncio.gather(*(one(i) for i in range(len(PROMPTS))))
+        alone = [await one(0), await one(1)]
+        return together, alone
+
+    together, alone = asyncio.run(run())
+    assert [n for _, n in together] == [21 + 3 * i for i in range(len(PROMPTS))]
+    assert together[0] == alone[0]                   # greedy: the same tokens in a batch as alone
+    assert together[1] == alone[1]                   # seeded: its own generator, batch or not
+    assert len({t for t, _ in together[2:]}) == len(PROMPTS) - 2
+
+
+def test_num_scheduler_steps_out_of_range_is_refused():
+    r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--num-scheduler-steps", "0"])
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and "--num-scheduler-steps" in out and "1-64" in out
