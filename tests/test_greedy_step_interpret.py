@@ -16,7 +16,7 @@ from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
 
 @needs_triton
-@pytest.mark.parametrize("case", ["advance"])
+@pytest.mark.parametrize("case", ["advance", "sample"])
 def test_greedy_step_interpreted(case):
     run_case(__file__, case, timeout=300)
 
@@ -69,6 +69,46 @@ def run_advance():
         assert torch.equal(p, want[1]) and torch.equal(sl, want[2]), tag
         assert torch.equal(slots, want[3]), (tag, slots, want[3])
         assert int(slots[4]) == -1 and int(slots[5]) == -1 and int(sl[5]) == int(seq_lens[5]), tag
+
+
+def run_sample():
+    """sample=(temperature, greedy, seed): a sampled row draws softmax(x / T) (chi-square over many
+    rows of the same logits, in one launch: rows are independent draws), a greedy row keeps the
+    argmax, a new seed gives new draws, the same seed the same ones; the advance is unchanged."""
+    from scipy.stats import chisquare
+
+    from turbospec.kernels.greedy_step import greedy_advance
+    V, b, bs = 600, 3000, 16                                           # 600 -> 2 chunks of 512
+    g = torch.Generator().manual_seed(1)
+    row = torch.randn(V, generator=g) * 2
+    row[550] = row.max() + 0.5                                         # the argmax in the second chunk
+    logits = row.expand(b, V).contiguous().to(torch.bfloat16)
+    temp = torch.full((b,), 0.7)
+    temp[1::2] = 1.6
+    greedy = torch.zeros(b, dtype=torch.bool)
+    greedy[::97] = True
+    tables = torch.zeros(b, 4, dtype=torch.int32)
+    valid = torch.ones(b, dtype=torch.bool)
+
+    def draw(seed):
+        out, ids, slots = (torch.zeros(b, dtype=torch.long) for _ in range(3))
+        p, sl = torch.full((b,), 5, dtype=torch.long), torch.full((b,), 6, dtype=torch.int32)
+        greedy_advance(logits, out, ids, p, sl, valid, tables, slots, bs,
+                       sample=(temp, greedy, torch.tensor([seed], dtype=torch.int64)))
+        assert torch.equal(ids, out) and bool((p == 6).all()) and bool((sl == 7).all())
+        return out
+    a, a2, c = draw(12345), draw(12345), draw(987)
+    assert torch.equal(a, a2) and not torch.equal(a, c)
+    assert bool((a[greedy] == 550).all())
+    x = logits[0].float()
+    for t, rows in ((0.7, ~greedy & (temp == 0.7)), (1.6, ~greedy & (temp == 1.6))):
+        law = torch.softmax(x / t, 0).double()
+        draws = torch.cat([a[rows], c[rows]])
+        counts = torch.bincount(draws, minlength=V).double()
+        top = law.argsort(descending=True)[:12]                        # the likely tokens, the rest as one
+        obs = torch.cat([counts[top], (counts.sum() - counts[top].sum()).unsqueeze(0)])
+        exp = torch.cat([law[top], (1 - law[top].sum()).unsqueeze(0)]) * counts.sum()
+        assert chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-4, (t, obs, exp)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Sampled decode bursts on CUDA (engine/multistep.py): the sampled graph variant keeps greedy rows
-greedy, and its draws follow the user's distribution (chi-square against the model's own top-k
-law; the graphs' noise differs from eager steps', so tokens are compared in law, not one by one)."""
+"""Sampled decode bursts on CUDA (engine/multistep.py): both sampled graph variants keep greedy rows
+greedy, and their draws follow the user's distribution (chi-square against the model's own law;
+temperature 1 alone runs the Gumbel-max advance kernel, the others compute_probs; the graphs'
+noise differs from eager steps', so tokens are compared in law, not one by one)."""
 from __future__ import annotations
 
 import math
@@ -41,14 +42,16 @@ def test_cuda_sampled_bursts_keep_greedy_rows_greedy(llm):
     greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     one = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=1)
     want = [o.outputs[0].token_ids for o in one.generate(PROMPTS, greedy)]
-    hot = SamplingParams(temperature=0.9, top_p=0.9, max_tokens=40, ignore_eos=True)
-    seen = _sampled_launches(llm)
-    try:
-        mixed = llm.generate(PROMPTS, [greedy, hot, greedy, hot])
-    finally:
-        llm.llm_engine.burst.__dict__.pop("_launch", None)
-    assert Mode.FILTER in seen, "no sampled burst ran"
-    assert [mixed[0].outputs[0].token_ids, mixed[2].outputs[0].token_ids] == [want[0], want[2]]
+    for hot, mode in ((SamplingParams(temperature=0.9, top_p=0.9, max_tokens=40, ignore_eos=True), Mode.FILTER),
+                      (SamplingParams(temperature=1.3, max_tokens=40, ignore_eos=True), Mode.SAMPLE)):
+        seen = _sampled_launches(llm)
+        try:
+            mixed = llm.generate(PROMPTS, [greedy, hot, greedy, hot])
+        finally:
+            llm.llm_engine.burst.__dict__.pop("_launch", None)
+        assert mode in seen, f"no burst of variant {mode} ran"
+        assert [mixed[0].outputs[0].token_ids, mixed[2].outputs[0].token_ids] == [want[0], want[2]]
+        assert [len(o.outputs[0].token_ids) for o in mixed] == [40] * 4
     top1 = SamplingParams(temperature=1.0, top_k=1, max_tokens=40, ignore_eos=True)
     assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, top1)] == want
     eng = llm.llm_engine

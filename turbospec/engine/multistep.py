@@ -10,12 +10,14 @@ sequence).
 
 Three variants per bucket (`Mode`): greedy (the argmax, `kernels.greedy_step` on CUDA); sample,
 when rows sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p.
-Both sampled variants apply the user's distribution exactly as a single step does
-(`layers/sampler.compute_probs` on the same logits, each row's settings in device buffers; filter
-always runs min-p and the sort for top-k / top-p, which leave a row with that filter off
-unchanged, so a temperature-only batch does not pay for the sort) and draw with the exponential
-race from the default generator, inside the graph. A row with a seed draws from its own
-`torch.Generator`, which a graph cannot hold, so a seeded sampled request takes single steps.
+Both sampled variants draw from the user's distribution, each row's settings in device buffers.
+Filter runs `layers/sampler.compute_probs` on the same logits a single step sees (min-p and the
+sort for top-k / top-p always on: a row with a filter off is left unchanged) and the exponential
+race from the default generator. Sample, on CUDA, draws in the advance kernel itself
+(`kernels.greedy_step`: Gumbel-max over x / T with Philox noise, seeded afresh at each launch),
+which is the same law without a [b, V] probability tensor; elsewhere it runs compute_probs as
+filter does. A row with a seed draws from its own `torch.Generator`, which a graph cannot hold,
+so a seeded sampled request takes single steps.
 
 Bursts are pipelined: while the same sequences have another n tokens to go and nothing waits,
 the engine launches burst i+1 (`launch_chained`, continuing from the device state) before it
@@ -68,6 +70,7 @@ class DecodeBurst:
             temperature=torch.ones(bmax, device=device), top_k=torch.zeros(bmax, dtype=torch.long, device=device),
             top_p=torch.ones(bmax, device=device), greedy=torch.ones(bmax, dtype=torch.bool, device=device),
             generators=[None] * bmax, min_p=torch.zeros(bmax, device=device), any_top_k=True, any_top_p=True)
+        self.seeds = torch.zeros(num_steps, dtype=torch.long, device=device)   # Mode.SAMPLE: each step's noise key
         self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}      # (batch, len bucket, Mode)
         self.pool = None
 
@@ -107,12 +110,18 @@ class DecodeBurst:
                 hidden = self.model(self.ids[:b], pos)
             if isinstance(hidden, tuple):
                 hidden = hidden[0]
-            scores = self._next_scores(hidden, b, mode)                     # [b, V]
             if self.device.type == "cuda":
                 from turbospec.kernels.greedy_step import greedy_advance   # CUDA only: imports Triton
+                sample = None
+                if mode == Mode.SAMPLE:                                    # drawn in the kernel
+                    scores = self.model.compute_logits(hidden, upcast=False)                  # [b, V]
+                    sample = (self.st.temperature[:b], self.st.greedy[:b], self.seeds[j:j + 1])
+                else:
+                    scores = self._next_scores(hidden, b, mode)                               # [b, V]
                 greedy_advance(scores, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
-                               self.valid[:b], self.block_tables[:b], slots, bs)
+                               self.valid[:b], self.block_tables[:b], slots, bs, sample)
                 continue
+            scores = self._next_scores(hidden, b, mode)                     # [b, V]
             nxt = scores.argmax(dim=-1)                                    # [b]
             self.out[j, :b].copy_(nxt)
             self.ids[:b].copy_(nxt)
@@ -208,6 +217,9 @@ class DecodeBurst:
         tables = self._pinned(tables)
         self.block_tables[:b].zero_()
         self.block_tables[:b, :width].copy_(tables.to(self.device, non_blocking=True))
+        if mode == Mode.SAMPLE and self.device.type == "cuda":      # fresh noise keys for this launch
+            keys = torch.randint(0, 2**62, (self.n,), dtype=torch.long)   # the default generator
+            self.seeds.copy_(self._pinned(keys), non_blocking=True)
         if (b, L, mode) in self.graphs:
             self.graphs[(b, L, mode)].replay()
         else:           # eager: the exact bound keeps the plain attention path from padding to L

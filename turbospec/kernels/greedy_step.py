@@ -15,6 +15,13 @@ then the smallest index among the chunks that hold it: the first maximum of the 
 the row. One program per row walking 151,936 logits took 38-75 us on an H200, about 1% of a
 qwen3-8b step; the logits are read in the model's dtype (bf16 -> fp32 is exact, so the argmax is
 the same).
+
+`sample=(temperature, greedy, seed)`: the temperature-only sampled burst (engine/multistep.py's
+Mode.SAMPLE). A row not flagged greedy takes the argmax of x / T + Gumbel noise instead of x: the
+Gumbel-max trick, which draws token v with probability softmax(x / T)[v], the law compute_probs
+gives at a temperature alone, in the same read of the logits. The noise is Philox (`tl.rand`)
+keyed by the step's `seed` (a device scalar the engine refills with fresh random bits at every
+burst launch) at counter row * V + v: independent across rows, steps and launches.
 """
 from __future__ import annotations
 
@@ -46,13 +53,19 @@ def _advance(row, best_i, out_ptr, ids_ptr, pos_ptr, seq_lens_ptr, valid_ptr, bl
 def _greedy_advance_kernel(logits_ptr, stride_l, V, part_v, part_i, lock_ptr,
                            out_ptr, ids_ptr, pos_ptr, seq_lens_ptr, valid_ptr,
                            block_tables_ptr, stride_bt, max_blocks, slots_ptr, block_size,
-                           CHUNK: tl.constexpr, CHUNKS_PAD: tl.constexpr, PDL: tl.constexpr):
+                           temp_ptr, greedy_ptr, seed_ptr,
+                           CHUNK: tl.constexpr, CHUNKS_PAD: tl.constexpr, SAMPLE: tl.constexpr,
+                           PDL: tl.constexpr):
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
     chunks = tl.num_programs(1)
     offs = c * CHUNK + tl.arange(0, CHUNK)
     x = tl.load(logits_ptr + row * stride_l + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+    if SAMPLE:                        # Gumbel-max: argmax(x / T + g), g = -log(-log u), u ~ U[0, 1)
+        u = tl.rand(tl.load(seed_ptr), (row * V + offs).to(tl.int32))
+        noisy = x / tl.load(temp_ptr + row) - tl.log(-tl.log(u))            # u = 0: -inf, never drawn
+        x = tl.where(tl.load(greedy_ptr + row) != 0, x, noisy)
     m = tl.max(x, 0)
     i = tl.argmax(x, 0, tie_break_left=True).to(tl.int32) + c * CHUNK
     best_i = i.to(tl.int64)
@@ -84,10 +97,15 @@ def chunk_size(V: int) -> int:
 
 def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor,
                    seq_lens: torch.Tensor, valid: torch.Tensor, block_tables: torch.Tensor,
-                   slots: torch.Tensor, block_size: int) -> None:
+                   slots: torch.Tensor, block_size: int,
+                   sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
     """logits [b, V] (any float dtype); out, ids, pos, slots [b] int64; seq_lens [b] int32; valid [b]
-    bool; block_tables [b, W] int32 — all updated in place (see the module docstring). Capture-safe."""
+    bool; block_tables [b, W] int32 — all updated in place (see the module docstring). Capture-safe.
+    sample: (temperature [b] float32, greedy [b] bool, seed [1] int64) draws the sampled rows'
+    tokens at their temperature instead of taking the argmax."""
     b, V = logits.shape
+    if b * V >= 2**31:
+        raise ValueError(f"greedy_advance: {b} rows x {V} logits pass the int32 noise counter; split the batch")
     if b == 0:
         return
     if logits.stride(1) != 1:
@@ -101,8 +119,17 @@ def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, p
     chunks = triton.cdiv(V, chunk)
     part_v = torch.empty(b * chunks, dtype=torch.float32, device=logits.device)
     part_i = torch.empty(b * chunks, dtype=torch.int32, device=logits.device)
+    if sample is not None:
+        temperature, greedy, seed = sample
+        if temperature.shape != (b,) or greedy.shape != (b,) or seed.numel() != 1 or seed.dtype != torch.int64:
+            raise ValueError(f"greedy_advance: sample wants temperature [{b}], greedy [{b}], seed [1] int64; got "
+                             f"{tuple(temperature.shape)}, {tuple(greedy.shape)}, {tuple(seed.shape)} {seed.dtype}")
+        greedy = greedy.view(torch.uint8)
+    else:
+        temperature = greedy = seed = valid                 # unread: SAMPLE is off
     _greedy_advance_kernel[(b, chunks)](
         logits, logits.stride(0), V, part_v, part_i, arrival_counters(b, logits.device),
         out, ids, pos, seq_lens, valid.view(torch.uint8), block_tables,
-        block_tables.stride(0), block_tables.shape[1], slots, block_size,
-        CHUNK=chunk, CHUNKS_PAD=triton.next_power_of_2(chunks), num_warps=4, **pdl_launch(logits.device))
+        block_tables.stride(0), block_tables.shape[1], slots, block_size, temperature, greedy, seed,
+        CHUNK=chunk, CHUNKS_PAD=triton.next_power_of_2(chunks), SAMPLE=sample is not None, num_warps=4,
+        **pdl_launch(logits.device))
