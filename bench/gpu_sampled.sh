@@ -1,20 +1,43 @@
 #!/usr/bin/env bash
-# Sampled against greedy decoding (bench/sampled_decode.py) on one H200: the tree in out/base (another
-# commit's `turbospec`, with this checkout's benchmarks/decode.py copied in) and this checkout, one
-# after the other per shape, each with `python -P` so that PYTHONPATH picks the tree (the output names
-# the file imported); then the GPU tests of sampled bursts and of no compilation inside a step.
-#   git archive <rev> turbospec | tar -x -C out/base; cp turbospec/benchmarks/decode.py out/base/turbospec/benchmarks/
-#   OUT=/path bash bench/gpu_sampled.sh          (device tool: carry ["out/base"])
+# Sampled decoding on one H200, in parts (each writes under $OUT; device tool: carry ["out/base"]):
+#   ab      bench/sampled_decode.py on codelm-12m and qwen3-8b, the tree in out/base then this one
+#           (each with `python -P`, so that PYTHONPATH picks it: the output names the file imported);
+#           then the GPU tests of sampled bursts and of no compilation inside a step
+#   cost    bench/sampler_cost.py; `turbospec bench decode` on qwen3-8b greedy, then as an OpenAI
+#           client samples (temperature 0.7, top-p 0.95); the GPU tests of the engine, sampled bursts
+#           and attention
+#   kernel  the GPU tests of sampled bursts; sampled_decode.py on codelm-12m (out/base, this tree) and
+#           qwen3-8b batch 1 / 64 (this tree)
+# out/base holds another commit's package:  git archive <rev> turbospec | tar -x -C out/base
+#   OUT=/path bash bench/gpu_sampled.sh ab|cost|kernel ...
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,clocks.sm --format=csv
 S=bench/sampled_decode.py
-for shape in "models/codelm-12m --prompt-len 128 --gen-len 128" "qwen3-8b"; do
-  for tree in out/base . ; do
-    echo "### $tree $shape"; PYTHONPATH=$tree timeout 200 python3 -P $S --shape $shape --repeats 1
-  done
-done 2>&1 | tee "$OUT/bench.txt"
-PYTHONPATH=. timeout 280 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_sampled_bursts_gpu.py \
-  tests/gpu/test_no_compile_in_steps.py > "$OUT/tests.txt" 2>&1; tail -5 "$OUT/tests.txt"
+CODELM=(--shape models/codelm-12m --prompt-len 128 --gen-len 128)
+gpu_tests() { local t=$1; shift; PYTHONPATH=. timeout "$t" python3 -m pytest -q -m gpu -p no:cacheprovider -rf "$@" \
+  > "$OUT/tests.txt" 2>&1; tail -3 "$OUT/tests.txt"; }
+nvidia-smi --query-gpu=name,clocks.sm --format=csv
+for part in "$@"; do
+  case $part in
+    ab)     for shape in "${CODELM[*]}" "--shape qwen3-8b"; do
+              for tree in out/base . ; do
+                echo "### $tree $shape"; PYTHONPATH=$tree timeout 200 python3 -P $S $shape --repeats 1
+              done
+            done 2>&1 | tee "$OUT/bench.txt"
+            gpu_tests 280 tests/gpu/test_sampled_bursts_gpu.py tests/gpu/test_no_compile_in_steps.py ;;
+    cost)   { PYTHONPATH=. timeout 60 python3 bench/sampler_cost.py
+              for t in 0 0.7; do
+                PYTHONPATH=. timeout 150 python3 -m turbospec.cli bench decode --shape qwen3-8b --dtype bf16 \
+                  --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 --temperature $t --top-p 0.95
+              done; } 2>&1 | tee "$OUT/bench.txt"
+            gpu_tests 250 tests/gpu/test_engine_gpu.py tests/gpu/test_sampled_bursts_gpu.py tests/gpu/test_attention_kernels.py ;;
+    kernel) gpu_tests 120 tests/gpu/test_sampled_bursts_gpu.py
+            { for tree in out/base . ; do
+                PYTHONPATH=$tree timeout 60 python3 -P $S "${CODELM[@]}" --repeats 1
+              done
+              PYTHONPATH=. timeout 100 python3 -P $S --shape qwen3-8b --batch-sizes 1,64 --repeats 1; } 2>&1 | tee "$OUT/bench.txt" ;;
+    *)      echo "unknown part $part (ab, cost, kernel)" ;;
+  esac
+done
