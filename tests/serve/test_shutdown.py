@@ -59,11 +59,13 @@ def _port_is_free(port: int) -> bool:
             return False
 
 
-@pytest.mark.parametrize("sig,times,drain_s", [(signal.SIGTERM, 1, 2), (signal.SIGINT, 2, 600)],
+@pytest.mark.parametrize("sig,times,drain_s", [(signal.SIGTERM, 1, 4), (signal.SIGINT, 2, 600)],
                          ids=["SIGTERM", "SIGINT_twice"])
 def test_shutdown_finishes_short_requests_ends_long_ones_cleanly_and_exits_0(tmp_path, sig, times, drain_s):
-    """One SIGTERM with a 2 s drain; or Ctrl-C twice with a 600 s drain, the second cutting it
-    short (the short stream still finishes: it is already done when the second one comes)."""
+    """One SIGTERM with a 4 s drain; or Ctrl-C twice with a 600 s drain, the second cutting it
+    short (the short stream still finishes: it is already done when the second one comes). The
+    short stream's 24 tokens share the CPU with two 1,900-token requests: with a 2 s drain it
+    missed its end once in a loaded full run (no usage chunk), so the drain leaves it room."""
     srv = ServerProcess(CODELM, tmp_path / "server.log", "--shutdown-timeout", str(drain_s))
     try:
         short, long_, plain = {}, {}, {}
@@ -85,7 +87,7 @@ def test_shutdown_finishes_short_requests_ends_long_ones_cleanly_and_exits_0(tmp
             t.join(60)
         log = srv.log()
         assert code == 0, log[-2000:]
-        assert took < 2 + 5 + 3, took           # the drain (or the 24 tokens), the 503s' flush, exit
+        assert took < min(drain_s, 4) + 5 + 3, took   # the drain (or the 24 tokens), the 503s' flush, exit
         assert short["done"] and short.get("usage", {}).get("completion_tokens") == 24, short   # shows what came
         # the long stream: its text so far, then an error event and [DONE] (it was cut mid-chunk)
         assert "transport_error" not in long_ and long_["done"], long_
