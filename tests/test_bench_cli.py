@@ -26,6 +26,21 @@ def test_bench_decode_prints_setting_and_roofline(codelm_dir):
     assert 0 < frac < 100
 
 
+def test_bench_decode_sampled_names_its_setting(codelm_dir, tmp_path):
+    """--temperature (with --top-p / --top-k / --min-p) times sampled decoding: the header and the
+    JSON say so; a setting SamplingParams refuses is refused with its message, before any work."""
+    args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
+            "--batch-sizes", "2", "--prompt-len", "8", "--gen-len", "5"]
+    out = tmp_path / "s.json"
+    r = runner.invoke(app, args + ["--temperature", "0.7", "--top-p", "0.9", "--top-k", "20", "--json-out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "sampled: temperature 0.7, top-p 0.9, top-k 20, min-p 0.0" in r.output.splitlines()[0]
+    assert json.loads(out.read_text())["sampling"] == {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.0}
+    assert "greedy" in runner.invoke(app, args).output.splitlines()[0]
+    r = runner.invoke(app, args + ["--temperature", "0.7", "--top-p", "0"])
+    assert r.exit_code == 2 and "top_p=0.0 must be in (0, 1]" in " ".join(r.output.replace("│", " ").split())
+
+
 def test_bench_decode_max_model_len(codelm_dir, tmp_path):
     """--max-model-len is the server's context limit (graph length buckets up to it): named in the
     header and JSON even where the pool for the batch alone would be smaller; shorter than prompt +

@@ -110,7 +110,7 @@ def decode(
     _echo_compiles((f"batch {r.batch}", r.compiles) for r in results)
     if profile and dev.type == "cuda":
         from turbospec.benchmarks.decode import profile_step
-        typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size))
+        typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size, sampling=sampling))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,

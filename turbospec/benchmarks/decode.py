@@ -137,12 +137,14 @@ def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
     return bw, results, engine
 
 
-def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top: int = 25) -> str:
+def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top: int = 25,
+                 sampling: dict | None = None) -> str:
     """torch.profiler table of one decode step's GPU kernels (after the prefills and two decode steps), and the
-    time of the step's CUDA-graph replay alone (the GPU-only time, without host overhead)."""
+    time of the step's CUDA-graph replay alone (the GPU-only time, without host overhead). sampling:
+    as run_decode's (default greedy)."""
     from torch.profiler import ProfilerActivity, profile
     g = torch.Generator().manual_seed(3)
-    params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    params = SamplingParams(**{"temperature": 0.0, **(sampling or {})}, max_tokens=64, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"prof{i}", {"prompt_token_ids": torch.randint(0, vocab, (prompt_len,), generator=g).tolist()}, params)
     sched = engine.scheduler
