@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, OpenAI
 from typer.testing import CliRunner
 
 from turbospec.cli import app
@@ -56,6 +56,26 @@ def test_bursts_serve_greedy_sampled_and_seeded_together(burst_server):
     assert together[0] == alone[0]                   # greedy: the same tokens in a batch as alone
     assert together[1] == alone[1]                   # seeded: its own generator, batch or not
     assert len({t for t, _ in together[2:]}) == len(PROMPTS) - 2
+
+
+def test_metrics_count_the_tokens_decoded_in_bursts(burst_server):
+    """turbospec:decode_burst_tokens_total moves with an unseeded request (bursts after its first
+    token) and not with a seeded one alone (single steps); it never passes the generated tokens."""
+    client = OpenAI(base_url=f"{burst_server.url}/v1", api_key="none")
+
+    def counts():
+        return (burst_server.metric("turbospec:decode_burst_tokens_total"),
+                burst_server.metric("vllm:generation_tokens_total"))
+    b0, g0 = counts()
+    client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=17, temperature=0.9, seed=5,
+                              extra_body={"ignore_eos": True})
+    b1, g1 = counts()
+    assert (b1 - b0, g1 - g0) == (0, 17)
+    client.completions.create(model=MODEL_NAME, prompt=PROMPTS[1], max_tokens=17, temperature=0.9,
+                              extra_body={"ignore_eos": True})
+    b2, g2 = counts()
+    assert g2 - g1 == 17 and b2 - b1 == 16           # all but the first token (the prefill's)
+    assert b2 <= g2
 
 
 def test_num_scheduler_steps_out_of_range_is_refused():

@@ -67,6 +67,7 @@ def try_burst(engine) -> list[Sequence] | None:
             continue
         s.num_computed_tokens = len(s) - 1 + n
         for t in ts:
+            engine.counters["num_burst_tokens"] += 1
             if engine.append_token(s, t, None):
                 break
         if not s.is_finished and engine._flight is None:

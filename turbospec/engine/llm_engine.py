@@ -77,7 +77,8 @@ class LLMEngine:
         self.seqs: dict[str, Sequence] = {}
         self.detok: dict[str, IncrementalDetokenizer] = {}
         self.spec_stats = SpecDecodeStats(k)
-        self.counters = {"num_prompt_tokens": 0, "num_generation_tokens": 0}
+        # num_burst_tokens: generated tokens that came out of decode bursts (the rest took single steps)
+        self.counters = {"num_prompt_tokens": 0, "num_generation_tokens": 0, "num_burst_tokens": 0}
         self.startup = {"weights_seconds": load_seconds, "kv_blocks": num_blocks,
                         "kv_tokens": pool_tokens,
                         "weights_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9}

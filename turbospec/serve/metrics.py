@@ -34,6 +34,7 @@ _ENGINE_COUNTERS = {
     "spec_decode_num_draft_tokens": "spec_draft_tokens",
     "spec_decode_num_accepted_tokens": "spec_accepted",
     "num_preemptions": "preemptions",
+    "num_burst_tokens": "burst_tokens",
 }
 
 
@@ -58,6 +59,10 @@ class ServerMetrics:
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemptions.")
+        # turbospec's own (no vLLM name): how much of the decoding ran in decode bursts; against
+        # vllm:generation_tokens_total it shows what seeded / logprobs / penalty requests cost
+        self.burst_tokens = counter("turbospec:decode_burst_tokens",
+                                    "Generated tokens decoded inside decode bursts (the rest took single steps).")
         self._success = Counter("vllm:request_success", "Count of successfully processed requests.",
                                 ["model_name", "finished_reason"], registry=r)
         self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
