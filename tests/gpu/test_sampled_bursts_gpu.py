@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,9 +18,7 @@ if not torch.cuda.is_available():
 from turbospec import LLM, SamplingParams  # noqa: E402
 from turbospec.engine.multistep import Mode  # noqa: E402
 
-MODEL = str(Path(__file__).resolve().parents[2] / "models" / "codelm-12m")
-PROMPTS = ["def fibonacci(n):\n", "class Stack:\n    def __init__(self):\n",
-           "import os\nimport sys\n\n\ndef main(argv):\n", "for i in range(10):\n"]
+from tests.gpu.test_engine_gpu import MODEL, PROMPTS  # noqa: E402
 
 
 @pytest.fixture(scope="module")

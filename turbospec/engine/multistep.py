@@ -42,10 +42,14 @@ class Mode:
 
     @staticmethod
     def of(params: list[SamplingParams] | None) -> int:
-        sampled = [p for p in params or [] if not p.greedy]
-        if not sampled:
+        if not params or all(p.greedy for p in params):
             return Mode.GREEDY
-        return Mode.FILTER if any(p.min_p > 0 or p.uses_top_k or p.top_p < 1.0 for p in sampled) else Mode.SAMPLE
+        return Mode.of_host(SamplingTensors.from_params(params, None, "cpu"))
+
+    @staticmethod
+    def of_host(st: SamplingTensors) -> int:
+        """The variant for rows whose settings `st` holds (some sampled): SamplingTensors' own flags."""
+        return Mode.FILTER if st.any_top_k or st.any_top_p or st.min_p is not None else Mode.SAMPLE
 
 
 class DecodeBurst:
@@ -180,13 +184,14 @@ class DecodeBurst:
         self.pos[:b].copy_(packed[1])
         self.valid[:b].copy_(torch.arange(b, device=self.device) < B)
         self.seq_lens[:b].copy_(torch.where(self.valid[:b], self.pos[:b] + 1, 1).int())
-        mode = Mode.of(params)
-        if mode != Mode.GREEDY:
-            self._set_sampling(params, b)
+        mode = Mode.GREEDY
+        if params is not None and not all(p.greedy for p in params):
+            mode = Mode.of_host(self._set_sampling(params, b))
         return self._launch(B, b, max(positions), block_tables, mode)
 
-    def _set_sampling(self, params: list[SamplingParams], b: int) -> None:
-        """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy."""
+    def _set_sampling(self, params: list[SamplingParams], b: int) -> SamplingTensors:
+        """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy; returns
+        the host-side settings."""
         pad = [SamplingParams(temperature=0.0)] * (b - len(params))
         host = SamplingTensors.from_params(list(params) + pad, None, "cpu")
         st = self.st
@@ -197,6 +202,7 @@ class DecodeBurst:
             st.min_p[:b].copy_(self._pinned(host.min_p), non_blocking=True)
         else:
             st.min_p[:b].zero_()
+        return host
 
     @torch.inference_mode()
     def launch_chained(self, flight: "BurstFlight", block_tables: list[list[int]]) -> "BurstFlight":
