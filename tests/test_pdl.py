@@ -15,11 +15,11 @@ def test_pdl_launch_policy(monkeypatch):
     monkeypatch.setattr(pdl, "pdl_enabled", lambda device: True)        # a Hopper GPU
     dev = torch.device("cuda")
     assert pdl.pdl_launch(dev) == dict(PDL=True, launch_pdl=True)                       # small kernel
+    assert pdl.pdl_launch(dev, 1 << 40) == dict(PDL=True, launch_pdl=True)              # any GEMM
+    monkeypatch.setattr(pdl, "_MODE", "small")                         # the rule before 2026-11-30
     assert pdl.pdl_launch(dev, pdl.EARLY_MAX_WEIGHT_BYTES)["launch_pdl"] is True        # small GEMM
     big = pdl.pdl_launch(dev, pdl.EARLY_MAX_WEIGHT_BYTES + 1)
     assert big == dict(PDL=True, launch_pdl=False), "a large GEMM still waits, but starts in order"
-    monkeypatch.setattr(pdl, "_MODE", "all")
-    assert pdl.pdl_launch(dev, 1 << 40)["launch_pdl"] is True
     monkeypatch.setattr(pdl, "pdl_enabled", lambda device: False)       # pre-Hopper / TURBOSPEC_PDL=0
     assert pdl.pdl_launch(dev, 0) == dict(PDL=False, launch_pdl=False)
 

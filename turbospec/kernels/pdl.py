@@ -34,7 +34,7 @@ except ImportError:                                         # pragma: no cover -
     _HAS_GDC = False
 
 _ENABLED: dict = {}
-_MODE = os.environ.get("TURBOSPEC_PDL", "1")                # read once: "0" off, "all" every kernel early
+_MODE = os.environ.get("TURBOSPEC_PDL", "1")    # read once: "0" off, "small" GEMMs > 8 MiB in order
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -49,20 +49,22 @@ def pdl_enabled(device: torch.device) -> bool:
     return _ENABLED[idx]
 
 
-# A weight-streaming kernel starts early only up to this many weight bytes. Early programs land on
-# whichever SMs have room while the predecessor drains, unevenly: for a kernel that streams tens of
-# MB that imbalance cost more than the launch latency saved (qwen3-8b, H200: GEMM time 4.57 ->
-# 7.24 ms per step), while codelm-12m's sub-10-MB GEMMs gain (5,118 -> 5,362 tok/s with them early).
+# With TURBOSPEC_PDL=small a weight-streaming kernel starts early only up to this many weight bytes
+# (the default before 2026-11-30). Every kernel starting early had measured slower when PDL was
+# new (qwen3-8b GEMM time 4.57 -> 7.24 ms per step, 2026-11-29, with the since-removed SiLU-in-GEMM
+# fusion on); on the kernels of 2026-11-30 it is faster (H200, batch 1, bench/gpu_probe.sh pdlab:
+# qwen3-8b bf16 4.456 -> 4.405 ms per step, FP8 3.22 -> 3.16, qwen3-30b-a3b FP8 2.73 -> 2.64;
+# batch 64 7.13-7.15 -> 7.07-7.09), so it is the default.
 EARLY_MAX_WEIGHT_BYTES = 8 << 20
 
 
 def pdl_launch(device: torch.device, weight_bytes: int = 0) -> dict:
     """Launch keywords: the kernel's `PDL` constexpr (wait, then release the successor) and Triton's
     `launch_pdl` option (may start before its predecessor ends). `weight_bytes`: what a GEMM
-    streams; above EARLY_MAX_WEIGHT_BYTES it starts after its predecessor as usual (it still waits
-    and releases), unless TURBOSPEC_PDL=all."""
+    streams; with TURBOSPEC_PDL=small, above EARLY_MAX_WEIGHT_BYTES it starts after its
+    predecessor as usual (it still waits and releases)."""
     on = pdl_enabled(device)
-    early = on and (weight_bytes <= EARLY_MAX_WEIGHT_BYTES or _MODE == "all")
+    early = on and (_MODE != "small" or weight_bytes <= EARLY_MAX_WEIGHT_BYTES)
     return dict(PDL=on, launch_pdl=early)
 
 

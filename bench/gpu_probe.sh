@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# bench/fusion_probe.py variants on one H200, each in its own process (results: grep RESULT).
+#   OUT=/path bash bench/gpu_probe.sh [dense] [moe]
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+log="$OUT/probe.log"
+run() { local t=$1; shift; echo "### $* (timeout $t s, $(date -u +%T))" | tee -a "$log"; timeout "$t" "$@" >>"$log" 2>&1; echo "### rc=$?" | tee -a "$log"; }
+P=(python3 bench/fusion_probe.py)
+for part in ${*:-dense}; do
+  case $part in
+    dense) for v in base nosilu nonorm; do run 150 "${P[@]}" $v --batch-sizes 1,64 --gen-len 128 --repeats 2; done
+           for v in pf pfearly base; do run 120 "${P[@]}" $v --batch-sizes 1 --gen-len 128 --repeats 2; done ;;
+    pdlab) # every GEMM may start early (TURBOSPEC_PDL=1, the default since 2026-11-30) against
+           # the earlier rule (=small: GEMMs over 8 MiB start in order), alternating
+           for m in small 1 small 1; do
+             run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --batch-sizes 1,64 --gen-len 128 --repeats 2
+             run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --quantization fp8 --gen-len 128 --repeats 2
+             run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --shape qwen3-30b-a3b --quantization fp8 --prompt-len 256 --gen-len 128 --repeats 2; done ;;
+    moe)   for v in base pf pfearly; do run 150 "${P[@]}" $v --shape qwen3-30b-a3b --quantization fp8 --prompt-len 256 --gen-len 128 --repeats 2; done ;;
+  esac
+done
+grep RESULT "$log"
