@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fusion_probe.py variants on one H200, each in its own process (results: grep RESULT).
-#   OUT=/path bash bench/gpu_probe.sh [dense] [moe]
+#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [moe] [tests] [enginetests]
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
@@ -18,6 +18,11 @@ for part in ${*:-dense}; do
              run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --batch-sizes 1,64 --gen-len 128 --repeats 2
              run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --quantization fp8 --gen-len 128 --repeats 2
              run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --shape qwen3-30b-a3b --quantization fp8 --prompt-len 256 --gen-len 128 --repeats 2; done ;;
+    tests) run 500 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
+             tests/gpu/test_sampled_bursts_gpu.py tests/gpu/test_skinny_gemm.py tests/gpu/test_fp8_moe_kernels.py \
+             tests/gpu/test_fp8_large_config.py tests/gpu/test_no_compile_in_steps.py ;;
+    enginetests) run 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
+             tests/gpu/test_sampled_bursts_gpu.py ;;
     moe)   for v in base pf pfearly; do run 150 "${P[@]}" $v --shape qwen3-30b-a3b --quantization fp8 --prompt-len 256 --gen-len 128 --repeats 2; done ;;
   esac
 done
