@@ -8,8 +8,10 @@
 #           and attention
 #   kernel  the GPU tests of sampled bursts; sampled_decode.py on codelm-12m (out/base, this tree) and
 #           qwen3-8b batch 1 / 64 (this tree)
+#   logprobs  the GPU tests of sampled bursts (logprobs in bursts = single steps' bits) and the engine;
+#           codelm-12m greedy with and without 5 logprobs per token, batch 1 / 8, out/base then this tree
 # out/base holds another commit's package:  git archive <rev> turbospec | tar -x -C out/base
-#   OUT=/path bash bench/gpu_sampled.sh ab|cost|kernel ...
+#   OUT=/path bash bench/gpu_sampled.sh ab|cost|kernel|logprobs ...
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
@@ -21,6 +23,11 @@ gpu_tests() { local t=$1; shift; PYTHONPATH=. timeout "$t" python3 -m pytest -q 
 nvidia-smi --query-gpu=name,clocks.sm --format=csv
 for part in "$@"; do
   case $part in
+    logprobs) gpu_tests 170 tests/gpu/test_sampled_bursts_gpu.py tests/gpu/test_engine_gpu.py
+            for tree in out/base . ; do                 # greedy, and greedy with 5 logprobs per token
+              echo "### $tree"; PYTHONPATH=$tree timeout 80 python3 -P $S "${CODELM[@]}" --batch-sizes 1,8 \
+                --settings "greedy,greedy logprobs5" --repeats 2
+            done 2>&1 | tee "$OUT/logprobs.txt" ;;
     ab)     for shape in "${CODELM[*]}" "--shape qwen3-8b"; do
               for tree in out/base . ; do
                 echo "### $tree $shape"; PYTHONPATH=$tree timeout 200 python3 -P $S $shape --repeats 1

@@ -1,7 +1,8 @@
 """Sampled against greedy decoding in one process, one engine: qwen3-8b-shaped random weights (or
 any --shape), for each batch size the sampling settings alternate (greedy, temperature 0.7,
-temperature 0.7 + top-p 0.9 + top-k 20, and min-p 0.05), twice, and each run prints ms per token
-step. Greedy runs in decode bursts; what sampled decoding costs on top of it is the difference.
+temperature 0.7 + top-p 0.9 + top-k 20, min-p 0.05, and greedy with 5 logprobs per token; or the
+--settings named), twice, and each run prints ms per token step. Greedy runs in decode bursts; what
+sampled decoding costs on top of it is the difference.
 
     PYTHONPATH=. python3 bench/sampled_decode.py [--shape qwen3-8b] [--batch-sizes 1,16,64]
     PYTHONPATH=out/base python3 -P bench/sampled_decode.py ...   (another tree: -P, or python puts
@@ -20,6 +21,7 @@ SETTINGS = {
     "t0.7": dict(temperature=0.7),
     "t0.7 p0.9 k20": dict(temperature=0.7, top_p=0.9, top_k=20),
     "t0.7 min_p0.05": dict(temperature=0.7, min_p=0.05),
+    "greedy logprobs5": dict(logprobs=5),       # every row asks: bursts hold up to 8 (multistep.MAX_LOGPROB_ROWS)
 }
 
 ap = argparse.ArgumentParser()
@@ -28,7 +30,12 @@ ap.add_argument("--batch-sizes", default="1,16,64")
 ap.add_argument("--prompt-len", type=int, default=512)
 ap.add_argument("--gen-len", type=int, default=64)
 ap.add_argument("--repeats", type=int, default=2)
+ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names of SETTINGS")
 a = ap.parse_args()
+unknown = [n for n in a.settings.split(",") if n not in SETTINGS]
+if unknown:
+    ap.error(f"unknown settings {unknown}: choose from {list(SETTINGS)}")
+SETTINGS = {n: SETTINGS[n] for n in a.settings.split(",")}
 dev, dt = torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.bfloat16
 name, cfg = resolve_shape(a.shape)
 if dev.type == "cpu":

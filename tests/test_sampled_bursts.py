@@ -24,7 +24,7 @@ def _count_launches(llm) -> list[int]:
     """The graph variant (Mode) of every burst the engine launches from now on."""
     modes, b = [], llm.llm_engine.burst
     f = b._launch                                              # launch and launch_chained both end here
-    b._launch = lambda *a, f=f: modes.append(a[-1]) or f(*a)
+    b._launch = lambda *a, f=f: modes.append(a[4]) or f(*a)       # (B, b, max_pos, block_tables, mode, lp)
     return modes
 
 
@@ -94,9 +94,9 @@ def test_seeded_requests_take_single_steps(engines):
 def test_burst_refuses_what_it_cannot_hold(engines):
     _, burst = engines
     b = burst.llm_engine.burst
-    for p in (SamplingParams(temperature=0.7, seed=3), SamplingParams(temperature=0.0, logprobs=2),
-              SamplingParams(temperature=0.7, presence_penalty=0.5)):
+    for p in (SamplingParams(temperature=0.7, seed=3), SamplingParams(temperature=0.7, presence_penalty=0.5)):
         assert not b.takes(p)
         with pytest.raises(ValueError, match="single steps"):
             b.launch([5], [3], [[0]], [p])
     assert b.takes(SamplingParams(temperature=0.7, top_p=0.5)) and b.takes(SamplingParams(temperature=0.0))
+    assert b.takes(SamplingParams(temperature=0.0, logprobs=2))          # logprobs: tests/test_burst_logprobs.py

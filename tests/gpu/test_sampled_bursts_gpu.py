@@ -31,7 +31,7 @@ def llm():
 def _sampled_launches(llm) -> list[int]:
     seen, burst = [], llm.llm_engine.burst
     f = burst._launch
-    burst._launch = lambda *a: seen.append(a[-1]) or f(*a)
+    burst._launch = lambda *a: seen.append(a[4]) or f(*a)       # (B, b, max_pos, block_tables, mode, lp)
     return seen
 
 
@@ -53,6 +53,26 @@ def test_cuda_sampled_bursts_keep_greedy_rows_greedy(llm):
     assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, top1)] == want
     eng = llm.llm_engine
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_cuda_burst_logprobs_are_the_single_steps_bits():
+    """bf16 (batch-invariant kernels): greedy rows with logprobs decoded in bursts, beside a sampled
+    row with logprobs and a row without, give the tokens and logprob dicts of single steps, bit for
+    bit; the burst counter shows they were bursts."""
+    greedy = SamplingParams(temperature=0.0, logprobs=5, max_tokens=24, ignore_eos=True)
+    hot = SamplingParams(temperature=0.9, logprobs=2, max_tokens=24, ignore_eos=True)
+    plain = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    params = [greedy, hot, plain, greedy]
+    burst = LLM(MODEL, device="cuda", dtype="bfloat16", num_scheduler_steps=8)
+    single = LLM(MODEL, device="cuda", dtype="bfloat16", num_scheduler_steps=1)
+    got, want = burst.generate(PROMPTS, params), single.generate(PROMPTS, params)
+    assert burst.llm_engine.counters["num_burst_tokens"] >= 4 * 16
+    for i in (0, 3):
+        g, w = got[i].outputs[0], want[i].outputs[0]
+        assert g.token_ids == w.token_ids and g.logprobs == w.logprobs, i
+    assert got[2].outputs[0].logprobs is None
+    lps, toks = got[1].outputs[0].logprobs, got[1].outputs[0].token_ids
+    assert len(lps) == 24 and all(next(iter(d)) == t and len(d) in (2, 3) for d, t in zip(lps, toks))
 
 
 @pytest.mark.parametrize("params", [dict(temperature=1.0), dict(temperature=0.8, top_k=3),

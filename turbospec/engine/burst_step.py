@@ -1,5 +1,6 @@
 """The decode-burst step (engine/multistep.py runs the bursts): when the whole running set is
-plain decoding that a burst can hold (greedy or unseeded sampling: `DecodeBurst.takes`), n steps
+plain decoding that a burst can hold (greedy or unseeded sampling, logprobs for a few rows:
+`DecodeBurst.takes_batch`), n steps
 run as one launch, and while the batch stays the same the next burst is launched before this
 one's tokens are read. `LLMEngine.step` tries this first.
 """
@@ -14,11 +15,11 @@ def _burst_ok(engine, seqs: list[Sequence], ahead: int) -> bool:
     with fewer than n tokens left bursts too (tokens past its end are dropped, as after a stop),
     so the last tokens do not fall back to single steps that wait for the host (docs/benchmarks.md)."""
     n, bm = engine.burst.n, engine.block_manager
-    if engine.scheduler.waiting or not seqs or len(seqs) != len(engine.scheduler.running):
+    if engine.scheduler.waiting or not seqs or len(seqs) != len(engine.scheduler.running) or \
+            not engine.burst.takes_batch([s.params for s in seqs]):
         return False
     for s in seqs:
-        p = s.params
-        if s.is_finished or not engine.burst.takes(p) or \
+        if s.is_finished or \
                 s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < 1 or \
                 len(s) + ahead + n - 1 > engine.max_model_len:
             return False
@@ -62,13 +63,16 @@ def try_burst(engine) -> list[Sequence] | None:
         engine._flight = engine.burst.launch_chained(flight, [s.block_table for s in seqs])
         engine._flight.seqs = seqs
     n = engine.burst.n
-    for s, ts in zip(seqs, flight.tokens()):
+    tokens = flight.tokens()
+    logprobs = flight.logprobs()
+    for row, (s, ts) in enumerate(zip(seqs, tokens)):
         if s.is_finished:                  # stopped or aborted in an earlier burst: rows discarded
             continue
         s.num_computed_tokens = len(s) - 1 + n
-        for t in ts:
+        lps = logprobs.get(row)
+        for j, t in enumerate(ts):
             engine.counters["num_burst_tokens"] += 1
-            if engine.append_token(s, t, None):
+            if engine.append_token(s, t, lps[j] if lps else None):
                 break
         if not s.is_finished and engine._flight is None:
             engine.block_manager.truncate(s, len(s))

@@ -3,10 +3,15 @@
 Each step's next token is drawn on the device and fed straight back; positions, KV lengths and
 slots (from the block tables) advance on the device too. On CUDA the whole burst is one CUDA graph
 per batch bucket, so a small model stops being bound by the host. The engine uses a burst only
-when it cannot change the result: every running sequence is a plain decode with no logprobs,
-logit bias or penalties and at least one token to go; stop rules are applied to the returned
+when it cannot change the result: every running sequence is a plain decode with no logit bias
+or penalties and at least one token to go; stop rules are applied to the returned
 tokens afterwards, and tokens past a stop are dropped (their KV lies in blocks freed with the
 sequence).
+
+Logprobs: each step copies the raw logits of up to MAX_LOGPROB_ROWS rows (`lp_rows`, set at each
+launch) into a [n, rows, V] buffer; after the launch, the logprobs of the rows that asked for them
+are computed from it (`compute_logprobs`, as a single step does, per row and its own k) and copied
+back with the tokens. A batch with more rows asking for logprobs takes single steps.
 
 Three variants per bucket (`Mode`): greedy (the argmax, `kernels.greedy_step` on CUDA); sample,
 when rows sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p.
@@ -31,8 +36,12 @@ import torch
 
 from turbospec.engine.cuda_graph import BATCH_BUCKETS, SEQ_LEN_BUCKETS
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
-from turbospec.layers.sampler import SamplingTensors, compute_probs, race_scores
+from turbospec.layers.sampler import (Logprob, LogprobsTensors, SamplingTensors, compute_logprobs, compute_probs,
+                                      logprobs_to_dicts, race_scores)
 from turbospec.sampling_params import SamplingParams
+
+
+MAX_LOGPROB_ROWS = 8      # rows of one burst whose logits it keeps for logprobs (more: single steps)
 
 
 class Mode:
@@ -75,14 +84,23 @@ class DecodeBurst:
             top_p=torch.ones(bmax, device=device), greedy=torch.ones(bmax, dtype=torch.bool, device=device),
             generators=[None] * bmax, min_p=torch.zeros(bmax, device=device), any_top_k=True, any_top_p=True)
         self.seeds = torch.zeros(num_steps, dtype=torch.long, device=device)   # Mode.SAMPLE: each step's noise key
+        self.lp_rows = torch.zeros(MAX_LOGPROB_ROWS, dtype=torch.long, device=device)   # rows whose logits are kept
+        self._lp_rows_host = [0] * MAX_LOGPROB_ROWS
+        self.lp_logits: torch.Tensor | None = None       # [n, MAX_LOGPROB_ROWS, V], allocated by the first burst
         self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}      # (batch, len bucket, Mode)
         self.pool = None
 
     @staticmethod
     def takes(p: SamplingParams) -> bool:
         """Can a request with these settings decode in a burst? (Greedy or unseeded sampling, raw
-        logits: no penalties or logit bias, no logprobs.)"""
-        return (p.greedy or p.seed is None) and p.logprobs is None and not p.modifies_logits
+        logits: no penalties or logit bias.) Logprobs too, for at most MAX_LOGPROB_ROWS rows of a
+        batch (`takes_batch`)."""
+        return (p.greedy or p.seed is None) and not p.modifies_logits
+
+    @staticmethod
+    def takes_batch(params: list[SamplingParams]) -> bool:
+        return all(DecodeBurst.takes(p) for p in params) and \
+            sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS
 
     def _sampling(self, b: int, mode: int) -> SamplingTensors:
         """The first b rows of the settings buffers; Mode.FILTER turns every filter's path on."""
@@ -90,13 +108,23 @@ class DecodeBurst:
         return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
                                st.min_p[:b] if f else None, any_top_k=f, any_top_p=f)
 
-    def _next_scores(self, hidden: torch.Tensor, b: int, mode: int) -> torch.Tensor:
+    def _logits(self, hidden: torch.Tensor, j: int) -> torch.Tensor:
+        """Step j's raw logits [b, V] (the model dtype on CUDA: the upcast is exact), the rows of
+        `lp_rows` kept in lp_logits[j] for logprobs."""
+        logits = self.model.compute_logits(hidden, upcast=self.device.type != "cuda")     # [b, V]
+        if self.lp_logits is None:       # the first burst runs eagerly (capture warms up first)
+            self.lp_logits = torch.zeros(self.n, MAX_LOGPROB_ROWS, logits.shape[-1], dtype=logits.dtype,
+                                         device=self.device)
+        torch.index_select(logits, 0, self.lp_rows, out=self.lp_logits[j])
+        return logits
+
+    def _next_scores(self, logits: torch.Tensor, b: int, mode: int) -> torch.Tensor:
         """[b, V] scores whose row argmax is the next token: the logits (greedy), or the user's
         distribution over exponential noise (sampled: argmax picks token v with probability p(v))."""
         if mode == Mode.GREEDY:
-            return self.model.compute_logits(hidden, upcast=self.device.type != "cuda")   # [b, V]
+            return logits                                                                  # [b, V]
         st = self._sampling(b, mode)
-        return race_scores(compute_probs(self.model.compute_logits(hidden), st), st)       # [b, V] fp32
+        return race_scores(compute_probs(logits, st), st)                                  # [b, V] fp32
 
     def _burst(self, b: int, L: int, mode: int = Mode.GREEDY) -> None:
         """n decode steps over the first b rows of the static buffers (eager or under capture).
@@ -114,18 +142,19 @@ class DecodeBurst:
                 hidden = self.model(self.ids[:b], pos)
             if isinstance(hidden, tuple):
                 hidden = hidden[0]
+            logits = self._logits(hidden, j)                                # [b, V]
             if self.device.type == "cuda":
                 from turbospec.kernels.greedy_step import greedy_advance   # CUDA only: imports Triton
                 sample = None
                 if mode == Mode.SAMPLE:                                    # drawn in the kernel
-                    scores = self.model.compute_logits(hidden, upcast=False)                  # [b, V]
+                    scores = logits
                     sample = (self.st.temperature[:b], self.st.greedy[:b], self.seeds[j:j + 1])
                 else:
-                    scores = self._next_scores(hidden, b, mode)                               # [b, V]
+                    scores = self._next_scores(logits, b, mode)                               # [b, V]
                 greedy_advance(scores, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
                                self.valid[:b], self.block_tables[:b], slots, bs, sample)
                 continue
-            scores = self._next_scores(hidden, b, mode)                     # [b, V]
+            scores = self._next_scores(logits, b, mode)                     # [b, V]
             nxt = scores.argmax(dim=-1)                                    # [b]
             self.out[j, :b].copy_(nxt)
             self.ids[:b].copy_(nxt)
@@ -171,11 +200,12 @@ class DecodeBurst:
     def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
                params: list[SamplingParams] | None = None) -> "BurstFlight":
         """Start a burst: last_ids[i] is the newest token of sequence i (its KV not computed yet), at
-        positions[i], decoded with params[i] (default greedy; each must pass `takes`). Returns
-        without waiting for the GPU."""
-        if params is not None and not all(self.takes(p) for p in params):
-            raise ValueError("a burst cannot hold a seeded sampled request, logprobs, penalties or a logit "
-                             "bias (DecodeBurst.takes); decode it in single steps")
+        positions[i], decoded with params[i] (default greedy; together they must pass `takes_batch`).
+        Returns without waiting for the GPU."""
+        if params is not None and not self.takes_batch(params):
+            raise ValueError("a burst cannot hold a seeded sampled request, penalties, a logit bias or more "
+                             f"than {MAX_LOGPROB_ROWS} rows with logprobs (DecodeBurst.takes_batch); decode "
+                             "them in single steps")
         B = len(last_ids)
         b = next(x for x in self.buckets if x >= B)
         packed = torch.tensor([last_ids + [0] * (b - B), positions + [0] * (b - B)], dtype=torch.long)
@@ -187,7 +217,12 @@ class DecodeBurst:
         mode = Mode.GREEDY
         if params is not None and not all(p.greedy for p in params):
             mode = Mode.of_host(self._set_sampling(params, b))
-        return self._launch(B, b, max(positions), block_tables, mode)
+        lp = [(i, p.logprobs) for i, p in enumerate(params or []) if p.logprobs is not None]
+        rows = [i for i, _ in lp] + [0] * (MAX_LOGPROB_ROWS - len(lp))       # unused entries copy row 0
+        if rows != self._lp_rows_host:
+            self.lp_rows.copy_(self._pinned(torch.tensor(rows, dtype=torch.long)), non_blocking=True)
+            self._lp_rows_host = rows
+        return self._launch(B, b, max(positions), block_tables, mode, lp)
 
     def _set_sampling(self, params: list[SamplingParams], b: int) -> SamplingTensors:
         """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy; returns
@@ -208,13 +243,15 @@ class DecodeBurst:
     def launch_chained(self, flight: "BurstFlight", block_tables: list[list[int]]) -> "BurstFlight":
         """Start the next burst of the same rows straight after `flight`, before its tokens are read:
         ids, positions and KV lengths continue from the device state the last burst left."""
-        return self._launch(flight.rows, flight.bucket, flight.max_pos + self.n, block_tables, flight.mode)
+        return self._launch(flight.rows, flight.bucket, flight.max_pos + self.n, block_tables, flight.mode,
+                            flight.lp)
 
     def _pinned(self, t: torch.Tensor) -> torch.Tensor:
         # a pageable host->device copy waits for the stream (the burst in flight): stage in pinned memory
         return t.pin_memory() if self.device.type == "cuda" else t
 
-    def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]], mode: int) -> "BurstFlight":
+    def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]], mode: int,
+                lp: list[tuple[int, int]] = ()) -> "BurstFlight":
         L = next((x for x in self.len_buckets if x >= max_pos + 1 + self.n), None)
         width = max(len(t) for t in block_tables)
         tables = torch.zeros(b, width, dtype=torch.int32)
@@ -232,11 +269,19 @@ class DecodeBurst:
             self._burst(b, max_pos + 1 + self.n, mode)
         host = self._pinned(torch.empty(self.n, b, dtype=torch.long))
         host.copy_(self.out[:, :b], non_blocking=True)      # ordered before the next burst overwrites out
+        lp_host = [(i, self._logprobs_to_host(slot, i, k)) for slot, (i, k) in enumerate(lp)]
         event = None
         if self.device.type == "cuda":
             event = torch.cuda.Event()
             event.record()
-        return BurstFlight(B, b, max_pos, host, event, mode)
+        return BurstFlight(B, b, max_pos, host, event, mode, list(lp), lp_host)
+
+    def _logprobs_to_host(self, slot: int, row: int, k: int) -> tuple[torch.Tensor, ...]:
+        """Row `row`'s logprobs over the n steps just launched, from its kept logits (lp_logits[:, slot])
+        and tokens, as a single step computes them (compute_logprobs, its own k); queued before the
+        next burst overwrites the buffers, copied to pinned host memory."""
+        lp = compute_logprobs(self.lp_logits[:, slot], self.out[:, row], k)            # n rows
+        return tuple(self._pinned(torch.empty(t.shape, dtype=t.dtype)).copy_(t, non_blocking=True) for t in lp)
 
     def run(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
             params: list[SamplingParams] | None = None) -> list[list[int]]:
@@ -249,12 +294,19 @@ class BurstFlight:
     burst chained after it). Pinned sources of its copies need no reference here: torch's host
     allocator holds pinned blocks until the copies recorded on them have run."""
 
-    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event, mode: int = Mode.GREEDY):
+    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event, mode: int = Mode.GREEDY,
+                 lp: list[tuple[int, int]] | None = None, lp_host: list | None = None):
         self.rows, self.bucket, self.max_pos, self.mode = rows, bucket, max_pos, mode
         self.host_out, self.event = host_out, event
+        self.lp, self.lp_host = lp or [], lp_host or []          # (row, k) that asked; their host tensors
         self.seqs: list = []
 
     def tokens(self) -> list[list[int]]:
         if self.event is not None:
             self.event.synchronize()
         return self.host_out[:, :self.rows].t().tolist()
+
+    def logprobs(self) -> dict[int, list[dict[int, Logprob]]]:
+        """row -> one vLLM logprobs dict per token of the burst (the chosen token first, with its
+        rank, then the top k), for the rows that asked; call after `tokens()`."""
+        return {row: logprobs_to_dicts(LogprobsTensors(*lp), self.host_out[:, row]) for row, lp in self.lp_host}
