@@ -1,7 +1,8 @@
 """`turbospec serve --num-scheduler-steps N`: decode bursts in a real server, driven by the official
 `openai` client. Greedy, sampled and seeded requests run together (the batch bursts while no seeded
 request is in it); every request gets its max_tokens, and the greedy and seeded ones return what
-they return alone. A value outside 1-64 is refused before the model loads."""
+they return alone; a request with logprobs bursts and gets single steps' logprobs. A value
+outside 1-64 is refused before the model loads."""
 from __future__ import annotations
 
 import asyncio
@@ -76,6 +77,28 @@ def test_metrics_count_the_tokens_decoded_in_bursts(burst_server):
     b2, g2 = counts()
     assert g2 - g1 == 17 and b2 - b1 == 16           # all but the first token (the prefill's)
     assert b2 <= g2
+
+
+def test_logprobs_requests_decode_in_bursts(burst_server):
+    """A greedy request with logprobs (completions' `logprobs=3`) now bursts (the counter moves by
+    all but its first token), and its per-token logprobs are those of single steps in-process."""
+    from turbospec import LLM, SamplingParams
+    client = OpenAI(base_url=f"{burst_server.url}/v1", api_key="none")
+    b0 = burst_server.metric("turbospec:decode_burst_tokens_total")
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[2], max_tokens=17, temperature=0.0,
+                                  logprobs=3, extra_body={"ignore_eos": True})
+    assert burst_server.metric("turbospec:decode_burst_tokens_total") - b0 == 16
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 17
+    assert "".join(lp.tokens) == r.choices[0].text
+    ref = LLM(str(CODELM), device="cpu", dtype="float32", num_scheduler_steps=1).generate(
+        [PROMPTS[2]], SamplingParams(temperature=0.0, max_tokens=17, logprobs=3, ignore_eos=True))[0].outputs[0]
+    want = [d[t].logprob for d, t in zip(ref.logprobs, ref.token_ids)]
+    assert max(abs(a - b) for a, b in zip(lp.token_logprobs, want)) < 1e-4
+    for top, d in zip(lp.top_logprobs, ref.logprobs):
+        assert len(top) == 3
+        assert sorted(top.values(), reverse=True) == pytest.approx(
+            sorted((v.logprob for v in d.values() if v.rank <= 3), reverse=True), abs=1e-4)
 
 
 def test_num_scheduler_steps_out_of_range_is_refused():
