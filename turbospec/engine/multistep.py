@@ -36,8 +36,8 @@ import torch
 
 from turbospec.engine.cuda_graph import BATCH_BUCKETS, SEQ_LEN_BUCKETS
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
-from turbospec.layers.sampler import (Logprob, LogprobsTensors, SamplingTensors, compute_logprobs, compute_probs,
-                                      logprobs_to_dicts, race_scores)
+from turbospec.engine.burst_flight import BurstFlight
+from turbospec.layers.sampler import SamplingTensors, compute_logprobs, compute_probs, race_scores
 from turbospec.sampling_params import SamplingParams
 
 
@@ -198,7 +198,7 @@ class DecodeBurst:
 
     @torch.inference_mode()
     def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
-               params: list[SamplingParams] | None = None) -> "BurstFlight":
+               params: list[SamplingParams] | None = None) -> BurstFlight:
         """Start a burst: last_ids[i] is the newest token of sequence i (its KV not computed yet), at
         positions[i], decoded with params[i] (default greedy; together they must pass `takes_batch`).
         Returns without waiting for the GPU."""
@@ -240,7 +240,7 @@ class DecodeBurst:
         return host
 
     @torch.inference_mode()
-    def launch_chained(self, flight: "BurstFlight", block_tables: list[list[int]]) -> "BurstFlight":
+    def launch_chained(self, flight: BurstFlight, block_tables: list[list[int]]) -> BurstFlight:
         """Start the next burst of the same rows straight after `flight`, before its tokens are read:
         ids, positions and KV lengths continue from the device state the last burst left."""
         return self._launch(flight.rows, flight.bucket, flight.max_pos + self.n, block_tables, flight.mode,
@@ -251,7 +251,7 @@ class DecodeBurst:
         return t.pin_memory() if self.device.type == "cuda" else t
 
     def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]], mode: int,
-                lp: list[tuple[int, int]] = ()) -> "BurstFlight":
+                lp: list[tuple[int, int]] = ()) -> BurstFlight:
         L = next((x for x in self.len_buckets if x >= max_pos + 1 + self.n), None)
         width = max(len(t) for t in block_tables)
         tables = torch.zeros(b, width, dtype=torch.int32)
@@ -287,26 +287,3 @@ class DecodeBurst:
             params: list[SamplingParams] | None = None) -> list[list[int]]:
         """launch + wait: n new tokens per sequence (host lists)."""
         return self.launch(last_ids, positions, block_tables, params).tokens()
-
-
-class BurstFlight:
-    """A launched burst whose tokens have not been read: `tokens()` waits for it alone (not for a
-    burst chained after it). Pinned sources of its copies need no reference here: torch's host
-    allocator holds pinned blocks until the copies recorded on them have run."""
-
-    def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event, mode: int = Mode.GREEDY,
-                 lp: list[tuple[int, int]] | None = None, lp_host: list | None = None):
-        self.rows, self.bucket, self.max_pos, self.mode = rows, bucket, max_pos, mode
-        self.host_out, self.event = host_out, event
-        self.lp, self.lp_host = lp or [], lp_host or []          # (row, k) that asked; their host tensors
-        self.seqs: list = []
-
-    def tokens(self) -> list[list[int]]:
-        if self.event is not None:
-            self.event.synchronize()
-        return self.host_out[:, :self.rows].t().tolist()
-
-    def logprobs(self) -> dict[int, list[dict[int, Logprob]]]:
-        """row -> one vLLM logprobs dict per token of the burst (the chosen token first, with its
-        rank, then the top k), for the rows that asked; call after `tokens()`."""
-        return {row: logprobs_to_dicts(LogprobsTensors(*lp), self.host_out[:, row]) for row, lp in self.lp_host}
