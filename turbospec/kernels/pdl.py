@@ -52,9 +52,10 @@ def pdl_enabled(device: torch.device) -> bool:
 # With TURBOSPEC_PDL=small a weight-streaming kernel starts early only up to this many weight bytes
 # (the default before 2026-11-30). Every kernel starting early had measured slower when PDL was
 # new (qwen3-8b GEMM time 4.57 -> 7.24 ms per step, 2026-11-29, with the since-removed SiLU-in-GEMM
-# fusion on); on the kernels of 2026-11-30 it is faster (H200, batch 1, bench/gpu_probe.sh pdlab:
-# qwen3-8b bf16 4.456 -> 4.405 ms per step, FP8 3.22 -> 3.16, qwen3-30b-a3b FP8 2.73 -> 2.64;
-# batch 64 7.13-7.15 -> 7.07-7.09), so it is the default.
+# fusion on); on the kernels of 2026-11-30 it is faster (H200, one process per setting,
+# bench/gpu_probe.sh pdlab: qwen3-8b bf16 batch 1 4.453 -> 4.400 ms per step, batch 64 7.086 ->
+# 7.012; FP8 batch 1 3.218 -> 3.164; qwen3-30b-a3b FP8 2.735 -> 2.657; codelm-12m unchanged), so
+# it is the default.
 EARLY_MAX_WEIGHT_BYTES = 8 << 20
 
 
