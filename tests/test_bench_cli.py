@@ -27,8 +27,9 @@ def test_bench_decode_prints_setting_and_roofline(codelm_dir):
 
 
 def test_bench_decode_sampled_names_its_setting(codelm_dir, tmp_path):
-    """--temperature (with --top-p / --top-k / --min-p) times sampled decoding: the header and the
-    JSON say so; a setting SamplingParams refuses is refused with its message, before any work."""
+    """--temperature (with --top-p / --top-k / --min-p) times sampled decoding, --logprobs decoding
+    that returns logprobs: the header and the JSON say so; a setting SamplingParams refuses is
+    refused with its message, before any work."""
     args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
             "--batch-sizes", "2", "--prompt-len", "8", "--gen-len", "5"]
     out = tmp_path / "s.json"
@@ -39,6 +40,12 @@ def test_bench_decode_sampled_names_its_setting(codelm_dir, tmp_path):
     assert "greedy" in runner.invoke(app, args).output.splitlines()[0]
     r = runner.invoke(app, args + ["--temperature", "0.7", "--top-p", "0"])
     assert r.exit_code == 2 and "top_p=0.0 must be in (0, 1]" in " ".join(r.output.replace("│", " ").split())
+    r = runner.invoke(app, args + ["--logprobs", "3", "--json-out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "greedy, 3 logprobs per token" in r.output.splitlines()[0]
+    assert json.loads(out.read_text())["sampling"]["logprobs"] == 3
+    r = runner.invoke(app, args + ["--logprobs", "-1"])
+    assert r.exit_code == 2 and "logprobs=-1 must be a non-negative integer" in " ".join(r.output.replace("│", " ").split())
 
 
 def test_bench_decode_max_model_len(codelm_dir, tmp_path):

@@ -69,9 +69,12 @@ def decode(
     top_p: float = typer.Option(1.0, help="top-p of every request (1: off)"),
     top_k: int = typer.Option(-1, help="top-k of every request (-1: off)"),
     min_p: float = typer.Option(0.0, help="min-p of every request (0: off)"),
+    logprobs: int = typer.Option(None, help="every request also returns this many top logprobs per token "
+                                 "(vLLM's `logprobs`; decode bursts hold up to 8 such requests)"),
 ) -> None:
     """Plain decoding tok/s of a model shape with random weights, vs the HBM roofline. Greedy by
-    default; --temperature (with --top-p / --top-k / --min-p) times sampled decoding instead."""
+    default; --temperature (with --top-p / --top-k / --min-p) times sampled decoding instead,
+    --logprobs decoding that returns logprobs."""
     from turbospec.benchmarks.decode import bench_decode
     from turbospec.sampling_params import SamplingParams
 
@@ -85,12 +88,16 @@ def decode(
         raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + gen "
                                  f"({prompt_len + gen_len}): give at least that, or leave it out")
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
+    if logprobs is not None:
+        sampling["logprobs"] = logprobs
     try:
         SamplingParams(**sampling)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     how = "greedy" if temperature == 0 else \
         f"sampled: temperature {temperature}, top-p {top_p}, top-k {top_k}, min-p {min_p}"
+    if logprobs is not None:
+        how += f", {logprobs} logprobs per token"
     try:
         bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization, max_model_len,
                                            sampling)
