@@ -113,10 +113,10 @@ def test_clients_giving_up_while_waiting_for_kv_are_aborted(small_pool_server):
     async def impatient() -> str:
         async with httpx.AsyncClient(base_url=srv.url, timeout=httpx.Timeout(30, read=0.3)) as c:
             try:
-                # a 13-block prompt: it waits until two of the long ones have finished, seconds
+                # a 19-block prompt (of 23): it waits until the long ones have all but finished, seconds
                 # after the 0.3 s timeout even with n-gram drafts (a short prompt could be admitted
                 # as soon as one long request ended: on an idle machine that came within 0.3 s)
-                async with c.stream("POST", "/v1/completions", json={**long_body, "prompt": PROMPTS[0] * 22,
+                async with c.stream("POST", "/v1/completions", json={**long_body, "prompt": PROMPTS[0] * 30,
                                                                       "max_tokens": 20, "stream": True}) as r:
                     async for line in r.aiter_lines():
                         if line.startswith("data: {"):
