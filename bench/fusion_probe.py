@@ -12,6 +12,7 @@ by a launch after qkv_proj, up to --pf-rows rows) | pfearly (the same launch sta
 qkv_proj, PDL).
 """
 import argparse
+import os
 
 import torch
 
@@ -68,7 +69,6 @@ bw = measure_copy_bandwidth(dev)
 model = random_model(cfg, dev, dt, quantization=a.quantization)
 engine = build_engine(model, cfg, dev, dt, a.prompt_len + a.gen_len, max(bss))
 run_decode(engine, 1, 16, 4, cfg.vocab_size)
-import os
 env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("TURBOSPEC_")) or "env defaults"
 print(f"# {a.variant} [{env}]: {torch.cuda.get_device_name(dev)} copy {bw / 1e12:.2f} TB/s | shape {name} "
       f"{a.quantization or 'bf16'} | prompt {a.prompt_len} + gen {a.gen_len} | turbospec {turbospec.__file__}")

@@ -38,12 +38,8 @@
 #       fp8spec (qwen3-8b FP8 oracle, auto k, batches 1,16,64 in one engine: out/base with every Triton
 #                compilation logged (bench/jit_log.py), then HEAD; tests/gpu/test_no_compile_in_steps.py)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
-set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-export PYTHONPATH=. PYTHONUNBUFFERED=1
-log="$OUT/engine.log"
-run() { local t=$1; shift; echo "### $* (timeout $t s, $(date -u +%T))" | tee -a "$log"; timeout "$t" "$@" >>"$log" 2>&1; echo "### rc=$?" | tee -a "$log"; }
+LOG_NAME=engine.log
+source "$(dirname "$0")/gpu_common.sh"
 TS=(python3 -m turbospec.cli)
 # A/B against another tree: PYTHONPATH=$tree with -P (python -m would put the current directory,
 # this checkout, ahead of PYTHONPATH: before 2026-11-30 moeb1ab ran HEAD against itself)

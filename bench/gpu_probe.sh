@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # bench/fusion_probe.py variants on one H200, each in its own process (results: grep RESULT).
 #   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [moe] [tests] [enginetests]
-set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
-export PYTHONPATH=. PYTHONUNBUFFERED=1
-log="$OUT/probe.log"
-run() { local t=$1; shift; echo "### $* (timeout $t s, $(date -u +%T))" | tee -a "$log"; timeout "$t" "$@" >>"$log" 2>&1; echo "### rc=$?" | tee -a "$log"; }
+LOG_NAME=probe.log
+source "$(dirname "$0")/gpu_common.sh"
 P=(python3 bench/fusion_probe.py)
 for part in ${*:-dense}; do
   case $part in
@@ -24,6 +20,7 @@ for part in ${*:-dense}; do
     enginetests) run 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
              tests/gpu/test_sampled_bursts_gpu.py ;;
     moe)   for v in base pf pfearly; do run 150 "${P[@]}" $v --shape qwen3-30b-a3b --quantization fp8 --prompt-len 256 --gen-len 128 --repeats 2; done ;;
+    *)     echo "unknown part $part"; exit 1 ;;
   esac
 done
 grep RESULT "$log"
