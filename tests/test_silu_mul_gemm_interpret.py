@@ -157,7 +157,7 @@ def run_fp8():
     block = (16, 32)
     configs = {"default": None,
                "split": dict(BLOCK_M=16, BLOCK_N=16, SPLIT_K=3, kb_per_split=2, num_warps=4, num_stages=2),
-               "swap": dict(BLOCK_M=32, BLOCK_N=16, SPLIT_K=2, kb_per_split=2, num_warps=4, num_stages=2,
+               "swap": dict(BLOCK_M=32, BLOCK_N=16, SPLIT_K=2, kb_per_split=3, num_warps=4, num_stages=2,
                             SWAP_AB=True)}
     for N, I in ((48, 160), (40, 150)):                                  # EVEN_K, ragged K
         g = torch.Generator().manual_seed(I)
