@@ -179,6 +179,9 @@ def run_fp8():
                     assert fused.shape == (M, N) and fused.dtype == dtype, tag
                     assert torch.equal(fused, unfused), (tag, (fused.float() - unfused.float()).abs().max())
                     assert torch.equal(fused, unfused_big[:M]), (tag, "rows depend on M")
+    bad = dict(configs["split"], SPLIT_K=2)                 # 2 slices of 2 blocks: K = 150 has 5
+    with pytest.raises(ValueError, match="covers fewer than K's 5 blocks"):
+        fp8_gemm(torch.randn(1, 150), w, s, None, block, config=bad, fast_cvt=False)
 
 
 if __name__ == "__main__":

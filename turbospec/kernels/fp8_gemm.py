@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
-from turbospec.kernels.pdl import pdl_launch, pdl_wait, preload_weights
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels import fp8_config
 from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, pick_config  # noqa: F401
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
@@ -85,43 +85,17 @@ def _wtile_dot(x, w, FAST_CVT: tl.constexpr, SWAP_AB: tl.constexpr = False):
 def _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, K, offs_k, m_ok, n_ok,
                  BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, FAST_CVT: tl.constexpr):
     """K block kb (the pointers already at it): x [BM, BK], w [BN, BK] uint8, scales [BN] fp32."""
-    x = _load_xblock(x_ptrs, kb, K, offs_k, m_ok, BLOCK_K, EVEN_K)
-    w, s = _load_wblock(w_ptrs, s_ptrs, kb, K, offs_k, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
-    return x, w, s
-
-
-@triton.jit
-def _load_xblock(x_ptrs, kb, K, offs_k, m_ok, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """The activation half of `_load_kblock`: x [BM, BK] (zeros where not m_ok)."""
     if EVEN_K:
         x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
-    else:
-        x = tl.load(x_ptrs, mask=m_ok[:, None] & (kb * BLOCK_K + offs_k < K)[None, :], other=0.0)
-    return x
-
-
-@triton.jit
-def _load_wblock(w_ptrs, s_ptrs, kb, K, offs_k, n_ok, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                 FAST_CVT: tl.constexpr):
-    """The weight half of `_load_kblock`: w [BN, BK] uint8 and its scales [BN] (zeros where not n_ok)."""
-    if EVEN_K:
         w = tl.load(w_ptrs, mask=n_ok[:, None], other=0)
     else:
-        w = tl.load(w_ptrs, mask=n_ok[:, None] & (kb * BLOCK_K + offs_k < K)[None, :], other=0)
+        k_ok = kb * BLOCK_K + offs_k < K
+        x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0)
     s = tl.load(s_ptrs, mask=n_ok, other=0.0)
     if FAST_CVT:
         s = s * 72057594037927936.0
-    return w, s
-
-
-@triton.jit
-def _scaled_step(acc, x, w, s, FAST_CVT: tl.constexpr, SWAP_AB: tl.constexpr):
-    """acc + one K block: x [BM, BK] @ dequant(w [BN, BK]).T with its scales s [BN]."""
-    if SWAP_AB:
-        acc += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]                     # [BN, BM]
-    else:
-        acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]                           # [BM, BN]
-    return acc
+    return x, w, s
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -131,7 +105,7 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
                      FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False,
                      ACT_SILU_MUL: tl.constexpr = False, ACT_ROWS: tl.constexpr = 1,
-                     PDL: tl.constexpr = False, PRELOAD_W: tl.constexpr = False):
+                     PDL: tl.constexpr = False):
     """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) accumulates x[m tile, K slice s] @
     dequant(w[n tile, K slice s]).T in fp32, one 128-wide scale block per step (SWAP_AB: the
     transpose, as in skinny_gemm). On an H200 neither SWAP_AB nor prefetching the next block's
@@ -140,36 +114,24 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     (qwen3-8b gate_up, M = 1): instruction-issue bound, ~4.6 thread instructions per weight byte,
     60% of them the conversion, mma.sync rather than wgmma (docs/benchmarks.md); with BLOCK_M 16,
     M = 64 converts every weight tile four times and takes three times as long.
-    ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (as in skinny_gemm).
-    PRELOAD_W: the first K block's weight tile and scales are loaded before the PDL wait."""
+    ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (as in skinny_gemm)."""
+    pdl_wait(PDL)
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
     s_ptrs = s_ptr + (offs_n // GROUP_N) * stride_sn + kb0
-    if PRELOAD_W:
-        w0, s0 = _load_wblock(w_ptrs, s_ptrs, kb0, K, offs_k, n_ok & (kb0 < kb1), BLOCK_K, EVEN_K, FAST_CVT)
-    pdl_wait(PDL)
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    kb_start = kb0
-    if PRELOAD_W:                       # the first K block with the preloaded weights
-        if not ACT_SILU_MUL:
-            x = _load_xblock(x_ptrs, kb0, K, offs_k, m_ok & (kb0 < kb1), BLOCK_K, EVEN_K)
-        else:
-            x = load_silu_mul_tile(x_ptr, stride_xm, tl.where(kb0 < kb1, M, 0), K, kb0, BLOCK_M, BLOCK_K,
-                                   ACT_ROWS, EVEN_K)
-        acc = _scaled_step(acc, x, w0, s0, FAST_CVT, SWAP_AB)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-        s_ptrs += 1
-        kb_start = kb0 + 1
-    for kb in range(kb_start, kb1):
+    for kb in range(kb0, kb1):
         x, w, s = _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, K, offs_k, m_ok, n_ok, BLOCK_K, EVEN_K, FAST_CVT)
         if ACT_SILU_MUL:                # replaces x (its unused load is dead code, removed)
             x = load_silu_mul_tile(x_ptr, stride_xm, M, K, kb, BLOCK_M, BLOCK_K, ACT_ROWS, EVEN_K)
-        acc = _scaled_step(acc, x, w, s, FAST_CVT, SWAP_AB)
+        if SWAP_AB:
+            acc += _wtile_dot(x, w, FAST_CVT, True) * s[:, None]                 # [BN, BM]
+        else:
+            acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]                       # [BM, BN]
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
         s_ptrs += 1
@@ -264,7 +226,7 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     launch(_fp8_gemm_kernel, grid, args, dict(BLOCK_K=block[1], GROUP_N=block[0], SPLIT_K=split,
                                               HAS_BIAS=bias is not None, FAST_CVT=fast_cvt,
                                               EVEN_K=K % block[1] == 0, **cfg,
-                                              PRELOAD_W=preload_weights(x.device), **pdl_launch(x.device, w.numel()),
+                                              **pdl_launch(x.device, w.numel()),
                                               **(dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"]))
                                                  if silu_mul else {})), x.device)
     return out

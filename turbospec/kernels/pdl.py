@@ -69,16 +69,6 @@ def pdl_launch(device: torch.device, weight_bytes: int = 0) -> dict:
     return dict(PDL=on, launch_pdl=early)
 
 
-# TURBOSPEC_PRELOAD_W=1: the GEMMs load their first weight tile before the wait (weights are never
-# written, so the contract above allows it), so the weight stream starts while the predecessor ends.
-_PRELOAD_W = os.environ.get("TURBOSPEC_PRELOAD_W", "0") == "1"
-
-
-def preload_weights(device: torch.device) -> bool:
-    """A GEMM's `PRELOAD_W` constexpr: PDL on and TURBOSPEC_PRELOAD_W=1."""
-    return _PRELOAD_W and pdl_enabled(device)
-
-
 if _HAS_GDC:
     @triton.jit
     def pdl_wait(PDL: tl.constexpr):

@@ -53,76 +53,43 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
-from turbospec.kernels.pdl import pdl_launch, pdl_wait, preload_weights
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
 from turbospec.kernels.tuned_configs import load as load_tuned
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 
 
 @triton.jit
-def _load_x_tile(x_ptr, x_ptrs, offs_m, offs_k, kb, M, K, stride_xm, BLOCK_M: tl.constexpr,
-                 BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, ACT_SILU_MUL: tl.constexpr, ACT_ROWS: tl.constexpr):
-    """The x tile [BM, BK] at K block kb (x_ptrs already there; M = 0 masks every row)."""
-    if ACT_SILU_MUL:
-        x = load_silu_mul_tile(x_ptr, stride_xm, M, K, kb, BLOCK_M, BLOCK_K, ACT_ROWS, EVEN_K)
-    else:
-        x_mask = (offs_m < M)[:, None]
-        if not EVEN_K:
-            x_mask = x_mask & (kb * BLOCK_K + offs_k < K)[None, :]
-        x = tl.load(x_ptrs, mask=x_mask, other=0.0)
-    return x
-
-
-@triton.jit
-def _mma(acc, x, w, SWAP_AB: tl.constexpr):
-    """acc + x [BM, BK] @ w [BN, BK].T (SWAP_AB: acc [BN, BM] + w @ x.T)."""
-    if SWAP_AB:
-        acc += tl.dot(w, tl.trans(x))                                           # [BN, BM]
-    else:
-        acc += tl.dot(x, tl.trans(w))                                           # [BM, BN]
-    return acc
-
-
-@triton.jit
-def load_w_tile(w_ptrs, offs_n, offs_k, kb, kb_ok, N, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """The weight tile [BN, BK] at K block kb (w_ptrs already there), zeros unless kb_ok."""
-    w_mask = ((offs_n < N) & kb_ok)[:, None]
-    if not EVEN_K:
-        w_mask = w_mask & (kb * BLOCK_K + offs_k < K)[None, :]
-    return tl.load(w_ptrs, mask=w_mask, other=0.0)
-
-
-@triton.jit
 def k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                SWAP_AB: tl.constexpr, ACT_SILU_MUL: tl.constexpr, ACT_ROWS: tl.constexpr,
-                w_first=None, PRELOAD_W: tl.constexpr = False):
+                SWAP_AB: tl.constexpr, ACT_SILU_MUL: tl.constexpr, ACT_ROWS: tl.constexpr):
     """The K loop of a `program_tiles` program: x[offs_m, K blocks kb0..kb1) @ w[offs_n, same].T
     [BM, BN] in fp32. SWAP_AB computes the transpose, w @ x.T [BN, BM]: the weight tile is the
     MMA's M side (Hopper wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16
-    rows of MMA work. ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up.
-    PRELOAD_W: w_first is the weight tile at kb0 (`load_w_tile`, loaded before the PDL wait)."""
+    rows of MMA work. ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up."""
+    m_ok, n_ok = offs_m < M, offs_n < N
     if SWAP_AB:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    kb_start = kb0
-    if PRELOAD_W:                                   # the first K block's weight tile is w_first
-        x = _load_x_tile(x_ptr, x_ptrs, offs_m, offs_k, kb0, tl.where(kb0 < kb1, M, 0), K, stride_xm,
-                         BLOCK_M, BLOCK_K, EVEN_K, ACT_SILU_MUL, ACT_ROWS)
-        acc = _mma(acc, x, w_first, SWAP_AB)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-        kb_start = kb0 + 1
-    for kb in range(kb_start, kb1):
-        x = _load_x_tile(x_ptr, x_ptrs, offs_m, offs_k, kb, M, K, stride_xm, BLOCK_M, BLOCK_K, EVEN_K,
-                         ACT_SILU_MUL, ACT_ROWS)                                   # [BM, BK]
-        w = load_w_tile(w_ptrs, offs_n, offs_k, kb, True, N, K, BLOCK_K, EVEN_K)  # [BN, BK]
-        acc = _mma(acc, x, w, SWAP_AB)
+    for kb in range(kb0, kb1):
+        x_mask, w_mask = m_ok[:, None], n_ok[:, None]
+        if not EVEN_K:
+            k_ok = (kb * BLOCK_K + offs_k < K)[None, :]
+            x_mask, w_mask = x_mask & k_ok, w_mask & k_ok
+        if ACT_SILU_MUL:
+            x = load_silu_mul_tile(x_ptr, stride_xm, M, K, kb, BLOCK_M, BLOCK_K, ACT_ROWS, EVEN_K)
+        else:
+            x = tl.load(x_ptrs, mask=x_mask, other=0.0)                        # [BM, BK]
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0)                            # [BN, BK]
+        if SWAP_AB:
+            acc_t += tl.dot(w, tl.trans(x))                                     # [BN, BM]
+        else:
+            acc += tl.dot(x, tl.trans(w))                                       # [BM, BN]
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
     if SWAP_AB:
-        acc = tl.trans(acc)
+        acc = tl.trans(acc_t)
     return acc
 
 
@@ -132,20 +99,15 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                         SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
-                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False,
-                        PRELOAD_W: tl.constexpr = False):
+                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
     Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32
-    (`k_slice_dot`). PRELOAD_W: the first weight tile is loaded before the PDL wait (weights are
-    never written, so they may be read while the predecessor still runs)."""
+    (`k_slice_dot`)."""
+    pdl_wait(PDL)
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
-    w_first = None
-    if PRELOAD_W:
-        w_first = load_w_tile(w_ptrs, offs_n, offs_k, kb0, kb0 < kb1, N, K, BLOCK_K, EVEN_K)  # [BN, BK]
-    pdl_wait(PDL)
     acc = k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
-                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SWAP_AB, ACT_SILU_MUL, ACT_ROWS, w_first, PRELOAD_W)
+                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SWAP_AB, ACT_SILU_MUL, ACT_ROWS)
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
 
 
@@ -306,7 +268,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, cfg: di
     _skinny_gemm_kernel[grid](x, w, bias if bias is not None else w, out, ws, locks,
                               M, N, K, x.stride(0), w.stride(0), out.stride(0), per,
                               SPLIT_K=split, HAS_BIAS=bias is not None, EVEN_K=K % cfg["BLOCK_K"] == 0,
-                              **act, **cfg, PRELOAD_W=preload_weights(x.device),
+                              **act, **cfg,
                               **pdl_launch(x.device, w.numel() * w.element_size()))
     return out
 
