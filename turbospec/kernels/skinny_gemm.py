@@ -263,20 +263,16 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
 
 
 _TMA_W = os.environ.get("TURBOSPEC_TMA_W", "0") == "1"
-_DESCS: dict[tuple, object] = {}
 
 
 def _w_descriptor(w: torch.Tensor, block_n: int, block_k: int):
-    """With TURBOSPEC_TMA_W=1: a cached [block_n, block_k] TMA descriptor of w (None where TMA
-    cannot take it: before Hopper, rows not 16-byte aligned)."""
+    """With TURBOSPEC_TMA_W=1: a [block_n, block_k] TMA descriptor of w (None where TMA cannot
+    take it: before Hopper, rows not 16-byte aligned). Built per launch (a CUDA graph keeps it)."""
     if not _TMA_W or (w.is_cuda and torch.cuda.get_device_capability(w.device)[0] < 9) \
             or w.stride(1) != 1 or (w.stride(0) * w.element_size()) % 16 or w.data_ptr() % 16:
         return None
-    key = (w.data_ptr(), tuple(w.shape), w.stride(0), w.dtype, block_n, block_k)
-    if key not in _DESCS:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        _DESCS[key] = TensorDescriptor.from_tensor(w, [block_n, block_k])
-    return _DESCS[key]
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return TensorDescriptor.from_tensor(w, [block_n, block_k])
 
 
 def _launch(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, cfg: dict,
