@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fusion_probe.py variants on one H200, each in its own process (results: grep RESULT).
-#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [moe] [tests] [enginetests] [tmaab]
+#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [moe] [tests] [enginetests]
 LOG_NAME=probe.log
 source "$(dirname "$0")/gpu_common.sh"
 P=(python3 bench/fusion_probe.py)
@@ -19,13 +19,6 @@ for part in ${*:-dense}; do
              tests/gpu/test_fp8_large_config.py tests/gpu/test_no_compile_in_steps.py ;;
     enginetests) run 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
              tests/gpu/test_sampled_bursts_gpu.py ;;
-    tmaab) # TURBOSPEC_TMA_W=1 (skinny GEMM weight tiles through a TMA descriptor) against off, alternating
-           for f in 0 1 0 1; do
-             run 120 env TURBOSPEC_TMA_W=$f "${P[@]}" base --batch-sizes 1,64 --gen-len 128 --repeats 2; done
-           for f in 0 1; do
-             run 150 env TURBOSPEC_TMA_W=$f "${P[@]}" base --shape qwen3-30b-a3b --prompt-len 256 --gen-len 128 --repeats 2
-             run 90 env TURBOSPEC_TMA_W=$f "${P[@]}" base --shape models/codelm-12m --batch-sizes 1,64 --prompt-len 128 --gen-len 256 --repeats 3; done
-           run 240 env TURBOSPEC_TMA_W=1 python3 -m pytest -q -m gpu -p no:cacheprovider -rf -x tests/gpu/test_skinny_gemm.py ;;
     moe)   for v in base pf pfearly; do run 150 "${P[@]}" $v --shape qwen3-30b-a3b --quantization fp8 --prompt-len 256 --gen-len 128 --repeats 2; done ;;
     *)     echo "unknown part $part"; exit 1 ;;
   esac

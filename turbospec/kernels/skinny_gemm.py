@@ -62,14 +62,11 @@ from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 @triton.jit
 def k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                SWAP_AB: tl.constexpr, ACT_SILU_MUL: tl.constexpr, ACT_ROWS: tl.constexpr,
-                w_desc=None, TMA_W: tl.constexpr = False):
+                SWAP_AB: tl.constexpr, ACT_SILU_MUL: tl.constexpr, ACT_ROWS: tl.constexpr):
     """The K loop of a `program_tiles` program: x[offs_m, K blocks kb0..kb1) @ w[offs_n, same].T
     [BM, BN] in fp32. SWAP_AB computes the transpose, w @ x.T [BN, BM]: the weight tile is the
     MMA's M side (Hopper wgmma needs M >= 64 there, while N may be 16), so a 16-row x tile does 16
-    rows of MMA work. ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up.
-    TMA_W: the weight tiles come through w_desc, a [BN, BK] tensor descriptor of w (Hopper TMA;
-    out-of-range rows and columns read as zeros, as the masked loads give)."""
+    rows of MMA work. ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up."""
     m_ok, n_ok = offs_m < M, offs_n < N
     if SWAP_AB:
         acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -84,10 +81,7 @@ def k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K
             x = load_silu_mul_tile(x_ptr, stride_xm, M, K, kb, BLOCK_M, BLOCK_K, ACT_ROWS, EVEN_K)
         else:
             x = tl.load(x_ptrs, mask=x_mask, other=0.0)                        # [BM, BK]
-        if TMA_W:
-            w = w_desc.load([tl.program_id(1) * BLOCK_N, kb * BLOCK_K])             # [BN, BK]
-        else:
-            w = tl.load(w_ptrs, mask=w_mask, other=0.0)                        # [BN, BK]
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0)                            # [BN, BK]
         if SWAP_AB:
             acc_t += tl.dot(w, tl.trans(x))                                     # [BN, BM]
         else:
@@ -105,8 +99,7 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                         SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
-                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False,
-                        w_desc=None, TMA_W: tl.constexpr = False):
+                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
     Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32
     (`k_slice_dot`)."""
@@ -114,7 +107,7 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
-                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SWAP_AB, ACT_SILU_MUL, ACT_ROWS, w_desc, TMA_W)
+                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SWAP_AB, ACT_SILU_MUL, ACT_ROWS)
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
 
 
@@ -262,19 +255,6 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
     return _launch(x, w, bias, dict(config), silu_mul)
 
 
-_TMA_W = os.environ.get("TURBOSPEC_TMA_W", "0") == "1"
-
-
-def _w_descriptor(w: torch.Tensor, block_n: int, block_k: int):
-    """With TURBOSPEC_TMA_W=1: a [block_n, block_k] TMA descriptor of w (None where TMA cannot
-    take it: before Hopper, rows not 16-byte aligned). Built per launch (a CUDA graph keeps it)."""
-    if not _TMA_W or (w.is_cuda and torch.cuda.get_device_capability(w.device)[0] < 9) \
-            or w.stride(1) != 1 or (w.stride(0) * w.element_size()) % 16 or w.data_ptr() % 16:
-        return None
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    return TensorDescriptor.from_tensor(w, [block_n, block_k])
-
-
 def _launch(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, cfg: dict,
             silu_mul: bool = False) -> torch.Tensor:
     M, N, K = x.shape[0], w.shape[0], w.shape[1]
@@ -285,9 +265,6 @@ def _launch(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, cfg: di
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
     ws, locks = split_buffers(M, N, grid, x.device)
     act = dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"])) if silu_mul else {}
-    desc = _w_descriptor(w, cfg["BLOCK_N"], cfg["BLOCK_K"])
-    if desc is not None:
-        act.update(w_desc=desc, TMA_W=True)
     _skinny_gemm_kernel[grid](x, w, bias if bias is not None else w, out, ws, locks,
                               M, N, K, x.stride(0), w.stride(0), out.stride(0), per,
                               SPLIT_K=split, HAS_BIAS=bias is not None, EVEN_K=K % cfg["BLOCK_K"] == 0,
