@@ -1,7 +1,7 @@
 """Sampled against greedy decoding in one process, one engine: qwen3-8b-shaped random weights (or
 any --shape), for each batch size the sampling settings alternate (greedy, temperature 0.7,
-temperature 0.7 + top-p 0.9 + top-k 20, min-p 0.05, and greedy with 5 logprobs per token; or the
---settings named), twice, and each run prints ms per token step. Greedy runs in decode bursts; what
+temperature 0.7 + top-p 0.9 + top-k 20, min-p 0.05, greedy with 5 logprobs per token, and the
+top-p / top-k setting seeded; or the --settings named), twice, and each run prints ms per token step. Greedy runs in decode bursts; what
 sampled decoding costs on top of it is the difference.
 
     PYTHONPATH=. python3 bench/sampled_decode.py [--shape qwen3-8b] [--batch-sizes 1,16,64]
@@ -22,6 +22,7 @@ SETTINGS = {
     "t0.7 p0.9 k20": dict(temperature=0.7, top_p=0.9, top_k=20),
     "t0.7 min_p0.05": dict(temperature=0.7, min_p=0.05),
     "greedy logprobs5": dict(logprobs=5),       # every row asks: bursts hold up to 8 (multistep.MAX_LOGPROB_ROWS)
+    "t0.7 p0.9 k20 seed": dict(temperature=0.7, top_p=0.9, top_k=20, seed=1),   # counter noise (bursts since 2026-11-30)
 }
 
 ap = argparse.ArgumentParser()

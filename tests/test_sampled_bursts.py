@@ -1,7 +1,8 @@
 """Sampled decode bursts (engine/multistep.py): a burst draws from the user's distribution exactly
 as single steps do. On the CPU both draw their noise from the default generator in the same
 order when the batch fills its bucket, so under one torch.manual_seed the tokens must be equal;
-a seeded request keeps its own generator and so takes single steps.
+a seeded request draws counter noise (layers/counter_noise.py) in both, so its tokens are equal
+without a common torch seed and do not depend on its batch.
 
 Logprobs inside bursts: a burst keeps the raw logits of the rows that ask for logprobs and computes
 them as a single step does. Against single steps: the same tokens and logprob dicts with the same
@@ -84,27 +85,43 @@ def test_sampled_bursts_draw_fresh_noise(engines):
     assert top1[0].outputs[0].token_ids == greedy[0].outputs[0].token_ids
 
 
-def test_seeded_requests_take_single_steps(engines):
+SEEDED = [SamplingParams(temperature=0.9, top_p=0.95, seed=1234, max_tokens=17, ignore_eos=True),
+          SamplingParams(temperature=1.2, seed=-5, max_tokens=17, ignore_eos=True),           # temperature alone
+          SamplingParams(temperature=0.0, seed=7, max_tokens=17, ignore_eos=True),            # greedy: seed unused
+          SamplingParams(temperature=0.8, top_k=20, max_tokens=17, ignore_eos=True)]          # unseeded beside them
+
+
+def test_seeded_requests_burst_and_draw_what_single_steps_draw(engines):
+    """A seeded request's noise is a function of its seed and token index (counter noise), so it
+    bursts (the filter variant) and its tokens equal single steps', alone or in any batch, with no
+    common torch seed; the unseeded row beside them needs one (the default generator)."""
     single, burst = engines
-    prompts = _prompts(2)
-    params = SamplingParams(temperature=0.9, top_p=0.95, seed=1234, max_tokens=17, ignore_eos=True)
+    prompts = _prompts(4)
     launches = _count_launches(burst)
     try:
-        got = [o.outputs[0].token_ids for o in burst.generate(prompts, params)]
+        got = _generate(burst, prompts, SEEDED, 5)
     finally:
         _uncount(burst)
-    assert not launches
-    assert got == [o.outputs[0].token_ids for o in single.generate(prompts, params)]
+    assert launches and set(launches) == {Mode.FILTER}
+    alone = [_generate(burst, prompts[i:i + 1], SEEDED[i:i + 1], 100 + i)[0] for i in range(3)]
+    assert got == _generate(single, prompts, SEEDED, 5)
+    assert alone == got[:3], "a seeded request's tokens depend on its batch or on the default generator"
+    assert got[2] == _generate(single, prompts[2:3], [SamplingParams(temperature=0.0, max_tokens=17,
+                                                                     ignore_eos=True)], 0)[0]
+    other = _generate(burst, prompts[:1], [SamplingParams(temperature=0.9, top_p=0.95, seed=1235, max_tokens=17,
+                                                          ignore_eos=True)], 5)[0]
+    assert other != got[0], "another seed drew the same 17 tokens"
 
 
 def test_burst_refuses_what_it_cannot_hold(engines):
     _, burst = engines
     b = burst.llm_engine.burst
-    for p in (SamplingParams(temperature=0.7, seed=3), SamplingParams(temperature=0.7, presence_penalty=0.5)):
+    for p in (SamplingParams(temperature=0.7, presence_penalty=0.5), SamplingParams(temperature=0.7, logit_bias={5: 1.0})):
         assert not b.takes(p)
         with pytest.raises(ValueError, match="single steps"):
             b.launch([5], [3], [[0]], [p])
     assert b.takes(SamplingParams(temperature=0.7, top_p=0.5)) and b.takes(SamplingParams(temperature=0.0))
+    assert b.takes(SamplingParams(temperature=0.7, seed=3))              # counter noise: the test above
     assert b.takes(SamplingParams(temperature=0.0, logprobs=2))          # logprobs: the tests below
 
 

@@ -75,6 +75,30 @@ def test_cuda_burst_logprobs_are_the_single_steps_bits():
     assert len(lps) == 24 and all(next(iter(d)) == t and len(d) in (2, 3) for d, t in zip(lps, toks))
 
 
+def test_cuda_seeded_requests_burst_with_the_single_steps_bits():
+    """bf16 (batch-invariant kernels): seeded sampled requests (counter noise, the kernel of
+    kernels/counter_noise.py in the graphs and in single steps) burst beside an unseeded one and
+    draw the tokens single steps draw, bit for bit, without a common torch seed; alone too."""
+    seeded = [SamplingParams(temperature=0.9, top_p=0.95, seed=1234, max_tokens=24, ignore_eos=True),
+              SamplingParams(temperature=1.2, seed=-5, max_tokens=24, ignore_eos=True),
+              SamplingParams(temperature=0.8, top_k=20, max_tokens=24, ignore_eos=True),
+              SamplingParams(temperature=0.7, min_p=0.05, seed=9, max_tokens=24, ignore_eos=True)]
+    burst = LLM(MODEL, device="cuda", dtype="bfloat16", num_scheduler_steps=8)
+    single = LLM(MODEL, device="cuda", dtype="bfloat16", num_scheduler_steps=1)
+    seen = _sampled_launches(burst)
+    try:
+        torch.manual_seed(1)
+        got = [o.outputs[0].token_ids for o in burst.generate(PROMPTS, seeded)]
+    finally:
+        burst.llm_engine.burst.__dict__.pop("_launch", None)
+    assert Mode.FILTER in seen and burst.llm_engine.counters["num_burst_tokens"] >= 4 * 16
+    torch.manual_seed(2)
+    want = [o.outputs[0].token_ids for o in single.generate(PROMPTS, seeded)]
+    assert [got[i] for i in (0, 1, 3)] == [want[i] for i in (0, 1, 3)]
+    alone = burst.generate(PROMPTS[1:2], seeded[1:2])[0].outputs[0].token_ids
+    assert alone == got[1]
+
+
 @pytest.mark.parametrize("params", [dict(temperature=1.0), dict(temperature=0.8, top_k=3),
                                     dict(temperature=0.9, top_k=20, top_p=0.7), dict(temperature=1.2, top_k=20, min_p=0.1)])
 def test_cuda_sampled_bursts_draw_the_users_distribution(llm, params):

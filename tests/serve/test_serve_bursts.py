@@ -60,23 +60,28 @@ def test_bursts_serve_greedy_sampled_and_seeded_together(burst_server):
 
 
 def test_metrics_count_the_tokens_decoded_in_bursts(burst_server):
-    """turbospec:decode_burst_tokens_total moves with an unseeded request (bursts after its first
-    token) and not with a seeded one alone (single steps); it never passes the generated tokens."""
+    """turbospec:decode_burst_tokens_total moves with an unseeded request and a seeded one (bursts
+    after the first token; the seeded one gives the same text again) and not with a penalty
+    request alone (single steps); it never passes the generated tokens."""
     client = OpenAI(base_url=f"{burst_server.url}/v1", api_key="none")
 
     def counts():
         return (burst_server.metric("turbospec:decode_burst_tokens_total"),
                 burst_server.metric("vllm:generation_tokens_total"))
     b0, g0 = counts()
-    client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=17, temperature=0.9, seed=5,
-                              extra_body={"ignore_eos": True})
+    client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=17, temperature=0.9,
+                              presence_penalty=0.5, extra_body={"ignore_eos": True})
     b1, g1 = counts()
     assert (b1 - b0, g1 - g0) == (0, 17)
     client.completions.create(model=MODEL_NAME, prompt=PROMPTS[1], max_tokens=17, temperature=0.9,
                               extra_body={"ignore_eos": True})
     b2, g2 = counts()
     assert g2 - g1 == 17 and b2 - b1 == 16           # all but the first token (the prefill's)
-    assert b2 <= g2
+    seeded = [client.completions.create(model=MODEL_NAME, prompt=PROMPTS[1], max_tokens=17, temperature=0.9,
+                                        seed=5, extra_body={"ignore_eos": True}).choices[0].text for _ in range(2)]
+    b3, g3 = counts()
+    assert g3 - g2 == 34 and b3 - b2 == 32 and seeded[0] == seeded[1]
+    assert b3 <= g3
 
 
 def test_logprobs_requests_decode_in_bursts(burst_server):

@@ -1,5 +1,5 @@
 """The decode-burst step (engine/multistep.py runs the bursts): when the whole running set is
-plain decoding that a burst can hold (greedy or unseeded sampling, logprobs for a few rows:
+plain decoding that a burst can hold (greedy or sampled, seeded or not; logprobs for a few rows:
 `DecodeBurst.takes_batch`), n steps
 run as one launch, and while the batch stays the same the next burst is launched before this
 one's tokens are read. `LLMEngine.step` tries this first.

@@ -21,8 +21,9 @@ sort for top-k / top-p always on: a row with a filter off is left unchanged) and
 race from the default generator. Sample, on CUDA, draws in the advance kernel itself
 (`kernels.greedy_step`: Gumbel-max over x / T with Philox noise, seeded afresh at each launch),
 which is the same law without a [b, V] probability tensor; elsewhere it runs compute_probs as
-filter does. A row with a seed draws from its own `torch.Generator`, which a graph cannot hold,
-so a seeded sampled request takes single steps.
+filter does. A sampled row with a seed draws counter noise (layers/counter_noise.py: a pure
+function of its seed and the token's index, which a graph can compute) in the filter variant, as
+its single steps do, so it bursts and draws the same tokens as in single steps.
 
 Bursts are pipelined: while the same sequences have another n tokens to go and nothing waits,
 the engine launches burst i+1 (`launch_chained`, continuing from the device state) before it
@@ -53,12 +54,13 @@ class Mode:
     def of(params: list[SamplingParams] | None) -> int:
         if not params or all(p.greedy for p in params):
             return Mode.GREEDY
-        return Mode.of_host(SamplingTensors.from_params(params, None, "cpu"))
+        return Mode.of_host(SamplingTensors.from_params(params, None, "cpu", token_index=[0] * len(params)))
 
     @staticmethod
     def of_host(st: SamplingTensors) -> int:
         """The variant for rows whose settings `st` holds (some sampled): SamplingTensors' own flags."""
-        return Mode.FILTER if st.any_top_k or st.any_top_p or st.min_p is not None else Mode.SAMPLE
+        return Mode.FILTER if st.any_top_k or st.any_top_p or st.min_p is not None or st.any_seeded \
+            else Mode.SAMPLE
 
 
 class DecodeBurst:
@@ -84,6 +86,9 @@ class DecodeBurst:
             top_p=torch.ones(bmax, device=device), greedy=torch.ones(bmax, dtype=torch.bool, device=device),
             generators=[None] * bmax, min_p=torch.zeros(bmax, device=device), any_top_k=True, any_top_p=True)
         self.seeds = torch.zeros(num_steps, dtype=torch.long, device=device)   # Mode.SAMPLE: each step's noise key
+        self.seed_keys = torch.zeros(bmax, dtype=torch.long, device=device)    # Mode.FILTER: seeded rows' keys
+        self.seeded = torch.zeros(bmax, dtype=torch.bool, device=device)
+        self._any_seeded = device.type == "cuda"   # CPU (eager): skip the counter noise when no row is seeded
         self.lp_rows = torch.zeros(MAX_LOGPROB_ROWS, dtype=torch.long, device=device)   # rows whose logits are kept
         self._lp_rows_host = [0] * MAX_LOGPROB_ROWS
         self.lp_logits: torch.Tensor | None = None       # [n, MAX_LOGPROB_ROWS, V], allocated by the first burst
@@ -92,10 +97,9 @@ class DecodeBurst:
 
     @staticmethod
     def takes(p: SamplingParams) -> bool:
-        """Can a request with these settings decode in a burst? (Greedy or unseeded sampling, raw
-        logits: no penalties or logit bias.) Logprobs too, for at most MAX_LOGPROB_ROWS rows of a
-        batch (`takes_batch`)."""
-        return (p.greedy or p.seed is None) and not p.modifies_logits
+        """Can a request with these settings decode in a burst? (Raw logits: no penalties or
+        logit bias.) Logprobs too, for at most MAX_LOGPROB_ROWS rows of a batch (`takes_batch`)."""
+        return not p.modifies_logits
 
     @staticmethod
     def takes_batch(params: list[SamplingParams]) -> bool:
@@ -105,8 +109,12 @@ class DecodeBurst:
     def _sampling(self, b: int, mode: int) -> SamplingTensors:
         """The first b rows of the settings buffers; Mode.FILTER turns every filter's path on."""
         st, f = self.st, mode == Mode.FILTER
+        counter = {}
+        if f and self._any_seeded:           # the token drawn at this step sits at index pos + 1
+            counter = dict(seed_keys=self.seed_keys[:b], token_index=self.pos[:b] + 1, seeded=self.seeded[:b],
+                           any_seeded=True)
         return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
-                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f)
+                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f, **counter)
 
     def _logits(self, hidden: torch.Tensor, j: int) -> torch.Tensor:
         """Step j's raw logits [b, V] (the model dtype on CUDA: the upcast is exact), the rows of
@@ -203,7 +211,7 @@ class DecodeBurst:
         positions[i], decoded with params[i] (default greedy; together they must pass `takes_batch`).
         Returns without waiting for the GPU."""
         if params is not None and not self.takes_batch(params):
-            raise ValueError("a burst cannot hold a seeded sampled request, penalties, a logit bias or more "
+            raise ValueError("a burst cannot hold penalties, a logit bias or more "
                              f"than {MAX_LOGPROB_ROWS} rows with logprobs (DecodeBurst.takes_batch); decode "
                              "them in single steps")
         B = len(last_ids)
@@ -228,7 +236,7 @@ class DecodeBurst:
         """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy; returns
         the host-side settings."""
         pad = [SamplingParams(temperature=0.0)] * (b - len(params))
-        host = SamplingTensors.from_params(list(params) + pad, None, "cpu")
+        host = SamplingTensors.from_params(list(params) + pad, None, "cpu", token_index=[0] * b)
         st = self.st
         for dst, src in ((st.temperature, host.temperature), (st.top_k, host.top_k), (st.top_p, host.top_p),
                          (st.greedy, host.greedy)):
@@ -237,6 +245,13 @@ class DecodeBurst:
             st.min_p[:b].copy_(self._pinned(host.min_p), non_blocking=True)
         else:
             st.min_p[:b].zero_()
+        if host.any_seeded:
+            self.seed_keys[:b].copy_(self._pinned(host.seed_keys), non_blocking=True)
+            self.seeded[:b].copy_(self._pinned(host.seeded), non_blocking=True)
+        else:
+            self.seeded[:b].zero_()
+        if self.device.type != "cuda":
+            self._any_seeded = host.any_seeded
         return host
 
     @torch.inference_mode()

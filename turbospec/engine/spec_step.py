@@ -180,7 +180,8 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
         if all(s.params.greedy for s in seqs):            # no distribution needed: argmax
             toks = lg.argmax(dim=-1).tolist()
         else:
-            st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], lg.device)
+            st = SamplingTensors.from_params([s.params for s in seqs], None, lg.device,
+                                             token_index=[len(s) for s in seqs])   # seeds: counter noise
             toks = sample(compute_probs(lg, st), st).tolist()
         results.update({b: ([t], []) for b, t in zip(plain, toks)})
     if draft_row:

@@ -6,8 +6,10 @@ sampling without a host sync, per-request seeds, and raw-model logprobs.
 and every stochastic drafter use it, so speculative and plain decoding target the same law.
 
 Randomness is drawn per row: a row whose request has a seed draws its noise from its own
-`torch.Generator`, so its samples do not depend on what else is in the batch; the other rows draw
-from the default generator in one batched call.
+`torch.Generator`, or, where the caller gives each row's token index (plain decoding, single steps
+and bursts alike), from the counter stream of its seed at that index (layers/counter_noise.py); so
+its samples do not depend on what else is in the batch. The other rows draw from the default
+generator in one batched call.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
+from turbospec.layers.counter_noise import counter_exponential_, seed_key
 from turbospec.sampling_params import SamplingParams
 
 _TINY = torch.finfo(torch.float32).tiny
@@ -43,6 +46,11 @@ class SamplingTensors:
     all_greedy: bool = False
     any_greedy: bool = True              # True is the safe default for hand-built instances
     any_generator: bool = False
+    # counter-based noise (layers/counter_noise.py) for seeded rows, in place of a generator
+    seed_keys: torch.Tensor | None = None     # [N] int64 counter_noise.seed_key of the row's seed
+    token_index: torch.Tensor | None = None   # [N] int64 index in its sequence of the token drawn
+    seeded: torch.Tensor | None = None        # [N] bool: the row draws counter noise
+    any_seeded: bool = False                  # host flag: launch the counter noise at all
 
     @property
     def num_rows(self) -> int:
@@ -56,9 +64,12 @@ class SamplingTensors:
     def from_params(params_list: Sequence[SamplingParams],
                     generators: Sequence[torch.Generator | None] | None,
                     device: torch.device | str,
-                    repeats: Sequence[int] | None = None) -> "SamplingTensors":
+                    repeats: Sequence[int] | None = None,
+                    token_index: Sequence[int] | None = None) -> "SamplingTensors":
         """One row per params (row i repeated repeats[i] times: the verify step has K+1 rows per
-        sequence, all with the same sampling settings)."""
+        sequence, all with the same sampling settings). token_index (one per params, no repeats):
+        the index of the token each row draws; then a sampled row with a seed draws counter noise
+        (`counter_noise`) at that index instead of from its generator."""
         n = len(params_list)
         gens = list(generators) if generators is not None else [None] * n
         if len(gens) != n:
@@ -76,6 +87,18 @@ class SamplingTensors:
             greedy += [is_greedy] * r
             row_gens += [g] * r
         any_min_p = any(m > 0 for m in min_ps)
+        counter = {}
+        if token_index is not None:
+            if len(token_index) != n or any(r != 1 for r in reps):
+                raise ValueError(f"token_index needs one index per params and no repeats (got {len(token_index)} "
+                                 f"for {n} params)")
+            seeded = [p.seed is not None and not p.greedy for p in params_list]
+            if any(seeded):
+                row_gens = [None if sd else g for g, sd in zip(row_gens, seeded)]
+                counter = dict(seed_keys=_up([seed_key(p.seed) if sd else 0 for p, sd in zip(params_list, seeded)],
+                                             torch.long, device),
+                               token_index=_up([int(t) for t in token_index], torch.long, device),
+                               seeded=_up(seeded, torch.bool, device), any_seeded=True)
         return SamplingTensors(
             temperature=_up(temps, torch.float32, device),
             top_k=_up(ks, torch.long, device),
@@ -89,6 +112,7 @@ class SamplingTensors:
             all_greedy=bool(greedy) and all(greedy),
             any_greedy=any(greedy),
             any_generator=any(g is not None for g in row_gens),
+            **counter,
         )
 
 
@@ -169,8 +193,12 @@ def uniform(st: SamplingTensors, shape: tuple[int, ...] = ()) -> torch.Tensor:
 
 
 def exponential(st: SamplingTensors, shape: tuple[int, ...] = ()) -> torch.Tensor:
-    """[N, *shape] Exp(1) per row, strictly positive (so probs / E never makes 0/0)."""
-    return random_rows(st, shape, lambda t, g: t.exponential_(generator=g)).clamp_min_(_TINY)
+    """[N, *shape] Exp(1) per row, strictly positive (so probs / E never makes 0/0). Rows that
+    st marks seeded (shape (V,) only) take the counter noise of their seed and token index."""
+    noise = random_rows(st, shape, lambda t, g: t.exponential_(generator=g)).clamp_min_(_TINY)
+    if st.any_seeded:
+        counter_exponential_(noise, st.seed_keys, st.token_index, st.seeded)
+    return noise
 
 
 def sample_with_noise(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:

@@ -64,7 +64,7 @@ def serve(
     enforce_eager: bool = typer.Option(False, help="Never use CUDA graphs."),
     num_scheduler_steps: int = typer.Option(
         None, help="Decode steps per burst (1-64) when every running request can take one (greedy or "
-                   "unseeded sampling, no penalties, logprobs for at most 8): one launch, no host round "
+                   "sampled, seeded or not; no penalties or logit bias; logprobs for at most 8): one launch, no host round "
                    "trip between the steps. Default 8 with CUDA graphs, else 1. A request that arrives during bursts "
                    "waits for up to two of them before its prefill: 1 trades throughput for that latency."),
     allowed_origins: list[str] = typer.Option(["*"], help="CORS origins a browser page may call the API "

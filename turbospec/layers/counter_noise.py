@@ -1,0 +1,79 @@
+"""Counter-based noise for seeded requests: the Exp(1) noise of the exponential race
+(`sampler.race_scores`) for the token at index t of a sequence seeded s is a pure function of
+(s, t, vocab id). A seeded request so draws the same tokens whatever else is in its batch, and
+whether it decodes in single steps or inside a CUDA-graphed decode burst (a graph cannot hold a
+`torch.Generator`, a counter needs no state).
+
+    key(s)      = mix(s xor SALT)                         (host, once per request)
+    E(s, t, v)  = -log(u),  u = (top 24 bits of mix(key(s) + (t * V + v) * GOLDEN) + 1/2) / 2^24
+
+mix is SplitMix64's finaliser (Steele, Lea, Flood 2014), GOLDEN its increment: the row of token t
+is the SplitMix64 stream of key(s) at offsets t * V .. t * V + V - 1. u lies in (0, 1) on a grid
+of 2^-24 (as torch's float32 `exponential_`), so E > 0 and E <= 17.3.
+
+On CUDA one Triton launch (`kernels/counter_noise.py`) writes the seeded rows of a noise tensor in
+place (graph-capturable; unseeded rows keep their noise from the default generator); elsewhere the
+same arithmetic in int64 PyTorch ops. The two are not required to agree bit for bit: single steps
+and bursts on one device both take that device's path.
+"""
+from __future__ import annotations
+
+import torch
+
+GOLDEN = 0x9E3779B97F4A7C15
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_SALT = 0x5EED5EED5EED5EED
+_MASK = (1 << 64) - 1
+
+
+def _mix(z: int) -> int:
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+
+def _signed(z: int) -> int:
+    return z - (1 << 64) if z >= 1 << 63 else z
+
+
+def seed_key(seed: int) -> int:
+    """The per-request key (a signed int64, as a tensor holds it) of a request seeded `seed`."""
+    return _signed(_mix((int(seed) ^ _SALT) & _MASK))
+
+
+def reference_noise(seed: int, index: int, vocab_size: int, v: int) -> float:
+    """E(seed, index, v) in Python integers and float64 (tests): -log(u) before float32 rounding."""
+    import math
+    z = _mix((seed_key(seed) + (index * vocab_size + v) * GOLDEN) & _MASK)
+    return -math.log(((z >> 40) + 0.5) / 2 ** 24)
+
+
+def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (torch's >> is arithmetic)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def _torch_rows(keys: torch.Tensor, index: torch.Tensor, V: int) -> torch.Tensor:
+    """keys, index [N] int64 -> [N, V] float32 E, in int64 PyTorch ops (multiplies wrap mod 2^64)."""
+    v = torch.arange(V, dtype=torch.int64, device=keys.device)
+    z = keys[:, None] + (index[:, None] * V + v[None, :]) * _signed(GOLDEN)               # [N, V]
+    z = (z ^ _shr(z, 30)) * _signed(_M1)
+    z = (z ^ _shr(z, 27)) * _signed(_M2)
+    z = z ^ _shr(z, 31)
+    u = (_shr(z, 40).to(torch.float32) + 0.5) * (2.0 ** -24)
+    return -torch.log(u)
+
+
+def counter_exponential_(noise: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,
+                         seeded: torch.Tensor) -> torch.Tensor:
+    """Overwrite the rows of noise [N, V] float32 where seeded [N] with E(key, index, .) (keys,
+    index [N] int64 device tensors); other rows are left as they are. Returns noise."""
+    N, V = noise.shape
+    if N == 0:
+        return noise
+    if noise.is_cuda:
+        from turbospec.kernels.counter_noise import counter_exponential_rows   # CUDA only: imports Triton
+        counter_exponential_rows(noise, keys, index, seeded)
+        return noise
+    noise.copy_(torch.where(seeded[:, None], _torch_rows(keys, index, V), noise))
+    return noise
