@@ -77,3 +77,13 @@ def counter_exponential_(noise: torch.Tensor, keys: torch.Tensor, index: torch.T
         return noise
     noise.copy_(torch.where(seeded[:, None], _torch_rows(keys, index, V), noise))
     return noise
+
+
+def warm_up(device: torch.device, vocab_size: int) -> None:
+    """Compile the seeded rows' kernel at start-up (CUDA): a seeded request's first token is
+    drawn in an eager step, which would otherwise compile it while the request waits."""
+    if device.type != "cuda":
+        return
+    noise = torch.empty(1, vocab_size, device=device)
+    one = torch.zeros(1, dtype=torch.long, device=device)
+    counter_exponential_(noise, one, one, torch.ones(1, dtype=torch.bool, device=device))
