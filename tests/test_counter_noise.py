@@ -68,6 +68,8 @@ def test_sampling_tensors_route_seeded_rows_to_the_counter():
     b = exponential(st, (64,))
     assert torch.equal(a[0], b[0]) and not torch.equal(a[1], b[1])
     assert torch.allclose(a[0], _torch_rows(torch.tensor([seed_key(5)]), torch.tensor([3]), 64)[0])
+    with pytest.raises(ValueError, match="one \\[V\\] row per token"):
+        exponential(st, ())
     plain = SamplingTensors.from_params(params, None, "cpu")                   # no token index: generators
     assert not plain.any_seeded
     with pytest.raises(ValueError, match="token_index needs one index per params"):

@@ -194,9 +194,12 @@ def uniform(st: SamplingTensors, shape: tuple[int, ...] = ()) -> torch.Tensor:
 
 def exponential(st: SamplingTensors, shape: tuple[int, ...] = ()) -> torch.Tensor:
     """[N, *shape] Exp(1) per row, strictly positive (so probs / E never makes 0/0). Rows that
-    st marks seeded (shape (V,) only) take the counter noise of their seed and token index."""
+    st marks seeded take the counter noise of their seed and token index (shape (V,): one
+    noise row per token drawn; other shapes are refused for such st)."""
     noise = random_rows(st, shape, lambda t, g: t.exponential_(generator=g)).clamp_min_(_TINY)
     if st.any_seeded:
+        if len(shape) != 1:
+            raise ValueError(f"counter noise draws one [V] row per token, not shape {shape}")
         counter_exponential_(noise, st.seed_keys, st.token_index, st.seeded)
     return noise
 
