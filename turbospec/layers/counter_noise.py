@@ -75,7 +75,8 @@ def counter_exponential_(noise: torch.Tensor, keys: torch.Tensor, index: torch.T
         from turbospec.kernels.counter_noise import counter_exponential_rows   # CUDA only: imports Triton
         counter_exponential_rows(noise, keys, index, seeded)
         return noise
-    noise.copy_(torch.where(seeded[:, None], _torch_rows(keys, index, V), noise))
+    rows = seeded.nonzero().squeeze(1)             # off CUDA: eager, so only the seeded rows are hashed
+    noise[rows] = _torch_rows(keys[rows], index[rows], V)
     return noise
 
 
