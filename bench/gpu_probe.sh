@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fusion_probe.py variants on one H200, each in its own process (results: grep RESULT).
-#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [moe] [tests] [enginetests]
+#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [rbab] [moe] [tests] [enginetests]
 LOG_NAME=probe.log
 source "$(dirname "$0")/gpu_common.sh"
 P=(python3 bench/fusion_probe.py)
@@ -14,6 +14,13 @@ for part in ${*:-dense}; do
              run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --batch-sizes 1,64 --gen-len 128 --repeats 2
              run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --quantization fp8 --gen-len 128 --repeats 2
              run 150 env TURBOSPEC_PDL=$m "${P[@]}" base --shape qwen3-30b-a3b --quantization fp8 --prompt-len 256 --gen-len 128 --repeats 2; done ;;
+    rbab)  # this tree against the one in out/base (`git archive REV turbospec | tar -x -C out/base`),
+           # alternating; TURBOSPEC_AB only tags the RESULT lines
+           for t in base new base new; do
+             pp=.; [ $t = base ] && pp=out/base
+             run 150 env TURBOSPEC_AB=$t PYTHONPATH=$pp python3 -P "${P[@]:1}" base --batch-sizes 1,16 --gen-len 128 --repeats 2
+             run 150 env TURBOSPEC_AB=$t PYTHONPATH=$pp python3 -P "${P[@]:1}" base --shape qwen3-30b-a3b --prompt-len 256 --gen-len 128 --repeats 2
+           done ;;
     tests) run 500 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
              tests/gpu/test_sampled_bursts_gpu.py tests/gpu/test_skinny_gemm.py tests/gpu/test_fp8_moe_kernels.py \
              tests/gpu/test_fp8_large_config.py tests/gpu/test_no_compile_in_steps.py ;;
