@@ -66,7 +66,8 @@ def test_bench_decode_max_model_len(codelm_dir, tmp_path):
 
 
 def test_bench_decode_profile_batch_refused_outside_the_batches(codelm_dir):
-    """--profile-batch must be one the engine can hold (it is sized by the largest batch)."""
+    """--profile-batch must be one the engine can hold (it is sized by the largest batch); the
+    profiled requests fit the context the bench sized by --gen-len (a fixed 64 new tokens did not)."""
     args = ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
             "--batch-sizes", "1,2", "--prompt-len", "4", "--gen-len", "2", "--profile"]
     r = runner.invoke(app, args + ["--profile-batch", "3"])
@@ -74,6 +75,8 @@ def test_bench_decode_profile_batch_refused_outside_the_batches(codelm_dir):
     assert r.exit_code == 2 and "from 1 to the largest of --batch-sizes (2)" in flat, r.output
     r = runner.invoke(app, args + ["--profile-batch", "0"])
     assert r.exit_code == 2
+    r = runner.invoke(app, args + ["--profile-batch", "2"])                  # on the CPU: the step's ops
+    assert r.exit_code == 0 and "Self CPU" in r.output and "aten::" in r.output, r.output[-2000:]
 
 
 def test_bench_names_the_turbospec_switches_set(codelm_dir, tmp_path, monkeypatch):
@@ -165,3 +168,4 @@ def test_lossless_warning_only_where_outputs_must_be_identical():
     assert line is not None and "5 of 16" in line and "batch 16" in line and "bug" in line
     assert lossless_warning(16, 16, True, "batch 16") is None
     assert lossless_warning(11, 16, False, "batch 16") is None
+

@@ -244,3 +244,12 @@ def test_vllm_constructor_arguments(tiny_qwen3):
     a, b, c = run(3), run(3), run(4)
     ids = [[o.outputs[0].token_ids for o in r] for r in (a, b, c)]
     assert ids[0] == ids[1] and ids[0] != ids[2] and ids[0][0] != ids[0][1]
+
+
+def test_a_pathlib_path_is_a_model_and_a_tokenizer(tiny_qwen3, llm):
+    """LLM(Path(...)) as LLM(str(...)) (a Path used to fail in the weight loader with a TypeError)."""
+    from pathlib import Path
+    p = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    by_path = LLM(Path(tiny_qwen3), device="cpu", dtype="float32", max_model_len=96, tokenizer=Path(tiny_qwen3))
+    want = llm.generate(["def add(a, b):"], p)[0].outputs[0].token_ids
+    assert by_path.generate(["def add(a, b):"], p)[0].outputs[0].token_ids == want

@@ -17,7 +17,7 @@ _HF_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class LLM:
-    def __init__(self, model: str, device: str | None = None, dtype: str | None = None,
+    def __init__(self, model: str | os.PathLike, device: str | None = None, dtype: str | None = None,
                  quantization: str | None = None, speculative_config: dict[str, Any] | None = None,
                  tokenizer: str | None = None, block_size: int = 16, num_kv_blocks: int | None = None,
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
@@ -29,6 +29,8 @@ class LLM:
         _check_vllm_kwargs(vllm_kwargs)
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"seed={seed!r} must be an integer (or None)")
+        model = os.fspath(model) if isinstance(model, os.PathLike) else model          # a pathlib.Path too
+        tokenizer = os.fspath(tokenizer) if isinstance(tokenizer, os.PathLike) else tokenizer
         check_model_path(model)
         if tokenizer is not None:
             check_model_path(tokenizer, what="tokenizer")

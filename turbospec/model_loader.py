@@ -56,11 +56,11 @@ def checkpoint_files(model_dir: str) -> list[str]:
     return [os.path.join(model_dir, fn) for fn in files]
 
 
-def iterate_weights(model_dir_or_files: str | list[str], device: torch.device | str = "cpu"
+def iterate_weights(model_dir_or_files: str | os.PathLike | list[str], device: torch.device | str = "cpu"
                     ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) over one checkpoint directory (or explicit files), one tensor at a time."""
     from safetensors import SafetensorError, safe_open
-    files = (checkpoint_files(model_dir_or_files) if isinstance(model_dir_or_files, str)
+    files = (checkpoint_files(os.fspath(model_dir_or_files)) if isinstance(model_dir_or_files, (str, os.PathLike))
              else list(model_dir_or_files))
     for path in files:
         try:
@@ -173,11 +173,12 @@ def _listing(names: list[str], limit: int = 8) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def load_model(model_dir: str, device: torch.device | str = "cpu",
+def load_model(model_dir: str | os.PathLike, device: torch.device | str = "cpu",
                dtype: torch.dtype | str | None = None, quantization: str | None = None) -> nn.Module:
     """config.json + *.safetensors -> model in eval mode on `device` in `dtype` (default: the
     checkpoint's dtype on CUDA, float32 on CPU). Block-FP8 checkpoints load as published;
     `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block (layers/quant/fp8.py)."""
+    model_dir = os.fspath(model_dir)
     cfg = ModelConfig.from_pretrained(model_dir)
     device = torch.device(device)
     dtype = parse_dtype(dtype, cfg.dtype if device.type == "cuda" else torch.float32)

@@ -60,7 +60,8 @@ def decode(
     gen_len: int = typer.Option(128, help="decode steps per sequence"),
     device: str = typer.Option(None, help="cuda (default when available) or cpu"),
     json_out: str = typer.Option(None, help="also write the results as JSON here"),
-    profile: bool = typer.Option(False, help="also print the GPU kernels of one decode step (at --profile-batch)"),
+    profile: bool = typer.Option(False, help="also print the GPU kernels (on the CPU: the ops) of one decode "
+                                             "step (at --profile-batch)"),
     profile_batch: int = typer.Option(1, help="with --profile: the batch size of the profiled step"),
     quantization: str = typer.Option(None, help="fp8: block-FP8 weights (128x128 blocks, quantized at load)"),
     max_model_len: int = typer.Option(None, help="the engine's context limit, as a server's (default: prompt + gen "
@@ -115,7 +116,7 @@ def decode(
         typer.echo(f"{r.batch:>5} {r.step_ms:>9.3f} {r.tok_s_per_seq:>10.1f} {r.tok_s_total:>12.1f} "
                    f"{r.bytes_per_step / 1e6:>9.1f} {r.roofline_ms:>12.3f} {100 * r.roofline_frac:>11.1f}%")
     _echo_compiles((f"batch {r.batch}", r.compiles) for r in results)
-    if profile and dev.type == "cuda":
+    if profile:
         from turbospec.benchmarks.decode import profile_step
         typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size, sampling=sampling))
     if json_out:

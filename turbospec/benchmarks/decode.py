@@ -140,11 +140,16 @@ def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
 def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top: int = 25,
                  sampling: dict | None = None) -> str:
     """torch.profiler table of one decode step's GPU kernels (after the prefills and two decode steps), and the
-    time of the step's CUDA-graph replay alone (the GPU-only time, without host overhead). sampling:
-    as run_decode's (default greedy)."""
+    time of the step's CUDA-graph replay alone (the GPU-only time, without host overhead); on the CPU
+    the step's ops. The requests decode up to 64 tokens, fewer if the engine's context (sized by the
+    bench's gen-len) has less room. sampling: as run_decode's (default greedy)."""
     from torch.profiler import ProfilerActivity, profile
     g = torch.Generator().manual_seed(3)
-    params = SamplingParams(**{"temperature": 0.0, **(sampling or {})}, max_tokens=64, ignore_eos=True)
+    room = engine.max_model_len - prompt_len             # the bench sizes the context for its own gen-len
+    if room < 1:
+        raise ValueError(f"profile: a {prompt_len}-token prompt leaves no room in the engine's context of "
+                         f"{engine.max_model_len} tokens")
+    params = SamplingParams(**{"temperature": 0.0, **(sampling or {})}, max_tokens=min(64, room), ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"prof{i}", {"prompt_token_ids": torch.randint(0, vocab, (prompt_len,), generator=g).tolist()}, params)
     sched = engine.scheduler
@@ -152,13 +157,23 @@ def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top
         engine.step()                           # every prompt prefilled (a batch of 64 takes several steps)
     for _ in range(2):
         engine.step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    cuda = engine.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
         engine.step()
-        torch.cuda.synchronize()
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=top)
-    lines = [table]
-    from turbospec.kernels.pdl import pdl_enabled
+        sync()
+    table = prof.key_averages().table(sort_by="cuda_time_total" if cuda else "cpu_time_total", row_limit=top)
+    lines = [table] + (_gpu_notes(engine, batch) if cuda else [])
+    while engine.has_unfinished_requests():         # the engine is reused: run the requests out
+        engine.step()
+    return "\n".join(lines)
+
+
+def _gpu_notes(engine: LLMEngine, batch: int) -> list[str]:
+    """What the profile table needs said on a GPU (PDL), and the time of the step's graph replay."""
+    from turbospec.kernels.pdl import pdl_enabled          # imports Triton: CUDA only
+    lines = []
     if pdl_enabled(engine.device):
         lines.append("programmatic dependent launch is on: a kernel's time above includes waiting for its "
                      "predecessor (an elementwise kernel after a GEMM shows the GEMM's tail); "
@@ -177,6 +192,4 @@ def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top
             b.synchronize()
             lines.append(f"graph replay only (GPU time of one decode forward, batch bucket {key[0]}, "
                          f"len bucket {key[2]}): {a.elapsed_time(b) / 20:.3f} ms")
-    while engine.has_unfinished_requests():
-        engine.step()
-    return "\n".join(lines)
+    return lines
