@@ -253,3 +253,24 @@ def test_a_pathlib_path_is_a_model_and_a_tokenizer(tiny_qwen3, llm):
     by_path = LLM(Path(tiny_qwen3), device="cpu", dtype="float32", max_model_len=96, tokenizer=Path(tiny_qwen3))
     want = llm.generate(["def add(a, b):"], p)[0].outputs[0].token_ids
     assert by_path.generate(["def add(a, b):"], p)[0].outputs[0].token_ids == want
+
+
+def test_the_stopping_token_s_text_is_cut_unless_include_stop_str_in_output(llm):
+    """vLLM's rule for EOS and stop_token_ids: the id stays in token_ids, its text leaves the output
+    text (which showed `<|endoftext|>` with skip_special_tokens=False) unless include_stop_str_in_output."""
+    tok = llm.get_tokenizer()
+    plain = llm.generate([PROMPT], greedy(max_tokens=8))[0].outputs[0]
+    tid = plain.token_ids[2]
+    n = plain.token_ids.index(tid) + 1
+    out = llm.generate([PROMPT], greedy(max_tokens=8, stop_token_ids=[tid], ignore_eos=False))[0].outputs[0]
+    assert out.token_ids == plain.token_ids[:n] and out.stop_reason == tid
+    assert out.text == tok.decode(plain.token_ids[:n - 1], skip_special_tokens=True)
+    kept = llm.generate([PROMPT], greedy(max_tokens=8, stop_token_ids=[tid], ignore_eos=False,
+                                         include_stop_str_in_output=True))[0].outputs[0]
+    assert kept.text == tok.decode(plain.token_ids[:n], skip_special_tokens=True)
+    eos = llm.llm_engine.model_config.eos_token_ids[0]
+    forced = dict(max_tokens=4, ignore_eos=False, logit_bias={eos: 100.0}, skip_special_tokens=False)
+    out = llm.generate([PROMPT], greedy(**forced))[0].outputs[0]
+    assert out.token_ids == [eos] and out.finish_reason == "stop" and out.text == ""
+    kept = llm.generate([PROMPT], greedy(**forced, include_stop_str_in_output=True))[0].outputs[0]
+    assert kept.text == tok.decode([eos], skip_special_tokens=False) != ""

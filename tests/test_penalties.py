@@ -9,23 +9,28 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from turbospec.layers.penalties import PenaltyTensors, apply_penalties
+from turbospec.layers.penalties import PenaltyTensors, apply_penalties, processes_logits
 from turbospec.layers.sampler import SamplingTensors, compute_probs
 from turbospec.sampling_params import SamplingParams as SP
 from turbospec.spec.tree import path_to
 
 V = 40
+EOS = (2, 39)                                                     # the model's EOS ids (min_tokens)
 
 
 def _seq(prompt: list[int], output: list[int], params: SP):
     """What PenaltyTensors reads of an engine Sequence."""
-    return SimpleNamespace(token_ids=prompt + output, output_token_ids=list(output), params=params)
+    return SimpleNamespace(token_ids=prompt + output, output_token_ids=list(output), params=params,
+                           num_output_tokens=len(output))
 
 
 def reference(logits: torch.Tensor, prompt: list[int], output: list[int], p: SP) -> torch.Tensor:
-    """vLLM's order, one token at a time: bias, repetition (prompt + output), frequency and
-    presence (output)."""
+    """vLLM's order, one token at a time: min_tokens (stop ids and EOS at -inf while the output is
+    shorter), bias, repetition (prompt + output), frequency and presence (output)."""
     x = logits.clone()
+    if len(output) < p.min_tokens:
+        for v in set(p.stop_token_ids) | (set() if p.ignore_eos else set(EOS)):
+            x[v] = float("-inf")
     for tok, b in (p.logit_bias or {}).items():
         x[tok] += b
     for v in set(prompt) | set(output):
@@ -42,18 +47,22 @@ def _random_case(g: torch.Generator, i: int):
     params = [SP(), SP(repetition_penalty=0.5 + 1.5 * u[0]),
               SP(frequency_penalty=4 * u[1] - 2, presence_penalty=4 * u[2] - 2),
               SP(logit_bias={int(V * u[3]): -7.5, 3: 100.0}),
-              SP(repetition_penalty=1.3, frequency_penalty=0.6, presence_penalty=-0.4, logit_bias={5: 2.0})][i % 5]
+              SP(repetition_penalty=1.3, frequency_penalty=0.6, presence_penalty=-0.4, logit_bias={5: 2.0}),
+              SP(min_tokens=9, stop_token_ids=[7, 11]),
+              SP(min_tokens=6, ignore_eos=True, stop_token_ids=[13], repetition_penalty=1.2)][i % 7]
     return prompt, output, params
 
 
 def test_processed_logits_equal_the_reference_and_untouched_rows_stay_bitwise():
     g = torch.Generator().manual_seed(0)
-    cases = [_random_case(g, i) for i in range(25)]
+    cases = [_random_case(g, i) for i in range(35)]
     logits = 3 * torch.randn(len(cases), V, generator=g)
-    got = apply_penalties(logits, PenaltyTensors.build([_seq(*c) for c in cases], V, "cpu"))
+    got = apply_penalties(logits, PenaltyTensors.build([_seq(*c) for c in cases], V, "cpu", eos_ids=EOS))
     want = torch.stack([reference(logits[i], *c) for i, c in enumerate(cases)])
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
-    plain = [i for i, c in enumerate(cases) if not c[2].modifies_logits]
+    banned = [i for i, c in enumerate(cases) if len(c[1]) < c[2].min_tokens]
+    assert banned and all(got[i].isinf().any() for i in banned)
+    plain = [i for i, c in enumerate(cases) if not processes_logits(_seq(*c), EOS)]
     assert plain and torch.equal(got[plain], logits[plain])
     assert not torch.equal(got, logits)
 
@@ -72,18 +81,19 @@ def test_verify_row_of_node_n_counts_the_drafts_on_its_path(tree):
     g = torch.Generator().manual_seed(1)
     K = 6
     parents = torch.tensor([-1, -1, 0, 0, 2, 1]) if tree else torch.arange(K) - 1
-    cases = [_random_case(g, i) for i in range(1, 5)]
+    cases = [_random_case(g, i) for i in range(1, 7)]
+    cases += [([1, 2], [3] * m, SP(min_tokens=4, stop_token_ids=[5])) for m in range(4)]   # ban ends mid-path
     drafts = torch.randint(0, V // 2, (len(cases), K), generator=g)          # collide with outputs
     logits = 3 * torch.randn(len(cases) * (K + 1), V, generator=g)
     pt = PenaltyTensors.build([_seq(*c) for c in cases], V, "cpu", drafts=drafts,
-                              parents=parents.expand(len(cases), K) if tree else None)
+                              parents=parents.expand(len(cases), K) if tree else None, eos_ids=EOS)
     got = apply_penalties(logits, pt)
     for b, (prompt, output, p) in enumerate(cases):
         for r in range(K + 1):
             path = [int(drafts[b, n]) for n in path_to(parents, r - 1)]
             row = b * (K + 1) + r
             want = apply_penalties(logits[row:row + 1],
-                                   PenaltyTensors.build([_seq(prompt, output + path, p)], V, "cpu"))
+                                   PenaltyTensors.build([_seq(prompt, output + path, p)], V, "cpu", eos_ids=EOS))
             assert torch.equal(got[row:row + 1], want), (tree, b, r)
             torch.testing.assert_close(got[row], reference(logits[row], prompt, output + path, p),
                                        rtol=1e-6, atol=1e-5)
@@ -139,7 +149,10 @@ def test_fields_are_taken_and_logit_bias_keys_become_ints():
     (dict(frequency_penalty=-3), "frequency_penalty=-3 must be a number in [-2, 2]"),
     (dict(frequency_penalty=float("nan")), "frequency_penalty=nan"),
     (dict(presence_penalty=True), "presence_penalty=True must be a number"),
-    (dict(repetition_penalty=0), "repetition_penalty=0 must be a finite number > 0"),
+    (dict(repetition_penalty=0), "repetition_penalty=0 must be a number in [1e-30, 1e30]"),
+    (dict(repetition_penalty=1e-308), "repetition_penalty=1e-308 must be a number in [1e-30, 1e30]"),
+    (dict(top_k=2**63), "must be -1 or 0 (disabled) or a positive integer up to 2147483647"),
+    (dict(temperature=1e300), "temperature=1e+300 must be a number in [0, 1e30]"),
     (dict(repetition_penalty=float("inf")), "repetition_penalty=inf"),
     (dict(min_p=1.5), "min_p=1.5 must be a number in [0, 1]"),
     (dict(min_p=-0.1), "min_p=-0.1"),

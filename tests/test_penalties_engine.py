@@ -116,6 +116,8 @@ def test_logit_bias_plus_100_forces_and_minus_100_bans(llm):
 def test_min_p_one_at_temperature_one_is_greedy(llm):
     params = SamplingParams(temperature=1.0, min_p=1.0, max_tokens=16, ignore_eos=True)
     assert _ids(llm, PROMPTS, params) == _ids(llm, PROMPTS, _greedy(16))
+    tiny = SamplingParams(temperature=1.0, top_p=1e-300, max_tokens=16, ignore_eos=True)   # 0 in float32
+    assert _ids(llm, PROMPTS, tiny) == _ids(llm, PROMPTS, _greedy(16))
 
 
 def test_logprobs_are_the_raw_models(llm):
@@ -134,3 +136,34 @@ def test_logit_bias_outside_the_vocabulary_is_a_clear_error(llm):
         llm.generate([PROMPT], _greedy(4, logit_bias={9000: 1.0, 8192: -1.0, 5: 2.0}))
     eng = llm.llm_engine
     assert not eng.has_unfinished_requests()
+
+
+def test_min_tokens_bans_eos_and_stop_ids_and_ignores_stop_strings_until_reached(llm, codelm_dir):
+    """vLLM's min_tokens: until the output has min_tokens tokens, EOS and stop_token_ids cannot be
+    sampled (logits at -inf) and a stop string does not end it; after, each stops as usual. The
+    same with n-gram speculation and with decode bursts (token for token)."""
+    eos = llm.llm_engine.model_config.eos_token_ids[0]
+    forced = dict(temperature=0.0, max_tokens=12, logit_bias={eos: 100.0})
+    assert _ids(llm, [PROMPT], SamplingParams(**forced))[0] == [eos]                   # stops at once
+    out = llm.generate([PROMPT], SamplingParams(**forced, min_tokens=5))[0].outputs[0]
+    assert eos not in out.token_ids[:5] and out.token_ids[5:] == [eos] and out.finish_reason == "stop"
+    stop_id = _ids(llm, [PROMPT], _greedy(8))[0][2]
+    by_id = dict(temperature=0.0, max_tokens=12, stop_token_ids=[stop_id], logit_bias={stop_id: 100.0})
+    out = llm.generate([PROMPT], SamplingParams(**by_id, min_tokens=3))[0].outputs[0]
+    assert out.token_ids == [*out.token_ids[:3], stop_id] and stop_id not in out.token_ids[:3]
+    assert out.stop_reason == stop_id
+    plain = llm.generate([PROMPT], _greedy(16))[0].outputs[0]
+    first = llm.get_tokenizer().decode(plain.token_ids[:1])
+    assert llm.generate([PROMPT], _greedy(16, stop=[first]))[0].outputs[0].token_ids == plain.token_ids[:1]
+    late = llm.generate([PROMPT], _greedy(16, stop=[first], min_tokens=6))[0].outputs[0]
+    assert late.token_ids == plain.token_ids[:len(late.token_ids)] and len(late.token_ids) >= 6
+    natural = _greedy(20, min_tokens=6, stop_token_ids=[stop_id])      # greedy would stop at token 3
+    assert stop_id not in _ids(llm, [PROMPT], natural)[0][:6]
+    params = [SamplingParams(**forced, min_tokens=5), SamplingParams(**by_id, min_tokens=3),
+              _greedy(16, stop=[first], min_tokens=6), natural]
+    want = _ids(llm, [PROMPT] * 4, params)
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32",
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+    assert _ids(spec, [PROMPT] * 4, params) == want
+    bursts = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)   # no bias: bursts
+    assert _ids(bursts, [PROMPT] * 2, params[2:]) == want[2:]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import difflib
 import functools
-import math
 from dataclasses import dataclass, fields, replace
+
+
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass
@@ -44,12 +46,15 @@ class SamplingParams:
         self.logit_bias = _checked_logit_bias(self.logit_bias)
 
     def _validate(self) -> None:
-        if not _is_number(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 means greedy)")
+        """Each field in a range the sampler's tensors hold (int32 / float32 on the device), so a
+        request that passes never fails a batch's step."""
+        if not _is_number(self.temperature) or not 0 <= self.temperature <= 1e30:
+            raise ValueError(f"temperature={self.temperature!r} must be a number in [0, 1e30] (0 means greedy)")
         if not _is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]; use 1.0 to disable it")
-        if not _is_int(self.top_k) or self.top_k < -1:
-            raise ValueError(f"top_k={self.top_k!r} must be -1 or 0 (disabled) or a positive integer")
+        if not _is_int(self.top_k) or not -1 <= self.top_k <= _INT32_MAX:
+            raise ValueError(f"top_k={self.top_k!r} must be -1 or 0 (disabled) or a positive integer up to "
+                             f"{_INT32_MAX} (any value of at least the vocabulary size keeps every token)")
         if self.max_tokens is not None and (not _is_int(self.max_tokens) or self.max_tokens <= 0):
             raise ValueError(f"max_tokens={self.max_tokens!r} must be a positive integer (or None: up to "
                              "the context length)")
@@ -77,9 +82,9 @@ class SamplingParams:
             if not _is_number(v) or not -2.0 <= v <= 2.0:
                 raise ValueError(f"{name}={v!r} must be a number in [-2, 2] (0 disables it)")
         rp = self.repetition_penalty
-        if not _is_number(rp) or not math.isfinite(rp) or rp <= 0:
-            raise ValueError(f"repetition_penalty={rp!r} must be a finite number > 0 (1 disables it; "
-                             "> 1 discourages repeats)")
+        if not _is_number(rp) or not 1e-30 <= rp <= 1e30:
+            raise ValueError(f"repetition_penalty={rp!r} must be a number in [1e-30, 1e30] (1 disables it; "
+                             "> 1 discourages repeats; the sampler divides float32 logits by it)")
         if not _is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0 disables it)")
 

@@ -74,6 +74,16 @@ CASES = [
     ("negative_temperature", "/v1/completions", _bad(temperature=-1), AUTH, 400, "temperature"),
     ("top_p_zero", "/v1/completions", _bad(top_p=0), AUTH, 400, "top_p"),
     ("top_k_negative", "/v1/completions", _bad(top_k=-5), AUTH, 400, "top_k"),
+    ("top_k_over_int32", "/v1/completions", _bad(top_k=10**20), AUTH, 400, "top_k"),
+    ("repetition_penalty_below_float32", "/v1/completions", _bad(repetition_penalty=1e-308), AUTH, 400,
+     "repetition_penalty"),
+    ("lone_surrogate_prompt", "/v1/completions",
+     b'{"model": "codelm", "prompt": "ab\\ud800c", "max_tokens": 2}', JSON, 400, "surrogate"),
+    ("lone_surrogate_in_a_batch", "/v1/completions",
+     b'{"model": "codelm", "prompt": ["ok", "\\udfff"], "max_tokens": 2}', JSON, 400, "surrogate"),
+    ("lone_surrogate_chat", "/v1/chat/completions",
+     b'{"model": "codelm", "messages": [{"role": "user", "content": "x\\udfff"}], "max_tokens": 2}', JSON, 400,
+     "surrogate"),
     ("logprobs_too_many", "/v1/completions", _bad(logprobs=50), AUTH, 400, "logprobs"),
     ("top_logprobs_without_logprobs", "/v1/chat/completions", {**CHAT, "top_logprobs": 2}, AUTH, 400,
      "logprobs"),
@@ -87,6 +97,7 @@ CASES = [
     ("missing_api_key", "/v1/completions", GOOD, {}, 401, "API key"),
     ("wrong_api_key", "/v1/completions", GOOD, {"Authorization": "Bearer nope"}, 401, "API key"),
     ("not_bearer", "/v1/chat/completions", CHAT, {"Authorization": API_KEY}, 401, "API key"),
+    ("basic_scheme", "/v1/chat/completions", CHAT, {"Authorization": f"Basic {API_KEY}"}, 401, "API key"),
     ("models_without_key", "/v1/models", None, {}, 401, "API key"),
     ("unknown_route", "/v1/nothing", GOOD, AUTH, 404, "endpoint"),
     ("embeddings_route", "/v1/embeddings", {"model": "m", "input": "x"}, AUTH, 404, "/v1/embeddings. This server has"),
@@ -124,4 +135,6 @@ def test_server_still_serves_after_bad_input(server):
         assert c.get("/health").status_code == 200
         r = c.post("/v1/completions", json=GOOD, headers=AUTH)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
+        r = c.post("/v1/completions", json=GOOD, headers={"Authorization": f"bearer  {API_KEY}"})
+        assert r.status_code == 200, r.text                  # the scheme is case-insensitive
         assert server.metric("vllm:kv_cache_usage_perc") == 0.0

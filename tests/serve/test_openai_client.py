@@ -247,3 +247,6 @@ def test_completion_echo_and_prompt_logprobs(client, codelm_dir):
     assert chunks[0].choices[0].text.startswith(prompts[0])
     assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
     assert sum((c.choices[0].logprobs.token_logprobs for c in chunks), []) == whole.choices[0].logprobs.token_logprobs
+    lp0 = whole.choices[0].logprobs                 # logprobs=0: each entry the chosen token alone (vLLM)
+    assert lp0.top_logprobs[0] is None and all(
+        top == {t: v} for top, t, v in zip(lp0.top_logprobs[1:], lp0.tokens[1:], lp0.token_logprobs[1:]))

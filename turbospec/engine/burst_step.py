@@ -21,7 +21,8 @@ def _burst_ok(engine, seqs: list[Sequence], ahead: int) -> bool:
     for s in seqs:
         if s.is_finished or \
                 s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < 1 or \
-                len(s) + ahead + n - 1 > engine.max_model_len:
+                len(s) + ahead + n - 1 > engine.max_model_len or \
+                s.num_output_tokens + ahead < s.params.min_tokens:     # min_tokens masks logits: single steps
             return False
     end = ahead + n - 1
     if not engine.burst.fits(len(seqs), max(len(s) for s in seqs) + ahead + n) or \

@@ -31,11 +31,12 @@ class IncrementalDetokenizer:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
-    def update(self, token_ids: list[int], start: int = 0) -> str | None:
+    def update(self, token_ids: list[int], start: int = 0, check_stop: bool = True) -> str | None:
         """Fold in newly generated ids: the output so far is token_ids[start:] (a sequence's whole
         token list and its prompt length; only the new tail is read, so a step costs O(new
         tokens), not O(output length)). Returns the stop string that matched (the text is then
-        cut before it), else None."""
+        cut before it), else None. check_stop=False (before min_tokens): a stop string completed
+        by these ids is not matched, now or later (vLLM's rule)."""
         if self.tokenizer is None:
             return None
         end = len(token_ids) - start                       # output tokens so far
@@ -54,6 +55,8 @@ class IncrementalDetokenizer:
             self.prefix_offset, self.read_offset = self.read_offset, end
         start = max(0, len(self.text) - self.max_stop_len + 1)
         self.text += delta
+        if not check_stop:
+            return None
         hits = [(idx, s) for s in self.stop if (idx := self.text.find(s, start)) >= 0]
         if hits:
             idx, s = min(hits)                       # the earliest stop string wins

@@ -244,7 +244,9 @@ class LLMEngine:
         if seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.time()
         p = seq.params
-        stop_str = self.detok[seq.request_id].update(seq.token_ids, seq.num_prompt_tokens)
+        detok = self.detok[seq.request_id]
+        shown = len(detok.text)
+        stop_str = detok.update(seq.token_ids, seq.num_prompt_tokens, check_stop=seq.num_output_tokens >= p.min_tokens)
         if stop_str is not None:
             seq.finish_reason, seq.stop_reason = "stop", stop_str
         elif seq.num_output_tokens >= p.min_tokens and not p.ignore_eos \
@@ -252,6 +254,8 @@ class LLMEngine:
             seq.finish_reason, seq.stop_reason = "stop", None
         elif seq.num_output_tokens >= p.min_tokens and token_id in p.stop_token_ids:
             seq.finish_reason, seq.stop_reason = "stop", token_id
+        if seq.finish_reason == "stop" and stop_str is None and not p.include_stop_str_in_output:
+            detok.text = detok.text[:shown]           # the stopping token's text (skip_special_tokens=False)
         elif len(seq) >= seq.max_total_tokens:
             seq.finish_reason = "length"
         if seq.finish_reason is not None:

@@ -26,6 +26,17 @@ def load_tokenizer(model_dir: str):
                          "tokenizer files to use token-id prompts only") from e
 
 
+def _check_encodable(text: str) -> None:
+    """A str may hold a lone UTF-16 surrogate (JSON's "\\ud800" escape decodes to one), which is
+    no Unicode character and which no tokenizer encodes: say where, as a bad request."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the prompt holds a lone UTF-16 surrogate ({text[e.start]!r}) at character {e.start}, "
+                         "which is not a Unicode character: send valid text (an escaped surrogate must come "
+                         "in a high + low pair)") from None
+
+
 def prompt_to_ids(prompt, tokenizer, vocab_size: int) -> tuple[str | None, list[int]]:
     if isinstance(prompt, dict):
         if "prompt_token_ids" not in prompt:
@@ -35,6 +46,7 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int) -> tuple[str | None, list[
         if tokenizer is None:
             raise ValueError("this model directory has no tokenizer: pass token ids as "
                              "{'prompt_token_ids': [...]}, or add tokenizer files to the directory")
+        _check_encodable(prompt)
         return prompt, list(tokenizer.encode(prompt, add_special_tokens=False))
     if isinstance(prompt, (list, tuple)):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):

@@ -15,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.engine.sequence import Sequence
-from turbospec.layers.penalties import PenaltyTensors, apply_penalties
+from turbospec.layers.penalties import PenaltyTensors, apply_penalties, processes_logits
 from turbospec.layers.sampler import SamplingTensors, compute_logprobs, compute_probs, logprobs_to_dicts, sample
 from turbospec.spec.proposer import Proposal, TargetFeatures
 from turbospec.spec.verify import greedy_chain, rejection_sample
@@ -101,8 +101,9 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
         return t.to(dev, non_blocking=True)
     sub = Proposal(pick(proposal.token_ids), [proposal.num_tokens[r] for r in rows],
                    pick(proposal.draft_probs), pick(proposal.parents))
-    if any(s.params.modifies_logits for s in seqs):   # row 1+n counts the drafts on the path to n
-        pt = PenaltyTensors.build(seqs, V, dev, drafts=sub.token_ids, parents=sub.parents)
+    eos = engine.model_config.eos_token_ids
+    if any(processes_logits(s, eos) for s in seqs):   # row 1+n counts the drafts on the path to n
+        pt = PenaltyTensors.build(seqs, V, dev, drafts=sub.token_ids, parents=sub.parents, eos_ids=eos)
         seq_logits = apply_penalties(seq_logits.reshape(-1, V), pt).view(len(bs), K + 1, V)
     if sub.parents is None and all(s.params.greedy for s in seqs):
         fused = _fused_greedy() if dev.type == "cuda" else None
@@ -175,8 +176,9 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
         lg = out.logits
         if len(plain) != lg.shape[0]:
             lg = lg[torch.tensor([offsets[b] for b in plain]).to(lg.device, non_blocking=True)]
-        if any(s.params.modifies_logits for s in seqs):   # a new tensor: logprobs stay raw
-            lg = apply_penalties(lg, PenaltyTensors.build(seqs, lg.shape[1], lg.device))
+        eos = engine.model_config.eos_token_ids
+        if any(processes_logits(s, eos) for s in seqs):   # a new tensor: logprobs stay raw
+            lg = apply_penalties(lg, PenaltyTensors.build(seqs, lg.shape[1], lg.device, eos_ids=eos))
         if all(s.params.greedy for s in seqs):            # no distribution needed: argmax
             toks = lg.argmax(dim=-1).tolist()
         else:

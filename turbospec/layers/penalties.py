@@ -1,9 +1,10 @@
-"""Logit bias and the repetition / frequency / presence penalties: the logits processing that
-comes before temperature (vLLM's semantics and order), applied only to steps where some sequence
-asks for it (`SamplingParams.modifies_logits`), so other steps pay nothing.
+"""Logit bias, the repetition / frequency / presence penalties and min_tokens: the logits
+processing that comes before temperature (vLLM's semantics and order), applied only to steps where
+some sequence asks for it (`processes_logits`), so other steps pay nothing.
 
 For a row whose history is H (prompt + output tokens so far) and whose output is O:
 
+    logits[v] = -inf        for v in stop_token_ids (and EOS unless ignore_eos) while |O| < min_tokens
     logits += logit_bias
     logits[v] = logits[v] / rp if logits[v] > 0 else logits[v] * rp      for v in H (repetition)
     logits -= frequency_penalty * count_O(v) + presence_penalty * (count_O(v) > 0)
@@ -28,6 +29,21 @@ if TYPE_CHECKING:
     from turbospec.engine.sequence import Sequence
 
 
+def min_tokens_ban(seq: "Sequence", eos_ids: Seq[int]) -> list[int]:
+    """The ids `seq` may not sample yet: its stop_token_ids and, unless ignore_eos, the EOS ids,
+    while it has fewer than min_tokens output tokens (vLLM's min_tokens); [] after."""
+    p = seq.params
+    if seq.num_output_tokens >= p.min_tokens:
+        return []
+    return sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else set(eos_ids)))
+
+
+def processes_logits(seq: "Sequence", eos_ids: Seq[int]) -> bool:
+    """Whether `seq`'s next logits go through `apply_penalties` (a bias, a penalty, or tokens
+    min_tokens still bans)."""
+    return seq.params.modifies_logits or bool(min_tokens_ban(seq, eos_ids))
+
+
 @dataclass
 class PenaltyTensors:
     """Per row (a sequence, or one of its K+1 verify rows): what `apply_penalties` needs. A tensor
@@ -38,17 +54,29 @@ class PenaltyTensors:
     output_counts: torch.Tensor | None   # [N, V] float32 occurrences among the output tokens
     frequency: torch.Tensor | None       # [N, 1] float32
     presence: torch.Tensor | None        # [N, 1] float32
+    ban: torch.Tensor | None = None      # [N, V] bool: ids min_tokens forbids in this row
+    ban_left: torch.Tensor | None = None  # [N] int64: output tokens still missing to min_tokens
 
     @staticmethod
     def build(seqs: Seq["Sequence"], vocab_size: int, device: torch.device | str,
-              drafts: torch.Tensor | None = None, parents: torch.Tensor | None = None) -> "PenaltyTensors":
+              drafts: torch.Tensor | None = None, parents: torch.Tensor | None = None,
+              eos_ids: Seq[int] = ()) -> "PenaltyTensors":
         """One row per sequence (its next token after all of seq.token_ids), or, with `drafts`
         [S, K] (on `device`), K+1 rows per sequence: row 0 after the sequence, row 1+n after draft
         node n, whose path from the root (the chain's drafts 0..n, or the tree's ancestors of n
         and n, `parents` [S, K]) counts as generated. Token counts are built on the host from
-        the token lists and uploaded once; the drafts' part is computed on the device."""
+        the token lists and uploaded once; the drafts' part is computed on the device. eos_ids:
+        the model's, for min_tokens."""
         ps = [s.params for s in seqs]
         V, S = vocab_size, len(seqs)
+        ban = left = None
+        bans = [min_tokens_ban(s, eos_ids) for s in seqs]
+        if any(bans):
+            ban = torch.zeros(S, V, dtype=torch.bool)
+            for i, ids in enumerate(bans):
+                ban[i, [t for t in ids if t < V]] = True
+            ban = ban.to(device, non_blocking=True)
+            left = torch.tensor([s.params.min_tokens - s.num_output_tokens for s in seqs]).to(device, non_blocking=True)
         use_rep = any(p.repetition_penalty != 1 for p in ps)
         use_out = any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps)
         bias = seen = rep = counts = freq = pres = None
@@ -65,7 +93,7 @@ class PenaltyTensors:
             counts = _counts([s.output_token_ids for s in seqs], V, device)                   # [S, V]
             freq = _column([p.frequency_penalty for p in ps], device)
             pres = _column([p.presence_penalty for p in ps], device)
-        pt = PenaltyTensors(bias, seen, rep, counts, freq, pres)
+        pt = PenaltyTensors(bias, seen, rep, counts, freq, pres, ban, left)
         return pt if drafts is None else pt._verify_rows(drafts, parents, V)
 
     def _verify_rows(self, drafts: torch.Tensor, parents: torch.Tensor | None, V: int) -> "PenaltyTensors":
@@ -74,13 +102,18 @@ class PenaltyTensors:
 
         def rows(t: torch.Tensor | None) -> torch.Tensor | None:     # [S, X] -> [S * (K+1), X]
             return None if t is None else t.repeat_interleave(K + 1, dim=0)
-        if K == 0 or (self.seen is None and self.output_counts is None):
-            return PenaltyTensors(rows(self.bias), rows(self.seen), rows(self.repetition),
-                                  rows(self.output_counts), rows(self.frequency), rows(self.presence))
         if parents is None:                                        # chain: drafts 0..n
             anc = torch.ones(K, K, dtype=torch.bool, device=drafts.device).tril().expand(S, K, K)
         else:                                                      # tree: the ancestors of n and n
             anc = ancestor_matrix(parents.long())                                             # [S, K, K]
+        ban = None
+        if self.ban is not None:              # row 1+n has depth(n) more output tokens than row 0
+            depth = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=drafts.device),
+                               anc.sum(-1).long()], dim=1)                                    # [S, K+1]
+            ban = (self.ban.unsqueeze(1) & (depth < self.ban_left.view(S, 1)).unsqueeze(-1)).reshape(S * (K + 1), V)
+        if K == 0 or (self.seen is None and self.output_counts is None):
+            return PenaltyTensors(rows(self.bias), rows(self.seen), rows(self.repetition),
+                                  rows(self.output_counts), rows(self.frequency), rows(self.presence), ban)
         # path[s, 1 + n, v]: how often v is among the drafts on the path to node n (row 0: none);
         # a scatter of S x K x K ones, not a [S, K, V] one-hot (that is GBs at batch 256, k 7, 152k vocab)
         path = torch.zeros(S, K + 1, V, dtype=torch.float32, device=drafts.device)           # [S, K+1, V]
@@ -91,13 +124,15 @@ class PenaltyTensors:
         if self.output_counts is not None:
             counts = (self.output_counts.unsqueeze(1) + path).reshape(S * (K + 1), V)
         return PenaltyTensors(rows(self.bias), seen, rows(self.repetition), counts,
-                              rows(self.frequency), rows(self.presence))
+                              rows(self.frequency), rows(self.presence), ban)
 
 
 def apply_penalties(logits: torch.Tensor, pt: PenaltyTensors) -> torch.Tensor:
     """[N, V] logits -> [N, V] float32 processed logits (a new tensor: the raw ones stay for
     logprobs). Rows without bias or penalties come out unchanged, bit for bit."""
     logits = logits.float()
+    if pt.ban is not None:
+        logits = logits.masked_fill(pt.ban, float("-inf"))
     if pt.bias is not None:
         logits = logits + pt.bias
     if pt.seen is not None:

@@ -82,7 +82,7 @@ class SamplingTensors:
             is_greedy = p.greedy
             temps += [1.0 if is_greedy else float(p.temperature)] * r
             ks += [int(p.top_k) if p.uses_top_k and not is_greedy else 0] * r
-            ps += [float(p.top_p) if not is_greedy else 1.0] * r
+            ps += [max(float(p.top_p), 1e-30) if not is_greedy else 1.0] * r    # >0 in float32: the top token
             min_ps += [float(p.min_p) if not is_greedy else 0.0] * r
             greedy += [is_greedy] * r
             row_gens += [g] * r

@@ -21,13 +21,14 @@ from turbospec.serve.serving import OpenAIServing
 
 
 def _auth_dependency(api_key: str | None):
-    expected = f"Bearer {api_key}".encode() if api_key else None
+    expected = api_key.encode() if api_key else None
 
     async def check(request: Request) -> None:
         if expected is None:
             return
-        got = request.headers.get("authorization", "").encode("utf-8", "replace")
-        if not hmac.compare_digest(got, expected):
+        scheme, _, key = request.headers.get("authorization", "").strip().partition(" ")
+        ok = scheme.lower() == "bearer"                   # the scheme is case-insensitive (RFC 7235)
+        if not hmac.compare_digest(key.strip().encode("utf-8", "replace"), expected) or not ok:
             raise APIError(401, "missing or invalid API key: send the header `Authorization: Bearer <key>` "
                            "with the key the server was started with", code="invalid_api_key")
     return check

@@ -132,7 +132,7 @@ class OpenAIServing:
             token = e.token if e is not None else token_str(tok, t)
             echo.tokens.append(token)
             echo.token_logprobs.append(e.logprob if e is not None else None)
-            echo.top_logprobs.append({k: v for k, v in e.top} if e is not None and e.top else None)
+            echo.top_logprobs.append(None if e is None else {k: v for k, v in e.top} if e.top else {e.token: e.logprob})
             echo.text_offset.append(offset)
             offset += len(token)
         rest, offset = _completion_logprobs(lps, len(prompt_text))
@@ -249,7 +249,7 @@ def _completion_logprobs(lps: list[TokenLogprob] | None, offset: int) -> tuple[C
     for t in lps:
         out.tokens.append(t.token)
         out.token_logprobs.append(t.logprob)
-        out.top_logprobs.append({tok: lp for tok, lp in t.top} if t.top else None)
+        out.top_logprobs.append({tok: lp for tok, lp in t.top} if t.top else {t.token: t.logprob})   # logprobs=0: the chosen token (vLLM)
         out.text_offset.append(offset)
         offset += len(t.token)
     return out, offset
