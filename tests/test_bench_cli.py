@@ -127,6 +127,34 @@ def test_bench_spec_bad_input():
     assert r.exit_code == 2 and "--max-model-len goes with --shape" in r.output
 
 
+def _flat(output: str) -> str:
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())            # rich's error box wraps lines
+
+
+def test_bench_spec_model_bad_values_are_refused_before_any_run(codelm_dir, tmp_path):
+    """Values that used to hang (--concurrency 0), run every prompt (--num-prompts 0) or end in a
+    traceback after loading the model (--max-tokens 0, --temperature -1, a prompt longer than the
+    context) are refused with the flag named."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f():"}\n' + json.dumps({"prompt": "x = 1\n" * 1500}) + "\n")
+    base = ["bench", "spec", "--model", str(codelm_dir), "--prompts", str(prompts), "--device", "cpu",
+            "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+    for extra, word in ((["--concurrency", "0"], "--concurrency 0"), (["--concurrency", "-1"], "--concurrency -1"),
+                        (["--num-prompts", "0"], "--num-prompts 0"), (["--max-tokens", "0"], "--max-tokens 0"),
+                        (["--temperature", "-1", "--num-prompts", "1"], "temperature=-1.0"),
+                        (["--max-tokens", "200"], "prompt 2 of")):
+        r = runner.invoke(app, base + extra)
+        assert r.exit_code == 2 and word in _flat(r.output), (extra, r.output[-1500:])
+        assert "Traceback" not in r.output
+
+
+def test_bench_decode_json_out_into_a_missing_directory_is_refused_first(codelm_dir, tmp_path):
+    r = runner.invoke(app, ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
+                            "--batch-sizes", "1", "--prompt-len", "4", "--gen-len", "2",
+                            "--json-out", str(tmp_path / "nope" / "x.json")])
+    assert r.exit_code == 2 and "does not exist" in _flat(r.output) and "ms/step" not in r.output
+
+
 def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
     """The oracle on a random-weight shape with block-FP8 weights (issue 4's MoE table runs this on
     qwen3-30b-a3b): the header names the weights, every batch row reports identical outputs (fp32

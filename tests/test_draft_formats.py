@@ -220,6 +220,23 @@ def test_eagle3_bad_checkpoints_name_the_problem(tmp_path, edit, needle):
         load_eagle3(str(d))
 
 
+def test_a_damaged_draft_file_is_named_like_a_damaged_target(tmp_path):
+    """A truncated draft .safetensors or .bin and a broken config.json: ValueError naming the file
+    and the fix (they were a raw SafetensorError / unpickling traceback)."""
+    d = write_dir(tmp_path / "trunc", eagle3_config(), eagle3_tensors(seed=2))
+    st = d / "model.safetensors"
+    st.write_bytes(st.read_bytes()[:5000])
+    with pytest.raises(ValueError, match="model.safetensors.*truncated or corrupt"):
+        load_eagle3(str(d))
+    st.unlink()
+    (d / "pytorch_model.bin").write_bytes(b"\x80\x02not a checkpoint")
+    with pytest.raises(ValueError, match="pytorch_model.bin.*truncated or corrupt"):
+        load_eagle3(str(d))
+    (d / "config.json").write_text("{bad json")
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
+        load_eagle3(str(d))
+
+
 # ----------------------------------------------------------------------------- DFlash
 
 DF_LAYERS, DF_IDS = 2, [1, 3, 5]

@@ -274,3 +274,16 @@ def test_the_stopping_token_s_text_is_cut_unless_include_stop_str_in_output(llm)
     assert out.token_ids == [eos] and out.finish_reason == "stop" and out.text == ""
     kept = llm.generate([PROMPT], greedy(**forced, include_stop_str_in_output=True))[0].outputs[0]
     assert kept.text == tok.decode([eos], skip_special_tokens=False) != ""
+
+
+@pytest.mark.parametrize("kw,fragment", [
+    (dict(max_model_len=0), "max_model_len=0 must be at least 2"), (dict(max_model_len=-5), "max_model_len=-5"),
+    (dict(device="tpu"), "device='tpu': use 'cpu' or 'cuda'"), (dict(device="CPU"), "device='CPU'"),
+    (dict(device="meta"), "runs on 'cpu' or 'cuda'"),
+    (dict(speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_maxx": 3}),
+     "did you mean 'prompt_lookup_max'"),
+])
+def test_bad_engine_arguments_are_refused_before_loading(tiny_qwen3, kw, fragment):
+    with pytest.raises(ValueError) as e:
+        LLM(str(tiny_qwen3), **{"device": "cpu", **kw})
+    assert fragment in str(e.value), str(e.value)

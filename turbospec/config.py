@@ -207,3 +207,6 @@ class EngineConfig:
             raise ValueError(f"num_scheduler_steps={self.num_scheduler_steps} must be in [1, 64]")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len={self.max_model_len} must be at least 2 (a prompt token and a generated "
+                             "one), or None for the model's own")

@@ -84,7 +84,7 @@ def test_speculative_server_with_penalties_equals_plain(spec_server, llm):
 @pytest.mark.parametrize("field,value,param,fragment", [
     ("frequency_penalty", 2.5, "frequency_penalty", "[-2, 2]"),
     ("presence_penalty", -3, "presence_penalty", "[-2, 2]"),
-    ("repetition_penalty", 0, "repetition_penalty", "> 0"),
+    ("repetition_penalty", 0, "repetition_penalty", "[1e-30, 1e30]"),
     ("min_p", 1.5, "min_p", "[0, 1]"),
     ("logit_bias", {"5": 101}, "logit_bias", "[-100, 100]"),
     ("logit_bias", {"abc": 1}, "logit_bias", "token id"),

@@ -41,6 +41,14 @@ def _shape_setting(shape: str, dtype: str, device: str | None, batch_sizes: str)
     return dev, name, cfg, dt, _parse_ints(batch_sizes, "--batch-sizes")
 
 
+def _check_out_path(path: str | None, flag: str) -> None:
+    """Refuse, before any work, an output file whose directory does not exist (the results of a
+    long run would be lost at the end)."""
+    if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise typer.BadParameter(f"{flag} {path}: the directory {os.path.dirname(os.path.abspath(path))} does not "
+                                 "exist; create it or write elsewhere")
+
+
 def _parse_ints(text: str, what: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
@@ -88,6 +96,9 @@ def decode(
     if max_model_len is not None and max_model_len < prompt_len + gen_len:
         raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + gen "
                                  f"({prompt_len + gen_len}): give at least that, or leave it out")
+    if prompt_len < 1 or gen_len < 1:
+        raise typer.BadParameter(f"--prompt-len {prompt_len} and --gen-len {gen_len} must be at least 1")
+    _check_out_path(json_out, "--json-out")
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
     if logprobs is not None:
         sampling["logprobs"] = logprobs
@@ -152,6 +163,9 @@ def spec(
         raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
     if (model is None) == (shape is None):
         raise typer.BadParameter("pass exactly one of --model DIR (with --prompts) or --shape NAME (oracle)")
+    for flag, v in (("--num-prompts", num_prompts), ("--max-tokens", max_tokens), ("--concurrency", concurrency)):
+        if v < 1:
+            raise typer.BadParameter(f"{flag} {v}: give a positive integer")
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
     if shape is not None:
@@ -174,12 +188,20 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     from turbospec.benchmarks.spec import compare, load_prompts
 
     try:
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
         ps = load_prompts(prompts, num_prompts)
         llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     eng = llm.llm_engine
-    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
+    if eng.tokenizer is not None:                         # every request fits, before any is timed
+        for i, p in enumerate(ps, 1):
+            n = len(eng.tokenizer.encode(p, add_special_tokens=False))
+            if n + max_tokens > eng.max_model_len:
+                fix = (f"lower --max-tokens to {eng.max_model_len - n} or shorten that prompt"
+                       if n < eng.max_model_len else "shorten that prompt")
+                raise typer.BadParameter(f"prompt {i} of {prompts} has {n} tokens: with --max-tokens {max_tokens} "
+                                         f"it exceeds the context length {eng.max_model_len}; {fix}")
     plain, sp = compare(eng, eng.proposer, ps, params, concurrency)
     same = sum(a == b for a, b in zip(plain.outputs, sp.outputs))
     m = sp.metrics

@@ -14,6 +14,8 @@ from turbospec.sampling_params import SamplingParams
 
 
 def load_prompts(path: str, limit: int | None) -> list[str]:
+    if limit is not None and limit < 1:
+        raise ValueError(f"--num-prompts {limit}: give a positive integer")
     if not os.path.isfile(path):
         raise ValueError(f"--prompts {path!r} does not exist: pass a JSONL file with a 'prompt' field per line")
     prompts = []
@@ -28,7 +30,7 @@ def load_prompts(path: str, limit: int | None) -> list[str]:
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise ValueError(f"{path}:{i} needs a string field 'prompt'")
             prompts.append(row["prompt"])
-            if limit and len(prompts) >= limit:
+            if limit is not None and len(prompts) >= limit:
                 break
     if not prompts:
         raise ValueError(f"{path} holds no prompts")
@@ -50,6 +52,8 @@ class RunResult:
 
 def run(engine: LLMEngine, prompts, params: SamplingParams, concurrency: int) -> RunResult:
     """Keep `concurrency` requests in flight until every prompt is done."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency={concurrency}: at least one request must be in flight")
     sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
     pending = list(enumerate(prompts))
     outs: dict[int, list[int]] = {}

@@ -68,6 +68,10 @@ class LLMEngine:
         pool_tokens = self.block_manager.num_usable_blocks * engine_config.block_size
         model_len = engine_config.max_model_len or config.max_position_embeddings
         self.max_model_len = min(model_len, config.max_position_embeddings, pool_tokens - k - 1)
+        if self.max_model_len < 2:
+            raise ValueError(f"the KV cache holds {pool_tokens} tokens, too few for a context of 2 with "
+                             f"{k} draft tokens per step: give it more memory (num_kv_blocks / "
+                             "gpu_memory_utilization) or a smaller num_speculative_tokens")
         if engine_config.max_model_len and self.max_model_len < engine_config.max_model_len:
             warnings.warn(_capped_len_message(engine_config, config, self.max_model_len, pool_tokens, k),
                           stacklevel=2)
@@ -125,7 +129,12 @@ class LLMEngine:
         from turbospec.model_loader import load_model
         from turbospec.spec.factory import build_proposer
 
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        try:
+            device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device={device!r}: use 'cpu' or 'cuda' (or 'cuda:N')") from e
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device={str(device)!r}: this engine runs on 'cpu' or 'cuda' (or 'cuda:N')")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu'")
         torch_dtype = parse_dtype(dtype, torch.float32 if device.type == "cpu" else torch.bfloat16)

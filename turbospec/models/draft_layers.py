@@ -97,18 +97,29 @@ def read_config(model_dir: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise ValueError(f"{model_dir!r} has no config.json: pass the draft checkpoint directory")
     with open(path) as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON ({e}): fix it or download the draft again") from e
 
 
 def read_checkpoint(model_dir: str) -> dict[str, torch.Tensor]:
-    """All tensors of *.safetensors (single or sharded), else pytorch_model*.bin (weights_only)."""
+    """All tensors of *.safetensors (single or sharded), else pytorch_model*.bin (weights_only). A
+    truncated or corrupt file is a ValueError naming it (as the target's loader says)."""
+    from turbospec.model_loader import iterate_weights
     files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
     if files:
-        from safetensors.torch import load_file
-        return {k: v for f in files for k, v in load_file(f).items()}
+        return dict(iterate_weights(files))
     files = sorted(glob.glob(os.path.join(model_dir, "pytorch_model*.bin")))
-    if files:
-        return {k: v for f in files for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
+    tensors = {}
+    for f in files:
+        try:
+            tensors.update(torch.load(f, map_location="cpu", weights_only=True))
+        except Exception as e:  # noqa: BLE001 - torch.load raises several types for a damaged file
+            raise ValueError(f"cannot read {f} ({type(e).__name__}): a truncated or corrupt checkpoint file, or "
+                             "one holding more than tensors: download it again or convert it to .safetensors") from e
+    if tensors:
+        return tensors
     raise ValueError(f"{model_dir!r} holds neither model.safetensors nor pytorch_model.bin")
 
 

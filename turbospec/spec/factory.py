@@ -7,7 +7,13 @@ import torch
 
 from turbospec.config import ModelConfig
 
-METHODS = ("ngram", "draft_model", "eagle3", "dflash", "mtp", "oracle")
+METHODS = ("ngram", "draft_model", "eagle3", "dflash", "mtp")
+MAX_K = 128                 # drafts per step: acceptance rarely passes ~10; more only shrinks the context
+# the keys each method reads (plus the common ones); anything else is a typo or a vLLM option not
+# implemented here, refused by name rather than ignored
+COMMON_KEYS = ("method", "model", "num_speculative_tokens", "draft_length", "bitwise_exact")
+METHOD_KEYS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": (), "eagle3": ("tree",),
+               "dflash": (), "mtp": ("tree",)}
 
 
 def bitwise_exact(spec: dict[str, Any]) -> bool:
@@ -20,6 +26,18 @@ def bitwise_exact(spec: dict[str, Any]) -> bool:
     return value
 
 
+def _check_keys(spec: dict[str, Any], method: str) -> None:
+    """Refuse a key `method` does not read, with the nearest known one."""
+    import difflib
+    known = COMMON_KEYS + METHOD_KEYS[method]
+    for key in spec:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"speculative_config key {key!r} is not used by method {method!r}{hint}: its keys "
+                             f"are {', '.join(known)}")
+
+
 def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir: str,
                    device: torch.device, dtype: torch.dtype):
     if not isinstance(spec, dict):
@@ -29,11 +47,16 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
     method = spec.get("method")
     if method is None and spec.get("model"):
         method = "eagle3" if "eagle3" in str(spec["model"]).lower() else "draft_model"
+    if method == "oracle":
+        raise ValueError("speculative_config method 'oracle' is a benchmark proposer: it replays the target's "
+                         "own greedy continuation, which `turbospec bench spec --shape NAME` computes first; run "
+                         "it there")
     if method not in METHODS:
         raise ValueError(f"speculative_config method {method!r} is not one of {', '.join(METHODS)}")
+    _check_keys(spec, method)
     k = spec.get("num_speculative_tokens")
-    if method != "dflash" and (not isinstance(k, int) or k <= 0):
-        raise ValueError(f"speculative_config needs num_speculative_tokens >= 1 (got {k!r})")
+    if method != "dflash" and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K):
+        raise ValueError(f"speculative_config needs num_speculative_tokens from 1 to {MAX_K} (got {k!r})")
     if spec.get("draft_length", "fixed") not in ("fixed", "auto"):
         raise ValueError(f"speculative_config draft_length={spec['draft_length']!r}: use 'auto' (chosen per step "
                          "from measured verify cost and acceptance) or leave it out (always k)")
@@ -52,8 +75,5 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
     if method == "dflash":
         from turbospec.spec.dflash import build_dflash_proposer
         return build_dflash_proposer(target, config, spec, device, dtype)
-    if method == "mtp":
-        from turbospec.spec.mtp import build_mtp_proposer
-        return build_mtp_proposer(target, config, model_dir, spec, device, dtype)
-    from turbospec.spec.oracle import build_oracle_proposer
-    return build_oracle_proposer(spec, config.vocab_size)
+    from turbospec.spec.mtp import build_mtp_proposer
+    return build_mtp_proposer(target, config, model_dir, spec, device, dtype)

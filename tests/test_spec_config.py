@@ -1,0 +1,34 @@
+"""speculative_config is checked before anything loads: every key used, k in range, the benchmark
+oracle refused outside `bench spec --shape`, each error naming the key and the fix."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turbospec.spec.factory import MAX_K, build_proposer
+
+
+def _build(spec):
+    return build_proposer(spec, None, None, "", torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_maxx": 9}, "did you mean 'prompt_lookup_max'"),
+    ({"method": "ngram", "num_speculative_tokens": 4, "bogus_key": 1}, "'bogus_key' is not used by method 'ngram'"),
+    ({"method": "eagle3", "model": "d", "num_speculative_tokens": 4, "prompt_lookup_max": 3}, "prompt_lookup_max"),
+    ({"method": "ngram", "num_speculative_tokens": True}, "from 1 to"),
+    ({"method": "ngram", "num_speculative_tokens": 0}, "from 1 to"),
+    ({"method": "ngram", "num_speculative_tokens": 10**5}, f"from 1 to {MAX_K}"),
+    ({"method": "oracle", "num_speculative_tokens": 4, "acceptance_length": 2}, "bench spec --shape"),
+    ({"method": "medusa", "num_speculative_tokens": 4}, "is not one of ngram"),
+])
+def test_bad_speculative_configs_name_the_problem(spec, fragment):
+    with pytest.raises(ValueError, match=None) as e:
+        _build(spec)
+    assert fragment in str(e.value), str(e.value)
+
+
+def test_good_ngram_config_builds():
+    p = _build({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 5, "draft_length": "auto",
+                "bitwise_exact": False})
+    assert p.k == 3
