@@ -38,3 +38,25 @@ def test_cuda_penalized_spec_equals_plain(spec):
     assert llm.get_metrics()["spec_decode_num_accepted_tokens"] > 0
     # (min_p = 1 sampling equals greedy only without ties: bf16 logits tie often enough that a
     # first H200 run sampled the other of two equal tokens once; the CPU float32 tests check it)
+
+
+def test_min_tokens_bans_eos_and_stop_ids_with_graphs_bursts_and_speculation():
+    """min_tokens on CUDA: EOS and stop ids cannot be sampled before it, a stop string does not end
+    the output before it, and decode bursts (graphs) and n-gram speculation give single steps'
+    tokens (H200, 2026-11-30: the same code passed as bench/min_tokens_gpu_check.py)."""
+    prompt = "def add(a, b):\n    return"
+    plain = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", enforce_eager=True)
+    eos = plain.llm_engine.model_config.eos_token_ids[0]
+    greedy = plain.generate([prompt], SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].token_ids
+    stop_id = greedy[2]
+    params = [SamplingParams(temperature=0, max_tokens=12, logit_bias={eos: 100.0}, min_tokens=5),
+              SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[stop_id], min_tokens=6),
+              SamplingParams(temperature=0, max_tokens=12, stop=[plain.get_tokenizer().decode(greedy[:1])],
+                             min_tokens=6)]
+    want = [o.outputs[0].token_ids for o in plain.generate([prompt] * 3, params)]
+    assert eos not in want[0][:5] and want[0][5:] == [eos]
+    assert stop_id not in want[1][:6] and len(want[2]) >= 6
+    for kw in ({}, {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}):
+        other = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", **kw)
+        assert [o.outputs[0].token_ids for o in other.generate([prompt] * 3, params)] == want, kw
+        assert [o.outputs[0].token_ids for o in other.generate([prompt] * 2, params[1:])] == want[1:], kw
