@@ -43,7 +43,7 @@ def test_cuda_penalized_spec_equals_plain(spec):
 def test_min_tokens_bans_eos_and_stop_ids_with_graphs_bursts_and_speculation():
     """min_tokens on CUDA: EOS and stop ids cannot be sampled before it, a stop string does not end
     the output before it, and decode bursts (graphs) and n-gram speculation give single steps'
-    tokens (H200, 2026-11-30: the same code passed as bench/min_tokens_gpu_check.py)."""
+    tokens (H200, 2026-11-30: this code passed, run as a script)."""
     prompt = "def add(a, b):\n    return"
     plain = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", enforce_eager=True)
     eos = plain.llm_engine.model_config.eos_token_ids[0]
