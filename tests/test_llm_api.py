@@ -274,6 +274,12 @@ def test_the_stopping_token_s_text_is_cut_unless_include_stop_str_in_output(llm)
     assert out.token_ids == [eos] and out.finish_reason == "stop" and out.text == ""
     kept = llm.generate([PROMPT], greedy(**forced, include_stop_str_in_output=True))[0].outputs[0]
     assert kept.text == tok.decode([eos], skip_special_tokens=False) != ""
+    for inc in (False, True):                     # a stop on the last allowed token is a stop, not "length"
+        last = llm.generate([PROMPT], greedy(max_tokens=n, stop_token_ids=[tid], ignore_eos=False,
+                                             include_stop_str_in_output=inc))[0].outputs[0]
+        assert last.finish_reason == "stop" and last.stop_reason == tid, inc
+        last = llm.generate([PROMPT], greedy(**{**forced, "max_tokens": 1}, include_stop_str_in_output=inc))
+        assert last[0].outputs[0].finish_reason == "stop", inc
 
 
 @pytest.mark.parametrize("kw,fragment", [

@@ -263,10 +263,10 @@ class LLMEngine:
             seq.finish_reason, seq.stop_reason = "stop", None
         elif seq.num_output_tokens >= p.min_tokens and token_id in p.stop_token_ids:
             seq.finish_reason, seq.stop_reason = "stop", token_id
-        if seq.finish_reason == "stop" and stop_str is None and not p.include_stop_str_in_output:
-            detok.text = detok.text[:shown]           # the stopping token's text (skip_special_tokens=False)
         elif len(seq) >= seq.max_total_tokens:
             seq.finish_reason = "length"
+        if seq.finish_reason == "stop" and stop_str is None and not p.include_stop_str_in_output:
+            detok.text = detok.text[:shown]           # the stopping token's text (skip_special_tokens=False)
         if seq.finish_reason is not None:
             self._finish(seq)
             return True

@@ -249,7 +249,8 @@ def _completion_logprobs(lps: list[TokenLogprob] | None, offset: int) -> tuple[C
     for t in lps:
         out.tokens.append(t.token)
         out.token_logprobs.append(t.logprob)
-        out.top_logprobs.append({tok: lp for tok, lp in t.top} if t.top else {t.token: t.logprob})   # logprobs=0: the chosen token (vLLM)
+        # logprobs=0: the chosen token alone (vLLM's), not null
+        out.top_logprobs.append({tok: lp for tok, lp in t.top} if t.top else {t.token: t.logprob})
         out.text_offset.append(offset)
         offset += len(t.token)
     return out, offset
