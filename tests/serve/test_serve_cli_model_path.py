@@ -44,3 +44,21 @@ def test_vllm_tool_flags_are_accepted_and_other_parsers_refused():
     r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--tool-call-parser", "mistral"])
     out = " ".join(r.output.replace("│", " ").split())
     assert r.exit_code == 2 and "'mistral' is not a parser turbospec has: use hermes" in out
+
+
+def test_a_busy_port_is_refused_before_the_model_loads(monkeypatch):
+    """The port is checked first: a 30B model must not load for minutes and then fail to bind."""
+    import socket
+
+    import turbospec.serve.startup as startup
+    loads = []
+    monkeypatch.setattr(startup, "build_engine", lambda *a, **k: loads.append(1))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--host", "127.0.0.1",
+                                     "--port", str(port)])
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in out and "--port" in out, out
+    assert loads == []

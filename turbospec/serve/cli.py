@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import sys
 
 import typer
@@ -106,6 +107,11 @@ def serve(
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e), param_hint="--chat-template")
     names = list(served_model_name or []) or [model]
+    busy = _bind_error(host, port)
+    if busy is not None:                 # before a model that may take minutes to load
+        typer.echo(f"turbospec serve: cannot listen on {host}:{port}: {busy}; stop what holds the port or "
+                   "pass another --port", err=True)
+        raise typer.Exit(2)
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -137,6 +143,19 @@ def serve(
     if not server.started:            # e.g. the port was taken: uvicorn logged why
         sys.exit(1)
     print("turbospec serve: shut down cleanly", flush=True)
+
+
+def _bind_error(host: str, port: int) -> str | None:
+    """Why the server could not bind (host, port), as uvicorn binds it (SO_REUSEADDR), or None."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def register(app: typer.Typer) -> None:
