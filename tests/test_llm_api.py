@@ -293,3 +293,8 @@ def test_bad_engine_arguments_are_refused_before_loading(tiny_qwen3, kw, fragmen
     with pytest.raises(ValueError) as e:
         LLM(str(tiny_qwen3), **{"device": "cpu", **kw})
     assert fragment in str(e.value), str(e.value)
+
+
+def test_a_prompt_that_is_not_text_or_ids_is_refused_by_type(llm):
+    with pytest.raises(ValueError, match="prompts must be a string.*not int"):
+        llm.generate(5)
