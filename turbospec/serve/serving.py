@@ -135,7 +135,7 @@ class OpenAIServing:
             echo.top_logprobs.append(None if e is None else {k: v for k, v in e.top} if e.top else {e.token: e.logprob})
             echo.text_offset.append(offset)
             offset += len(token)
-        rest, offset = _completion_logprobs(lps, len(prompt_text))
+        rest, offset = _completion_logprobs(lps, offset)      # offsets count token strings throughout
         for f in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
             getattr(echo, f).extend(getattr(rest, f))
         return prompt_text + text, echo, offset
