@@ -219,6 +219,7 @@ def test_chat_renders_tools_and_the_tool_turns(llm):
 def test_model_path_errors(tiny_qwen3, tmp_path):
     cases = [(str(tiny_qwen3 / "config.json"), "is a file: pass the directory"),
              ("Qwen/Qwen3-0.6B", "hf download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B"),
+             ("models/codelm-99m", "if it is a relative path, run from the directory that holds it"),
              (str(tmp_path / "nope"), "does not exist"),
              (str(tmp_path), "has no config.json")]
     for path, fragment in cases:

@@ -164,9 +164,10 @@ def check_model_path(path: str, what: str = "model") -> None:
                          f"({os.path.dirname(path) or '.'!r})")
     if _HF_REPO_ID.match(path):
         local = os.path.join("models", path.split("/")[1])
-        raise ValueError(f"{what} {path!r} is not a local directory: turbospec loads local Hugging Face "
-                         f"directories; download it first (`hf download {path} --local-dir {local}`) "
-                         f"and pass {local!r}")
+        raise ValueError(f"{what} {path!r} is not a directory under {os.getcwd()!r}: if it is a relative path, "
+                         "run from the directory that holds it (or pass an absolute path); if it is a Hugging "
+                         f"Face id, turbospec loads local directories: download it first (`hf download {path} "
+                         f"--local-dir {local}`) and pass {local!r}")
     raise ValueError(f"{what} path {path!r} does not exist: pass a Hugging Face model directory "
                      "(config.json + *.safetensors)")
 
