@@ -21,6 +21,7 @@ def _build(spec):
     ({"method": "ngram", "num_speculative_tokens": 10**5}, f"from 1 to {MAX_K}"),
     ({"method": "oracle", "num_speculative_tokens": 4, "acceptance_length": 2}, "bench spec --shape"),
     ({"method": "medusa", "num_speculative_tokens": 4}, "is not one of ngram"),
+    ({"method": "ngram", "num_speculative_tokens": 4, "draft_tensor_parallel_size": 2}, "accepted: 1, None"),
 ])
 def test_bad_speculative_configs_name_the_problem(spec, fragment):
     with pytest.raises(ValueError, match=None) as e:
@@ -30,5 +31,5 @@ def test_bad_speculative_configs_name_the_problem(spec, fragment):
 
 def test_good_ngram_config_builds():
     p = _build({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 5, "draft_length": "auto",
-                "bitwise_exact": False})
+                "bitwise_exact": False, "draft_tensor_parallel_size": 1, "disable_logprobs": True})   # vLLM's, neutral
     assert p.k == 3

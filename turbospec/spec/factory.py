@@ -14,6 +14,9 @@ MAX_K = 128                 # drafts per step: acceptance rarely passes ~10; mor
 COMMON_KEYS = ("method", "model", "num_speculative_tokens", "draft_length", "bitwise_exact")
 METHOD_KEYS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": (), "eagle3": ("tree",),
                "dflash": (), "mtp": ("tree",)}
+# vLLM keys a copied config may carry: accepted at these values (they change nothing here)
+VLLM_NEUTRAL = {"draft_tensor_parallel_size": (1, None), "quantization": (None,), "revision": (None,),
+                "code_revision": (None,), "disable_by_batch_size": (None,), "disable_logprobs": (True, False)}
 
 
 def bitwise_exact(spec: dict[str, Any]) -> bool:
@@ -31,7 +34,12 @@ def _check_keys(spec: dict[str, Any], method: str) -> None:
     import difflib
     known = COMMON_KEYS + METHOD_KEYS[method]
     for key in spec:
-        if key not in known:
+        if key in VLLM_NEUTRAL:
+            if spec[key] not in VLLM_NEUTRAL[key]:
+                raise ValueError(f"speculative_config {key}={spec[key]!r} is not supported (accepted: "
+                                 f"{', '.join(map(repr, VLLM_NEUTRAL[key]))}; turbospec runs the drafter on the "
+                                 "target's GPU, in its dtype)")
+        elif key not in known:
             near = difflib.get_close_matches(str(key), known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ValueError(f"speculative_config key {key!r} is not used by method {method!r}{hint}: its keys "
