@@ -47,7 +47,9 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int) -> tuple[str | None, list[
             raise ValueError("this model directory has no tokenizer: pass token ids as "
                              "{'prompt_token_ids': [...]}, or add tokenizer files to the directory")
         _check_encodable(prompt)
-        return prompt, list(tokenizer.encode(prompt, add_special_tokens=False))
+        # verbose=False: a prompt over the tokenizer's model_max_length gets the engine's context-length
+        # error (build_sequence), not also transformers' "indexing errors" warning
+        return prompt, list(tokenizer.encode(prompt, add_special_tokens=False, verbose=False))
     if isinstance(prompt, (list, tuple)):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             raise ValueError("prompt_token_ids must be a list of integers")
