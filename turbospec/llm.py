@@ -59,7 +59,7 @@ class LLM:
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
-        if not isinstance(prompts, (list, tuple)) and not hasattr(prompts, "__iter__"):
+        if not hasattr(prompts, "__iter__"):
             raise ValueError(f"prompts must be a string, a {{'prompt_token_ids': [...]}} dict or a list of them, "
                              f"not {type(prompts).__name__}")
         prompts = list(prompts)

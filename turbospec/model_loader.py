@@ -56,11 +56,11 @@ def checkpoint_files(model_dir: str) -> list[str]:
     return [os.path.join(model_dir, fn) for fn in files]
 
 
-def iterate_weights(model_dir_or_files: str | os.PathLike | list[str], device: torch.device | str = "cpu"
+def iterate_weights(model_dir_or_files: str | list[str], device: torch.device | str = "cpu"
                     ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) over one checkpoint directory (or explicit files), one tensor at a time."""
     from safetensors import SafetensorError, safe_open
-    files = (checkpoint_files(os.fspath(model_dir_or_files)) if isinstance(model_dir_or_files, (str, os.PathLike))
+    files = (checkpoint_files(model_dir_or_files) if isinstance(model_dir_or_files, str)
              else list(model_dir_or_files))
     for path in files:
         try:

@@ -163,7 +163,7 @@ def spec(
         raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
     if (model is None) == (shape is None):
         raise typer.BadParameter("pass exactly one of --model DIR (with --prompts) or --shape NAME (oracle)")
-    for flag, v in (("--num-prompts", num_prompts), ("--max-tokens", max_tokens), ("--concurrency", concurrency)):
+    for flag, v in (("--max-tokens", max_tokens), ("--concurrency", concurrency)):     # --num-prompts: load_prompts
         if v < 1:
             raise typer.BadParameter(f"{flag} {v}: give a positive integer")
     if quantization not in (None, "fp8"):
@@ -195,8 +195,9 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
         raise typer.BadParameter(str(e)) from e
     eng = llm.llm_engine
     if eng.tokenizer is not None:                         # every request fits, before any is timed
+        from turbospec.engine.request_input import prompt_to_ids
         for i, p in enumerate(ps, 1):
-            n = len(eng.tokenizer.encode(p, add_special_tokens=False))
+            n = len(prompt_to_ids(p, eng.tokenizer, eng.model_config.vocab_size)[1])   # the engine's tokenization
             if n + max_tokens > eng.max_model_len:
                 fix = (f"lower --max-tokens to {eng.max_model_len - n} or shorten that prompt"
                        if n < eng.max_model_len else "shorten that prompt")

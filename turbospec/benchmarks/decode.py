@@ -146,9 +146,6 @@ def profile_step(engine: LLMEngine, batch: int, prompt_len: int, vocab: int, top
     from torch.profiler import ProfilerActivity, profile
     g = torch.Generator().manual_seed(3)
     room = engine.max_model_len - prompt_len             # the bench sizes the context for its own gen-len
-    if room < 1:
-        raise ValueError(f"profile: a {prompt_len}-token prompt leaves no room in the engine's context of "
-                         f"{engine.max_model_len} tokens")
     params = SamplingParams(**{"temperature": 0.0, **(sampling or {})}, max_tokens=min(64, room), ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"prof{i}", {"prompt_token_ids": torch.randint(0, vocab, (prompt_len,), generator=g).tolist()}, params)

@@ -60,7 +60,8 @@ class ServerMetrics:
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemptions.")
         # turbospec's own (no vLLM name): how much of the decoding ran in decode bursts; against
-        # vllm:generation_tokens_total it shows what penalty / logit-bias requests and more than 8 with logprobs cost
+        # vllm:generation_tokens_total it shows what single steps cost (penalties, logit bias, min_tokens,
+        # more than 8 rows with logprobs)
         self.burst_tokens = counter("turbospec:decode_burst_tokens",
                                     "Generated tokens decoded inside decode bursts (the rest took single steps).")
         self._success = Counter("vllm:request_success", "Count of successfully processed requests.",

@@ -1,6 +1,7 @@
 """`speculative_config` (vLLM's keys) → a Proposer."""
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
@@ -31,7 +32,6 @@ def bitwise_exact(spec: dict[str, Any]) -> bool:
 
 def _check_keys(spec: dict[str, Any], method: str) -> None:
     """Refuse a key `method` does not read, with the nearest known one."""
-    import difflib
     known = COMMON_KEYS + METHOD_KEYS[method]
     for key in spec:
         if key in VLLM_NEUTRAL:
