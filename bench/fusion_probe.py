@@ -7,7 +7,9 @@ start-up); random weights; outputs of the "no*" variants are wrong by constructi
         [--quantization fp8] [--prompt-len 512] [--gen-len 256] [--repeats 3]
 
 VARIANT: base | nosilu (down_proj reads gate instead of silu(gate) * up: no SiLU-and-mul launch)
-| nonorm (RMSNorms return their input: no norm launches) | pf (o_proj's weight prefetched into L2
+| nonorm (RMSNorms return their input: no norm launches) | norope (no q/k-norm + RoPE + KV-store
+launch: attention reads q unrotated and the cache as it is) | noattn (neither that nor attention and
+its merge: the layer's attention output is q) | pf (o_proj's weight prefetched into L2
 by a launch after qkv_proj, up to --pf-rows rows) | pfearly (the same launch starting during
 qkv_proj, PDL).
 """
@@ -22,7 +24,7 @@ from turbospec.benchmarks.roofline import measure_copy_bandwidth
 from turbospec.benchmarks.shapes import resolve_shape
 
 ap = argparse.ArgumentParser()
-ap.add_argument("variant", choices=["base", "nosilu", "nonorm", "pf", "pfearly"])
+ap.add_argument("variant", choices=["base", "nosilu", "nonorm", "norope", "noattn", "pf", "pfearly"])
 ap.add_argument("--shape", default="qwen3-8b")
 ap.add_argument("--quantization", default=None)
 ap.add_argument("--batch-sizes", default="1")
@@ -45,6 +47,18 @@ elif a.variant == "nonorm":
     def norm_forward(self, x, residual=None):
         return x if residual is None else (x, residual)
     layernorm.RMSNorm.forward = norm_forward
+elif a.variant in ("norope", "noattn"):
+    from turbospec.layers import attention as attn_mod
+    from turbospec.engine.forward_context import get_forward_context
+
+    def forward_rope(self, positions, q, k, v, rotary_emb, q_norm=None, k_norm=None):
+        T = q.shape[0]
+        if a.variant == "noattn":
+            return q.reshape(T, -1)
+        backend = attn_mod._backend_for(q)
+        return backend.attention(q, self.k_cache, self.v_cache, get_forward_context(),
+                                 self.scale).reshape(T, -1)
+    attn_mod.Attention.forward_rope = forward_rope
 elif a.variant in ("pf", "pfearly"):
     from bench.l2_prefetch_kernel import prefetch_l2
     from turbospec.models import llama

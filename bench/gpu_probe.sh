@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fusion_probe.py variants on one H200, each in its own process (results: grep RESULT).
-#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [rbab] [moe] [tests] [enginetests]
+#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [rbab] [ldab] [ncu64] [attnreg] [attnub] [moe] [tests] [enginetests]
 LOG_NAME=probe.log
 source "$(dirname "$0")/gpu_common.sh"
 P=(python3 bench/fusion_probe.py)
@@ -21,6 +21,21 @@ for part in ${*:-dense}; do
              run 150 env TURBOSPEC_AB=$t PYTHONPATH=$pp python3 -P "${P[@]:1}" base --batch-sizes 1,16 --gen-len 128 --repeats 2
              run 150 env TURBOSPEC_AB=$t PYTHONPATH=$pp python3 -P "${P[@]:1}" base --shape qwen3-30b-a3b --prompt-len 256 --gen-len 128 --repeats 2
            done ;;
+    ldab)  # the large-decode attention settings (TURBOSPEC_ATTN_LARGE_DECODE): GPU tests, then engine A/B alternating
+           run 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_attention_kernels.py
+           for m in 0 1 0 1; do
+             run 150 env TURBOSPEC_ATTN_LARGE_DECODE=$m "${P[@]}" base --batch-sizes 16,64 --gen-len 128 --repeats 2; done ;;
+    ncu64) # Nsight Compute on the skinny GEMM at 64 rows vs 1 (bench/ncu_gemm64.py): DRAM / L2 / L1 throughput, stalls
+           NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+           run 400 "$NCU" --clock-control none --kernel-name regex:"_skinny_gemm_kernel" --launch-skip 0 --launch-count 16 \
+             --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+             --section LaunchStats --section SchedulerStats python3 bench/ncu_gemm64.py ;;
+    attnreg) # decode attention with a register cap (more programs per SM), kernel times
+           run 200 python3 bench/attn_bucket.py '{"maxnreg": 128}' '{"maxnreg": 128, "programs_per_row": 1}' \
+             '{"maxnreg": 128, "programs_per_row": 1, "num_stages": 3}' \
+             '{"maxnreg": 128, "programs_per_row": 1, "fused_reduce": false}' '{"maxnreg": 112, "programs_per_row": 1}' ;;
+    attnub) # upper bounds: the step without the RoPE + KV-store launch / without any attention launch
+           for v in base norope noattn base; do run 150 "${P[@]}" $v --batch-sizes 1,64 --gen-len 128 --repeats 2; done ;;
     tests) run 500 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
              tests/gpu/test_sampled_bursts_gpu.py tests/gpu/test_skinny_gemm.py tests/gpu/test_fp8_moe_kernels.py \
              tests/gpu/test_fp8_large_config.py tests/gpu/test_no_compile_in_steps.py ;;

@@ -50,6 +50,27 @@ def test_split_programs_and_its_switch():
     assert r.returncode != 0 and "TURBOSPEC_ATTN_PROGRAMS_PER_SM='lots'" in r.stderr and "(0, 64]" in r.stderr
 
 
+@needs_triton
+def test_large_decode_policy_and_its_switch():
+    """Decode batches with at least 3 row blocks per SM take the register cap and about 4 programs
+    per SM (one per row block at qwen3-8b batch 64 on 132 SMs); smaller batches and verify do not;
+    a bad TURBOSPEC_ATTN_LARGE_DECODE stops the import with the fix named."""
+    import os
+    import subprocess
+
+    from turbospec.kernels.paged_decode_policy import large_decode, large_decode_programs
+    assert large_decode(1, 64 * 8, 132) and large_decode_programs(64 * 8, 132) == 1
+    assert large_decode(1, 50 * 8, 132) and large_decode_programs(50 * 8, 132) == 1
+    assert not large_decode(1, 48 * 8, 132)            # batch 48: the default policy
+    assert not large_decode(4, 64 * 8, 132)            # verify: uncapped
+    assert large_decode_programs(4096, 132) == 1
+    env = dict(os.environ, TURBOSPEC_ATTN_LARGE_DECODE="yes",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-c", "import turbospec.kernels.paged_decode"], env=env,
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode != 0 and "TURBOSPEC_ATTN_LARGE_DECODE='yes'" in r.stderr and "use 1" in r.stderr
+
+
 # ------------------------------------------------------------- run inside the subprocess
 
 

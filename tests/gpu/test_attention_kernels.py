@@ -268,3 +268,25 @@ def test_programs_per_row_change_no_bit(q_len):
         for fused in (True, False):
             _assert_same(base, run(g, fused), f"G={g} fused={fused}")
     _assert_same(base, _attend(c), "automatic G through the backend")
+
+
+def test_large_decode_batch_bits_equal_default_policy():
+    """A decode batch large enough for the large-decode settings (128-register cap, one program
+    per row block: 64 sequences x 8 kv heads on an H200) gives every row the bits of the uncapped
+    kernel at G = 2 and of the sequence decoded alone; contexts on both sides of 2048."""
+    from turbospec.kernels.paged_decode import num_sms, paged_decode_attention
+    from turbospec.kernels.paged_decode_policy import large_decode
+    sms = num_sms(torch.device("cuda"))
+    B = max(64, -(-3 * sms // 8))
+    ctx = [(97 * i) % 4500 + 1 for i in range(B)]
+    c = _case([1] * B, ctx, num_heads=32, num_kv_heads=8, head_dim=128, seed=12)
+    m = c.metas[0]
+    assert large_decode(1, B * 8, sms)
+    batch = _attend(c)
+    _check(c, batch)
+    plain = paged_decode_attention(c.q, c.k_cache, c.v_cache, m.seq_lens, m.block_tables, c.scale,
+                                   m.max_seq_len, programs_per_row=2)          # not large: uncapped
+    _assert_same(batch, plain, "large-decode settings vs G = 2 uncapped")
+    for s in (0, 21, B - 1):
+        alone = _decode(c.q[s:s + 1], c, m.seq_lens[s:s + 1], m.block_tables[s:s + 1], ctx[s] + 1)
+        _assert_same(batch[s:s + 1], alone, f"seq {s} (ctx {ctx[s]}) alone")

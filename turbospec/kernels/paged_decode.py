@@ -57,7 +57,8 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.kernels.paged_decode_policy import (FUSED_MAX_ROWS, FUSED_REDUCE, decode_stages, default_block_n,
+from turbospec.kernels.paged_decode_policy import (FUSED_MAX_ROWS, FUSED_REDUCE, LARGE_DECODE_MAXNREG, decode_stages,
+                                                   default_block_n, large_decode, large_decode_programs,
                                                    split_programs)
 from turbospec.kernels.paged_merge import MERGE_UNROLL, _jit_unspecialised, _merge_rows, _reduce_partitions_kernel
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
@@ -249,14 +250,17 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            tokens_per_program: int | None = None, min_partition: int = P_MIN,
                            max_partitions: int = MAX_PARTS, num_warps: int = 4,
                            num_stages: int | None = None, fused_reduce: bool | None = FUSED_REDUCE,
-                           programs_per_row: int | None = None) -> torch.Tensor:
+                           programs_per_row: int | None = None, maxnreg: int | None = None) -> torch.Tensor:
     """q [B * q_len, H, D] (q_len tokens per sequence, causal among themselves: decode q_len = 1,
     chain verify q_len = k + 1), caches [num_blocks, block_size, KVH, D] -> [B * q_len, H, D].
 
     `max_seq_len` bounds every seq_len (sizes the grid). fused_reduce: merge the partitions in
     this launch (True), in a second one (False), or by rows per program (None, see REDUCE).
-    programs_per_row: G of the kernel (None: `split_programs`); it changes which program computes
-    a partition, never a bit of the result. Keyword overrides are for benchmarks."""
+    programs_per_row: G of the kernel (None: `split_programs`, or `large_decode_programs` for a large
+    decode batch); it changes which program computes a partition, never a bit of the result.
+    maxnreg: a register cap for the kernel (None: `LARGE_DECODE_MAXNREG` for a large decode batch,
+    else none); it changes how many programs an SM holds, not an operation. Keyword overrides
+    are for benchmarks."""
     T, H, D = q.shape
     B = seq_lens.shape[0]
     _, block_size, KVH, _ = k_cache.shape
@@ -275,10 +279,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     part_o = torch.empty(T, H, splits, D, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(T, H, splits, dtype=torch.float32, device=q.device)
     parts_pad = triton.next_power_of_2(max_partitions)
-    G = programs_per_row or split_programs(B * progs_per_seq * KVH, splits, num_sms(q.device))
+    row_programs, sms = B * progs_per_seq * KVH, num_sms(q.device)
+    large = q.is_cuda and programs_per_row is None and maxnreg is None and large_decode(q_len, row_programs, sms)
+    if large:                               # register cap and one program per row block (policy)
+        G, maxnreg = large_decode_programs(row_programs, sms), LARGE_DECODE_MAXNREG
+    else:
+        G = programs_per_row or split_programs(row_programs, splits, sms)
     G = max(1, min(G, splits))
     if fused_reduce is None:                # one program per row block: it merges what it wrote
-        fused_reduce = tpp * group <= FUSED_MAX_ROWS or G == 1
+        fused_reduce = tpp * group <= FUSED_MAX_ROWS or (G == 1 and not large)
     locks = _locks(B * progs_per_seq * KVH, q.device) if fused_reduce else part_lse
     _paged_decode_kernel[(B * progs_per_seq, KVH, G)](
         q, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, scale * LOG2E,
@@ -288,7 +297,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_N=block_n, BLOCK_SIZE=block_size, P_MIN=min_partition, MAX_PARTS=max_partitions,
         PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, num_warps=num_warps,
-        num_stages=num_stages or decode_stages(q_len),
+        num_stages=num_stages or decode_stages(q_len), **({"maxnreg": maxnreg} if maxnreg else {}),
         **pdl_launch(q.device))
     if fused_reduce:
         return out

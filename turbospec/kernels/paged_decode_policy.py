@@ -1,7 +1,7 @@
 """Launch policy of the paged decode attention (kernels/paged_decode.py): where partitions are
-merged, how many programs share a row's partitions, the tile and the pipeline depth, and the
-environment switches that override them (read once, at import). None of it changes a bit of a
-row's result except the tile (`default_block_n`, a function of head_dim only)."""
+merged, how many programs share a row's partitions, the tile, the pipeline depth and the register
+cap, and the environment switches that override them (read once, at import). None of it changes a
+bit of a row's result except the tile (`default_block_n`, a function of head_dim only)."""
 from __future__ import annotations
 
 import os
@@ -52,3 +52,31 @@ def split_programs(row_programs: int, splits: int, sms: int) -> int:
     partition of its rows with its tiles pipelined. H200, qwen3-8b heads, context 512 and 2048
     (bench/attn_bucket.py, 2026-11-30): G = 2 beat 1 and 4 at batch 16 and 64, decode and verify."""
     return max(1, min(splits, max(2, round(PROGRAMS_PER_SM * sms / row_programs))))
+
+
+# Large decode batches: from LARGE_ROW_PROGRAMS row blocks (sequence x kv head) per SM, decode caps
+# the kernel at LARGE_DECODE_MAXNREG registers (it takes 168 uncapped: 3 programs of 4 warps per SM,
+# 4 with the cap) and gives each row block about LARGE_PROGRAMS_PER_SM * SMs / row blocks programs
+# (one at batch 64), the merge in a second launch. H200, qwen3-8b heads, bench/attn_bucket.py,
+# 2026-11-30 (decode + merge, us): batch 64 context 512 53.6 -> 48.9, context 2048 164.4 -> 151.8.
+# Not below it: the cap alone at batch 16 18.8 -> 19.5 and for verify of 4 tokens 21.1 -> 23.2, one
+# program per row block at batch 16 27.5. TURBOSPEC_ATTN_LARGE_DECODE=0 turns it off (A/B runs).
+_LD = os.environ.get("TURBOSPEC_ATTN_LARGE_DECODE", "1")
+if _LD not in ("0", "1"):
+    raise ValueError(f"TURBOSPEC_ATTN_LARGE_DECODE={_LD!r}: use 1 (default) or 0")
+LARGE_DECODE = _LD == "1"
+LARGE_ROW_PROGRAMS = 3.0
+LARGE_PROGRAMS_PER_SM = 4.0
+LARGE_DECODE_MAXNREG = 128
+
+
+def large_decode(q_len: int, row_programs: int, sms: int) -> bool:
+    """Does a launch of `row_programs` row blocks take the large-decode settings? Decode only
+    (q_len 1): verify keeps the uncapped kernel."""
+    return LARGE_DECODE and q_len == 1 and row_programs >= LARGE_ROW_PROGRAMS * sms
+
+
+def large_decode_programs(row_programs: int, sms: int) -> int:
+    """G for a large decode batch: about LARGE_PROGRAMS_PER_SM programs per SM in all, at least one
+    per row block."""
+    return max(1, round(LARGE_PROGRAMS_PER_SM * sms / row_programs))
