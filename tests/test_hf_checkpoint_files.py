@@ -118,3 +118,19 @@ def test_server_adds_the_bos_to_completions_but_not_to_chat(bos_model_dir, tmp_p
         assert r.json()["usage"]["prompt_tokens"] == len(chat_ids)
     finally:
         srv.terminate()
+
+
+def test_tokenizer_with_ids_past_the_vocabulary_is_a_clear_error(codelm_dir, tmp_path):
+    # a tokenizer from another model (here: one added token, id 8192 = vocab_size) used to reach the
+    # embedding lookup: IndexError on CPU, a device-side assert (a dead server) on CUDA
+    model_dir = _copy(codelm_dir, tmp_path / "codelm")
+    tok = json.loads((model_dir / "tokenizer.json").read_text())
+    tok["added_tokens"].append({"id": 8192, "content": "<|extra|>", "single_word": False, "lstrip": False,
+                                "rstrip": False, "normalized": False, "special": True})
+    (model_dir / "tokenizer.json").write_text(json.dumps(tok))
+    llm = _llm(model_dir)
+    with pytest.raises(ValueError, match=r"token ids \[8192\] \(\['<\|extra\|>'\]\), outside the model's "
+                                         r"vocabulary \[0, 8192\).*model's own tokenizer"):
+        llm.generate("x = <|extra|>", SamplingParams(max_tokens=2))
+    out = llm.generate("x = 1", SamplingParams(temperature=0.0, max_tokens=2))[0]     # the engine still serves
+    assert len(out.outputs[0].token_ids) == 2

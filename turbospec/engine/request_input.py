@@ -52,7 +52,14 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool =
         _check_encodable(prompt)
         # verbose=False: a prompt over the tokenizer's model_max_length gets the engine's context-length
         # error (build_sequence), not also transformers' "indexing errors" warning
-        return prompt, list(tokenizer.encode(prompt, add_special_tokens=add_special_tokens, verbose=False))
+        ids = list(tokenizer.encode(prompt, add_special_tokens=add_special_tokens, verbose=False))
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:      # the embedding lookup would fail inside the step (on CUDA: a device assert, the server dead)
+            raise ValueError(f"the tokenizer encodes the prompt to token ids {bad[:5]} "
+                             f"({tokenizer.convert_ids_to_tokens(bad[:5])}), outside the model's vocabulary "
+                             f"[0, {vocab_size}): the tokenizer does not match the model's vocab_size; "
+                             "use the model's own tokenizer (LLM(tokenizer=...) / --tokenizer)")
+        return prompt, ids
     if isinstance(prompt, (list, tuple)):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             raise ValueError("prompt_token_ids must be a list of integers")
