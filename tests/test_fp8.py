@@ -160,8 +160,17 @@ def test_fp8_errors_name_the_tensor(tiny_qwen3, tiny_dir_factory):
         t = fp8_checkpoint(t, BLOCK)
         del t["model.layers.2.self_attn.o_proj.weight_scale_inv"]
         return t
-    with pytest.raises(ValueError, match=r"o_proj\.weight is torch\.float8_e4m3fn .* no FP8 parameter"):
+    with pytest.raises(ValueError, match=r"missing model\.layers\.2\.self_attn\.o_proj\.weight_scale_inv: every "
+                                         r"float8 weight needs .*download it again"):
         load_model(str(tiny_dir_factory(tiny_qwen3, QC, edit_tensors=missing_scale)))
+
+    def fp8_lm_head(t):                      # a third-party export that quantized the LM head as well
+        t = fp8_checkpoint(t, BLOCK)
+        t["lm_head.weight"], t["lm_head.weight_scale_inv"] = quantize_fp8(t["model.embed_tokens.weight"], BLOCK)
+        return t
+    with pytest.raises(ValueError, match=r"quantizes lm_head \(lm_head\.weight_scale_inv\), which turbospec runs "
+                                         r"unquantized.*dequantize"):
+        load_model(str(tiny_dir_factory(tiny_qwen3, {**QC, "tie_word_embeddings": False}, edit_tensors=fp8_lm_head)))
 
 
 def test_misaligned_fused_layout_is_refused(tiny_qwen3, tiny_dir_factory):

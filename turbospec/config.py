@@ -34,6 +34,24 @@ def parse_dtype(dtype: str | torch.dtype | None, default: torch.dtype = torch.fl
     return _DTYPES[key]
 
 
+def _token_ids(value) -> tuple[int, ...]:
+    """An `eos_token_id` entry (an int, a list of ints or null) -> tuple of ints."""
+    if value is None:
+        return ()
+    return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else (value,)))
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    """An optional JSON file's object ({} when the file is absent)."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON ({e}): fix, re-download or delete it") from e
+
+
 @dataclass
 class RopeConfig:
     theta: float = 10000.0
@@ -123,8 +141,7 @@ class ModelConfig:
         hidden = int(raw["hidden_size"])
         n_heads = int(raw["num_attention_heads"])
         head_dim = raw.get("head_dim") or hidden // n_heads
-        eos = raw.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
+        eos_ids = _token_ids(raw.get("eos_token_id"))
         num_experts = int(raw.get("num_experts", raw.get("num_local_experts", 0)) or 0)
         if arch not in ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM"):   # SarvamMoE keys: models/sarvam_moe.py
             num_experts = 0
@@ -145,7 +162,7 @@ class ModelConfig:
             attention_bias=bool(raw.get("attention_bias", False)),
             mlp_bias=bool(raw.get("mlp_bias", False)),
             dtype=parse_dtype(raw.get("torch_dtype") or raw.get("dtype"), torch.bfloat16),
-            eos_token_ids=tuple(int(e) for e in eos_ids),
+            eos_token_ids=eos_ids,
             bos_token_id=raw.get("bos_token_id"),
             num_experts=num_experts,
             num_experts_per_tok=int(raw.get("num_experts_per_tok", 0) or 0),
@@ -169,7 +186,13 @@ class ModelConfig:
                 raw = json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path} is not valid JSON ({e}): fix or re-download the config") from e
-        return cls.from_dict(raw)
+        cfg = cls.from_dict(raw)
+        # generation_config.json's eos_token_id is what transformers' generate and vLLM stop on: instruct
+        # models list their end-of-turn token there (Llama-3 <|eot_id|>, Qwen <|endoftext|>) beside config.json's
+        gen = _read_json(os.path.join(model_dir, "generation_config.json"))
+        extra = [e for e in _token_ids(gen.get("eos_token_id")) if e not in cfg.eos_token_ids]
+        cfg.eos_token_ids += tuple(extra)
+        return cfg
 
     def validate(self) -> None:
         if self.num_attention_heads % self.num_key_value_heads:

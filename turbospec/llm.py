@@ -56,7 +56,11 @@ class LLM:
         """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
         engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
         work starts, so a bad one fails the call without running the others; if the call is
-        interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed."""
+        interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
+        prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do."""
+        return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True)
+
+    def _generate(self, prompts, sampling_params, use_tqdm: bool, add_special_tokens: bool) -> list[RequestOutput]:
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         if not hasattr(prompts, "__iter__"):
@@ -82,7 +86,7 @@ class LLM:
         try:
             for g, prompt, p in zip(groups, prompts, params):
                 for j, rid in enumerate(g):
-                    eng.add_request(rid, prompt, p.for_sample(j))
+                    eng.add_request(rid, prompt, p.for_sample(j), add_special_tokens)
             if use_tqdm:
                 from tqdm.auto import tqdm
                 bar = tqdm(total=len(ids), desc="generate", unit="req")
@@ -118,7 +122,8 @@ class LLM:
         prompts = _render_conversations(self.get_tokenizer(), self.model, messages, chat_template,
                                         add_generation_prompt, continue_final_message, chat_template_kwargs,
                                         tools)
-        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+        # the template renders the BOS itself: its text is tokenized without special tokens (vLLM)
+        return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=False)
 
     def get_metrics(self) -> dict[str, Any]:
         return self.llm_engine.get_metrics()

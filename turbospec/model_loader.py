@@ -26,8 +26,8 @@ from torch import nn
 
 from turbospec.config import ModelConfig, parse_dtype
 from turbospec.layers.linear import WeightShapeError
-from turbospec.layers.quant.fp8 import (FP8_DTYPE, checkpoint_tensor_names, prepare_fp8_from_checkpoint,
-                                        quantize_model_fp8, resolve_fp8_config)
+from turbospec.layers.quant.fp8 import (FP8_DTYPE, check_fp8_scales, checkpoint_tensor_dtypes,
+                                        prepare_fp8_from_checkpoint, quantize_model_fp8, resolve_fp8_config)
 from turbospec.models.registry import get_model_class
 
 # checkpoint tensors that carry nothing we need (old exporters saved the rope frequencies)
@@ -192,8 +192,10 @@ def load_model(model_dir: str | os.PathLike, device: torch.device | str = "cpu",
     finally:
         torch.set_default_dtype(prev_dtype)
     if fp8 is not None and fp8.from_checkpoint:
+        dtypes = checkpoint_tensor_dtypes(model_dir)
+        check_fp8_scales(dtypes)
         scaled = {_resolve(model, n.removesuffix("_scale_inv"))[0]      # `x.weight_scale_inv` scales `x.weight`
-                  for n in checkpoint_tensor_names(model_dir) if n.endswith("_scale_inv")}
+                  for n in dtypes if n.endswith("_scale_inv")}
         prepare_fp8_from_checkpoint(model, fp8, scaled)
     load_weights(model, iterate_weights(model_dir, device), num_layers=cfg.num_hidden_layers,
                  tied_lm_head=cfg.tie_word_embeddings)

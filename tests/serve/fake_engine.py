@@ -33,7 +33,7 @@ class FakeEngine:
         self.die = False
         self.steps = 0
 
-    def add_request(self, request_id, prompt, params) -> None:
+    def add_request(self, request_id, prompt, params, add_special_tokens=True) -> None:
         text = prompt if isinstance(prompt, str) else None
         ids = [ord(c) % 26 for c in prompt] if isinstance(prompt, str) else list(prompt)
         if not ids:

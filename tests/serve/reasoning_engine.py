@@ -61,7 +61,7 @@ class ThinkEngine(FakeEngine):
     def reply_ids(self, reply: str | None = None) -> list[int]:
         return self.tokenizer.encode(self.reply if reply is None else reply, add_special_tokens=False)
 
-    def add_request(self, request_id, prompt, params) -> None:
+    def add_request(self, request_id, prompt, params, add_special_tokens=True) -> None:
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         self.prompts.append(prompt)
         self.reqs[request_id] = dict(text=prompt, ids=ids, params=params, out=[], steps=0,

@@ -17,7 +17,7 @@ class _BusyEngine(FakeEngine):
         super().__init__(max_model_len=400)
         self.added_at: dict[str, int] = {}
 
-    def add_request(self, request_id, prompt, params) -> None:
+    def add_request(self, request_id, prompt, params, add_special_tokens=True) -> None:
         super().add_request(request_id, prompt, params)
         self.added_at[request_id] = self.steps
 

@@ -59,7 +59,7 @@ class ToolEngine(FakeEngine):
         self.prompts: list[str] = []
         self.params: list = []
 
-    def add_request(self, request_id, prompt, params) -> None:
+    def add_request(self, request_id, prompt, params, add_special_tokens=True) -> None:
         super().add_request(request_id, prompt, params)
         self.prompts.append(prompt)
         self.params.append(params)

@@ -155,7 +155,10 @@ class LLMEngine:
                    bitwise_exact=spec.get("bitwise_exact", True))
 
     # ---- requests -------------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt, params: SamplingParams | None = None) -> None:
+    def add_request(self, request_id: str, prompt, params: SamplingParams | None = None,
+                    add_special_tokens: bool = True) -> None:
+        """`add_special_tokens`: a text prompt gets the tokenizer's BOS (as transformers and vLLM's
+        generate / completions do); False for text a chat template rendered, which holds its own."""
         params = params or SamplingParams()
         if params.n != 1:
             raise ValueError(f"n={params.n}: the engine runs one sequence per request; LLM.generate and the "
@@ -163,7 +166,7 @@ class LLMEngine:
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use: pass a unique id")
         seq = build_sequence(request_id, prompt, params, self.tokenizer, self.model_config,
-                             self.device, self.max_model_len)
+                             self.device, self.max_model_len, add_special_tokens)
         self.seqs[request_id] = seq
         self.detok[request_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens,
                                                         params.stop)

@@ -37,7 +37,10 @@ def _check_encodable(text: str) -> None:
                          "in a high + low pair)") from None
 
 
-def prompt_to_ids(prompt, tokenizer, vocab_size: int) -> tuple[str | None, list[int]]:
+def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool = True
+                  ) -> tuple[str | None, list[int]]:
+    """(text or None, token ids). Text gets the tokenizer's special tokens (a Llama BOS) unless
+    `add_special_tokens` is False (chat-template output, which already holds them)."""
     if isinstance(prompt, dict):
         if "prompt_token_ids" not in prompt:
             raise ValueError("a dict prompt needs a 'prompt_token_ids' list, e.g. {'prompt_token_ids': [1, 2, 3]}")
@@ -49,7 +52,14 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int) -> tuple[str | None, list[
         _check_encodable(prompt)
         # verbose=False: a prompt over the tokenizer's model_max_length gets the engine's context-length
         # error (build_sequence), not also transformers' "indexing errors" warning
-        return prompt, list(tokenizer.encode(prompt, add_special_tokens=False, verbose=False))
+        ids = list(tokenizer.encode(prompt, add_special_tokens=add_special_tokens, verbose=False))
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:      # the embedding lookup would fail inside the step (on CUDA: a device assert, the server dead)
+            raise ValueError(f"the tokenizer encodes the prompt to token ids {bad[:5]} "
+                             f"({tokenizer.convert_ids_to_tokens(bad[:5])}), outside the model's vocabulary "
+                             f"[0, {vocab_size}): the tokenizer does not match the model's vocab_size; "
+                             "use the model's own tokenizer (LLM(tokenizer=...) / --tokenizer)")
+        return prompt, ids
     if isinstance(prompt, (list, tuple)):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             raise ValueError("prompt_token_ids must be a list of integers")
@@ -62,10 +72,10 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int) -> tuple[str | None, list[
 
 
 def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, config: ModelConfig,
-                   device: torch.device, max_model_len: int) -> Sequence:
+                   device: torch.device, max_model_len: int, add_special_tokens: bool = True) -> Sequence:
     if not isinstance(params, SamplingParams):
         raise ValueError(f"sampling params must be a SamplingParams, not {type(params).__name__}")
-    text, ids = prompt_to_ids(prompt, tokenizer, config.vocab_size)
+    text, ids = prompt_to_ids(prompt, tokenizer, config.vocab_size, add_special_tokens)
     if not ids:
         raise ValueError("the prompt is empty: pass at least one token (or a non-empty string)")
     if len(ids) >= max_model_len:

@@ -184,7 +184,8 @@ class AsyncEngine:
         try:
             prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)
                       if item.messages is not None else item.prompt)
-            self.engine.add_request(item.request_id, prompt, item.params)
+            # a chat template renders the BOS itself: tokenize its text without special tokens (vLLM)
+            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.messages is None)
         except ValueError as e:
             resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
             return

@@ -230,15 +230,21 @@ def prepare_fp8_from_checkpoint(model: nn.Module, cfg: Fp8Config, scaled_params:
     """Before loading: make FP8 exactly the modules owning a parameter in `scaled_params` (our names
     of the weights that arrive with a `weight_scale_inv`). Returns how many modules were converted."""
     owners = {p.rsplit(".", 1)[0] for p in scaled_params}
-    converted = 0
+    converted = set()
     for name, m in quantizable_modules(model):
         if name in owners:
             _convert(m, cfg.block)
-            converted += 1
-    if converted == 0:
+            converted.add(name)
+    modules = dict(model.named_modules())
+    kept = sorted(o for o in owners - converted if o in modules)   # other names: skipped (MTP) or unknown
+    if kept:                # e.g. an FP8 lm_head: published checkpoints keep it in bf16, and so does turbospec
+        raise ValueError(f"the checkpoint quantizes {', '.join(kept)} ({kept[0]}.weight_scale_inv), which turbospec "
+                         "runs unquantized (as published block-FP8 checkpoints leave embeddings, the LM head and "
+                         "routers in bf16): dequantize those weights to bf16 in the checkpoint")
+    if not converted:
         raise ValueError("config.json declares block-FP8 (quant_method 'fp8') but no checkpoint weight has "
                          "a *.weight_scale_inv: the checkpoint is not FP8; drop quantization_config")
-    return converted
+    return len(converted)
 
 
 def _is_ignored(name: str, ignored: tuple[str, ...]) -> bool:
@@ -263,13 +269,24 @@ def quantize_model_fp8(model: nn.Module, cfg: Fp8Config) -> int:
     return count
 
 
-def checkpoint_tensor_names(model_dir: str) -> list[str]:
-    """Every tensor name of a checkpoint, from the safetensors headers (no tensor is read)."""
+def checkpoint_tensor_dtypes(model_dir: str) -> dict[str, str]:
+    """Every tensor of a checkpoint -> its safetensors dtype ("F8_E4M3", "BF16", ...), from the
+    headers (no tensor is read)."""
     from safetensors import safe_open
 
     from turbospec.model_loader import checkpoint_files
-    names = []
+    dtypes = {}
     for path in checkpoint_files(model_dir):
         with safe_open(path, framework="pt") as f:
-            names.extend(f.keys())
-    return names
+            dtypes.update((name, f.get_slice(name).get_dtype()) for name in f.keys())
+    return dtypes
+
+
+def check_fp8_scales(dtypes: dict[str, str]) -> None:
+    """An FP8 weight needs its `<name>_scale_inv` (without it the values are off by the scale)."""
+    unscaled = sorted(n for n, dt in dtypes.items() if dt.startswith("F8") and n + "_scale_inv" not in dtypes)
+    if unscaled:
+        more = f" and {len(unscaled) - 4} more" if len(unscaled) > 4 else ""
+        raise ValueError(f"checkpoint is missing {', '.join(n + '_scale_inv' for n in unscaled[:4])}{more}: every "
+                         f"float8 weight needs its block scales beside it ({unscaled[0]} has none), so the "
+                         "checkpoint is incomplete: download it again or fix its index")
