@@ -134,6 +134,15 @@ def test_fp8_moe_checkpoint_per_expert_layout(tiny_qwen3_moe_factory, tiny_dir_f
     assert torch.allclose(_logits(model, 8192), _logits(ref, 8192), atol=1e-5, rtol=1e-5)
 
 
+def test_fp8_static_activation_scales_are_refused(tiny_qwen3, tiny_dir_factory):
+    # vLLM refuses block-FP8 with static activation scales too; silently running them dynamic would
+    # ignore the checkpoint's *.input_scale tensors
+    with pytest.raises(ValueError, match=r"activation_scheme 'static' is not supported.*'dynamic'"):
+        load_model(str(tiny_dir_factory(tiny_qwen3, {"quantization_config": {**QC["quantization_config"],
+                                                                     "activation_scheme": "static"}},
+                                        edit_tensors=lambda t: fp8_checkpoint(t, BLOCK))))
+
+
 def test_fp8_errors_name_the_tensor(tiny_qwen3, tiny_dir_factory):
     def fp8_no_config(t):
         return fp8_checkpoint(t, BLOCK)

@@ -74,6 +74,32 @@ def test_generation_config_eos_list_stops_generation(codelm_dir, tmp_path):
     assert list(out.token_ids) == _hf_greedy(model_dir, plain.prompt_token_ids, 12)
 
 
+def test_tokenizer_eos_stops_generation(codelm_dir, tmp_path):
+    # vLLM stops on the tokenizer's eos_token as well as on the config's eos_token_id(s)
+    model_dir = _copy(codelm_dir, tmp_path / "codelm")
+    llm = _llm(model_dir)
+    plain = llm.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))[0]
+    ids = plain.outputs[0].token_ids
+    stop_at = next(i for i in range(3, len(ids)) if ids[i] not in ids[:i] and ids[i] != 0)
+    eos_tok = llm.get_tokenizer().convert_ids_to_tokens(ids[stop_at])
+    cfg = json.loads((model_dir / "tokenizer_config.json").read_text())
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({**cfg, "eos_token": eos_tok}))
+    out = _llm(model_dir).generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=12))[0].outputs[0]
+    assert out.finish_reason == "stop" and list(out.token_ids) == list(ids[:stop_at + 1])
+    ignored = _llm(model_dir).generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+    assert list(ignored[0].outputs[0].token_ids) == list(ids)
+
+
+def test_text_prompt_dict_as_vllm_takes_it(codelm_dir):
+    llm = _llm(codelm_dir)
+    params = SamplingParams(temperature=0.0, max_tokens=6)
+    a = llm.generate({"prompt": PROMPT}, params)[0]
+    b = llm.generate(PROMPT, params)[0]
+    assert a.prompt_token_ids == b.prompt_token_ids and a.outputs[0].token_ids == b.outputs[0].token_ids
+    with pytest.raises(ValueError, match=r"'prompt_token_ids' list.*or a 'prompt' string"):
+        llm.generate({"text": PROMPT}, params)
+
+
 def test_broken_generation_config_is_named(codelm_dir, tmp_path):
     model_dir = _copy(codelm_dir, tmp_path / "codelm")
     (model_dir / "generation_config.json").write_text('{"eos_token_id": [0,')

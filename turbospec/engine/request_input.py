@@ -41,9 +41,12 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool =
                   ) -> tuple[str | None, list[int]]:
     """(text or None, token ids). Text gets the tokenizer's special tokens (a Llama BOS) unless
     `add_special_tokens` is False (chat-template output, which already holds them)."""
+    if isinstance(prompt, dict) and "prompt_token_ids" not in prompt and isinstance(prompt.get("prompt"), str):
+        prompt = prompt["prompt"]                           # vLLM's TextPrompt {"prompt": "..."}
     if isinstance(prompt, dict):
         if "prompt_token_ids" not in prompt:
-            raise ValueError("a dict prompt needs a 'prompt_token_ids' list, e.g. {'prompt_token_ids': [1, 2, 3]}")
+            raise ValueError("a dict prompt needs a 'prompt_token_ids' list, e.g. {'prompt_token_ids': [1, 2, 3]}, "
+                             "or a 'prompt' string, e.g. {'prompt': 'def f():'}")
         prompt = prompt["prompt_token_ids"]
     if isinstance(prompt, str):
         if tokenizer is None:

@@ -56,6 +56,11 @@ class Fp8Config:
         if not block or len(block) != 2:
             raise ValueError("quantization_config has no weight_block_size: per-tensor FP8 checkpoints "
                              "are not supported; use a block-FP8 one (weight_block_size [128, 128])")
+        scheme = qc.get("activation_scheme", "dynamic")
+        if scheme != "dynamic":
+            raise ValueError(f"quantization_config activation_scheme {scheme!r} is not supported: turbospec (like "
+                             "vLLM) runs block-FP8 with dynamic activation scales; use a checkpoint with "
+                             "activation_scheme 'dynamic' (the published block-FP8 ones) or the bf16 checkpoint")
         ignored = tuple(qc.get("ignored_layers") or qc.get("modules_to_not_convert") or ())
         return cls(int(block[0]), int(block[1]), True, ignored)
 
