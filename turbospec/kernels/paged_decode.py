@@ -48,7 +48,7 @@ Limits: a different Triton/ptxas version or GPU may round differently, but still
 decode and verify (the GPU tests check decode == verify bit for bit on the machine they run on);
 config overrides (`block_n`, `min_partition`, ...) are for the micro-benchmark sweep and give
 invariance only among calls with the same overrides. Sequences with
-seq_len 0 (graph padding) produce zeros. `_kv_rows` and `_attend_tile` are shared with
+seq_len 0 (graph padding) produce zeros. The tile helpers (kernels/paged_tiles.py) are shared with
 `paged_prefill.py` (prefill and tree verify: not invariant).
 """
 from __future__ import annotations
@@ -61,71 +61,12 @@ from turbospec.kernels.paged_decode_policy import (FUSED_MAX_ROWS, FUSED_REDUCE,
                                                    default_block_n, large_decode, large_decode_programs,
                                                    split_programs)
 from turbospec.kernels.paged_merge import MERGE_UNROLL, _jit_unspecialised, _merge_rows, _reduce_partitions_kernel
+from turbospec.kernels.paged_tiles import _attend_tile, _kv_rows, _tile_positions
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 
 LOG2E = 1.4426950408889634
 P_MIN = 64          # smallest partition, tokens: one 64-token tile (at ctx 512, 9 partitions x 8 kv heads)
 MAX_PARTS = 32      # most partitions per row: bounds the partials and the merge at long context
-
-
-@triton.jit
-def _kv_rows(bt_row, n, BLOCK_SIZE: tl.constexpr, stride_kb, stride_kt, MASKED: tl.constexpr, n_ok):
-    """Element offsets (int64) of KV positions `n` [BLOCK_N] inside one kv head of the cache."""
-    if MASKED:
-        page = tl.load(bt_row + n // BLOCK_SIZE, mask=n_ok, other=0)
-    else:
-        page = tl.load(bt_row + n // BLOCK_SIZE)
-    return page.to(tl.int64) * stride_kb + (n % BLOCK_SIZE) * stride_kt
-
-
-@triton.jit
-def _tile_positions(i, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N: tl.constexpr):
-    """Tile i of program g's partitions g, g + G, ... (`size` tokens each, `tiles_per_part` tiles):
-    (partition, tile within it, partition start, KV positions n [BLOCK_N], n < the partition's end)."""
-    j = i // tiles_per_part
-    ti = i - j * tiles_per_part
-    part = g + j * G
-    start = part * size
-    n = start + ti * BLOCK_N + offs_n
-    return part, ti, start, n, n < tl.minimum(start + size, limit)
-
-
-@triton.jit
-def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale, valid, n_ok,
-                 MASKED: tl.constexpr, EVEN_D: tl.constexpr):
-    """One online-softmax step over a [BLOCK_N] run of KV positions (log2 domain).
-
-    q [M, D]; acc [M, D] fp32; m_i, l_i [M] fp32; rows [BLOCK_N] int64; valid [M, BLOCK_N] (MASKED).
-    Masked-out K/V rows are never read (pool memory may hold NaN)."""
-    if MASKED:
-        if EVEN_D:
-            ld_mask = n_ok[:, None]
-        else:
-            ld_mask = n_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_head + rows[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
-        v = tl.load(v_head + rows[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
-    elif EVEN_D:
-        k = tl.load(k_head + rows[:, None] + offs_d[None, :])
-        v = tl.load(v_head + rows[:, None] + offs_d[None, :])
-    else:
-        k = tl.load(k_head + rows[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
-        v = tl.load(v_head + rows[:, None] + offs_d[None, :], mask=d_ok[None, :], other=0.0)
-    if q.dtype == tl.float32:                                 # fp32 caches: exact, not tf32
-        qk = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-    else:
-        qk = tl.dot(q, tl.trans(k)) * qk_scale                # [M, BLOCK_N] fp32
-    if MASKED:
-        qk = tl.where(valid, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)     # a row may see nothing yet
-    alpha = tl.exp2(m_i - m_use)
-    p = tl.exp2(qk - m_use[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if v.dtype == tl.float32:
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    return acc, m_new, l_i
 
 
 @_jit_unspecialised(["q_len", "tok_per_prog", "progs_per_seq", "part_stride", "stride_bt"],

@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.kernels.paged_decode import LOG2E, _attend_tile, _kv_rows, num_sms
+from turbospec.kernels.paged_decode import LOG2E, num_sms
+from turbospec.kernels.paged_tiles import _attend_tile, _kv_rows
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 
 MAX_SPLITS = 32
