@@ -204,6 +204,11 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
     logprobs: NullableBool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
+    @property
+    def max_tokens_name(self) -> str:
+        """The field that set the completion's length, as the client named it."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+
     def template_messages(self) -> list[dict[str, Any]]:
         try:
             return [m.for_template() for m in self.messages]
