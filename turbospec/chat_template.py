@@ -47,7 +47,10 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind != "text" or not isinstance(part.get("text"), str):
+            if kind == "text" and not isinstance(part.get("text"), str):
+                raise ChatTemplateError(f"a text content part needs a string 'text' "
+                                        f"({{'type': 'text', 'text': ...}}), got {repr(part)[:200]}", "messages")
+            if kind != "text":
                 raise ChatTemplateError(f"only text content parts ({{'type': 'text', 'text': ...}}) are "
                                         f"supported, got type {kind!r}", "messages")
         return "".join(part["text"] for part in content)
