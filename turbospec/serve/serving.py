@@ -228,13 +228,14 @@ class OpenAIServing:
 
 def _param_of(e: RequestFailed, prompt: dict) -> str | None:
     """The request field a refused prompt points at: the prompt, or max_tokens when only the
-    room it asks for is too much, or logit_bias when one of its ids is outside the vocabulary."""
+    room it asks for is too much, or logit_bias when one of its ids is outside the vocabulary, or
+    min_tokens when the context cannot hold them (max_tokens unset)."""
     if e.status != 400:
         return None
     if e.code == "context_length_exceeded" and "max_tokens" in e.message:
         return "max_tokens"
-    if e.message.startswith("logit_bias"):          # a token id outside the vocabulary
-        return "logit_bias"
+    if e.message.startswith(("logit_bias", "min_tokens")):     # an id outside the vocabulary, or no room
+        return e.message.split(" ", 1)[0]
     return "messages" if "messages" in prompt else "prompt"
 
 
