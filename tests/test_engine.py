@@ -130,6 +130,8 @@ def test_bad_prompts(llm):
         llm.generate([{"prompt_token_ids": [5] * 5000}], SamplingParams(max_tokens=4))
     with pytest.raises(ValueError, match="max_tokens"):
         llm.generate([{"prompt_token_ids": [5] * 100}], SamplingParams(max_tokens=4000))
+    with pytest.raises(ValueError, match=r"min_tokens \(4000\).*at most"):      # max_tokens unset: up to the context
+        llm.generate([{"prompt_token_ids": [5] * 100}], SamplingParams(max_tokens=None, min_tokens=4000))
     with pytest.raises(ValueError, match="vocabulary"):
         llm.generate([{"prompt_token_ids": [99999]}], SamplingParams(max_tokens=4))
     with pytest.raises(ValueError, match="prompt_token_ids"):

@@ -166,7 +166,7 @@ def test_chat_without_a_template_says_how_to_fix_it(llm):
 def test_chat_renders_the_template_and_generates(llm, tmp_path):
     conv = [{"role": "system", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "add "}, {"type": "text", "text": "two"}]}]
-    rendered = "# system: be brief\n# user: add two\ndef "
+    rendered = "# system: be brief\n# user: add \ntwo\ndef "            # text parts joined by "\n" (vLLM's)
     out = llm.chat(conv, greedy(), chat_template=CHAT_TEMPLATE)
     assert len(out) == 1 and out[0].prompt == rendered
     assert out[0].outputs[0].token_ids == llm.generate(rendered, greedy())[0].outputs[0].token_ids

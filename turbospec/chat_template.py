@@ -2,10 +2,11 @@
 server's /v1/chat/completions (vLLM's semantics for both).
 
 - A message reaches the template as a dict: `role`, `content` (a string; text content parts are
-  joined into one), and `name`, `tool_call_id`, `tool_calls` when given (each call's
-  `function.arguments` as a dict: turbospec/tools.py); an earlier turn's reasoning, sent as
-  `reasoning` or `reasoning_content` (a reasoning parser's response fields), under both names
-  (Qwen3's and DeepSeek's templates read `reasoning_content`), as vLLM; other keys are not rendered.
+  joined into one with "\n" between them, as vLLM does), and `name`, `tool_call_id`, `tool_calls`
+  when given (each call's `function.arguments` as a dict: turbospec/tools.py); an earlier turn's
+  reasoning, sent as `reasoning` or `reasoning_content` (a reasoning parser's response fields),
+  under both names (Qwen3's and DeepSeek's templates read `reasoning_content`), as vLLM; other
+  keys are not rendered.
 - `tools` (OpenAI's function schemas, checked by turbospec/tools.py) reach the template as its
   `tools` variable; a template that does not read it is refused (it would drop them silently).
 - `add_generation_prompt` (default true) opens a new assistant turn; `continue_final_message`
@@ -39,7 +40,7 @@ class ChatTemplateError(ValueError):
 
 
 def content_text(content: Any) -> str:
-    """A message's content as one string: None -> "", text parts joined."""
+    """A message's content as one string: None -> "", text parts joined with newlines (vLLM's)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -47,10 +48,13 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind != "text" or not isinstance(part.get("text"), str):
+            if kind == "text" and not isinstance(part.get("text"), str):
+                raise ChatTemplateError(f"a text content part needs a string 'text' "
+                                        f"({{'type': 'text', 'text': ...}}), got {repr(part)[:200]}", "messages")
+            if kind != "text":
                 raise ChatTemplateError(f"only text content parts ({{'type': 'text', 'text': ...}}) are "
                                         f"supported, got type {kind!r}", "messages")
-        return "".join(part["text"] for part in content)
+        return "\n".join(part["text"] for part in content)
     raise ChatTemplateError(f"content must be a string or a list of text parts, not {type(content).__name__}",
                             "messages")
 

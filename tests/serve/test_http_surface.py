@@ -1,6 +1,6 @@
 """The HTTP surface beyond generation: a browser page calling the server (CORS preflight and
-response headers, the API key still enforced), `models.retrieve`, HEAD /health, and the `param`
-of a context-length error, which points at the field to change."""
+response headers, the API key still enforced), `models.retrieve`, HEAD /health, the `param`
+of a context-length error, which points at the field to change, and a body with a UTF-8 BOM."""
 from __future__ import annotations
 
 import httpx
@@ -57,3 +57,17 @@ def test_models_retrieve(client, server):
 def test_head_health(server):
     r = httpx.head(f"{server.url}/health", timeout=10)
     assert r.status_code == 200 and r.content == b""
+
+
+def test_body_with_a_utf8_bom(server):
+    """`curl -d @body.json` with a file that Notepad or Windows PowerShell saved: the BOM is ignored
+    (RFC 8259 allows it; vLLM accepts it), and the body is served as without it."""
+    body = b'{"model": "%s", "prompt": "def f():", "max_tokens": 3, "temperature": 0}' % MODEL_NAME.encode()
+    headers = {**server.headers, "Content-Type": "application/json"}
+    plain = httpx.post(f"{server.url}/v1/completions", content=body, headers=headers, timeout=60)
+    r = httpx.post(f"{server.url}/v1/completions", content=b"\xef\xbb\xbf" + body, headers=headers, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
+    # a BOM is not a licence for other encodings: UTF-16 is still refused by name
+    r = httpx.post(f"{server.url}/v1/completions", content=body.decode().encode("utf-16"), headers=headers, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_encoding"

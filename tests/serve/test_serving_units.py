@@ -160,7 +160,7 @@ def test_chat_max_tokens_aliases():
     base = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                     {"type": "text", "text": "b"}]}]}
     req = parse_model(ChatCompletionRequest, {**base, "max_completion_tokens": 7})
-    assert req.to_sampling_params().max_tokens == 7 and req.template_messages()[0]["content"] == "ab"
+    assert req.to_sampling_params().max_tokens == 7 and req.template_messages()[0]["content"] == "a\nb"
     assert parse_model(ChatCompletionRequest, {**base, "max_tokens": 5}).to_sampling_params().max_tokens == 5
     assert parse_model(ChatCompletionRequest, base).to_sampling_params().max_tokens is None
 

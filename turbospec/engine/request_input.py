@@ -88,6 +88,10 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
         raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
                          f"context length {max_model_len}: lower max_tokens to at most "
                          f"{max_model_len - len(ids)}")
+    room = max_model_len - len(ids)
+    if params.max_tokens is None and params.min_tokens > room:     # (with max_tokens, min_tokens <= it)
+        raise ValueError(f"min_tokens ({params.min_tokens}) is more than the prompt ({len(ids)} tokens) leaves "
+                         f"of the context length {max_model_len}: lower min_tokens to at most {room}")
     if params.logprobs is not None and params.logprobs > config.vocab_size:
         raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {config.vocab_size}")
     if params.prompt_logprobs is not None and params.prompt_logprobs > config.vocab_size:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from turbospec.chat_template import ChatTemplateError
 from turbospec.sampling_params import SamplingParams, is_one_of
@@ -53,6 +53,11 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 }
 
 
+# OpenAI's `stream`, `echo` and chat's `logprobs` are nullable ("boolean or null"), as in vLLM: null
+# is the default (false). The `openai` client sends null for an argument passed as None.
+NullableBool = Annotated[bool, BeforeValidator(lambda v: False if v is None else v)]
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
@@ -80,7 +85,7 @@ class _SamplingFields(BaseModel):
     logit_bias: dict[str, float] | None = None    # OpenAI's: {"token id": bias in [-100, 100]}
     repetition_penalty: float | None = None       # vLLM's, > 0
     min_p: float | None = None                    # vLLM's, [0, 1]
-    stream: bool = False
+    stream: NullableBool = False
     stream_options: StreamOptions | None = None
 
     def check_supported(self) -> None:
@@ -158,7 +163,7 @@ class CompletionRequest(_SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = 16                   # OpenAI's default for completions
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False                            # the prompt before the completion (with logprobs: its logprobs too)
+    echo: NullableBool = False                    # the prompt before the completion (with logprobs: its logprobs too)
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts: a string, a list of token ids, or a batch of either (one choice per prompt
@@ -196,8 +201,13 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None                 # deprecated by OpenAI in favour of the next one
     max_completion_tokens: int | None = None
-    logprobs: bool = False
+    logprobs: NullableBool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    @property
+    def max_tokens_name(self) -> str:
+        """The field that set the completion's length, as the client named it."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
 
     def template_messages(self) -> list[dict[str, Any]]:
         try:

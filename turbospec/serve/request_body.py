@@ -1,5 +1,6 @@
 """Reading a JSON request body defensively: size limit (from Content-Length and while the body
-streams in), strict UTF-8, well-formed JSON, an object at the top level, then the pydantic model.
+streams in), strict UTF-8 (a leading byte order mark ignored), well-formed JSON, an object at the
+top level, then the pydantic model.
 
 Every failure is an `APIError` with a 4xx status; nothing here can crash the server.
 """
@@ -74,7 +75,9 @@ def decode_json_object(raw: bytes) -> dict:
     if not raw.strip():
         raise bad_request("the request body is empty: send a JSON object", code="invalid_json")
     try:
-        text = raw.decode("utf-8")
+        # a leading UTF-8 byte order mark (a body file saved by Notepad or Windows PowerShell) is
+        # ignored, as RFC 8259 allows and vLLM (json.loads on bytes) does
+        text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         raise bad_request(f"the request body is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset "
                           f"{e.start}): encode the JSON as UTF-8", code="invalid_encoding")

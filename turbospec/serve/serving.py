@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import AsyncIterator
 
 from fastapi import Request
@@ -39,11 +40,16 @@ class OpenAIServing:
     reasoning_parser: str | None = None          # --reasoning-parser: chat outputs are split (serve/reasoning.py)
 
     # ---- shared --------------------------------------------------------------------------------
-    async def _start(self, request_id: str, params, **prompt) -> RequestStream:
+    async def _start(self, request_id: str, params, max_tokens_name: str = "max_tokens", **prompt) -> RequestStream:
+        """`max_tokens_name`: the field the client set (chat: `max_completion_tokens`), which an
+        error about the room it asks for names instead of the engine's `max_tokens`."""
         try:
             return await self.engine.add_request(request_id, params, **prompt)
         except RequestFailed as e:
-            raise APIError(e.status, e.message, code=e.code, param=_param_of(e, prompt)) from None
+            param, message = _param_of(e, prompt), e.message
+            if param == "max_tokens" and max_tokens_name != "max_tokens":
+                param, message = max_tokens_name, message.replace("max_tokens", max_tokens_name)
+            raise APIError(e.status, message, code=e.code, param=param) from None
 
     async def _collect(self, request: Request, streams: list[RequestStream]) -> list[StreamDelta]:
         try:
@@ -154,7 +160,8 @@ class OpenAIServing:
         tools = req.checked_tools(getattr(self.engine.tokenizer, "chat_template", None))
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools)}
-        streams = await start_choices(self._start, rid, params, [prompt], req.num_samples)
+        start = partial(self._start, max_tokens_name=req.max_tokens_name)
+        streams = await start_choices(start, rid, params, [prompt], req.num_samples)
         if req.stream:
             return SSEResponse(self._chat_events(rid, req, streams))
         try:
@@ -221,13 +228,14 @@ class OpenAIServing:
 
 def _param_of(e: RequestFailed, prompt: dict) -> str | None:
     """The request field a refused prompt points at: the prompt, or max_tokens when only the
-    room it asks for is too much, or logit_bias when one of its ids is outside the vocabulary."""
+    room it asks for is too much, or logit_bias when one of its ids is outside the vocabulary, or
+    min_tokens when the context cannot hold them (max_tokens unset)."""
     if e.status != 400:
         return None
     if e.code == "context_length_exceeded" and "max_tokens" in e.message:
         return "max_tokens"
-    if e.message.startswith("logit_bias"):          # a token id outside the vocabulary
-        return "logit_bias"
+    if e.message.startswith(("logit_bias", "min_tokens")):     # an id outside the vocabulary, or no room
+        return e.message.split(" ", 1)[0]
     return "messages" if "messages" in prompt else "prompt"
 
 
