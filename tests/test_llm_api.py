@@ -193,6 +193,19 @@ def test_chat_bad_input(llm, messages, kw, fragment):
     assert fragment in str(e.value)
 
 
+def test_chat_refusal_and_input_text_parts_render_as_text(llm):
+    # OpenAI's message format: an assistant turn may carry a refusal part; vLLM renders it (and
+    # 'input_text' parts) as text
+    parts = [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "text", "text": "b"}]},
+             {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+             {"role": "user", "content": "c"}]
+    plain = [{"role": "user", "content": "a\nb"}, {"role": "assistant", "content": "no"}, {"role": "user", "content": "c"}]
+    out = llm.chat(parts, greedy(), chat_template=CHAT_TEMPLATE)[0]
+    assert out.prompt == llm.chat(plain, greedy(), chat_template=CHAT_TEMPLATE)[0].prompt and "# assistant: no" in out.prompt
+    with pytest.raises(ValueError, match=r"a refusal content part needs a string 'refusal'"):
+        llm.chat([{"role": "assistant", "content": [{"type": "refusal"}]}], greedy(), chat_template=CHAT_TEMPLATE)
+
+
 TOOLS_TEMPLATE = ("{% for t in tools %}# tool: {{ t.function.name }}\n{% endfor %}{% for m in messages %}"
                   "# {{ m['role'] }}: {{ m['content'] }}{% for c in m.tool_calls or [] %} -> "
                   "{{ c.function.name }}({{ c.function.arguments.city }}){% endfor %}{{ '\\n' }}{% endfor %}def ")

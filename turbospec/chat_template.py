@@ -39,6 +39,10 @@ class ChatTemplateError(ValueError):
         self.param = param
 
 
+# content part types that carry text, and the key holding it (vLLM renders all three as text)
+_TEXT_PARTS = {"text": "text", "input_text": "text", "refusal": "refusal"}
+
+
 def content_text(content: Any) -> str:
     """A message's content as one string: None -> "", text parts joined with newlines (vLLM's)."""
     if content is None:
@@ -46,15 +50,19 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
+        texts = []
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind == "text" and not isinstance(part.get("text"), str):
-                raise ChatTemplateError(f"a text content part needs a string 'text' "
-                                        f"({{'type': 'text', 'text': ...}}), got {repr(part)[:200]}", "messages")
-            if kind != "text":
-                raise ChatTemplateError(f"only text content parts ({{'type': 'text', 'text': ...}}) are "
-                                        f"supported, got type {kind!r}", "messages")
-        return "\n".join(part["text"] for part in content)
+            key = _TEXT_PARTS.get(kind)
+            if key is None:
+                raise ChatTemplateError(f"only text content parts ({{'type': 'text', 'text': ...}}; an assistant's "
+                                        f"{{'type': 'refusal', 'refusal': ...}}) are supported, got type {kind!r}",
+                                        "messages")
+            if not isinstance(part.get(key), str):
+                raise ChatTemplateError(f"a {kind} content part needs a string {key!r} "
+                                        f"({{'type': {kind!r}, {key!r}: ...}}), got {repr(part)[:200]}", "messages")
+            texts.append(part[key])
+        return "\n".join(texts)
     raise ChatTemplateError(f"content must be a string or a list of text parts, not {type(content).__name__}",
                             "messages")
 
