@@ -277,6 +277,15 @@ for part in ${*:-tests decode oracle drafters}; do
                 ( [ $v = base ] && cd /tmp/base
                   run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
               done ;;
+    final19)  # end of the nineteenth session: GPU tests of this session's paths, then #8's decode rows and #4's batch-1 rows
+              run 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_attention_kernels.py \
+                tests/gpu/test_penalties_gpu.py
+              run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
+                tests/gpu/test_no_compile_in_steps.py
+              run 150 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64
+              run 100 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64
+              run 100 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 \
+                --prompt-len 256 --gen-len 64 ;;
     final9)   # end-of-session numbers when qwen3-8b decode was measured already: #8's oracle, #4's MoE table at batch
               # 1 and 16, qwen3-8b FP8 and qwen3-30b-a3b bf16 at batch 1
               run 100 "${TS[@]}" bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 256 --max-tokens 128 \
