@@ -10,6 +10,7 @@ from typing import Any
 
 from turbospec.config import EngineConfig
 from turbospec.engine.llm_engine import LLMEngine
+from turbospec.generation_defaults import read_sampling_defaults
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
@@ -23,15 +24,19 @@ class LLM:
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, num_scheduler_steps: int | None = None,
-                 seed: int | None = None, **vllm_kwargs):
+                 seed: int | None = None, generation_config: str = "auto", **vllm_kwargs):
         """`seed` (vLLM's): seeds the random draws of requests without their own
-        SamplingParams.seed, so a script's unseeded samples repeat from run to run."""
+        SamplingParams.seed, so a script's unseeded samples repeat from run to run.
+        `generation_config` (vLLM's): "auto" makes the model's generation_config.json sampling
+        settings the defaults of `generate` / `chat` called without SamplingParams
+        (`get_default_sampling_params`); "vllm" ignores them."""
         _check_vllm_kwargs(vllm_kwargs)
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"seed={seed!r} must be an integer (or None)")
         model = os.fspath(model) if isinstance(model, os.PathLike) else model          # a pathlib.Path too
         tokenizer = os.fspath(tokenizer) if isinstance(tokenizer, os.PathLike) else tokenizer
         check_model_path(model)
+        self._sampling_defaults = read_sampling_defaults(model, generation_config)
         if tokenizer is not None:
             check_model_path(tokenizer, what="tokenizer")
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
@@ -51,6 +56,11 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What `generate` / `chat` use without SamplingParams: the model's generation_config.json
+        sampling settings (generation_config="auto"), else SamplingParams()'s defaults."""
+        return SamplingParams(**self._sampling_defaults)
+
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = False) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
@@ -68,7 +78,7 @@ class LLM:
                              f"not {type(prompts).__name__}")
         prompts = list(prompts)
         if sampling_params is None:
-            sampling_params = SamplingParams()
+            sampling_params = self.get_default_sampling_params()
         params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) \
             else [sampling_params] * len(prompts)
         if len(params) != len(prompts):

@@ -37,13 +37,15 @@ def _auth_dependency(api_key: str | None):
 def build_app(engine, served_model_name: str | list[str], api_key: str | None = None, *,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
               shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None,
-              reasoning_parser: str | None = None) -> FastAPI:
+              reasoning_parser: str | None = None, sampling_defaults: dict | None = None) -> FastAPI:
     """`engine`: an LLMEngine (wrapped and driven here) or an AsyncEngine. The engine thread starts
     with the app (lifespan) and stops with it, aborting whatever is still running.
     `allowed_origins`: CORS, so that a web page on those origins can call the API from a browser
     (the CLI allows any, as vLLM does; the API key still applies).
     `reasoning_parser`: "qwen3" or "deepseek_r1" splits chat outputs into reasoning and content
-    (serve/reasoning.py); None leaves them whole. ValueError for another name."""
+    (serve/reasoning.py); None leaves them whole. ValueError for another name.
+    `sampling_defaults`: what requests that leave temperature / top_p / top_k / min_p /
+    repetition_penalty unset get (generation_defaults.py; None: the API defaults)."""
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
     if reasoning_parser is not None:
         check_reasoning_parser(reasoning_parser)
@@ -53,7 +55,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     async_engine = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine, metrics)
     if async_engine.metrics is None:
         async_engine.metrics = metrics
-    serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser)
+    serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults)
     require_key = _auth_dependency(api_key)
 
     @asynccontextmanager

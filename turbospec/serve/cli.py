@@ -58,6 +58,9 @@ def serve(
         False, "--enable-reasoning",
         help="Deprecated, does nothing: old vLLM launch lines need it next to --reasoning-parser, which "
              "alone turns reasoning parsing on here (as in current vLLM)."),
+    generation_config: str = typer.Option(
+        "auto", help="auto: requests that leave temperature / top_p / top_k / min_p / repetition_penalty unset "
+                     "get the model's generation_config.json values (vLLM's default); vllm: the API defaults."),
     max_model_len: int = typer.Option(None, help="Context length cap (default: the model's)."),
     num_kv_blocks: int = typer.Option(None, help="KV cache blocks (default: sized from memory)."),
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
@@ -81,6 +84,7 @@ def serve(
     from turbospec.config import EngineConfig
     from turbospec.serve.app import build_app
     from turbospec.chat_template import load_chat_template
+    from turbospec.generation_defaults import read_sampling_defaults
     from turbospec.reasoning_parser import check_reasoning_parser
     from turbospec.serve.shutdown import GracefulServer, graceful_timeout
     from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
@@ -124,14 +128,18 @@ def serve(
                                     engine_config=engine_config, quantization=quantization)
         if template is not None:
             install_chat_template(engine, template)
+        sampling_defaults = read_sampling_defaults(model, generation_config)
     except ValueError as e:
         typer.echo(f"turbospec serve: cannot start: {e}", err=True)
         raise typer.Exit(2)
     print_cold_start(model, str(getattr(engine, "device", device)), cold, spec)
+    if sampling_defaults:
+        print(f"turbospec serve: requests that leave them unset get the model's generation_config.json sampling "
+              f"defaults {sampling_defaults} (--generation-config vllm: the API defaults)", flush=True)
     app = build_app(engine, names, api_key, max_body_bytes=max_request_bytes,
                     shutdown_timeout_s=shutdown_timeout,
                     allowed_origins=[o for o in allowed_origins or [] if o.strip()],
-                    reasoning_parser=reasoning_parser)
+                    reasoning_parser=reasoning_parser, sampling_defaults=sampling_defaults)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from turbospec.chat_template import ChatTemplateError
+from turbospec.generation_defaults import apply_defaults
 from turbospec.sampling_params import SamplingParams, is_one_of
 from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
 from turbospec.serve.errors import APIError, bad_request
@@ -128,7 +129,10 @@ class _SamplingFields(BaseModel):
     def usage_in_every_chunk(self) -> bool:
         return bool(self.stream_options and self.stream_options.continuous_usage_stats)
 
-    def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    def _sampling_params(self, max_tokens: int | None, logprobs: int | None,
+                         defaults: dict[str, Any] | None = None) -> SamplingParams:
+        """`defaults`: the model's generation_config.json sampling settings, for the fields the
+        request left unset (generation_defaults.py)."""
         kwargs: dict[str, Any] = dict(
             max_tokens=max_tokens, logprobs=logprobs, stop=self.stop, stop_token_ids=self.stop_token_ids,
             ignore_eos=self.ignore_eos, min_tokens=self.min_tokens, seed=self.seed,
@@ -143,6 +147,7 @@ class _SamplingFields(BaseModel):
         for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
+        kwargs = apply_defaults(kwargs, defaults or {})
         try:
             return SamplingParams(**kwargs)
         except ValueError as e:          # its messages start with the field: "top_p=0 must be ..."
@@ -184,7 +189,7 @@ class CompletionRequest(_SamplingFields):
         logprobs, nothing generated. The engine generates one token, which is dropped."""
         return self.echo and self.max_tokens == 0
 
-    def to_sampling_params(self) -> SamplingParams:
+    def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         """echo + logprobs (OpenAI's; what log-likelihood scoring such as lm-eval reads): the engine
         computes the prompt tokens' logprobs too."""
         self.check_supported()
@@ -192,7 +197,7 @@ class CompletionRequest(_SamplingFields):
             raise bad_request("max_tokens=0 must be at least 1 (0 is accepted only with echo=true, "
                               "to score the prompt)", param="max_tokens")
         _check_max_tokens("max_tokens", self.max_tokens if not self.echo_only else None)
-        params = self._sampling_params(1 if self.echo_only else self.max_tokens, self.logprobs)
+        params = self._sampling_params(1 if self.echo_only else self.max_tokens, self.logprobs, defaults)
         params.prompt_logprobs = self.logprobs if self.echo else None
         return params
 
@@ -219,7 +224,7 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
         """`tools`: from `checked_tools`."""
         return self.template_kwargs_for(self.messages, tools)
 
-    def to_sampling_params(self) -> SamplingParams:
+    def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         self.check_supported()
         _check_max_tokens("max_tokens", self.max_tokens)
         _check_max_tokens("max_completion_tokens", self.max_completion_tokens)
@@ -232,7 +237,7 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
             raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        params = self._sampling_params(max_tokens, logprobs)
+        params = self._sampling_params(max_tokens, logprobs, defaults)
         if self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set:
             params.skip_special_tokens = False    # some tokenizers mark <tool_call> special (as vLLM's hermes)
         return params

@@ -38,6 +38,7 @@ class OpenAIServing:
     served_model_names: list[str]
     max_body_bytes: int
     reasoning_parser: str | None = None          # --reasoning-parser: chat outputs are split (serve/reasoning.py)
+    sampling_defaults: dict | None = None        # the model's generation_config.json settings (--generation-config)
 
     # ---- shared --------------------------------------------------------------------------------
     async def _start(self, request_id: str, params, max_tokens_name: str = "max_tokens", **prompt) -> RequestStream:
@@ -63,7 +64,7 @@ class OpenAIServing:
     async def completions(self, request: Request) -> Response:
         req = await read_request(request, CompletionRequest, self.max_body_bytes)
         check_model_name(req.model, self.served_model_names)
-        params = req.to_sampling_params()
+        params = req.to_sampling_params(self.sampling_defaults)
         prompts = req.prompts()
         req.check_num_choices(len(prompts))
         rid = f"cmpl-{uuid.uuid4().hex}"
@@ -150,7 +151,7 @@ class OpenAIServing:
     async def chat(self, request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, self.max_body_bytes)
         check_model_name(req.model, self.served_model_names)
-        params = req.to_sampling_params()
+        params = req.to_sampling_params(self.sampling_defaults)
         req.check_num_choices(1)
         req.template_kwargs()                     # contradictory template options: 400 first
         if not self.engine.has_chat_template:

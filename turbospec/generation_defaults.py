@@ -1,0 +1,48 @@
+"""The sampling defaults a model's creator recommends in generation_config.json, applied as vLLM
+applies them (`--generation-config auto`, its default): a request, or an `LLM.generate` call
+without SamplingParams, that leaves temperature / top_p / top_k / min_p / repetition_penalty
+unset gets the file's value instead of the API default. Qwen3's instruct checkpoints, for
+example, ship temperature 0.6, top_p 0.95, top_k 20. `generation_config="vllm"` (the server's
+`--generation-config vllm`) ignores the file, as in vLLM. max_new_tokens is not applied (requests
+keep the API's max_tokens defaults)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from turbospec.sampling_params import SamplingParams
+
+KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+MODES = ("auto", "vllm")
+
+
+def read_sampling_defaults(model_dir: str, mode: str = "auto") -> dict[str, Any]:
+    """{key: value} of KEYS that `model_dir`/generation_config.json sets (mode "auto"), {} for
+    mode "vllm" or no file. A value SamplingParams refuses is a ValueError naming the file."""
+    if mode not in MODES:
+        raise ValueError(f"generation_config={mode!r}: use 'auto' (the model's generation_config.json "
+                         "sampling defaults, as vLLM) or 'vllm' (ignore them)")
+    path = os.path.join(model_dir, "generation_config.json")
+    if mode == "vllm" or not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        try:
+            gen = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON ({e}): fix, re-download or delete it") from e
+    defaults = {k: gen[k] for k in KEYS if isinstance(gen, dict) and gen.get(k) is not None}
+    if defaults.get("top_k") == 0:
+        defaults["top_k"] = -1                     # transformers' 0 = no top-k filter
+    try:
+        SamplingParams(**defaults)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: its sampling defaults {defaults} are not valid ({e}): fix the file, or "
+                         "ignore it with generation_config='vllm' (serve: --generation-config vllm)") from e
+    return defaults
+
+
+def apply_defaults(fields: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`fields` (SamplingParams keyword arguments a request set) with `defaults` for the keys it
+    left unset."""
+    return {**{k: v for k, v in defaults.items() if k not in fields}, **fields}
