@@ -194,6 +194,11 @@ class ModelConfig:
         cfg.eos_token_ids += tuple(extra)
         return cfg
 
+    def add_eos_token_id(self, token_id: Any) -> None:
+        """Also stop on `token_id` (the tokenizer's eos_token_id), if it is an id of the vocabulary."""
+        if isinstance(token_id, int) and 0 <= token_id < self.vocab_size and token_id not in self.eos_token_ids:
+            self.eos_token_ids += (token_id,)
+
     def validate(self) -> None:
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(

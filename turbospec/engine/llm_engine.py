@@ -55,9 +55,7 @@ class LLMEngine:
                  auto_draft_length: bool = False, bitwise_exact: bool = True):
         self.model_dir, self.model, self.model_config = model_dir, model, config
         self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
-        tok_eos = getattr(tokenizer, "eos_token_id", None)      # vLLM stops on the tokenizer's EOS too
-        if isinstance(tok_eos, int) and 0 <= tok_eos < config.vocab_size and tok_eos not in config.eos_token_ids:
-            config.eos_token_ids += (tok_eos,)
+        config.add_eos_token_id(getattr(tokenizer, "eos_token_id", None))     # vLLM stops on it too
         self.engine_config = engine_config
         self.proposer = proposer
         k = proposer.k if proposer is not None else 0
