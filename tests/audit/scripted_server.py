@@ -17,6 +17,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
   lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
+  failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
 Each token is the word "tok " so text length tells the truth too. Prints "PORT <n>" when ready.
@@ -36,7 +37,7 @@ CALLS: dict[str, int] = defaultdict(int)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -191,7 +192,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             elif method == "POST" and tail in ("/v1/chat/completions", "/v1/completions"):
                 req = json.loads(body)
                 CALLS[spec_str] += 1
-                if spec["failevery"] and CALLS[spec_str] % spec["failevery"] == 0:
+                if spec["failevery"] and CALLS[spec_str] > spec["failfrom"] and CALLS[spec_str] % spec["failevery"] == 0:
                     plain(writer, 500, b'{"error": {"message": "scripted intermittent error"}}')
                     await writer.drain()
                     continue

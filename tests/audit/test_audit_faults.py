@@ -44,6 +44,21 @@ def test_duration_limit_cancels_without_counting_failures(scripted_base, run_aud
     assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 2)
     assert "2 requests cancelled unfinished" in (tmp_path / "report.md").read_text()
     assert res["verdict"]["decision"] == "inconclusive"
+    # nothing failed: the reason names the cancellations and the fix (it read '0 of 0 requests failed (100% > 5%)')
+    assert res["verdict"]["reasons"] == [
+        "no request finished: 2 were cancelled unfinished (--max-duration or Ctrl-C): raise --max-duration, "
+        "or lower --max-tokens or --num-prompts, then audit again"]
+
+
+def test_failures_at_the_target_load_make_the_verdict_inconclusive(scripted_base, run_audit_here):
+    # healthy at concurrency 1, every 10th request failing at concurrency 2 (the target): 2 of 40 overall is
+    # 5%, within the threshold, but 2 of 20 at the load the verdict is about is not (it said GO)
+    url = f"{scripted_base}/s/ttft=5,gap=5,failevery=10,failfrom=20,tag=target"
+    res, _ = run_audit_here([url], concurrency=(1, 2), num_prompts=20, warmup=0, max_tokens=7)
+    assert [(r["num_ok"], r["num_failed"]) for r in res["runs"]] == [(20, 0), (18, 2)]
+    v = res["verdict"]
+    assert v["decision"] == "inconclusive" and v["target_run"] == "concurrency 2"
+    assert v["reasons"][0].startswith("2 of 20 requests failed at concurrency 2 (10% > 5%)")
 
 
 def test_a_clean_end_after_a_finish_reason_needs_no_done_sentinel(scripted_base, run_audit_here):

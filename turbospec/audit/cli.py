@@ -206,7 +206,8 @@ def _print_summary(results: dict, out: str) -> None:
         for reason in v["reasons"]:
             typer.echo(f"  - {reason}")
     for r in results["runs"]:
-        typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, "
+        cancelled = f"{r['num_cancelled']} cancelled unfinished, " if r["num_cancelled"] else ""
+        typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, {cancelled}"
                    f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate, "
                    + (f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms" if r["ttft_ms"]["p50"] is not None else "no TTFT"))
         for e in r["failure_examples"][:1] if r["num_failed"] else ():

@@ -48,7 +48,7 @@ def _verdict(res: dict) -> Section:
                           f"concurrency) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x "
                           f"and the acceptance length at least {MIN_ACCEPTANCE_LENGTH} tokens per verify step; "
                           f"NO-GO otherwise; INCONCLUSIVE when no request succeeded or more than "
-                          f"{MAX_FAILURE_RATE:.0%} failed. The acceptance length is measured from the server's "
+                          f"{MAX_FAILURE_RATE:.0%} failed (overall, or at the target load). The acceptance length is measured from the server's "
                           "counters when it exposes them, otherwise it is the stated assumption."))
     return s
 

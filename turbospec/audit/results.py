@@ -165,9 +165,10 @@ def _target_run(runs: list[dict], target: float | None) -> dict | None:
 def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
     num_ok = sum(r["num_ok"] for r in runs)
     num_failed = sum(r["num_failed"] for r in runs)
+    num_cancelled = sum(r["num_cancelled"] for r in runs)
     run = _target_run(runs, econ.target_concurrency)
     if run is None:
-        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None))
+        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
     v = decide(VerdictInput(
@@ -176,7 +177,8 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
         target_concurrency=run["concurrency"] or run["effective_concurrency"],
         already_speculating=p["already_speculating"],
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
-        annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"]))
+        annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
+        target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled))
     v["target_run"] = run["label"]
     v["annual"] = annual
     return v
