@@ -51,6 +51,12 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
     (["--metrics-url", "localhost:8000/metrics"], "--metrics-url 'localhost:8000/metrics' is not an http(s) URL"),
     (["--model-config", "missing/config.json"], "no such file missing/config.json"),
     (["--model-config", "tests"], "no such file tests/config.json"),
+    # nan / inf were taken: $nan in the report, NaN in results.json, a speedup of 0.00x
+    (["--gpu-price", "nan"], "--gpu-price nan: pass a finite number"),
+    (["--verify-overhead", "inf"], "--verify-overhead inf: pass a finite number"),
+    (["--acceptance-length", "nan"], "--acceptance-length nan: pass a finite number"),
+    (["--temperature", "nan"], "--temperature nan: pass a finite number"),
+    (["--request-rate", "inf"], "--request-rate 'inf': give positive requests per second"),
 ])
 def test_bad_arguments_exit_2_with_a_message_saying_what_to_pass(extra, message):
     res = CliRunner().invoke(cli(), OK + extra)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from dataclasses import replace
 from typing import Optional
@@ -115,6 +116,7 @@ def audit(
     settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
     args = dict(settings, api_key=api_key)
     try:
+        _check_finite(settings)
         check_out_dir(out, overwrite)
         built = _build(args, model or ["?"] * len(endpoint))       # every argument checked before any request
         if not model:
@@ -185,6 +187,14 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
                                a["num_speculative_tokens"], a["verify_overhead"]),
         target_concurrency=a["target_concurrency"])
     return cfg, econ, prompts, counters
+
+
+def _check_finite(settings: dict) -> None:
+    """nan / inf parse as floats but make every derived number nan (results.json then holds NaN,
+    which strict JSON readers refuse, and the report prints $nan)."""
+    for name, value in settings.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} {value}: pass a finite number")
 
 
 def _parse_extra_body(text: str | None) -> dict:
