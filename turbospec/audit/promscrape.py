@@ -114,10 +114,15 @@ def from_sglang(server_info: dict | None, gauge: float | None) -> dict | None:
 
 
 def from_chunks(tokens_per_chunk: float | None) -> dict:
+    if tokens_per_chunk is None:
+        note = ("not measured: no speculation counters, and no estimate either: tokens per chunk is unknown "
+                "(the server sent no usage and no --tokenizer was given, so tokens were counted one per chunk; "
+                "or no request streamed two chunks)")
+    else:
+        note = ("ESTIMATE from tokens per streamed chunk after the first, assuming one chunk per verify step "
+                "(about 1.0 means no speculation; servers that merge chunks inflate it)")
     return {"source": "chunk_estimate", "is_estimate": True,
-            "acceptance_length": tokens_per_chunk, "acceptance_rate": None, "per_position": [],
-            "note": "ESTIMATE from tokens per streamed chunk after the first, assuming one chunk per "
-                    "verify step (about 1.0 means no speculation; servers that merge chunks inflate it)"}
+            "acceptance_length": tokens_per_chunk, "acceptance_rate": None, "per_position": [], "note": note}
 
 
 def speculation_result(before: SpecCounters | None, after: SpecCounters | None,

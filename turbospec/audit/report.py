@@ -63,7 +63,10 @@ def _status(res: dict) -> Section | None:
         other = {k: v for k, v in r["token_count_source"].items() if k != "usage"}
         if other:
             notes.append(f"{r['endpoint']} · {r['label']}: token counts not from the server's usage for "
-                         f"{sum(other.values())} requests ({', '.join(f'{k}: {v}' for k, v in other.items())}).")
+                         f"{sum(other.values())} requests ({', '.join(f'{k}: {v}' for k, v in other.items())})."
+                         + (" Counted one token per streamed chunk: tok/s, TPOT, ITL and cost are per chunk, and "
+                            "wrong for a server that streams several tokens a chunk; pass --tokenizer (the "
+                            "model's tokenizer.json or directory) to count tokens." if other.get("chunks") else ""))
         if r["num_cancelled"]:
             notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
                          "(--max-duration or Ctrl-C); not counted as failures.")
