@@ -107,6 +107,8 @@ def test_a_gpu_not_given_is_marked_assumed(scripted_base, tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "NVIDIA H200 SXM 141GB (assumed) x 1" in report.splitlines()[0]
     assert "**Assumed**: --gpu was not given" in report
+    html = (tmp_path / "report.html").read_text()                  # bold there too, not literal asterisks
+    assert "<strong>Assumed</strong>: --gpu was not given" in html and "**" not in html
     assert json.loads((tmp_path / "results.json").read_text())["gpu"]["assumed"] is True
 
 
