@@ -6,7 +6,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   gap=60     ms between later chunks, each carrying k tokens (k=3); output = max_tokens tokens
   draft=4    draft tokens per verify step counted in the fake vLLM /metrics (k-1 accepted per chunk)
   fault=     http500 | cut | badjson | hang (no response) | stall (hangs after 2 chunks) | nodone |
-             errorevent | none
+             errorevent | json (a 200 non-streamed answer) | none
   nometrics=1  /metrics answers 404
   usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
@@ -89,6 +89,10 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         return True
     if fault == "hang":
         await asyncio.sleep(3600)
+    if fault == "json":                   # "stream": true ignored: one chat.completion object
+        plain(writer, 200, json.dumps({"object": "chat.completion", "choices": [{"index": 0, "message": {
+            "role": "assistant", "content": "tok " * max_tokens}, "finish_reason": "length"}]}).encode())
+        return True
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     await writer.drain()
     sizes = [min(spec["first"], max_tokens)]

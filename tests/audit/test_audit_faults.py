@@ -4,7 +4,7 @@ import json
 
 def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_base, dead_url, run_audit_here, tmp_path):
     fast = "ttft=20,gap=10"
-    faults = ["http500", "cut", "badjson", "hang", "stall", "nodone", "errorevent"]
+    faults = ["http500", "cut", "badjson", "hang", "stall", "nodone", "errorevent", "json"]
     urls = [f"{scripted_base}/s/{fast}"] + [f"{scripted_base}/s/{fast},fault={f}" for f in faults] + [dead_url]
     res, _ = run_audit_here(urls, concurrency=(2,), num_prompts=2, warmup=1, timeout_s=1.5, max_tokens=13,
                             out=tmp_path, write=True)
@@ -17,6 +17,7 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
         "stall": ("timeout", "stream unfinished after 2 chunks"),
         "nodone": ("no [DONE]", "without data: [DONE]"),
         "errorevent": ("error in stream", "scripted overload"),
+        "json": ("not a stream", "the server answered application/json without a single `data:` event"),
     }
     good = runs[urls[0]]
     assert (good["num_ok"], good["num_failed"]) == (2, 0)
