@@ -112,8 +112,10 @@ def test_a_gpu_not_given_is_marked_assumed(scripted_base, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["gpu"]["assumed"] is True
 
 
-def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path):
-    url = f"{scripted_base}/s/ttft=50,gap=50,cc=1"
+@pytest.mark.parametrize("sig,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path, sig, name):
+    # SIGTERM (`timeout`, `kill`, a CI job's limit) killed the audit and lost everything it had measured
+    url = f"{scripted_base}/s/ttft=50,gap=50,cc={sig}"
     # the audit command alone (the full `turbospec` CLI also imports the engine: slower to start)
     entry = ("import typer; from turbospec.audit.cli import register; app = typer.Typer(); "
              "app.callback()(lambda: None); register(app); app()")
@@ -124,18 +126,18 @@ def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(httpx.get(f"{url}/log").json()) < 3:
             time.sleep(0.1)                     # until the preflight request and two measured ones have finished
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert "Ctrl-C: stopping" in err and "interrupted" in out
+    assert f"{name}: stopping" in err and "interrupted" in out
     r = json.loads((tmp_path / "results.json").read_text())
     assert r["interrupted"] is True
     run = r["runs"][0]
     assert 2 <= run["num_ok"] < 40 and run["num_failed"] == 0 and run["num_cancelled"] <= 1
-    assert "Interrupted (Ctrl-C)" in (tmp_path / "report.md").read_text()
+    assert "Interrupted (Ctrl-C or SIGTERM)" in (tmp_path / "report.md").read_text()
 
 
 def test_the_turbospec_command_has_audit():

@@ -225,7 +225,7 @@ def _print_summary(results: dict, out: str) -> None:
             typer.secho(f"  failed ({reasons}); e.g. {e['detail']}" + _FIX.get(e["reason"], ""),
                         fg=typer.colors.YELLOW)
     if results["interrupted"]:
-        typer.secho("interrupted: the report holds what was measured before Ctrl-C", fg=typer.colors.YELLOW)
+        typer.secho("interrupted: the report holds what was measured before the stop (Ctrl-C or SIGTERM)", fg=typer.colors.YELLOW)
     typer.echo(f"wrote {out}/results.json, {out}/report.md, {out}/report.html")
 
 

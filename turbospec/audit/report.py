@@ -56,7 +56,7 @@ def _verdict(res: dict) -> Section:
 def _status(res: dict) -> Section | None:
     notes = []
     if res["interrupted"]:
-        notes.append("Interrupted (Ctrl-C): these are the requests measured before the stop.")
+        notes.append("Interrupted (Ctrl-C or SIGTERM): these are the requests measured before the stop.")
     if res["prompts_repeated"]:
         notes.append("--num-prompts exceeds the prompt set: prompts repeat, so prefix caches flatter TTFT.")
     for r in res["runs"]:
