@@ -35,6 +35,7 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
     assert json.loads((tmp_path / "results.json").read_text())["runs"][1]["failures"] == {"http 500": 2}
     md = (tmp_path / "report.md").read_text()
     assert "## Failures" in md and "scripted internal error" in md and "connection refused" in md
+    assert f"{scripted_base}/s/{fast},fault=http500 · concurrency 2: 1 warm-up requests failed (not counted)" in md
     assert (tmp_path / "report.html").stat().st_size > 10_000
 
 

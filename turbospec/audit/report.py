@@ -70,6 +70,14 @@ def _status(res: dict) -> Section | None:
         if r["num_cancelled"]:
             notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
                          "(--max-duration or Ctrl-C); not counted as failures.")
+        if r.get("delayed_arrivals"):
+            notes.append(f"{r['endpoint']} · {r['label']}: {r['delayed_arrivals']} arrivals waited for a free slot "
+                         f"(--max-inflight {res['settings'].get('max_inflight', '')} requests already in flight), so "
+                         f"this rate was not offered as scheduled; it kept {n(r['effective_concurrency'])} requests in "
+                         "flight on average. Raise --max-inflight to offer it.")
+        if r.get("warmup_failures"):
+            notes.append(f"{r['endpoint']} · {r['label']}: {r['warmup_failures']} warm-up requests failed (not "
+                         "counted); the first measured requests may have paid for a cold server.")
     return Section("Notes", [("list", notes)]) if notes else None
 
 
