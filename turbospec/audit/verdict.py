@@ -65,6 +65,10 @@ def decide(v: VerdictInput) -> dict:
     if v.already_speculating and ok_speed and ok_accept:
         reasons.append("speculation is already on at this endpoint and pays: the projection is its gain over "
                        "plain decoding, so 'go' means keep it on")
+    elif v.already_speculating and v.speedup is not None and v.speedup > 1.0:
+        reasons.append(f"speculation is already on at this endpoint and by the projection still beats plain decoding "
+                       f"({v.speedup:.2f}x), but not by the margin a GO needs: keep it on, and try a better-matched "
+                       "drafter")
     elif v.already_speculating:
         reasons.append("speculation is already on at this endpoint but does not pay at this load: turn it off "
                        "here, or try a better-matched drafter")
