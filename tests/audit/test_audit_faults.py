@@ -52,6 +52,16 @@ def test_duration_limit_cancels_without_counting_failures(scripted_base, run_aud
         "or lower --max-tokens or --num-prompts, then audit again"]
 
 
+def test_duration_spent_in_warmup_says_so(scripted_base, run_audit_here):
+    # the warm-up (2 s) outlasts --max-duration 1: nothing measured, nothing cancelled ('no request was measured')
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=200,tag=warm"], num_prompts=2, warmup=1,
+                            max_duration_s=1.0, max_tokens=31)
+    run = res["runs"][0]
+    assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 0)
+    assert res["verdict"]["reasons"][0].startswith("no request was measured: the level's --max-duration ran out "
+                                                   "during the warm-up")
+
+
 def test_failures_at_the_target_load_make_the_verdict_inconclusive(scripted_base, run_audit_here):
     # healthy at concurrency 1, every 10th request failing at concurrency 2 (the target): 2 of 40 overall is
     # 5%, within the threshold, but 2 of 20 at the load the verdict is about is not (it said GO)

@@ -94,7 +94,8 @@ def _health(v: VerdictInput, at: str) -> str | None:
         if v.num_cancelled:
             return (f"no request finished: {v.num_cancelled} were cancelled unfinished (--max-duration or Ctrl-C): "
                     "raise --max-duration, or lower --max-tokens or --num-prompts, then audit again")
-        return "no request was measured: audit again"
+        return ("no request was measured: the level's --max-duration ran out during the warm-up (or the audit was "
+                "stopped first): raise --max-duration, or lower --warmup, then audit again")
     fail_rate = v.num_failed / total
     if v.num_ok == 0 or fail_rate > MAX_FAILURE_RATE:
         return (f"{v.num_failed} of {total} requests failed ({format_percent(fail_rate)} > {MAX_FAILURE_RATE:.0%}): "
