@@ -29,6 +29,8 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
     refused = runs[dead_url]
     assert refused["failures"] == {"connection refused": 2}
     assert refused["failure_examples"][0]["detail"].startswith(f"{dead_url}/v1/chat/completions")
+    assert refused["speculation"]["acceptance_length"] is None
+    assert refused["speculation"]["note"].endswith("no estimate either: no request succeeded")
 
     verdicts = {v["endpoint"]: v["decision"] for v in res["verdicts"]}
     assert verdicts[urls[0]] == "go" and verdicts[dead_url] == "inconclusive"

@@ -113,11 +113,9 @@ def from_sglang(server_info: dict | None, gauge: float | None) -> dict | None:
                     "not only this run"}
 
 
-def from_chunks(tokens_per_chunk: float | None) -> dict:
+def from_chunks(tokens_per_chunk: float | None, why_none: str = "no request streamed two chunks") -> dict:
     if tokens_per_chunk is None:
-        note = ("not measured: no speculation counters, and no estimate either: tokens per chunk is unknown "
-                "(the server sent no usage and no --tokenizer was given, so tokens were counted one per chunk; "
-                "or no request streamed two chunks)")
+        note = f"not measured: no speculation counters, and no estimate either: {why_none}"
     else:
         note = ("ESTIMATE from tokens per streamed chunk after the first, assuming one chunk per verify step "
                 "(about 1.0 means no speculation; servers that merge chunks inflate it)")
@@ -126,14 +124,15 @@ def from_chunks(tokens_per_chunk: float | None) -> dict:
 
 
 def speculation_result(before: SpecCounters | None, after: SpecCounters | None,
-                       server_info: dict | None, tokens_per_chunk: float | None) -> dict:
+                       server_info: dict | None, tokens_per_chunk: float | None,
+                       why_no_estimate: str = "no request streamed two chunks") -> dict:
     """Pick the best available source for this run (see the module docstring)."""
     if before is not None and after is not None:
         prom = from_counters(before, after)
         if prom is not None:
             return prom
     sg = from_sglang(server_info, after.sglang_accept_length if after else None)
-    return sg if sg is not None else from_chunks(tokens_per_chunk)
+    return sg if sg is not None else from_chunks(tokens_per_chunk, why_no_estimate)
 
 
 async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | None:
