@@ -40,6 +40,8 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
     (["--dataset", "poetry"], "unknown built-in dataset 'poetry'"),
     (["--dataset", "random:5"], "random:IN:OUT"),
     (["--extra-body", "[1]"], "--extra-body must be a JSON object"),
+    (["--extra-body", '{"stream": false}'], '--extra-body sets "stream": the audit streams every request'),
+    (["--extra-body", '{"n": 3}'], '--extra-body sets "n": the audit times one choice per request'),
     (["--gpu", "tpu"], "unknown --gpu 'tpu'"),
     (["--currency", "EUR"], "--currency 'EUR': use USD or INR"),
     (["--api", "grpc"], "--api 'grpc' is not supported"),

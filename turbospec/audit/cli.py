@@ -206,6 +206,12 @@ def _parse_extra_body(text: str | None) -> dict:
         raise ValueError(f"--extra-body is not valid JSON ({e}): pass e.g. '{{\"top_p\": 0.9}}'") from None
     if not isinstance(body, dict):
         raise ValueError("--extra-body must be a JSON object, e.g. '{\"top_p\": 0.9}'")
+    if "stream" in body:            # stream false: every request would fail as 'not a stream'
+        raise ValueError("--extra-body sets \"stream\": the audit streams every request (it times each token); "
+                         "remove it")
+    if body.get("n", 1) != 1:       # choice 0 is timed, but usage counts every choice's tokens
+        raise ValueError("--extra-body sets \"n\": the audit times one choice per request; remove it, and raise "
+                         "--num-prompts or --concurrency for more load")
     return body
 
 
