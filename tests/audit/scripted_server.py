@@ -6,7 +6,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   gap=60     ms between later chunks, each carrying k tokens (k=3); output = max_tokens tokens
   draft=4    draft tokens per verify step counted in the fake vLLM /metrics (k-1 accepted per chunk)
   fault=     http500 | cut | badjson | hang (no response) | stall (hangs after 2 chunks) | nodone |
-             errorevent | none
+             errorevent | json (a 200 non-streamed answer) | none
   nometrics=1  /metrics answers 404
   usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
@@ -17,6 +17,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
   lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
+  failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
 Each token is the word "tok " so text length tells the truth too. Prints "PORT <n>" when ready.
@@ -36,7 +37,7 @@ CALLS: dict[str, int] = defaultdict(int)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -88,6 +89,10 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         return True
     if fault == "hang":
         await asyncio.sleep(3600)
+    if fault == "json":                   # "stream": true ignored: one chat.completion object
+        plain(writer, 200, json.dumps({"object": "chat.completion", "choices": [{"index": 0, "message": {
+            "role": "assistant", "content": "tok " * max_tokens}, "finish_reason": "length"}]}).encode())
+        return True
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     await writer.drain()
     sizes = [min(spec["first"], max_tokens)]
@@ -191,7 +196,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             elif method == "POST" and tail in ("/v1/chat/completions", "/v1/completions"):
                 req = json.loads(body)
                 CALLS[spec_str] += 1
-                if spec["failevery"] and CALLS[spec_str] % spec["failevery"] == 0:
+                if spec["failevery"] and CALLS[spec_str] > spec["failfrom"] and CALLS[spec_str] % spec["failevery"] == 0:
                     plain(writer, 500, b'{"error": {"message": "scripted intermittent error"}}')
                     await writer.drain()
                     continue

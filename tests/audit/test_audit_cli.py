@@ -40,6 +40,8 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
     (["--dataset", "poetry"], "unknown built-in dataset 'poetry'"),
     (["--dataset", "random:5"], "random:IN:OUT"),
     (["--extra-body", "[1]"], "--extra-body must be a JSON object"),
+    (["--extra-body", '{"stream": false}'], '--extra-body sets "stream": the audit streams every request'),
+    (["--extra-body", '{"n": 3}'], '--extra-body sets "n": the audit times one choice per request'),
     (["--gpu", "tpu"], "unknown --gpu 'tpu'"),
     (["--currency", "EUR"], "--currency 'EUR': use USD or INR"),
     (["--api", "grpc"], "--api 'grpc' is not supported"),
@@ -51,6 +53,12 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
     (["--metrics-url", "localhost:8000/metrics"], "--metrics-url 'localhost:8000/metrics' is not an http(s) URL"),
     (["--model-config", "missing/config.json"], "no such file missing/config.json"),
     (["--model-config", "tests"], "no such file tests/config.json"),
+    # nan / inf were taken: $nan in the report, NaN in results.json, a speedup of 0.00x
+    (["--gpu-price", "nan"], "--gpu-price nan: pass a finite number"),
+    (["--verify-overhead", "inf"], "--verify-overhead inf: pass a finite number"),
+    (["--acceptance-length", "nan"], "--acceptance-length nan: pass a finite number"),
+    (["--temperature", "nan"], "--temperature nan: pass a finite number"),
+    (["--request-rate", "inf"], "--request-rate 'inf': give positive requests per second"),
 ])
 def test_bad_arguments_exit_2_with_a_message_saying_what_to_pass(extra, message):
     res = CliRunner().invoke(cli(), OK + extra)
@@ -101,11 +109,15 @@ def test_a_gpu_not_given_is_marked_assumed(scripted_base, tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "NVIDIA H200 SXM 141GB (assumed) x 1" in report.splitlines()[0]
     assert "**Assumed**: --gpu was not given" in report
+    html = (tmp_path / "report.html").read_text()                  # bold there too, not literal asterisks
+    assert "<strong>Assumed</strong>: --gpu was not given" in html and "**" not in html
     assert json.loads((tmp_path / "results.json").read_text())["gpu"]["assumed"] is True
 
 
-def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path):
-    url = f"{scripted_base}/s/ttft=50,gap=50,cc=1"
+@pytest.mark.parametrize("sig,name", [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path, sig, name):
+    # SIGTERM (`timeout`, `kill`, a CI job's limit) killed the audit and lost everything it had measured
+    url = f"{scripted_base}/s/ttft=50,gap=50,cc={sig}"
     # the audit command alone (the full `turbospec` CLI also imports the engine: slower to start)
     entry = ("import typer; from turbospec.audit.cli import register; app = typer.Typer(); "
              "app.callback()(lambda: None); register(app); app()")
@@ -116,18 +128,18 @@ def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(httpx.get(f"{url}/log").json()) < 3:
             time.sleep(0.1)                     # until the preflight request and two measured ones have finished
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert "Ctrl-C: stopping" in err and "interrupted" in out
+    assert f"{name}: stopping" in err and "interrupted" in out
     r = json.loads((tmp_path / "results.json").read_text())
     assert r["interrupted"] is True
     run = r["runs"][0]
     assert 2 <= run["num_ok"] < 40 and run["num_failed"] == 0 and run["num_cancelled"] <= 1
-    assert "Interrupted (Ctrl-C)" in (tmp_path / "report.md").read_text()
+    assert "Interrupted (Ctrl-C or SIGTERM)" in (tmp_path / "report.md").read_text()
 
 
 def test_the_turbospec_command_has_audit():

@@ -162,6 +162,17 @@ def test_verdict(speedup, accept, ok, failed, decision):
     assert v["thresholds"] == {"min_speedup": 1.3, "min_acceptance_length": 2.0, "max_failure_rate": 0.05}
 
 
+def test_an_endpoint_already_speculating_is_told_to_turn_it_off_only_when_it_loses():
+    # n-gram on a CPU server: acceptance 1.76 < 2.0 is a NO-GO, but the projection is 1.35x over plain
+    # decoding (and the race measured it faster): 'turn it off here' advised losing that
+    gains = decide(VerdictInput("e", 10, 0, 1.35, 1.76, "measured from /metrics", 2, already_speculating=True))
+    assert gains["decision"] == "no-go"
+    text = " ".join(gains["reasons"])
+    assert "turn it off" not in text and "still beats plain decoding (1.35x)" in text and "keep it on" in text
+    loses = decide(VerdictInput("e", 10, 0, 0.9, 1.2, "measured from /metrics", 2, already_speculating=True))
+    assert "does not pay at this load: turn it off here" in " ".join(loses["reasons"])
+
+
 def test_several_gpus_are_one_tensor_parallel_group():
     from turbospec.audit.results import Economics
     gpu = get_gpu("h100")

@@ -4,7 +4,7 @@ import json
 
 def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_base, dead_url, run_audit_here, tmp_path):
     fast = "ttft=20,gap=10"
-    faults = ["http500", "cut", "badjson", "hang", "stall", "nodone", "errorevent"]
+    faults = ["http500", "cut", "badjson", "hang", "stall", "nodone", "errorevent", "json"]
     urls = [f"{scripted_base}/s/{fast}"] + [f"{scripted_base}/s/{fast},fault={f}" for f in faults] + [dead_url]
     res, _ = run_audit_here(urls, concurrency=(2,), num_prompts=2, warmup=1, timeout_s=1.5, max_tokens=13,
                             out=tmp_path, write=True)
@@ -17,6 +17,7 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
         "stall": ("timeout", "stream unfinished after 2 chunks"),
         "nodone": ("no [DONE]", "without data: [DONE]"),
         "errorevent": ("error in stream", "scripted overload"),
+        "json": ("not a stream", "the server answered application/json without a single `data:` event"),
     }
     good = runs[urls[0]]
     assert (good["num_ok"], good["num_failed"]) == (2, 0)
@@ -28,12 +29,15 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
     refused = runs[dead_url]
     assert refused["failures"] == {"connection refused": 2}
     assert refused["failure_examples"][0]["detail"].startswith(f"{dead_url}/v1/chat/completions")
+    assert refused["speculation"]["acceptance_length"] is None
+    assert refused["speculation"]["note"].endswith("no estimate either: no request succeeded")
 
     verdicts = {v["endpoint"]: v["decision"] for v in res["verdicts"]}
     assert verdicts[urls[0]] == "go" and verdicts[dead_url] == "inconclusive"
     assert json.loads((tmp_path / "results.json").read_text())["runs"][1]["failures"] == {"http 500": 2}
     md = (tmp_path / "report.md").read_text()
     assert "## Failures" in md and "scripted internal error" in md and "connection refused" in md
+    assert f"{scripted_base}/s/{fast},fault=http500 · concurrency 2: 1 warm-up requests failed (not counted)" in md
     assert (tmp_path / "report.html").stat().st_size > 10_000
 
 
@@ -44,6 +48,31 @@ def test_duration_limit_cancels_without_counting_failures(scripted_base, run_aud
     assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 2)
     assert "2 requests cancelled unfinished" in (tmp_path / "report.md").read_text()
     assert res["verdict"]["decision"] == "inconclusive"
+    # nothing failed: the reason names the cancellations and the fix (it read '0 of 0 requests failed (100% > 5%)')
+    assert res["verdict"]["reasons"] == [
+        "no request finished: 2 were cancelled unfinished (--max-duration or Ctrl-C): raise --max-duration, "
+        "or lower --max-tokens or --num-prompts, then audit again"]
+
+
+def test_duration_spent_in_warmup_says_so(scripted_base, run_audit_here):
+    # the warm-up (2 s) outlasts --max-duration 1: nothing measured, nothing cancelled ('no request was measured')
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=200,tag=warm"], num_prompts=2, warmup=1,
+                            max_duration_s=1.0, max_tokens=31)
+    run = res["runs"][0]
+    assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 0)
+    assert res["verdict"]["reasons"][0].startswith("no request was measured: the level's --max-duration ran out "
+                                                   "during the warm-up")
+
+
+def test_failures_at_the_target_load_make_the_verdict_inconclusive(scripted_base, run_audit_here):
+    # healthy at concurrency 1, every 10th request failing at concurrency 2 (the target): 2 of 40 overall is
+    # 5%, within the threshold, but 2 of 20 at the load the verdict is about is not (it said GO)
+    url = f"{scripted_base}/s/ttft=5,gap=5,failevery=10,failfrom=20,tag=target"
+    res, _ = run_audit_here([url], concurrency=(1, 2), num_prompts=20, warmup=0, max_tokens=7)
+    assert [(r["num_ok"], r["num_failed"]) for r in res["runs"]] == [(20, 0), (18, 2)]
+    v = res["verdict"]
+    assert v["decision"] == "inconclusive" and v["target_run"] == "concurrency 2"
+    assert v["reasons"][0].startswith("2 of 20 requests failed at concurrency 2 (10% > 5%)")
 
 
 def test_a_clean_end_after_a_finish_reason_needs_no_done_sentinel(scripted_base, run_audit_here):

@@ -75,6 +75,16 @@ def test_server_errors_are_measured_not_refused(scripted_base, tmp_path):
     assert (tmp_path / "b" / "report.html").exists()
 
 
+def test_a_server_that_does_not_stream_is_refused_before_measuring(scripted_base, tmp_path):
+    # it answered one JSON object to "stream": true; every request then failed as 'no [DONE]: stream ended
+    # after 0 chunks', the audit ran every level and wrote an INCONCLUSIVE report
+    code, text = audit(f"{scripted_base}/s/{FAST},fault=json", tmp_path / "a")
+    assert code == 1, text
+    assert "not a stream (the server answered application/json without a single `data:` event" in text
+    assert "must honour \"stream\": true" in text and "Nothing was measured" in text
+    assert not (tmp_path / "a").exists()
+
+
 def test_an_earlier_audit_is_kept_unless_overwrite(scripted_base, tmp_path):
     url = f"{scripted_base}/s/{FAST}"
     out = tmp_path / "a"

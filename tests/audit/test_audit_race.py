@@ -45,3 +45,15 @@ def test_open_loop_sends_at_poisson_times_to_every_endpoint(scripted_base, run_a
     assert np.abs(starts_a - starts_b).max() < 0.02
     assert res["runs"][0]["request_rate"] == 20.0 and res["runs"][0]["concurrency"] is None
     assert res["runs"][0]["label"] == "20 req/s (Poisson)"
+
+
+def test_arrivals_held_back_by_max_inflight_are_reported(scripted_base, run_audit_here, tmp_path):
+    # 50 req/s offered, but one request in flight at most: the arrivals wait, and the report said nothing
+    # (delayed_arrivals was only in results.json), presenting '50 req/s (Poisson)' as the load delivered
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=30,gap=10,p=held"], concurrency=(), rates=(50.0,),
+                            num_prompts=6, warmup=1, max_tokens=7, max_inflight=1, out=tmp_path, write=True)
+    run = res["runs"][0]
+    assert run["delayed_arrivals"] >= 3
+    md = (tmp_path / "report.md").read_text()
+    assert (f"50 req/s (Poisson): {run['delayed_arrivals']} arrivals waited for a free slot (--max-inflight 1 "
+            "requests already in flight)") in md

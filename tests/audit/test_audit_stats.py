@@ -10,6 +10,7 @@ def rec(chunk_times, tokens, start=0.0, end=None, chunk_tokens=None, domain="cod
                       end_s=start + (end if end is not None else (chunk_times[-1] if chunk_times else 0.0)))
     r.chunk_times_s, r.output_tokens, r.chunk_tokens, r.ok, r.error = list(chunk_times), tokens, chunk_tokens, ok, error
     r.error_detail = "d" if error else None
+    r.token_source = "usage"                      # the server's count (one per chunk would say nothing per chunk)
     return r
 
 

@@ -141,3 +141,23 @@ def test_lagging_counters_are_read_once_settled(scripted_base, run_audit_here):
     assert spec["source"] == "prometheus" and per_req["num_drafts"] == 20
     for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
         assert spec[k] == per_req[k], (k, spec, per_req)
+
+
+def test_tokens_counted_one_per_chunk_give_no_tokens_per_chunk_or_speculation_estimate(scripted_base, run_audit_here,
+                                                                                        tmp_path):
+    # a hosted API's way: 3 tokens a chunk, no usage, no /metrics, and no --tokenizer; tokens per chunk is
+    # then 1.0 by construction, and it was reported as an acceptance-length estimate of 1.00 ('no speculation')
+    url = f"{scripted_base}/s/ttft=5,gap=5,k=3,usage=0,nometrics=1"
+    res, _ = run_audit_here([url], num_prompts=2, warmup=0, max_tokens=13, out=tmp_path, write=True)
+    run = res["runs"][0]
+    assert run["token_count_source"] == {"chunks": 2} and run["output_tokens"]["mean"] == 5   # chunks 1+3+3+3+3
+    assert run["tokens_per_chunk"]["mean"] is None and run["tokens_per_chunk"]["overall"] is None
+    assert run["by_domain"]["code"]["tokens_per_chunk"]["mean"] is None
+    spec = run["speculation"]
+    assert spec["acceptance_length"] is None and spec["note"] == (
+        "not measured: no speculation counters, and no estimate either: tokens were counted one per chunk (the "
+        "server sent no usage and no --tokenizer was given), so tokens per chunk is 1 by construction")
+    assert run["projection"]["acceptance_source"].startswith("assumed")
+    md = (tmp_path / "report.md").read_text()
+    assert "Counted one token per streamed chunk" in md and "pass --tokenizer" in md
+    assert "| 1.00 |" not in md

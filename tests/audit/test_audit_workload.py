@@ -56,6 +56,20 @@ def test_jsonl_errors_name_the_line_and_the_fix(tmp_path, line, match):
     assert "bad.jsonl:2" in str(e.value)
 
 
+def test_jsonl_saved_by_windows_tools(tmp_path):
+    # Notepad's UTF-8 byte order mark was 'not valid JSON (Unexpected UTF-8 BOM ...)'; a UTF-16 file
+    # (Windows PowerShell's `>`) a bare "'utf-8' codec can't decode byte 0xff" without the file's name
+    f = tmp_path / "mine.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "hi"}\r\n{"prompt": "yo", "max_tokens": 3}\r\n')
+    assert [(p.prompt, p.max_tokens) for p in load_workload(str(f), 2)] == [("hi", None), ("yo", 3)]
+    f.write_bytes('{"prompt": "hi"}\n'.encode("utf-16"))
+    with pytest.raises(ValueError, match=r"mine.jsonl is not UTF-8 text .*save it as UTF-8"):
+        load_workload(str(f), 1)
+    f.write_text('{"prompt": "hi", "max_tokens": true}\n')
+    with pytest.raises(ValueError, match="mine.jsonl:1: `max_tokens` must be a positive integer"):
+        load_workload(str(f), 1)
+
+
 def test_random_prompts_lengths_and_errors():
     ps = random_prompts("random:64:32", 5, seed=1)
     assert len(ps) == 5 and len({p.prompt for p in ps}) == 5

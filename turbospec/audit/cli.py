@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from dataclasses import replace
 from typing import Optional
@@ -115,6 +116,7 @@ def audit(
     settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
     args = dict(settings, api_key=api_key)
     try:
+        _check_finite(settings)
         check_out_dir(out, overwrite)
         built = _build(args, model or ["?"] * len(endpoint))       # every argument checked before any request
         if not model:
@@ -187,6 +189,14 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
     return cfg, econ, prompts, counters
 
 
+def _check_finite(settings: dict) -> None:
+    """nan / inf parse as floats but make every derived number nan (results.json then holds NaN,
+    which strict JSON readers refuse, and the report prints $nan)."""
+    for name, value in settings.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} {value}: pass a finite number")
+
+
 def _parse_extra_body(text: str | None) -> dict:
     if not text:
         return {}
@@ -196,6 +206,12 @@ def _parse_extra_body(text: str | None) -> dict:
         raise ValueError(f"--extra-body is not valid JSON ({e}): pass e.g. '{{\"top_p\": 0.9}}'") from None
     if not isinstance(body, dict):
         raise ValueError("--extra-body must be a JSON object, e.g. '{\"top_p\": 0.9}'")
+    if "stream" in body:            # stream false: every request would fail as 'not a stream'
+        raise ValueError("--extra-body sets \"stream\": the audit streams every request (it times each token); "
+                         "remove it")
+    if body.get("n", 1) != 1:       # choice 0 is timed, but usage counts every choice's tokens
+        raise ValueError("--extra-body sets \"n\": the audit times one choice per request; remove it, and raise "
+                         "--num-prompts or --concurrency for more load")
     return body
 
 
@@ -206,7 +222,8 @@ def _print_summary(results: dict, out: str) -> None:
         for reason in v["reasons"]:
             typer.echo(f"  - {reason}")
     for r in results["runs"]:
-        typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, "
+        cancelled = f"{r['num_cancelled']} cancelled unfinished, " if r["num_cancelled"] else ""
+        typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, {cancelled}"
                    f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate, "
                    + (f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms" if r["ttft_ms"]["p50"] is not None else "no TTFT"))
         for e in r["failure_examples"][:1] if r["num_failed"] else ():
@@ -214,7 +231,7 @@ def _print_summary(results: dict, out: str) -> None:
             typer.secho(f"  failed ({reasons}); e.g. {e['detail']}" + _FIX.get(e["reason"], ""),
                         fg=typer.colors.YELLOW)
     if results["interrupted"]:
-        typer.secho("interrupted: the report holds what was measured before Ctrl-C", fg=typer.colors.YELLOW)
+        typer.secho("interrupted: the report holds what was measured before the stop (Ctrl-C or SIGTERM)", fg=typer.colors.YELLOW)
     typer.echo(f"wrote {out}/results.json, {out}/report.md, {out}/report.html")
 
 

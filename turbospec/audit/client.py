@@ -10,6 +10,7 @@ report counts) and an `error_detail` (what a human reads), never as an exception
   bad json                   a `data:` payload that is not a JSON object
   error in stream            the server sent an error object inside the stream
   no [DONE]                  the stream ended cleanly but without the `[DONE]` sentinel or a finish_reason
+  not a stream               a 200 answer without a single `data:` event (a server ignoring "stream": true)
   empty output               `[DONE]` arrived before any generated text
 """
 from __future__ import annotations
@@ -138,11 +139,15 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
             return
         decoder, pieces, usage, done = SSEDecoder(), [], None, False
         cumulative: list[int | None] = []     # completion_tokens seen with each text chunk
+        events, first_line = 0, None
         async for line in resp.aiter_lines():
             now = time.perf_counter()
+            if first_line is None and line.strip():
+                first_line = line.strip()
             payload = decoder.feed(line)
             if payload is None:
                 continue
+            events += 1
             chunk = parse_chunk(payload)
             if chunk.done:
                 done = True
@@ -160,10 +165,16 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
                 cumulative.append((chunk.usage or {}).get("completion_tokens"))
             rec.finish_reason = chunk.finish_reason or rec.finish_reason
         rec.end_s = time.perf_counter()
+        tail = None
         if not done:
             tail = decoder.flush()
             if tail is not None and parse_chunk(tail).done:
                 done = True
+        if not done and not events and tail is None:
+            ctype = resp.headers.get("content-type", "no content type").split(";")[0]
+            rec.fail("not a stream", f"the server answered {ctype} without a single `data:` event "
+                     f"({(first_line or 'an empty body')[:120]!r}): it does not stream (\"stream\": true ignored?)")
+            return
         if not done and rec.finish_reason is None:
             # a clean end after a finish_reason is complete (some servers omit the sentinel); without
             # one the answer may be truncated

@@ -2,6 +2,7 @@
 projection.py). Every error message says what to pass instead."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from turbospec.audit.client import RequestSettings
@@ -41,7 +42,7 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
         values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         values = ()
-    if not values or any(not v > 0 for v in values):
+    if not values or any(not 0 < v < math.inf for v in values):
         raise ValueError(f"--request-rate {text!r}: give positive requests per second separated by commas, "
                          "e.g. --request-rate 0.5,2")
     return values

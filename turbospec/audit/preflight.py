@@ -6,6 +6,7 @@ failures. So the CLI first sends one short, uncounted request per endpoint and s
 server's own message and the fix when the endpoint cannot work as configured:
 
   connection refused / error   nothing answers: start the server, or fix --endpoint
+  not a stream                 a 200 answer without any `data:` event: the server ignores "stream": true
   http 401 / 403               the key is missing or wrong: --api-key
   http 4xx (not 408 / 429)     the request is wrong: the model is not served (its /v1/models are
                                listed), the path or --api is wrong, or the server rejects a setting
@@ -99,7 +100,7 @@ def _status(rec: RequestRecord) -> int | None:
 
 
 def _fatal(rec: RequestRecord) -> bool:
-    if rec.error in ("connection refused", "connection error"):
+    if rec.error in ("connection refused", "connection error", "not a stream"):
         return True
     status = _status(rec)
     return status is not None and 400 <= status < 500 and status not in _LOAD_STATUSES
@@ -111,6 +112,9 @@ async def _explain(http: httpx.AsyncClient, ep: Endpoint, rec: RequestRecord) ->
         return f"{said}. Nothing listens there: start the server, or fix --endpoint (host and port)"
     if rec.error == "connection error":
         return f"{said}. Check --endpoint (host, port, http vs https) and that the server is reachable"
+    if rec.error == "not a stream":
+        return (f"{said}. The audit times tokens as they stream (TTFT, ITL), so the endpoint must honour "
+                "\"stream\": true; check that --endpoint is the OpenAI API root and the server or proxy streams")
     status = _status(rec)
     if status in (401, 403):
         how = "the key was refused: check --api-key" if ep.api_key else \

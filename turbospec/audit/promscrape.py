@@ -113,22 +113,26 @@ def from_sglang(server_info: dict | None, gauge: float | None) -> dict | None:
                     "not only this run"}
 
 
-def from_chunks(tokens_per_chunk: float | None) -> dict:
+def from_chunks(tokens_per_chunk: float | None, why_none: str = "no request streamed two chunks") -> dict:
+    if tokens_per_chunk is None:
+        note = f"not measured: no speculation counters, and no estimate either: {why_none}"
+    else:
+        note = ("ESTIMATE from tokens per streamed chunk after the first, assuming one chunk per verify step "
+                "(about 1.0 means no speculation; servers that merge chunks inflate it)")
     return {"source": "chunk_estimate", "is_estimate": True,
-            "acceptance_length": tokens_per_chunk, "acceptance_rate": None, "per_position": [],
-            "note": "ESTIMATE from tokens per streamed chunk after the first, assuming one chunk per "
-                    "verify step (about 1.0 means no speculation; servers that merge chunks inflate it)"}
+            "acceptance_length": tokens_per_chunk, "acceptance_rate": None, "per_position": [], "note": note}
 
 
 def speculation_result(before: SpecCounters | None, after: SpecCounters | None,
-                       server_info: dict | None, tokens_per_chunk: float | None) -> dict:
+                       server_info: dict | None, tokens_per_chunk: float | None,
+                       why_no_estimate: str = "no request streamed two chunks") -> dict:
     """Pick the best available source for this run (see the module docstring)."""
     if before is not None and after is not None:
         prom = from_counters(before, after)
         if prom is not None:
             return prom
     sg = from_sglang(server_info, after.sglang_accept_length if after else None)
-    return sg if sg is not None else from_chunks(tokens_per_chunk)
+    return sg if sg is not None else from_chunks(tokens_per_chunk, why_no_estimate)
 
 
 async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | None:

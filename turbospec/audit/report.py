@@ -48,7 +48,7 @@ def _verdict(res: dict) -> Section:
                           f"concurrency) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x "
                           f"and the acceptance length at least {MIN_ACCEPTANCE_LENGTH} tokens per verify step; "
                           f"NO-GO otherwise; INCONCLUSIVE when no request succeeded or more than "
-                          f"{MAX_FAILURE_RATE:.0%} failed. The acceptance length is measured from the server's "
+                          f"{MAX_FAILURE_RATE:.0%} failed (overall, or at the target load). The acceptance length is measured from the server's "
                           "counters when it exposes them, otherwise it is the stated assumption."))
     return s
 
@@ -56,17 +56,28 @@ def _verdict(res: dict) -> Section:
 def _status(res: dict) -> Section | None:
     notes = []
     if res["interrupted"]:
-        notes.append("Interrupted (Ctrl-C): these are the requests measured before the stop.")
+        notes.append("Interrupted (Ctrl-C or SIGTERM): these are the requests measured before the stop.")
     if res["prompts_repeated"]:
         notes.append("--num-prompts exceeds the prompt set: prompts repeat, so prefix caches flatter TTFT.")
     for r in res["runs"]:
         other = {k: v for k, v in r["token_count_source"].items() if k != "usage"}
         if other:
             notes.append(f"{r['endpoint']} · {r['label']}: token counts not from the server's usage for "
-                         f"{sum(other.values())} requests ({', '.join(f'{k}: {v}' for k, v in other.items())}).")
+                         f"{sum(other.values())} requests ({', '.join(f'{k}: {v}' for k, v in other.items())})."
+                         + (" Counted one token per streamed chunk: tok/s, TPOT, ITL and cost are per chunk, and "
+                            "wrong for a server that streams several tokens a chunk; pass --tokenizer (the "
+                            "model's tokenizer.json or directory) to count tokens." if other.get("chunks") else ""))
         if r["num_cancelled"]:
             notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
                          "(--max-duration or Ctrl-C); not counted as failures.")
+        if r.get("delayed_arrivals"):
+            notes.append(f"{r['endpoint']} · {r['label']}: {r['delayed_arrivals']} arrivals waited for a free slot "
+                         f"(--max-inflight {res['settings'].get('max_inflight', '')} requests already in flight), so "
+                         f"this rate was not offered as scheduled; it kept {n(r['effective_concurrency'])} requests in "
+                         "flight on average. Raise --max-inflight to offer it.")
+        if r.get("warmup_failures"):
+            notes.append(f"{r['endpoint']} · {r['label']}: {r['warmup_failures']} warm-up requests failed (not "
+                         "counted); the first measured requests may have paid for a cold server.")
     return Section("Notes", [("list", notes)]) if notes else None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 from turbospec.audit.report import Section
 
@@ -46,8 +47,8 @@ def render_html(title: str, subtitle: str, sections: list[Section], figures: dic
 
 def _block(block: tuple, figures: dict[str, bytes]) -> str:
     kind = block[0]
-    if kind == "p":
-        return f"<p>{_e(block[1])}</p>"
+    if kind == "p":                                   # **bold** is the one markdown a paragraph uses
+        return "<p>" + re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(block[1])) + "</p>"
     if kind == "list":
         return "<ul>" + "".join(f"<li>{_e(i)}</li>" for i in block[1]) + "</ul>" if block[1] else ""
     if kind == "verdict":

@@ -94,7 +94,8 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
     s = summarize(r.records, cfg.slo)
     e2e_mean = (s["e2e_ms"]["mean"] or 0.0) / 1e3
     eff_conc = s["request_throughput_per_s"] * e2e_mean
-    spec = speculation_result(r.spec_before, r.spec_after, r.server_info, s["tokens_per_chunk"]["overall"])
+    spec = speculation_result(r.spec_before, r.spec_after, r.server_info, s["tokens_per_chunk"]["overall"],
+                              _why_no_estimate(s))
     entry = {
         "endpoint": r.endpoint.url, "model": r.endpoint.model, "label": r.level.label,
         "concurrency": r.level.concurrency, "request_rate": r.level.request_rate,
@@ -122,6 +123,15 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
         entry["cost"]["per_million_with_speculation"] = now if p["already_speculating"] else now / p["speedup"]
         entry["cost"]["per_million_without_speculation"] = now * p["speedup"] if p["already_speculating"] else now
     return entry
+
+
+def _why_no_estimate(s: dict) -> str:
+    if not s["num_ok"]:
+        return "no request succeeded"
+    if set(s["token_count_source"]) == {"chunks"}:
+        return ("tokens were counted one per chunk (the server sent no usage and no --tokenizer was given), so "
+                "tokens per chunk is 1 by construction")
+    return "no request streamed two chunks"
 
 
 def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: float) -> dict:
@@ -165,9 +175,10 @@ def _target_run(runs: list[dict], target: float | None) -> dict | None:
 def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
     num_ok = sum(r["num_ok"] for r in runs)
     num_failed = sum(r["num_failed"] for r in runs)
+    num_cancelled = sum(r["num_cancelled"] for r in runs)
     run = _target_run(runs, econ.target_concurrency)
     if run is None:
-        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None))
+        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
     v = decide(VerdictInput(
@@ -176,7 +187,8 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
         target_concurrency=run["concurrency"] or run["effective_concurrency"],
         already_speculating=p["already_speculating"],
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
-        annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"]))
+        annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
+        target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled))
     v["target_run"] = run["label"]
     v["annual"] = annual
     return v

@@ -9,8 +9,8 @@ Race: with several endpoints the same prompts go to all of them, interleaved rou
 (prompt 0 to A, B, C; prompt 1 to A, B, C; ...), so every endpoint sees the same prompts in the
 same minute at the same concurrency. A Poisson arrival goes to all endpoints at once.
 Bounds: each request has --timeout; each level stops dispatching after --max-duration and cancels
-what is still in flight (counted as cancelled, not failed). Ctrl-C stops the same way and the audit
-writes what was measured; a second Ctrl-C aborts.
+what is still in flight (counted as cancelled, not failed). Ctrl-C (or SIGTERM) stops the same way and
+the audit writes what was measured; a second one aborts.
 """
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ async def run_audit(cfg: LoadConfig, prompts: list[Prompt], counters: dict[str, 
         for c in clients.values():
             await c.aclose()
         if sigint and not stop.is_set():
-            loop.remove_signal_handler(signal.SIGINT)
+            for sig in _STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
     return AuditRun(runs=runs, interrupted=stop.is_set(), started_at=started, finished_at=_now(),
                     prompts_repeated=cfg.num_prompts > len(prompts))
 
@@ -103,13 +104,19 @@ def _client(cfg: LoadConfig, limit: int) -> httpx.AsyncClient:
                              limits=httpx.Limits(max_connections=limit + 4, max_keepalive_connections=limit + 4))
 
 
+# SIGTERM too: `timeout`, `kill`, a CI job or a container stopping the audit must not lose what it measured
+_STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
 def _install_sigint(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> bool:
-    def on_sigint() -> None:
+    def on_signal(name: str) -> None:
         stop.set()
-        loop.remove_signal_handler(signal.SIGINT)      # a second Ctrl-C raises KeyboardInterrupt
-        print("\nCtrl-C: stopping and writing what was measured so far (Ctrl-C again aborts)", file=sys.stderr)
+        for sig in _STOP_SIGNALS:        # a second one acts as usual: Ctrl-C raises KeyboardInterrupt, SIGTERM kills
+            loop.remove_signal_handler(sig)
+        print(f"\n{name}: stopping and writing what was measured so far (Ctrl-C again aborts)", file=sys.stderr)
     try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        for sig, name in _STOP_SIGNALS.items():
+            loop.add_signal_handler(sig, on_signal, name)
         return True
     except (NotImplementedError, RuntimeError, ValueError):   # not the main thread, or no signals here
         return False

@@ -26,7 +26,8 @@ DEFINITIONS: dict[str, str] = {
     "aggregate_output_tokens_per_s": "output tokens of all successful requests / wall time of the run "
                                      "(first send to last end); per GPU = that / number of GPUs",
     "tokens_per_chunk": "(output tokens - 1) / (text chunks - 1): tokens per streamed chunk after the first. "
-                        "With speculation and one chunk per verify step this is the acceptance length",
+                        "With speculation and one chunk per verify step this is the acceptance length. Not given "
+                        "for requests whose tokens were counted one per chunk (no usage, no tokenizer)",
     "goodput": "successful requests that meet every SLO (TTFT, TPOT, e2e where set), per second of the run; "
                "also their output tokens per second and their share of all requests",
     "output_tokens": "generated tokens from the server's `usage`; else a local tokenizer; else one per chunk "
@@ -76,7 +77,7 @@ def decode_tokens_per_s(r: RequestRecord) -> float | None:
 
 def tokens_per_chunk(r: RequestRecord) -> float | None:
     chunks = len(r.chunk_times_s)
-    if chunks < 2:
+    if chunks < 2 or r.token_source == "chunks":      # counted one token a chunk: 1.0 by construction
         return None
     if r.chunk_tokens is not None:
         return sum(r.chunk_tokens[1:]) / (chunks - 1)
@@ -145,8 +146,9 @@ def summarize(records: list[RequestRecord], slo: SLO) -> dict:
     out_tokens = sum(r.output_tokens for r in ok)
     good = [r for r in ok if slo.met_by(r)]
     tpc = [t for t in (tokens_per_chunk(r) for r in ok) if t is not None]
-    decode_tokens = sum(r.output_tokens - 1 for r in ok if len(r.chunk_times_s) > 1)
-    decode_chunks = sum(len(r.chunk_times_s) - 1 for r in ok if len(r.chunk_times_s) > 1)
+    counted = [r for r in ok if len(r.chunk_times_s) > 1 and r.token_source != "chunks"]
+    decode_tokens = sum(r.output_tokens - 1 for r in counted)
+    decode_chunks = sum(len(r.chunk_times_s) - 1 for r in counted)
     return {
         "duration_s": window,
         "num_ok": len(ok),

@@ -3,8 +3,9 @@
 Decided per endpoint at the target concurrency (--target-concurrency; default the highest measured
 level, the production-like one):
 
-  inconclusive  no successful request, or more than MAX_FAILURE_RATE of requests failed: the
-                endpoint must be healthy before its speed means anything
+  inconclusive  no successful request, or more than MAX_FAILURE_RATE of requests failed (over the
+                whole audit, or at the target load itself): the endpoint must be healthy at the load
+                the verdict is about before its speed there means anything
   go            projected speedup >= MIN_SPEEDUP and acceptance length >= MIN_ACCEPTANCE_LENGTH
   no-go         otherwise, with the condition(s) that failed
 
@@ -38,19 +39,20 @@ class VerdictInput:
     annual_savings: float | None = None
     currency: str = "USD"
     model_aware: bool = False
+    target_ok: int | None = None       # successful / failed requests at the target load itself
+    target_failed: int | None = None
+    num_cancelled: int = 0             # cancelled unfinished (--max-duration, Ctrl-C): not failures
 
 
 def decide(v: VerdictInput) -> dict:
     reasons: list[str] = []
     thresholds = {"min_speedup": MIN_SPEEDUP, "min_acceptance_length": MIN_ACCEPTANCE_LENGTH,
                   "max_failure_rate": MAX_FAILURE_RATE}
-    total = v.num_ok + v.num_failed
-    fail_rate = v.num_failed / total if total else 1.0
-    if v.num_ok == 0 or fail_rate > MAX_FAILURE_RATE:
-        reasons.append(f"{v.num_failed} of {total} requests failed ({format_percent(fail_rate)} > "
-                       f"{MAX_FAILURE_RATE:.0%}): fix the failures listed in the report, then audit again")
-        return {"endpoint": v.endpoint, "decision": "inconclusive", "reasons": reasons, "thresholds": thresholds}
     at = f"at concurrency {v.target_concurrency:g}" if v.target_concurrency else ""
+    problem = _health(v, at)
+    if problem:
+        reasons.append(problem)
+        return {"endpoint": v.endpoint, "decision": "inconclusive", "reasons": reasons, "thresholds": thresholds}
     ok_speed = v.speedup is not None and v.speedup >= MIN_SPEEDUP
     ok_accept = v.acceptance_length is not None and v.acceptance_length >= MIN_ACCEPTANCE_LENGTH
     if v.speedup is not None:
@@ -63,6 +65,10 @@ def decide(v: VerdictInput) -> dict:
     if v.already_speculating and ok_speed and ok_accept:
         reasons.append("speculation is already on at this endpoint and pays: the projection is its gain over "
                        "plain decoding, so 'go' means keep it on")
+    elif v.already_speculating and v.speedup is not None and v.speedup > 1.0:
+        reasons.append(f"speculation is already on at this endpoint and by the projection still beats plain decoding "
+                       f"({v.speedup:.2f}x), but not by the margin a GO needs: keep it on, and try a better-matched "
+                       "drafter")
     elif v.already_speculating:
         reasons.append("speculation is already on at this endpoint but does not pay at this load: turn it off "
                        "here, or try a better-matched drafter")
@@ -79,3 +85,24 @@ def decide(v: VerdictInput) -> dict:
         reasons.append(f"implied saving {format_money(v.annual_savings, v.currency)} a year at the stated load")
     decision = "go" if ok_speed and ok_accept else "no-go"
     return {"endpoint": v.endpoint, "decision": decision, "reasons": reasons, "thresholds": thresholds}
+
+
+def _health(v: VerdictInput, at: str) -> str | None:
+    """Why the numbers cannot decide anything (None when the endpoint was healthy enough)."""
+    total = v.num_ok + v.num_failed
+    if total == 0:
+        if v.num_cancelled:
+            return (f"no request finished: {v.num_cancelled} were cancelled unfinished (--max-duration or Ctrl-C): "
+                    "raise --max-duration, or lower --max-tokens or --num-prompts, then audit again")
+        return ("no request was measured: the level's --max-duration ran out during the warm-up (or the audit was "
+                "stopped first): raise --max-duration, or lower --warmup, then audit again")
+    fail_rate = v.num_failed / total
+    if v.num_ok == 0 or fail_rate > MAX_FAILURE_RATE:
+        return (f"{v.num_failed} of {total} requests failed ({format_percent(fail_rate)} > {MAX_FAILURE_RATE:.0%}): "
+                "fix the failures listed in the report, then audit again")
+    t_total = (v.target_ok or 0) + (v.target_failed or 0)
+    if t_total and v.target_failed / t_total > MAX_FAILURE_RATE:
+        return (f"{v.target_failed} of {t_total} requests failed {at} ({format_percent(v.target_failed / t_total)} > "
+                f"{MAX_FAILURE_RATE:.0%}), the load the verdict is about: fix the failures listed in the report, or "
+                "decide at a lower load with --target-concurrency")
+    return None

@@ -63,16 +63,20 @@ def jsonl_prompts(path: str) -> list[Prompt]:
         raise ValueError(f"dataset file {path!r} does not exist: pass an existing .jsonl file")
     default_domain = os.path.splitext(os.path.basename(path))[0]
     prompts: list[Prompt] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno} is not valid JSON ({e}): one JSON object per line") from e
-            prompts.append(_prompt_from_obj(obj, f"{path}:{lineno}", f"{default_domain}-{lineno}",
-                                            default_domain))
+    try:
+        with open(path, encoding="utf-8-sig") as f:       # -sig: a byte order mark (Notepad) is skipped
+            lines = f.readlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): save it as UTF-8 "
+                         "(Windows PowerShell's `>` writes UTF-16; use `Out-File -Encoding utf8`)") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno} is not valid JSON ({e}): one JSON object per line") from e
+        prompts.append(_prompt_from_obj(obj, f"{path}:{lineno}", f"{default_domain}-{lineno}", default_domain))
     if not prompts:
         raise ValueError(f"{path} holds no prompts: add lines such as {{\"prompt\": \"...\"}}")
     return prompts
@@ -93,7 +97,7 @@ def _prompt_from_obj(obj: object, where: str, default_id: str, default_domain: s
             raise ValueError(f"{where}: `messages` must be a non-empty list of {{\"role\", \"content\"}} objects")
         messages = tuple(messages)
     max_tokens = obj.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise ValueError(f"{where}: `max_tokens` must be a positive integer")
     return Prompt(id=str(obj.get("id", default_id)), domain=str(obj.get("domain", default_domain)),
                   prompt=text, messages=messages, max_tokens=max_tokens)
