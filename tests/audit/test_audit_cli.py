@@ -42,6 +42,8 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
     (["--extra-body", "[1]"], "--extra-body must be a JSON object"),
     (["--extra-body", '{"stream": false}'], '--extra-body sets "stream": the audit streams every request'),
     (["--extra-body", '{"n": 3}'], '--extra-body sets "n": the audit times one choice per request'),
+    (["--extra-body", '{"max_tokens": 16, "top_p": 0.9}'], "--extra-body sets 'max_tokens', which the audit sets from --max-tokens"),
+    (["--extra-body", '{"temperature": 0.7}'], "sets 'temperature', which the audit sets from --temperature: use the flag"),
     (["--gpu", "tpu"], "unknown --gpu 'tpu'"),
     (["--currency", "EUR"], "--currency 'EUR': use USD or INR"),
     (["--api", "grpc"], "--api 'grpc' is not supported"),

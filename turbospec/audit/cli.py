@@ -197,6 +197,12 @@ def _check_finite(settings: dict) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value}: pass a finite number")
 
 
+# request keys the audit itself sends (client.build_body) -> where they come from
+_FLAG_OF = {"model": "--model", "max_tokens": "--max-tokens", "temperature": "--temperature",
+            "ignore_eos": "--ignore-eos", "messages": "the dataset", "prompt": "the dataset",
+            "stream_options": "the audit (usage in the last chunk)"}
+
+
 def _parse_extra_body(text: str | None) -> dict:
     if not text:
         return {}
@@ -209,6 +215,11 @@ def _parse_extra_body(text: str | None) -> dict:
     if "stream" in body:            # stream false: every request would fail as 'not a stream'
         raise ValueError("--extra-body sets \"stream\": the audit streams every request (it times each token); "
                          "remove it")
+    owned = [k for k in _FLAG_OF if k in body]   # results.json would record the flag, not what was sent
+    if owned:
+        raise ValueError(f"--extra-body sets {', '.join(repr(k) for k in owned)}, which the audit sets from "
+                         f"{', '.join(_FLAG_OF[k] for k in owned)}: use the flag (the report records it), or remove "
+                         "the key")
     if body.get("n", 1) != 1:       # choice 0 is timed, but usage counts every choice's tokens
         raise ValueError("--extra-body sets \"n\": the audit times one choice per request; remove it, and raise "
                          "--num-prompts or --concurrency for more load")
