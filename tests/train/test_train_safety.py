@@ -143,3 +143,14 @@ def test_resume_with_another_shape_is_one_line_naming_the_tensors(tiny_target, c
     msg = str(e.value)
     assert "\n" not in msg and "use the same shape options" in msg
     assert "layers.0.mlp.gate_proj.weight (128, 64) vs (32, 64)" in msg
+
+
+def test_paths_of_the_wrong_kind_are_named(tiny_target, code_jsonl, tmp_path):
+    from typer.testing import CliRunner
+
+    from turbospec.cli import app
+    with pytest.raises(ValueError, match=r"--data .* is a directory: pass a JSONL file"):
+        TrainConfig(**_kw(tiny_target, tmp_path, tmp_path / "run"))
+    r = CliRunner().invoke(app, ["train", "stdlib-corpus", "--target", str(tmp_path / "nope"),
+                                 "--out", str(tmp_path / "c.jsonl")])
+    assert r.exit_code == 2 and "has no config.json: pass the target model directory" in r.output

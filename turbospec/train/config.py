@@ -122,7 +122,8 @@ class TrainConfig:
         if not os.path.isfile(os.path.join(self.target, "config.json")):
             raise ValueError(f"--target {self.target!r} has no config.json: pass the target model directory")
         if not os.path.isfile(self.data):
-            raise ValueError(f"--data {self.data!r} does not exist: pass a JSONL file (see docs/training.md)")
+            what = "is a directory" if os.path.isdir(self.data) else "does not exist"
+            raise ValueError(f"--data {self.data!r} {what}: pass a JSONL file (see docs/training.md)")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"--steps {self.steps}: use >= 1, or omit it and pass --epochs")
         if self.epochs is not None and self.epochs <= 0:
