@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from turbospec.train import loop
-from turbospec.train.config import DFlashOptions, Eagle3Options, TrainConfig
+from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
 from turbospec.train.dflash import dflash_target_layers
 from turbospec.train.eagle3 import eagle3_target_layers
 from turbospec.train.interrupt import StopRequest
@@ -123,3 +123,34 @@ def test_a_failing_acceptance_check_after_export_keeps_the_run(tiny_target, code
     r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "run", steps=1, eval_prompts=str(prompts))))
     assert r["acceptance"] == "not measured: RuntimeError: engine bug"
     assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
+def test_a_bad_eval_prompts_file_is_refused_before_training(tiny_target, code_jsonl, tmp_path):
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"text": "def f():"}\n')             # no 'prompt': found only after training before
+    with pytest.raises(ValueError, match=r"--eval-prompts: .*prompts.jsonl:1 needs a string field 'prompt'"):
+        TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "run", eval_prompts=str(bad)))
+    bad.write_text('{"prompt": "def f():"}\n')
+    TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "run", eval_prompts=str(bad)))
+
+
+def test_resume_with_another_shape_is_one_line_naming_the_tensors(tiny_target, code_jsonl, tmp_path):
+    out = tmp_path / "run"
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=1)))
+    shape = DraftShape(num_layers=1, intermediate_size=32)                 # saved: the target's 128
+    with pytest.raises(ValueError) as e:
+        loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2, resume=True, shape=shape)))
+    msg = str(e.value)
+    assert "\n" not in msg and "use the same shape options" in msg
+    assert "layers.0.mlp.gate_proj.weight (128, 64) vs (32, 64)" in msg
+
+
+def test_paths_of_the_wrong_kind_are_named(tiny_target, code_jsonl, tmp_path):
+    from typer.testing import CliRunner
+
+    from turbospec.cli import app
+    with pytest.raises(ValueError, match=r"--data .* is a directory: pass a JSONL file"):
+        TrainConfig(**_kw(tiny_target, tmp_path, tmp_path / "run"))
+    r = CliRunner().invoke(app, ["train", "stdlib-corpus", "--target", str(tmp_path / "nope"),
+                                 "--out", str(tmp_path / "c.jsonl")])
+    assert r.exit_code == 2 and "has no config.json: pass the target model directory" in r.output

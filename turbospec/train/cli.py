@@ -1,6 +1,8 @@
 """`turbospec train eagle3|dflash|stdlib-corpus|regenerate` (docs/training.md)."""
 from __future__ import annotations
 
+import os
+
 import typer
 
 train_app = typer.Typer(no_args_is_help=True, help="Train EAGLE-3 / DFlash drafters for a target and export them.")
@@ -137,6 +139,9 @@ def stdlib_corpus(target: str = typer.Option(..., help="target directory (its to
     """Write a JSONL of the Python standard library's sources, chunked to the target's tokens."""
     from turbospec.train.data import load_tokenizer
     from turbospec.train.stdlib_corpus import build_stdlib_corpus
+    if not os.path.isfile(os.path.join(target, "config.json")):
+        typer.echo(f"error: --target {target!r} has no config.json: pass the target model directory", err=True)
+        raise typer.Exit(2)
     try:
         stats = build_stdlib_corpus(out, load_tokenizer(target), chunk_tokens, include_tests, root=root)
     except ValueError as e:

@@ -122,7 +122,8 @@ class TrainConfig:
         if not os.path.isfile(os.path.join(self.target, "config.json")):
             raise ValueError(f"--target {self.target!r} has no config.json: pass the target model directory")
         if not os.path.isfile(self.data):
-            raise ValueError(f"--data {self.data!r} does not exist: pass a JSONL file (see docs/training.md)")
+            what = "is a directory" if os.path.isdir(self.data) else "does not exist"
+            raise ValueError(f"--data {self.data!r} {what}: pass a JSONL file (see docs/training.md)")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"--steps {self.steps}: use >= 1, or omit it and pass --epochs")
         if self.epochs is not None and self.epochs <= 0:
@@ -146,8 +147,14 @@ class TrainConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
         if self.export_dtype not in ("bfloat16", "float16", "float32"):
             raise ValueError(f"--export-dtype {self.export_dtype!r}: use bfloat16, float16 or float32")
-        if self.eval_prompts is not None and not os.path.isfile(self.eval_prompts):
-            raise ValueError(f"--eval-prompts {self.eval_prompts!r} does not exist")
+        if self.eval_prompts is not None:          # read now: a bad file found after training loses the measurement
+            from turbospec.benchmarks.spec import load_prompts
+            if not os.path.isfile(self.eval_prompts):
+                raise ValueError(f"--eval-prompts {self.eval_prompts!r} does not exist")
+            try:
+                load_prompts(self.eval_prompts, self.eval_num_prompts)
+            except ValueError as e:
+                raise ValueError(f"--eval-prompts: {e} (one JSON object with a string 'prompt' per line)") from None
         if self.init_from is not None:
             if self.resume:
                 raise ValueError("--init-from and --resume exclude each other: --resume continues a training "

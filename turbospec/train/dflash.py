@@ -30,7 +30,7 @@ from turbospec.models.dflash_draft import (DFlashConfig, DFlashDraftModel, choos
                                            default_target_layer_ids)
 from turbospec.train.config import TrainConfig
 from turbospec.train.features import TargetModel
-from turbospec.train.metrics import StepStats, chain_stats
+from turbospec.train.metrics import StepStats, chain_stats, start_acceptance, walk_stats
 
 
 def dflash_target_layers(num_target_layers: int, num_draft_layers: int,
@@ -142,6 +142,38 @@ class DFlashTrainer(nn.Module):
     def forward(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tensor,
                 hidden: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids, loss_mask [B, S]; aux [B, S, n*T]; hidden [B, S, H]; anchors [B, N] (-1: none)."""
+        loss, correct, ok = self.score(input_ids, loss_mask, aux, hidden, anchors)
+        c, o = correct.permute(2, 0, 1).flatten(1), ok.permute(2, 0, 1).flatten(1)   # [K, B*N]
+        acc_sum, acc_n = chain_stats(c, o)
+        return loss, StepStats(loss.detach(), c.sum(1).float(), o.sum(1).float(), acc_sum, acc_n).pack()
+
+    @torch.no_grad()
+    def heldout_stats(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tensor,
+                      hidden: torch.Tensor, chunk: int) -> torch.Tensor:
+        """Every position as an anchor (`chunk` blocks per forward), so the acceptance length can
+        follow decoding's walk (metrics.walk_stats); packed StepStats, loss averaged over chunks."""
+        B, S = input_ids.shape
+        dev = input_ids.device
+        al = torch.ones(B, S, dtype=torch.long, device=dev)
+        full = torch.zeros(B, S, dtype=torch.bool, device=dev)
+        loss, cs, os_ = 0.0, [], []
+        starts = range(1, S - 1, chunk)
+        for c0 in starts:
+            anchors = torch.arange(c0, min(c0 + chunk, S - 1), device=dev).expand(B, -1)   # [B, n]
+            l, correct, ok = self.score(input_ids, loss_mask, aux, hidden, anchors)
+            loss = loss + l / len(starts)
+            a, f = start_acceptance(correct.permute(2, 0, 1), ok.permute(2, 0, 1))      # [B, n]
+            al[:, anchors[0]], full[:, anchors[0]] = a, f
+            cs.append(correct.permute(2, 0, 1).flatten(1))
+            os_.append(ok.permute(2, 0, 1).flatten(1))
+        c, o = torch.cat(cs, 1), torch.cat(os_, 1)                                    # [K, B*(S-2)]
+        acc_sum, acc_n = chain_stats(c, o)
+        loss = torch.as_tensor(loss, dtype=torch.float32, device=dev)
+        return StepStats(loss, c.sum(1).float(), o.sum(1).float(), acc_sum, acc_n, *walk_stats(al, full)).pack()
+
+    def score(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tensor,
+              hidden: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (loss, correct [B, N, K], ok [B, N, K]: slot p+1 of anchor n has a label)."""
         B, S = input_ids.shape
         N, K = anchors.shape[1], self.k
         has = anchors >= 0                                                        # [B, N]
@@ -164,6 +196,4 @@ class DFlashTrainer(nn.Module):
         loss = (per_slot * per_slot.new_tensor(self.weights)).sum()
         with torch.no_grad():
             correct = (logits.argmax(-1) == tgt_top) & ok                          # [B, N, K]
-            c, o = correct.permute(2, 0, 1).flatten(1), ok.permute(2, 0, 1).flatten(1)   # [K, B*N]
-            acc_sum, acc_n = chain_stats(c, o)
-        return loss, StepStats(loss.detach(), c.sum(1).float(), o.sum(1).float(), acc_sum, acc_n).pack()
+        return loss, correct, ok

@@ -28,7 +28,7 @@ from turbospec.models.eagle3_draft import Eagle3DraftModel
 from turbospec.train.config import TrainConfig
 from turbospec.train.draft_vocab import build_draft_vocab
 from turbospec.train.features import TargetModel
-from turbospec.train.metrics import StepStats, chain_stats
+from turbospec.train.metrics import StepStats, chain_stats, start_acceptance, walk_stats
 
 
 def eagle3_target_layers(num_target_layers: int, requested: tuple[int, ...] | None) -> tuple[int, ...]:
@@ -158,5 +158,6 @@ class Eagle3Trainer(nn.Module):
                 ok_all.append(ok)
         correct_t, ok_t = torch.stack(correct).flatten(1), torch.stack(ok_all).flatten(1)   # [K, B*S]
         acc_sum, acc_n = chain_stats(correct_t, ok_t)
-        stats = StepStats(loss.detach(), correct_t.sum(1).float(), ok_t.sum(1).float(), acc_sum, acc_n)
+        walk = walk_stats(*start_acceptance(torch.stack(correct), torch.stack(ok_all)))   # every start scored
+        stats = StepStats(loss.detach(), correct_t.sum(1).float(), ok_t.sum(1).float(), acc_sum, acc_n, *walk)
         return loss, stats.pack()

@@ -1,7 +1,7 @@
 """Acceptance during and after training.
 
 - `evaluate_heldout`: teacher-forced loss, per-draft accuracy and the simulated greedy acceptance
-  length (see metrics.py) on the held-out split — cheap, shown in the progress bar.
+  length along decoding's walk (see metrics.py) on the held-out split, shown in the progress bar.
 - `measure_acceptance`: the real thing — turbospec.LLM greedy generation with the exported drafter
   on prompts the drafter never saw, plain decoding first in the same process; reports acceptance
   length, tok/s of both, and whether the outputs are identical (they must be).
@@ -37,10 +37,10 @@ def evaluate_heldout(recipe, target: TargetModel, heldout: TokenDataset, batch_s
         b = host.to(target.device)
         feats = target.features(b.input_ids, host.lengths)
         with autocast():
-            _, packed = trainer(*recipe.inputs(b, feats, gen, host))
+            packed = recipe.heldout(b, feats, gen, host)
         total = packed if total is None else total + packed
     if total is None:
-        total = torch.zeros(4 + 2 * recipe.k, dtype=torch.float64, device=target.device)
+        total = torch.zeros(6 + 2 * recipe.k, dtype=torch.float64, device=target.device)
     if world > 1:
         dist.all_reduce(total)
     trainer.train(was_training)

@@ -34,6 +34,15 @@ class Recipe:
             return base + (anchors.to(batch.input_ids.device, non_blocking=True),)
         return base
 
+    def heldout(self, batch: Batch, feats: Features, generator: torch.Generator,
+                host_batch: Batch | None = None) -> torch.Tensor:
+        """Packed held-out StepStats with every start scored (DFlash: every position an anchor,
+        `anchors_per_seq` per forward), so `accept_len` follows decoding's walk."""
+        if self.method == "dflash":
+            return self.trainer.heldout_stats(batch.input_ids, batch.loss_mask, feats.aux, feats.hidden,
+                                              self.info["anchors_per_seq"])
+        return self.trainer(*self.inputs(batch, feats, generator, host_batch))[1]
+
     def spec_config(self, draft_dir: str) -> dict:
         return {"method": self.method, "model": draft_dir, "num_speculative_tokens": self.k}
 

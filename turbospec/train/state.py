@@ -67,11 +67,11 @@ def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anch
     state = torch.load(path, map_location="cpu", weights_only=False)
     if state["config"].get("method") != method:
         raise ValueError(f"--resume: {path} is a {state['config'].get('method')} run, not {method}")
-    try:
-        draft.load_state_dict(state["draft"])
-    except RuntimeError as e:
-        raise ValueError(f"--resume: the checkpoint's drafter does not match this configuration ({e}); "
-                         "use the same shape options as the original run") from None
+    diff = _differences(state["draft"], draft.state_dict())
+    if diff:
+        raise ValueError(f"--resume: the checkpoint's drafter does not match this configuration ({diff}): use the "
+                         "same shape options as the original run (its training_info.json lists them)")
+    draft.load_state_dict(state["draft"])
     opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"]["cpu"])
     anchor_gen.set_state(state["rng"]["anchors"])
@@ -113,15 +113,21 @@ def init_from_export(draft_dir: str, draft: nn.Module, method: str) -> None:
     except ValueError as e:
         raise ValueError(f"--init-from {draft_dir!r}: not a loadable {method} drafter ({e})") from None
     own = draft.state_dict()
-    missing = sorted(set(own) - set(src))
-    extra = sorted(set(src) - set(own))
-    bad = [f"{n} {tuple(src[n].shape)} vs {tuple(own[n].shape)}" for n in own
-           if n in src and src[n].shape != own[n].shape]
-    if missing or extra or bad:
-        parts = ([f"missing {missing[:4]}"] if missing else []) + ([f"unexpected {extra[:4]}"] if extra else []) \
-            + ([f"shape {bad[:4]}"] if bad else [])
-        raise ValueError(f"--init-from {draft_dir!r} does not match this drafter ({'; '.join(parts)}): pass "
+    diff = _differences(src, own)
+    if diff:
+        raise ValueError(f"--init-from {draft_dir!r} does not match this drafter ({diff}): pass "
                          "the shape options it was trained with (see its config.json / training_info.json)")
     with torch.no_grad():
         for n, t in own.items():
             t.copy_(src[n].to(t.dtype))
+
+
+def _differences(src: dict, own: dict) -> str:
+    """'' when the tensors match by name and shape, else one line naming the first differences."""
+    missing = sorted(set(own) - set(src))
+    extra = sorted(set(src) - set(own))
+    bad = [f"{n} {tuple(src[n].shape)} vs {tuple(own[n].shape)}" for n in own
+           if n in src and src[n].shape != own[n].shape]
+    parts = ([f"missing {missing[:4]}"] if missing else []) + ([f"unexpected {extra[:4]}"] if extra else []) \
+        + ([f"shape {bad[:4]}"] if bad else [])
+    return "; ".join(parts)
