@@ -222,20 +222,21 @@ def train(cfg: TrainConfig) -> dict:
             step += 1
             tokens += int(host.lengths.sum())
             running = packed if running is None else running + packed
-            line, postfix = None, {}
+            line, postfix, now = None, {}, time.perf_counter()
+            evaluated = step % cfg.eval_every == 0        # first: this step's log line shows its held-out AL
+            if evaluated:
+                heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
             if step % cfg.log_every == 0 or step == total_steps:
                 m = summarize(running, recipe.k)
-                now = time.perf_counter()
-                rate = tokens / (now - t_log)
+                rate = tokens / (now - t_log)                # training time only, not the evaluation's
+                held = f"{heldout_m['accept_len']:.2f}" if "accept_len" in heldout_m else "-"   # none yet
                 postfix = {"loss": f"{m['loss']:.3f}", "acc0": f"{m['acc'][0]:.2f}",
                            ("AL" if m["accept_len"] == m["accept_len"] else "AL/start"): _al(m).split()[-1],
-                           "heldout_AL": f"{heldout_m.get('accept_len', float('nan')):.2f}", "tok/s": f"{rate:.0f}"}
-                line = (f"step {step}{end} | train {_fmt(m)} | heldout AL "
-                        f"{heldout_m.get('accept_len', float('nan')):.2f} | lr {opt.param_groups[0]['lr']:.2e} | "
-                        f"{rate:.0f} tok/s | {elapsed:.0f} s")
-                running, tokens, t_log = None, 0, now
-            if step % cfg.eval_every == 0:
-                heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
+                           "heldout_AL": held, "tok/s": f"{rate:.0f}"}
+                line = (f"step {step}{end} | train {_fmt(m)} | heldout AL {held} | "
+                        f"lr {opt.param_groups[0]['lr']:.2e} | {rate:.0f} tok/s | {elapsed:.0f} s")
+                running, tokens, t_log = None, 0, time.perf_counter()
+            if evaluated:
                 line = (line or f"step {step}") + f"\n  held-out: {_fmt(heldout_m)}"
             log.step(1, postfix, line)
             if step % cfg.save_every == 0 and step != total_steps:
