@@ -32,6 +32,18 @@ def test_stdlib_corpus_chunks_cover_files_within_budget(tiny_target, tmp_path):
     assert int(ds.lengths.max()) <= 128
 
 
+def test_stdlib_corpus_of_long_files_prints_no_tokenizer_warning(codelm_dir, tmp_path, capfd):
+    # whole files are tokenized before they are cut: transformers' "longer than the specified maximum
+    # sequence length ... indexing errors" warning was printed for every run on the real stdlib
+    root = tmp_path / "lib"
+    root.mkdir()
+    (root / "big.py").write_text("".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(1500)))
+    tok = load_tokenizer(str(codelm_dir))                        # model_max_length 2048; the file ~23k tokens
+    stats = build_stdlib_corpus(str(tmp_path / "c.jsonl"), tok, 256, root=str(root), min_tokens=1)
+    assert stats.chunks > 10
+    assert "sequence length is longer" not in capfd.readouterr().err
+
+
 def test_regenerate_writes_the_targets_greedy_continuations(tiny_target, code_jsonl, tmp_path):
     from turbospec import LLM, SamplingParams
     out = tmp_path / "regen.jsonl"

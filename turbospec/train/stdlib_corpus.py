@@ -86,7 +86,8 @@ def build_stdlib_corpus(out_path: str, tokenizer, chunk_tokens: int, include_tes
         group = [(f, t) for f, t in group if t and t.strip()]
         if not group:
             continue
-        enc = tokenizer([t for _, t in group], add_special_tokens=False, return_offsets_mapping=True)
+        enc = tokenizer([t for _, t in group], add_special_tokens=False, return_offsets_mapping=True,
+                        verbose=False)        # whole files: longer than model_max_length, cut below
         for (f, text), offs in zip(group, enc["offset_mapping"]):
             rel = os.path.relpath(f, root)
             chunks += [(text[a:b], rel) for a, b in _cuts(text, [tuple(o) for o in offs], budget)]
