@@ -18,7 +18,7 @@ from turbospec.engine.sequence import Sequence
 from turbospec.layers.penalties import PenaltyTensors, apply_penalties, processes_logits
 from turbospec.layers.sampler import SamplingTensors, compute_logprobs, compute_probs, logprobs_to_dicts, sample
 from turbospec.spec.proposer import Proposal, TargetFeatures
-from turbospec.spec.verify import greedy_chain, rejection_sample
+from turbospec.spec.verify import couple_seeded_rows, greedy_chain, rejection_sample
 
 
 class SpecDecodeStats:
@@ -115,6 +115,8 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
         st_rows = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs],
                                               dev, repeats=[K + 1] * len(seqs))
         target_probs = compute_probs(seq_logits.reshape(-1, V), st_rows).view(len(bs), K + 1, V)
+        target_probs = couple_seeded_rows(target_probs, [None if s.params.greedy else s.params.seed for s in seqs],
+                                          [len(s) for s in seqs], sub.parents)
         st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], dev)
         res = rejection_sample(target_probs, sub, st)
     # one device->host copy (each .tolist() waits for the GPU on its own): [S, (K+1) + 1 + K]

@@ -121,8 +121,11 @@ class DFlashProposer(Proposer):
         masks = self.draft.attention_masks(key_pos, key_valid, q_pos)
         hidden = self.draft(self.draft.embed(ids).to(self.dtype), q_pos, batch.past(), masks)   # [R, blk, H]
         logits = self.draft.compute_logits(hidden[:, 1:K + 1])                      # [R, K, V] slot p -> pos start+p
-        st_ = SamplingTensors.from_params([s.params for s in sub], [s.generator for s in sub], dev,
-                                          repeats=[K] * R)
+        # row (r, p) drafts the token at index len + p: a seeded row draws that index's counter
+        # noise, as its verify row samples the target (verify.couple_seeded_rows)
+        st_ = SamplingTensors.from_params([s.params for s in sub for _ in range(K)],
+                                          [s.generator for s in sub for _ in range(K)], dev,
+                                          token_index=[len(s) + p for s in sub for p in range(K)])
         flat = logits.reshape(R * K, -1)
         if st_.all_greedy:
             tok, probs = flat.argmax(dim=-1).view(R, K), None

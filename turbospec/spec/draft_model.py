@@ -105,8 +105,11 @@ class DraftModelProposer(Proposer):
             logits = out.logits[:, :self.target_vocab]                          # [R, V]
             if logits.shape[1] < self.target_vocab:
                 logits = torch.nn.functional.pad(logits, (0, self.target_vocab - logits.shape[1]), value=-float("inf"))
+            # a seeded row draws the counter noise of the draft's index, which its verify row
+            # samples the target with (verify.couple_seeded_rows): q close to p, drafts accepted
             st = SamplingTensors.from_params([seqs[b].params for b in rows],
-                                             [seqs[b].generator for b in rows], self.device)
+                                             [seqs[b].generator for b in rows], self.device,
+                                             token_index=[len(seqs[b]) + j for b in rows])
             probs = compute_probs(logits, st)                                      # [R, V]
             tok = sample(probs, st)                                                # [R]
             ridx = torch.tensor(rows).to(self.device, non_blocking=True)

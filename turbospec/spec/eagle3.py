@@ -19,7 +19,7 @@ import torch
 
 from turbospec.config import ModelConfig
 from turbospec.engine.sequence import Sequence
-from turbospec.layers.sampler import SamplingTensors, compute_probs, sample
+from turbospec.layers.sampler import SamplingTensors, compute_probs, exponential, sample, sample_with_noise
 from turbospec.models.eagle3_draft import load_eagle3
 from turbospec.spec.draft_cache import DraftKVCache, PaddedBatchKV, state_for_features
 from turbospec.spec.proposer import Proposal, Proposer, TargetFeatures
@@ -191,6 +191,7 @@ class Eagle3Proposer(Proposer):
     def _chain(self, seqs, root_h, logits, batch, P, limits):
         R, K = len(seqs), max(limits)
         st = SamplingTensors.from_params([s.params for s in seqs], [s.generator for s in seqs], self.device)
+        seeded = any(s.params.seed is not None and not s.params.greedy for s in seqs)
         one = torch.ones(R, 1, 1, dtype=torch.bool, device=self.device)
         h, toks, qs = root_h, [], []
         for t in range(K):
@@ -198,7 +199,8 @@ class Eagle3Proposer(Proposer):
                 d = logits.argmax(dim=-1)                                    # [R] draft ids
             else:
                 q = compute_probs(logits, st)                                # [R, Vd] the user's law on the draft vocab
-                d = sample(q, st if t < min(limits) else self._past_limit(seqs, limits, t))
+                d = self._draw(q, seqs, t) if seeded else \
+                    sample(q, st if t < min(limits) else self._past_limit(seqs, limits, t))
                 qs.append(q)
             toks.append(d)
             if t == K - 1:
@@ -216,6 +218,16 @@ class Eagle3Proposer(Proposer):
             probs = torch.zeros(R, K, self.vocab_size, device=self.device)
             probs[:, :, self._vocab_ids] = torch.stack(qs, dim=1)
         return tok, limits, probs
+
+    def _draw(self, q: torch.Tensor, seqs, t: int) -> torch.Tensor:
+        """Draft step t for a batch with seeded sampled rows: those draw the counter noise of the
+        draft's index (len + t) at their draft vocab's target ids, which the verify samples the
+        target with (verify.couple_seeded_rows), so good drafts are accepted; the other rows
+        draw from the default generator. q [R, Vd] -> [R] draft-vocab ids."""
+        st = SamplingTensors.from_params([s.params for s in seqs], None, self.device,
+                                         token_index=[len(s) + t for s in seqs])
+        noise = exponential(st, (self.vocab_size,))[:, self._vocab_ids]                # [R, Vd]
+        return torch.where(st.greedy, q.argmax(dim=-1), sample_with_noise(q, noise))
 
     def _past_limit(self, seqs, limits, t: int) -> SamplingTensors:
         """Sampling rows for draft step t where a row past its own limit (a padded draft, never

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
+from turbospec.layers.counter_noise import counter_exponential_, seed_key
 from turbospec.layers.sampler import SamplingTensors, exponential, sample_with_noise
 from turbospec.spec.proposer import Proposal
+from turbospec.spec.tree import ancestor_matrix
 
 
 @dataclass
@@ -63,6 +65,41 @@ def rejection_sample(target_probs: torch.Tensor, proposal: Proposal,
     out = torch.cat([out, out.new_full((B, 1), -1)], dim=1)                          # [B, K+1]
     out.scatter_(1, num_acc.unsqueeze(1), final_token.unsqueeze(1))
     return VerifyResult(out, num_acc + 1, accepted_nodes, num_acc)
+
+
+def couple_seeded_rows(target_probs: torch.Tensor, seeds: list[int | None], start: list[int],
+                       parents: torch.Tensor | None) -> torch.Tensor:
+    """Seeded sampled sequences verify against the token plain decoding draws: verify row 1+n
+    (row 0: the root) predicts the token at index start + depth(n) of its sequence; that row
+    becomes one-hot at argmax(p / E) with E the counter noise of (seed, that index), exactly
+    the draw of a plain step there (`sampler.sample` with token_index). The accept rule then keeps
+    the drafts equal to those tokens and emits the first that differs, so a seeded request
+    returns plain decoding's tokens whatever k, batch, timing or drafter (the per-request
+    generator made its text depend on how many drafts each step took: `draft_length` "auto" gave
+    a different text on every run). Still the target law: it is plain sampling. For a
+    deterministic drafter (n-gram, EAGLE trees) each draft is accepted with probability p(x), as
+    under rejection sampling. target_probs [S, K+1, V]; seeds[i] None: row left as it is."""
+    rows = [i for i, sd in enumerate(seeds) if sd is not None]
+    if not rows:
+        return target_probs
+    S, K1, V = target_probs.shape
+    dev = target_probs.device
+    if parents is None:                                              # chain: row r is r drafts deep
+        depth = torch.arange(K1, device=dev).expand(S, K1)
+    else:                                                            # tree: node n's path length
+        depth = torch.cat([torch.zeros(S, 1, dtype=torch.long, device=dev),
+                           ancestor_matrix(parents.long()).sum(-1).long()], dim=1)        # [S, K+1]
+    ridx = torch.tensor(rows, dtype=torch.long).to(dev, non_blocking=True)
+    R = len(rows)
+    index = (torch.tensor([start[i] for i in rows]).to(dev, non_blocking=True).view(R, 1) + depth[ridx]).reshape(-1)
+    keys = torch.tensor([seed_key(seeds[i]) for i in rows], dtype=torch.long).to(dev, non_blocking=True)
+    noise = counter_exponential_(torch.empty(R * K1, V, device=dev), keys.repeat_interleave(K1), index,
+                                 torch.ones(R * K1, dtype=torch.bool, device=dev))
+    p = target_probs[ridx].float()                                                        # [R, K+1, V]
+    tok = sample_with_noise(p.reshape(R * K1, V), noise).view(R, K1, 1)
+    out = target_probs.clone()
+    out[ridx] = torch.zeros_like(p).scatter_(-1, tok, 1.0)
+    return out
 
 
 def greedy_chain(target_logits: torch.Tensor, drafts: torch.Tensor, num_tokens: torch.Tensor) -> VerifyResult:
