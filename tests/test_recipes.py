@@ -95,6 +95,13 @@ def test_run_a_step(monkeypatch):
     assert bad.exit_code == 2 and "no step 'deploy'" in bad.output and "generate" in bad.output
 
 
+def test_run_a_failing_step_exits_with_its_code(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    r = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "generate", "--model", "no/such/model"])
+    assert "error: model path 'no/such/model' does not exist" in r.output
+    assert r.exit_code == 2, r.output
+
+
 @pytest.mark.parametrize("text,message", [
     ('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[[steps]]\nname = "a"\nargv = ["generate"]\n'
      '[extras]\nx = 1\n', "unknown key(s) ['extras']"),

@@ -81,7 +81,9 @@ def run(name: str = typer.Argument(..., help="a shipped recipe's name or a .toml
     if dry_run:
         return
     from turbospec.cli import app
-    app(argv, prog_name="turbospec", standalone_mode=False)
+    code = app(argv, prog_name="turbospec", standalone_mode=False)   # not standalone: an exit is returned
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
