@@ -127,6 +127,15 @@ def test_bench_spec_bad_input():
     assert r.exit_code == 2 and "--max-model-len goes with --shape" in r.output
 
 
+def test_bench_spec_refuses_a_config_that_is_not_a_json_object():
+    """`[1]`, `"ngram"` and `null` parse as JSON: they ended in an AttributeError traceback."""
+    for cfg in ("[1]", '"ngram"', "null"):
+        for where in (["--shape", "qwen3-8b"], ["--model", "m", "--prompts", "p.jsonl"]):
+            r = runner.invoke(app, ["bench", "spec", *where, "--speculative-config", cfg])
+            assert r.exit_code == 2, (cfg, where, r.output)
+            assert "--speculative-config must be a JSON object" in _flat(r.output), (cfg, r.output)
+
+
 def _flat(output: str) -> str:
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())            # rich's error box wraps lines
 

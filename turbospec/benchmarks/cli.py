@@ -161,6 +161,9 @@ def spec(
         spec_cfg = json.loads(speculative_config)
     except json.JSONDecodeError as e:
         raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
+    if not isinstance(spec_cfg, dict):
+        raise typer.BadParameter('--speculative-config must be a JSON object, e.g. '
+                                 '\'{"method": "ngram", "num_speculative_tokens": 4}\'')
     if (model is None) == (shape is None):
         raise typer.BadParameter("pass exactly one of --model DIR (with --prompts) or --shape NAME (oracle)")
     for flag, v in (("--max-tokens", max_tokens), ("--concurrency", concurrency)):     # --num-prompts: load_prompts
