@@ -136,6 +136,20 @@ def test_bench_spec_refuses_a_config_that_is_not_a_json_object():
             assert "--speculative-config must be a JSON object" in _flat(r.output), (cfg, r.output)
 
 
+def test_bench_spec_oracle_config_is_checked_before_any_run():
+    """k beyond 128 ended in an error about 'prompt (3 tokens) + max_tokens (1004)' that the user
+    never passed; a misspelt key or k = true ran silently with another setting."""
+    base = ["bench", "spec", "--shape", "qwen3-8b", "--device", "cpu", "--speculative-config"]
+    for cfg, words in (({"num_speculative_tokens": 500, "acceptance_length": 2}, "from 1 to 128 (got 500)"),
+                       ({"num_speculative_tokens": True, "acceptance_length": 2}, "from 1 to 128 (got True)"),
+                       ({"num_speculative_tokens": 4, "acceptance_lenght": 2}, "(did you mean 'acceptance_length'?)"),
+                       ({"num_speculative_tokens": 4, "acceptance_length": "2"}, "number acceptance_length"),
+                       ({"num_speculative_tokens": 4, "acceptance_length": 2, "draft_length": "atuo"},
+                        "draft_length='atuo'")):
+        r = runner.invoke(app, base + [json.dumps({"method": "oracle", **cfg})])
+        assert r.exit_code == 2 and words in _flat(r.output), (cfg, r.output)
+
+
 def _flat(output: str) -> str:
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())            # rich's error box wraps lines
 

@@ -245,17 +245,17 @@ def _check_lossless(same: int, total: int, exact: bool, where: str) -> None:
 
 def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device, quantization=None,
                 max_model_len=None):
-    from turbospec.benchmarks.oracle import bench_oracle
+    from turbospec.benchmarks.oracle import bench_oracle, oracle_setting
     from turbospec.engine.draft_length import candidate_ks
     from turbospec.spec.factory import bitwise_exact
 
     if spec_cfg.get("method") != "oracle":
         raise typer.BadParameter("--shape runs random weights: only the oracle proposer makes sense there "
                                  '(e.g. {"method": "oracle", "num_speculative_tokens": 7, "acceptance_length": 4})')
-    k = spec_cfg.get("num_speculative_tokens")
-    al = spec_cfg.get("acceptance_length")
-    if not isinstance(k, int) or k <= 0 or not isinstance(al, (int, float)):
-        raise typer.BadParameter("the oracle needs num_speculative_tokens >= 1 and acceptance_length")
+    try:
+        k, al = oracle_setting(spec_cfg)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
     need = prompt_len + gen_len + k + 1
     if max_model_len is not None and max_model_len < need:

@@ -3,6 +3,7 @@
 the same process, plus the verify-cost table (one forward with k drafts per sequence / one decode)."""
 from __future__ import annotations
 
+import difflib
 import time
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from turbospec.engine.llm_engine import LLMEngine
 from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.kernels.jit_watch import JitEvents, watch_jit
 from turbospec.sampling_params import SamplingParams
+from turbospec.spec.factory import MAX_K
 from turbospec.spec.oracle import OracleProposer
 from turbospec.spec.proposer import Proposal
 
@@ -32,6 +34,27 @@ class OracleRow:
     @property
     def speedup(self) -> float:
         return self.spec_tok_s / self.plain_tok_s
+
+
+ORACLE_KEYS = ("method", "num_speculative_tokens", "acceptance_length", "draft_length", "bitwise_exact")
+
+
+def oracle_setting(spec: dict) -> tuple[int, int | float]:
+    """(k, acceptance length) of an oracle speculative_config; any other key is refused by name (a
+    typo would otherwise run a setting other than the one written)."""
+    for key in spec:
+        if key not in ORACLE_KEYS:
+            near = difflib.get_close_matches(str(key), ORACLE_KEYS, n=1)
+            raise ValueError(f"speculative_config key {key!r} is not used by the oracle"
+                             f"{f' (did you mean {near[0]!r}?)' if near else ''}: its keys are {', '.join(ORACLE_KEYS)}")
+    k, al = spec.get("num_speculative_tokens"), spec.get("acceptance_length")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise ValueError(f"the oracle needs num_speculative_tokens from 1 to {MAX_K} (got {k!r})")
+    if not isinstance(al, (int, float)) or isinstance(al, bool):
+        raise ValueError(f"the oracle needs a number acceptance_length, from 1 to k + 1 (got {al!r})")
+    if spec.get("draft_length", "fixed") not in ("fixed", "auto"):
+        raise ValueError(f"speculative_config draft_length={spec['draft_length']!r}: use 'auto' or leave it out")
+    return k, al
 
 
 def _sync(engine: LLMEngine) -> None:
