@@ -150,6 +150,24 @@ def test_bench_spec_oracle_config_is_checked_before_any_run():
         assert r.exit_code == 2 and words in _flat(r.output), (cfg, r.output)
 
 
+def test_bench_spec_refuses_the_other_modes_flags():
+    """--temperature 0.8 with --shape ran greedy and said so in small print; --prompt-len -5 ended in
+    a traceback after building the model; --batch-sizes with --model was ignored."""
+    oracle = '{"method": "oracle", "num_speculative_tokens": 2, "acceptance_length": 2}'
+    shape = ["bench", "spec", "--shape", "qwen3-8b", "--device", "cpu", "--speculative-config", oracle]
+    model = ["bench", "spec", "--model", "m", "--prompts", "p.jsonl", "--speculative-config",
+             '{"method": "ngram", "num_speculative_tokens": 3}']
+    for base, extra, words in ((shape, ["--temperature", "0.8"], "--temperature goes with --model"),
+                               (shape, ["--prompts", "p.jsonl"], "--prompts goes with --model"),
+                               (shape, ["--concurrency", "4"], "--concurrency goes with --model"),
+                               (shape, ["--prompt-len", "-5"], "--prompt-len -5: give a positive integer"),
+                               (shape, ["--prompt-len", "0"], "--prompt-len 0: give a positive integer"),
+                               (model, ["--batch-sizes", "1,4"], "--batch-sizes goes with --shape"),
+                               (model, ["--prompt-len", "64"], "--prompt-len goes with --shape")):
+        r = runner.invoke(app, base + extra)
+        assert r.exit_code == 2 and words in _flat(r.output), (extra, r.output)
+
+
 def _flat(output: str) -> str:
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())            # rich's error box wraps lines
 

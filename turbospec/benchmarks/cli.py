@@ -171,6 +171,16 @@ def spec(
             raise typer.BadParameter(f"{flag} {v}: give a positive integer")
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
+    # a flag of the other mode would be ignored: the run and its header would not be the ones asked for
+    other = ((("--prompts", prompts is not None), ("--num-prompts", num_prompts != 32), ("--concurrency", concurrency
+             != 1), ("--temperature", temperature != 0)) if shape is not None else
+             (("--batch-sizes", batch_sizes != "1,4,16,64"), ("--prompt-len", prompt_len != 512)))
+    for flag, given in other:
+        if given:
+            raise typer.BadParameter(f"{flag} goes with --{'model' if shape else 'shape'}; --shape runs the oracle, greedy, "
+                                     "at --batch-sizes on --prompt-len random ids, --model the --prompts file")
+    if shape is not None and prompt_len < 1:
+        raise typer.BadParameter(f"--prompt-len {prompt_len}: give a positive integer")
     if shape is not None:
         _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device, quantization,
                     max_model_len)
