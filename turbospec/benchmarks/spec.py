@@ -29,6 +29,8 @@ def load_prompts(path: str, limit: int | None) -> list[str]:
                 raise ValueError(f"{path}:{i} is not valid JSON ({e})") from e
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise ValueError(f"{path}:{i} needs a string field 'prompt'")
+            if not row["prompt"]:
+                raise ValueError(f"{path}:{i} has an empty 'prompt': give it text (or remove the line)")
             prompts.append(row["prompt"])
             if limit is not None and len(prompts) >= limit:
                 break
