@@ -185,7 +185,8 @@ def test_bench_spec_model_bad_values_are_refused_before_any_run(codelm_dir, tmp_
     for extra, word in ((["--concurrency", "0"], "--concurrency 0"), (["--concurrency", "-1"], "--concurrency -1"),
                         (["--num-prompts", "0"], "--num-prompts 0"), (["--max-tokens", "0"], "--max-tokens 0"),
                         (["--temperature", "-1", "--num-prompts", "1"], "temperature=-1.0"),
-                        (["--max-tokens", "200"], "prompt 2 of"), (["--prompts", str(empty)], "empty.jsonl:2 has an empty 'prompt'")):
+                        (["--max-tokens", "200"], "prompt 2 of"),
+                        (["--prompts", str(empty)], "empty.jsonl:2 has an empty 'prompt'")):
         r = runner.invoke(app, base + extra)
         assert r.exit_code == 2 and word in _flat(r.output), (extra, r.output[-1500:])
         assert "Traceback" not in r.output

@@ -48,6 +48,9 @@ def test_corrupt_checkpoint_and_no_tokenizer(tiny_qwen3, tiny_llama31, tmp_path)
     assert line.startswith(f"error: cannot read {bad / 'model.safetensors'}") and "corrupt" in line
     line = one_error_line(gen(tiny_llama31))
     assert "has no tokenizer files" in line and "--tokenizer" in line
+    # a --tokenizer without them is the one named (the model directory was, and --tokenizer suggested again)
+    line = one_error_line(gen(tiny_llama31, "--tokenizer", str(tiny_llama31)))
+    assert line.startswith(f"error: --tokenizer '{tiny_llama31}' has no tokenizer files"), line
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")

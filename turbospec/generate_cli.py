@@ -62,8 +62,9 @@ def generate(
     except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback
         _fail(f"could not load {model!r}: {type(e).__name__}: {e}")
     if llm.get_tokenizer() is None:
-        _fail(f"{model!r} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...), so --prompt "
-              "cannot be encoded: pass --tokenizer DIR")
+        where = f"--tokenizer {tokenizer!r}" if tokenizer else repr(model)
+        _fail(f"{where} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...), so --prompt "
+              f"cannot be encoded: pass {'a --tokenizer DIR that has them' if tokenizer else '--tokenizer DIR'}")
     try:
         t0 = time.perf_counter()
         outs = llm.generate(prompt, params)
