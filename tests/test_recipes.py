@@ -113,6 +113,14 @@ def test_run_a_failing_step_exits_with_its_code(monkeypatch):
     ('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[[steps]]\nname = "a"\nargv = []\n',
      "non-empty list of strings"),
     ('name = "x"\ntitle = \n', "not valid TOML"),
+    # tables of the wrong type were an AttributeError or TypeError traceback
+    ('name = "x"\ntitle = "t"\ngpu = "none"\nsteps = [1]\n[model]\ndefault = "m"\n', "step 1 must be a table"),
+    ('name = "x"\ntitle = "t"\ngpu = "none"\nsteps = []\nplaceholders = 3\n[model]\ndefault = "m"\n',
+     "'placeholders' must be a table"),
+    ('name = "x"\ntitle = "t"\ngpu = "none"\nsteps = []\npinned = "torch"\n[model]\ndefault = "m"\n',
+     "'pinned' must be a table"),
+    ('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[[steps]]\nname = "a"\nargv = ["g"]\n'
+     'spec = "ngram"\n', "step 1: spec must be a table"),
 ])
 def test_broken_recipe_files_name_the_problem(tmp_path, text, message):
     f = tmp_path / "mine.toml"
@@ -122,6 +130,14 @@ def test_broken_recipe_files_name_the_problem(tmp_path, text, message):
     assert message in str(e.value) and str(f) in str(e.value)
     r = runner.invoke(app, ["recipe", "show", str(f)])
     assert r.exit_code == 2
+
+
+def test_a_missing_recipe_file_is_named_as_such(tmp_path):
+    """It was 'no recipe ...: (or give the path of a .toml file)' to a user who had."""
+    with pytest.raises(ValueError) as e:
+        load(str(tmp_path / "mine.toml"))
+    assert str(e.value).startswith(f"{tmp_path / 'mine.toml'}: no such recipe file") and "give the path" not in str(e.value)
+    assert runner.invoke(app, ["recipe", "show", str(tmp_path / "mine.toml")]).exit_code == 2
 
 
 def test_check_says_how_to_get_a_missing_model(tmp_path, monkeypatch):

@@ -106,7 +106,9 @@ def names() -> list[str]:
 def load(name_or_path: str) -> Recipe:
     """A shipped recipe by name, or a recipe file by path. Errors name the file and the fix."""
     path = Path(name_or_path)
-    if not (path.suffix == ".toml" and path.is_file()):
+    if path.suffix == ".toml" and not path.is_file():
+        raise ValueError(f"{name_or_path}: no such recipe file (the shipped recipes: {', '.join(names())})")
+    if path.suffix != ".toml":
         path = RECIPE_DIR / f"{name_or_path}.toml"
         if not path.is_file():
             raise ValueError(f"no recipe {name_or_path!r}: the shipped ones are {', '.join(names())} "
@@ -132,17 +134,25 @@ def _parse(raw: dict, where: str) -> Recipe:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; a recipe has {sorted(_TOP_KEYS)}")
     model = need(raw, "model", dict, "the recipe")
     need(model, "default", str, "[model]")
+    for table in ("pinned", "placeholders"):
+        if not isinstance(raw.get(table, {}), dict):
+            raise ValueError(f"{where}: '{table}' must be a table ([{table}] with KEY = \"VALUE\" lines)")
     placeholders = {k: str(v) for k, v in raw.get("placeholders", {}).items()}
     known = {"model", *placeholders}
     steps = []
     for i, s in enumerate(need(raw, "steps", list, "the recipe")):
         ctx = f"step {i + 1}"
+        if not isinstance(s, dict):
+            raise ValueError(f"{where}: {ctx} must be a table ([[steps]] with name = ..., argv = [...])")
         if set(s) - _STEP_KEYS:
             raise ValueError(f"{where}: {ctx}: unknown key(s) {sorted(set(s) - _STEP_KEYS)}; a step has "
                              f"{sorted(_STEP_KEYS)}")
         argv = need(s, "argv", list, ctx)
         if not argv or not all(isinstance(a, str) for a in argv):
             raise ValueError(f"{where}: {ctx}: argv must be a non-empty list of strings")
+        if not isinstance(s.get("spec", {}), dict):
+            raise ValueError(f"{where}: {ctx}: spec must be a table, e.g. spec = {{method = \"ngram\", "
+                             "num_speculative_tokens = 4}")
         step = Step(need(s, "name", str, ctx), s.get("about", ""), argv, s.get("spec"))
         used = {m for a in argv for m in _PLACEHOLDER.findall(a)}
         used |= set(_PLACEHOLDER.findall(json.dumps(step.spec))) if step.spec is not None else set()
