@@ -241,3 +241,16 @@ def test_lossless_warning_only_where_outputs_must_be_identical():
     assert lossless_warning(16, 16, True, "batch 16") is None
     assert lossless_warning(11, 16, False, "batch 16") is None
 
+
+
+def test_every_generate_and_bench_flag_has_help():
+    """`bench spec --help` showed --num-prompts, --dtype, --temperature and --device bare (with which
+    mode they go, and their defaults, untold); `generate --help` --top-p."""
+    from typer.main import get_command
+    root = get_command(app)
+    for path in (["generate"], ["bench", "decode"], ["bench", "spec"]):
+        cmd = root
+        for name in path:                                # a group (typer's click may be vendored)
+            cmd = cmd.get_command(cmd.context_class(cmd), name)
+        bare = [p.name for p in cmd.params if not getattr(p, "help", None) and p.name != "help"]
+        assert bare == [], (path, bare)

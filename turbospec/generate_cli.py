@@ -12,7 +12,7 @@ def generate(
     prompt: list[str] = typer.Option(..., "--prompt", "-p", help="prompt text (repeat for a batch)"),
     max_tokens: int = typer.Option(128, help="tokens to generate per prompt"),
     temperature: float = typer.Option(0.0, help="0 = greedy"),
-    top_p: float = typer.Option(1.0),
+    top_p: float = typer.Option(1.0, help="(0, 1]: sample from the smallest set of tokens with this probability; 1 = off"),
     top_k: int = typer.Option(-1, help="-1 = no top-k"),
     seed: int = typer.Option(None, help="per-request seed (same seed, same output)"),
     stop: list[str] = typer.Option([], "--stop", help="stop string, left out of the text (repeatable)"),
