@@ -6,6 +6,8 @@ import json
 import os
 import re
 
+import pytest
+import torch
 from typer.testing import CliRunner
 
 from turbospec.cli import app
@@ -101,6 +103,19 @@ def test_bench_decode_refuses_a_shape_too_big_for_the_cpu():
     r = runner.invoke(app, ["bench", "decode", "--shape", "qwen3-8b", "--device", "cpu"])
     assert r.exit_code == 2
     assert "8.19B parameters" in r.output and "--device cuda" in r.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_bench_device_without_a_gpu_or_unknown_is_refused(codelm_dir):
+    """--device cuda on a CPU machine was torch's 'AssertionError: Torch not compiled with CUDA
+    enabled' traceback (bench decode, bench spec --shape); --device tpu a RuntimeError."""
+    oracle = '{"method": "oracle", "num_speculative_tokens": 2, "acceptance_length": 2}'
+    for cmd in (["bench", "decode"], ["bench", "spec", "--speculative-config", oracle]):
+        for device, words in (("cuda", "--device cuda: no CUDA GPU is visible here"),
+                              ("cuda:1", "--device cuda:1: no CUDA GPU is visible here"),
+                              ("tpu", "--device tpu: use cuda, cuda:N or cpu")):
+            r = runner.invoke(app, cmd + ["--shape", str(codelm_dir), "--device", device])
+            assert r.exit_code == 2 and words in _flat(r.output), (cmd, device, r.output)
 
 
 def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, tmp_path):

@@ -8,6 +8,8 @@ import platform
 import torch
 import typer
 
+from turbospec.benchmarks.cli_args import check_out_path, device_arg, parse_ints
+
 bench_app = typer.Typer(no_args_is_help=True, help="Engine benchmarks (settings and roofline printed).")
 
 
@@ -32,31 +34,13 @@ def _shape_setting(shape: str, dtype: str, device: str | None, batch_sizes: str)
     """(device, shape name, ModelConfig, torch dtype, batch sizes) from the CLI's words."""
     from turbospec.benchmarks.shapes import resolve_shape
     from turbospec.config import parse_dtype
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
+        dev = device_arg(device)
         name, cfg = resolve_shape(shape)
         dt = parse_dtype(dtype)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    return dev, name, cfg, dt, _parse_ints(batch_sizes, "--batch-sizes")
-
-
-def _check_out_path(path: str | None, flag: str) -> None:
-    """Refuse, before any work, an output file whose directory does not exist (the results of a
-    long run would be lost at the end)."""
-    if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise typer.BadParameter(f"{flag} {path}: the directory {os.path.dirname(os.path.abspath(path))} does not "
-                                 "exist; create it or write elsewhere")
-
-
-def _parse_ints(text: str, what: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise typer.BadParameter(f"{what} must be comma-separated integers, e.g. 1,4,16") from e
-    if not vals or any(v <= 0 for v in vals):
-        raise typer.BadParameter(f"{what} must be positive integers, e.g. 1,4,16")
-    return vals
+    return dev, name, cfg, dt, parse_ints(batch_sizes, "--batch-sizes")
 
 
 @bench_app.command("decode")
@@ -98,7 +82,7 @@ def decode(
                                  f"({prompt_len + gen_len}): give at least that, or leave it out")
     if prompt_len < 1 or gen_len < 1:
         raise typer.BadParameter(f"--prompt-len {prompt_len} and --gen-len {gen_len} must be at least 1")
-    _check_out_path(json_out, "--json-out")
+    check_out_path(json_out, "--json-out")
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
     if logprobs is not None:
         sampling["logprobs"] = logprobs

@@ -1,0 +1,38 @@
+"""Checks of `turbospec bench` arguments, each refusing a bad value before any work with the fix."""
+from __future__ import annotations
+
+import os
+
+import torch
+import typer
+
+
+def device_arg(device: str | None) -> torch.device:
+    """--device, checked: a cuda device without a GPU was an AssertionError traceback from torch."""
+    try:
+        dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device}: use cuda, cuda:N or cpu")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA GPU is visible here; pass --device cpu")
+    return dev
+
+
+def check_out_path(path: str | None, flag: str) -> None:
+    """Refuse, before any work, an output file whose directory does not exist (the results of a
+    long run would be lost at the end)."""
+    if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise typer.BadParameter(f"{flag} {path}: the directory {os.path.dirname(os.path.abspath(path))} does not "
+                                 "exist; create it or write elsewhere")
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise typer.BadParameter(f"{what} must be comma-separated integers, e.g. 1,4,16") from e
+    if not vals or any(v <= 0 for v in vals):
+        raise typer.BadParameter(f"{what} must be positive integers, e.g. 1,4,16")
+    return vals
