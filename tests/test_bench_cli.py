@@ -131,6 +131,18 @@ def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, t
     assert 1.0 <= al <= 4.0
 
 
+def test_bench_spec_says_so_when_nothing_was_drafted(codelm_dir, tmp_path):
+    """It printed 'acceptance length None | acceptance rate None' and an empty per-position line."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f(x):"}\n')
+    r = runner.invoke(app, ["bench", "spec", "--model", str(codelm_dir), "--prompts", str(prompts), "--device", "cpu",
+                            "--max-tokens", "4", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2, '
+                            '"prompt_lookup_min": 20, "prompt_lookup_max": 20}'])     # no 20-gram repeats: no drafts
+    assert r.exit_code == 0, r.output
+    assert "drafts 0: the proposer drafted nothing" in r.output
+    assert "None" not in r.output and "per-position acceptance" not in r.output
+
+
 def test_bench_spec_bad_input():
     r = runner.invoke(app, ["bench", "spec", "--speculative-config", "{not json"])
     assert r.exit_code == 2 and "not valid JSON" in r.output

@@ -209,10 +209,13 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     typer.echo(f"plain:       {plain.tokens} tokens in {plain.seconds:.2f} s = {plain.tok_s:.1f} tok/s")
     typer.echo(f"speculative: {sp.tokens} tokens in {sp.seconds:.2f} s = {sp.tok_s:.1f} tok/s "
                f"(draft {m['draft_time_s']:.2f} s, verify {m['verify_time_s']:.2f} s)")
-    al = m["acceptance_length"]
-    typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | acceptance length {al if al is None else round(al, 3)} "
-               f"| acceptance rate {m['acceptance_rate'] and round(m['acceptance_rate'], 3)} | drafts {m['num_drafts']}")
-    typer.echo("per-position acceptance: " + " ".join(f"{p:.3f}" for p in m["per_position_acceptance"]))
+    if m["num_drafts"]:
+        typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | acceptance length {m['acceptance_length']:.3f} | "
+                   f"acceptance rate {m['acceptance_rate']:.3f} | drafts {m['num_drafts']}")
+        typer.echo("per-position acceptance: " + " ".join(f"{p:.3f}" for p in m["per_position_acceptance"]))
+    else:                                 # it printed 'acceptance length None' and an empty per-position line
+        typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | drafts 0: the proposer drafted nothing for these "
+                   "prompts, so there is no acceptance to report")
     _echo_compiles((f"{name} run", r.compiles) for name, r in (("plain", plain), ("speculative", sp)))
     if temperature == 0:
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
