@@ -36,12 +36,15 @@ class _SeqState:
 def parse_tree(tree: dict[str, Any] | None, num_speculative_tokens: int) -> dict[str, int] | None:
     if tree is None:
         return None
+    if not isinstance(tree, dict):           # a string was read as its letters, a number was a TypeError
+        raise ValueError(f"speculative_config tree={tree!r} must be an object, e.g. "
+                         '{"topk": 4, "depth": 5, "budget": 24}')
     unknown = set(tree) - {"topk", "depth", "budget"}
     if unknown:
         raise ValueError(f"unknown tree key(s) {sorted(unknown)}: use topk, depth, budget")
     out = {"topk": tree.get("topk"), "depth": tree.get("depth", num_speculative_tokens), "budget": tree.get("budget")}
     for key, val in out.items():
-        if not isinstance(val, int) or val <= 0:
+        if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
             raise ValueError(f"tree {key}={val!r} must be a positive integer, e.g. "
                              '{"topk": 4, "depth": 5, "budget": 24}')
     return out
