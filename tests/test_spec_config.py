@@ -22,6 +22,13 @@ def _build(spec):
     ({"method": "oracle", "num_speculative_tokens": 4, "acceptance_length": 2}, "bench spec --shape"),
     ({"method": "medusa", "num_speculative_tokens": 4}, "is not one of ngram"),
     ({"method": "ngram", "num_speculative_tokens": 4, "draft_tensor_parallel_size": 2}, "accepted: 1, None"),
+    # 'x' was int()'s "invalid literal for int() with base 10", 2.7 ran as 2
+    ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": "x"},
+     "prompt_lookup_min='x' must be an integer"),
+    ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 2.7},
+     "prompt_lookup_max=2.7 must be an integer"),
+    # a TypeError that `generate` reported as "could not load" the target
+    ({"method": "draft_model", "model": 5, "num_speculative_tokens": 4}, "model=5 must be the drafter's directory"),
 ])
 def test_bad_speculative_configs_name_the_problem(spec, fragment):
     with pytest.raises(ValueError) as e:
@@ -31,5 +38,5 @@ def test_bad_speculative_configs_name_the_problem(spec, fragment):
 
 def test_good_ngram_config_builds():
     p = _build({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 5, "draft_length": "auto",
-                "bitwise_exact": False, "draft_tensor_parallel_size": 1, "disable_logprobs": True})   # vLLM's, neutral
+                "model": None, "bitwise_exact": False, "draft_tensor_parallel_size": 1, "disable_logprobs": True})   # vLLM's, neutral
     assert p.k == 3

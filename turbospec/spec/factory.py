@@ -71,9 +71,15 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
     bitwise_exact(spec)
     if method in ("draft_model", "eagle3", "dflash") and not spec.get("model"):
         raise ValueError(f"method {method!r} needs speculative_config['model']: the drafter's directory")
+    if spec.get("model") is not None and not isinstance(spec["model"], str):     # a TypeError blamed on the target
+        raise ValueError(f"speculative_config model={spec['model']!r} must be the drafter's directory, a string")
     if method == "ngram":
         from turbospec.spec.ngram import NgramProposer
-        return NgramProposer(k, int(spec.get("prompt_lookup_min", 1)), int(spec.get("prompt_lookup_max", 4)))
+        lookup = {key: spec.get(key, default) for key, default in (("prompt_lookup_min", 1), ("prompt_lookup_max", 4))}
+        for key, val in lookup.items():                             # 'x' was int()'s message, 2.7 ran as 2
+            if not isinstance(val, int) or isinstance(val, bool):
+                raise ValueError(f"speculative_config {key}={val!r} must be an integer (n-gram length in tokens)")
+        return NgramProposer(k, lookup["prompt_lookup_min"], lookup["prompt_lookup_max"])
     if method == "draft_model":
         from turbospec.spec.draft_model import DraftModelProposer
         return DraftModelProposer.from_dir(spec["model"], k, config, device, dtype)
