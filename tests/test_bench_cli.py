@@ -118,6 +118,20 @@ def test_bench_device_without_a_gpu_or_unknown_is_refused(codelm_dir):
             assert r.exit_code == 2 and words in _flat(r.output), (cmd, device, r.output)
 
 
+def test_bench_a_run_longer_than_the_shapes_context_names_the_flags(codelm_dir):
+    """bench decode said 'lower max_tokens to at most 8' (its flag is --gen-len), bench spec --shape
+    'prompt (2035 tokens) + max_tokens (15)' (values the user never passed), after building the model."""
+    r = runner.invoke(app, ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--prompt-len", "2040",
+                            "--gen-len", "100"])
+    assert r.exit_code == 2 and "--prompt-len 2040 with --gen-len 100 needs 2140 tokens of context, over the " \
+        "shape's 2048: lower --prompt-len or --gen-len" in _flat(r.output), r.output
+    r = runner.invoke(app, ["bench", "spec", "--shape", str(codelm_dir), "--device", "cpu", "--prompt-len", "2035",
+                            "--max-tokens", "10", "--speculative-config",
+                            '{"method": "oracle", "num_speculative_tokens": 7, "acceptance_length": 3}'])
+    assert r.exit_code == 2
+    assert "--prompt-len 2035 with --max-tokens 10 and k = 7 needs 2053 tokens" in _flat(r.output), r.output
+
+
 def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "def add(a, b):\\n    return a + b\\n\\n\\ndef sub(a, b):\\n"}\n'

@@ -8,7 +8,7 @@ import platform
 import torch
 import typer
 
-from turbospec.benchmarks.cli_args import check_out_path, device_arg, parse_ints
+from turbospec.benchmarks.cli_args import check_fits, check_out_path, device_arg, parse_ints
 
 bench_app = typer.Typer(no_args_is_help=True, help="Engine benchmarks (settings and roofline printed).")
 
@@ -72,6 +72,7 @@ def decode(
     from turbospec.sampling_params import SamplingParams
 
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
+    check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--gen-len")
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
     if not 1 <= profile_batch <= max(bss):
@@ -254,6 +255,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
+    check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--max-tokens", k)
     need = prompt_len + gen_len + k + 1
     if max_model_len is not None and max_model_len < need:
         raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + max tokens + k + 1 "

@@ -36,3 +36,14 @@ def parse_ints(text: str, what: str) -> list[int]:
     if not vals or any(v <= 0 for v in vals):
         raise typer.BadParameter(f"{what} must be positive integers, e.g. 1,4,16")
     return vals
+
+
+def check_fits(context: int, prompt_len: int, gen_len: int, gen_flag: str, k: int = 0) -> None:
+    """The run's tokens within the shape's context, refused with the flags' names before the model is
+    built (the engine's message named max_tokens, with values the user never passed). With k drafts:
+    k + 1 more for a verify, and the verify-cost table generates k + 8 tokens per prompt."""
+    need = prompt_len + (max(gen_len + k + 1, k + 8) if k else gen_len)
+    if need > context:
+        raise typer.BadParameter(f"--prompt-len {prompt_len} with {gen_flag} {gen_len}{f' and k = {k}' if k else ''} "
+                                 f"needs {need} tokens of context, over the shape's {context}: lower --prompt-len "
+                                 f"or {gen_flag}")
