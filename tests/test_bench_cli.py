@@ -132,6 +132,18 @@ def test_bench_a_run_longer_than_the_shapes_context_names_the_flags(codelm_dir):
     assert "--prompt-len 2035 with --max-tokens 10 and k = 7 needs 2053 tokens" in _flat(r.output), r.output
 
 
+def test_bench_spec_model_without_a_tokenizer_or_a_method_is_refused(tiny_llama31, tmp_path):
+    """A model directory without tokenizer files, or --speculative-config '{}', was a traceback."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f():"}\n')
+    base = ["bench", "spec", "--prompts", str(prompts), "--device", "cpu", "--max-tokens", "4"]
+    r = runner.invoke(app, base + ["--model", str(tiny_llama31), "--speculative-config",
+                                   '{"method": "ngram", "num_speculative_tokens": 2}'])
+    assert r.exit_code == 2 and "has no tokenizer files" in _flat(r.output), r.output
+    r = runner.invoke(app, base + ["--model", str(tiny_llama31), "--speculative-config", "{}"])
+    assert r.exit_code == 2 and "--speculative-config {} names no method" in _flat(r.output), r.output
+
+
 def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "def add(a, b):\\n    return a + b\\n\\n\\ndef sub(a, b):\\n"}\n'
@@ -150,8 +162,9 @@ def test_bench_spec_says_so_when_nothing_was_drafted(codelm_dir, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "def f(x):"}\n')
     r = runner.invoke(app, ["bench", "spec", "--model", str(codelm_dir), "--prompts", str(prompts), "--device", "cpu",
-                            "--max-tokens", "4", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2, '
-                            '"prompt_lookup_min": 20, "prompt_lookup_max": 20}'])     # no 20-gram repeats: no drafts
+                            "--max-tokens", "4", "--speculative-config",
+                            '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 20, '
+                            '"prompt_lookup_max": 20}'])                  # no 20-gram repeats: no drafts
     assert r.exit_code == 0, r.output
     assert "drafts 0: the proposer drafted nothing" in r.output
     assert "None" not in r.output and "per-position acceptance" not in r.output

@@ -185,6 +185,9 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     from turbospec import LLM, SamplingParams
     from turbospec.benchmarks.spec import compare, load_prompts
 
+    if not spec_cfg:                                      # LLM takes {} as no speculation: compare() crashed
+        raise typer.BadParameter('--speculative-config {} names no method: e.g. {"method": "ngram", '
+                                 '"num_speculative_tokens": 4}')
     try:
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
         ps = load_prompts(prompts, num_prompts)
@@ -192,15 +195,17 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     eng = llm.llm_engine
-    if eng.tokenizer is not None:                         # every request fits, before any is timed
-        from turbospec.engine.request_input import prompt_to_ids
-        for i, p in enumerate(ps, 1):
-            n = len(prompt_to_ids(p, eng.tokenizer, eng.model_config.vocab_size)[1])   # the engine's tokenization
-            if n + max_tokens > eng.max_model_len:
-                fix = (f"lower --max-tokens to {eng.max_model_len - n} or shorten that prompt"
-                       if n < eng.max_model_len else "shorten that prompt")
-                raise typer.BadParameter(f"prompt {i} of {prompts} has {n} tokens: with --max-tokens {max_tokens} "
-                                         f"it exceeds the context length {eng.max_model_len}; {fix}")
+    if eng.tokenizer is None:                             # it was a ValueError traceback mid-run
+        raise typer.BadParameter(f"{model} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...): "
+                                 "bench spec --model encodes the text of --prompts with them")
+    from turbospec.engine.request_input import prompt_to_ids
+    for i, p in enumerate(ps, 1):
+        n = len(prompt_to_ids(p, eng.tokenizer, eng.model_config.vocab_size)[1])   # the engine's tokenization
+        if n + max_tokens > eng.max_model_len:
+            fix = (f"lower --max-tokens to {eng.max_model_len - n} or shorten that prompt"
+                   if n < eng.max_model_len else "shorten that prompt")
+            raise typer.BadParameter(f"prompt {i} of {prompts} has {n} tokens: with --max-tokens {max_tokens} "
+                                     f"it exceeds the context length {eng.max_model_len}; {fix}")
     plain, sp = compare(eng, eng.proposer, ps, params, concurrency)
     same = sum(a == b for a, b in zip(plain.outputs, sp.outputs))
     m = sp.metrics
