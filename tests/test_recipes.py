@@ -132,6 +132,15 @@ def test_broken_recipe_files_name_the_problem(tmp_path, text, message):
     assert r.exit_code == 2
 
 
+def test_empty_placeholder_values_are_refused():
+    """--set eagle3= was checked as the current directory ('OK eagle3' with no path), --model '' as
+    './config.json is missing'."""
+    for extra, words in ((["--set", "eagle3="], "--set 'eagle3=': write KEY=VALUE"),
+                         (["--model", ""], "--model '': give the model directory")):
+        r = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu", *extra])
+        assert r.exit_code == 2 and words in r.output, (extra, r.output)
+
+
 def test_a_missing_recipe_file_is_named_as_such(tmp_path):
     """It was 'no recipe ...: (or give the path of a .toml file)' to a user who had."""
     with pytest.raises(ValueError) as e:

@@ -17,9 +17,11 @@ def _load(name: str, model: str | None, sets: list[str]):
     overrides: dict[str, str | None] = {"model": model}
     for item in sets:
         key, eq, value = item.partition("=")
-        if not eq or not key:
+        if not eq or not key or not value:            # an empty path was checked as '.', and said OK
             raise typer.BadParameter(f"--set {item!r}: write KEY=VALUE, e.g. --set drafter=drafters/mine")
         overrides[key] = value
+    if model == "":
+        raise typer.BadParameter("--model '': give the model directory, or leave --model out for the recipe's")
     try:
         recipe = load(name)
         return recipe, recipe.values(overrides)
