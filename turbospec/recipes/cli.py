@@ -84,7 +84,7 @@ def run(name: str = typer.Argument(..., help="a shipped recipe's name or a .toml
         return
     from turbospec.cli import app
     code = app(argv, prog_name="turbospec", standalone_mode=False)   # not standalone: an exit is returned
-    if code:
+    if isinstance(code, int) and code:          # a command that returns a value: not an exit code
         raise typer.Exit(code)
 
 
