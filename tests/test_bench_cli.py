@@ -77,6 +77,8 @@ def test_bench_decode_profile_batch_refused_outside_the_batches(codelm_dir):
     assert r.exit_code == 2 and "from 1 to the largest of --batch-sizes (2)" in flat, r.output
     r = runner.invoke(app, args + ["--profile-batch", "0"])
     assert r.exit_code == 2
+    r = runner.invoke(app, args[:-1] + ["--profile-batch", "2"])               # without --profile: was ignored
+    assert r.exit_code == 2 and "--profile-batch 2 goes with --profile" in _flat(r.output), r.output
     r = runner.invoke(app, args + ["--profile-batch", "2"])                  # on the CPU: the step's ops
     assert r.exit_code == 0 and "Self CPU" in r.output and "aten::" in r.output, r.output[-2000:]
 

@@ -75,6 +75,8 @@ def decode(
     check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--gen-len")
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
+    if profile_batch != 1 and not profile:                # it was ignored: no profile, no word
+        raise typer.BadParameter(f"--profile-batch {profile_batch} goes with --profile: add --profile")
     if not 1 <= profile_batch <= max(bss):
         raise typer.BadParameter(f"--profile-batch {profile_batch}: give a batch size from 1 to the largest "
                                  f"of --batch-sizes ({max(bss)}), which sizes the engine")
