@@ -29,6 +29,7 @@ def _build(spec):
      "prompt_lookup_max=2.7 must be an integer"),
     # a TypeError that `generate` reported as "could not load" the target
     ({"method": "draft_model", "model": 5, "num_speculative_tokens": 4}, "model=5 must be the drafter's directory"),
+    ({}, "speculative_config is empty: give a method"),
 ])
 def test_bad_speculative_configs_name_the_problem(spec, fragment):
     with pytest.raises(ValueError) as e:
@@ -40,3 +41,10 @@ def test_good_ngram_config_builds():
     p = _build({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 5, "draft_length": "auto",
                 "model": None, "bitwise_exact": False, "draft_tensor_parallel_size": 1, "disable_logprobs": True})   # vLLM's, neutral
     assert p.k == 3
+
+
+def test_an_empty_config_is_refused_not_run_as_plain_decoding(codelm_dir):
+    # `--speculative-config '{}'` (or speculative_config={}) ran plain decoding without a word
+    from turbospec import LLM
+    with pytest.raises(ValueError, match=r"speculative_config is empty: give a method.*or leave it out"):
+        LLM(str(codelm_dir), device="cpu", dtype="float32", speculative_config={})

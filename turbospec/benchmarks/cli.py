@@ -187,7 +187,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     from turbospec import LLM, SamplingParams
     from turbospec.benchmarks.spec import compare, load_prompts
 
-    if not spec_cfg:                                      # LLM takes {} as no speculation: compare() crashed
+    if not spec_cfg:                                      # before the model loads (LLM refuses {} too)
         raise typer.BadParameter('--speculative-config {} names no method: e.g. {"method": "ngram", '
                                  '"num_speculative_tokens": 4}')
     try:

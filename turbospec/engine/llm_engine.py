@@ -149,7 +149,7 @@ class LLMEngine:
         load_s = time.perf_counter() - t0
         tok = load_tokenizer(tokenizer or model)
         proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype) \
-            if speculative_config else None
+            if speculative_config is not None else None
         spec = speculative_config or {}
         return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s,
                    auto_draft_length=spec.get("draft_length") == "auto",

@@ -51,6 +51,9 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
     if not isinstance(spec, dict):
         raise ValueError("speculative_config must be a dict such as "
                          '{"method": "ngram", "num_speculative_tokens": 4}')
+    if not spec:            # '{}' from a command line: plain decoding would run with no word of it
+        raise ValueError("speculative_config is empty: give a method, e.g. "
+                         '{"method": "ngram", "num_speculative_tokens": 4}, or leave it out for plain decoding')
     spec = dict(spec)
     method = spec.get("method")
     if method is None and spec.get("model"):
