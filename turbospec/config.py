@@ -41,7 +41,7 @@ def _token_ids(value) -> tuple[int, ...]:
     return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else (value,)))
 
 
-def _read_json(path: str) -> dict[str, Any]:
+def read_optional_json(path: str) -> dict[str, Any]:
     """An optional JSON file's object ({} when the file is absent)."""
     if not os.path.isfile(path):
         return {}
@@ -189,7 +189,7 @@ class ModelConfig:
         cfg = cls.from_dict(raw)
         # generation_config.json's eos_token_id is what transformers' generate and vLLM stop on: instruct
         # models list their end-of-turn token there (Llama-3 <|eot_id|>, Qwen <|endoftext|>) beside config.json's
-        gen = _read_json(os.path.join(model_dir, "generation_config.json"))
+        gen = read_optional_json(os.path.join(model_dir, "generation_config.json"))
         extra = [e for e in _token_ids(gen.get("eos_token_id")) if e not in cfg.eos_token_ids]
         cfg.eos_token_ids += tuple(extra)
         return cfg

@@ -7,10 +7,10 @@ example, ship temperature 0.6, top_p 0.95, top_k 20. `generation_config="vllm"` 
 keep the API's max_tokens defaults)."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from turbospec.config import read_optional_json
 from turbospec.sampling_params import SamplingParams
 
 KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -23,14 +23,10 @@ def read_sampling_defaults(model_dir: str, mode: str = "auto") -> dict[str, Any]
     if mode not in MODES:
         raise ValueError(f"generation_config={mode!r}: use 'auto' (the model's generation_config.json "
                          "sampling defaults, as vLLM) or 'vllm' (ignore them)")
-    path = os.path.join(model_dir, "generation_config.json")
-    if mode == "vllm" or not os.path.isfile(path):
+    if mode == "vllm":
         return {}
-    with open(path) as f:
-        try:
-            gen = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON ({e}): fix, re-download or delete it") from e
+    path = os.path.join(model_dir, "generation_config.json")
+    gen = read_optional_json(path)                                    # {} when there is no file
     defaults = {k: gen[k] for k in KEYS if isinstance(gen, dict) and gen.get(k) is not None}
     if defaults.get("top_k") == 0:
         defaults["top_k"] = -1                     # transformers' 0 = no top-k filter
