@@ -1,7 +1,7 @@
 """Sampled against greedy decoding in one process, one engine: qwen3-8b-shaped random weights (or
 any --shape), for each batch size the sampling settings alternate (greedy, temperature 0.7,
-temperature 0.7 + top-p 0.9 + top-k 20, min-p 0.05, greedy with 5 logprobs per token, and the
-top-p / top-k setting seeded; or the --settings named), twice, and each run prints ms per token step. Greedy runs in decode bursts; what
+temperature 0.7 + top-p 0.9 + top-k 20, min-p 0.05, greedy with 5 logprobs per token, the
+top-p / top-k setting seeded, and with penalties; or the --settings named), twice, and each run prints ms per token step. Greedy runs in decode bursts; what
 sampled decoding costs on top of it is the difference.
 
     PYTHONPATH=. python3 bench/sampled_decode.py [--shape qwen3-8b] [--batch-sizes 1,16,64]
@@ -23,6 +23,9 @@ SETTINGS = {
     "t0.7 min_p0.05": dict(temperature=0.7, min_p=0.05),
     "greedy logprobs5": dict(logprobs=5),       # every row asks: bursts hold up to 8 (multistep.MAX_LOGPROB_ROWS)
     "t0.7 p0.9 k20 seed": dict(temperature=0.7, top_p=0.9, top_k=20, seed=1),   # counter noise (bursts since 2026-11-30)
+    "rep1.05": dict(repetition_penalty=1.05),                     # penalties: bursts since 2026-12-01
+    "t0.7 p0.9 k20 rep1.05 freq0.1": dict(temperature=0.7, top_p=0.9, top_k=20, repetition_penalty=1.05,
+                                          frequency_penalty=0.1),
 }
 
 ap = argparse.ArgumentParser()
@@ -44,8 +47,9 @@ if dev.type == "cpu":
 bss = [int(x) for x in a.batch_sizes.split(",")]
 model = random_model(cfg, dev, dt)
 engine = build_engine(model, cfg, dev, dt, a.prompt_len + a.gen_len, max(bss))
-for s in SETTINGS.values():
-    run_decode(engine, 1, 16, 4, cfg.vocab_size, sampling=s)        # warm-up of every path
+for b in bss:                 # warm-up of every path (penalized burst graphs are captured at first use)
+    for s in SETTINGS.values():
+        run_decode(engine, b, 16, 4, cfg.vocab_size, sampling=s)
 dev_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
 print(f"# turbospec from {turbospec.__file__} | startup {engine.startup}")
 print(f"# {dev_name} | shape {name} | {dt} | prompt {a.prompt_len} + gen {a.gen_len} | ms per token step "

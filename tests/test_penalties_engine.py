@@ -1,7 +1,7 @@
 """Penalties, logit_bias and min_p through the engine on models/codelm-12m: greedy output changes
 and equals a slow reference loop (a full transformers forward per token); speculative greedy
-(n-gram, EAGLE-3 chain and tree) equals plain greedy with drafts accepted; decode bursts are
-skipped for such sequences; +100 forces a token, -100 bans it; logprobs stay the raw model's."""
+(n-gram, EAGLE-3 chain and tree) equals plain greedy with drafts accepted; decode bursts give
+single steps' tokens; +100 forces a token, -100 bans it; logprobs stay the raw model's."""
 from __future__ import annotations
 
 import pytest
@@ -86,20 +86,34 @@ def test_speculative_greedy_with_penalties_equals_plain(llm, codelm_dir, spec):
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
 
 
-def test_decode_bursts_are_skipped_for_penalized_sequences(llm, codelm_dir):
+def _count_penalized_launches(llm_) -> list[bool]:
+    """Whether each burst the engine launches from now on runs the penalized variant."""
+    burst, pens = llm_.llm_engine.burst, []
+    f = burst._launch                                  # launch and launch_chained both end here
+    burst._launch = lambda *a, f=f: pens.append(a[6] if len(a) > 6 else False) or f(*a)
+    return pens
+
+
+@pytest.mark.parametrize("name", list(PENALIZED))
+def test_penalized_decode_bursts_equal_single_steps(llm, codelm_dir, name):
+    """Penalties, logit bias and min_tokens run inside decode bursts (engine/burst_penalties.py):
+    the device state advances with each token and carries over chained bursts, so a batch mixing
+    penalized, plain greedy and seeded sampled penalized rows gets single steps' tokens."""
     b = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)
-    launches = []
-    for name in ("launch", "launch_chained"):
-        f = getattr(b.llm_engine.burst, name)
-        setattr(b.llm_engine.burst, name, lambda *a, f=f: launches.append(1) or f(*a))
-    for name in ("repetition", "all"):
-        params = _greedy(**PENALIZED[name])
-        assert _ids(b, [PROMPT], params) == _ids(llm, [PROMPT], params)
-    mixed = [_greedy(), _greedy(**PENALIZED["frequency_presence"])]          # one penalized: no burst at all
-    assert _ids(b, PROMPTS[:2], mixed) == _ids(llm, PROMPTS[:2], mixed)
-    assert launches == []
-    assert _ids(b, [PROMPT], _greedy()) == _ids(llm, [PROMPT], _greedy())    # plain greedy still bursts
-    assert launches
+    pens = _count_penalized_launches(b)
+    kw = PENALIZED[name]
+    params = [_greedy(24, **kw), _greedy(24), _greedy(24, min_tokens=10, **kw),
+              SamplingParams(temperature=0.8, top_k=20, seed=7, max_tokens=24, ignore_eos=True, **kw)]
+    prompts = [PROMPT, PROMPTS[1], PROMPTS[2], PROMPT]
+    want = _ids(llm, prompts, params)
+    before = b.llm_engine.counters["num_burst_tokens"]
+    assert _ids(b, prompts, params) == want
+    assert want[0] != _ids(llm, prompts[:1], [_greedy(24)])[0]              # the penalty mattered
+    assert len(pens) >= 4 and all(pens), pens                               # chained penalized bursts
+    assert b.llm_engine.counters["num_burst_tokens"] - before >= 80        # 4 rows x >= 5 bursts of 4
+    pens.clear()
+    assert _ids(b, [PROMPT], _greedy()) == _ids(llm, [PROMPT], _greedy())    # plain greedy: plain variant
+    assert pens and not any(pens)
 
 
 def test_logit_bias_plus_100_forces_and_minus_100_bans(llm):
@@ -165,5 +179,7 @@ def test_min_tokens_bans_eos_and_stop_ids_and_ignores_stop_strings_until_reached
     spec = LLM(str(codelm_dir), device="cpu", dtype="float32",
                speculative_config={"method": "ngram", "num_speculative_tokens": 4})
     assert _ids(spec, [PROMPT] * 4, params) == want
-    bursts = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)   # no bias: bursts
-    assert _ids(bursts, [PROMPT] * 2, params[2:]) == want[2:]
+    bursts = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)   # bans on the device
+    pens = _count_penalized_launches(bursts)
+    assert _ids(bursts, [PROMPT] * 4, params) == want
+    assert pens and pens[0]

@@ -113,16 +113,15 @@ def test_seeded_requests_burst_and_draw_what_single_steps_draw(engines):
     assert other != got[0], "another seed drew the same 17 tokens"
 
 
-def test_burst_refuses_what_it_cannot_hold(engines):
+def test_burst_takes_any_settings_but_few_logprob_rows(engines):
     _, burst = engines
     b = burst.llm_engine.burst
-    for p in (SamplingParams(temperature=0.7, presence_penalty=0.5), SamplingParams(temperature=0.7, logit_bias={5: 1.0})):
-        assert not b.takes(p)
-        with pytest.raises(ValueError, match="single steps"):
-            b.launch([5], [3], [[0]], [p])
-    assert b.takes(SamplingParams(temperature=0.7, top_p=0.5)) and b.takes(SamplingParams(temperature=0.0))
-    assert b.takes(SamplingParams(temperature=0.7, seed=3))              # counter noise: the test above
-    assert b.takes(SamplingParams(temperature=0.0, logprobs=2))          # logprobs: the tests below
+    assert DecodeBurst.takes_batch([SamplingParams(temperature=0.7, presence_penalty=0.5),
+                                    SamplingParams(temperature=0.7, logit_bias={5: 1.0}),
+                                    SamplingParams(temperature=0.7, top_p=0.5, seed=3), SamplingParams(temperature=0.0)])
+    many = [SamplingParams(temperature=0.0, logprobs=2)] * (MAX_LOGPROB_ROWS + 1)
+    with pytest.raises(ValueError, match="single steps"):
+        b.launch([5] * len(many), [3] * len(many), [[0]] * len(many), many)
 
 
 # ------------------------------------------------------------- logprobs in bursts

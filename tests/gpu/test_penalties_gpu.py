@@ -60,3 +60,27 @@ def test_min_tokens_bans_eos_and_stop_ids_with_graphs_bursts_and_speculation():
         other = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", **kw)
         assert [o.outputs[0].token_ids for o in other.generate([prompt] * 3, params)] == want, kw
         assert [o.outputs[0].token_ids for o in other.generate([prompt] * 2, params[1:])] == want[1:], kw
+
+
+def test_penalized_bursts_equal_single_steps_on_cuda():
+    """Penalties, logit bias and min_tokens inside decode bursts (engine/burst_penalties.py) on CUDA:
+    the penalized graph variants, captured at first use, give single steps' tokens bit for bit
+    (bf16, invariant kernels): greedy, and a seeded sampled row (counter noise in both)."""
+    single = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", num_scheduler_steps=1)
+    burst = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16")
+    eos = single.llm_engine.model_config.eos_token_ids[0]
+    params = [SamplingParams(**PENALIZED), SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True),
+              SamplingParams(temperature=0.0, max_tokens=48, repetition_penalty=1.3, min_tokens=20,
+                             logit_bias={eos: 30.0}),
+              SamplingParams(temperature=0.8, top_k=20, seed=11, max_tokens=48, ignore_eos=True,
+                             frequency_penalty=0.5)]
+    prompts = PROMPTS + PROMPTS[:1]
+    want = [o.outputs[0].token_ids for o in single.generate(prompts, params)]
+    assert eos not in want[2][:20] and len(want[2]) == 21          # the ban held, then the bias won
+    assert burst.llm_engine.burst.n > 1 and not any(k[3] for k in burst.llm_engine.burst.graphs)
+    got = [o.outputs[0].token_ids for o in burst.generate(prompts, params)]
+    assert got == want
+    assert any(k[3] for k in burst.llm_engine.burst.graphs)         # a penalized variant was captured
+    assert burst.llm_engine.counters["num_burst_tokens"] >= 100
+    again = [o.outputs[0].token_ids for o in burst.generate(prompts, params)]   # replayed, not captured
+    assert again == want

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ from tests.gpu.test_engine_gpu import MODEL, PROMPTS  # noqa: E402
 @pytest.fixture(scope="module")
 def llm():
     llm = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=8)
-    assert {mode for (_, _, mode) in llm.llm_engine.burst.graphs} == set(Mode.ALL), "a graph variant is missing"
+    assert {k[2] for k in llm.llm_engine.burst.graphs} == set(Mode.ALL), "a graph variant is missing"
     return llm
 
 
@@ -176,3 +177,21 @@ def _pooled(obs: list[int], exp: list[float], least: float = 5.0) -> tuple[list[
             j = min(range(len(e)), key=e.__getitem__)
             o[j], e[j] = o[j] + so, e[j] + se
     return o, e
+
+
+@pytest.mark.parametrize("spec", [{"method": "ngram", "num_speculative_tokens": 4, "draft_length": "auto"},
+                                  {"method": "eagle3", "model": "codelm-12m-eagle3", "num_speculative_tokens": 4},
+                                  {"method": "dflash", "model": "codelm-12m-dflash"}])
+def test_cuda_seeded_speculation_returns_plain_decodings_tokens(spec):
+    """bf16: a seeded sampled request with speculation (verify.couple_seeded_rows: each verify row
+    sampled with the counter noise of its token's index) returns the tokens plain decoding (bursts)
+    returns, alone and in a batch, and drafts are accepted."""
+    spec = {**spec, "model": str(Path(MODEL).parent / spec["model"])} if "model" in spec else spec
+    seeded = [SamplingParams(temperature=0.8, top_k=20, seed=s, max_tokens=32, ignore_eos=True) for s in (1, 2)] + \
+        [SamplingParams(temperature=1.0, top_p=0.9, seed=3, max_tokens=32, ignore_eos=True, repetition_penalty=1.2)]
+    plain = LLM(MODEL, device="cuda", dtype="bfloat16")
+    want = [o.outputs[0].token_ids for o in plain.generate(PROMPTS[:3], seeded)]
+    llm = LLM(MODEL, device="cuda", dtype="bfloat16", speculative_config=spec)
+    assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:3], seeded)] == want
+    assert llm.generate(PROMPTS[1:2], seeded[1:2])[0].outputs[0].token_ids == want[1]
+    assert llm.get_metrics()["spec_decode_num_accepted_tokens"] > 0

@@ -1,12 +1,12 @@
 """The decode-burst step (engine/multistep.py runs the bursts): when the whole running set is
-plain decoding that a burst can hold (greedy or sampled, seeded or not; logprobs for a few rows:
-`DecodeBurst.takes_batch`), n steps
-run as one launch, and while the batch stays the same the next burst is launched before this
+plain decoding that a burst can hold (greedy or sampled, seeded or not, penalties, logit bias and
+min_tokens too; logprobs for a few rows: `DecodeBurst.takes_batch`), n steps run as one launch, and while the batch stays the same the next burst is launched before this
 one's tokens are read. `LLMEngine.step` tries this first.
 """
 from __future__ import annotations
 
 from turbospec.engine.sequence import Sequence
+from turbospec.layers.penalties import PenaltyTensors, processes_logits
 
 
 def _burst_ok(engine, seqs: list[Sequence], ahead: int) -> bool:
@@ -21,8 +21,7 @@ def _burst_ok(engine, seqs: list[Sequence], ahead: int) -> bool:
     for s in seqs:
         if s.is_finished or \
                 s.num_computed_tokens != len(s) - 1 or s.max_total_tokens - len(s) - ahead < 1 or \
-                len(s) + ahead + n - 1 > engine.max_model_len or \
-                s.num_output_tokens + ahead < s.params.min_tokens:     # min_tokens masks logits: single steps
+                len(s) + ahead + n - 1 > engine.max_model_len:
             return False
     end = ahead + n - 1
     if not engine.burst.fits(len(seqs), max(len(s) for s in seqs) + ahead + n) or \
@@ -56,11 +55,14 @@ def try_burst(engine) -> list[Sequence] | None:
         run = engine.scheduler.running
         if engine.burst is None or not engine._plain_decoding() or not _burst_ok(engine, list(run), 0):
             return None
+        eos = engine.model_config.eos_token_ids
+        pt = (PenaltyTensors.build(run, engine.burst.vocab_size, engine.device, eos_ids=eos)
+              if any(processes_logits(s, eos) for s in run) else None)
         flight = engine.burst.launch([s.last_token_id for s in run], [len(s) - 1 for s in run],
-                                       [s.block_table for s in run], [s.params for s in run])
+                                       [s.block_table for s in run], [s.params for s in run], pt)
         flight.seqs = list(run)
     seqs = flight.seqs
-    if _chain_plain(engine, len(seqs)) and _burst_ok(engine, seqs, engine.burst.n):
+    if engine.burst.can_chain(flight) and _chain_plain(engine, len(seqs)) and _burst_ok(engine, seqs, engine.burst.n):
         engine._flight = engine.burst.launch_chained(flight, [s.block_table for s in seqs])
         engine._flight.seqs = seqs
     n = engine.burst.n

@@ -77,7 +77,7 @@ class ModelRunner:
         from turbospec.engine.multistep import DecodeBurst
         max_len = max_model_len + num_steps
         burst = DecodeBurst(self.model, num_steps, max_batch, -(-max_len // self.block_size), self.block_size,
-                            max_len, self.device)
+                            max_len, self.device, self.config.vocab_size)
         if capture:
             burst.capture()
         return burst

@@ -3,27 +3,19 @@
 Each step's next token is drawn on the device and fed straight back; positions, KV lengths and
 slots (from the block tables) advance on the device too. On CUDA the whole burst is one CUDA graph
 per batch bucket, so a small model stops being bound by the host. The engine uses a burst only
-when it cannot change the result: every running sequence is a plain decode with no logit bias
-or penalties and at least one token to go; stop rules are applied to the returned
-tokens afterwards, and tokens past a stop are dropped (their KV lies in blocks freed with the
-sequence).
+when it cannot change the result: every running sequence is a plain decode with at least one
+token to go; stop rules are applied to the returned tokens afterwards, and tokens past a stop are
+dropped (their KV lies in blocks freed with the sequence). Logit bias, penalties and min_tokens
+run inside the burst on device state (engine/burst_penalties.py) in a penalized variant of each
+graph, captured the first time a bucket needs it.
 
 Logprobs: each step copies the raw logits of up to MAX_LOGPROB_ROWS rows (`lp_rows`, set at each
 launch) into a [n, rows, V] buffer; after the launch, the logprobs of the rows that asked for them
 are computed from it (`compute_logprobs`, as a single step does, per row and its own k) and copied
 back with the tokens. A batch with more rows asking for logprobs takes single steps.
 
-Three variants per bucket (`Mode`): greedy (the argmax, `kernels.greedy_step` on CUDA); sample,
-when rows sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p.
-Both sampled variants draw from the user's distribution, each row's settings in device buffers.
-Filter runs `layers/sampler.compute_probs` on the same logits a single step sees (min-p and the
-sort for top-k / top-p always on: a row with a filter off is left unchanged) and the exponential
-race from the default generator. Sample, on CUDA, draws in the advance kernel itself
-(`kernels.greedy_step`: Gumbel-max over x / T with Philox noise, seeded afresh at each launch),
-which is the same law without a [b, V] probability tensor; elsewhere it runs compute_probs as
-filter does. A sampled row with a seed draws counter noise (layers/counter_noise.py: a pure
-function of its seed and the token's index, which a graph can compute) in the filter variant, as
-its single steps do, so it bursts and draws the same tokens as in single steps.
+Each step picks its token as engine/burst_sampling.py says (greedy, temperature alone, or with
+min-p / top-k / top-p; seeded rows draw counter noise, so they burst and draw single steps' tokens).
 
 Bursts are pipelined: while the same sequences have another n tokens to go and nothing waits,
 the engine launches burst i+1 (`launch_chained`, continuing from the device state) before it
@@ -38,35 +30,21 @@ import torch
 from turbospec.engine.cuda_graph import BATCH_BUCKETS, SEQ_LEN_BUCKETS
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
 from turbospec.engine.burst_flight import BurstFlight
-from turbospec.layers.sampler import SamplingTensors, compute_logprobs, compute_probs, race_scores
+from turbospec.engine.burst_penalties import BurstPenalties
+from turbospec.engine.burst_sampling import BurstSampling, Mode, pinned
+from turbospec.layers.penalties import PenaltyTensors
+from turbospec.layers.sampler import compute_logprobs
 from turbospec.sampling_params import SamplingParams
 
 
 MAX_LOGPROB_ROWS = 8      # rows of one burst whose logits it keeps for logprobs (more: single steps)
 
 
-class Mode:
-    """A burst's graph variant: how each step picks its tokens."""
-    GREEDY, SAMPLE, FILTER = 0, 1, 2          # argmax / temperature only / min-p, top-k, top-p too
-    ALL = (GREEDY, SAMPLE, FILTER)
-
-    @staticmethod
-    def of(params: list[SamplingParams] | None) -> int:
-        if not params or all(p.greedy for p in params):
-            return Mode.GREEDY
-        return Mode.of_host(SamplingTensors.from_params(params, None, "cpu", token_index=[0] * len(params)))
-
-    @staticmethod
-    def of_host(st: SamplingTensors) -> int:
-        """The variant for rows whose settings `st` holds (some sampled): SamplingTensors' own flags."""
-        return Mode.FILTER if st.any_top_k or st.any_top_p or st.min_p is not None or st.any_seeded \
-            else Mode.SAMPLE
-
-
 class DecodeBurst:
     def __init__(self, model, num_steps: int, max_batch: int, max_blocks_per_seq: int, block_size: int,
-                 max_seq_len: int, device: torch.device):
+                 max_seq_len: int, device: torch.device, vocab_size: int | None = None):
         self.model, self.n, self.device, self.block_size = model, num_steps, device, block_size
+        self.vocab_size = vocab_size or model.config.vocab_size
         self.buckets = [b for b in BATCH_BUCKETS if b <= max_batch] or [max_batch]
         if self.buckets[-1] < max_batch:
             self.buckets.append(max_batch)
@@ -80,41 +58,20 @@ class DecodeBurst:
         self.qsl = torch.arange(bmax + 1, dtype=torch.int32, device=device)
         self.out = torch.zeros(num_steps, bmax, dtype=torch.long, device=device)
         self.slots = torch.zeros(bmax, dtype=torch.long, device=device)
-        # the sampled variant's per-row settings (SamplingTensors' layout; padding rows greedy)
-        self.st = SamplingTensors(
-            temperature=torch.ones(bmax, device=device), top_k=torch.zeros(bmax, dtype=torch.long, device=device),
-            top_p=torch.ones(bmax, device=device), greedy=torch.ones(bmax, dtype=torch.bool, device=device),
-            generators=[None] * bmax, min_p=torch.zeros(bmax, device=device), any_top_k=True, any_top_p=True)
-        self.seeds = torch.zeros(num_steps, dtype=torch.long, device=device)   # Mode.SAMPLE: each step's noise key
-        self.seed_keys = torch.zeros(bmax, dtype=torch.long, device=device)    # Mode.FILTER: seeded rows' keys
-        self.seeded = torch.zeros(bmax, dtype=torch.bool, device=device)
-        self._any_seeded = device.type == "cuda"   # CPU (eager): skip the counter noise when no row is seeded
+        self.sampling = BurstSampling(bmax, num_steps, device)
         self.lp_rows = torch.zeros(MAX_LOGPROB_ROWS, dtype=torch.long, device=device)   # rows whose logits are kept
         self._lp_rows_host = [0] * MAX_LOGPROB_ROWS
         self.lp_logits: torch.Tensor | None = None       # [n, MAX_LOGPROB_ROWS, V], allocated by the first burst
-        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}      # (batch, len bucket, Mode)
-        self.pool = None
-
-    @staticmethod
-    def takes(p: SamplingParams) -> bool:
-        """Can a request with these settings decode in a burst? (Raw logits: no penalties or
-        logit bias.) Logprobs too, for at most MAX_LOGPROB_ROWS rows of a batch (`takes_batch`)."""
-        return not p.modifies_logits
+        self.penalties: BurstPenalties | None = None     # [bmax, V] state, allocated by the first penalized burst
+        # (batch, len bucket, Mode, penalized) -> graph; penalized variants are captured at first use
+        self.graphs: dict[tuple[int, int, int, bool], torch.cuda.CUDAGraph] = {}
+        self.pool, self.captured = None, False
 
     @staticmethod
     def takes_batch(params: list[SamplingParams]) -> bool:
-        return all(DecodeBurst.takes(p) for p in params) and \
-            sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS
-
-    def _sampling(self, b: int, mode: int) -> SamplingTensors:
-        """The first b rows of the settings buffers; Mode.FILTER turns every filter's path on."""
-        st, f = self.st, mode == Mode.FILTER
-        counter = {}
-        if f and self._any_seeded:           # the token drawn at this step sits at index pos + 1
-            counter = dict(seed_keys=self.seed_keys[:b], token_index=self.pos[:b] + 1, seeded=self.seeded[:b],
-                           any_seeded=True)
-        return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
-                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f, **counter)
+        """Can these requests decode in one burst? Any settings can (penalties and logit bias on
+        the penalized variant); logprobs for at most MAX_LOGPROB_ROWS rows."""
+        return sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS
 
     def _logits(self, hidden: torch.Tensor, j: int) -> torch.Tensor:
         """Step j's raw logits [b, V] (the model dtype on CUDA: the upcast is exact), the rows of
@@ -126,18 +83,11 @@ class DecodeBurst:
         torch.index_select(logits, 0, self.lp_rows, out=self.lp_logits[j])
         return logits
 
-    def _next_scores(self, logits: torch.Tensor, b: int, mode: int) -> torch.Tensor:
-        """[b, V] scores whose row argmax is the next token: the logits (greedy), or the user's
-        distribution over exponential noise (sampled: argmax picks token v with probability p(v))."""
-        if mode == Mode.GREEDY:
-            return logits                                                                  # [b, V]
-        st = self._sampling(b, mode)
-        return race_scores(compute_probs(logits, st), st)                                  # [b, V] fp32
-
-    def _burst(self, b: int, L: int, mode: int = Mode.GREEDY) -> None:
+    def _burst(self, b: int, L: int, mode: int = Mode.GREEDY, pen: bool = False) -> None:
         """n decode steps over the first b rows of the static buffers (eager or under capture).
         On CUDA one kernel (`kernels.greedy_step`) takes each step's argmax of the scores and
-        advances ids, positions, KV lengths and the next slots; elsewhere the same in PyTorch ops."""
+        advances ids, positions, KV lengths and the next slots; elsewhere the same in PyTorch ops.
+        pen: the logits go through the rows' penalties first, which then advance by the token."""
         bs = self.block_size
         slots = self.slots[:b]
         slots.copy_(self._slots(b))
@@ -150,20 +100,25 @@ class DecodeBurst:
                 hidden = self.model(self.ids[:b], pos)
             if isinstance(hidden, tuple):
                 hidden = hidden[0]
-            logits = self._logits(hidden, j)                                # [b, V]
+            logits = self._logits(hidden, j)                                # [b, V] raw: logprobs
+            if pen:
+                logits = self.penalties.apply(logits, b)                   # [b, V] float32
             if self.device.type == "cuda":
                 from turbospec.kernels.greedy_step import greedy_advance   # CUDA only: imports Triton
                 sample = None
                 if mode == Mode.SAMPLE:                                    # drawn in the kernel
-                    scores = logits
-                    sample = (self.st.temperature[:b], self.st.greedy[:b], self.seeds[j:j + 1])
+                    scores, sample = logits, self.sampling.kernel_args(b, j)
                 else:
-                    scores = self._next_scores(logits, b, mode)                               # [b, V]
+                    scores = self.sampling.scores(logits, b, mode, pos)                       # [b, V]
                 greedy_advance(scores, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
                                self.valid[:b], self.block_tables[:b], slots, bs, sample)
+                if pen:
+                    self.penalties.advance(self.out[j, :b], b)
                 continue
-            scores = self._next_scores(logits, b, mode)                     # [b, V]
+            scores = self.sampling.scores(logits, b, mode, pos)             # [b, V]
             nxt = scores.argmax(dim=-1)                                    # [b]
+            if pen:
+                self.penalties.advance(nxt, b)
             self.out[j, :b].copy_(nxt)
             self.ids[:b].copy_(nxt)
             self.pos[:b].add_(1)
@@ -180,20 +135,26 @@ class DecodeBurst:
 
     @torch.inference_mode()
     def capture(self) -> None:
+        """Every unpenalized variant now; a penalized one when a launch first needs it."""
         for L in reversed(self.len_buckets):
             for b in reversed(self.buckets):
                 for mode in Mode.ALL:
-                    self._reset_dummy(b)
-                    self._burst(b, L, mode)              # warm-up
-                    torch.cuda.synchronize(self.device)
-                    self._reset_dummy(b)
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g, pool=self.pool):
-                        self._burst(b, L, mode)
-                    if self.pool is None:
-                        self.pool = g.pool()
-                    self.graphs[(b, L, mode)] = g
+                    self._capture(b, L, mode, False)
         torch.cuda.synchronize(self.device)
+        self.captured = True
+
+    def _capture(self, b: int, L: int, mode: int, pen: bool) -> None:
+        """Capture one variant. Clobbers the rows' buffers: call before a launch writes them."""
+        self._reset_dummy(b)
+        self._burst(b, L, mode, pen)              # warm-up
+        torch.cuda.synchronize(self.device)
+        self._reset_dummy(b)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self.pool):
+            self._burst(b, L, mode, pen)
+        if self.pool is None:
+            self.pool = g.pool()
+        self.graphs[(b, L, mode, pen)] = g
 
     def _reset_dummy(self, b: int) -> None:
         self.valid[:b].fill_(False)
@@ -204,99 +165,90 @@ class DecodeBurst:
     def fits(self, batch: int, max_len_after: int) -> bool:
         return batch <= self.buckets[-1] and max_len_after <= self.len_buckets[-1]
 
+    def _len_bucket(self, max_pos: int) -> int | None:
+        return next((x for x in self.len_buckets if x >= max_pos + 1 + self.n), None)
+
+    def can_chain(self, flight: BurstFlight) -> bool:
+        """May the next burst of `flight`'s rows launch before its tokens are read? Not when that
+        needs a penalized graph not captured yet: capturing clobbers the rows' device state."""
+        L = self._len_bucket(flight.max_pos + self.n)
+        return not (self.captured and flight.penalized and (flight.bucket, L, flight.mode, True) not in self.graphs)
+
     @torch.inference_mode()
     def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
-               params: list[SamplingParams] | None = None) -> BurstFlight:
+               params: list[SamplingParams] | None = None, penalties: PenaltyTensors | None = None) -> BurstFlight:
         """Start a burst: last_ids[i] is the newest token of sequence i (its KV not computed yet), at
         positions[i], decoded with params[i] (default greedy; together they must pass `takes_batch`).
-        Returns without waiting for the GPU."""
+        penalties: the rows' logits processing (`PenaltyTensors.build` of the sequences, no drafts),
+        None when no row has any. Returns without waiting for the GPU."""
         if params is not None and not self.takes_batch(params):
-            raise ValueError("a burst cannot hold penalties, a logit bias or more "
-                             f"than {MAX_LOGPROB_ROWS} rows with logprobs (DecodeBurst.takes_batch); decode "
-                             "them in single steps")
+            raise ValueError(f"a burst holds at most {MAX_LOGPROB_ROWS} rows with logprobs "
+                             "(DecodeBurst.takes_batch); decode them in single steps")
         B = len(last_ids)
         b = next(x for x in self.buckets if x >= B)
+        mode = self.sampling.set(params, b) if params is not None else Mode.GREEDY
+        pen = penalties is not None
+        if pen:
+            if self.penalties is None:
+                self.penalties = BurstPenalties(self.buckets[-1], self.vocab_size, self.device)
+            L = self._len_bucket(max(positions))
+            if self.captured and L is not None and (b, L, mode, True) not in self.graphs:
+                self._capture(b, L, mode, True)      # first: it clobbers the rows' buffers
+            self.penalties.load(penalties, B, b)
         packed = torch.tensor([last_ids + [0] * (b - B), positions + [0] * (b - B)], dtype=torch.long)
-        packed = self._pinned(packed).to(self.device, non_blocking=True)
+        packed = self._pin(packed).to(self.device, non_blocking=True)
         self.ids[:b].copy_(packed[0])
         self.pos[:b].copy_(packed[1])
         self.valid[:b].copy_(torch.arange(b, device=self.device) < B)
         self.seq_lens[:b].copy_(torch.where(self.valid[:b], self.pos[:b] + 1, 1).int())
-        mode = Mode.GREEDY
-        if params is not None and not all(p.greedy for p in params):
-            mode = Mode.of_host(self._set_sampling(params, b))
         lp = [(i, p.logprobs) for i, p in enumerate(params or []) if p.logprobs is not None]
         rows = [i for i, _ in lp] + [0] * (MAX_LOGPROB_ROWS - len(lp))       # unused entries copy row 0
         if rows != self._lp_rows_host:
-            self.lp_rows.copy_(self._pinned(torch.tensor(rows, dtype=torch.long)), non_blocking=True)
+            self.lp_rows.copy_(self._pin(torch.tensor(rows, dtype=torch.long)), non_blocking=True)
             self._lp_rows_host = rows
-        return self._launch(B, b, max(positions), block_tables, mode, lp)
-
-    def _set_sampling(self, params: list[SamplingParams], b: int) -> SamplingTensors:
-        """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy; returns
-        the host-side settings."""
-        pad = [SamplingParams(temperature=0.0)] * (b - len(params))
-        host = SamplingTensors.from_params(list(params) + pad, None, "cpu", token_index=[0] * b)
-        st = self.st
-        for dst, src in ((st.temperature, host.temperature), (st.top_k, host.top_k), (st.top_p, host.top_p),
-                         (st.greedy, host.greedy)):
-            dst[:b].copy_(self._pinned(src), non_blocking=True)
-        if host.min_p is not None:
-            st.min_p[:b].copy_(self._pinned(host.min_p), non_blocking=True)
-        else:
-            st.min_p[:b].zero_()
-        if host.any_seeded:
-            self.seed_keys[:b].copy_(self._pinned(host.seed_keys), non_blocking=True)
-            self.seeded[:b].copy_(self._pinned(host.seeded), non_blocking=True)
-        else:
-            self.seeded[:b].zero_()
-        if self.device.type != "cuda":
-            self._any_seeded = host.any_seeded
-        return host
+        return self._launch(B, b, max(positions), block_tables, mode, lp, pen)
 
     @torch.inference_mode()
     def launch_chained(self, flight: BurstFlight, block_tables: list[list[int]]) -> BurstFlight:
         """Start the next burst of the same rows straight after `flight`, before its tokens are read:
         ids, positions and KV lengths continue from the device state the last burst left."""
         return self._launch(flight.rows, flight.bucket, flight.max_pos + self.n, block_tables, flight.mode,
-                            flight.lp)
-
-    def _pinned(self, t: torch.Tensor) -> torch.Tensor:
-        # a pageable host->device copy waits for the stream (the burst in flight): stage in pinned memory
-        return t.pin_memory() if self.device.type == "cuda" else t
+                            flight.lp, flight.penalized)
 
     def _launch(self, B: int, b: int, max_pos: int, block_tables: list[list[int]], mode: int,
-                lp: list[tuple[int, int]] = ()) -> BurstFlight:
-        L = next((x for x in self.len_buckets if x >= max_pos + 1 + self.n), None)
+                lp: list[tuple[int, int]] = (), pen: bool = False) -> BurstFlight:
+        L = self._len_bucket(max_pos)
         width = max(len(t) for t in block_tables)
         tables = torch.zeros(b, width, dtype=torch.int32)
         for i, t in enumerate(block_tables):
             tables[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
-        tables = self._pinned(tables)
+        tables = self._pin(tables)
         self.block_tables[:b].zero_()
         self.block_tables[:b, :width].copy_(tables.to(self.device, non_blocking=True))
-        if mode == Mode.SAMPLE and self.device.type == "cuda":      # fresh noise keys for this launch
-            keys = torch.randint(0, 2**62, (self.n,), dtype=torch.long)   # the default generator
-            self.seeds.copy_(self._pinned(keys), non_blocking=True)
-        if (b, L, mode) in self.graphs:
-            self.graphs[(b, L, mode)].replay()
+        if mode == Mode.SAMPLE and self.device.type == "cuda":
+            self.sampling.new_seeds()
+        if (b, L, mode, pen) in self.graphs:
+            self.graphs[(b, L, mode, pen)].replay()
         else:           # eager: the exact bound keeps the plain attention path from padding to L
-            self._burst(b, max_pos + 1 + self.n, mode)
-        host = self._pinned(torch.empty(self.n, b, dtype=torch.long))
+            self._burst(b, max_pos + 1 + self.n, mode, pen)
+        host = self._pin(torch.empty(self.n, b, dtype=torch.long))
         host.copy_(self.out[:, :b], non_blocking=True)      # ordered before the next burst overwrites out
         lp_host = [(i, self._logprobs_to_host(slot, i, k)) for slot, (i, k) in enumerate(lp)]
         event = None
         if self.device.type == "cuda":
             event = torch.cuda.Event()
             event.record()
-        return BurstFlight(B, b, max_pos, host, event, mode, list(lp), lp_host)
+        return BurstFlight(B, b, max_pos, host, event, mode, list(lp), lp_host, pen)
+
+    def _pin(self, t: torch.Tensor) -> torch.Tensor:
+        return pinned(t, self.device)
 
     def _logprobs_to_host(self, slot: int, row: int, k: int) -> tuple[torch.Tensor, ...]:
         """Row `row`'s logprobs over the n steps just launched, from its kept logits (lp_logits[:, slot])
         and tokens, as a single step computes them (compute_logprobs, its own k); queued before the
         next burst overwrites the buffers, copied to pinned host memory."""
         lp = compute_logprobs(self.lp_logits[:, slot], self.out[:, row], k)            # n rows
-        return tuple(self._pinned(torch.empty(t.shape, dtype=t.dtype)).copy_(t, non_blocking=True) for t in lp)
+        return tuple(self._pin(torch.empty(t.shape, dtype=t.dtype)).copy_(t, non_blocking=True) for t in lp)
 
     def run(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
             params: list[SamplingParams] | None = None) -> list[list[int]]:

@@ -1,0 +1,112 @@
+"""How a decode burst (engine/multistep.py) picks each step's token: its graph variant (`Mode`)
+and the rows' sampling settings in device buffers (`BurstSampling`).
+
+Three variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
+sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p. Both sampled
+variants draw from the user's distribution, each row's settings in device buffers. Filter runs
+`layers/sampler.compute_probs` on the same logits a single step sees (min-p and the sort for
+top-k / top-p always on: a row with a filter off is left unchanged) and the exponential race from
+the default generator. Sample, on CUDA, draws in the advance kernel itself (`kernels.greedy_step`:
+Gumbel-max over x / T with Philox noise, seeded afresh at each launch), which is the same law
+without a [b, V] probability tensor; elsewhere it runs compute_probs as filter does. A sampled row
+with a seed draws counter noise (layers/counter_noise.py: a pure function of its seed and the
+token's index, which a graph can compute) in the filter variant, as its single steps do, so it
+bursts and draws the same tokens as in single steps.
+"""
+from __future__ import annotations
+
+import torch
+
+from turbospec.layers.sampler import SamplingTensors, compute_probs, race_scores
+from turbospec.sampling_params import SamplingParams
+
+
+class Mode:
+    """A burst's graph variant: how each step picks its tokens."""
+    GREEDY, SAMPLE, FILTER = 0, 1, 2          # argmax / temperature only / min-p, top-k, top-p too
+    ALL = (GREEDY, SAMPLE, FILTER)
+
+    @staticmethod
+    def of(params: list[SamplingParams] | None) -> int:
+        if not params or all(p.greedy for p in params):
+            return Mode.GREEDY
+        return Mode.of_host(SamplingTensors.from_params(params, None, "cpu", token_index=[0] * len(params)))
+
+    @staticmethod
+    def of_host(st: SamplingTensors) -> int:
+        """The variant for rows whose settings `st` holds (some sampled): SamplingTensors' own flags."""
+        return Mode.FILTER if st.any_top_k or st.any_top_p or st.min_p is not None or st.any_seeded \
+            else Mode.SAMPLE
+
+
+def pinned(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A pageable host->device copy waits for the stream (the burst in flight): stage in pinned memory."""
+    return t.pin_memory() if device.type == "cuda" else t
+
+
+class BurstSampling:
+    """The sampled variants' per-row settings (SamplingTensors' layout; padding rows greedy) and
+    noise keys, for up to `rows` rows and `num_steps` steps."""
+
+    def __init__(self, rows: int, num_steps: int, device: torch.device):
+        self.device = device
+        self.st = SamplingTensors(
+            temperature=torch.ones(rows, device=device), top_k=torch.zeros(rows, dtype=torch.long, device=device),
+            top_p=torch.ones(rows, device=device), greedy=torch.ones(rows, dtype=torch.bool, device=device),
+            generators=[None] * rows, min_p=torch.zeros(rows, device=device), any_top_k=True, any_top_p=True)
+        self.seeds = torch.zeros(num_steps, dtype=torch.long, device=device)   # Mode.SAMPLE: each step's noise key
+        self.seed_keys = torch.zeros(rows, dtype=torch.long, device=device)    # Mode.FILTER: seeded rows' keys
+        self.seeded = torch.zeros(rows, dtype=torch.bool, device=device)
+        self._any_seeded = device.type == "cuda"   # CPU (eager): skip the counter noise when no row is seeded
+
+    def tensors(self, b: int, mode: int, pos: torch.Tensor) -> SamplingTensors:
+        """The first b rows of the settings; Mode.FILTER turns every filter's path on. pos [b]: the
+        rows' positions (the token drawn at this step sits at index pos + 1)."""
+        st, f = self.st, mode == Mode.FILTER
+        counter = {}
+        if f and self._any_seeded:
+            counter = dict(seed_keys=self.seed_keys[:b], token_index=pos + 1, seeded=self.seeded[:b],
+                           any_seeded=True)
+        return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
+                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f, **counter)
+
+    def scores(self, logits: torch.Tensor, b: int, mode: int, pos: torch.Tensor) -> torch.Tensor:
+        """[b, V] scores whose row argmax is the next token: the logits (greedy), or the user's
+        distribution over exponential noise (sampled: argmax picks token v with probability p(v))."""
+        if mode == Mode.GREEDY:
+            return logits                                                                  # [b, V]
+        st = self.tensors(b, mode, pos)
+        return race_scores(compute_probs(logits, st), st)                                  # [b, V] fp32
+
+    def kernel_args(self, b: int, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mode.SAMPLE on CUDA: what `greedy_advance` draws step j's tokens with."""
+        return self.st.temperature[:b], self.st.greedy[:b], self.seeds[j:j + 1]
+
+    def set(self, params: list[SamplingParams], b: int) -> int:
+        """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy; returns the
+        variant they need."""
+        if all(p.greedy for p in params):
+            return Mode.GREEDY
+        pad = [SamplingParams(temperature=0.0)] * (b - len(params))
+        host = SamplingTensors.from_params(list(params) + pad, None, "cpu", token_index=[0] * b)
+        st, dev = self.st, self.device
+        for dst, src in ((st.temperature, host.temperature), (st.top_k, host.top_k), (st.top_p, host.top_p),
+                         (st.greedy, host.greedy)):
+            dst[:b].copy_(pinned(src, dev), non_blocking=True)
+        if host.min_p is not None:
+            st.min_p[:b].copy_(pinned(host.min_p, dev), non_blocking=True)
+        else:
+            st.min_p[:b].zero_()
+        if host.any_seeded:
+            self.seed_keys[:b].copy_(pinned(host.seed_keys, dev), non_blocking=True)
+            self.seeded[:b].copy_(pinned(host.seeded, dev), non_blocking=True)
+        else:
+            self.seeded[:b].zero_()
+        if dev.type != "cuda":
+            self._any_seeded = host.any_seeded
+        return Mode.of_host(host)
+
+    def new_seeds(self) -> None:
+        """Mode.SAMPLE on CUDA: fresh noise keys for a launch, from the default generator."""
+        keys = torch.randint(0, 2**62, (self.seeds.shape[0],), dtype=torch.long)
+        self.seeds.copy_(pinned(keys, self.device), non_blocking=True)
