@@ -6,7 +6,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   gap=60     ms between later chunks, each carrying k tokens (k=3); output = max_tokens tokens
   draft=4    draft tokens per verify step counted in the fake vLLM /metrics (k-1 accepted per chunk)
   fault=     http500 | cut | badjson | hang (no response) | stall (hangs after 2 chunks) | nodone |
-             errorevent | json (a 200 non-streamed answer) | none
+             errorevent | json (a 200 non-streamed answer) | badshape (a chunk whose choices is a number) | none
   nometrics=1  /metrics answers 404
   usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
@@ -112,6 +112,9 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
             return False
         if fault == "badjson" and i == 2:
             event(writer, '{"choices": [{"index": 0, "delta": {"content": "tok "')
+            continue
+        if fault == "badshape" and i == 2:
+            event(writer, {"object": "chat.completion.chunk", "choices": 5})
             continue
         if fault == "errorevent" and i == 2:
             event(writer, {"error": {"message": "scripted overload", "code": 503}})
