@@ -11,7 +11,7 @@ import torch
 import typer
 
 from turbospec.benchmarks import oracle as ob
-from turbospec.benchmarks.cli import _shape_setting
+from turbospec.benchmarks.cli_args import shape_setting
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -28,7 +28,7 @@ if args.batch < 1:
 shape, batch, prior_strength = args.shape, args.batch, args.prior_strength
 quant = None if args.quantization == "none" else args.quantization
 try:
-    dev, name, cfg, dt, _ = _shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
+    dev, name, cfg, dt, _ = shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
 except typer.BadParameter as e:
     parser.error(str(e))
 
