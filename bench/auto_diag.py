@@ -5,17 +5,33 @@ time per k and every step's choice.
 
     PYTHONPATH=. python3 bench/auto_diag.py [shape] [batch] [quantization|none] [prior_strength]
 """
-import sys
+import argparse
 
 import torch
+import typer
 
 from turbospec.benchmarks import oracle as ob
-from turbospec.benchmarks.cli import _shape_setting
+from turbospec.benchmarks.cli_args import shape_setting
 
-shape, batch = (sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"), int(sys.argv[2]) if len(sys.argv) > 2 else 1
-quant = (sys.argv[3] if len(sys.argv) > 3 else "fp8") if (sys.argv[3:4] or ["fp8"])[0] != "none" else None
-dev, name, cfg, dt, _ = _shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
-prior_strength = float(sys.argv[4]) if len(sys.argv) > 4 else None
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+parser.add_argument("shape", nargs="?", default="qwen3-30b-a3b",
+                    help="a preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b) or a model directory (config only; random weights)")
+parser.add_argument("batch", nargs="?", type=int, default=1, help="the one batch size benched")
+parser.add_argument("quantization", nargs="?", default="fp8", choices=["fp8", "none"],
+                    help="fp8: block-FP8 weights; none: the dtype's (bf16 on a GPU, fp32 on the CPU)")
+parser.add_argument("prior_strength", nargs="?", type=float, default=None,
+                    help="override the acceptance profile's prior strength (None: the engine's)")
+args = parser.parse_args()
+if args.batch < 1:
+    parser.error(f"batch {args.batch}: give a positive batch size")
+shape, batch, prior_strength = args.shape, args.batch, args.prior_strength
+quant = None if args.quantization == "none" else args.quantization
+try:
+    dev, name, cfg, dt, _ = shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
+except typer.BadParameter as e:
+    parser.error(str(e))
+
 seen = {}
 orig = ob.build_engine
 

@@ -10,12 +10,12 @@ import sys
 import torch
 
 from turbospec.benchmarks import oracle as ob
-from turbospec.benchmarks.cli import _shape_setting
+from turbospec.benchmarks.cli_args import shape_setting
 from turbospec.engine.step_cost import measure_cost_table
 
 shape, batch = (sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"), int(sys.argv[2]) if len(sys.argv) > 2 else 1
 quant = (sys.argv[3] if len(sys.argv) > 3 else "fp8") if (sys.argv[3:4] or ["fp8"])[0] != "none" else None
-dev, name, cfg, dt, _ = _shape_setting(shape, "bf16", None, str(batch))
+dev, name, cfg, dt, _ = shape_setting(shape, "bf16", None, str(batch))
 seen = {}
 ks = [1, 2, 3, 4, 7]
 orig = ob.build_engine

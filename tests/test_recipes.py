@@ -4,6 +4,7 @@ recipe file gets an error that names the file and the fix."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -139,6 +140,18 @@ def test_empty_placeholder_values_are_refused():
                          (["--model", ""], "--model '': give the model directory")):
         r = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu", *extra])
         assert r.exit_code == 2 and words in r.output, (extra, r.output)
+
+
+def test_model_given_twice_with_two_values_is_refused_naming_both():
+    """--model A --set model=B ran with B, without a word."""
+    r = runner.invoke(app, ["recipe", "show", "codelm-12m-cpu", "--model", "models/a", "--set", "model=models/b"])
+    flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", r.output).split())          # rich's error box wraps lines
+    assert r.exit_code == 2 and ("--model 'models/a' and --set model='models/b' name two models: give the model "
+                                 "directory once (--model DIR)") in flat, r.output
+    same = runner.invoke(app, ["recipe", "show", "codelm-12m-cpu", "--model", "models/a", "--set", "model=models/a"])
+    assert same.exit_code == 0 and "models/a" in same.output
+    alone = runner.invoke(app, ["recipe", "show", "codelm-12m-cpu", "--set", "model=models/b"])
+    assert alone.exit_code == 0 and "models/b" in alone.output
 
 
 def test_a_missing_recipe_file_is_named_as_such(tmp_path):

@@ -209,3 +209,36 @@ def test_chained_bursts_stop_for_a_probe(codelm_dir, plain):
     first = events.index("burst")
     assert "verify" in events[first:], events           # probed after bursting started
     assert events.count("burst") >= 10                   # and still mostly bursts
+
+
+def test_drafts_accepted_past_a_stop_are_not_counted(codelm_dir):
+    """A verify step that accepts 4 drafts while the first is the stop id emits 1 of them: the
+    counters said 4 accepted (acceptance length 5 for a step that emitted 1 token)."""
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
+    llm = LLM(str(codelm_dir), device="cpu", dtype="float32", speculative_config=spec)
+    eng = llm.llm_engine
+    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
+    # without a stop, step by step: (output tokens before the step, accepted drafts in it)
+    eng.add_request("free", prompt, SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True))
+    seq, steps = eng.seqs["free"], []
+    while eng.has_unfinished_requests():
+        n0, a0, d0 = seq.num_output_tokens, seq.metrics.num_accepted_tokens, seq.metrics.num_drafts
+        eng.step()
+        if seq.metrics.num_drafts > d0:
+            steps.append((n0, seq.metrics.num_accepted_tokens - a0))
+    out = seq.output_token_ids
+    # the last verify step accepting >= 2 drafts whose first draft is a new token: stop there
+    i, (n0, _) = [(i, s) for i, s in enumerate(steps) if s[1] >= 2 and out[s[0]] not in out[:s[0]]][-1]
+    before = llm.get_metrics()
+    r = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True,
+                                            stop_token_ids=[out[n0]]))[0]
+    after = llm.get_metrics()
+    assert r.outputs[0].token_ids == out[:n0 + 1] and r.outputs[0].finish_reason == "stop"
+    accepted = sum(a for _, a in steps[:i]) + 1                  # the stop id itself: accepted and emitted
+    assert (r.metrics.num_drafts, r.metrics.num_accepted_tokens) == (i + 1, accepted)
+    assert after["spec_decode_num_drafts"] - before["spec_decode_num_drafts"] == i + 1
+    assert after["spec_decode_num_accepted_tokens"] - before["spec_decode_num_accepted_tokens"] == accepted
+    per_pos = [a - b for a, b in zip(after["spec_decode_num_accepted_tokens_per_pos"],
+                                     before["spec_decode_num_accepted_tokens_per_pos"])]
+    assert per_pos == [sum(a > p for _, a in steps[:i]) + (p == 0) for p in range(4)]
+    assert accepted + r.metrics.num_drafts <= len(r.outputs[0].token_ids)   # each counted token was emitted

@@ -6,8 +6,9 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   gap=60     ms between later chunks, each carrying k tokens (k=3); output = max_tokens tokens
   draft=4    draft tokens per verify step counted in the fake vLLM /metrics (k-1 accepted per chunk)
   fault=     http500 | cut | badjson | hang (no response) | stall (hangs after 2 chunks) | nodone |
-             errorevent | json (a 200 non-streamed answer) | none
+             errorevent | json (a 200 non-streamed answer) | badshape (a chunk whose choices is a number) | none
   nometrics=1  /metrics answers 404
+  metricsupto=N  /metrics answers 404 once more than N completion requests came (a /metrics that vanishes)
   usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
   sglang=1   /get_server_info answers avg_spec_accept_length = k
@@ -37,7 +38,7 @@ CALLS: dict[str, int] = defaultdict(int)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "metricsupto": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -113,6 +114,9 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         if fault == "badjson" and i == 2:
             event(writer, '{"choices": [{"index": 0, "delta": {"content": "tok "')
             continue
+        if fault == "badshape" and i == 2:
+            event(writer, {"object": "chat.completion.chunk", "choices": 5})
+            continue
         if fault == "errorevent" and i == 2:
             event(writer, {"error": {"message": "scripted overload", "code": 503}})
             continue
@@ -179,7 +183,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             spec_str = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
             spec = parse_spec(spec_str)
             tail = "/" + "/".join(parts[3:]) if spec_str else path
-            if method == "GET" and tail == "/metrics" and not spec["nometrics"]:
+            gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"])
+            if method == "GET" and tail == "/metrics" and not gone:
                 plain(writer, 200, metrics_text(spec_str), "text/plain; version=0.0.4")
             elif method == "GET" and tail == "/log":
                 plain(writer, 200, json.dumps(LOG[spec_str]).encode())

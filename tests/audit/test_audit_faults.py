@@ -83,3 +83,18 @@ def test_a_clean_end_after_a_finish_reason_needs_no_done_sentinel(scripted_base,
     assert (run["num_ok"], run["num_failed"]) == (2, 0), run["failures"]
     assert run["output_tokens"]["total"] == 14 and run["token_count_source"] == {"usage": 2}
     assert [q["finish_reason"] for q in run["requests"]] == ["length", "length"]
+
+
+def test_an_answer_the_client_did_not_foresee_is_a_counted_failure(scripted_base, run_audit_here, tmp_path):
+    # a chunk whose `choices` is a number made the parser raise TypeError: the warm-up crashed the whole
+    # audit, and a measured request was neither ok, failed nor cancelled (the task's exception was lost)
+    url = f"{scripted_base}/s/ttft=5,gap=5,fault=badshape"
+    res, _ = run_audit_here([url], concurrency=(2,), num_prompts=2, warmup=1, max_tokens=13, out=tmp_path,
+                            write=True)
+    run = res["runs"][0]
+    assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 2, 0)
+    assert run["failures"] == {"unexpected error": 2} and run["warmup_failures"] == 1
+    assert run["failure_examples"][0]["detail"] == "TypeError: 'int' object is not iterable"
+    assert res["verdict"]["decision"] == "inconclusive"
+    md = (tmp_path / "report.md").read_text()
+    assert "unexpected error" in md and "TypeError: 'int' object is not iterable" in md

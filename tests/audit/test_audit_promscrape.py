@@ -72,3 +72,23 @@ def test_sglang_server_info_then_gauge_then_chunk_estimate():
     est = speculation_result(None, None, None, 2.4)
     assert est["source"] == "chunk_estimate" and est["is_estimate"] is True
     assert est["acceptance_length"] == 2.4 and "ESTIMATE" in est["note"]
+
+
+def test_metrics_that_vanish_mid_level_are_named_not_mixed_in_silently(scripted_base, run_audit_here, tmp_path):
+    # /metrics answers until 2 completion requests came: concurrency 1 is measured from the counters;
+    # concurrency 2 reads them at its start and gets 404 at its end. It fell back to the chunk estimate
+    # with the same words as an endpoint that never had /metrics
+    url = f"{scripted_base}/s/ttft=5,gap=5,metricsupto=2,tag=lost"
+    res, _ = run_audit_here([url], concurrency=(1, 2), num_prompts=2, warmup=0, max_tokens=13, out=tmp_path,
+                            write=True)
+    c1, c2 = (r["speculation"] for r in res["runs"])
+    assert c1["source"] == "prometheus" and c1["num_drafts"] == 8 and "metrics_lost" not in c1
+    assert c2["source"] == "chunk_estimate" and c2["is_estimate"] and c2["metrics_lost"] is True
+    assert c2["acceptance_length"] == pytest.approx(3.0)
+    assert c2["note"].startswith("/metrics speculation counters were readable at the start of this level and "
+                                 "not at its end")
+    md = (tmp_path / "report.md").read_text()
+    assert (f"{url} · concurrency 2: /metrics stopped answering with speculation counters during this level "
+            "(read at its start, not at its end): the acceptance figures for this level are estimates "
+            "(source: chunk_estimate)") in md
+    assert f"{url} · concurrency 1: /metrics stopped" not in md

@@ -31,10 +31,10 @@ for i in range(10):
 '''
 
 
-def write_tiny_target(path: Path, num_layers: int = 4, seed: int = 0) -> Path:
+def write_tiny_target(path: Path, num_layers: int = 4, seed: int = 0, hidden_size: int = 64) -> Path:
     import transformers
     cfg = transformers.Qwen3Config(
-        vocab_size=8192, hidden_size=64, intermediate_size=128, num_hidden_layers=num_layers,
+        vocab_size=8192, hidden_size=hidden_size, intermediate_size=128, num_hidden_layers=num_layers,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
         rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=1,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})

@@ -154,3 +154,28 @@ def test_paths_of_the_wrong_kind_are_named(tiny_target, code_jsonl, tmp_path):
     r = CliRunner().invoke(app, ["train", "stdlib-corpus", "--target", str(tmp_path / "nope"),
                                  "--out", str(tmp_path / "c.jsonl")])
     assert r.exit_code == 2 and "has no config.json: pass the target model directory" in r.output
+
+
+@pytest.mark.parametrize("method", ["eagle3", "dflash"])
+def test_init_from_a_drafter_of_another_target_is_refused_first(method, tiny_target, code_jsonl, tmp_path):
+    """It was refused after the data was read and the target loaded, as 'does not match this drafter
+    (...): pass the shape options it was trained with', which no shape option fixes."""
+    from typer.testing import CliRunner
+
+    from tests.train.conftest import write_jsonl, write_tiny_target
+    from turbospec.cli import app
+    first = tmp_path / "first"
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, first, method=method, steps=1)))
+    wide = write_tiny_target(tmp_path / "wide", hidden_size=96)
+    bad_data = write_jsonl(tmp_path / "bad.jsonl", ["not json"])        # an error if it were read first
+    with pytest.raises(ValueError) as e:
+        loop.train(TrainConfig(**_kw(wide, bad_data, tmp_path / "second", method=method, steps=1,
+                                     init_from=str(first))))
+    msg = str(e.value)
+    assert msg.startswith(f"--init-from {str(first)!r} was trained for another target: it reads target features "
+                          "of hidden size 64, vocab_size 8192")
+    assert f"--target {str(wide)!r} has hidden size 96, vocab_size 8192, 4 layers" in msg
+    assert f"Pass the --target it was trained for (its training_info.json names {os.path.abspath(tiny_target)!r})" in msg
+    r = CliRunner().invoke(app, ["train", method, "--target", str(wide), "--data", str(bad_data),
+                                 "--out", str(tmp_path / "third"), "--init-from", str(first)])
+    assert r.exit_code == 2 and r.output.startswith("error: --init-from") and r.output.count("\n") == 1, r.output

@@ -12,6 +12,8 @@ report counts) and an `error_detail` (what a human reads), never as an exception
   no [DONE]                  the stream ended cleanly but without the `[DONE]` sentinel or a finish_reason
   not a stream               a 200 answer without a single `data:` event (a server ignoring "stream": true)
   empty output               `[DONE]` arrived before any generated text
+  unexpected error           anything else the answer made the client raise (a chunk of an unforeseen
+                             shape, an httpx error outside the ones above): its type and message in the detail
 """
 from __future__ import annotations
 
@@ -128,6 +130,8 @@ async def send_request(http: httpx.AsyncClient, ep: Endpoint, prompt: Prompt, s:
         return rec.fail("connection error", f"{type(e).__name__}: {e}")
     except BadChunk as e:
         return rec.fail("bad json", str(e))
+    except Exception as e:        # a failed request, never a lost one (or a crashed level)
+        return rec.fail("unexpected error", f"{type(e).__name__}: {e}")
     return rec
 
 

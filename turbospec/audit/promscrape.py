@@ -11,6 +11,10 @@
    a running average of the server, not limited to this run; labelled so.
 3. An estimate: tokens per streamed chunk after the first (one chunk per verify step assumed;
    servers that merge chunks under load inflate it); labelled as an estimate.
+
+Counters readable before a level and not after it (the endpoint stopped answering /metrics, or
+stopped exposing them) fall back the same way, but the result says so (`metrics_lost`), so a level's
+estimate is never read as a measurement beside levels that were measured.
 """
 from __future__ import annotations
 
@@ -132,7 +136,12 @@ def speculation_result(before: SpecCounters | None, after: SpecCounters | None,
         if prom is not None:
             return prom
     sg = from_sglang(server_info, after.sglang_accept_length if after else None)
-    return sg if sg is not None else from_chunks(tokens_per_chunk, why_no_estimate)
+    out = sg if sg is not None else from_chunks(tokens_per_chunk, why_no_estimate)
+    if before is not None and before.present:        # readable at the start of the level, not at its end
+        out["metrics_lost"] = True
+        out["note"] = ("/metrics speculation counters were readable at the start of this level and not at its "
+                       f"end, so its acceptance figures are not measured from them: {out['note']}")
+    return out
 
 
 async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | None:

@@ -75,6 +75,11 @@ def _status(res: dict) -> Section | None:
                          f"(--max-inflight {res['settings'].get('max_inflight', '')} requests already in flight), so "
                          f"this rate was not offered as scheduled; it kept {n(r['effective_concurrency'])} requests in "
                          "flight on average. Raise --max-inflight to offer it.")
+        if r["speculation"].get("metrics_lost"):
+            notes.append(f"{r['endpoint']} · {r['label']}: /metrics stopped answering with speculation counters "
+                         "during this level (read at its start, not at its end): the acceptance figures for this "
+                         f"level are estimates (source: {r['speculation']['source']}), not measured from the "
+                         "counters. Check that the server's /metrics stays up, then audit again.")
         if r.get("warmup_failures"):
             notes.append(f"{r['endpoint']} · {r['label']}: {r['warmup_failures']} warm-up requests failed (not "
                          "counted); the first measured requests may have paid for a cold server.")

@@ -1,46 +1,16 @@
-"""`turbospec bench decode|spec`: every number printed with its setting and its ceiling."""
+"""`turbospec bench decode|spec`: every number printed with its setting and its ceiling (`bench spec`
+lives in spec_cli.py)."""
 from __future__ import annotations
 
 import json
-import os
-import platform
 
-import torch
 import typer
 
-from turbospec.benchmarks.cli_args import check_fits, check_out_path, device_arg, parse_ints
+from turbospec.benchmarks.cli_args import (check_fits, check_out_path, device_name, echo_compiles, env_setting,
+                                           env_vars, shape_setting)
+from turbospec.benchmarks.spec_cli import spec
 
 bench_app = typer.Typer(no_args_is_help=True, help="Engine benchmarks (settings and roofline printed).")
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def _env_vars() -> dict[str, str]:
-    """The TURBOSPEC_* switches set in the environment (kernel choices, docs/internals.md)."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("TURBOSPEC_")}
-
-
-def _env_setting() -> str:
-    """' | env A=x B=y' naming every TURBOSPEC_* switch set, or ' | env defaults': part of the setting."""
-    env = _env_vars()
-    return " | env " + (" ".join(f"{k}={v}" for k, v in env.items()) or "defaults")
-
-
-def _shape_setting(shape: str, dtype: str, device: str | None, batch_sizes: str):
-    """(device, shape name, ModelConfig, torch dtype, batch sizes) from the CLI's words."""
-    from turbospec.benchmarks.shapes import resolve_shape
-    from turbospec.config import parse_dtype
-    try:
-        dev = device_arg(device)
-        name, cfg = resolve_shape(shape)
-        dt = parse_dtype(dtype)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
-    return dev, name, cfg, dt, parse_ints(batch_sizes, "--batch-sizes")
 
 
 @bench_app.command("decode")
@@ -71,7 +41,7 @@ def decode(
     from turbospec.benchmarks.decode import bench_decode
     from turbospec.sampling_params import SamplingParams
 
-    dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
+    dev, name, cfg, dt, bss = shape_setting(shape, dtype, device, batch_sizes)
     check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--gen-len")
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
@@ -102,204 +72,30 @@ def decode(
                                            sampling)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    typer.echo(f"# bench decode | device {_device_name(dev)} | shape {name} | dtype {dt} | "
+    typer.echo(f"# bench decode | device {device_name(dev)} | shape {name} | dtype {dt} | "
                f"weights {'block-FP8 (128x128)' if quantization else dt} | "
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, {how}) | max model len "
                f"{engine.max_model_len} | copy bandwidth {bw / 1e12:.2f} TB/s (measured now) | CUDA graphs "
                f"{'on' if engine.runner.graphs is not None else 'off'} | decode bursts of "
-               f"{engine.burst.n if engine.burst is not None else 1} steps{_env_setting()}")
+               f"{engine.burst.n if engine.burst is not None else 1} steps{env_setting()}")
     typer.echo(f"{'batch':>5} {'ms/step':>9} {'tok/s/seq':>10} {'tok/s total':>12} {'MB/step':>9} "
                f"{'roofline ms':>12} {'of roofline':>12}")
     for r in results:
         typer.echo(f"{r.batch:>5} {r.step_ms:>9.3f} {r.tok_s_per_seq:>10.1f} {r.tok_s_total:>12.1f} "
                    f"{r.bytes_per_step / 1e6:>9.1f} {r.roofline_ms:>12.3f} {100 * r.roofline_frac:>11.1f}%")
-    _echo_compiles((f"batch {r.batch}", r.compiles) for r in results)
+    echo_compiles((f"batch {r.batch}", r.compiles) for r in results)
     if profile:
         from turbospec.benchmarks.decode import profile_step
         typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size, sampling=sampling))
     if json_out:
         with open(json_out, "w") as f:
-            json.dump({"device": _device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
+            json.dump({"device": device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
                        "prompt_len": prompt_len, "max_model_len": engine.max_model_len,
-                       "gen_len": gen_len, "sampling": sampling, "copy_bandwidth_Bps": bw, "env": _env_vars(),
+                       "gen_len": gen_len, "sampling": sampling, "copy_bandwidth_Bps": bw, "env": env_vars(),
                        "results": [r.__dict__ | {"roofline_frac": r.roofline_frac} for r in results]}, f, indent=1)
 
 
-@bench_app.command("spec")
-def spec(
-    speculative_config: str = typer.Option(..., "--speculative-config", help="JSON, vLLM's keys"),
-    model: str = typer.Option(None, help="target model directory (real weights; needs --prompts)"),
-    shape: str = typer.Option(None, help="or a model shape with random weights (oracle proposer only)"),
-    prompts: str = typer.Option(None, help="JSONL file with a 'prompt' field per line (with --model)"),
-    num_prompts: int = typer.Option(32, help="with --model: the first N prompts of the file"),
-    max_tokens: int = typer.Option(128, help="generated tokens per request"),
-    concurrency: int = typer.Option(1, help="requests in flight (batch size), with --model"),
-    batch_sizes: str = typer.Option("1,4,16,64", help="with --shape"),
-    prompt_len: int = typer.Option(512, help="with --shape"),
-    dtype: str = typer.Option(None, help="bf16 | fp16 | fp32 (default: bf16 with --shape, the engine's with --model)"),
-    temperature: float = typer.Option(0.0, help="with --model (0: greedy, and the outputs are compared to plain)"),
-    device: str = typer.Option(None, help="cuda (default when available) or cpu"),
-    quantization: str = typer.Option(None, help="with --shape: fp8 = block-FP8 weights (128x128, quantized at load)"),
-    max_model_len: int = typer.Option(None, help="with --shape: the engine's context limit, as a server's (default: "
-                                      "what the run needs); CUDA graphs are captured for length buckets up to it"),
-) -> None:
-    """Plain vs speculative decoding in the same process: acceptance, tok/s of each, speedup."""
-    try:
-        spec_cfg = json.loads(speculative_config)
-    except json.JSONDecodeError as e:
-        raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
-    if not isinstance(spec_cfg, dict):
-        raise typer.BadParameter('--speculative-config must be a JSON object, e.g. '
-                                 '\'{"method": "ngram", "num_speculative_tokens": 4}\'')
-    if (model is None) == (shape is None):
-        raise typer.BadParameter("pass exactly one of --model DIR (with --prompts) or --shape NAME (oracle)")
-    for flag, v in (("--max-tokens", max_tokens), ("--concurrency", concurrency)):     # --num-prompts: load_prompts
-        if v < 1:
-            raise typer.BadParameter(f"{flag} {v}: give a positive integer")
-    if quantization not in (None, "fp8"):
-        raise typer.BadParameter("--quantization must be fp8 (or omitted)")
-    # a flag of the other mode would be ignored: the run and its header would not be the ones asked for
-    other = ((("--prompts", prompts is not None), ("--num-prompts", num_prompts != 32), ("--concurrency", concurrency
-             != 1), ("--temperature", temperature != 0)) if shape is not None else
-             (("--batch-sizes", batch_sizes != "1,4,16,64"), ("--prompt-len", prompt_len != 512)))
-    for flag, given in other:
-        if given:
-            raise typer.BadParameter(f"{flag} goes with --{'model' if shape else 'shape'}; --shape runs the oracle, greedy, "
-                                     "at --batch-sizes on --prompt-len random ids, --model the --prompts file")
-    if shape is not None and prompt_len < 1:
-        raise typer.BadParameter(f"--prompt-len {prompt_len}: give a positive integer")
-    if shape is not None:
-        _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device, quantization,
-                    max_model_len)
-    else:
-        if max_model_len is not None:
-            raise typer.BadParameter("--max-model-len goes with --shape; with --model the engine's context "
-                                     "limit is the model's")
-        if quantization is not None:
-            raise typer.BadParameter("--quantization goes with --shape (random weights); a --model directory "
-                                     "brings its own quantization_config")
-        if prompts is None:
-            raise typer.BadParameter("--model needs --prompts FILE.jsonl")
-        _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype)
-
-
-def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype):
-    from turbospec import LLM, SamplingParams
-    from turbospec.benchmarks.spec import compare, load_prompts
-
-    if not spec_cfg:                                      # before the model loads (LLM refuses {} too)
-        raise typer.BadParameter('--speculative-config {} names no method: e.g. {"method": "ngram", '
-                                 '"num_speculative_tokens": 4}')
-    try:
-        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
-        ps = load_prompts(prompts, num_prompts)
-        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
-    eng = llm.llm_engine
-    if eng.tokenizer is None:                             # it was a ValueError traceback mid-run
-        raise typer.BadParameter(f"{model} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...): "
-                                 "bench spec --model encodes the text of --prompts with them")
-    from turbospec.engine.request_input import prompt_to_ids
-    for i, p in enumerate(ps, 1):
-        n = len(prompt_to_ids(p, eng.tokenizer, eng.model_config.vocab_size)[1])   # the engine's tokenization
-        if n + max_tokens > eng.max_model_len:
-            fix = (f"lower --max-tokens to {eng.max_model_len - n} or shorten that prompt"
-                   if n < eng.max_model_len else "shorten that prompt")
-            raise typer.BadParameter(f"prompt {i} of {prompts} has {n} tokens: with --max-tokens {max_tokens} "
-                                     f"it exceeds the context length {eng.max_model_len}; {fix}")
-    plain, sp = compare(eng, eng.proposer, ps, params, concurrency)
-    same = sum(a == b for a, b in zip(plain.outputs, sp.outputs))
-    m = sp.metrics
-    typer.echo(f"# bench spec | device {_device_name(eng.device)} | model {model} | dtype {eng.dtype} | "
-               f"speculative_config {json.dumps(spec_cfg)} | prompts {prompts} x{len(ps)} | "
-               f"max_tokens {max_tokens} | concurrency {concurrency} | temperature {temperature}{_env_setting()}")
-    typer.echo(f"plain:       {plain.tokens} tokens in {plain.seconds:.2f} s = {plain.tok_s:.1f} tok/s")
-    typer.echo(f"speculative: {sp.tokens} tokens in {sp.seconds:.2f} s = {sp.tok_s:.1f} tok/s "
-               f"(draft {m['draft_time_s']:.2f} s, verify {m['verify_time_s']:.2f} s)")
-    if m["num_drafts"]:
-        typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | acceptance length {m['acceptance_length']:.3f} | "
-                   f"acceptance rate {m['acceptance_rate']:.3f} | drafts {m['num_drafts']}")
-        typer.echo("per-position acceptance: " + " ".join(f"{p:.3f}" for p in m["per_position_acceptance"]))
-    else:                                 # it printed 'acceptance length None' and an empty per-position line
-        typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | drafts 0: the proposer drafted nothing for these "
-                   "prompts, so there is no acceptance to report")
-    _echo_compiles((f"{name} run", r.compiles) for name, r in (("plain", plain), ("speculative", sp)))
-    if temperature == 0:
-        typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
-        # trees verify through the prefill attention kernel: not bit-identical yet (README)
-        _check_lossless(same, len(ps), eng.bitwise_exact and "tree" not in spec_cfg, "the prompts")
-
-
-def lossless_warning(same: int, total: int, exact: bool, where: str) -> str | None:
-    """The line to print when greedy speculative output left plain decoding's although the engine
-    keeps them bit-identical (`exact`: bitwise_exact on a GPU with the row-invariant kernels, chain
-    drafts): a losslessness bug, not noise."""
-    if same >= total or not exact:
-        return None
-    return (f"WARNING ({where}): {total - same} of {total} greedy outputs differ from plain decoding although "
-            "bitwise_exact holds: speculation must not change a token here. This is a bug; please report it "
-            "with this output (bench/exact_diag.py finds the first differing token)")
-
-
-def _check_lossless(same: int, total: int, exact: bool, where: str) -> None:
-    line = lossless_warning(same, total, exact, where)
-    if line:
-        typer.echo(line, err=True)
-
-
-def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device, quantization=None,
-                max_model_len=None):
-    from turbospec.benchmarks.oracle import bench_oracle, oracle_setting
-    from turbospec.engine.draft_length import candidate_ks
-    from turbospec.spec.factory import bitwise_exact
-
-    if spec_cfg.get("method") != "oracle":
-        raise typer.BadParameter("--shape runs random weights: only the oracle proposer makes sense there "
-                                 '(e.g. {"method": "oracle", "num_speculative_tokens": 7, "acceptance_length": 4})')
-    try:
-        k, al = oracle_setting(spec_cfg)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
-    dev, name, cfg, dt, bss = _shape_setting(shape, dtype, device, batch_sizes)
-    check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--max-tokens", k)
-    need = prompt_len + gen_len + k + 1
-    if max_model_len is not None and max_model_len < need:
-        raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + max tokens + k + 1 "
-                                 f"({need}): give at least that, or leave it out")
-    cost_ks = candidate_ks(k)               # the verify-cost table: k = 0 (decode), 1, 2, 3, 4 and k
-    auto = spec_cfg.get("draft_length") == "auto"
-    try:
-        exact = bitwise_exact(spec_cfg)
-        rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto,
-                                   quantization, exact, max_model_len)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
-    typer.echo(f"# bench spec (oracle) | device {_device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
-               f"weights {'block-FP8 (128x128)' if quantization else dt} | k {k}{' (auto)' if auto else ''} | "
-               f"bitwise_exact {exact}{' (verify rows <= 64 per step)' if exact and dev.type == 'cuda' else ''} | "
-               f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy | "
-               f"max model len {min(max_model_len or need + 16, cfg.max_position_embeddings)}{_env_setting()}")
-    typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
-               f"{'same as plain':>14} {'mean k':>7} {'k next':>7}")
-    for r in rows:
-        typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
-                   f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.mean_k or 0:>7.2f} {r.chosen_k:>7}")
-    _echo_compiles((f"batch {r.batch}", r.compiles) for r in rows)
-    for r in rows:
-        same, total = (int(x) for x in r.identical.split("/"))
-        _check_lossless(same, total, exact and dev.type == "cuda", f"batch {r.batch}")
-    typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
-    typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
-    for b, c in costs.items():
-        typer.echo(f"{b:>5} " + " ".join(f"{c[kk]:>7.3f} ({c[kk] / c[0]:.2f})" for kk in cost_ks))
-
-
-def _echo_compiles(rows) -> None:
-    """Name the Triton compilations that ran inside a timed run: that row timed the compiler too."""
-    for label, compiles in rows:
-        if compiles:
-            typer.echo(f"warning: {label}: {compiles} inside the timed run; its tok/s include them")
+bench_app.command("spec")(spec)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,10 @@
-"""Checks of `turbospec bench` arguments, each refusing a bad value before any work with the fix."""
+"""`turbospec bench` arguments and setting lines shared by `bench decode` and `bench spec`: checks
+that refuse a bad value before any work with the fix, and what every header line names (device,
+TURBOSPEC_* switches, compilations inside a timed run)."""
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 import typer
@@ -47,3 +50,40 @@ def check_fits(context: int, prompt_len: int, gen_len: int, gen_flag: str, k: in
         raise typer.BadParameter(f"--prompt-len {prompt_len} with {gen_flag} {gen_len}{f' and k = {k}' if k else ''} "
                                  f"needs {need} tokens of context, over the shape's {context}: lower --prompt-len "
                                  f"or {gen_flag}")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def env_vars() -> dict[str, str]:
+    """The TURBOSPEC_* switches set in the environment (kernel choices, docs/internals.md)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("TURBOSPEC_")}
+
+
+def env_setting() -> str:
+    """' | env A=x B=y' naming every TURBOSPEC_* switch set, or ' | env defaults': part of the setting."""
+    env = env_vars()
+    return " | env " + (" ".join(f"{k}={v}" for k, v in env.items()) or "defaults")
+
+
+def shape_setting(shape: str, dtype: str, device: str | None, batch_sizes: str):
+    """(device, shape name, ModelConfig, torch dtype, batch sizes) from the CLI's words."""
+    from turbospec.benchmarks.shapes import resolve_shape
+    from turbospec.config import parse_dtype
+    try:
+        dev = device_arg(device)
+        name, cfg = resolve_shape(shape)
+        dt = parse_dtype(dtype)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    return dev, name, cfg, dt, parse_ints(batch_sizes, "--batch-sizes")
+
+
+def echo_compiles(rows) -> None:
+    """Name the Triton compilations that ran inside a timed run: that row timed the compiler too."""
+    for label, compiles in rows:
+        if compiles:
+            typer.echo(f"warning: {label}: {compiles} inside the timed run; its tok/s include them")

@@ -22,7 +22,15 @@ from turbospec.spec.verify import couple_seeded_rows, greedy_chain, rejection_sa
 
 
 class SpecDecodeStats:
-    """Cumulative speculation counters, named as vLLM names them."""
+    """Cumulative speculation counters, named as vLLM names them.
+
+    Accepted tokens are the accepted drafts that reached the output: when a sequence stops (EOS, a
+    stop id or string) at an accepted draft, the drafts the verifier accepted past it are not counted,
+    so `acceptance_length` is the tokens each verify step really emitted, and a request's
+    accepted tokens never exceed its output tokens. vLLM (v1 scheduler, update_from_output) counts
+    them before the stop truncates the step's tokens; the two differ by at most k - 1 per finished
+    request. The automatic draft length still learns from every accepted draft (the drafter's skill).
+    """
 
     def __init__(self, k: int):
         self.num_drafts = 0
@@ -214,15 +222,8 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
         feat_rows = list(range(q0, q0 + s.num_new_tokens)) + [q0 + s.num_new_tokens + n for n in nodes]
         if b in draft_row:
             n_draft = proposal.num_tokens[draft_row[b]]
-            stats.record(n_draft, len(nodes))
             if engine.adaptive is not None:
                 engine.adaptive.observe(n_draft, len(nodes))
-            m = seq.metrics
-            m.num_drafts += 1
-            m.num_draft_tokens += n_draft
-            m.num_accepted_tokens += len(nodes)
-            m.draft_time_s += t1 - t0
-            m.verify_time_s += t2 - t1
             moves = [(bm.slot(seq, old_len + n), bm.slot(seq, old_len + j)) for j, n in enumerate(nodes) if n != j]
             runner.move_kv([m_[0] for m_ in moves], [m_[1] for m_ in moves])
         seq.num_computed_tokens = start + s.num_new_tokens + len(nodes)
@@ -233,9 +234,20 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
             tok_t = torch.tensor(toks).to(out.logits.device, non_blocking=True)
             lps = logprobs_to_dicts(compute_logprobs(out.logits[lrows[:len(toks)]], tok_t,
                                                      seq.params.logprobs), tok_t)
+        emitted = len(toks)
         for j, t in enumerate(toks):
             if engine.append_token(seq, t, lps[j] if lps else None):
+                emitted = j + 1
                 break
+        if b in draft_row:                        # counted as emitted: none past a stop (SpecDecodeStats)
+            accepted = min(len(nodes), emitted)
+            stats.record(n_draft, accepted)
+            m = seq.metrics
+            m.num_drafts += 1
+            m.num_draft_tokens += n_draft
+            m.num_accepted_tokens += accepted
+            m.draft_time_s += t1 - t0
+            m.verify_time_s += t2 - t1
         if not seq.is_finished:
             bm.truncate(seq, len(seq))
         advanced.append(seq)

@@ -19,6 +19,9 @@ def _load(name: str, model: str | None, sets: list[str]):
         key, eq, value = item.partition("=")
         if not eq or not key or not value:            # an empty path was checked as '.', and said OK
             raise typer.BadParameter(f"--set {item!r}: write KEY=VALUE, e.g. --set drafter=drafters/mine")
+        if key == "model" and model is not None and value != model:      # B won silently over --model A
+            raise typer.BadParameter(f"--model {model!r} and --set model={value!r} name two models: give "
+                                     "the model directory once (--model DIR)")
         overrides[key] = value
     if model == "":
         raise typer.BadParameter("--model '': give the model directory, or leave --model out for the recipe's")

@@ -29,8 +29,8 @@ from turbospec.train.features import FeatureCache, TargetModel, cached_features
 from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
 from turbospec.train.recipes import build_recipe, capture_layers
-from turbospec.train.state import (init_from_export, load_state, lr_at, make_optimizer, resume_differences,
-                                   save_state, set_lr)
+from turbospec.train.state import (check_init_from_target, init_from_export, load_state, lr_at, make_optimizer,
+                                   resume_differences, save_state, set_lr)
 
 
 def _setup_distributed(cfg: TrainConfig) -> tuple[torch.device, int, int]:
@@ -113,6 +113,8 @@ def train(cfg: TrainConfig) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     tcfg = ModelConfig.from_pretrained(cfg.target)
+    if cfg.init_from:                    # a drafter for another target: refused before the data is read
+        check_init_from_target(cfg.init_from, cfg.method, cfg.target, tcfg)
     if cfg.max_seq_len is None:
         cfg.max_seq_len = min(1024, tcfg.max_position_embeddings)
     if cfg.max_seq_len > tcfg.max_position_embeddings:

@@ -11,6 +11,7 @@ the step, so a resumed run sees the batches an uninterrupted one would have.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 
@@ -96,6 +97,38 @@ def resume_differences(saved: dict, config) -> list[str]:
         if a != b:
             out.append(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}")
     return out
+
+
+def check_init_from_target(draft_dir: str, method: str, target: str, target_config) -> None:
+    """Refuse, before any data is read or the target loaded, an --init-from drafter trained for
+    another target: its config.json records the target's vocabulary, the width of the target
+    features it reads and the captured layers; each must fit `target_config` (a ModelConfig)."""
+    from turbospec.models.draft_layers import read_config
+    if method == "eagle3":
+        from turbospec.models.eagle3_config import Eagle3Config as Config
+    else:
+        from turbospec.models.dflash_draft import DFlashConfig as Config
+    try:
+        dc = Config.from_dict(read_config(draft_dir))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--init-from {draft_dir!r}: not a loadable {method} drafter ({e})") from None
+    L = target_config.num_hidden_layers
+    layers = dc.target_layers() if method == "dflash" else dc.aux_layer_ids or ()   # eagle3 None: the default
+    if (dc.vocab_size, dc.target_hidden_size) == (target_config.vocab_size, target_config.hidden_size) \
+            and all(0 <= i <= L for i in layers):
+        return
+    trained_for = ""
+    try:
+        with open(os.path.join(draft_dir, "training_info.json")) as f:
+            trained_for = f" (its training_info.json names {json.load(f)['target']!r})"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    raise ValueError(
+        f"--init-from {draft_dir!r} was trained for another target: it reads target features of hidden size "
+        f"{dc.target_hidden_size}, vocab_size {dc.vocab_size}, layers {list(layers) or 'the default'}; --target "
+        f"{target!r} has hidden size {target_config.hidden_size}, vocab_size {target_config.vocab_size}, "
+        f"{L} layers. Pass the --target it was trained for{trained_for}, or leave --init-from out to train "
+        "from scratch")
 
 
 def init_from_export(draft_dir: str, draft: nn.Module, method: str) -> None:
