@@ -10,6 +10,10 @@
 #           qwen3-8b batch 1 / 64 (this tree)
 #   logprobs  the GPU tests of sampled bursts (logprobs in bursts = single steps' bits) and the engine;
 #           codelm-12m greedy with and without 5 logprobs per token, batch 1 / 8, out/base then this tree
+#   pentests  the GPU tests of penalties (in bursts = single steps), sampled bursts (seeded speculation
+#           = plain), the engine and no compilation inside a step
+#   pencodelm / pen8b  greedy, repetition penalty 1.05, and an OpenAI-style sampled request with
+#           penalties, codelm-12m / qwen3-8b, out/base (single steps) then this tree (bursts)
 # out/base holds another commit's package:  git archive <rev> turbospec | tar -x -C out/base
 #   OUT=/path bash bench/gpu_sampled.sh ab|cost|kernel|logprobs ...
 set -u
@@ -45,6 +49,16 @@ for part in "$@"; do
                 PYTHONPATH=$tree timeout 60 python3 -P $S "${CODELM[@]}" --repeats 1
               done
               PYTHONPATH=. timeout 100 python3 -P $S --shape qwen3-8b --batch-sizes 1,64 --repeats 1; } 2>&1 | tee "$OUT/bench.txt" ;;
-    *)      echo "unknown part $part (ab, cost, kernel)" ;;
+    pentests) gpu_tests 420 tests/gpu/test_penalties_gpu.py tests/gpu/test_sampled_bursts_gpu.py \
+              tests/gpu/test_engine_gpu.py tests/gpu/test_no_compile_in_steps.py ;;
+    pencodelm) for tree in out/base . ; do     # penalties: single steps (base) vs penalized bursts
+              echo "### $tree"; PYTHONPATH=$tree timeout 120 python3 -P $S "${CODELM[@]}" --batch-sizes 1,16,64 \
+                --settings "greedy,rep1.05,t0.7 p0.9 k20 rep1.05 freq0.1" --repeats 2
+            done 2>&1 | tee "$OUT/pencodelm.txt" ;;
+    pen8b)  for tree in out/base . ; do
+              echo "### $tree"; PYTHONPATH=$tree timeout 200 python3 -P $S --shape qwen3-8b --batch-sizes 1,16,64 \
+                --settings "greedy,rep1.05,t0.7 p0.9 k20 rep1.05 freq0.1" --repeats 1
+            done 2>&1 | tee "$OUT/pen8b.txt" ;;
+    *)      echo "unknown part $part (ab, cost, kernel, logprobs, pentests, pencodelm, pen8b)" ;;
   esac
 done

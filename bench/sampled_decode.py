@@ -9,6 +9,7 @@ sampled decoding costs on top of it is the difference.
                                                                   this checkout first)
 """
 import argparse
+import time
 
 import torch
 
@@ -47,11 +48,15 @@ if dev.type == "cpu":
 bss = [int(x) for x in a.batch_sizes.split(",")]
 model = random_model(cfg, dev, dt)
 engine = build_engine(model, cfg, dev, dt, a.prompt_len + a.gen_len, max(bss))
+warm = []
 for b in bss:                 # warm-up of every path (penalized burst graphs are captured at first use)
-    for s in SETTINGS.values():
+    for s_name, s in SETTINGS.items():
+        t0 = time.perf_counter()
         run_decode(engine, b, 16, 4, cfg.vocab_size, sampling=s)
+        warm.append(f"b{b} {s_name} {time.perf_counter() - t0:.2f}s")
 dev_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
 print(f"# turbospec from {turbospec.__file__} | startup {engine.startup}")
+print(f"# warm-up runs (prompt 16 + 4, incl. any graph captured at first use): {'; '.join(warm)}")
 print(f"# {dev_name} | shape {name} | {dt} | prompt {a.prompt_len} + gen {a.gen_len} | ms per token step "
       f"(time after the last prefill / steps), {a.repeats} alternating runs per setting")
 for b in bss:
