@@ -14,6 +14,8 @@
 #           = plain), the engine and no compilation inside a step
 #   pencodelm / pen8b  greedy, repetition penalty 1.05, and an OpenAI-style sampled request with
 #           penalties, codelm-12m / qwen3-8b, out/base (single steps) then this tree (bursts)
+#   penkernel  the GPU tests of penalties; qwen3-8b and codelm-12m greedy / penalized with apply_penalties
+#           as PyTorch ops (TURBOSPEC_PENALTY_KERNEL=0) then as one kernel, alternating
 # out/base holds another commit's package:  git archive <rev> turbospec | tar -x -C out/base
 #   OUT=/path bash bench/gpu_sampled.sh ab|cost|kernel|logprobs ...
 set -u
@@ -59,6 +61,15 @@ for part in "$@"; do
               echo "### $tree"; PYTHONPATH=$tree timeout 200 python3 -P $S --shape qwen3-8b --batch-sizes 1,16,64 \
                 --settings "greedy,rep1.05,t0.7 p0.9 k20 rep1.05 freq0.1" --repeats 1
             done 2>&1 | tee "$OUT/pen8b.txt" ;;
-    *)      echo "unknown part $part (ab, cost, kernel, logprobs, pentests, pencodelm, pen8b)" ;;
+    penkernel) gpu_tests 200 tests/gpu/test_penalties_gpu.py tests/gpu/test_no_compile_in_steps.py
+            for k in 0 1 0 1; do                # apply_penalties as PyTorch ops / as kernels/penalty_kernel.py
+              echo "### TURBOSPEC_PENALTY_KERNEL=$k"; TURBOSPEC_PENALTY_KERNEL=$k PYTHONPATH=. timeout 100 python3 -P $S \
+                --shape qwen3-8b --batch-sizes 1,16,64 --settings "greedy,rep1.05" --repeats 1
+            done 2>&1 | tee "$OUT/penkernel.txt"
+            for k in 0 1; do
+              echo "### TURBOSPEC_PENALTY_KERNEL=$k"; TURBOSPEC_PENALTY_KERNEL=$k PYTHONPATH=. timeout 60 python3 -P $S \
+                "${CODELM[@]}" --batch-sizes 1,16,64 --settings "greedy,rep1.05,t0.7 p0.9 k20 rep1.05 freq0.1" --repeats 2
+            done 2>&1 | tee -a "$OUT/penkernel.txt" ;;
+    *)      echo "unknown part $part (ab, cost, kernel, logprobs, pentests, pencodelm, pen8b, penkernel)" ;;
   esac
 done

@@ -84,3 +84,40 @@ def test_penalized_bursts_equal_single_steps_on_cuda():
     assert burst.llm_engine.counters["num_burst_tokens"] >= 100
     again = [o.outputs[0].token_ids for o in burst.generate(prompts, params)]   # replayed, not captured
     assert again == want
+
+
+@pytest.mark.parametrize("N,V", [(1, 151936), (5, 8192), (64, 151936), (3, 1000)])
+@pytest.mark.parametrize("terms", ["all", "bias", "seen", "counts", "ban_left"])
+def test_penalty_kernel_equals_the_torch_path_bitwise(monkeypatch, N, V, terms):
+    """kernels/penalty_kernel.py against apply_penalties' PyTorch path on the same CUDA tensors
+    (and on the CPU): every term, each rounded alone, so the bits are equal; -0.0, +-inf and large
+    logits included."""
+    from turbospec.layers.penalties import PenaltyTensors, apply_penalties
+    g = torch.Generator(device="cuda").manual_seed(N * 7 + V)
+    dev = torch.device("cuda")
+    logits = (torch.randn(N, V, device=dev, generator=g) * 8).to(torch.bfloat16)
+    logits[:, :3] = torch.tensor([-0.0, float("inf"), -3e38], device=dev).to(torch.bfloat16)
+    counts = torch.randint(0, 4, (N, V), device=dev, generator=g).float() * (torch.rand(N, V, device=dev, generator=g) < 0.01)
+    col = lambda lo, hi: lo + (hi - lo) * torch.rand(N, 1, device=dev, generator=g)     # noqa: E731
+    pt = PenaltyTensors(bias=torch.randn(N, V, device=dev, generator=g) * (torch.rand(N, V, device=dev, generator=g) < 0.001),
+                        seen=torch.rand(N, V, device=dev, generator=g) < 0.05, repetition=col(0.7, 1.6),
+                        output_counts=counts, frequency=col(-1.0, 1.0), presence=col(-1.0, 1.0),
+                        ban=torch.rand(N, V, device=dev, generator=g) < 0.001)
+    ban_left = None
+    if terms != "all":
+        keep = {"bias": ("bias",), "seen": ("seen", "repetition"), "counts": ("output_counts", "frequency", "presence"),
+                "ban_left": ("ban",)}[terms]
+        pt = PenaltyTensors(**{f: (getattr(pt, f) if f in keep else None) for f in
+                               ("bias", "seen", "repetition", "output_counts", "frequency", "presence", "ban")})
+        if terms == "ban_left":
+            ban_left = (1 - torch.arange(N, device=dev) % 2 * 2).view(N, 1)      # 1, -1, 1, ...: rows 1, 3 unbanned
+    got = apply_penalties(logits, pt, ban_left)
+    monkeypatch.setenv("TURBOSPEC_PENALTY_KERNEL", "0")
+    want = apply_penalties(logits, pt, ban_left)
+    assert got.dtype == torch.float32 and torch.equal(got.view(torch.int32), want.view(torch.int32))
+    cpu = PenaltyTensors(*(None if t is None else t.cpu() for t in (pt.bias, pt.seen, pt.repetition, pt.output_counts,
+                                                                     pt.frequency, pt.presence, pt.ban)))
+    on_cpu = apply_penalties(logits.cpu(), cpu, None if ban_left is None else ban_left.cpu())
+    assert torch.equal(got.cpu().view(torch.int32), on_cpu.view(torch.int32))
+    if terms != "bias":
+        assert not torch.equal(got, logits.float())                      # something was applied

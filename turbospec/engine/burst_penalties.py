@@ -62,10 +62,9 @@ class BurstPenalties:
 
     def apply(self, logits: torch.Tensor, b: int) -> torch.Tensor:
         """[b, V] raw logits -> [b, V] float32 processed logits (a new tensor)."""
-        ban = self.ban[:b] & (self.ban_left[:b] > 0)                                # [b, V]
         pt = PenaltyTensors(self.bias[:b], self.seen[:b], self.repetition[:b], self.counts[:b],
-                            self.frequency[:b], self.presence[:b], ban)
-        return apply_penalties(logits, pt)
+                            self.frequency[:b], self.presence[:b], self.ban[:b])
+        return apply_penalties(logits, pt, ban_left=self.ban_left[:b])
 
     def advance(self, tokens: torch.Tensor, b: int) -> None:
         """The step picked tokens [b] (int64): each row's history and output grow by it."""

@@ -18,6 +18,7 @@ stays lossless.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence as Seq
 
@@ -127,12 +128,18 @@ class PenaltyTensors:
                               rows(self.frequency), rows(self.presence), ban)
 
 
-def apply_penalties(logits: torch.Tensor, pt: PenaltyTensors) -> torch.Tensor:
+def apply_penalties(logits: torch.Tensor, pt: PenaltyTensors, ban_left: torch.Tensor | None = None) -> torch.Tensor:
     """[N, V] logits -> [N, V] float32 processed logits (a new tensor: the raw ones stay for
-    logprobs). Rows without bias or penalties come out unchanged, bit for bit."""
+    logprobs). Rows without bias or penalties come out unchanged, bit for bit. ban_left [N, 1]
+    (a decode burst's rows): a row's ban holds only where it is > 0. On CUDA one kernel
+    (kernels/penalty_kernel.py, the same bits; TURBOSPEC_PENALTY_KERNEL=0 turns it off)."""
+    if logits.is_cuda and os.environ.get("TURBOSPEC_PENALTY_KERNEL", "1") != "0":
+        from turbospec.kernels.penalty_kernel import apply_penalties_cuda     # imports Triton
+        return apply_penalties_cuda(logits, pt, ban_left)
     logits = logits.float()
     if pt.ban is not None:
-        logits = logits.masked_fill(pt.ban, float("-inf"))
+        ban = pt.ban if ban_left is None else pt.ban & (ban_left > 0)
+        logits = logits.masked_fill(ban, float("-inf"))
     if pt.bias is not None:
         logits = logits + pt.bias
     if pt.seen is not None:
