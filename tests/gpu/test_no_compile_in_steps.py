@@ -88,6 +88,7 @@ g = torch.Generator().manual_seed(1)
 ids = lambda n: torch.randint(0, 8000, (n,), generator=g).tolist()
 p = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 hot = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=12, ignore_eos=True, seed=3)
+pen = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, repetition_penalty=1.05)
 with watch_jit() as ev:
     for i, n in enumerate((10, 3, 16)):               # lone short prompts: the decode kernel's chain path
         eng.add_request(f"solo{i}", {"prompt_token_ids": ids(n)}, p)
@@ -97,7 +98,7 @@ with watch_jit() as ev:
         eng.add_request(f"a{i}", {"prompt_token_ids": ids(n)}, p)
     eng.step(); eng.step()
     for i, n in enumerate((300, 18, 1)):              # arrive while the first ones decode: mixed steps
-        eng.add_request(f"b{i}", {"prompt_token_ids": ids(n)}, hot if i == 1 else p)
+        eng.add_request(f"b{i}", {"prompt_token_ids": ids(n)}, (p, hot, pen)[i])
     done = 0
     while eng.has_unfinished_requests():
         done += sum(o.finished for o in eng.step())
@@ -116,7 +117,8 @@ print(json.dumps({"done": done, "compiles": ev.compiles, "warmup_s": eng.startup
 ])
 def test_no_compile_serving_first_requests(dtype, kwargs):
     """A fresh process: start the engine, then serve its first requests — prompts of several
-    lengths, some arriving while others decode, one sampled — and no Triton kernel compiles after
+    lengths, some arriving while others decode, one sampled, one with a repetition penalty (single
+steps, verify, and a penalized burst captured at first use) — and no Triton kernel compiles after
     start-up, for plain decoding and each proposer (a draft model's runner is warmed as well)
     (engine/warmup.py runs the eager prefill shapes; before it, the first batched prompt compiled
     the prefill attention kernel, 1.2 s on an H200)."""

@@ -166,3 +166,23 @@ def _counts(token_lists: Seq[list[int]], V: int, device) -> torch.Tensor:
 
 def _column(values: list[float], device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32).view(-1, 1).to(device, non_blocking=True)
+
+
+def warm_up(device: torch.device, vocab_size: int, dtype: torch.dtype) -> None:
+    """Compile apply_penalties' CUDA kernel for what requests use most, so that no request waits for
+    it: single steps and verify (float32 logits) with a repetition penalty, frequency / presence
+    penalties, both, or everything; a decode burst (model-dtype logits, every term, ban_left)."""
+    if device.type != "cuda":
+        return
+    V = vocab_size
+    full = PenaltyTensors(bias=torch.zeros(1, V, device=device), seen=torch.zeros(1, V, dtype=torch.bool, device=device),
+                          repetition=torch.ones(1, 1, device=device), output_counts=torch.zeros(1, V, device=device),
+                          frequency=torch.zeros(1, 1, device=device), presence=torch.zeros(1, 1, device=device),
+                          ban=torch.zeros(1, V, dtype=torch.bool, device=device))
+    keep = ({"seen", "repetition"}, {"output_counts", "frequency", "presence"},
+            {"seen", "repetition", "output_counts", "frequency", "presence"}, set(full.__dict__))
+    for names in keep:
+        pt = PenaltyTensors(**{k: (v if k in names else None) for k, v in full.__dict__.items()})
+        apply_penalties(torch.zeros(1, V, device=device), pt)
+    apply_penalties(torch.zeros(1, V, dtype=dtype, device=device), full,
+                    ban_left=torch.zeros(1, 1, dtype=torch.long, device=device))
