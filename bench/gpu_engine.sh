@@ -277,6 +277,10 @@ for part in ${*:-tests decode oracle drafters}; do
                 ( [ $v = base ] && cd /tmp/base
                   run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
               done ;;
+    final20)  # end of the twentieth session: GPU tests of the engine paths this session touched, then #8's decode rows
+              run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
+                tests/gpu/test_no_compile_in_steps.py tests/gpu/test_sampled_bursts_gpu.py -k "not distribution"
+              run 150 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64 ;;
     final19)  # end of the nineteenth session: GPU tests of this session's paths, then #8's decode rows and #4's batch-1 rows
               run 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_attention_kernels.py \
                 tests/gpu/test_penalties_gpu.py
