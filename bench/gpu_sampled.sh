@@ -16,6 +16,8 @@
 #           penalties, codelm-12m / qwen3-8b, out/base (single steps) then this tree (bursts)
 #   penkernel  the GPU tests of penalties; qwen3-8b and codelm-12m greedy / penalized with apply_penalties
 #           as PyTorch ops (TURBOSPEC_PENALTY_KERNEL=0) then as one kernel, alternating
+#   topk    the GPU tests of sampled bursts (the users' law, seeded bits); qwen3-8b greedy and Qwen3's
+#           default sampling (t 0.6, top-p 0.95, top-k 20), out/base then this tree
 # out/base holds another commit's package:  git archive <rev> turbospec | tar -x -C out/base
 #   OUT=/path bash bench/gpu_sampled.sh ab|cost|kernel|logprobs ...
 set -u
@@ -70,6 +72,11 @@ for part in "$@"; do
               echo "### TURBOSPEC_PENALTY_KERNEL=$k"; TURBOSPEC_PENALTY_KERNEL=$k PYTHONPATH=. timeout 60 python3 -P $S \
                 "${CODELM[@]}" --batch-sizes 1,16,64 --settings "greedy,rep1.05,t0.7 p0.9 k20 rep1.05 freq0.1" --repeats 2
             done 2>&1 | tee -a "$OUT/penkernel.txt" ;;
-    *)      echo "unknown part $part (ab, cost, kernel, logprobs, pentests, pencodelm, pen8b, penkernel)" ;;
+    topk)   gpu_tests 150 tests/gpu/test_sampled_bursts_gpu.py -k "distribution or seeded_requests_burst or greedy_rows"
+            for tree in out/base . ; do      # top-k + top-p: the full sort (base) / a partial top-k of 128
+              echo "### $tree"; PYTHONPATH=$tree timeout 100 python3 -P $S --shape qwen3-8b --batch-sizes 1,64 \
+                --settings "greedy,t0.6 p0.95 k20" --repeats 1
+            done 2>&1 | tee "$OUT/topk.txt" ;;
+    *)      echo "unknown part $part (ab, cost, kernel, logprobs, pentests, pencodelm, pen8b, penkernel, topk)" ;;
   esac
 done

@@ -24,6 +24,7 @@ SETTINGS = {
     "t0.7 min_p0.05": dict(temperature=0.7, min_p=0.05),
     "greedy logprobs5": dict(logprobs=5),       # every row asks: bursts hold up to 8 (multistep.MAX_LOGPROB_ROWS)
     "t0.7 p0.9 k20 seed": dict(temperature=0.7, top_p=0.9, top_k=20, seed=1),   # counter noise (bursts since 2026-11-30)
+    "t0.6 p0.95 k20": dict(temperature=0.6, top_p=0.95, top_k=20),   # Qwen3's generation_config defaults
     "rep1.05": dict(repetition_penalty=1.05),                     # penalties: bursts since 2026-12-01
     "t0.7 p0.9 k20 rep1.05 freq0.1": dict(temperature=0.7, top_p=0.9, top_k=20, repetition_penalty=1.05,
                                           frequency_penalty=0.1),

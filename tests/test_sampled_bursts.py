@@ -47,9 +47,11 @@ def _generate(llm, prompts, params, seed):
 FILTERS = [dict(temperature=0.8, top_p=0.9, top_k=40), dict(temperature=0.0),        # a greedy row among them
            dict(temperature=1.3, min_p=0.05), dict(temperature=0.6)]
 TEMPERATURES = [dict(temperature=0.8), dict(temperature=0.0), dict(temperature=1.3), dict(temperature=0.6)]
+TOPKS = [dict(temperature=0.6, top_p=0.95, top_k=20), dict(temperature=0.0),     # Qwen3's defaults: no sort
+         dict(temperature=1.1, top_k=5, min_p=0.05), dict(temperature=0.9, top_k=128, top_p=0.5)]
 
 
-@pytest.mark.parametrize("settings,mode", [(FILTERS, Mode.FILTER), (TEMPERATURES, Mode.SAMPLE)])
+@pytest.mark.parametrize("settings,mode", [(FILTERS, Mode.FILTER), (TEMPERATURES, Mode.SAMPLE), (TOPKS, Mode.TOPK)])
 @pytest.mark.parametrize("batch", [1, 2, 4])                    # buckets: the noise tensors have equal shapes
 def test_sampled_bursts_equal_single_steps(engines, batch, settings, mode):
     single, burst = engines
@@ -57,6 +59,8 @@ def test_sampled_bursts_equal_single_steps(engines, batch, settings, mode):
     params = [SamplingParams(**s, max_tokens=19, ignore_eos=True) for s in settings[:batch]]
     if batch == 1 and mode == Mode.FILTER:
         params = [SamplingParams(temperature=0.7, min_p=0.1, max_tokens=19, ignore_eos=True)]
+    if batch == 2 and mode == Mode.FILTER:           # rows 0-1 alone would all have a bounded top-k
+        params = params[:1] + [SamplingParams(**FILTERS[2], max_tokens=19, ignore_eos=True)]
     launches = _count_launches(burst)
     try:
         for seed in (0, 1):

@@ -7,7 +7,7 @@ when it cannot change the result: every running sequence is a plain decode with 
 token to go; stop rules are applied to the returned tokens afterwards, and tokens past a stop are
 dropped (their KV lies in blocks freed with the sequence). Logit bias, penalties and min_tokens
 run inside the burst on device state (engine/burst_penalties.py) in a penalized variant of each
-graph, captured the first time a bucket needs it.
+graph; it and Mode.TOPK's variant are captured the first time a bucket needs them.
 
 Logprobs: each step copies the raw logits of up to MAX_LOGPROB_ROWS rows (`lp_rows`, set at each
 launch) into a [n, rows, V] buffer; after the launch, the logprobs of the rows that asked for them
@@ -135,7 +135,7 @@ class DecodeBurst:
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Every unpenalized variant now; a penalized one when a launch first needs it."""
+        """Every unpenalized variant of Mode.ALL now; TOPK and penalized ones when a launch first needs them."""
         for L in reversed(self.len_buckets):
             for b in reversed(self.buckets):
                 for mode in Mode.ALL:
@@ -170,9 +170,9 @@ class DecodeBurst:
 
     def can_chain(self, flight: BurstFlight) -> bool:
         """May the next burst of `flight`'s rows launch before its tokens are read? Not when that
-        needs a penalized graph not captured yet: capturing clobbers the rows' device state."""
+        needs a graph not captured yet (penalized, TOPK): capturing clobbers the rows' device state."""
         L = self._len_bucket(flight.max_pos + self.n)
-        return not (self.captured and flight.penalized and (flight.bucket, L, flight.mode, True) not in self.graphs)
+        return not (self.captured and (flight.bucket, L, flight.mode, flight.penalized) not in self.graphs)
 
     @torch.inference_mode()
     def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
@@ -188,12 +188,12 @@ class DecodeBurst:
         b = next(x for x in self.buckets if x >= B)
         mode = self.sampling.set(params, b) if params is not None else Mode.GREEDY
         pen = penalties is not None
+        if pen and self.penalties is None:
+            self.penalties = BurstPenalties(self.buckets[-1], self.vocab_size, self.device)
+        L = self._len_bucket(max(positions))
+        if self.captured and L is not None and (b, L, mode, pen) not in self.graphs:
+            self._capture(b, L, mode, pen)           # first: it clobbers the rows' buffers
         if pen:
-            if self.penalties is None:
-                self.penalties = BurstPenalties(self.buckets[-1], self.vocab_size, self.device)
-            L = self._len_bucket(max(positions))
-            if self.captured and L is not None and (b, L, mode, True) not in self.graphs:
-                self._capture(b, L, mode, True)      # first: it clobbers the rows' buffers
             self.penalties.load(penalties, B, b)
         packed = torch.tensor([last_ids + [0] * (b - B), positions + [0] * (b - B)], dtype=torch.long)
         packed = self._pin(packed).to(self.device, non_blocking=True)
