@@ -59,7 +59,7 @@ def test_sampled_bursts_equal_single_steps(engines, batch, settings, mode):
     params = [SamplingParams(**s, max_tokens=19, ignore_eos=True) for s in settings[:batch]]
     if batch == 1 and mode == Mode.FILTER:
         params = [SamplingParams(temperature=0.7, min_p=0.1, max_tokens=19, ignore_eos=True)]
-    if batch == 2 and mode == Mode.FILTER:           # rows 0-1 alone would all have a bounded top-k
+    if batch == 2 and mode == Mode.FILTER:           # a bounded top-k row beside a min-p one: MIXED
         params = params[:1] + [SamplingParams(**FILTERS[2], max_tokens=19, ignore_eos=True)]
     launches = _count_launches(burst)
     try:
@@ -69,7 +69,8 @@ def test_sampled_bursts_equal_single_steps(engines, batch, settings, mode):
             assert got == want
             assert all(len(t) == 19 for t in got)
         assert launches, "no burst ran: the test compared single steps with themselves"
-        assert set(launches) == {mode}
+        assert set(launches) == {Mode.of(params)}
+        assert mode == Mode.of(params) or (mode, Mode.of(params)) == (Mode.FILTER, Mode.MIXED)
     finally:
         _uncount(burst)
     eng = burst.llm_engine
@@ -106,7 +107,7 @@ def test_seeded_requests_burst_and_draw_what_single_steps_draw(engines):
         got = _generate(burst, prompts, SEEDED, 5)
     finally:
         _uncount(burst)
-    assert launches and set(launches) == {Mode.FILTER}
+    assert launches and set(launches) == {Mode.MIXED}       # a bounded top-k row beside top-p ones
     alone = [_generate(burst, prompts[i:i + 1], SEEDED[i:i + 1], 100 + i)[0] for i in range(3)]
     assert got == _generate(single, prompts, SEEDED, 5)
     assert alone == got[:3], "a seeded request's tokens depend on its batch or on the default generator"
@@ -175,3 +176,11 @@ def test_too_many_logprob_rows_take_single_steps(engines):
     assert got == _run(single, _prompts(n), params)
     with pytest.raises(ValueError, match="single steps"):
         burst.llm_engine.burst.launch([5] * n, [3] * n, [[0]] * n, [params] * n)
+
+
+def test_filter_variants_follow_the_rows_top_k():
+    sp = lambda **kw: SamplingParams(temperature=0.8, **kw)      # noqa: E731
+    assert Mode.of([sp(top_p=0.9), sp(min_p=0.1)]) == Mode.FILTER                   # the sort alone
+    assert Mode.of([sp(top_k=20, top_p=0.95), SamplingParams(temperature=0.0)]) == Mode.TOPK   # no sort
+    assert Mode.of([sp(top_k=20, top_p=0.95), sp(top_p=0.9)]) == Mode.MIXED           # both, per row
+    assert Mode.of([sp(top_k=500)]) == Mode.FILTER and Mode.of([sp()]) == Mode.SAMPLE

@@ -1,9 +1,9 @@
 """How a decode burst (engine/multistep.py) picks each step's token: its graph variant (`Mode`)
 and the rows' sampling settings in device buffers (`BurstSampling`).
 
-Four variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
+Five variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
 sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p; topk, filter
-when every sampled row has a top-k of at most 128 (no sort of the vocabulary). Both sampled
+when every sampled row has a top-k of at most 128 (no sort of the vocabulary); mixed, when some do. Both sampled
 variants draw from the user's distribution, each row's settings in device buffers. Filter runs
 `layers/sampler.compute_probs` on the same logits a single step sees (min-p and the sort for
 top-k / top-p always on: a row with a filter off is left unchanged) and the exponential race from
@@ -25,9 +25,10 @@ from turbospec.sampling_params import SamplingParams
 class Mode:
     """A burst's graph variant: how each step picks its tokens. TOPK is FILTER for batches whose
     sampled rows all have 0 < top_k <= sampler.TOPK_BOUND (Qwen3's defaults: top-k 20, top-p 0.95):
-    no sort of the vocabulary. ALL are captured at start-up, TOPK at its first use."""
-    GREEDY, SAMPLE, FILTER, TOPK = 0, 1, 2, 3  # argmax / temperature only / min-p, top-k, top-p too / bounded k
-    ALL = (GREEDY, SAMPLE, FILTER)
+    no sort of the vocabulary; MIXED for batches with such rows and others (both paths, picked per
+    row). ALL are captured at start-up, TOPK and MIXED at their first use."""
+    GREEDY, SAMPLE, FILTER, TOPK, MIXED = 0, 1, 2, 3, 4
+    ALL = (GREEDY, SAMPLE, FILTER)       # argmax / temperature only / min-p, top-k, top-p too
 
     @staticmethod
     def of(params: list[SamplingParams] | None) -> int:
@@ -40,7 +41,9 @@ class Mode:
         """The variant for rows whose settings `st` holds (some sampled): SamplingTensors' own flags."""
         if not (st.any_top_k or st.any_top_p or st.min_p is not None or st.any_seeded):
             return Mode.SAMPLE
-        return Mode.TOPK if st.all_top_k_bounded else Mode.FILTER
+        if st.all_top_k_bounded:
+            return Mode.TOPK
+        return Mode.MIXED if st.any_top_k_bounded else Mode.FILTER
 
 
 def pinned(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -64,16 +67,16 @@ class BurstSampling:
         self._any_seeded = device.type == "cuda"   # CPU (eager): skip the counter noise when no row is seeded
 
     def tensors(self, b: int, mode: int, pos: torch.Tensor) -> SamplingTensors:
-        """The first b rows of the settings; Mode.FILTER and TOPK turn every filter's path on (TOPK
-        without the sort). pos [b]: the rows' positions (the token drawn at this step sits at
+        """The first b rows of the settings; Mode.FILTER, TOPK and MIXED turn every filter's path on
+        (FILTER the sort alone, TOPK the bounded top-k alone, MIXED both). pos [b]: the rows' positions (the token drawn at this step sits at
         index pos + 1)."""
-        st, f = self.st, mode in (Mode.FILTER, Mode.TOPK)
+        st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED)
         counter = {}
         if f and self._any_seeded:
             counter = dict(seed_keys=self.seed_keys[:b], token_index=pos + 1, seeded=self.seeded[:b],
                            any_seeded=True)
         return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
-                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f, any_top_k_bounded=f,
+                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f, any_top_k_bounded=mode != Mode.FILTER,
                                all_top_k_bounded=mode == Mode.TOPK, **counter)
 
     def scores(self, logits: torch.Tensor, b: int, mode: int, pos: torch.Tensor) -> torch.Tensor:
