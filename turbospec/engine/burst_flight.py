@@ -14,7 +14,7 @@ class BurstFlight:
     def __init__(self, rows: int, bucket: int, max_pos: int, host_out: torch.Tensor, event,
                  mode: int = 0, lp: list[tuple[int, int]] | None = None, lp_host: list | None = None,
                  penalized: bool = False):
-        # mode: the burst's multistep.Mode (0 = greedy); penalized: its logits go through penalties
+        # mode: the burst's burst_sampling.Mode (0 = greedy); penalized: its logits go through penalties
         self.rows, self.bucket, self.max_pos, self.mode = rows, bucket, max_pos, mode
         self.penalized = penalized
         self.host_out, self.event = host_out, event
