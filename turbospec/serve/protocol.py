@@ -69,7 +69,7 @@ class _SamplingFields(BaseModel):
     """Fields shared by both endpoints (vLLM's extras `top_k`, `ignore_eos`, ... included)."""
     model_config = ConfigDict(extra="allow")
 
-    model: str
+    model: str | None = None                      # vLLM's: optional, the first served name when left out
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -241,6 +241,15 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
         if self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set:
             params.skip_special_tokens = False    # some tokenizers mark <tool_call> special (as vLLM's hermes)
         return params
+
+
+def resolve_model_name(requested: str | None, served: list[str]) -> str:
+    """The served name a request addresses: `model` as sent, or, left out or null, the first
+    served name (vLLM makes `model` optional, so curl lines written for it send none)."""
+    if requested is None:
+        return served[0]
+    check_model_name(requested, served)
+    return requested
 
 
 def check_model_name(requested: str, served: list[str]) -> None:

@@ -16,7 +16,7 @@ from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, 
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.deltas import StreamDelta, TokenLogprob, token_str
 from turbospec.serve.errors import APIError
-from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, check_model_name
+from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, resolve_model_name
 from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
 from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -63,7 +63,7 @@ class OpenAIServing:
     # ---- /v1/completions -----------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
         req = await read_request(request, CompletionRequest, self.max_body_bytes)
-        check_model_name(req.model, self.served_model_names)
+        req.model = resolve_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params(self.sampling_defaults)
         prompts = req.prompts()
         req.check_num_choices(len(prompts))
@@ -150,7 +150,7 @@ class OpenAIServing:
     # ---- /v1/chat/completions ------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, self.max_body_bytes)
-        check_model_name(req.model, self.served_model_names)
+        req.model = resolve_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params(self.sampling_defaults)
         req.check_num_choices(1)
         req.template_kwargs()                     # contradictory template options: 400 first
