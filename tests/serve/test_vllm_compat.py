@@ -31,3 +31,39 @@ def test_model_is_optional_as_in_vllm(server, model):
                 chunks = [json.loads(line[6:]) for line in s.iter_lines()
                           if line.startswith("data: {")]
             assert chunks and {ch["model"] for ch in chunks} == {MODEL_NAME}
+
+
+# vLLM's request extras at the values its own clients send by default
+VLLM_DEFAULTS = {"spaces_between_special_tokens": True, "truncate_prompt_tokens": None, "priority": 0,
+                 "allowed_token_ids": None, "bad_words": [], "length_penalty": 1.0,
+                 "return_tokens_as_token_ids": False, "return_token_ids": False, "guided_json": None,
+                 "guided_choice": None, "structured_outputs": None, "logits_processors": None,
+                 "cache_salt": "s3cr3t", "kv_transfer_params": None, "vllm_xargs": None}
+
+
+def test_vllm_extras_at_their_defaults_are_served(server):
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
+        r = c.post("/v1/completions", json={"model": MODEL_NAME, "prompt": "def f(x):", "max_tokens": 2,
+                                            **VLLM_DEFAULTS})
+        assert r.status_code == 200, r.text
+        r = c.post("/v1/chat/completions", json={"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2,
+                                                 "chat_template": None, "documents": None, **VLLM_DEFAULTS})
+        assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("guided_json", {"type": "object"}, "guided"),
+    ("guided_choice", ["yes", "no"], "guided"),
+    ("structured_outputs", {"choice": ["yes", "no"]}, "guided"),
+    ("truncate_prompt_tokens", 8, "shorten the prompt"),
+    ("spaces_between_special_tokens", False, "accepted only as true"),
+    ("priority", 5, "accepted only as 0"),
+])
+def test_vllm_extras_it_does_not_implement_are_refused_by_name(server, field, value, words):
+    """Not 'unknown parameter' (they are vLLM's documented fields) but unsupported, with what to do."""
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2,
+                                                 field: value})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["code"] == "unsupported_parameter" and err["param"] == field, err
+    assert words in err["message"], err["message"]

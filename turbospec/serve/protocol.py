@@ -32,7 +32,8 @@ MAX_CHOICES = 128            # prompts x n per request: each is an engine reques
 
 # Fields accepted and ignored: they do not change the generated tokens.
 HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
-                             "prompt_cache_key", "parallel_tool_calls", "request_id"})
+                             "prompt_cache_key", "parallel_tool_calls", "request_id",
+                             "cache_salt", "session_id"})     # vLLM's: prefix-cache salt, routing key
 
 # Fields accepted only at their neutral value(s); anything else is a 400.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -51,6 +52,38 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "prediction": (None,),
     "reasoning_effort": (None,),
     "web_search_options": (None,),
+    # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
+    "spaces_between_special_tokens": (True, None),
+    "truncate_prompt_tokens": (None,),
+    "priority": (0, None),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "length_penalty": (1.0, None),                # beam search only
+    "logits_processors": (None, []),
+    "return_tokens_as_token_ids": (False, None),
+    "return_token_ids": (False, None),
+    "prompt_embeds": (None,),
+    "structured_outputs": (None,),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "guided_decoding_backend": (None,),
+    "guided_whitespace_pattern": (None,),
+    "chat_template": (None,),
+    "documents": (None,),
+    "mm_processor_kwargs": (None,),
+    "kv_transfer_params": (None,),
+    "vllm_xargs": (None,),
+}
+
+# What to do instead, for the refusals a vLLM user is most likely to meet.
+_NO_GUIDED = "turbospec has no constrained (guided) decoding; ask for the format in the prompt and validate it"
+UNSUPPORTED_HINTS: dict[str, str] = {
+    **{k: _NO_GUIDED for k in ("response_format", "structured_outputs", "guided_json", "guided_regex",
+                               "guided_choice", "guided_grammar")},
+    "chat_template": "start the server with --chat-template FILE instead",
+    "truncate_prompt_tokens": "shorten the prompt on the client",
 }
 
 
@@ -96,9 +129,10 @@ class _SamplingFields(BaseModel):
                        if k in NEUTRAL_VALUES and not is_one_of(v, NEUTRAL_VALUES[k])]
         if unsupported:
             detail = ", ".join(f"'{k}' (accepted only as {_show(NEUTRAL_VALUES[k])})" for k in unsupported)
+            hint = UNSUPPORTED_HINTS.get(unsupported[0])
             raise bad_request(f"unsupported parameter(s) {detail}: turbospec does not implement them; "
-                              "remove them or use the neutral value", param=unsupported[0],
-                              code="unsupported_parameter")
+                              f"remove them or use the neutral value{f' ({hint})' if hint else ''}",
+                              param=unsupported[0], code="unsupported_parameter")
         unknown = [k for k in extra if k not in NEUTRAL_VALUES and k not in HARMLESS_FIELDS]
         if unknown:
             raise bad_request(f"unknown parameter(s) {', '.join(repr(k) for k in unknown)}: remove them "
