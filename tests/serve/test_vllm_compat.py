@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 
+from .fake_engine import FakeEngine, run_app
 from .server_process import API_KEY, MODEL_NAME
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -67,3 +68,32 @@ def test_vllm_extras_it_does_not_implement_are_refused_by_name(server, field, va
     err = r.json()["error"]
     assert r.status_code == 400 and err["code"] == "unsupported_parameter" and err["param"] == field, err
     assert words in err["message"], err["message"]
+
+
+class _SpecialTokensEngine(FakeEngine):
+    """Records the add_special_tokens each request reached the engine with."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[bool] = []
+
+    def add_request(self, request_id, prompt, params, add_special_tokens=True) -> None:
+        self.seen.append(add_special_tokens)
+        super().add_request(request_id, prompt, params)
+
+
+def test_add_special_tokens_reaches_the_engine():
+    """vLLM's `add_special_tokens`: default true for /v1/completions (a Llama prompt gets its BOS),
+    false for chat (the template renders it); a request may set either."""
+    engine = _SpecialTokensEngine()
+
+    async def scenario(c):
+        base = {"model": "fake", "max_tokens": 2}
+        chat = {**base, "messages": [{"role": "user", "content": "hi"}]}
+        for body in ({**base, "prompt": "x"}, {**base, "prompt": "x", "add_special_tokens": False},
+                     chat, {**chat, "add_special_tokens": True}):
+            path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+            r = await c.post(path, json=body)
+            assert r.status_code == 200, r.text
+    run_app(engine, scenario)
+    assert engine.seen == [True, False, False, True]

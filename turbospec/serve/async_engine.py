@@ -32,6 +32,7 @@ class _Add:
     messages: list[dict] | None              # chat: rendered with the template in the engine thread
     template_kwargs: dict | None             # chat: apply_chat_template's options
     params: SamplingParams
+    add_special_tokens: bool                 # the tokenizer's BOS etc. before the (rendered) prompt
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queue: asyncio.Queue
@@ -94,16 +95,22 @@ class AsyncEngine:
     async def add_request(self, request_id: str, params: SamplingParams, *,
                           prompt: str | list[int] | None = None,
                           messages: list[dict] | None = None,
-                          template_kwargs: dict | None = None) -> RequestStream:
+                          template_kwargs: dict | None = None,
+                          add_special_tokens: bool | None = None) -> RequestStream:
         """Queue a request; returns once the engine accepted it. Raises RequestFailed (400 for
-        bad input such as a prompt over the context length, 503 when the engine is down)."""
+        bad input such as a prompt over the context length, 503 when the engine is down).
+        `add_special_tokens` (vLLM's): None is vLLM's default, true for a text prompt and false for
+        chat, whose template renders the BOS itself."""
         if self._refusing is not None:
             raise RequestFailed(503, self._refusing, "server_shutting_down")
         if not self.is_healthy:
             raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
                                 "engine_unavailable")
         loop = asyncio.get_running_loop()
-        item = _Add(request_id, prompt, messages, template_kwargs, params, loop, loop.create_future(), asyncio.Queue())
+        if add_special_tokens is None:
+            add_special_tokens = messages is None
+        item = _Add(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
+                    loop.create_future(), asyncio.Queue())
         self._post(item)
         try:
             await item.future
@@ -184,8 +191,7 @@ class AsyncEngine:
         try:
             prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)
                       if item.messages is not None else item.prompt)
-            # a chat template renders the BOS itself: tokenize its text without special tokens (vLLM)
-            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.messages is None)
+            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.add_special_tokens)
         except ValueError as e:
             resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
             return

@@ -203,6 +203,7 @@ class CompletionRequest(_SamplingFields):
     max_tokens: int | None = 16                   # OpenAI's default for completions
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: NullableBool = False                    # the prompt before the completion (with logprobs: its logprobs too)
+    add_special_tokens: bool = True               # vLLM's: the tokenizer's BOS (a Llama's) before the prompt
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts: a string, a list of token ids, or a batch of either (one choice per prompt
@@ -242,6 +243,7 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
     max_completion_tokens: int | None = None
     logprobs: NullableBool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    add_special_tokens: bool = False              # vLLM's: the template renders the BOS itself
 
     @property
     def max_tokens_name(self) -> str:

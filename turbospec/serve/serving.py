@@ -68,7 +68,7 @@ class OpenAIServing:
         prompts = req.prompts()
         req.check_num_choices(len(prompts))
         rid = f"cmpl-{uuid.uuid4().hex}"
-        streams = await start_choices(self._start, rid, params, [{"prompt": p} for p in prompts], req.num_samples)
+        streams = await start_choices(self._start, rid, params, [{"prompt": p, "add_special_tokens": req.add_special_tokens} for p in prompts], req.num_samples)
         if req.stream:
             return SSEResponse(self._completion_events(rid, req, streams))
         try:
@@ -160,7 +160,8 @@ class OpenAIServing:
                            "`--chat-template FILE.jinja`", code="no_chat_template")
         tools = req.checked_tools(getattr(self.engine.tokenizer, "chat_template", None))
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools)}
+        prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
+                  "add_special_tokens": req.add_special_tokens}
         start = partial(self._start, max_tokens_name=req.max_tokens_name)
         streams = await start_choices(start, rid, params, [prompt], req.num_samples)
         if req.stream:
