@@ -97,3 +97,36 @@ def test_add_special_tokens_reaches_the_engine():
             assert r.status_code == 200, r.text
     run_app(engine, scenario)
     assert engine.seen == [True, False, False, True]
+
+
+def test_tokenize_counts_what_generation_counts(server):
+    """vLLM's /tokenize: `count` is the prompt_tokens the same prompt (or conversation, rendered
+    with the same template options) is billed in usage; /detokenize inverts it."""
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
+        prompt = "def fib(n):\n    return n"
+        t = c.post("/tokenize", json={"model": MODEL_NAME, "prompt": prompt, "return_token_strs": True}).json()
+        gen = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1}).json()
+        assert t["count"] == len(t["tokens"]) == gen["usage"]["prompt_tokens"] and t["max_model_len"] == 2048
+        assert "".join(t["token_strs"]).replace("Ġ", " ").replace("Ċ", "\n") == prompt
+        assert c.post("/detokenize", json={"model": MODEL_NAME, "tokens": t["tokens"]}).json() == {"prompt": prompt}
+        for options in ({}, {"add_generation_prompt": False}):
+            t = c.post("/tokenize", json={"messages": MESSAGES, **options}).json()
+            gen = c.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 1, **options}).json()
+            assert t["count"] == gen["usage"]["prompt_tokens"] and t["token_strs"] is None
+        rendered = c.post("/detokenize", json={"tokens": t["tokens"]}).json()["prompt"]
+        assert rendered.startswith("<|user|>\ndef add(a, b):") and not rendered.endswith("<|assistant|>\n")
+
+
+@pytest.mark.parametrize("path,body,status,param", [
+    ("/tokenize", {"prompt": "x", "messages": MESSAGES}, 400, "prompt"),
+    ("/tokenize", {}, 400, "prompt"),
+    ("/tokenize", {"prompt": "x", "model": "gpt-9"}, 404, "model"),
+    ("/tokenize", {"prompt": "x", "truncation": True}, 400, "truncation"),
+    ("/detokenize", {"tokens": [1, 99999]}, 400, "tokens"),
+    ("/detokenize", {"tokens": "abc"}, 400, "tokens"),
+])
+def test_tokenize_errors(server, path, body, status, param):
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
+        r = c.post(path, json=body)
+    assert r.status_code == status and r.json()["error"]["param"] == param, r.text
+    assert httpx.post(f"{server.url}{path}", json={"prompt": "x"}, timeout=10).status_code == 401

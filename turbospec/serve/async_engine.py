@@ -14,11 +14,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from turbospec.sampling_params import SamplingParams
 from turbospec.chat_template import render_chat
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
-from turbospec.serve.loop_bridge import deliver, resolve
+from turbospec.serve.loop_bridge import deliver, resolve, settle
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
 
@@ -42,6 +43,14 @@ class _Add:
 @dataclass
 class _Abort:
     request_id: str
+
+
+@dataclass
+class _Call:
+    """A function to run on the engine thread (which owns the tokenizer), e.g. /tokenize's."""
+    fn: Callable[[], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
 
 
 @dataclass
@@ -119,6 +128,17 @@ class AsyncEngine:
             raise
         return RequestStream(request_id, item.queue, self)
 
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """fn() run on the engine thread between two steps: its result, or its exception raised
+        here. RequestFailed 503 when the engine is down."""
+        if not self.is_healthy:
+            raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
+                                "engine_unavailable")
+        loop = asyncio.get_running_loop()
+        item = _Call(fn, loop, loop.create_future())
+        self._post(item)
+        return await item.future
+
     def abort(self, request_id: str) -> None:
         """Thread-safe and idempotent; frees the request's KV blocks at the next inbox pass."""
         self._post(_Abort(request_id))
@@ -167,6 +187,13 @@ class AsyncEngine:
             self._fail_all(503, self.dead_reason)
 
     def _handle(self, item) -> None:
+        if isinstance(item, _Call):
+            try:
+                result, error = item.fn(), None
+            except Exception as e:  # noqa: BLE001 - the caller turns it into its response
+                result, error = None, e
+            settle(item, result, error)
+            return
         if isinstance(item, _FailInFlight):
             if self._live:
                 logger.warning("shutting down: ending %d request(s) still running with a 503", len(self._live))
@@ -267,6 +294,8 @@ class AsyncEngine:
         for item in pending:
             if isinstance(item, _Add):
                 resolve(item, RequestFailed(503, message, "engine_unavailable"))
+            elif isinstance(item, _Call):
+                settle(item, None, RequestFailed(503, message, "engine_unavailable"))
 
     def _abort_all(self) -> None:
         for rid in list(self._live):
