@@ -84,6 +84,7 @@ UNSUPPORTED_HINTS: dict[str, str] = {
                                "guided_choice", "guided_grammar")},
     "chat_template": "start the server with --chat-template FILE instead",
     "truncate_prompt_tokens": "shorten the prompt on the client",
+    "prompt_logprobs": "the prompt tokens' logprobs come with echo=true and logprobs on /v1/completions",
 }
 
 
