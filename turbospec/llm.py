@@ -62,12 +62,15 @@ class LLM:
         return SamplingParams(**self._sampling_defaults)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = False) -> list[RequestOutput]:
+                 use_tqdm: bool = False, *, lora_request=None, priority: list[int] | None = None
+                 ) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
         engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
         work starts, so a bad one fails the call without running the others; if the call is
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
-        prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do."""
+        prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do.
+        vLLM's `lora_request` and `priority` are accepted at their neutral values (None; zeros)."""
+        _check_vllm_call_args(lora_request, priority)
         return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True)
 
     def _generate(self, prompts, sampling_params, use_tqdm: bool, add_special_tokens: bool) -> list[RequestOutput]:
@@ -123,12 +126,23 @@ class LLM:
              use_tqdm: bool = False, chat_template: str | None = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False,
              chat_template_kwargs: dict[str, Any] | None = None,
-             tools: list[dict[str, Any]] | None = None) -> list[RequestOutput]:
+             tools: list[dict[str, Any]] | None = None, *, lora_request=None,
+             chat_template_content_format: str = "auto", mm_processor_kwargs: dict | None = None
+             ) -> list[RequestOutput]:
         """vLLM's `LLM.chat`: one conversation (a list of {"role", "content"} messages) or a list
         of them, rendered with the tokenizer's chat template (or `chat_template`, the Jinja text
         or a file), then generated as `generate` does. One RequestOutput per conversation.
         `tools` (OpenAI's function schemas) are rendered by the template, which must read them;
-        the output is not parsed: `turbospec.tool_parser.extract_tool_calls(text)` does that."""
+        the output is not parsed: `turbospec.tool_parser.extract_tool_calls(text)` does that.
+        Text content parts reach the template joined into one string (vLLM's
+        `chat_template_content_format="string"`, which "auto" picks for text-only templates)."""
+        _check_vllm_call_args(lora_request, None)
+        if chat_template_content_format not in ("auto", "string"):
+            raise ValueError(f"chat_template_content_format={chat_template_content_format!r} is not supported: "
+                             "turbospec renders message content as one string (text parts joined); use "
+                             "'auto' or 'string'")
+        if mm_processor_kwargs:
+            raise ValueError("mm_processor_kwargs is not supported: turbospec serves text-only models")
         prompts = _render_conversations(self.get_tokenizer(), self.model, messages, chat_template,
                                         add_generation_prompt, continue_final_message, chat_template_kwargs,
                                         tools)
@@ -147,10 +161,18 @@ _VLLM_LLM_ARGS: dict[str, tuple] = {
     "revision": (None,), "tokenizer_revision": (None,), "tokenizer_mode": ("auto",),
     "kv_cache_dtype": ("auto",), "enable_prefix_caching": (None, False),
     "disable_log_stats": (False, True), "max_seq_len_to_capture": None,   # None: any value
+    # prefills over max_num_batched_tokens are always chunked, and a preempted request recomputes
+    # (no CPU swap): these change scheduling only, never the tokens
+    "enable_chunked_prefill": None, "swap_space": None, "disable_custom_all_reduce": None,
+    "cpu_offload_gb": (0,), "download_dir": (None,), "load_format": ("auto", "safetensors"),
+    "task": ("auto", "generate"), "runner": ("auto", "generate"), "enable_lora": (False,),
 }
 _HINTS = {"tensor_parallel_size": "turbospec runs a model on one GPU",
           "pipeline_parallel_size": "turbospec runs a model on one GPU",
-          "data_parallel_size": "start one server per GPU instead"}
+          "data_parallel_size": "start one server per GPU instead",
+          "download_dir": "turbospec loads local directories: download with `hf download ID --local-dir DIR` "
+                          "and pass DIR as the model",
+          "enable_lora": "merge the adapter into the base weights and load that directory"}
 
 
 def _check_vllm_kwargs(kwargs: dict[str, Any]) -> None:
@@ -164,6 +186,18 @@ def _check_vllm_kwargs(kwargs: dict[str, Any]) -> None:
             hint = _HINTS.get(name, "turbospec does not implement it")
             raise ValueError(f"LLM({name}={value!r}) is not supported ({hint}); accepted: "
                              f"{' or '.join(repr(v) for v in allowed)}")
+
+
+def _check_vllm_call_args(lora_request, priority) -> None:
+    """vLLM's per-call `lora_request` / `priority`: turbospec has neither LoRA adapters nor priority
+    scheduling, so only their neutral values pass (a wrapper forwarding None runs unchanged)."""
+    if lora_request is not None:
+        raise ValueError("lora_request is not supported: turbospec serves no LoRA adapters; merge the adapter "
+                         "into the base weights (peft's merge_and_unload, then save_pretrained) and load that "
+                         "directory")
+    if priority is not None and any(p != 0 for p in priority):
+        raise ValueError(f"priority={priority!r} is not supported: turbospec schedules requests first come, first "
+                         "served; leave it out (or pass zeros)")
 
 
 def check_model_path(path: str, what: str = "model") -> None:

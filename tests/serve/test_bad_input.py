@@ -34,7 +34,6 @@ CASES = [
     ("stream_string", "/v1/completions", _bad(stream="yes"), AUTH, 400, "stream"),
     ("stop_number", "/v1/completions", _bad(stop=7), AUTH, 400, "stop"),
     ("missing_prompt", "/v1/completions", _without("prompt"), AUTH, 400, "prompt"),
-    ("missing_model", "/v1/completions", _without("model"), AUTH, 400, "model"),
     ("missing_messages", "/v1/chat/completions", _without("messages", CHAT), AUTH, 400, "messages"),
     ("empty_messages", "/v1/chat/completions", {**CHAT, "messages": []}, AUTH, 400, "messages"),
     ("bad_role", "/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "x"}]},

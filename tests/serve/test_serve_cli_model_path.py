@@ -62,3 +62,32 @@ def test_a_busy_port_is_refused_before_the_model_loads(monkeypatch):
     out = " ".join(r.output.replace("│", " ").split())
     assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in out and "--port" in out, out
     assert loads == []
+
+
+def test_a_vllm_launch_line_reaches_the_engine_config(monkeypatch, tmp_path):
+    """`vllm serve MODEL --gpu-memory-utilization 0.5 --max-num-batched-tokens 1024 --tokenizer DIR
+    -tp 1 --trust-remote-code` runs unchanged: the values reach the engine (no 'No such option');
+    a tensor-parallel size over 1 is refused by name before anything loads."""
+    import turbospec.serve.startup as startup
+    seen = {}
+
+    def fake_build_engine(model, **kwargs):
+        seen.update(kwargs)
+        raise ValueError("stopped by the test")
+    monkeypatch.setattr(startup, "build_engine", fake_build_engine)
+    r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--gpu-memory-utilization", "0.5",
+                                 "--max-num-batched-tokens", "1024", "--tokenizer", str(CODELM), "-tp", "1",
+                                 "--trust-remote-code", "--port", "0"])
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and "stopped by the test" in out, out
+    ec = seen["engine_config"]
+    assert ec.gpu_memory_utilization == 0.5 and ec.max_num_batched_tokens == 1024
+    assert seen["tokenizer"] == str(CODELM)
+    seen.clear()
+    r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--tensor-parallel-size", "2"])
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and "one GPU" in out and seen == {}, out
+    r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--tokenizer", str(tmp_path / "none"),
+                                 "--port", "0"])
+    out = " ".join(r.output.replace("│", " ").split())
+    assert r.exit_code == 2 and "tokenizer path" in out and "does not exist" in out and seen == {}, out

@@ -1,5 +1,6 @@
-"""The FastAPI app: OpenAI routes under /v1 (behind the API key when one is set), plus /health,
-/metrics and /version, which monitoring reaches without a key (as with vLLM)."""
+"""The FastAPI app: OpenAI routes under /v1 and vLLM's /tokenize and /detokenize (behind the API
+key when one is set), plus /health, /metrics and /version, which monitoring reaches without a key
+(as with vLLM)."""
 from __future__ import annotations
 
 import hmac
@@ -18,6 +19,7 @@ from turbospec.serve.protocol import check_model_name
 from turbospec.serve.request_body import DEFAULT_MAX_BODY_BYTES
 from turbospec.serve.responses import ModelCard, ModelList
 from turbospec.serve.serving import OpenAIServing
+from turbospec.serve.tokenize import Tokenization
 
 
 def _auth_dependency(api_key: str | None):
@@ -56,6 +58,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     if async_engine.metrics is None:
         async_engine.metrics = metrics
     serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults)
+    tokenization = Tokenization(async_engine, names, max_body_bytes)
     require_key = _auth_dependency(api_key)
 
     @asynccontextmanager
@@ -113,5 +116,15 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     async def chat_completions(request: Request) -> Response:
         await require_key(request)
         return await serving.chat(request)
+
+    @app.post("/tokenize")                             # vLLM's; behind the API key like /v1
+    async def tokenize(request: Request) -> Response:
+        await require_key(request)
+        return await tokenization.tokenize(request)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        await require_key(request)
+        return await tokenization.detokenize(request)
 
     return app

@@ -14,11 +14,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from turbospec.sampling_params import SamplingParams
 from turbospec.chat_template import render_chat
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
-from turbospec.serve.loop_bridge import deliver, resolve
+from turbospec.serve.loop_bridge import deliver, resolve, settle
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
 
@@ -32,6 +33,7 @@ class _Add:
     messages: list[dict] | None              # chat: rendered with the template in the engine thread
     template_kwargs: dict | None             # chat: apply_chat_template's options
     params: SamplingParams
+    add_special_tokens: bool                 # the tokenizer's BOS etc. before the (rendered) prompt
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queue: asyncio.Queue
@@ -41,6 +43,14 @@ class _Add:
 @dataclass
 class _Abort:
     request_id: str
+
+
+@dataclass
+class _Call:
+    """A function to run on the engine thread (which owns the tokenizer), e.g. /tokenize's."""
+    fn: Callable[[], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
 
 
 @dataclass
@@ -94,16 +104,22 @@ class AsyncEngine:
     async def add_request(self, request_id: str, params: SamplingParams, *,
                           prompt: str | list[int] | None = None,
                           messages: list[dict] | None = None,
-                          template_kwargs: dict | None = None) -> RequestStream:
+                          template_kwargs: dict | None = None,
+                          add_special_tokens: bool | None = None) -> RequestStream:
         """Queue a request; returns once the engine accepted it. Raises RequestFailed (400 for
-        bad input such as a prompt over the context length, 503 when the engine is down)."""
+        bad input such as a prompt over the context length, 503 when the engine is down).
+        `add_special_tokens` (vLLM's): None is vLLM's default, true for a text prompt and false for
+        chat, whose template renders the BOS itself."""
         if self._refusing is not None:
             raise RequestFailed(503, self._refusing, "server_shutting_down")
         if not self.is_healthy:
             raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
                                 "engine_unavailable")
         loop = asyncio.get_running_loop()
-        item = _Add(request_id, prompt, messages, template_kwargs, params, loop, loop.create_future(), asyncio.Queue())
+        if add_special_tokens is None:
+            add_special_tokens = messages is None
+        item = _Add(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
+                    loop.create_future(), asyncio.Queue())
         self._post(item)
         try:
             await item.future
@@ -111,6 +127,17 @@ class AsyncEngine:
             self.abort(request_id)                  # the client left while we were queued
             raise
         return RequestStream(request_id, item.queue, self)
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """fn() run on the engine thread between two steps: its result, or its exception raised
+        here. RequestFailed 503 when the engine is down."""
+        if not self.is_healthy:
+            raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
+                                "engine_unavailable")
+        loop = asyncio.get_running_loop()
+        item = _Call(fn, loop, loop.create_future())
+        self._post(item)
+        return await item.future
 
     def abort(self, request_id: str) -> None:
         """Thread-safe and idempotent; frees the request's KV blocks at the next inbox pass."""
@@ -160,6 +187,13 @@ class AsyncEngine:
             self._fail_all(503, self.dead_reason)
 
     def _handle(self, item) -> None:
+        if isinstance(item, _Call):
+            try:
+                result, error = item.fn(), None
+            except Exception as e:  # noqa: BLE001 - the caller turns it into its response
+                result, error = None, e
+            settle(item, result, error)
+            return
         if isinstance(item, _FailInFlight):
             if self._live:
                 logger.warning("shutting down: ending %d request(s) still running with a 503", len(self._live))
@@ -184,8 +218,7 @@ class AsyncEngine:
         try:
             prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)
                       if item.messages is not None else item.prompt)
-            # a chat template renders the BOS itself: tokenize its text without special tokens (vLLM)
-            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.messages is None)
+            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.add_special_tokens)
         except ValueError as e:
             resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
             return
@@ -261,6 +294,8 @@ class AsyncEngine:
         for item in pending:
             if isinstance(item, _Add):
                 resolve(item, RequestFailed(503, message, "engine_unavailable"))
+            elif isinstance(item, _Call):
+                settle(item, None, RequestFailed(503, message, "engine_unavailable"))
 
     def _abort_all(self) -> None:
         for rid in list(self._live):

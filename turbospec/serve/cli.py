@@ -61,9 +61,21 @@ def serve(
     generation_config: str = typer.Option(
         "auto", help="auto: requests that leave temperature / top_p / top_k / min_p / repetition_penalty unset "
                      "get the model's generation_config.json values (vLLM's default); vllm: the API defaults."),
+    tokenizer: str = typer.Option(None, help="Tokenizer directory (default: MODEL's), as vLLM's --tokenizer."),
     max_model_len: int = typer.Option(None, help="Context length cap (default: the model's)."),
+    gpu_memory_utilization: float = typer.Option(
+        0.85, help="Fraction of GPU memory (0-1] the weights and the KV cache may use; the KV pool is sized "
+                   "from it unless --num-kv-blocks is given."),
     num_kv_blocks: int = typer.Option(None, help="KV cache blocks (default: sized from memory)."),
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
+    max_num_batched_tokens: int = typer.Option(8192, help="Token budget per engine step (longer prefills "
+                                               "are chunked)."),
+    tensor_parallel_size: int = typer.Option(
+        1, "--tensor-parallel-size", "-tp", help="Accepted for vLLM launch lines at 1 only: turbospec serves "
+                                                 "a model on one GPU (start one server per GPU)."),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Accepted for vLLM launch lines; does nothing: turbospec never "
+                                           "runs a checkpoint's own code."),
     block_size: int = typer.Option(16, help="Tokens per KV block."),
     enforce_eager: bool = typer.Option(False, help="Never use CUDA graphs."),
     num_scheduler_steps: int = typer.Option(
@@ -90,6 +102,10 @@ def serve(
     from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
+    if tensor_parallel_size != 1:
+        raise typer.BadParameter(f"{tensor_parallel_size}: turbospec serves a model on one GPU; drop the flag "
+                                 "(or pass 1), and start one server per GPU for more throughput",
+                                 param_hint="--tensor-parallel-size")
     if num_scheduler_steps is not None and not 1 <= num_scheduler_steps <= 64:
         raise typer.BadParameter(f"{num_scheduler_steps} is not in 1-64 (1: no decode bursts)",
                                  param_hint="--num-scheduler-steps")
@@ -121,11 +137,14 @@ def serve(
     try:
         from turbospec.llm import check_model_path
         check_model_path(model)            # a Hugging Face id: the download command, a file: its directory
+        if tokenizer is not None:
+            check_model_path(tokenizer, what="tokenizer")
         engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
-                                     max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                                     gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                                     max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                                      enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps)
         engine, cold = build_engine(model, device=device, dtype=dtype, speculative_config=spec,
-                                    engine_config=engine_config, quantization=quantization)
+                                    engine_config=engine_config, quantization=quantization, tokenizer=tokenizer)
         if template is not None:
             install_chat_template(engine, template)
         sampling_defaults = read_sampling_defaults(model, generation_config)

@@ -92,7 +92,8 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(exc.detail)
         if exc.status_code == 404:
             message = (f"no such endpoint: {request.url.path}. This server has /v1/completions, "
-                       "/v1/chat/completions, /v1/models, /health, /metrics and /version (see /docs)")
+                       "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics and /version "
+                       "(see /docs)")
         return APIError(exc.status_code, message, code=code).response()
 
     @app.exception_handler(Exception)

@@ -16,14 +16,19 @@ def deliver(add: Any, item: Any) -> None:
 
 def resolve(add: Any, error: Exception | None) -> None:
     """Settle the request's admission future: accepted (None) or refused with `error`."""
-    def settle() -> None:
-        if add.future.done():
+    settle(add, None, error)
+
+
+def settle(item: Any, result: Any, error: Exception | None) -> None:
+    """Settle `item.future` (on `item.loop`) with `result`, or with `error` when not None."""
+    def done() -> None:
+        if item.future.done():
             return
         if error is None:
-            add.future.set_result(None)
+            item.future.set_result(result)
         else:
-            add.future.set_exception(error)
+            item.future.set_exception(error)
     try:
-        add.loop.call_soon_threadsafe(settle)
+        item.loop.call_soon_threadsafe(done)
     except RuntimeError:
         pass

@@ -32,7 +32,8 @@ MAX_CHOICES = 128            # prompts x n per request: each is an engine reques
 
 # Fields accepted and ignored: they do not change the generated tokens.
 HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
-                             "prompt_cache_key", "parallel_tool_calls", "request_id"})
+                             "prompt_cache_key", "parallel_tool_calls", "request_id",
+                             "cache_salt", "session_id"})     # vLLM's: prefix-cache salt, routing key
 
 # Fields accepted only at their neutral value(s); anything else is a 400.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -51,6 +52,39 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "prediction": (None,),
     "reasoning_effort": (None,),
     "web_search_options": (None,),
+    # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
+    "spaces_between_special_tokens": (True, None),
+    "truncate_prompt_tokens": (None,),
+    "priority": (0, None),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "length_penalty": (1.0, None),                # beam search only
+    "logits_processors": (None, []),
+    "return_tokens_as_token_ids": (False, None),
+    "return_token_ids": (False, None),
+    "prompt_embeds": (None,),
+    "structured_outputs": (None,),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "guided_decoding_backend": (None,),
+    "guided_whitespace_pattern": (None,),
+    "chat_template": (None,),
+    "documents": (None,),
+    "mm_processor_kwargs": (None,),
+    "kv_transfer_params": (None,),
+    "vllm_xargs": (None,),
+}
+
+# What to do instead, for the refusals a vLLM user is most likely to meet.
+_NO_GUIDED = "turbospec has no constrained (guided) decoding; ask for the format in the prompt and validate it"
+UNSUPPORTED_HINTS: dict[str, str] = {
+    **{k: _NO_GUIDED for k in ("response_format", "structured_outputs", "guided_json", "guided_regex",
+                               "guided_choice", "guided_grammar")},
+    "chat_template": "start the server with --chat-template FILE instead",
+    "truncate_prompt_tokens": "shorten the prompt on the client",
+    "prompt_logprobs": "the prompt tokens' logprobs come with echo=true and logprobs on /v1/completions",
 }
 
 
@@ -69,7 +103,7 @@ class _SamplingFields(BaseModel):
     """Fields shared by both endpoints (vLLM's extras `top_k`, `ignore_eos`, ... included)."""
     model_config = ConfigDict(extra="allow")
 
-    model: str
+    model: str | None = None                      # vLLM's: optional, the first served name when left out
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -96,9 +130,10 @@ class _SamplingFields(BaseModel):
                        if k in NEUTRAL_VALUES and not is_one_of(v, NEUTRAL_VALUES[k])]
         if unsupported:
             detail = ", ".join(f"'{k}' (accepted only as {_show(NEUTRAL_VALUES[k])})" for k in unsupported)
+            hint = UNSUPPORTED_HINTS.get(unsupported[0])
             raise bad_request(f"unsupported parameter(s) {detail}: turbospec does not implement them; "
-                              "remove them or use the neutral value", param=unsupported[0],
-                              code="unsupported_parameter")
+                              f"remove them or use the neutral value{f' ({hint})' if hint else ''}",
+                              param=unsupported[0], code="unsupported_parameter")
         unknown = [k for k in extra if k not in NEUTRAL_VALUES and k not in HARMLESS_FIELDS]
         if unknown:
             raise bad_request(f"unknown parameter(s) {', '.join(repr(k) for k in unknown)}: remove them "
@@ -169,6 +204,7 @@ class CompletionRequest(_SamplingFields):
     max_tokens: int | None = 16                   # OpenAI's default for completions
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: NullableBool = False                    # the prompt before the completion (with logprobs: its logprobs too)
+    add_special_tokens: bool = True               # vLLM's: the tokenizer's BOS (a Llama's) before the prompt
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts: a string, a list of token ids, or a batch of either (one choice per prompt
@@ -208,6 +244,7 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
     max_completion_tokens: int | None = None
     logprobs: NullableBool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    add_special_tokens: bool = False              # vLLM's: the template renders the BOS itself
 
     @property
     def max_tokens_name(self) -> str:
@@ -241,6 +278,15 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
         if self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set:
             params.skip_special_tokens = False    # some tokenizers mark <tool_call> special (as vLLM's hermes)
         return params
+
+
+def resolve_model_name(requested: str | None, served: list[str]) -> str:
+    """The served name a request addresses: `model` as sent, or, left out or null, the first
+    served name (vLLM makes `model` optional, so curl lines written for it send none)."""
+    if requested is None:
+        return served[0]
+    check_model_name(requested, served)
+    return requested
 
 
 def check_model_name(requested: str, served: list[str]) -> None:

@@ -16,7 +16,7 @@ from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, 
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.deltas import StreamDelta, TokenLogprob, token_str
 from turbospec.serve.errors import APIError
-from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, check_model_name
+from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, resolve_model_name
 from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
 from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
@@ -63,12 +63,12 @@ class OpenAIServing:
     # ---- /v1/completions -----------------------------------------------------------------------
     async def completions(self, request: Request) -> Response:
         req = await read_request(request, CompletionRequest, self.max_body_bytes)
-        check_model_name(req.model, self.served_model_names)
+        req.model = resolve_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params(self.sampling_defaults)
         prompts = req.prompts()
         req.check_num_choices(len(prompts))
         rid = f"cmpl-{uuid.uuid4().hex}"
-        streams = await start_choices(self._start, rid, params, [{"prompt": p} for p in prompts], req.num_samples)
+        streams = await start_choices(self._start, rid, params, [{"prompt": p, "add_special_tokens": req.add_special_tokens} for p in prompts], req.num_samples)
         if req.stream:
             return SSEResponse(self._completion_events(rid, req, streams))
         try:
@@ -150,7 +150,7 @@ class OpenAIServing:
     # ---- /v1/chat/completions ------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, self.max_body_bytes)
-        check_model_name(req.model, self.served_model_names)
+        req.model = resolve_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params(self.sampling_defaults)
         req.check_num_choices(1)
         req.template_kwargs()                     # contradictory template options: 400 first
@@ -160,7 +160,8 @@ class OpenAIServing:
                            "`--chat-template FILE.jinja`", code="no_chat_template")
         tools = req.checked_tools(getattr(self.engine.tokenizer, "chat_template", None))
         rid = f"chatcmpl-{uuid.uuid4().hex}"
-        prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools)}
+        prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
+                  "add_special_tokens": req.add_special_tokens}
         start = partial(self._start, max_tokens_name=req.max_tokens_name)
         streams = await start_choices(start, rid, params, [prompt], req.num_samples)
         if req.stream:

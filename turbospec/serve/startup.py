@@ -39,13 +39,14 @@ class ColdStart:
 
 def build_engine(model: str, *, device: str | None, dtype: str | None,
                  speculative_config: dict | None, engine_config,
-                 quantization: str | None = None) -> tuple[Any, ColdStart]:
+                 quantization: str | None = None, tokenizer: str | None = None) -> tuple[Any, ColdStart]:
+    """`tokenizer`: a directory other than the model's (vLLM's --tokenizer)."""
     from turbospec.engine.llm_engine import LLMEngine
 
     cs = ColdStart()
     t0 = time.perf_counter()
     engine = LLMEngine.from_config(model, device=device, dtype=dtype, speculative_config=speculative_config,
-                                   engine_config=engine_config, quantization=quantization)
+                                   engine_config=engine_config, quantization=quantization, tokenizer=tokenizer)
     built = time.perf_counter() - t0
     info = dict(getattr(engine, "startup", {}) or {})
     cs.weights_gb = info.pop("weights_gb", None)

@@ -1,0 +1,56 @@
+"""The offline API as a vLLM script calls it: LLM(...) constructor arguments and the per-call
+arguments of generate / chat that vLLM has and turbospec does not implement are accepted at their
+neutral values (a script or wrapper that forwards them runs unchanged) and refused by name,
+with what to do instead, otherwise. A random-weight Qwen3 with codelm's tokenizer, float32 CPU."""
+from __future__ import annotations
+
+import pytest
+
+from turbospec import LLM, SamplingParams
+
+TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
+MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "def add"}, {"type": "text", "text": "(a, b):"}]}]
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_qwen3):
+    return LLM(str(tiny_qwen3), device="cpu", dtype="float32", max_model_len=96, enable_chunked_prefill=True,
+               swap_space=4, load_format="safetensors", task="generate", disable_custom_all_reduce=True)
+
+
+def greedy() -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+
+
+def test_neutral_call_arguments_change_nothing(llm):
+    plain = llm.generate(["def f(x):", "import os"], greedy())
+    same = llm.generate(["def f(x):", "import os"], greedy(), lora_request=None, priority=[0, 0])
+    assert [o.outputs[0].token_ids for o in same] == [o.outputs[0].token_ids for o in plain]
+    chat = llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE)
+    for fmt in ("auto", "string"):
+        again = llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, lora_request=None,
+                         chat_template_content_format=fmt, mm_processor_kwargs=None)
+        assert again[0].outputs[0].token_ids == chat[0].outputs[0].token_ids
+        assert again[0].prompt == "<|user|>def add\n(a, b):\n<|assistant|>"
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda llm: llm.generate("x", greedy(), lora_request=object()), "merge the adapter"),
+    (lambda llm: llm.generate(["x", "y"], greedy(), priority=[0, 1]), "first come"),
+    (lambda llm: llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, chat_template_content_format="openai"),
+     "one string"),
+    (lambda llm: llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, lora_request=object()), "lora_request"),
+])
+def test_other_values_are_refused_by_name(llm, call, words):
+    with pytest.raises(ValueError) as e:
+        call(llm)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs,words", [({"download_dir": "/tmp/hf"}, "hf download"),
+                                          ({"enable_lora": True}, "merge the adapter"),
+                                          ({"cpu_offload_gb": 4}, "cpu_offload_gb=4")])
+def test_vllm_constructor_arguments_refused_with_a_hint(tiny_qwen3, kwargs, words):
+    with pytest.raises(ValueError) as e:
+        LLM(str(tiny_qwen3), device="cpu", **kwargs)
+    assert words in str(e.value) and "unknown argument" not in str(e.value)
