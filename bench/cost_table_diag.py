@@ -5,17 +5,31 @@ sequences of random ids), all in ms.
 
     PYTHONPATH=. python3 bench/cost_table_diag.py [shape] [batch] [quantization|none]
 """
-import sys
+import argparse
 
 import torch
+import typer
 
 from turbospec.benchmarks import oracle as ob
 from turbospec.benchmarks.cli_args import shape_setting
 from turbospec.engine.step_cost import measure_cost_table
 
-shape, batch = (sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"), int(sys.argv[2]) if len(sys.argv) > 2 else 1
-quant = (sys.argv[3] if len(sys.argv) > 3 else "fp8") if (sys.argv[3:4] or ["fp8"])[0] != "none" else None
-dev, name, cfg, dt, _ = shape_setting(shape, "bf16", None, str(batch))
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+parser.add_argument("shape", nargs="?", default="qwen3-30b-a3b",
+                    help="a preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b) or a model directory (config only; random weights)")
+parser.add_argument("batch", nargs="?", type=int, default=1, help="the one batch size benched")
+parser.add_argument("quantization", nargs="?", default="fp8", choices=["fp8", "none"],
+                    help="fp8: block-FP8 weights; none: the dtype's (bf16 on a GPU, fp32 on the CPU)")
+args = parser.parse_args()
+if args.batch < 1:
+    parser.error(f"batch {args.batch}: give a positive batch size")
+shape, batch = args.shape, args.batch
+quant = None if args.quantization == "none" else args.quantization
+try:
+    dev, name, cfg, dt, _ = shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
+except typer.BadParameter as e:
+    parser.error(str(e))
 seen = {}
 ks = [1, 2, 3, 4, 7]
 orig = ob.build_engine

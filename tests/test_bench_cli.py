@@ -159,17 +159,20 @@ def test_every_generate_and_bench_flag_has_help():
         assert bare == [], (path, bare)
 
 
-def test_auto_diag_prints_its_help():
-    """`python bench/auto_diag.py --help` took '--help' for a shape and ended in a BadParameter traceback."""
+@pytest.mark.parametrize("script,args", [("auto_diag.py", ("shape", "batch", "{fp8,none}", "prior_strength")),
+                                         ("cost_table_diag.py", ("shape", "batch", "{fp8,none}"))])
+def test_diag_scripts_print_their_help(script, args):
+    """`python bench/auto_diag.py --help` (and cost_table_diag.py's) took '--help' for a shape and
+    ended in a BadParameter traceback."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root}
-    r = subprocess.run([sys.executable, "bench/auto_diag.py", "--help"], cwd=root, env=env, capture_output=True,
+    r = subprocess.run([sys.executable, f"bench/{script}", "--help"], cwd=root, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert r.stdout.startswith("usage: auto_diag.py [-h] [shape] [batch] [{fp8,none}] [prior_strength]")
-    for arg in ("shape", "batch", "{fp8,none}", "prior_strength"):
+    assert r.stdout.startswith(f"usage: {script} [-h] {' '.join(f'[{a}]' for a in args)}")
+    for arg in args:
         line = next(x for x in r.stdout.splitlines() if x.strip().startswith(arg))
         assert len(line.split()) > 1, line                  # each argument has help text
     bad = subprocess.run([sys.executable, "bench/auto_diag.py", "nope"], cwd=root, env=env, capture_output=True,
