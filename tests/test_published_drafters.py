@@ -140,3 +140,25 @@ def test_eagle3_speculators_defaults_and_unsupported_variants(tmp_path):
             load_eagle3(str(_rewrite(EAGLE3, tmp_path / key, spec(**{key: True}), _speculators_tensors)))
     with pytest.raises(ValueError, match="speculators_model_type 'eagle'"):
         load_eagle3(str(_rewrite(EAGLE3, tmp_path / "e1", spec(speculators_model_type="eagle"), _speculators_tensors)))
+
+
+def test_eagle3_missing_draft_vocab_size_names_the_key(tmp_path):
+    """Without draft_vocab_size vLLM and SGLang size lm_head by vocab_size and fail on a reduced
+    head; the error said only 'd2t has shape (6144,), expected (8192,)'."""
+    d = _rewrite(EAGLE3, tmp_path / "e3", lambda c: {k: v for k, v in c.items() if k != "draft_vocab_size"})
+    with pytest.raises(ValueError, match='add "draft_vocab_size": 6144'):
+        load_eagle3(str(d))
+
+
+def test_eagle3_width_mismatch_names_both_sizes(tmp_path):
+    from turbospec.config import ModelConfig, RopeConfig
+    from turbospec.models.eagle3_config import Eagle3Config
+    from turbospec.models.eagle3_draft import Eagle3DraftModel, save_eagle3
+    tc = ModelConfig.from_pretrained(str(TARGET))
+    cfg = Eagle3Config(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                       intermediate_size=512, num_hidden_layers=1, rms_norm_eps=1e-6, vocab_size=tc.vocab_size,
+                       draft_vocab_size=tc.vocab_size, target_hidden_size=tc.hidden_size, rope=RopeConfig())
+    save_eagle3(Eagle3DraftModel(cfg), str(tmp_path / "e3"), tc)
+    with pytest.raises(ValueError, match="hidden_size 256 != target hidden_size 384.*embed_tokens"):
+        LLM(str(TARGET), device="cpu", dtype="float32",
+            speculative_config={"method": "eagle3", "model": str(tmp_path / "e3"), "num_speculative_tokens": 3})
