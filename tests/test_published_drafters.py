@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from turbospec import LLM, SamplingParams
+from turbospec.models.dflash_draft import load_dflash
 from turbospec.models.eagle3_draft import load_eagle3
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,3 +163,55 @@ def test_eagle3_width_mismatch_names_both_sizes(tmp_path):
     with pytest.raises(ValueError, match="hidden_size 256 != target hidden_size 384.*embed_tokens"):
         LLM(str(TARGET), device="cpu", dtype="float32",
             speculative_config={"method": "eagle3", "model": str(tmp_path / "e3"), "num_speculative_tokens": 3})
+
+
+# ----------------------------------------------------------------------------- DFlash extras
+
+@pytest.fixture(scope="module")
+def dflash_accepted(plain):
+    n = _spec_run(plain, "dflash", DFLASH)
+    assert n > 0
+    return n
+
+
+def test_dflash_shipped_tables_and_mask_row_are_used(tmp_path, plain, dflash_accepted):
+    """A DFlash draft's own embed_tokens / lm_head and mask_embedding.pt (vLLM uses them) were
+    dropped silently: the target's were used instead. A copy of the target's tables or mask row
+    changes nothing; an own head or mask row of other values changes the drafts."""
+    E = _target_embed()
+    same = _rewrite(DFLASH, tmp_path / "same", edit_tensors=lambda t: {**t, "embed_tokens.weight": E.clone(),
+                                                                       "lm_head.weight": E.clone()})
+    torch.save({"embedding": E[1].clone(), "mask_token_id": 1}, same / "mask_embedding.pt")
+    m = load_dflash(str(same))
+    assert m.embed_tokens is not None and m.lm_head is not None and m.mask_embedding is not None
+    assert _spec_run(plain, "dflash", same) == dflash_accepted
+    zero_mask = _rewrite(DFLASH, tmp_path / "zero_mask")
+    torch.save(torch.zeros(E.shape[1]), zero_mask / "mask_embedding.pt")
+    assert _spec_run(plain, "dflash", zero_mask) < dflash_accepted
+    head = torch.randn(E.shape, generator=torch.Generator().manual_seed(0))
+    own_head = _rewrite(DFLASH, tmp_path / "own_head", edit_tensors=lambda t: {**t, "lm_head.weight": head})
+    assert _spec_run(plain, "dflash", own_head) < dflash_accepted
+
+
+def test_dflash_published_variants_load(tmp_path, plain, dflash_accepted):
+    """pytorch_model.bin, mask_token_id / target_layer_ids at the top level (vLLM reads both)."""
+    def top_level(cfg):
+        dc = cfg.pop("dflash_config")
+        return {**cfg, **dc}
+    d = _rewrite(DFLASH, tmp_path / "df", top_level, fmt="bin")
+    m = load_dflash(str(d))
+    assert m.config.mask_token_id == 1 and m.config.target_layers() == (1, 3, 5)
+    assert _spec_run(plain, "dflash", d) == dflash_accepted
+
+
+def test_dflash_refusals_name_the_problem(tmp_path):
+    d = _rewrite(DFLASH, tmp_path / "d2t", edit_tensors=lambda t: {**t, "d2t": torch.zeros(8192, dtype=torch.long)})
+    with pytest.raises(ValueError, match=r"ships \['d2t'\].*reduced draft vocabulary"):
+        load_dflash(str(d))
+    d = _rewrite(DFLASH, tmp_path / "vocab", lambda c: {**c, "vocab_size": 4096})
+    with pytest.raises(ValueError, match="vocab_size 4096 != target vocab_size 8192"):
+        LLM(str(TARGET), device="cpu", dtype="float32", speculative_config={"method": "dflash", "model": str(d)})
+    d = _rewrite(DFLASH, tmp_path / "mask")
+    torch.save({"embedding": torch.zeros(384), "mask_token_id": 7}, d / "mask_embedding.pt")
+    with pytest.raises(ValueError, match="mask_token_id 7, config.json says 1"):
+        load_dflash(str(d))
