@@ -358,3 +358,56 @@ def test_dflash_layer_masks_full_causal_sliding(tmp_path):
     assert sliding[0, 0].int().tolist() == [[0, 0, 1, 0, 1, 0, 0],    # query 4 sees 2..4 (3 invalid)
                                             [0, 0, 0, 0, 1, 1, 0],
                                             [0, 0, 0, 0, 1, 1, 1]]
+
+
+def test_eagle3_multi_layer_export_names_fit_vllms_loader(tmp_path):
+    """vLLM's Eagle3LlamaForCausalLM renames midlayer. -> layers.0., prefixes model. (not lm_head,
+    d2t -> draft_id_to_target_id, t2d dropped) and stacks q/k/v, gate/up; its layer i >= 1 takes
+    [H]-wide q/k/v. Every exported tensor must land on one of its parameters with that shape."""
+    t = eagle3_tensors(seed=10)
+    g = _g(11)
+    for n, shape in {"self_attn.q_proj": (NH * D, H), "self_attn.k_proj": (NKV * D, H),
+                     "self_attn.v_proj": (NKV * D, H), "self_attn.o_proj": (H, NH * D),
+                     "mlp.gate_proj": (I, H), "mlp.up_proj": (I, H), "mlp.down_proj": (H, I)}.items():
+        t[f"layers.1.{n}.weight"] = _rand(shape, g)
+    t["layers.1.input_layernorm.weight"] = _rand((H,), g, True)
+    t["layers.1.post_attention_layernorm.weight"] = _rand((H,), g, True)
+    m = load_eagle3(str(write_dir(tmp_path / "src", {**eagle3_config(), "num_hidden_layers": 2}, t)))
+    save_eagle3(m, str(tmp_path / "out"), {"num_hidden_layers": L_TARGET})
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    vllm = {"model.fc.weight": (H, 3 * T), "model.norm.weight": (H,), "lm_head.weight": (VD, H),
+            "draft_id_to_target_id": (VD,)}
+    for i, width in ((0, 2 * H), (1, H)):
+        p = f"model.layers.{i}."
+        vllm.update({p + "self_attn.qkv_proj.weight": ((NH + 2 * NKV) * D, width),
+                     p + "self_attn.o_proj.weight": (H, NH * D),
+                     p + "mlp.gate_up_proj.weight": (2 * I, H), p + "mlp.down_proj.weight": (H, I),
+                     p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+                     p + "hidden_norm.weight": (H,)})
+    stacked = {".q_proj": ".qkv_proj", ".k_proj": ".qkv_proj", ".v_proj": ".qkv_proj",
+               ".gate_proj": ".gate_up_proj", ".up_proj": ".gate_up_proj"}
+    landed = {}
+    for name, shape in shapes.items():
+        if name == "t2d":
+            continue
+        name = name.replace("midlayer.", "layers.0.").replace("d2t", "draft_id_to_target_id")
+        if "lm_head" not in name and name != "draft_id_to_target_id":
+            name = "model." + name
+        for a, b in stacked.items():
+            if a in name:
+                name = name.replace(a, b)
+                break
+        assert name in vllm, name
+        landed.setdefault(name, []).append(shape)
+    for name, shapes_in in landed.items():        # stacked shards add up to the fused parameter
+        if "qkv_proj" in name or "gate_up_proj" in name:
+            assert (sum(s[0] for s in shapes_in), shapes_in[0][1]) == vllm[name], name
+        else:
+            assert shapes_in == [vllm[name]], name
+    # hidden_norm of layers >= 1 exists in vLLM but is unused there; vLLM's eagle3 load_weights
+    # does not check that every parameter was loaded
+    assert set(vllm) - set(landed) == {"model.layers.1.hidden_norm.weight"}
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2 and cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 6]

@@ -12,7 +12,8 @@ predicts the token AT position start+p, so drafts = lm_head(norm(out[1:B])).
 Checkpoint names (no prefix): fc.weight [H, n*T], hidden_norm.weight [H], norm.weight [H],
 layers.{i}.self_attn.{q,k,v,o}_proj.weight (+bias iff attention_bias), layers.{i}.self_attn.
 {q_norm,k_norm}.weight [hd], layers.{i}.mlp.{gate,up,down}_proj.weight,
-layers.{i}.{input_layernorm,post_attention_layernorm}.weight. No embed_tokens / lm_head.
+layers.{i}.{input_layernorm,post_attention_layernorm}.weight. No embed_tokens / lm_head (used when
+a draft ships them, as vLLM does; so is a `mask_embedding.pt` row for the masked slots).
 config.json: block_size, dflash_config.{mask_token_id, target_layer_ids (output-of-layer)},
 num_target_layers, layer_types.
 """
@@ -204,14 +205,24 @@ class DFlashDraftModel(nn.Module):
         self.layers = nn.ModuleList([DFlashDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+        # a draft's own tables / mask row (vLLM uses them when shipped); None: the target's / its row
+        self.embed_tokens: nn.Embedding | None = None
+        self.lm_head: nn.Linear | None = None
+        self.mask_embedding: torch.Tensor | None = None          # [H], from mask_embedding.pt
         self._shared: dict[str, nn.Module] = {}      # target embedding + lm_head, kept out of state_dict
 
     def share_target_modules(self, embed: nn.Module, lm_head: nn.Module) -> None:
         self._shared["embed"], self._shared["lm_head"] = embed, lm_head
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """[*] -> [*, H] with the target's table (x input_embedding_scale)."""
-        return self._shared["embed"](token_ids) * self.config.input_embedding_scale
+        """[*] -> [*, H] with the draft's table if it ships one, else the target's (x
+        input_embedding_scale); masked slots take mask_embedding.pt's row when shipped."""
+        table = self.embed_tokens if self.embed_tokens is not None else self._shared["embed"]
+        x = table(token_ids)
+        if self.mask_embedding is not None:
+            is_mask = (token_ids == self.config.mask_token_id)[..., None]                   # [*, 1]
+            x = torch.where(is_mask, self.mask_embedding.to(x.dtype), x)
+        return x * self.config.input_embedding_scale
 
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[KV]:
         """KV injection: features [B, C, n*T] of committed tokens at positions [B, C] -> per layer
@@ -250,29 +261,64 @@ class DFlashDraftModel(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., H] final-normed -> [..., V] float32 with the target's lm_head."""
-        logits = F.linear(hidden, self._shared["lm_head"].weight).float()
+        """[..., H] final-normed -> [..., V] float32 with the draft's lm_head if shipped, else the target's."""
+        head = self.lm_head if self.lm_head is not None else self._shared["lm_head"]
+        logits = F.linear(hidden, head.weight).float()
         return logits * self.config.output_multiplier if self.config.output_multiplier != 1.0 else logits
 
 
 def load_dflash(draft_dir: str, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
     """Load a z-lab `DFlashDraftModel` directory. A ValueError names any missing, unexpected or
-    misshapen tensor. Embeddings and lm_head come from the target (`share_target_modules`)."""
+    misshapen tensor. Embeddings and lm_head come from the target (`share_target_modules`) unless
+    the draft ships its own `embed_tokens.weight` / `lm_head.weight` or a `mask_embedding.pt`."""
     raw = read_config(draft_dir)
     archs = raw.get("architectures") or []
     if archs and not any("DFlash" in a for a in archs):
         raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not a DFlash draft ({ARCHITECTURE})")
     cfg = DFlashConfig.from_dict(raw)
+    # vLLM's renames: a single-layer draft may name its layer `midlayer.`; `model.embed_tokens`
+    tensors = {}
+    for name, t in read_checkpoint(draft_dir).items():
+        if name.startswith(("midlayer.", "model.embed_tokens.")):
+            name = name.replace("midlayer.", "layers.0.", 1).removeprefix("model.")
+        tensors[name] = t
+    vocab_maps = sorted(n for n in tensors if n in ("d2t", "t2d"))
+    if vocab_maps:
+        raise ValueError(f"DFlash draft ships {vocab_maps}: a reduced draft vocabulary is not supported for "
+                         "DFlash (turbospec drafts in the target's full vocabulary); use a full-vocab draft")
     with torch.device(device):
         model = DFlashDraftModel(cfg)
-    tensors = read_checkpoint(draft_dir)
-    # optional extras some exports carry: the target's own tables (we share the target's)
-    skip = ("embed_tokens.weight", "lm_head.weight", "model.embed_tokens.weight")
-    load_state(model, tensors, lambda n: None if n in skip else n)
+        if "embed_tokens.weight" in tensors:
+            model.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        if "lm_head.weight" in tensors:
+            model.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+    load_state(model, tensors, lambda n: n)
+    mask = _read_mask_embedding(draft_dir, cfg)
+    model.mask_embedding = None if mask is None else mask.to(device)
     for p in model.parameters():
         p.data = p.data.to(dtype)
     return model
+
+
+def _read_mask_embedding(draft_dir: str, cfg: DFlashConfig) -> torch.Tensor | None:
+    """`mask_embedding.pt` (a trained row for the masked slots, some checkpoints ship it): a tensor, or a
+    dict {"embedding": tensor, "mask_token_id": id}. None when absent."""
+    path = os.path.join(draft_dir, "mask_embedding.pt")
+    if not os.path.isfile(path):
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch.load raises several types for a damaged file
+        raise ValueError(f"cannot read {path} ({type(e).__name__}): download it again") from e
+    if isinstance(state, dict):
+        if state.get("mask_token_id", cfg.mask_token_id) != cfg.mask_token_id:
+            raise ValueError(f"{path} is for mask_token_id {state['mask_token_id']}, config.json says "
+                             f"{cfg.mask_token_id}: use the matching pair")
+        state = state.get("embedding")
+    if not isinstance(state, torch.Tensor) or state.numel() != cfg.hidden_size:
+        raise ValueError(f"{path} must hold one [{cfg.hidden_size}] embedding (or a dict with 'embedding')")
+    return state.reshape(-1).float()
 
 
 def save_dflash(model: DFlashDraftModel, out_dir: str, dtype: torch.dtype | None = None) -> None:

@@ -1,6 +1,7 @@
-"""EAGLE-3 draft config (`LlamaForCausalLMEagle3` config.json), normalised: draft shape, vocab
-maps, RoPE (theta 10000 when absent), and which target layers feed fc in both published
-conventions (nested `eagle_config` ids are output-of-layer; top-level ids are input-of-layer)."""
+"""EAGLE-3 draft config (`LlamaForCausalLMEagle3` config.json, or the speculators layout with the
+shape in `transformer_layer_config`), normalised: draft shape, vocab maps, RoPE (theta 10000 when
+absent), and which target layers feed fc in both published conventions (nested `eagle_config` ids
+are output-of-layer; top-level ids are input-of-layer)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,7 +14,29 @@ from turbospec.config import RopeConfig
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 
 
+UNSUPPORTED = {"norm_before_fc": "one RMSNorm over the concatenated target features before fc",
+               "norm_output": "the post-norm output carried to the next draft step"}
+
+
 # ----------------------------------------------------------------------------- config
+
+def from_speculators(raw: dict[str, Any]) -> dict[str, Any]:
+    """The speculators layout (RedHatAI `Eagle3Speculator`: the draft's shape nested in
+    `transformer_layer_config`) flattened to the HF one, as vLLM's converter does; `norm_before_residual`
+    defaults to true there. Other configs are returned as they are."""
+    kind = raw.get("speculators_model_type")
+    if kind is None:
+        return raw
+    if kind != "eagle3":
+        raise ValueError(f"speculators_model_type {kind!r} is not an EAGLE-3 draft: turbospec loads 'eagle3'")
+    layer = raw.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise ValueError("speculators EAGLE-3 config.json has no transformer_layer_config object: "
+                         "download the complete config.json")
+    flat = {**layer, **{k: v for k, v in raw.items() if k != "transformer_layer_config" and v is not None}}
+    flat.setdefault("norm_before_residual", True)
+    return flat
+
 
 def default_aux_layers(num_target_layers: int) -> tuple[int, ...]:
     """EAGLE's default capture, input-of-layer convention: (2, L//2, L-3), ascending."""
@@ -44,6 +67,11 @@ class Eagle3Config:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "Eagle3Config":
+        raw = from_speculators(raw)
+        for key in ("norm_before_fc", "norm_output"):      # speculators variants we do not implement
+            if raw.get(key):
+                raise ValueError(f"EAGLE-3 config sets {key}=true ({UNSUPPORTED[key]}): turbospec does not "
+                                 "implement this variant; use a draft trained without it")
         missing = [k for k in ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
                    if k not in raw]
         if missing:

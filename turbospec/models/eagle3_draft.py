@@ -190,6 +190,13 @@ def load_eagle3(draft_dir: str, device: torch.device | str = "cpu",
     cfg = Eagle3Config.from_dict(raw)
     tensors = read_checkpoint(draft_dir)
     names = {_to_param(n) for n in tensors}
+    if not cfg.draft_vocab_given:     # then vLLM and SGLang size lm_head / d2t by vocab_size
+        rows = {_to_param(c): t.shape[0] for c, t in tensors.items() if _to_param(c) in ("lm_head.weight", "d2t")}
+        bad = [(n, r) for n, r in sorted(rows.items()) if r != cfg.vocab_size]
+        if bad:
+            (n, r), = bad[:1]
+            raise ValueError(f"config.json has no draft_vocab_size but {n!r} has {r} rows (vocab_size "
+                             f"{cfg.vocab_size}): add \"draft_vocab_size\": {r} to config.json")
     own_head = "lm_head.weight" in names
     if not own_head and cfg.draft_vocab_size != cfg.vocab_size:
         raise ValueError(f"draft checkpoint is missing tensor 'lm_head.weight' [{cfg.draft_vocab_size}, "

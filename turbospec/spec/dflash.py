@@ -42,6 +42,9 @@ class DFlashProposer(Proposer):
             raise ValueError(f"num_speculative_tokens={k} must be in [1, block_size-1={cfg.block_size - 1}] "
                              "for this DFlash draft (one block drafts block_size-1 tokens)")
         super().__init__(k)
+        if cfg.vocab_size != target_config.vocab_size:
+            raise ValueError(f"DFlash draft vocab_size {cfg.vocab_size} != target vocab_size "
+                             f"{target_config.vocab_size}: the draft was trained for another target")
         if cfg.hidden_size != target_config.hidden_size:
             raise ValueError(f"DFlash draft hidden_size {cfg.hidden_size} != target hidden_size "
                              f"{target_config.hidden_size}: it shares the target's embedding and lm_head")

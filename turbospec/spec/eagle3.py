@@ -66,8 +66,10 @@ class Eagle3Proposer(Proposer):
             raise ValueError(f"EAGLE-3 draft expects target features of width {cfg.target_hidden_size}, "
                              f"the target's hidden_size is {target_config.hidden_size}")
         if self.draft.embed_tokens is None and cfg.hidden_size != target_config.hidden_size:
-            raise ValueError("EAGLE-3 draft ships no embed_tokens and its hidden_size differs from the "
-                             "target's: it cannot share the target embedding")
+            raise ValueError(f"EAGLE-3 draft hidden_size {cfg.hidden_size} != target hidden_size "
+                             f"{target_config.hidden_size} and the draft ships no embed_tokens.weight: it "
+                             f"cannot share the target's embedding; use a draft that ships its own "
+                             f"[{cfg.vocab_size}, {cfg.hidden_size}] embed_tokens.weight")
         head = target_model.lm_head if self.draft.lm_head is None else None
         self.draft.share_target_modules(target_model.get_input_embeddings(), head)
         self.aux_hidden_state_layers = cfg.target_layers(target_config.num_hidden_layers)

@@ -143,6 +143,10 @@ def train(cfg: TrainConfig) -> dict:
     log.print(f"target {cfg.target} ({tcfg.num_hidden_layers} layers, hidden {tcfg.hidden_size}, "
               f"{target.dtype}) on {device}; capture input-of-layer {list(layers)}; drafter {cfg.method} "
               f"{n_params / 1e6:.2f}M trainable parameters; {recipe.info}")
+    if cfg.method == "eagle3" and cfg.shape.num_layers > 1:
+        log.print(f"note: a {cfg.shape.num_layers}-layer EAGLE-3 export (layers.N.* after midlayer.*) loads in vLLM "
+                  "and turbospec; SGLang and SpecForge serve one-layer EAGLE-3 drafts (older SGLang refuses more, "
+                  "newer SGLang skips layers.N.* and builds other extra layers): use --num-layers 1 for SGLang")
     opt = make_optimizer(draft, cfg.lr, cfg.weight_decay)
     anchor_gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
     step, elapsed0 = 0, 0.0
