@@ -57,9 +57,56 @@ class _PaddedLayout:
         self.mask = mask[:, None]                                    # [B, 1, Lq, Lk]
 
 
+# A query longer than this attends on its own. The padded grid costs num_seqs x max_query_len x
+# max_seq_len: a 2k-token prefill beside 40 decodes padded every decode to 2k queries (7.5 s and
+# 4 GB of scores per layer on CPU instead of 0.2 s), and the server stalled for minutes.
+PAD_MAX_QUERY_LEN = 64
+
+
 def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """q: [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
+    parts = getattr(meta, "_torch_parts", False)
+    if parts is False:
+        parts = meta._torch_parts = _split_long_queries(meta)
+    if parts is None:
+        return _padded_attention(q, k_cache, v_cache, meta, scale)
+    out = torch.empty_like(q)
+    for token_idx, sub in parts:
+        out[token_idx] = _padded_attention(q[token_idx], k_cache, v_cache, sub, scale)
+    return out
+
+
+def _split_long_queries(meta: AttentionMetadata) -> list[tuple[torch.Tensor, AttentionMetadata]] | None:
+    """None when one padded grid is cheap; else (token indices, metadata) per part: the short
+    queries (decodes, verifies) together, each long one (a prefill chunk) alone. Shared by all
+    layers (cached on the metadata); never while a CUDA graph captures (a host read)."""
+    if (meta.is_decode_only or meta.max_query_len <= PAD_MAX_QUERY_LEN or meta.num_seqs == 1
+            or (meta.seq_lens.is_cuda and torch.cuda.is_current_stream_capturing())):
+        return None
+    qsl = meta.query_start_loc.tolist()
+    seq_lens = meta.seq_lens.tolist()
+    q_lens = [b - a for a, b in zip(qsl, qsl[1:])]
+    short = [s for s, n in enumerate(q_lens) if n <= PAD_MAX_QUERY_LEN]
+    groups = ([short] if short else []) + [[s] for s, n in enumerate(q_lens) if n > PAD_MAX_QUERY_LEN]
+    device = meta.query_start_loc.device
+    parts = []
+    for rows in groups:
+        token_idx = torch.cat([torch.arange(qsl[s], qsl[s + 1], device=device) for s in rows])
+        sub_qsl = torch.tensor([0] + [q_lens[s] for s in rows], device=device).cumsum(0)
+        rows_t = torch.tensor(rows, device=device)
+        Lq = max(q_lens[s] for s in rows)
+        sub = AttentionMetadata(
+            meta.slot_mapping[token_idx], sub_qsl.to(meta.query_start_loc.dtype), meta.seq_lens[rows_t],
+            meta.block_tables[rows_t], Lq, max(seq_lens[s] for s in rows),
+            None if meta.tree_mask is None else meta.tree_mask[rows_t, :Lq, :Lq])
+        parts.append((token_idx, sub))
+    return parts
+
+
+def _padded_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Every sequence's queries padded to [num_seqs, max_query_len]; q as paged_attention_torch."""
     T, H, D = q.shape
     layout = getattr(meta, "_torch_layout", None)
     if layout is None:
