@@ -68,16 +68,17 @@ class BurstSampling:
 
     def tensors(self, b: int, mode: int, pos: torch.Tensor) -> SamplingTensors:
         """The first b rows of the settings; Mode.FILTER, TOPK and MIXED turn every filter's path on
-        (FILTER the sort alone, TOPK the bounded top-k alone, MIXED both). pos [b]: the rows' positions (the token drawn at this step sits at
-        index pos + 1)."""
+        (FILTER the sort alone, TOPK the bounded top-k alone, MIXED both). pos [b]: the rows'
+        positions (the token drawn at this step sits at index pos + 1)."""
         st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED)
         counter = {}
         if f and self._any_seeded:
             counter = dict(seed_keys=self.seed_keys[:b], token_index=pos + 1, seeded=self.seeded[:b],
                            any_seeded=True)
         return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
-                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f, any_top_k_bounded=mode != Mode.FILTER,
-                               all_top_k_bounded=mode == Mode.TOPK, **counter)
+                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f,
+                               any_top_k_bounded=mode in (Mode.TOPK, Mode.MIXED), all_top_k_bounded=mode == Mode.TOPK,
+                               **counter)
 
     def scores(self, logits: torch.Tensor, b: int, mode: int, pos: torch.Tensor) -> torch.Tensor:
         """[b, V] scores whose row argmax is the next token: the logits (greedy), or the user's

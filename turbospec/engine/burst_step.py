@@ -1,7 +1,8 @@
 """The decode-burst step (engine/multistep.py runs the bursts): when the whole running set is
 plain decoding that a burst can hold (greedy or sampled, seeded or not, penalties, logit bias and
-min_tokens too; logprobs for a few rows: `DecodeBurst.takes_batch`), n steps run as one launch, and while the batch stays the same the next burst is launched before this
-one's tokens are read. `LLMEngine.step` tries this first.
+min_tokens too; logprobs for a few rows: `DecodeBurst.takes_batch`), n steps run as one launch,
+and while the batch stays the same the next burst is launched before this one's tokens are read.
+`LLMEngine.step` tries this first.
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def try_burst(engine) -> list[Sequence] | None:
                                        [s.block_table for s in run], [s.params for s in run], pt)
         flight.seqs = list(run)
     seqs = flight.seqs
-    if engine.burst.can_chain(flight) and _chain_plain(engine, len(seqs)) and _burst_ok(engine, seqs, engine.burst.n):
+    if engine.burst.can_chain(flight) and _chain_plain(engine, len(seqs)) and \
+            _burst_ok(engine, seqs, engine.burst.n):
         engine._flight = engine.burst.launch_chained(flight, [s.block_table for s in seqs])
         engine._flight.seqs = seqs
     n = engine.burst.n

@@ -175,7 +175,8 @@ def warm_up(device: torch.device, vocab_size: int, dtype: torch.dtype) -> None:
     if device.type != "cuda":
         return
     V = vocab_size
-    full = PenaltyTensors(bias=torch.zeros(1, V, device=device), seen=torch.zeros(1, V, dtype=torch.bool, device=device),
+    full = PenaltyTensors(bias=torch.zeros(1, V, device=device),
+                          seen=torch.zeros(1, V, dtype=torch.bool, device=device),
                           repetition=torch.ones(1, 1, device=device), output_counts=torch.zeros(1, V, device=device),
                           frequency=torch.zeros(1, 1, device=device), presence=torch.zeros(1, 1, device=device),
                           ban=torch.zeros(1, V, dtype=torch.bool, device=device))
