@@ -5,32 +5,14 @@ time per k and every step's choice.
 
     PYTHONPATH=. python3 bench/auto_diag.py [shape] [batch] [quantization|none] [prior_strength]
 """
-import argparse
-
-import torch
-import typer
-
 from turbospec.benchmarks import oracle as ob
-from turbospec.benchmarks.cli_args import shape_setting
+from diag_args import diag_parser, diag_setting      # bench/: the script's own directory
 
-parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-parser.add_argument("shape", nargs="?", default="qwen3-30b-a3b",
-                    help="a preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b) or a model directory (config only; random weights)")
-parser.add_argument("batch", nargs="?", type=int, default=1, help="the one batch size benched")
-parser.add_argument("quantization", nargs="?", default="fp8", choices=["fp8", "none"],
-                    help="fp8: block-FP8 weights; none: the dtype's (bf16 on a GPU, fp32 on the CPU)")
+parser = diag_parser(__doc__)
 parser.add_argument("prior_strength", nargs="?", type=float, default=None,
                     help="override the acceptance profile's prior strength (None: the engine's)")
-args = parser.parse_args()
-if args.batch < 1:
-    parser.error(f"batch {args.batch}: give a positive batch size")
-shape, batch, prior_strength = args.shape, args.batch, args.prior_strength
-quant = None if args.quantization == "none" else args.quantization
-try:
-    dev, name, cfg, dt, _ = shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
-except typer.BadParameter as e:
-    parser.error(str(e))
+args, quant, (dev, name, cfg, dt) = diag_setting(parser)
+batch, prior_strength = args.batch, args.prior_strength
 
 seen = {}
 orig = ob.build_engine

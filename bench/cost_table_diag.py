@@ -5,31 +5,13 @@ sequences of random ids), all in ms.
 
     PYTHONPATH=. python3 bench/cost_table_diag.py [shape] [batch] [quantization|none]
 """
-import argparse
-
-import torch
-import typer
-
 from turbospec.benchmarks import oracle as ob
-from turbospec.benchmarks.cli_args import shape_setting
 from turbospec.engine.step_cost import measure_cost_table
+from diag_args import diag_parser, diag_setting      # bench/: the script's own directory
 
-parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-parser.add_argument("shape", nargs="?", default="qwen3-30b-a3b",
-                    help="a preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b) or a model directory (config only; random weights)")
-parser.add_argument("batch", nargs="?", type=int, default=1, help="the one batch size benched")
-parser.add_argument("quantization", nargs="?", default="fp8", choices=["fp8", "none"],
-                    help="fp8: block-FP8 weights; none: the dtype's (bf16 on a GPU, fp32 on the CPU)")
-args = parser.parse_args()
-if args.batch < 1:
-    parser.error(f"batch {args.batch}: give a positive batch size")
-shape, batch = args.shape, args.batch
-quant = None if args.quantization == "none" else args.quantization
-try:
-    dev, name, cfg, dt, _ = shape_setting(shape, "bf16" if torch.cuda.is_available() else "fp32", None, str(batch))
-except typer.BadParameter as e:
-    parser.error(str(e))
+parser = diag_parser(__doc__)
+args, quant, (dev, name, cfg, dt) = diag_setting(parser)
+batch = args.batch
 seen = {}
 ks = [1, 2, 3, 4, 7]
 orig = ob.build_engine
