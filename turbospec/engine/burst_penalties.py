@@ -39,10 +39,6 @@ class BurstPenalties:
         self.ban_left = torch.zeros(rows, 1, dtype=torch.long, device=device)     # [R, 1] steps it still holds
         self._ones = torch.ones(rows, 1, dtype=f32, device=device)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.bias.shape[1]
-
     def load(self, pt: PenaltyTensors, B: int, b: int) -> None:
         """Rows 0..B-1 take `pt` (one row per sequence, `PenaltyTensors.build` without drafts);
         rows B..b-1 (padding) and every term no sequence uses take the neutral value."""

@@ -42,9 +42,9 @@ MAX_LOGPROB_ROWS = 8      # rows of one burst whose logits it keeps for logprobs
 
 class DecodeBurst:
     def __init__(self, model, num_steps: int, max_batch: int, max_blocks_per_seq: int, block_size: int,
-                 max_seq_len: int, device: torch.device, vocab_size: int | None = None):
+                 max_seq_len: int, device: torch.device, vocab_size: int):
         self.model, self.n, self.device, self.block_size = model, num_steps, device, block_size
-        self.vocab_size = vocab_size or model.config.vocab_size
+        self.vocab_size = vocab_size             # of the logits: the penalties' state is [rows, vocab_size]
         self.buckets = [b for b in BATCH_BUCKETS if b <= max_batch] or [max_batch]
         if self.buckets[-1] < max_batch:
             self.buckets.append(max_batch)
