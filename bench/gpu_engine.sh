@@ -277,6 +277,12 @@ for part in ${*:-tests decode oracle drafters}; do
                 ( [ $v = base ] && cd /tmp/base
                   run 60 "${TS[@]}" bench decode --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 256 --gen-len 64 )
               done ;;
+    precap)   # twenty-first session: the sampling defaults' burst variants captured at start-up (tests, then their
+              # cost on qwen3-8b with a server's batch limit); tiles64: narrow weight tiles for the 17-64-row skinny GEMM
+              run 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_default_variants_gpu.py \
+                tests/gpu/test_penalties_gpu.py tests/gpu/test_sampled_bursts_gpu.py -k "not distribution"
+              run 150 python3 bench/precapture_cost.py --shape qwen3-8b ;;
+    tiles64)  run 150 python3 bench/tiles64.py ;;
     final20)  # end of the twentieth session: GPU tests of the engine paths this session touched, then #8's decode rows
               run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
                 tests/gpu/test_no_compile_in_steps.py tests/gpu/test_sampled_bursts_gpu.py -k "not distribution"

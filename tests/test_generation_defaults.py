@@ -66,3 +66,29 @@ def test_server_fills_unset_fields_from_the_file(tmp_path):
             assert sampled != {greedy}                            # a request's own value wins
     finally:
         srv.terminate()
+
+
+@pytest.mark.parametrize("defaults,want", [
+    ({}, []),
+    ({"temperature": 0.6, "top_p": 0.9}, []),                                       # Llama 3: FILTER, captured anyway
+    ({"temperature": 0.6, "top_p": 0.95, "top_k": 20}, [("TOPK", False)]),          # Qwen3
+    ({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05},   # Qwen2.5
+     [("TOPK", True), ("GREEDY", True)]),
+    ({"temperature": 0.0, "repetition_penalty": 1.1}, [("GREEDY", True)]),
+    ({"temperature": 1.0, "top_k": 500, "top_p": 0.9}, []),                         # over the bound: FILTER
+])
+def test_default_variants_name_what_default_requests_decode_in(defaults, want):
+    """The burst graph variants start-up captures beyond Mode.ALL for requests that leave their
+    settings to generation_config.json; each is the variant such a request's burst launches in."""
+    from turbospec.engine.burst_sampling import Mode, default_variants
+    got = default_variants(defaults)
+    assert got == [(getattr(Mode, m), pen) for m, pen in want]
+    p = SamplingParams(**defaults)
+    if got:
+        assert got[0] == (Mode.of([p]), p.modifies_logits)
+
+
+def test_engine_config_refuses_an_unknown_generation_config():
+    from turbospec.config import EngineConfig
+    with pytest.raises(ValueError, match="'auto'.*'vllm'"):
+        EngineConfig(generation_config="model").validate()

@@ -223,6 +223,10 @@ class EngineConfig:
     max_model_len: int | None = None           # None: the model's max_position_embeddings
     enforce_eager: bool = False                # True: never use CUDA graphs
     num_scheduler_steps: int | None = None     # decode bursts of n steps; None: 8 with CUDA graphs, else 1
+    # "auto": the model's generation_config.json sampling defaults apply to requests that leave them
+    # unset (as the LLM API and the server apply them), so start-up captures the burst graphs they
+    # decode in; "vllm": the file is ignored
+    generation_config: str = "auto"
 
     def validate(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -231,6 +235,9 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks={self.num_kv_blocks} must be positive")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        if self.generation_config not in ("auto", "vllm"):
+            raise ValueError(f"generation_config={self.generation_config!r}: use 'auto' (the model's "
+                             "generation_config.json sampling defaults, as vLLM) or 'vllm' (ignore them)")
         if self.num_scheduler_steps is not None and not 1 <= self.num_scheduler_steps <= 64:
             raise ValueError(f"num_scheduler_steps={self.num_scheduler_steps} must be in [1, 64]")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:

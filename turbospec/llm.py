@@ -42,7 +42,8 @@ class LLM:
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-                          enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps)
+                          enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
+                          generation_config=generation_config)
         self.model = model
         self.llm_engine = LLMEngine.from_config(model, device=device, dtype=dtype,
                                                 speculative_config=speculative_config,

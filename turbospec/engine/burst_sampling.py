@@ -26,7 +26,8 @@ class Mode:
     """A burst's graph variant: how each step picks its tokens. TOPK is FILTER for batches whose
     sampled rows all have 0 < top_k <= sampler.TOPK_BOUND (Qwen3's defaults: top-k 20, top-p 0.95):
     no sort of the vocabulary; MIXED for batches with such rows and others (both paths, picked per
-    row). ALL are captured at start-up, TOPK and MIXED at their first use."""
+    row). ALL are captured at start-up, TOPK and MIXED at their first use (or at start-up when the
+    model's sampling defaults need them: `default_variants`)."""
     GREEDY, SAMPLE, FILTER, TOPK, MIXED = 0, 1, 2, 3, 4
     ALL = (GREEDY, SAMPLE, FILTER)       # argmax / temperature only / min-p, top-k, top-p too
 
@@ -44,6 +45,21 @@ class Mode:
         if st.all_top_k_bounded:
             return Mode.TOPK
         return Mode.MIXED if st.any_top_k_bounded else Mode.FILTER
+
+
+def default_variants(defaults: dict) -> list[tuple[int, bool]]:
+    """The (Mode, penalized) graph variants beyond the start-up set (Mode.ALL, unpenalized) that
+    requests leaving their sampling settings to the model's generation_config.json defaults
+    (`generation_defaults.read_sampling_defaults`) decode in. Qwen3's (t 0.6, top-p 0.95, top-k 20)
+    need TOPK; Qwen2.5's repetition_penalty 1.05 the penalized variant of its mode, and of GREEDY
+    (requests that set temperature 0 keep the default penalty). The engine captures them at
+    start-up, so no such request waits for a capture at each new batch bucket."""
+    p = SamplingParams(**defaults)
+    mode, pen = Mode.of([p]), p.modifies_logits
+    out = [(mode, pen)] if pen or mode not in Mode.ALL else []
+    if pen and mode != Mode.GREEDY:
+        out.append((Mode.GREEDY, True))
+    return out
 
 
 def pinned(t: torch.Tensor, device: torch.device) -> torch.Tensor:

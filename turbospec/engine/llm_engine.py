@@ -12,6 +12,7 @@ import torch
 
 from turbospec.config import EngineConfig, ModelConfig, parse_dtype
 from turbospec.engine.block_manager import BlockManager
+from turbospec.engine.burst_sampling import default_variants
 from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
 from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exact_k_cap
@@ -23,6 +24,7 @@ from turbospec.engine.sequence import Sequence, SequenceStatus
 from turbospec.engine.spec_step import SpecDecodeStats, accept_step
 from turbospec.engine.step_cost import measure_cost_table
 from turbospec.engine.warmup import warm_up_engine
+from turbospec.generation_defaults import read_sampling_defaults
 from turbospec.layers.linear import INVARIANT_GEMMS
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
@@ -111,7 +113,11 @@ class LLMEngine:
         self.burst, self._flight, self._step_k = None, None, None
         if steps > 1:
             t0 = time.perf_counter()
-            self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None)
+            # the variants requests left to the model's sampling defaults decode in, captured now
+            defaults = read_sampling_defaults(self.model_dir, ec.generation_config) if self.model_dir else {}
+            extra = default_variants(defaults)
+            self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None,
+                                           extra=extra)
             capture_s += time.perf_counter() - t0
         self.startup["graph_capture_seconds"] = capture_s
         self.startup["decode_burst_steps"] = self.burst.n if self.burst is not None else 1

@@ -7,7 +7,8 @@ when it cannot change the result: every running sequence is a plain decode with 
 token to go; stop rules are applied to the returned tokens afterwards, and tokens past a stop are
 dropped (their KV lies in blocks freed with the sequence). Logit bias, penalties and min_tokens
 run inside the burst on device state (engine/burst_penalties.py) in a penalized variant of each
-graph; it and Mode.TOPK's variant are captured the first time a bucket needs them.
+graph; it and Mode.TOPK's variant are captured the first time a bucket needs them, or at start-up
+for the variants the model's sampling defaults need (`burst_sampling.default_variants`).
 
 Logprobs: each step copies the raw logits of up to MAX_LOGPROB_ROWS rows (`lp_rows`, set at each
 launch) into a [n, rows, V] buffer; after the launch, the logprobs of the rows that asked for them
@@ -134,12 +135,18 @@ class DecodeBurst:
         return torch.where(self.valid[:b], block * bs + pos % bs, torch.full_like(pos, -1))
 
     @torch.inference_mode()
-    def capture(self) -> None:
-        """Every unpenalized variant of Mode.ALL now; TOPK and penalized ones when a launch first needs them."""
+    def capture(self, extra: list[tuple[int, bool]] = ()) -> None:
+        """Every unpenalized variant of Mode.ALL now, and the (Mode, penalized) variants in `extra`
+        for the first length bucket (contexts up to 2048, most requests: each extra variant costs
+        one capture per batch bucket, about 0.4 s each on an 8B model); other variants and lengths
+        when a launch first needs them."""
+        extra = [v for v in extra if v[0] not in Mode.ALL or v[1]]
+        if any(pen for _, pen in extra) and self.penalties is None:
+            self.penalties = BurstPenalties(self.buckets[-1], self.vocab_size, self.device)
         for L in reversed(self.len_buckets):
             for b in reversed(self.buckets):
-                for mode in Mode.ALL:
-                    self._capture(b, L, mode, False)
+                for mode, pen in [(mode, False) for mode in Mode.ALL] + (extra if L == self.len_buckets[0] else []):
+                    self._capture(b, L, mode, pen)
         torch.cuda.synchronize(self.device)
         self.captured = True
 

@@ -142,7 +142,8 @@ def serve(
         engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                                      gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                                      max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-                                     enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps)
+                                     enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
+                                     generation_config=generation_config)
         engine, cold = build_engine(model, device=device, dtype=dtype, speculative_config=spec,
                                     engine_config=engine_config, quantization=quantization, tokenizer=tokenizer)
         if template is not None:
