@@ -4,11 +4,10 @@ inputs; the verify rows of a chain and a tree count the drafts on their path; Sa
 its errors."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
+from turbospec.engine.sequence import Sequence
 from turbospec.layers.penalties import PenaltyTensors, apply_penalties, processes_logits
 from turbospec.layers.sampler import SamplingTensors, compute_probs
 from turbospec.sampling_params import SamplingParams as SP
@@ -18,10 +17,11 @@ V = 40
 EOS = (2, 39)                                                     # the model's EOS ids (min_tokens)
 
 
-def _seq(prompt: list[int], output: list[int], params: SP):
-    """What PenaltyTensors reads of an engine Sequence."""
-    return SimpleNamespace(token_ids=prompt + output, output_token_ids=list(output), params=params,
-                           num_output_tokens=len(output))
+def _seq(prompt: list[int], output: list[int], params: SP) -> Sequence:
+    """An engine Sequence with `output` generated after `prompt`."""
+    seq = Sequence("r", None, prompt, params, torch.device("cpu"), max_model_len=1 << 20)
+    seq.token_ids.extend(output)
+    return seq
 
 
 def reference(logits: torch.Tensor, prompt: list[int], output: list[int], p: SP) -> torch.Tensor:
@@ -166,3 +166,22 @@ def test_bad_values_name_the_field_and_the_range(kw, fragment):
     with pytest.raises(ValueError) as e:
         SP(**kw)
     assert str(e.value).startswith(next(iter(kw))) and fragment in str(e.value)
+
+
+def test_histories_follow_a_growing_sequence():
+    """The token counts come from each sequence's token_array, extended by what was appended since
+    the last build (a burst launch's cost no longer grows with the history): after appends the
+    tensors equal those of a fresh sequence with the same tokens, and an empty output counts zero."""
+    p = SP(repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=0.2)
+    g = torch.Generator().manual_seed(1)
+    seq, empty = _seq([5, 6, 5], [], p), _seq([7], [], p)
+    for _ in range(4):
+        pt = PenaltyTensors.build([seq, empty], V, "cpu")
+        fresh = PenaltyTensors.build([_seq(seq.token_ids[:3], seq.output_token_ids, p), _seq([7], [], p)], V, "cpu")
+        assert torch.equal(pt.seen, fresh.seen) and torch.equal(pt.output_counts, fresh.output_counts)
+        want = torch.zeros(V)
+        for t in seq.output_token_ids:
+            want[t] += 1
+        assert torch.equal(pt.output_counts[0], want) and pt.output_counts[1].sum() == 0
+        assert pt.seen[0].nonzero().flatten().tolist() == sorted(set(seq.token_ids))
+        seq.token_ids.extend(torch.randint(0, V, (3,), generator=g).tolist())

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence as Seq
 
+import numpy as np
 import torch
 
 from turbospec.spec.tree import ancestor_matrix
@@ -88,10 +89,10 @@ class PenaltyTensors:
                     bias[i, tok] = b
             bias = bias.to(device, non_blocking=True)
         if use_rep:
-            seen = _counts([s.token_ids for s in seqs], V, device) > 0                        # [S, V]
+            seen = _counts([s.token_array() for s in seqs], V, device) > 0                    # [S, V]
             rep = _column([p.repetition_penalty for p in ps], device)
         if use_out:
-            counts = _counts([s.output_token_ids for s in seqs], V, device)                   # [S, V]
+            counts = _counts([s.token_array()[s.num_prompt_tokens:] for s in seqs], V, device)  # [S, V]
             freq = _column([p.frequency_penalty for p in ps], device)
             pres = _column([p.presence_penalty for p in ps], device)
         pt = PenaltyTensors(bias, seen, rep, counts, freq, pres, ban, left)
@@ -151,17 +152,19 @@ def apply_penalties(logits: torch.Tensor, pt: PenaltyTensors, ban_left: torch.Te
     return logits
 
 
-def _counts(token_lists: Seq[list[int]], V: int, device) -> torch.Tensor:
-    """[S, V] float32 occurrences of each token id in each list (one upload: the padded ids)."""
-    S = len(token_lists)
-    L = max((len(t) for t in token_lists), default=0)
-    ids = torch.full((S, max(L, 1)), V, dtype=torch.long)            # V: padding, a dropped column
-    for i, t in enumerate(token_lists):
-        if t:
-            ids[i, :len(t)] = torch.tensor(t, dtype=torch.long)
-    ids = ids.to(device, non_blocking=True)
-    out = torch.zeros(S, V + 1, dtype=torch.float32, device=device)
-    return out.scatter_add_(1, ids, torch.ones_like(ids, dtype=torch.float32))[:, :V]
+def _counts(histories: Seq[np.ndarray], V: int, device) -> torch.Tensor:
+    """[S, V] float32 occurrences of each token id in each history ([n_i] int64 arrays,
+    `Sequence.token_array`): one upload of their concatenation, rows expanded on the device."""
+    S = len(histories)
+    lens = torch.tensor([len(h) for h in histories], dtype=torch.long)                        # [S]
+    total = int(lens.sum())
+    out = torch.zeros(S * V, dtype=torch.float32, device=device)                             # [S * V]
+    if total:
+        flat = torch.from_numpy(np.concatenate(histories)).to(device, non_blocking=True)     # [total]
+        rows = torch.repeat_interleave(torch.arange(S, device=device), lens.to(device, non_blocking=True),
+                                       output_size=total)                                    # [total]
+        out.scatter_add_(0, rows * V + flat, torch.ones(total, dtype=torch.float32, device=device))
+    return out.view(S, V)
 
 
 def _column(values: list[float], device) -> torch.Tensor:
