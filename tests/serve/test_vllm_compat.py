@@ -59,7 +59,6 @@ def test_vllm_extras_at_their_defaults_are_served(server):
     ("truncate_prompt_tokens", 8, "shorten the prompt"),
     ("spaces_between_special_tokens", False, "accepted only as true"),
     ("priority", 5, "accepted only as 0"),
-    ("prompt_logprobs", 1, "echo=true and logprobs"),
 ])
 def test_vllm_extras_it_does_not_implement_are_refused_by_name(server, field, value, words):
     """Not 'unknown parameter' (they are vLLM's documented fields) but unsupported, with what to do."""

@@ -7,7 +7,8 @@ but that turbospec does not implement (`best_of`, `response_format`, `tools` on 
 (serve/reasoning.py). The penalties, `min_p` and `logit_bias`
 (its keys token ids as strings, as JSON has them) are served with vLLM's semantics. `n` and a
 batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
-implements `echo` (with `logprobs`: the prompt tokens' logprobs too). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
+implements `echo` (with `logprobs`: the prompt tokens' logprobs too); both serve vLLM's
+`prompt_logprobs` (not streamed, as in vLLM). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
 nothing is ever silently ignored.
 """
 from __future__ import annotations
@@ -41,7 +42,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "echo": (False, None),                        # chat; /v1/completions implements it
     "suffix": (None, ""),
     "use_beam_search": (False, None),
-    "prompt_logprobs": (None,),
     "tools": (None, []),                          # /v1/completions; chat serves them (serve/tool_calls.py)
     "tool_choice": (None, "none"),
     "functions": (None, []),
@@ -84,7 +84,6 @@ UNSUPPORTED_HINTS: dict[str, str] = {
                                "guided_choice", "guided_grammar")},
     "chat_template": "start the server with --chat-template FILE instead",
     "truncate_prompt_tokens": "shorten the prompt on the client",
-    "prompt_logprobs": "the prompt tokens' logprobs come with echo=true and logprobs on /v1/completions",
 }
 
 
@@ -122,6 +121,7 @@ class _SamplingFields(BaseModel):
     min_p: float | None = None                    # vLLM's, [0, 1]
     stream: NullableBool = False
     stream_options: StreamOptions | None = None
+    prompt_logprobs: int | None = None            # vLLM's: the prompt tokens' logprobs, top k each
 
     def check_supported(self) -> None:
         """Reject unknown fields and semantic fields set to a value turbospec does not implement."""
@@ -145,6 +145,22 @@ class _SamplingFields(BaseModel):
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed when stream is true",
                               param="stream_options")
+        self._check_prompt_logprobs()
+
+    def _check_prompt_logprobs(self) -> None:
+        """vLLM's rules: at most --max-logprobs (20 here), -1 (the whole vocabulary) over that, and
+        none with `stream` (0 is accepted there, and returns nothing)."""
+        k = self.prompt_logprobs
+        if k is None:
+            return
+        if k < 0 or k > MAX_LOGPROBS:
+            what = "-1 (the whole vocabulary) is" if k == -1 else f"{k} is"
+            raise bad_request(f"prompt_logprobs={k}: {what} not served; send 0 to {MAX_LOGPROBS} (the top k "
+                              "tokens of each prompt position, plus the prompt token itself)",
+                              param="prompt_logprobs")
+        if k > 0 and self.stream:
+            raise bad_request("prompt_logprobs are not available with stream=true (as in vLLM): send the "
+                              "request without streaming to get them", param="prompt_logprobs")
 
     @property
     def num_samples(self) -> int:
@@ -234,7 +250,8 @@ class CompletionRequest(_SamplingFields):
                               "to score the prompt)", param="max_tokens")
         _check_max_tokens("max_tokens", self.max_tokens if not self.echo_only else None)
         params = self._sampling_params(1 if self.echo_only else self.max_tokens, self.logprobs, defaults)
-        params.prompt_logprobs = self.logprobs if self.echo else None
+        params.prompt_logprobs = self.prompt_logprobs if self.prompt_logprobs is not None else \
+            (self.logprobs if self.echo else None)        # vLLM's default: echo's logprobs
         return params
 
 
@@ -275,6 +292,7 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         params = self._sampling_params(max_tokens, logprobs, defaults)
+        params.prompt_logprobs = self.prompt_logprobs
         if self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set:
             params.skip_special_tokens = False    # some tokenizers mark <tool_call> special (as vLLM's hermes)
         return params

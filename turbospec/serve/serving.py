@@ -22,8 +22,8 @@ from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                        ChatCompletionResponse, ChatLogprobs,
                                        ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
-                                       CompletionResponse, DeltaMessage, SpeculativeDecodingInfo,
-                                       TopLogprob, UsageInfo, sse)
+                                       CompletionResponse, CompletionStreamChoice, DeltaMessage,
+                                       SpeculativeDecodingInfo, TopLogprob, UsageInfo, prompt_logprobs_json, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.tool_calls import ChoiceToolCalls
 
@@ -81,7 +81,8 @@ class OpenAIServing:
         for i, d in enumerate(finals):
             text, logprobs, _ = self._echoed(req, d, d.text, d.logprobs)
             choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
-                                            stop_reason=d.stop_reason, logprobs=logprobs))
+                                            stop_reason=d.stop_reason, logprobs=logprobs,
+                                            prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts)))
         body = CompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
                                   speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
@@ -106,8 +107,8 @@ class OpenAIServing:
                     text = d.text
                     logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                yield chunk([CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
-                                              stop_reason=d.stop_reason)], _running_usage(req, d), spec)
+                yield chunk([CompletionStreamChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
+                                                    stop_reason=d.stop_reason)], _running_usage(req, d), spec)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
@@ -176,6 +177,7 @@ class OpenAIServing:
             choices.append(ChatChoice(index=i, message=out.message(d), finish_reason=out.finish_reason(d.finish_reason),
                                       stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs)))
         body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
+                                      prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
                                       speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
 
