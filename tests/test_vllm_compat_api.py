@@ -54,3 +54,45 @@ def test_vllm_constructor_arguments_refused_with_a_hint(tiny_qwen3, kwargs, word
     with pytest.raises(ValueError) as e:
         LLM(str(tiny_qwen3), device="cpu", **kwargs)
     assert words in str(e.value) and "unknown argument" not in str(e.value)
+
+
+def _with_stored_dtype(src, dst, stored: str | None):
+    """`src` (weights symlinked) with config.json's torch_dtype / dtype set to `stored` (None: neither)."""
+    import json
+    import os
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "config.json":
+            os.symlink(f, dst / f.name)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.pop("torch_dtype", None), cfg.pop("dtype", None)
+    if stored is not None:
+        cfg["torch_dtype" if stored != "bfloat16" else "dtype"] = stored
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.mark.parametrize("stored,on_gpu", [("float16", "float16"), ("bfloat16", "bfloat16"),
+                                           ("float32", "bfloat16"), (None, "bfloat16")])
+def test_dtype_auto_follows_the_checkpoint(tiny_qwen3, tmp_path, stored, on_gpu):
+    """vLLM's dtype "auto": on GPU the checkpoint's torch_dtype (float32 ones in bfloat16); on CPU
+    float32 whatever it stores (docs/serving.md), and an explicit dtype always wins."""
+    import torch
+
+    from turbospec.config import ModelConfig, resolve_dtype
+    model = _with_stored_dtype(tiny_qwen3, tmp_path / "m", stored)
+    cfg = ModelConfig.from_pretrained(str(model))
+    assert resolve_dtype("auto", cfg.dtype, torch.device("cuda")) == getattr(torch, on_gpu)
+    assert resolve_dtype(None, cfg.dtype, torch.device("cuda")) == getattr(torch, on_gpu)
+    assert resolve_dtype("float32", cfg.dtype, torch.device("cuda")) == torch.float32
+    assert resolve_dtype("auto", cfg.dtype, torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bf16", cfg.dtype, torch.device("cpu")) == torch.bfloat16
+    if stored == "float16":                      # the LLM API on CPU: auto (its default) is float32
+        auto = LLM(str(model), device="cpu", max_model_len=64)
+        explicit = LLM(str(model), device="cpu", dtype="float32", max_model_len=64)
+        assert auto.llm_engine.dtype == torch.float32
+        assert next(auto.llm_engine.runner.model.parameters()).dtype == torch.float32
+        assert auto.generate(["def f(x):"], greedy())[0].outputs[0].token_ids == \
+            explicit.generate(["def f(x):"], greedy())[0].outputs[0].token_ids
+        with pytest.raises(ValueError, match="float32, bfloat16, float16"):
+            LLM(str(model), device="cpu", dtype="int8")

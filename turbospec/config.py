@@ -34,6 +34,20 @@ def parse_dtype(dtype: str | torch.dtype | None, default: torch.dtype = torch.fl
     return _DTYPES[key]
 
 
+def resolve_dtype(dtype: str | torch.dtype | None, checkpoint_dtype: torch.dtype,
+                  device: torch.device) -> torch.dtype:
+    """The dtype the model runs in. `dtype` None or "auto" is vLLM's auto on a GPU: the checkpoint's
+    `torch_dtype` / `dtype` (float16 stays float16, bfloat16 stays bfloat16), a float32 checkpoint
+    in bfloat16. On CPU, auto is float32 whatever the checkpoint says: the CPU path is the exact
+    reference (its tests compare float32 results) and PyTorch's CPU bfloat16 is slow; pass a dtype
+    to choose another."""
+    if dtype is not None and dtype != "auto":
+        return parse_dtype(dtype)
+    if device.type == "cpu":
+        return torch.float32
+    return torch.bfloat16 if checkpoint_dtype == torch.float32 else checkpoint_dtype
+
+
 def _token_ids(value) -> tuple[int, ...]:
     """An `eos_token_id` entry (an int, a list of ints or null) -> tuple of ints."""
     if value is None:
