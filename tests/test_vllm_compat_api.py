@@ -96,3 +96,33 @@ def test_dtype_auto_follows_the_checkpoint(tiny_qwen3, tmp_path, stored, on_gpu)
             explicit.generate(["def f(x):"], greedy())[0].outputs[0].token_ids
         with pytest.raises(ValueError, match="float32, bfloat16, float16"):
             LLM(str(model), device="cpu", dtype="int8")
+
+
+@pytest.mark.parametrize("rope,theta", [({}, 1e6), ({"rope_parameters": {"rope_type": "default"}}, 1e6),
+                                        ({"rope_theta": 10000.0}, 10000.0),
+                                        ({"rope_parameters": {"rope_theta": 5e5}}, 5e5)])
+def test_dflash_drafter_without_rope_theta_gets_vllms_default(codelm_dir, tmp_path, rope, theta):
+    """vLLM's DFlash loader gives a drafter whose config.json has no rope_theta 1e6 (Qwen3's), not
+    transformers' 10000; a theta given (either spelling) is kept. Loaded as `LLM` loads it."""
+    import json
+    import os
+
+    import torch
+    src = codelm_dir.parent / "codelm-12m-dflash"
+    if not (src / "config.json").is_file():
+        pytest.skip(f"no DFlash drafter at {src}")
+    draft = tmp_path / "dflash"
+    draft.mkdir()
+    for f in src.iterdir():
+        if f.name != "config.json":
+            os.symlink(f, draft / f.name)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.pop("rope_theta"), cfg.pop("rope_parameters", None)
+    (draft / "config.json").write_text(json.dumps({**cfg, **rope}))
+    llm = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=128,
+              speculative_config={"method": "dflash", "model": str(draft), "num_speculative_tokens": 7})
+    model = llm.llm_engine.proposer.draft
+    assert model.config.rope.theta == theta
+    head_dim = model.config.head_dim
+    want = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    assert torch.allclose(model.inv_freq.float().cpu(), want)

@@ -76,13 +76,15 @@ class RopeConfig:
     original_max_position_embeddings: int = 8192
 
     @classmethod
-    def from_hf(cls, raw: dict[str, Any]) -> "RopeConfig":
+    def from_hf(cls, raw: dict[str, Any], default_theta: float = 10000.0) -> "RopeConfig":
+        """`default_theta`: when the config gives none (transformers' default 10000; vLLM's DFlash
+        drafter loader uses 1e6)."""
         # transformers >= 4.56 writes `rope_parameters` (holding rope_theta); older configs write
         # `rope_theta` plus an optional `rope_scaling` dict. Accept both, and both at once.
         params = dict(raw.get("rope_parameters") or {})
         scaling = dict(raw.get("rope_scaling") or {})
         merged = {**scaling, **params}
-        theta = merged.get("rope_theta", raw.get("rope_theta", 10000.0))
+        theta = merged.get("rope_theta", raw.get("rope_theta", default_theta))
         rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
         if rope_type not in ("default", "llama3", "linear"):
             raise ValueError(

@@ -8,8 +8,8 @@ but that turbospec does not implement (`best_of`, `response_format`, `tools` on 
 (its keys token ids as strings, as JSON has them) are served with vLLM's semantics. `n` and a
 batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
 implements `echo` (with `logprobs`: the prompt tokens' logprobs too); both serve vLLM's
-`prompt_logprobs` (not streamed, as in vLLM). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
-nothing is ever silently ignored.
+`prompt_logprobs` (not streamed, as in vLLM). Harmless fields (`user`, `metadata`, ...) are
+accepted. Anything unknown is rejected: nothing is ever silently ignored.
 """
 from __future__ import annotations
 

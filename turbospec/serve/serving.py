@@ -107,8 +107,9 @@ class OpenAIServing:
                     text = d.text
                     logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                yield chunk([CompletionStreamChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
-                                                    stop_reason=d.stop_reason)], _running_usage(req, d), spec)
+                choice = CompletionStreamChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
+                                                stop_reason=d.stop_reason)
+                yield chunk([choice], _running_usage(req, d), spec)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
