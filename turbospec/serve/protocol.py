@@ -290,6 +290,9 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        if max_tokens is not None and self.min_tokens > max_tokens:     # named as the client sent it
+            raise bad_request(f"min_tokens={self.min_tokens} must be <= {self.max_tokens_name}={max_tokens}",
+                              param="min_tokens")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         params = self._sampling_params(max_tokens, logprobs, defaults)
         params.prompt_logprobs = self.prompt_logprobs
