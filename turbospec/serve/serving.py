@@ -141,7 +141,7 @@ class OpenAIServing:
             token = e.token if e is not None else token_str(tok, t)
             echo.tokens.append(token)
             echo.token_logprobs.append(e.logprob if e is not None else None)
-            echo.top_logprobs.append(None if e is None else {k: v for k, v in e.top} if e.top else {e.token: e.logprob})
+            echo.top_logprobs.append(None if e is None else _top_with_chosen(e))
             echo.text_offset.append(offset)
             offset += len(token)
         rest, offset = _completion_logprobs(lps, offset)      # offsets count token strings throughout
@@ -262,11 +262,16 @@ def _completion_logprobs(lps: list[TokenLogprob] | None, offset: int) -> tuple[C
     for t in lps:
         out.tokens.append(t.token)
         out.token_logprobs.append(t.logprob)
-        # logprobs=0: the chosen token alone (vLLM's), not null
-        out.top_logprobs.append({tok: lp for tok, lp in t.top} if t.top else {t.token: t.logprob})
+        out.top_logprobs.append(_top_with_chosen(t))
         out.text_offset.append(offset)
         offset += len(t.token)
     return out, offset
+
+
+def _top_with_chosen(t: TokenLogprob) -> dict[str, float]:
+    """A completions `top_logprobs` entry as OpenAI and vLLM give it: the chosen token first (even
+    outside the top k: up to k + 1 entries; logprobs=0: it alone), then the top k."""
+    return {t.token: t.logprob, **{tok: lp for tok, lp in t.top if tok != t.token}}
 
 
 def _chat_logprobs(lps: list[TokenLogprob] | None) -> ChatLogprobs | None:
