@@ -25,9 +25,15 @@ def _async_client(server) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0)
 
 
-def test_models_lists_the_served_name(client):
+def test_models_lists_the_served_name(client, server):
     ids = [m.id for m in client.models.list().data]
     assert ids == [MODEL_NAME]
+    card = httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).json()["data"][0]
+    assert set(card) == {"id", "object", "created", "owned_by", "root", "parent", "max_model_len", "permission"}
+    assert card["object"] == "model" and card["parent"] is None and card["max_model_len"] == 2048  # vLLM's fields
+    perm = card["permission"][0]
+    assert perm["object"] == "model_permission" and perm["allow_sampling"] and perm["allow_logprobs"]
+    assert perm["id"].startswith("modelperm-") and not perm["allow_fine_tuning"]
 
 
 def test_completion_sync(client):

@@ -4,6 +4,7 @@ length. Clients built on the `openai` package read the extra field as an attribu
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SerializeAsAny, model_serializer
@@ -223,13 +224,32 @@ class ChatCompletionChunk(BaseModel):
 
 # ---- /v1/models -----------------------------------------------------------------------------
 
+class ModelPermission(BaseModel):
+    """vLLM's (OpenAI's former) model permission object: what this server allows on the model."""
+    id: str = Field(default_factory=lambda: f"modelperm-{uuid.uuid4().hex}")
+    object: Literal["model_permission"] = "model_permission"
+    created: int = Field(default_factory=_now)
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(BaseModel):
+    """vLLM's fields: `root` the model directory, `parent` null (no LoRA adapters here)."""
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=_now)
     owned_by: str = "turbospec"
     root: str | None = None
+    parent: str | None = None
     max_model_len: int | None = None
+    permission: list[ModelPermission] = Field(default_factory=lambda: [ModelPermission()])
 
 
 class ModelList(BaseModel):
