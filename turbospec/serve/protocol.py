@@ -287,7 +287,7 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
             raise bad_request(f"max_tokens={self.max_tokens} and max_completion_tokens="
                               f"{self.max_completion_tokens} disagree: send only max_completion_tokens",
                               param="max_tokens")
-        if self.top_logprobs is not None and not self.logprobs:
+        if self.top_logprobs and not self.logprobs:              # 0 is accepted without it, as vLLM
             raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         if max_tokens is not None and self.min_tokens > max_tokens:     # named as the client sent it
