@@ -25,10 +25,8 @@ class LLM:
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, num_scheduler_steps: int | None = None,
                  seed: int | None = None, generation_config: str = "auto", **vllm_kwargs):
-        """`dtype` (vLLM's "auto" by default): on GPU the checkpoint's torch_dtype (a float32
-        checkpoint runs in bfloat16), on CPU float32; or "float32", "bfloat16", "float16".
-        `seed` (vLLM's): seeds the random draws of requests without their own
-        SamplingParams.seed, so a script's unseeded samples repeat from run to run.
+        """`dtype` "auto" (vLLM's default): config.resolve_dtype. `seed` (vLLM's): seeds the random
+        draws of requests without their own SamplingParams.seed (unseeded samples repeat per run).
         `generation_config` (vLLM's): "auto" makes the model's generation_config.json sampling
         settings the defaults of `generate` / `chat` called without SamplingParams
         (`get_default_sampling_params`); "vllm" ignores them."""
