@@ -54,3 +54,75 @@ def test_vllm_constructor_arguments_refused_with_a_hint(tiny_qwen3, kwargs, word
     with pytest.raises(ValueError) as e:
         LLM(str(tiny_qwen3), device="cpu", **kwargs)
     assert words in str(e.value) and "unknown argument" not in str(e.value)
+
+
+def _with_stored_dtype(src, dst, stored: str | None):
+    """`src` (weights symlinked) with config.json's torch_dtype / dtype set to `stored` (None: neither)."""
+    import json
+    import os
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "config.json":
+            os.symlink(f, dst / f.name)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.pop("torch_dtype", None), cfg.pop("dtype", None)
+    if stored is not None:
+        cfg["torch_dtype" if stored != "bfloat16" else "dtype"] = stored
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.mark.parametrize("stored,on_gpu", [("float16", "float16"), ("bfloat16", "bfloat16"),
+                                           ("float32", "bfloat16"), (None, "bfloat16")])
+def test_dtype_auto_follows_the_checkpoint(tiny_qwen3, tmp_path, stored, on_gpu):
+    """vLLM's dtype "auto": on GPU the checkpoint's torch_dtype (float32 ones in bfloat16); on CPU
+    float32 whatever it stores (docs/serving.md), and an explicit dtype always wins."""
+    import torch
+
+    from turbospec.config import ModelConfig, resolve_dtype
+    model = _with_stored_dtype(tiny_qwen3, tmp_path / "m", stored)
+    cfg = ModelConfig.from_pretrained(str(model))
+    assert resolve_dtype("auto", cfg.dtype, torch.device("cuda")) == getattr(torch, on_gpu)
+    assert resolve_dtype(None, cfg.dtype, torch.device("cuda")) == getattr(torch, on_gpu)
+    assert resolve_dtype("float32", cfg.dtype, torch.device("cuda")) == torch.float32
+    assert resolve_dtype("auto", cfg.dtype, torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bf16", cfg.dtype, torch.device("cpu")) == torch.bfloat16
+    if stored == "float16":                      # the LLM API on CPU: auto (its default) is float32
+        auto = LLM(str(model), device="cpu", max_model_len=64)
+        explicit = LLM(str(model), device="cpu", dtype="float32", max_model_len=64)
+        assert auto.llm_engine.dtype == torch.float32
+        assert next(auto.llm_engine.runner.model.parameters()).dtype == torch.float32
+        assert auto.generate(["def f(x):"], greedy())[0].outputs[0].token_ids == \
+            explicit.generate(["def f(x):"], greedy())[0].outputs[0].token_ids
+        with pytest.raises(ValueError, match="float32, bfloat16, float16"):
+            LLM(str(model), device="cpu", dtype="int8")
+
+
+@pytest.mark.parametrize("rope,theta", [({}, 1e6), ({"rope_parameters": {"rope_type": "default"}}, 1e6),
+                                        ({"rope_theta": 10000.0}, 10000.0),
+                                        ({"rope_parameters": {"rope_theta": 5e5}}, 5e5)])
+def test_dflash_drafter_without_rope_theta_gets_vllms_default(codelm_dir, tmp_path, rope, theta):
+    """vLLM's DFlash loader gives a drafter whose config.json has no rope_theta 1e6 (Qwen3's), not
+    transformers' 10000; a theta given (either spelling) is kept. Loaded as `LLM` loads it."""
+    import json
+    import os
+
+    import torch
+    src = codelm_dir.parent / "codelm-12m-dflash"
+    if not (src / "config.json").is_file():
+        pytest.skip(f"no DFlash drafter at {src}")
+    draft = tmp_path / "dflash"
+    draft.mkdir()
+    for f in src.iterdir():
+        if f.name != "config.json":
+            os.symlink(f, draft / f.name)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.pop("rope_theta"), cfg.pop("rope_parameters", None)
+    (draft / "config.json").write_text(json.dumps({**cfg, **rope}))
+    llm = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=128,
+              speculative_config={"method": "dflash", "model": str(draft), "num_speculative_tokens": 7})
+    model = llm.llm_engine.proposer.draft
+    assert model.config.rope.theta == theta
+    head_dim = model.config.head_dim
+    want = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    assert torch.allclose(model.inv_freq.float().cpu(), want)

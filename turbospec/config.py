@@ -34,6 +34,20 @@ def parse_dtype(dtype: str | torch.dtype | None, default: torch.dtype = torch.fl
     return _DTYPES[key]
 
 
+def resolve_dtype(dtype: str | torch.dtype | None, checkpoint_dtype: torch.dtype,
+                  device: torch.device) -> torch.dtype:
+    """The dtype the model runs in. `dtype` None or "auto" is vLLM's auto on a GPU: the checkpoint's
+    `torch_dtype` / `dtype` (float16 stays float16, bfloat16 stays bfloat16), a float32 checkpoint
+    in bfloat16. On CPU, auto is float32 whatever the checkpoint says: the CPU path is the exact
+    reference (its tests compare float32 results) and PyTorch's CPU bfloat16 is slow; pass a dtype
+    to choose another."""
+    if dtype is not None and dtype != "auto":
+        return parse_dtype(dtype)
+    if device.type == "cpu":
+        return torch.float32
+    return torch.bfloat16 if checkpoint_dtype == torch.float32 else checkpoint_dtype
+
+
 def _token_ids(value) -> tuple[int, ...]:
     """An `eos_token_id` entry (an int, a list of ints or null) -> tuple of ints."""
     if value is None:
@@ -62,13 +76,15 @@ class RopeConfig:
     original_max_position_embeddings: int = 8192
 
     @classmethod
-    def from_hf(cls, raw: dict[str, Any]) -> "RopeConfig":
+    def from_hf(cls, raw: dict[str, Any], default_theta: float = 10000.0) -> "RopeConfig":
+        """`default_theta`: when the config gives none (transformers' default 10000; vLLM's DFlash
+        drafter loader uses 1e6)."""
         # transformers >= 4.56 writes `rope_parameters` (holding rope_theta); older configs write
         # `rope_theta` plus an optional `rope_scaling` dict. Accept both, and both at once.
         params = dict(raw.get("rope_parameters") or {})
         scaling = dict(raw.get("rope_scaling") or {})
         merged = {**scaling, **params}
-        theta = merged.get("rope_theta", raw.get("rope_theta", 10000.0))
+        theta = merged.get("rope_theta", raw.get("rope_theta", default_theta))
         rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
         if rope_type not in ("default", "llama3", "linear"):
             raise ValueError(

@@ -18,15 +18,15 @@ _HF_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class LLM:
-    def __init__(self, model: str | os.PathLike, device: str | None = None, dtype: str | None = None,
+    def __init__(self, model: str | os.PathLike, device: str | None = None, dtype: str | None = "auto",
                  quantization: str | None = None, speculative_config: dict[str, Any] | None = None,
                  tokenizer: str | None = None, block_size: int = 16, num_kv_blocks: int | None = None,
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, num_scheduler_steps: int | None = None,
                  seed: int | None = None, generation_config: str = "auto", **vllm_kwargs):
-        """`seed` (vLLM's): seeds the random draws of requests without their own
-        SamplingParams.seed, so a script's unseeded samples repeat from run to run.
+        """`dtype` "auto" (vLLM's default): config.resolve_dtype. `seed` (vLLM's): seeds the random
+        draws of requests without their own SamplingParams.seed (unseeded samples repeat per run).
         `generation_config` (vLLM's): "auto" makes the model's generation_config.json sampling
         settings the defaults of `generate` / `chat` called without SamplingParams
         (`get_default_sampling_params`); "vllm" ignores them."""

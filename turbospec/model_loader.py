@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import nn
 
-from turbospec.config import ModelConfig, parse_dtype
+from turbospec.config import ModelConfig, resolve_dtype
 from turbospec.layers.linear import WeightShapeError
 from turbospec.layers.quant.fp8 import (FP8_DTYPE, check_fp8_scales, checkpoint_tensor_dtypes,
                                         prepare_fp8_from_checkpoint, quantize_model_fp8, resolve_fp8_config)
@@ -175,13 +175,13 @@ def _listing(names: list[str], limit: int = 8) -> str:
 
 def load_model(model_dir: str | os.PathLike, device: torch.device | str = "cpu",
                dtype: torch.dtype | str | None = None, quantization: str | None = None) -> nn.Module:
-    """config.json + *.safetensors -> model in eval mode on `device` in `dtype` (default: the
-    checkpoint's dtype on CUDA, float32 on CPU). Block-FP8 checkpoints load as published;
-    `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block (layers/quant/fp8.py)."""
+    """config.json + *.safetensors -> model in eval mode on `device` in `dtype` (default "auto": the
+    checkpoint's dtype on CUDA, bfloat16 for a float32 one; float32 on CPU: config.resolve_dtype).
+    Block-FP8 checkpoints load as published; `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block (layers/quant/fp8.py)."""
     model_dir = os.fspath(model_dir)
     cfg = ModelConfig.from_pretrained(model_dir)
     device = torch.device(device)
-    dtype = parse_dtype(dtype, cfg.dtype if device.type == "cuda" else torch.float32)
+    dtype = resolve_dtype(dtype, cfg.dtype, device)
     fp8 = resolve_fp8_config(cfg.quantization_config, quantization)
     model_cls = get_model_class(cfg.architecture)
     prev_dtype = torch.get_default_dtype()

@@ -68,7 +68,7 @@ CASES = [
      AUTH, 400, "response_format"),
     ("echo_chat", "/v1/chat/completions", {**CHAT, "echo": True}, AUTH, 400, "echo"),
     ("echo_not_bool", "/v1/completions", _bad(echo=1), AUTH, 400, "echo"),
-    ("prompt_logprobs", "/v1/completions", _bad(prompt_logprobs=2), AUTH, 400, "prompt_logprobs"),
+    ("prompt_logprobs_whole_vocab", "/v1/completions", _bad(prompt_logprobs=-1), AUTH, 400, "prompt_logprobs"),
     ("unknown_field", "/v1/completions", _bad(frobnicate=1), AUTH, 400, "frobnicate"),
     ("negative_temperature", "/v1/completions", _bad(temperature=-1), AUTH, 400, "temperature"),
     ("top_p_zero", "/v1/completions", _bad(top_p=0), AUTH, 400, "top_p"),

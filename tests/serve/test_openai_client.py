@@ -25,9 +25,15 @@ def _async_client(server) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0)
 
 
-def test_models_lists_the_served_name(client):
+def test_models_lists_the_served_name(client, server):
     ids = [m.id for m in client.models.list().data]
     assert ids == [MODEL_NAME]
+    card = httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}).json()["data"][0]
+    assert set(card) == {"id", "object", "created", "owned_by", "root", "parent", "max_model_len", "permission"}
+    assert card["object"] == "model" and card["parent"] is None and card["max_model_len"] == 2048  # vLLM's fields
+    perm = card["permission"][0]
+    assert perm["object"] == "model_permission" and perm["allow_sampling"] and perm["allow_logprobs"]
+    assert perm["id"].startswith("modelperm-") and not perm["allow_fine_tuning"]
 
 
 def test_completion_sync(client):
@@ -128,6 +134,14 @@ def test_logprobs_completion_and_chat(client):
     for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
         assert chosen <= 0 and len(top) == 3
         assert max(top.values()) == pytest.approx(chosen, abs=1e-4)     # greedy: the top-1 was chosen
+    sampled = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=1.5, seed=7,
+                                        logprobs=1).choices[0].logprobs
+    outside = 0                 # OpenAI's and vLLM's rule: the sampled token is always there, so up to k + 1
+    for token, chosen, top in zip(sampled.tokens, sampled.token_logprobs, sampled.top_logprobs):
+        assert next(iter(top)) == token and top[token] == chosen and len(top) in (1, 2)
+        assert max(top.values()) >= chosen
+        outside += len(top) == 2
+    assert outside > 0, "temperature 1.5 never sampled outside the top 1: pick another seed"
     c = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4, temperature=0,
                                        logprobs=True, top_logprobs=2)
     content = c.choices[0].logprobs.content
@@ -238,7 +252,9 @@ def test_completion_echo_and_prompt_logprobs(client, codelm_dir):
         assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
         for p in range(1, len(ids)):
             assert abs(lp.token_logprobs[p] - out.prompt_logprobs[p][ids[p]].logprob) < 1e-4
-            assert len(lp.top_logprobs[p]) == 1
+            top = lp.top_logprobs[p]                 # the prompt token first, then the top 1 (vLLM's)
+            assert next(iter(top)) == lp.tokens[p] and len(top) == (1 if out.prompt_logprobs[p][ids[p]].rank == 1
+                                                                    else 2)
         assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[len(ids)] == len(prompts[ch.index])
     whole = client.completions.create(model=MODEL_NAME, prompt=prompts[0], max_tokens=6, temperature=0, echo=True,
                                       logprobs=0)

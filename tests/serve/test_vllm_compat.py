@@ -59,7 +59,6 @@ def test_vllm_extras_at_their_defaults_are_served(server):
     ("truncate_prompt_tokens", 8, "shorten the prompt"),
     ("spaces_between_special_tokens", False, "accepted only as true"),
     ("priority", 5, "accepted only as 0"),
-    ("prompt_logprobs", 1, "echo=true and logprobs"),
 ])
 def test_vllm_extras_it_does_not_implement_are_refused_by_name(server, field, value, words):
     """Not 'unknown parameter' (they are vLLM's documented fields) but unsupported, with what to do."""
@@ -131,3 +130,15 @@ def test_tokenize_errors(server, path, body, status, param):
         r = c.post(path, json=body)
     assert r.status_code == status and r.json()["error"]["param"] == param, r.text
     assert httpx.post(f"{server.url}{path}", json={"prompt": "x"}, timeout=10).status_code == 401
+
+
+def test_top_logprobs_zero_without_logprobs_is_accepted(server):
+    """vLLM refuses top_logprobs without logprobs only when it asks for some (> 0); a client that
+    sends `top_logprobs: 0` by default gets its completion, without logprobs."""
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
+        r = c.post("/v1/chat/completions", json={"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2,
+                                                 "top_logprobs": 0})
+        assert r.status_code == 200 and r.json()["choices"][0]["logprobs"] is None, r.text
+        r = c.post("/v1/chat/completions", json={"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2,
+                                                 "top_logprobs": 1})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"

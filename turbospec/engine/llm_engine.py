@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from turbospec.config import EngineConfig, ModelConfig, parse_dtype
+from turbospec.config import EngineConfig, ModelConfig, parse_dtype, resolve_dtype
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.burst_sampling import default_variants
 from turbospec.engine.burst_step import try_burst
@@ -144,12 +144,13 @@ class LLMEngine:
             raise ValueError(f"device={str(device)!r}: this engine runs on 'cpu' or 'cuda' (or 'cuda:N')")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu'")
-        torch_dtype = parse_dtype(dtype, torch.float32 if device.type == "cpu" else torch.bfloat16)
+        parse_dtype(dtype)                 # an unknown dtype is refused before anything is read
         if quantization not in (None, "fp8"):
             raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
         engine_config = engine_config or EngineConfig()
         engine_config.validate()
         config = ModelConfig.from_pretrained(model)
+        torch_dtype = resolve_dtype(dtype, config.dtype, device)
         t0 = time.perf_counter()
         net = load_model(model, device, torch_dtype, quantization=quantization)
         load_s = time.perf_counter() - t0

@@ -58,6 +58,11 @@ def choose_mask_token_id(vocab_size: int, tokenizer_len: int | None, pad_token_i
                      "(an id the tokenizer never emits)")
 
 
+# rope_theta when config.json gives none: vLLM's DFlash loader (qwen3_dflash.py) sets 1e6, the
+# Qwen3 targets' value, not transformers' 10000 (published DFlash drafters are Qwen3-style)
+DEFAULT_ROPE_THETA = 1_000_000.0
+
+
 @dataclass
 class DFlashConfig:
     hidden_size: int
@@ -115,7 +120,7 @@ class DFlashConfig:
             head_dim=int(raw.get("head_dim") or H // nh),
             intermediate_size=int(raw["intermediate_size"]), num_hidden_layers=n_layers,
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), vocab_size=int(raw["vocab_size"]),
-            rope=RopeConfig.from_hf(raw), block_size=int(get("block_size", 16)),
+            rope=RopeConfig.from_hf(raw, default_theta=DEFAULT_ROPE_THETA), block_size=int(get("block_size", 16)),
             mask_token_id=int(get("mask_token_id")), target_layer_ids=tuple(int(i) for i in ids),
             num_target_layers=int(L) if L is not None else None,
             target_hidden_size=int(raw.get("target_hidden_size") or H),

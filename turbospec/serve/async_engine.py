@@ -228,7 +228,7 @@ class AsyncEngine:
             resolve(item, RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error"))
             return
         self._live[item.request_id] = _Live(item, DeltaTracker(item.params.stop or [], item.params.logprobs,
-                                                                self.tokenizer, item.params.prompt_logprobs,
+                                                                self.tokenizer,
                                                                 item.params.include_stop_str_in_output))
         resolve(item, None)
 

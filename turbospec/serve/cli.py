@@ -36,12 +36,13 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 exposes the server)."),
     port: int = typer.Option(8000, help="TCP port."),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when available)."),
-    dtype: str = typer.Option(None, help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU)."),
+    dtype: str = typer.Option("auto", help="auto, float32, bfloat16, float16. auto (vLLM's): on GPU the checkpoint's "
+                              "torch_dtype (a float32 checkpoint runs in bfloat16); on CPU float32."),
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself."),
     api_key: str = typer.Option(None, envvar="TURBOSPEC_API_KEY",
                                 help="Require `Authorization: Bearer KEY` on /v1 routes."),
-    served_model_name: list[str] = typer.Option(None, help="Name(s) clients use as `model` "
-                                                "(default: MODEL as given). Repeat for aliases."),
+    served_model_name: list[str] = typer.Option(None, help="Name(s) clients use as `model` (default: MODEL as "
+                                                "given): `--served-model-name a b`, as vLLM, or the flag repeated."),
     chat_template: str = typer.Option(None, help="A Jinja chat template (a file, or the template text) "
                                       "for /v1/chat/completions, replacing the tokenizer's own; needed "
                                       "for a model that has none."),
@@ -99,7 +100,7 @@ def serve(
     from turbospec.generation_defaults import read_sampling_defaults
     from turbospec.reasoning_parser import check_reasoning_parser
     from turbospec.serve.shutdown import GracefulServer, graceful_timeout
-    from turbospec.serve.startup import build_engine, install_chat_template, print_cold_start
+    from turbospec.serve.startup import build_engine, dtype_note, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
     if tensor_parallel_size != 1:
@@ -152,7 +153,7 @@ def serve(
     except ValueError as e:
         typer.echo(f"turbospec serve: cannot start: {e}", err=True)
         raise typer.Exit(2)
-    print_cold_start(model, str(getattr(engine, "device", device)), cold, spec)
+    print_cold_start(model, str(getattr(engine, "device", device)), cold, spec, dtype_note(engine, dtype))
     if sampling_defaults:
         print(f"turbospec serve: requests that leave them unset get the model's generation_config.json sampling "
               f"defaults {sampling_defaults} (--generation-config vllm: the API defaults)", flush=True)
@@ -187,4 +188,5 @@ def _bind_error(host: str, port: int) -> str | None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(serve)
+    from turbospec.serve.cli_args import ServeCommand
+    app.command("serve", cls=ServeCommand)(serve)

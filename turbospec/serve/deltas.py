@@ -42,9 +42,12 @@ class StreamDelta:
     num_output_tokens: int                 # cumulative
     spec: RequestMetrics = field(default_factory=RequestMetrics)   # a snapshot: drafts, accepted
     # the first delta of a request: its prompt (text or None, token ids) and, when asked for, one
-    # logprob entry per prompt token (None for the first)
+    # logprob entry per prompt token (None for the first): as the echo shows them (`echo` with
+    # `logprobs`), and as the engine gives them ({token_id: Logprob}, decoded_token filled: what the
+    # `prompt_logprobs` response field carries)
     prompt: tuple[str | None, list[int]] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    prompt_logprob_dicts: list[dict | None] | None = None
 
     @property
     def finished(self) -> bool:
@@ -56,7 +59,12 @@ class StreamDelta:
             (self.logprobs or []) + (later.logprobs or [])
         return replace(later, text=self.text + later.text, token_ids=self.token_ids + later.token_ids,
                        logprobs=lps, prompt=self.prompt or later.prompt,
-                       prompt_logprobs=self.prompt_logprobs if self.prompt_logprobs is not None else later.prompt_logprobs)
+                       prompt_logprobs=_first(self.prompt_logprobs, later.prompt_logprobs),
+                       prompt_logprob_dicts=_first(self.prompt_logprob_dicts, later.prompt_logprob_dicts))
+
+
+def _first(a, b):
+    return a if a is not None else b
 
 
 def held_back_len(text: str, stops: list[str]) -> int:
@@ -67,13 +75,11 @@ def held_back_len(text: str, stops: list[str]) -> int:
 class DeltaTracker:
     """Per request: remembers what was already sent and produces the next StreamDelta."""
 
-    def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer,
-                 num_prompt_logprobs: int | None = None, include_stop: bool = False):
+    def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer, include_stop: bool = False):
         self.stops = stops
         self._hold = StopHoldBack(stops)
         self.include_stop = include_stop
         self.num_logprobs = num_logprobs
-        self.num_prompt_logprobs = num_prompt_logprobs
         self.prompt_sent = False
         self.tokenizer = tokenizer
         self.sent_text = ""
@@ -109,15 +115,18 @@ class DeltaTracker:
             return None
         self.spec = replace(out.metrics)          # the engine thread keeps mutating the original
         self.num_prompt_tokens = len(out.prompt_token_ids)
-        prompt = prompt_lps = None
+        prompt = prompt_lps = prompt_dicts = None
         if not self.prompt_sent:                  # the prompt is computed once anything is generated
             self.prompt_sent = True
             prompt = (out.prompt, list(out.prompt_token_ids))
-            if self.num_prompt_logprobs is not None and out.prompt_logprobs is not None:
-                prompt_lps = [None if e is None else self._logprob(t, e, self.num_prompt_logprobs)
-                              for t, e in zip(out.prompt_token_ids, out.prompt_logprobs)]
+            if out.prompt_logprobs is not None:
+                prompt_dicts = self._decoded(out.prompt_logprobs)
+                if self.num_logprobs is not None:         # the echo's logprobs (/v1/completions)
+                    prompt_lps = [None if e is None else self._logprob(t, e)
+                                  for t, e in zip(out.prompt_token_ids, prompt_dicts)]
         return StreamDelta(new_text, new_ids, logprobs, comp.finish_reason, comp.stop_reason,
-                           self.num_prompt_tokens, len(comp.token_ids), self.spec, prompt, prompt_lps)
+                           self.num_prompt_tokens, len(comp.token_ids), self.spec, prompt, prompt_lps,
+                           prompt_dicts)
 
     def final_delta(self, reason: str) -> StreamDelta:
         """The closing delta of a request ended outside the engine's outputs (an abort)."""
@@ -127,6 +136,16 @@ class DeltaTracker:
     # ---- logprobs ---------------------------------------------------------------------------
     def _token_str(self, token_id: int) -> str:
         return token_str(self.tokenizer, token_id)
+
+    def _decoded(self, entries: list[dict | None]) -> list[dict | None]:
+        """The engine's prompt logprobs, each Logprob's `decoded_token` filled (as `LLM` does)."""
+        out = []
+        for entry in entries:
+            if entry is not None:
+                entry = {t: replace(v, decoded_token=self._token_str(t)) if v.decoded_token is None else v
+                         for t, v in entry.items()}
+            out.append(entry)
+        return out
 
     def _logprob(self, token_id: int, entry: dict, k: int | None = None) -> TokenLogprob:
         """entry: {token_id: Logprob(logprob, rank) | float}, the chosen token among them; the top

@@ -7,8 +7,9 @@ but that turbospec does not implement (`best_of`, `response_format`, `tools` on 
 (serve/reasoning.py). The penalties, `min_p` and `logit_bias`
 (its keys token ids as strings, as JSON has them) are served with vLLM's semantics. `n` and a
 batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
-implements `echo` (with `logprobs`: the prompt tokens' logprobs too). Harmless fields (`user`, `metadata`, ...) are accepted. Anything unknown is rejected:
-nothing is ever silently ignored.
+implements `echo` (with `logprobs`: the prompt tokens' logprobs too); both serve vLLM's
+`prompt_logprobs` (not streamed, as in vLLM). Harmless fields (`user`, `metadata`, ...) are
+accepted. Anything unknown is rejected: nothing is ever silently ignored.
 """
 from __future__ import annotations
 
@@ -24,69 +25,12 @@ from turbospec.sampling_params import SamplingParams, is_one_of
 from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
 from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.reasoning import ReasoningOptions
+from turbospec.serve.request_fields import HARMLESS_FIELDS, NEUTRAL_VALUES, UNSUPPORTED_HINTS
 from turbospec.serve.tool_calls import ToolOptions
 
 MAX_LOGPROBS = 20
 MAX_STOP_STRINGS = 64
 MAX_CHOICES = 128            # prompts x n per request: each is an engine request with its own KV
-
-# Fields accepted and ignored: they do not change the generated tokens.
-HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
-                             "prompt_cache_key", "parallel_tool_calls", "request_id",
-                             "cache_salt", "session_id"})     # vLLM's: prefix-cache salt, routing key
-
-# Fields accepted only at their neutral value(s); anything else is a 400.
-NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
-    "best_of": (1, None),
-    "echo": (False, None),                        # chat; /v1/completions implements it
-    "suffix": (None, ""),
-    "use_beam_search": (False, None),
-    "prompt_logprobs": (None,),
-    "tools": (None, []),                          # /v1/completions; chat serves them (serve/tool_calls.py)
-    "tool_choice": (None, "none"),
-    "functions": (None, []),
-    "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}),
-    "modalities": (None, ["text"]),
-    "audio": (None,),
-    "prediction": (None,),
-    "reasoning_effort": (None,),
-    "web_search_options": (None,),
-    # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
-    "spaces_between_special_tokens": (True, None),
-    "truncate_prompt_tokens": (None,),
-    "priority": (0, None),
-    "allowed_token_ids": (None,),
-    "bad_words": (None, []),
-    "length_penalty": (1.0, None),                # beam search only
-    "logits_processors": (None, []),
-    "return_tokens_as_token_ids": (False, None),
-    "return_token_ids": (False, None),
-    "prompt_embeds": (None,),
-    "structured_outputs": (None,),
-    "guided_json": (None,),
-    "guided_regex": (None,),
-    "guided_choice": (None,),
-    "guided_grammar": (None,),
-    "guided_decoding_backend": (None,),
-    "guided_whitespace_pattern": (None,),
-    "chat_template": (None,),
-    "documents": (None,),
-    "mm_processor_kwargs": (None,),
-    "kv_transfer_params": (None,),
-    "vllm_xargs": (None,),
-}
-
-# What to do instead, for the refusals a vLLM user is most likely to meet.
-_NO_GUIDED = "turbospec has no constrained (guided) decoding; ask for the format in the prompt and validate it"
-UNSUPPORTED_HINTS: dict[str, str] = {
-    **{k: _NO_GUIDED for k in ("response_format", "structured_outputs", "guided_json", "guided_regex",
-                               "guided_choice", "guided_grammar")},
-    "chat_template": "start the server with --chat-template FILE instead",
-    "truncate_prompt_tokens": "shorten the prompt on the client",
-    "prompt_logprobs": "the prompt tokens' logprobs come with echo=true and logprobs on /v1/completions",
-}
-
 
 # OpenAI's `stream`, `echo` and chat's `logprobs` are nullable ("boolean or null"), as in vLLM: null
 # is the default (false). The `openai` client sends null for an argument passed as None.
@@ -122,6 +66,7 @@ class _SamplingFields(BaseModel):
     min_p: float | None = None                    # vLLM's, [0, 1]
     stream: NullableBool = False
     stream_options: StreamOptions | None = None
+    prompt_logprobs: int | None = None            # vLLM's: the prompt tokens' logprobs, top k each
 
     def check_supported(self) -> None:
         """Reject unknown fields and semantic fields set to a value turbospec does not implement."""
@@ -145,6 +90,22 @@ class _SamplingFields(BaseModel):
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options is only allowed when stream is true",
                               param="stream_options")
+        self._check_prompt_logprobs()
+
+    def _check_prompt_logprobs(self) -> None:
+        """vLLM's rules: at most --max-logprobs (20 here), -1 (the whole vocabulary) over that, and
+        none with `stream` (0 is accepted there, and returns nothing)."""
+        k = self.prompt_logprobs
+        if k is None:
+            return
+        if k < 0 or k > MAX_LOGPROBS:
+            what = "-1 (the whole vocabulary) is" if k == -1 else f"{k} is"
+            raise bad_request(f"prompt_logprobs={k}: {what} not served; send 0 to {MAX_LOGPROBS} (the top k "
+                              "tokens of each prompt position, plus the prompt token itself)",
+                              param="prompt_logprobs")
+        if k > 0 and self.stream:
+            raise bad_request("prompt_logprobs are not available with stream=true (as in vLLM): send the "
+                              "request without streaming to get them", param="prompt_logprobs")
 
     @property
     def num_samples(self) -> int:
@@ -234,7 +195,8 @@ class CompletionRequest(_SamplingFields):
                               "to score the prompt)", param="max_tokens")
         _check_max_tokens("max_tokens", self.max_tokens if not self.echo_only else None)
         params = self._sampling_params(1 if self.echo_only else self.max_tokens, self.logprobs, defaults)
-        params.prompt_logprobs = self.logprobs if self.echo else None
+        params.prompt_logprobs = self.prompt_logprobs if self.prompt_logprobs is not None else \
+            (self.logprobs if self.echo else None)        # vLLM's default: echo's logprobs
         return params
 
 
@@ -270,11 +232,15 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
             raise bad_request(f"max_tokens={self.max_tokens} and max_completion_tokens="
                               f"{self.max_completion_tokens} disagree: send only max_completion_tokens",
                               param="max_tokens")
-        if self.top_logprobs is not None and not self.logprobs:
+        if self.top_logprobs and not self.logprobs:              # 0 is accepted without it, as vLLM
             raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        if max_tokens is not None and self.min_tokens > max_tokens:     # named as the client sent it
+            raise bad_request(f"min_tokens={self.min_tokens} must be <= {self.max_tokens_name}={max_tokens}",
+                              param="min_tokens")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         params = self._sampling_params(max_tokens, logprobs, defaults)
+        params.prompt_logprobs = self.prompt_logprobs
         if self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set:
             params.skip_special_tokens = False    # some tokenizers mark <tool_call> special (as vLLM's hermes)
         return params

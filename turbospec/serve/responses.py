@@ -4,9 +4,10 @@ length. Clients built on the `openai` package read the extra field as an attribu
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_serializer
+from pydantic import BaseModel, Field, SerializeAsAny, model_serializer
 
 from turbospec.engine.sequence import RequestMetrics
 
@@ -50,7 +51,29 @@ class CompletionLogprobs(BaseModel):
     text_offset: list[int] = Field(default_factory=list)
 
 
-class CompletionChoice(BaseModel):
+class PromptLogprob(BaseModel):
+    """vLLM's `Logprob` as its responses carry it in `prompt_logprobs`."""
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+# vLLM's `prompt_logprobs`: per prompt token, None for the first, else {token id: PromptLogprob}
+# (the prompt token first, then the top k); JSON object keys are strings
+PromptLogprobs = list[dict[int, PromptLogprob] | None]
+
+
+def prompt_logprobs_json(entries: list[dict | None] | None) -> PromptLogprobs | None:
+    """The engine's {token_id: Logprob} entries as the response field; -inf becomes -9999.0 (JSON
+    has no infinity), as vLLM clamps it."""
+    if entries is None:
+        return None
+    return [None if e is None else
+            {t: PromptLogprob(logprob=max(v.logprob, -9999.0), rank=v.rank, decoded_token=v.decoded_token)
+             for t, v in e.items()} for e in entries]
+
+
+class CompletionStreamChoice(BaseModel):
     index: int = 0
     text: str
     logprobs: CompletionLogprobs | None = None
@@ -58,12 +81,18 @@ class CompletionChoice(BaseModel):
     stop_reason: str | int | None = None
 
 
+class CompletionChoice(CompletionStreamChoice):
+    """A whole response's choice: vLLM's `prompt_logprobs` too (null unless asked for; a streamed
+    choice has none, as in vLLM, which refuses `prompt_logprobs` with `stream`)."""
+    prompt_logprobs: PromptLogprobs | None = None
+
+
 class CompletionResponse(BaseModel):
     id: str
     object: Literal["text_completion"] = "text_completion"
     created: int = Field(default_factory=_now)
     model: str
-    choices: list[CompletionChoice]
+    choices: list[SerializeAsAny[CompletionStreamChoice]]
     usage: UsageInfo | None = None
     speculative_decoding: SpeculativeDecodingInfo | None = None
 
@@ -129,6 +158,7 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: UsageInfo
+    prompt_logprobs: PromptLogprobs | None = None     # vLLM's: response-level for chat (one prompt)
     speculative_decoding: SpeculativeDecodingInfo | None = None
 
 
@@ -194,13 +224,32 @@ class ChatCompletionChunk(BaseModel):
 
 # ---- /v1/models -----------------------------------------------------------------------------
 
+class ModelPermission(BaseModel):
+    """vLLM's (OpenAI's former) model permission object: what this server allows on the model."""
+    id: str = Field(default_factory=lambda: f"modelperm-{uuid.uuid4().hex}")
+    object: Literal["model_permission"] = "model_permission"
+    created: int = Field(default_factory=_now)
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(BaseModel):
+    """vLLM's fields: `root` the model directory, `parent` null (no LoRA adapters here)."""
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=_now)
     owned_by: str = "turbospec"
     root: str | None = None
+    parent: str | None = None
     max_model_len: int | None = None
+    permission: list[ModelPermission] = Field(default_factory=lambda: [ModelPermission()])
 
 
 class ModelList(BaseModel):

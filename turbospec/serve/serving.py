@@ -22,8 +22,8 @@ from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                        ChatCompletionResponse, ChatLogprobs,
                                        ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
-                                       CompletionResponse, DeltaMessage, SpeculativeDecodingInfo,
-                                       TopLogprob, UsageInfo, sse)
+                                       CompletionResponse, CompletionStreamChoice, DeltaMessage,
+                                       SpeculativeDecodingInfo, TopLogprob, UsageInfo, prompt_logprobs_json, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.tool_calls import ChoiceToolCalls
 
@@ -81,7 +81,8 @@ class OpenAIServing:
         for i, d in enumerate(finals):
             text, logprobs, _ = self._echoed(req, d, d.text, d.logprobs)
             choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
-                                            stop_reason=d.stop_reason, logprobs=logprobs))
+                                            stop_reason=d.stop_reason, logprobs=logprobs,
+                                            prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts)))
         body = CompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
                                   speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
@@ -106,8 +107,9 @@ class OpenAIServing:
                     text = d.text
                     logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                yield chunk([CompletionChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
-                                              stop_reason=d.stop_reason)], _running_usage(req, d), spec)
+                choice = CompletionStreamChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
+                                                stop_reason=d.stop_reason)
+                yield chunk([choice], _running_usage(req, d), spec)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
@@ -139,7 +141,7 @@ class OpenAIServing:
             token = e.token if e is not None else token_str(tok, t)
             echo.tokens.append(token)
             echo.token_logprobs.append(e.logprob if e is not None else None)
-            echo.top_logprobs.append(None if e is None else {k: v for k, v in e.top} if e.top else {e.token: e.logprob})
+            echo.top_logprobs.append(None if e is None else _top_with_chosen(e))
             echo.text_offset.append(offset)
             offset += len(token)
         rest, offset = _completion_logprobs(lps, offset)      # offsets count token strings throughout
@@ -176,6 +178,7 @@ class OpenAIServing:
             choices.append(ChatChoice(index=i, message=out.message(d), finish_reason=out.finish_reason(d.finish_reason),
                                       stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs)))
         body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
+                                      prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
                                       speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
         return Response(body.model_dump_json(), media_type="application/json")
 
@@ -259,11 +262,16 @@ def _completion_logprobs(lps: list[TokenLogprob] | None, offset: int) -> tuple[C
     for t in lps:
         out.tokens.append(t.token)
         out.token_logprobs.append(t.logprob)
-        # logprobs=0: the chosen token alone (vLLM's), not null
-        out.top_logprobs.append({tok: lp for tok, lp in t.top} if t.top else {t.token: t.logprob})
+        out.top_logprobs.append(_top_with_chosen(t))
         out.text_offset.append(offset)
         offset += len(t.token)
     return out, offset
+
+
+def _top_with_chosen(t: TokenLogprob) -> dict[str, float]:
+    """A completions `top_logprobs` entry as OpenAI and vLLM give it: the chosen token first (even
+    outside the top k: up to k + 1 entries; logprobs=0: it alone), then the top k."""
+    return {t.token: t.logprob, **{tok: lp for tok, lp in t.top if tok != t.token}}
 
 
 def _chat_logprobs(lps: list[TokenLogprob] | None) -> ChatLogprobs | None:

@@ -100,9 +100,22 @@ def install_chat_template(engine, template: str) -> None:
         raise ValueError(f"--chat-template does not render a one-message conversation: {e}") from None
 
 
-def print_cold_start(model: str, device: str, cs: ColdStart, speculative: dict | None) -> None:
+def dtype_note(engine, requested: str | None) -> str:
+    """The dtype the weights run in, and why when the server chose it (`--dtype auto`, the default)."""
+    chosen = str(getattr(engine, "dtype", "?")).removeprefix("torch.")
+    if requested not in (None, "auto"):
+        return chosen
+    stored = str(getattr(getattr(engine, "model_config", None), "dtype", "?")).removeprefix("torch.")
+    if getattr(getattr(engine, "device", None), "type", None) == "cpu":
+        why = f"float32 on CPU; the checkpoint is {stored}"
+    else:
+        why = f"the checkpoint's {stored}" + (", run in bfloat16" if stored == "float32" else "")
+    return f"{chosen} (--dtype auto: {why})"
+
+
+def print_cold_start(model: str, device: str, cs: ColdStart, speculative: dict | None, dtype: str = "?") -> None:
     spec = f", speculative {speculative.get('method')}" if speculative else ""
-    print(f"turbospec serve: {model} on {device}{spec} ready; cold start:", file=sys.stdout)
+    print(f"turbospec serve: {model} on {device}, dtype {dtype}{spec} ready; cold start:", file=sys.stdout)
     for line in cs.lines():
         print(line, file=sys.stdout)
     sys.stdout.flush()

@@ -1,0 +1,63 @@
+"""The request fields outside what turbospec implements, as the endpoints treat them: harmless
+ones (accepted and ignored: they do not change the tokens), fields accepted only at their neutral
+value (anything else is a 400 naming the field, `unsupported_parameter`), and what to do instead
+for the refusals a vLLM user is most likely to meet. Anything else unknown is a 400
+`unknown_parameter` (serve/protocol.py)."""
+from __future__ import annotations
+
+from typing import Any
+
+# Fields accepted and ignored: they do not change the generated tokens.
+HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
+                             "prompt_cache_key", "parallel_tool_calls", "request_id",
+                             "cache_salt", "session_id"})     # vLLM's: prefix-cache salt, routing key
+
+# Fields accepted only at their neutral value(s); anything else is a 400.
+NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
+    "best_of": (1, None),
+    "echo": (False, None),                        # chat; /v1/completions implements it
+    "suffix": (None, ""),
+    "use_beam_search": (False, None),
+    "tools": (None, []),                          # /v1/completions; chat serves them (serve/tool_calls.py)
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "reasoning_effort": (None,),
+    "web_search_options": (None,),
+    # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
+    "spaces_between_special_tokens": (True, None),
+    "truncate_prompt_tokens": (None,),
+    "priority": (0, None),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "length_penalty": (1.0, None),                # beam search only
+    "logits_processors": (None, []),
+    "return_tokens_as_token_ids": (False, None),
+    "return_token_ids": (False, None),
+    "prompt_embeds": (None,),
+    "structured_outputs": (None,),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "guided_decoding_backend": (None,),
+    "guided_whitespace_pattern": (None,),
+    "chat_template": (None,),
+    "documents": (None,),
+    "mm_processor_kwargs": (None,),
+    "kv_transfer_params": (None,),
+    "vllm_xargs": (None,),
+}
+
+# What to do instead, for the refusals a vLLM user is most likely to meet.
+_NO_GUIDED = "turbospec has no constrained (guided) decoding; ask for the format in the prompt and validate it"
+UNSUPPORTED_HINTS: dict[str, str] = {
+    **{k: _NO_GUIDED for k in ("response_format", "structured_outputs", "guided_json", "guided_regex",
+                               "guided_choice", "guided_grammar")},
+    "chat_template": "start the server with --chat-template FILE instead",
+    "truncate_prompt_tokens": "shorten the prompt on the client",
+}
