@@ -283,6 +283,13 @@ for part in ${*:-tests decode oracle drafters}; do
                 tests/gpu/test_penalties_gpu.py tests/gpu/test_sampled_bursts_gpu.py -k "not distribution"
               run 150 python3 bench/precapture_cost.py --shape qwen3-8b ;;
     tiles64)  run 150 python3 bench/tiles64.py ;;
+    servergpu) # `turbospec serve` on CUDA under concurrent openai-client load (tests/gpu/test_server_gpu.py), dtype auto
+              # with a float16 checkpoint. The image lacks fastapi / uvicorn / openai: carry them in .whl/ (git-ignored;
+              # `pip download -d .whl --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
+              # --implementation cp fastapi uvicorn openai`, then run with carry [".whl"])
+              python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
+              ( export PYTHONPATH=/tmp/site:.; run 420 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rf \
+                tests/gpu/test_server_gpu.py tests/gpu/test_dtype_auto_gpu.py ) ;;
     final20)  # end of the twentieth session: GPU tests of the engine paths this session touched, then #8's decode rows
               run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
                 tests/gpu/test_no_compile_in_steps.py tests/gpu/test_sampled_bursts_gpu.py -k "not distribution"

@@ -27,12 +27,12 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(self, model_dir: Path, log_path: Path, *args: str, api_key: str | None = None,
-                 name: str = MODEL_NAME):
+                 name: str = MODEL_NAME, device: str = "cpu"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "turbospec.cli", "serve", str(model_dir), "--device", "cpu",
+        cmd = [sys.executable, "-m", "turbospec.cli", "serve", str(model_dir), "--device", device,
                "--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", name,
                "--max-model-len", "2048", *args]
         if api_key:
