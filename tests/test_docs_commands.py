@@ -3,10 +3,13 @@ results log): every `turbospec ...` command names a real subcommand and only fla
 complete command line of a ```bash block parses as the CLI would parse it (values included) and
 its `--speculative-config` JSON is a valid speculative config; every other `--flag` written in
 inline code belongs to the doc's command (or to a command or `python -m` tool the doc shows).
-Nothing is run, so a doc that drifts from the CLI fails here in a second."""
+Then the commands and snippets that run on a CPU in seconds are run as written: serving.md's chat
+server with its template, its curl calls and its Python client block (and README's audit line
+against it), training.md's corpus step; and a newcomer's usual slips get an error naming the fix."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from functools import cache
@@ -162,3 +165,152 @@ def test_the_checks_catch_a_made_up_flag():
     assert _words("train eagle3 | dflash") == ["train", "eagle3"]
     assert _commands("`torchrun --nproc_per_node 8 -m turbospec.cli train eagle3 ...`") == \
         [("train eagle3 ...", False)]
+
+
+# ---- the doc commands that run on a CPU in seconds, run as written ---------------------------------
+
+def _fenced(text: str, lang: str, containing: str) -> str:
+    blocks = [b for kind, b in FENCE.findall(text) if kind == lang and containing in b]
+    assert blocks, f"no ```{lang} block containing {containing!r}"
+    return blocks[0]
+
+
+def _doc_line(text: str, prefix: str, containing: str = "") -> list[str]:
+    """argv after `turbospec` of the first ```bash line that starts with `prefix` (and contains ...)."""
+    for kind, block in FENCE.findall(text):
+        for line in block.replace("\\\n", " ").splitlines() if kind == "bash" else ():
+            line = line.split("  #")[0].strip()
+            if line.startswith(prefix) and containing in line:
+                return shlex.split(line)[1:]
+    raise AssertionError(f"no ```bash line starting with {prefix!r} and containing {containing!r}")
+
+
+@pytest.fixture(scope="module")
+def doc_server(tmp_path_factory):
+    """serving.md's CPU server for chat, as written: its chatml.jinja heredoc, then its
+    `--reasoning-parser deepseek_r1` line (on a free port), run from a directory like the repo's."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.serve.server_process import free_port
+    text = (REPO / "docs/serving.md").read_text()
+    work = tmp_path_factory.mktemp("serving_md")
+    (work / "models").symlink_to(REPO / "models")
+    heredoc = re.search(r"cat > chatml\.jinja <<'EOF'\n(.*?)\nEOF\n", text, re.S)
+    assert heredoc, "serving.md: no `cat > chatml.jinja <<'EOF'` block"
+    (work / "chatml.jinja").write_text(heredoc.group(1) + "\n")
+    port = free_port()
+    argv = _doc_line(text, "turbospec serve models/codelm-12m", "--reasoning-parser") + ["--port", str(port)]
+    log = open(work / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "turbospec.cli", *argv], cwd=work, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO),
+                                                           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, (work / "server.log").read_text()
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, (work / "server.log").read_text()
+        time.sleep(0.3)
+    yield {"url": url, "text": text, "log": work / "server.log"}
+    proc.terminate()
+    proc.wait(30)
+    log.close()
+
+
+def test_serving_md_curl_examples_run(doc_server):
+    import httpx
+    calls = re.findall(r"curl -s localhost:8000(/\S+) -H 'Content-Type: application/json' \\?\s*-d '(.*?)'",
+                       doc_server["text"], re.S)
+    assert len(calls) == 2, calls
+    bodies = {}
+    for route, body in calls:
+        r = httpx.post(doc_server["url"] + route, json=json.loads(body), timeout=60)
+        assert r.status_code == 200, (route, r.text)
+        bodies[route] = r.json()
+    echo = bodies["/v1/completions"]                        # scores the prompt: 0 tokens, its logprobs
+    assert echo["choices"][0]["text"] == "def fib(n):" and echo["usage"]["completion_tokens"] == 0
+    assert echo["choices"][0]["logprobs"]["token_logprobs"][0] is None
+    assert bodies["/v1/chat/completions"]["usage"]["completion_tokens"] == 16
+
+
+def test_serving_md_reasoning_snippet_runs(doc_server, capsys):
+    """The Python block after "Runnable on CPU": what its comments say it prints."""
+    code = _fenced(doc_server["text"], "python", "enable_thinking")
+    exec(compile(code.replace("http://127.0.0.1:8000", doc_server["url"]), "serving.md", "exec"), {})
+    first, second, streamed = capsys.readouterr().out.split("\n", 2)
+    assert first.endswith(" None") and not first.startswith("None"), first     # the 16 tokens, None
+    assert second.startswith("None ") and second != "None None", second         # None, the 16 tokens
+    assert streamed.strip()
+
+
+def test_serving_md_cold_start_sample_matches_the_server(doc_server):
+    sample = _fenced(doc_server["text"], "", "cold start:").splitlines()[1:]
+    printed = doc_server["log"].read_text().split("cold start:\n", 1)[1].split("turbospec serve:")[0]
+    names = [re.split(r"\s{2,}|\s+\d", line.strip())[0] for line in sample]
+    assert names == [re.split(r"\s{2,}|\s+\d", line.strip())[0] for line in printed.splitlines()], printed
+
+
+def test_readme_audit_line_runs(doc_server, tmp_path, monkeypatch):
+    """README's audit line against the doc server, smaller (later flags win): a report in audit/."""
+    from typer.testing import CliRunner
+
+    from tests.test_cli_readme import _readme_line
+    monkeypatch.chdir(tmp_path)
+    argv = [a.replace("http://127.0.0.1:8000", doc_server["url"]) for a in _readme_line("audit")]
+    r = CliRunner().invoke(app, argv + ["--num-prompts", "2", "--max-tokens", "8", "--concurrency", "1",
+                                        "--warmup", "0", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "wrote audit/results.json, audit/report.md, audit/report.html" in r.output
+    results = json.loads((tmp_path / "audit/results.json").read_text())
+    assert results["endpoints"][0]["model"] == "codelm-12m" and results["runs"][0]["num_ok"] == 2
+
+
+def test_training_md_corpus_line_runs(tmp_path, monkeypatch):
+    """Step 1 as written (into a data/ that does not exist yet), on a one-file --root for speed."""
+    from typer.testing import CliRunner
+    (tmp_path / "models").symlink_to(REPO / "models")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fib.py").write_text("".join(f"def fib_{i}(n):\n    return n if n < 2 else fib_{i}(n - 1) + n\n\n"
+                                        for i in range(20)))
+    monkeypatch.chdir(tmp_path)
+    argv = _doc_line((REPO / "docs/training.md").read_text(), "turbospec train stdlib-corpus")
+    r = CliRunner().invoke(app, argv + ["--root", str(lib)])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in (tmp_path / "data/stdlib.jsonl").read_text().splitlines()]
+    assert rows and {row["source"] for row in rows} == {"stdlib/fib.py"} and "def fib_0(n):" in rows[0]["text"]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    ("train regenerate --target models/codelm-12m --data data/none.jsonl --out data/regen.jsonl",
+     "--data 'data/none.jsonl' does not exist: pass a JSONL file"),
+    ("train stdlib-corpus --target models/codelm-12m --out models", "--out 'models' is a directory: pass"),
+    ("train eagle3 --target models/codelm-12m --data data/none.jsonl --out drafters/e3",
+     "--data 'data/none.jsonl' does not exist: pass a JSONL file"),
+    ("""generate models/codelm-12m -p x --speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}'""",
+     "needs speculative_config['model']: the drafter's directory"),
+    ("serve models/codelm-12m --speculative-config '{method: ngram}'", "not valid JSON"),
+    ("recipe run codelm-12m-cpu benhc", "has no step 'benhc'; its steps: generate, bench"),
+    ("recipe show qwen3-8b", "the shipped ones are codelm-12m-cpu"),
+])
+def test_a_newcomers_mistakes_say_how_to_fix_them(argv, fragment, monkeypatch):
+    """The slips of someone typing the docs' commands: exit 2 and a line that names the fix."""
+    from typer.testing import CliRunner
+    monkeypatch.chdir(REPO)
+    r = CliRunner().invoke(app, shlex.split(argv))
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (r.output, r.exception)   # no traceback
+    assert fragment in " ".join(r.output.replace("│", " ").split()), r.output
+
+
+def test_help_paragraphs_are_not_broken_at_the_source_width():
+    """Every command's help is one line per paragraph, so the terminal wraps it (typer keeps a
+    docstring's single line breaks in `turbospec --help`'s command list)."""
+    for path, cmd in [((), _root()), *_leaves(_root())]:
+        assert "\n" not in (cmd.help or "").replace("\n\n", ""), (path, cmd.help)

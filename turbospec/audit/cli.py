@@ -243,7 +243,7 @@ def _print_summary(results: dict, out: str) -> None:
                         fg=typer.colors.YELLOW)
     if results["interrupted"]:
         typer.secho("interrupted: the report holds what was measured before the stop (Ctrl-C or SIGTERM)", fg=typer.colors.YELLOW)
-    typer.echo(f"wrote {out}/results.json, {out}/report.md, {out}/report.html")
+    typer.echo("wrote " + ", ".join(os.path.join(out, f) for f in ("results.json", "report.md", "report.html")))
 
 
 _FIX = {"timeout": " -> raise --timeout, or lower --max-tokens / --concurrency",

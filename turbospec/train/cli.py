@@ -57,6 +57,29 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
         raise typer.BadParameter(f"--target-layers must be comma-separated integers, e.g. 1,3,5 ({text!r})") from e
 
 
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _check_files(data: str | None, out: str) -> None:
+    """What the corpus and regeneration steps read and write, checked before any model is loaded
+    (a missing --data or an --out that cannot be written was a traceback after minutes of work)."""
+    if data is not None and not os.path.isfile(data):
+        what = "is a directory" if os.path.isdir(data) else "does not exist"
+        _fail(f"--data {data!r} {what}: pass a JSONL file (see docs/training.md)")
+    if os.path.isdir(out):
+        _fail(f"--out {out!r} is a directory: pass the path of the JSONL file to write, "
+              f"e.g. {os.path.join(out, 'corpus.jsonl')!r}")
+    parent = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        _fail(f"--out {out!r}: cannot create its directory {parent!r} ({e.strerror}): pass a path you can write")
+    if not os.access(parent, os.W_OK):
+        _fail(f"--out {out!r}: the directory {parent!r} is not writable: pass a path you can write")
+
+
 def _run(method: str, shape: dict, eagle3: dict, dflash: dict, **kw) -> None:
     from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
     from turbospec.train.loop import train
@@ -140,13 +163,12 @@ def stdlib_corpus(target: str = typer.Option(..., help="target directory (its to
     from turbospec.train.data import load_tokenizer
     from turbospec.train.stdlib_corpus import build_stdlib_corpus
     if not os.path.isfile(os.path.join(target, "config.json")):
-        typer.echo(f"error: --target {target!r} has no config.json: pass the target model directory", err=True)
-        raise typer.Exit(2)
+        _fail(f"--target {target!r} has no config.json: pass the target model directory")
+    _check_files(None, out)
     try:
         stats = build_stdlib_corpus(out, load_tokenizer(target), chunk_tokens, include_tests, root=root)
-    except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    except (ValueError, OSError) as e:       # OSError: a disk that filled up
+        _fail(str(e))
     typer.echo(f"wrote {out}: {stats.describe()}")
 
 
@@ -163,12 +185,15 @@ def regenerate(target: str = typer.Option(..., help="target directory"),
                device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED) -> None:
     """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs."""
     from turbospec.train.regenerate import regenerate as run
+    _check_files(data, out)
     try:
         stats = run(target, data, out, num_samples, max_new_tokens, min_prompt, max_prompt, temperature,
                     device, dtype, batch_size, max_seconds, seed)
-    except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    except (ValueError, OSError) as e:       # OSError: a disk that filled up
+        _fail(str(e))
+    except KeyboardInterrupt:                # Ctrl-C: the chunks already written stay
+        typer.echo(f"interrupted: {out} holds the samples of the chunks finished before the stop", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"wrote {out}: {stats.describe()}")
 
 

@@ -188,7 +188,8 @@ def train(cfg: TrainConfig) -> dict:
 
     plan = [f"{total_steps} steps"] if total_steps else []
     plan += [f"{cfg.max_minutes:g} min"] if budget else []
-    log.print(f"setup {time.perf_counter() - t_setup:.1f} s; training for {' or '.join(plan)}, whichever comes first")
+    first = ", whichever comes first" if len(plan) > 1 else ""
+    log.print(f"setup {time.perf_counter() - t_setup:.1f} s; training for {' or '.join(plan)}{first}")
     end = f"/{total_steps}" if total_steps else ""
     stream = iterate(train_ds, cfg.batch_size, cfg.seed, step, rank, world)
     running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
