@@ -90,13 +90,13 @@ stamp "setting: device $DEVICE | $($PY -c 'import torch; print("torch", torch.__
 git log -1 --format='commit %h %s' 2>/dev/null || true
 
 stamp "1. stdlib corpus"
-timeout 300 "${TSCLI[@]}" train stdlib-corpus --target $MODEL --out "$WORK/stdlib.jsonl" --chunk-tokens "$SEQ" $EXTRA_CORPUS \
+timeout 300 "${TSCLI[@]}" train stdlib-corpus --target $MODEL --out "$WORK/stdlib.jsonl" --overwrite --chunk-tokens "$SEQ" $EXTRA_CORPUS \
   || { echo "FATAL: corpus build failed"; exit 1; }
 if [ "$RAW_LIMIT" -gt 0 ]; then head -n "$RAW_LIMIT" "$WORK/stdlib.jsonl" > "$WORK/raw.jsonl"; else cp "$WORK/stdlib.jsonl" "$WORK/raw.jsonl"; fi
 
 stamp "2. regenerate with the target (greedy, $REGEN_SAMPLES prompts x $REGEN_TOKENS tokens, <= ${REGEN_SECONDS} s of generation)"
 timeout $(( REGEN_SECONDS + 120 )) "${TSCLI[@]}" train regenerate --target $MODEL --data "$WORK/raw.jsonl" \
-  --out "$WORK/regen.jsonl" --num-samples "$REGEN_SAMPLES" --max-new-tokens "$REGEN_TOKENS" \
+  --out "$WORK/regen.jsonl" --overwrite --num-samples "$REGEN_SAMPLES" --max-new-tokens "$REGEN_TOKENS" \
   --min-prompt 64 --max-prompt $(( SEQ / 2 )) --batch-size "$REGEN_BATCH" --max-seconds "$REGEN_SECONDS" \
   --device "$DEVICE" || echo "WARNING: regenerate failed or timed out; training on what exists"
 # training data: regenerated samples (complete lines only, in case the stage was cut) + the raw corpus

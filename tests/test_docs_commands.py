@@ -299,6 +299,7 @@ def test_training_md_corpus_line_runs(tmp_path, monkeypatch):
     ("serve models/codelm-12m --speculative-config '{method: ngram}'", "not valid JSON"),
     ("recipe run codelm-12m-cpu benhc", "has no step 'benhc'; its steps: generate, bench"),
     ("recipe show qwen3-8b", "the shipped ones are codelm-12m-cpu"),
+    ("serve models/codelm-12m --log-level loud", "'loud': use one of critical, error, warning, info, debug"),
 ])
 def test_a_newcomers_mistakes_say_how_to_fix_them(argv, fragment, monkeypatch):
     """The slips of someone typing the docs' commands: exit 2 and a line that names the fix."""
@@ -314,3 +315,4 @@ def test_help_paragraphs_are_not_broken_at_the_source_width():
     docstring's single line breaks in `turbospec --help`'s command list)."""
     for path, cmd in [((), _root()), *_leaves(_root())]:
         assert "\n" not in (cmd.help or "").replace("\n\n", ""), (path, cmd.help)
+

@@ -100,6 +100,7 @@ CASES = [
     ("models_without_key", "/v1/models", None, {}, 401, "API key"),
     ("unknown_route", "/v1/nothing", GOOD, AUTH, 404, "endpoint"),
     ("embeddings_route", "/v1/embeddings", {"model": "m", "input": "x"}, AUTH, 404, "/v1/embeddings. This server has"),
+    ("route_list", "/docs/x", GOOD, AUTH, 404, "/v1/models/{model}, /tokenize"),
     ("wrong_method", "/v1/completions", None, AUTH, 405, ""),
 ]
 

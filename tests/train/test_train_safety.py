@@ -179,3 +179,28 @@ def test_init_from_a_drafter_of_another_target_is_refused_first(method, tiny_tar
     r = CliRunner().invoke(app, ["train", method, "--target", str(wide), "--data", str(bad_data),
                                  "--out", str(tmp_path / "third"), "--init-from", str(first)])
     assert r.exit_code == 2 and r.output.startswith("error: --init-from") and r.output.count("\n") == 1, r.output
+
+
+def test_corpus_and_regeneration_outputs_are_not_replaced_silently(tmp_path):
+    """An existing --out (perhaps hours of regeneration) was replaced without a word: now refused
+    before anything runs unless --overwrite; regenerate's --out may never be its --data."""
+    from typer.testing import CliRunner
+
+    from tests.conftest import REPO
+    from turbospec.cli import app
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "m.py").write_text("def f(x):\n    return x + 1\n" * 20)
+    out = tmp_path / "c.jsonl"
+    corpus = ["train", "stdlib-corpus", "--target", str(REPO / "models/codelm-12m"), "--out", str(out),
+              "--root", str(lib)]
+    assert CliRunner().invoke(app, corpus).exit_code == 0
+    first = out.read_text()
+    out.write_text(first + "kept\n")
+    r = CliRunner().invoke(app, corpus)
+    assert r.exit_code == 2 and "already exists" in r.output and "--overwrite" in r.output
+    assert out.read_text() == first + "kept\n"
+    assert CliRunner().invoke(app, corpus + ["--overwrite"]).exit_code == 0 and out.read_text() == first
+    r = CliRunner().invoke(app, ["train", "regenerate", "--target", str(REPO / "models/codelm-12m"),
+                                 "--data", str(out), "--out", str(out), "--overwrite"])
+    assert r.exit_code == 2 and "is the --data file" in r.output and out.read_text() == first

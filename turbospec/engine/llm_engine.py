@@ -143,7 +143,8 @@ class LLMEngine:
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"device={str(device)!r}: this engine runs on 'cpu' or 'cuda' (or 'cuda:N')")
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu'")
+            raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu' (on the command "
+                             "line: --device cpu)")
         parse_dtype(dtype)                 # an unknown dtype is refused before anything is read
         if quantization not in (None, "fp8"):
             raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")

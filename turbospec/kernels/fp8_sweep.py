@@ -22,6 +22,9 @@ import argparse
 import time
 
 import torch
+
+if __name__ == "__main__" and not torch.cuda.is_available():      # before the Triton imports
+    raise SystemExit("fp8_sweep times Triton kernels on a CUDA GPU: run it on a machine with one")
 import triton
 
 from turbospec.kernels.gemm_sweep import SWEEP_MS, rank_configs

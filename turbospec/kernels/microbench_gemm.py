@@ -18,6 +18,9 @@ from __future__ import annotations
 import argparse
 
 import torch
+
+if __name__ == "__main__" and not torch.cuda.is_available():      # before the Triton imports
+    raise SystemExit("microbench_gemm times Triton kernels on a CUDA GPU: run it on a machine with one")
 import torch.nn.functional as F
 
 from turbospec.benchmarks.shapes import resolve_shape

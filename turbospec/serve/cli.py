@@ -14,6 +14,9 @@ import sys
 import typer
 
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")     # uvicorn's
+
+
 def _parse_spec_config(raw: str | None) -> dict | None:
     if raw is None or not raw.strip():
         return None
@@ -81,14 +84,14 @@ def serve(
     enforce_eager: bool = typer.Option(False, help="Never use CUDA graphs."),
     num_scheduler_steps: int = typer.Option(
         None, help="Decode steps per burst (1-64) when every running request can take one (greedy or "
-                   "sampled, seeded or not; no penalties or logit bias; logprobs for at most 8): one launch, no host round "
+                   "sampled, seeded or not, penalties, logit bias and min_tokens too; logprobs for at most 8): one launch, no host round "
                    "trip between the steps. Default 8 with CUDA graphs, else 1. A request that arrives during bursts "
                    "waits for up to two of them before its prefill: 1 trades throughput for that latency."),
     allowed_origins: list[str] = typer.Option(["*"], help="CORS origins a browser page may call the API "
                                               "from (repeat; default any, as with vLLM; '' for none)."),
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="Largest accepted request body."),
     shutdown_timeout: float = typer.Option(10.0, help="Seconds in-flight requests get to finish on shutdown."),
-    log_level: str = typer.Option("info", help="uvicorn log level."),
+    log_level: str = typer.Option("info", help="uvicorn log level: critical, error, warning, info, debug or trace."),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     /v1/models, /health, /metrics)."""
@@ -110,6 +113,9 @@ def serve(
     if num_scheduler_steps is not None and not 1 <= num_scheduler_steps <= 64:
         raise typer.BadParameter(f"{num_scheduler_steps} is not in 1-64 (1: no decode bursts)",
                                  param_hint="--num-scheduler-steps")
+    if log_level.lower() not in LOG_LEVELS:
+        raise typer.BadParameter(f"{log_level!r}: use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
+    log_level = log_level.lower()
     if reasoning_parser is not None:
         try:
             check_reasoning_parser(reasoning_parser)

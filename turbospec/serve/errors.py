@@ -92,8 +92,8 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(exc.detail)
         if exc.status_code == 404:
             message = (f"no such endpoint: {request.url.path}. This server has /v1/completions, "
-                       "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics and /version "
-                       "(see /docs)")
+                       "/v1/chat/completions, /v1/models, /v1/models/{model}, /tokenize, /detokenize, /health, /metrics "
+                       "and /version")
         return APIError(exc.status_code, message, code=code).response()
 
     @app.exception_handler(Exception)

@@ -29,6 +29,7 @@ LOG_EVERY = typer.Option(20, help="log line every N steps (when not on a termina
 SAVE_EVERY = typer.Option(1000, help="training-state checkpoint + export every N steps")
 CKPT = typer.Option(None, help="training-state directory (default <out>/checkpoint)")
 RESUME = typer.Option(False, help="continue from the training state in --checkpoint-dir")
+OVERWRITE_FILE = typer.Option(False, help="replace --out if it exists (refused otherwise)")
 OVERWRITE = typer.Option(False, help="replace the drafter / training state already in --out (refused otherwise)")
 INIT_FROM = typer.Option(None, help="start from an exported drafter's weights (same shape options; new optimizer and schedule)")
 SEED = typer.Option(0)
@@ -62,15 +63,21 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _check_files(data: str | None, out: str) -> None:
+def _check_files(data: str | None, out: str, overwrite: bool) -> None:
     """What the corpus and regeneration steps read and write, checked before any model is loaded
-    (a missing --data or an --out that cannot be written was a traceback after minutes of work)."""
+    (a missing --data or an --out that cannot be written was a traceback after minutes of work;
+    an existing --out, perhaps hours of regeneration, was replaced without a word)."""
     if data is not None and not os.path.isfile(data):
         what = "is a directory" if os.path.isdir(data) else "does not exist"
         _fail(f"--data {data!r} {what}: pass a JSONL file (see docs/training.md)")
     if os.path.isdir(out):
         _fail(f"--out {out!r} is a directory: pass the path of the JSONL file to write, "
               f"e.g. {os.path.join(out, 'corpus.jsonl')!r}")
+    if data is not None and os.path.exists(out) and os.path.samefile(data, out):
+        _fail(f"--out {out!r} is the --data file: writing it would destroy the prompts; pass another --out")
+    if os.path.exists(out) and not overwrite:
+        _fail(f"--out {out!r} already exists ({os.path.getsize(out):,} bytes): pass --overwrite to replace it, "
+              "or another --out")
     parent = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -158,13 +165,14 @@ def stdlib_corpus(target: str = typer.Option(..., help="target directory (its to
                   out: str = typer.Option(..., help="output JSONL"),
                   chunk_tokens: int = typer.Option(1024, help="max tokens per chunk (use the training --max-seq-len)"),
                   include_tests: bool = typer.Option(False, help="also the stdlib's test suites"),
-                  root: str = typer.Option(None, help="library directory (default: this Python's stdlib)")) -> None:
+                  root: str = typer.Option(None, help="library directory (default: this Python's stdlib)"),
+                  overwrite: bool = OVERWRITE_FILE) -> None:
     """Write a JSONL of the Python standard library's sources, chunked to the target's tokens."""
     from turbospec.train.data import load_tokenizer
     from turbospec.train.stdlib_corpus import build_stdlib_corpus
     if not os.path.isfile(os.path.join(target, "config.json")):
         _fail(f"--target {target!r} has no config.json: pass the target model directory")
-    _check_files(None, out)
+    _check_files(None, out, overwrite)
     try:
         stats = build_stdlib_corpus(out, load_tokenizer(target), chunk_tokens, include_tests, root=root)
     except (ValueError, OSError) as e:       # OSError: a disk that filled up
@@ -182,10 +190,11 @@ def regenerate(target: str = typer.Option(..., help="target directory"),
                batch_size: int = typer.Option(256, help="requests per engine batch (its max_num_seqs); capped "
                                                "at 256, the largest batch with CUDA graphs / decode bursts"),
                max_seconds: float = typer.Option(None, help="stop starting new batches after this"),
-               device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED) -> None:
+               device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED,
+               overwrite: bool = OVERWRITE_FILE) -> None:
     """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs."""
     from turbospec.train.regenerate import regenerate as run
-    _check_files(data, out)
+    _check_files(data, out, overwrite)
     try:
         stats = run(target, data, out, num_samples, max_new_tokens, min_prompt, max_prompt, temperature,
                     device, dtype, batch_size, max_seconds, seed)
