@@ -22,7 +22,7 @@ def generate(
     presence_penalty: float = typer.Option(0.0, help="[-2, 2], once for a token already generated"),
     min_p: float = typer.Option(0.0, help="[0, 1]: drop tokens below min_p x the top token's probability"),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda if available)"),
-    dtype: str = typer.Option(None, help="bfloat16 (GPU default), float16 or float32 (CPU default)"),
+    dtype: str = typer.Option(None, help="auto (default: on a GPU the checkpoint's dtype, a float32 checkpoint in bfloat16; on CPU float32), bfloat16, float16 or float32"),
     speculative_config: str = typer.Option(None, "--speculative-config",
                                            help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\''),
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself"),
