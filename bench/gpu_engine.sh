@@ -290,6 +290,12 @@ for part in ${*:-tests decode oracle drafters}; do
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
               ( export PYTHONPATH=/tmp/site:.; run 420 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rf \
                 tests/gpu/test_server_gpu.py tests/gpu/test_dtype_auto_gpu.py ) ;;
+    mixed)    # decode rows of a step that prefills as a forward of their own (scheduler.split_mixed): waves of
+              # arrivals vs each request alone, split on / off; then the GPU tests of it (needs .whl for the server test)
+              for v in 0 1; do TURBOSPEC_SPLIT_MIXED=$v run 150 python3 bench/mixed_step_invariance.py; done
+              python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
+              ( export PYTHONPATH=/tmp/site:.; run 420 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rf \
+                tests/gpu/test_mixed_steps_gpu.py tests/gpu/test_server_gpu.py ) ;;
     final20)  # end of the twentieth session: GPU tests of the engine paths this session touched, then #8's decode rows
               run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
                 tests/gpu/test_no_compile_in_steps.py tests/gpu/test_sampled_bursts_gpu.py -k "not distribution"

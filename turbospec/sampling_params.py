@@ -101,6 +101,14 @@ class SamplingParams:
         return self.temperature < 1e-5
 
     @property
+    def reproducible(self) -> bool:
+        """Greedy or seeded: the tokens are a function of the request alone (a seeded draw's noise
+        is keyed by its seed and index), so on a GPU the engine keeps the rows' rounding that of
+        plain decoding (`LLMEngine.draft_length`'s cap, `scheduler.split_mixed`), whatever the
+        other requests and the speculation do."""
+        return self.greedy or self.seed is not None
+
+    @property
     def uses_top_k(self) -> bool:
         return self.top_k is not None and self.top_k > 0
 

@@ -4,6 +4,7 @@ Without a drafter the same loop runs with an empty proposal (plain decoding).
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from typing import Any
@@ -19,13 +20,13 @@ from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exa
 from turbospec.engine.kv_sizing import choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
 from turbospec.engine.request_input import build_sequence, load_tokenizer
-from turbospec.engine.scheduler import Scheduler
+from turbospec.engine.scheduler import Scheduler, split_mixed
 from turbospec.engine.sequence import Sequence, SequenceStatus
 from turbospec.engine.spec_step import SpecDecodeStats, accept_step
 from turbospec.engine.step_cost import measure_cost_table
 from turbospec.engine.warmup import warm_up_engine
 from turbospec.generation_defaults import read_sampling_defaults
-from turbospec.layers.linear import INVARIANT_GEMMS
+from turbospec.layers.linear import INVARIANT_GEMMS, INVARIANT_MAX_M
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
@@ -65,6 +66,9 @@ class LLMEngine:
         # (draft_length.exact_k_cap). Only CUDA's invariant kernels need it; with TURBOSPEC_GEMM=cublas
         # nothing is invariant, so the cap would cost speed and buy nothing.
         self.bitwise_exact = bitwise_exact and device.type == "cuda" and INVARIANT_GEMMS
+        # decode rows of a step that also prefills run as a forward of their own (scheduler.split_mixed),
+        # so that a greedy or seeded request's tokens do not depend on the prompts that arrive beside it
+        self.split_mixed_steps = self.bitwise_exact and os.environ.get("TURBOSPEC_SPLIT_MIXED", "1") != "0"
         num_blocks = choose_num_blocks(config, engine_config, device, dtype)
         self.runner = ModelRunner(model, config, device, dtype, num_blocks, engine_config.block_size)
         self.block_manager = BlockManager(num_blocks, engine_config.block_size)
@@ -209,21 +213,22 @@ class LLMEngine:
         for s in sched.scheduled:
             if s.seq.metrics.first_scheduled_time is None:
                 s.seq.metrics.first_scheduled_time = now
-        return self._outputs(accept_step(self, sched.scheduled))
+        parts = split_mixed(sched.scheduled, INVARIANT_MAX_M) if self.split_mixed_steps else [sched.scheduled]
+        return self._outputs([seq for part in parts for seq in accept_step(self, part)])
 
     def draft_length(self, num_seqs: int, steps: int = 1) -> int:
         """Draft tokens per sequence for a step of `num_seqs` running sequences: the proposer's k,
         or the automatic choice, capped by `exact_k_cap` when bitwise_exact holds (0: plain). Under
         bitwise_exact a step that prefills drafts nothing: its decode rows share a call of more
         than 64 rows with the prompt's, so they round like plain decoding's mixed step only if
-        that step is the same. Only greedy sequences are compared token for token, so a batch
-        without one (all sampled: exact in distribution either way) is not capped. `steps`: the
+        that step is the same. Only greedy and seeded sequences are compared token for token, so a
+        batch without one (unseeded sampling: exact in distribution either way) is not capped. `steps`: the
         steps a plain choice covers (a chained decode burst's n, counted towards the next probe)."""
         p = self.proposer
         if p is None:
             return 0
         run = self.scheduler.running
-        exact = self.bitwise_exact and (not run or any(s.params.greedy for s in run))
+        exact = self.bitwise_exact and (not run or any(s.params.reproducible for s in run))
         if exact and self.scheduler.will_prefill():
             return 0
         num_seqs = max(num_seqs, 1)

@@ -38,6 +38,24 @@ class SchedulerOutput:
         return not self.scheduled
 
 
+def split_mixed(scheduled: list[ScheduledSeq], max_decode_rows: int) -> list[list[ScheduledSeq]]:
+    """A step's sequences as the forwards to run: [decodes, prefills] for a mixed step whose decode
+    rows include a greedy or seeded one (compared token for token) and fit the row-invariant
+    kernels (at most `max_decode_rows`), else [scheduled]. In one forward, a decode row shares its
+    matmuls with the prompt rows (more than 64 rows: cuBLAS, whose rounding depends on the row
+    count) and takes the prefill attention kernel, so its token would depend on which prompts
+    arrived with it: a server's greedy output would change with the traffic, and speculative
+    output could differ from plain output at near-ties. On its own, a decode row goes through the
+    decode kernels and graphs, bitwise a pure decode step. The price: the weights are read twice
+    in such a step."""
+    decodes = [s for s in scheduled if s.num_new_tokens == 1 and s.num_draft_slots == 0 and s.samples]
+    prefills = [s for s in scheduled if not (s.num_new_tokens == 1 and s.num_draft_slots == 0 and s.samples)]
+    exact = any(s.seq.params.reproducible for s in decodes)
+    if not (decodes and prefills and exact) or len(decodes) > max_decode_rows:
+        return [scheduled]
+    return [decodes, prefills]
+
+
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  on_preempt: Callable[[Sequence], None] | None = None):
