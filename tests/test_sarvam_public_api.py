@@ -25,24 +25,24 @@ PROMPTS = ["def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a -
            "for i in range(10):\n    print(i)\nfor j in range(10):\n"]
 
 
-def published_config() -> dict:
+def published_config(num_layers: int = L) -> dict:
     """sarvam-30b's config.json keys (shapes shrunk; codelm's token ids)."""
     return {"architectures": ["SarvamMoEForCausalLM"], "model_type": "sarvam_moe",
             "auto_map": {"AutoConfig": "configuration_sarvam_moe.SarvamMoEConfig",
                          "AutoModelForCausalLM": "modeling_sarvam_moe.SarvamMoEForCausalLM"},
-            "vocab_size": V, "hidden_size": H, "intermediate_size": I_DENSE, "num_hidden_layers": L,
+            "vocab_size": V, "hidden_size": H, "intermediate_size": I_DENSE, "num_hidden_layers": num_layers,
             "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": D, "hidden_act": "silu",
             "use_qkv_bias": False, "use_bias": False, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
             "embedding_dropout": 0.0, "attention_dropout": 0.0, "output_dropout": 0.0, "initializer_range": 0.006,
             "max_position_embeddings": 4096, "rope_theta": 8000000.0, "rope_scaling": None, "use_cache": True,
-            "max_window_layers": L, "pad_token_id": 1, "eos_token_id": 0, "num_experts": E, "num_shared_experts": 1,
+            "max_window_layers": num_layers, "pad_token_id": 1, "eos_token_id": 0, "num_experts": E, "num_shared_experts": 1,
             "num_experts_per_tok": K, "n_group": 4, "topk_group": 2, "moe_intermediate_size": I_MOE,
             "first_k_dense_replace": 1, "output_router_logits": False, "use_qk_norm": True,
             "moe_router_enable_expert_bias": True, "routed_scaling_factor": 2.5, "score_function": "sigmoid",
             "norm_topk_prob": True, "router_dtype": "fp32", "torch_dtype": "bfloat16"}
 
 
-def published_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
+def published_tensors(seed: int = 0, num_layers: int = L) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
 
     def w(*shape, std=0.1):
@@ -52,7 +52,7 @@ def published_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
         return (1 + torch.randn(n, generator=g) * 0.1).to(torch.bfloat16)
     t = {"model.word_embeddings.weight": w(V, H, std=0.5), "model.norm.weight": norm(H),
          "lm_head.weight": w(V, H, std=0.5)}
-    for layer in range(L):
+    for layer in range(num_layers):
         p = f"model.layers.{layer}."
         t[p + "input_layernorm.weight"], t[p + "post_attention_layernorm.weight"] = norm(H), norm(H)
         t[p + "attention.query_key_value.weight"] = w((NH + 2 * NKV) * D, H)     # q, then k, then v rows
@@ -73,18 +73,22 @@ def published_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
     return t
 
 
-@pytest.fixture(scope="module")
-def sarvam_dir(tmp_path_factory):
+def write_published_sarvam(path, num_layers: int = L):
+    """A tiny SarvamMoE checkpoint in the published layout with codelm's tokenizer (+ a chat template)."""
     if not (CODELM_DIR / "tokenizer.json").is_file():
         pytest.skip(f"the demo model's tokenizer is missing at {CODELM_DIR}")
-    path = tmp_path_factory.mktemp("sarvam_published")
-    save_file(published_tensors(), str(path / "model.safetensors"), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(published_config(), indent=2))
+    save_file(published_tensors(num_layers=num_layers), str(path / "model.safetensors"), metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps(published_config(num_layers), indent=2))
     for fn in TOKENIZER_FILES:
         shutil.copy(CODELM_DIR / fn, path / fn)
     tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
     (path / "tokenizer_config.json").write_text(json.dumps({**tok_cfg, "chat_template": CHAT_TEMPLATE}))
     return path
+
+
+@pytest.fixture(scope="module")
+def sarvam_dir(tmp_path_factory):
+    return write_published_sarvam(tmp_path_factory.mktemp("sarvam_published"))
 
 
 @pytest.fixture(scope="module")
