@@ -129,8 +129,11 @@ def model_bytes(raw: dict, name: str = "model", source: str = "config.json") -> 
     if E and not k:
         raise ValueError("MoE config has experts but no num_experts_per_tok: add it to the config")
     expert_inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 4 * H))
+    # shared experts: Qwen2-MoE gives their total width; DeepSeek / Bailing / Sarvam a count, each of
+    # moe_intermediate_size unless `moe_shared_expert_intermediate_size` says otherwise (as the model reads it)
+    n_shared = int(cfg.get("n_shared_experts") or cfg.get("num_shared_experts") or 0)
     shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0) or \
-        int(cfg.get("n_shared_experts") or cfg.get("num_shared_experts") or 0) * expert_inter
+        n_shared * int(cfg.get("moe_shared_expert_intermediate_size") or expert_inter)
     expert = 3 * H * expert_inter
     per_moe_layer_fixed = 3 * H * shared_inter + H * E     # shared experts + router
     n_moe, n_dense = len(moe_layers), L - len(moe_layers)
@@ -138,7 +141,8 @@ def model_bytes(raw: dict, name: str = "model", source: str = "config.json") -> 
     head = V * H
     dense_bytes = dense_params * wb + head * head_bytes
     if n_moe:
-        notes.append(f"MoE: {n_moe} of {L} layers read {k} of {E} experts per token (plus shared)")
+        shared = f" plus a shared MLP of width {shared_inter}" if shared_inter else ""
+        notes.append(f"MoE: {n_moe} of {L} layers read {k} of {E} experts per token{shared}")
     return ModelBytes(
         name=name, source=source, weight_dtype=label, dense_bytes=dense_bytes,
         expert_bytes=expert * wb, num_moe_layers=n_moe, num_experts=E if n_moe else 0,

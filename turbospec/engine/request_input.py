@@ -20,7 +20,10 @@ def load_tokenizer(model_dir: str):
         return None
     from transformers import AutoTokenizer
     try:
-        return AutoTokenizer.from_pretrained(model_dir)
+        # trust_remote_code=False: a config.json with `auto_map` (SarvamMoE's published checkpoint) made
+        # transformers stop and ask on the terminal whether to run the repository's Python code; the
+        # tokenizer never needs it, and the weights are turbospec's own model
+        return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     except Exception as e:  # a broken tokenizer must not make the weights unusable
         raise ValueError(f"could not load the tokenizer in {model_dir!r} ({e}); fix it or remove the "
                          "tokenizer files to use token-id prompts only") from e

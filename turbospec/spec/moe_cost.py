@@ -92,12 +92,18 @@ def analytic_step_table(config, batch_sizes: Sequence[int], qs: Sequence[int], b
     sparse = [config.is_sparse_layer(i) and i >= first_dense for i in range(L)] if config.is_moe else [False] * L
     dense_mlp = 3 * H * config.intermediate_size
     expert = 3 * H * config.moe_intermediate_size
+    # read by every sparse layer whatever the routing: the router [E, H] and the shared experts (SarvamMoE:
+    # num_shared_experts of moe_shared_expert_intermediate_size or moe_intermediate_size; Qwen2-MoE's total width)
+    raw = config.raw
+    shared = int(raw.get("shared_expert_intermediate_size") or 0) or int(raw.get("num_shared_experts") or 0) * int(
+        raw.get("moe_shared_expert_intermediate_size") or config.moe_intermediate_size)
+    per_sparse = H * config.num_experts + 3 * H * shared
     kv_per_token = 2 * L * config.num_key_value_heads * config.head_dim * kv_bytes
     out = {}
     for b in batch_sizes:
         for q in qs:
             T = b * q
-            params = L * attn + sum(0 if s else dense_mlp for s in sparse)
+            params = L * attn + sum(per_sparse if s else dense_mlp for s in sparse)
             nbytes = params * weight_bytes + V * H * 2.0 + b * (context_len + q) * kv_per_token
             active = params + V * H
             if config.is_moe:
