@@ -164,3 +164,9 @@ def test_lossless_warning_only_where_outputs_must_be_identical():
     assert line is not None and "5 of 16" in line and "batch 16" in line and "bug" in line
     assert lossless_warning(16, 16, True, "batch 16") is None
     assert lossless_warning(11, 16, False, "batch 16") is None
+
+
+def test_rows_without_a_draft_step_print_a_dash():
+    """An automatic draft length that stayed plain has no acceptance length: '-', not '0.00'."""
+    from turbospec.benchmarks.spec_cli import _num
+    assert _num(None, 11) == f"{'-':>11}" and _num(0.0, 7) == f"{'-':>7}" and _num(2.5, 6) == "  2.50"

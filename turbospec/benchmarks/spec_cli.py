@@ -167,7 +167,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
                f"{'same as plain':>14} {'mean k':>7} {'k next':>7}")
     for r in rows:
         typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
-                   f"{r.acceptance_length or 0:>11.2f} {r.identical:>14} {r.mean_k or 0:>7.2f} {r.chosen_k:>7}")
+                   f"{_num(r.acceptance_length, 11)} {r.identical:>14} {_num(r.mean_k, 7)} {r.chosen_k:>7}")
     echo_compiles((f"batch {r.batch}", r.compiles) for r in rows)
     for r in rows:
         same, total = (int(x) for x in r.identical.split("/"))
@@ -176,3 +176,8 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():
         typer.echo(f"{b:>5} " + " ".join(f"{c[kk]:>7.3f} ({c[kk] / c[0]:.2f})" for kk in cost_ks))
+
+
+def _num(x: float | None, width: int) -> str:
+    """A column value, or '-' when there is none (no draft step: the automatic length stayed plain)."""
+    return f"{x:>{width}.2f}" if x else f"{'-':>{width}}"
