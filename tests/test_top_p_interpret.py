@@ -21,7 +21,7 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["random_rows", "ties_and_banned", "segments", "bounded_rows", "near_the_bound"]
+CASES = ["random_rows", "ties_and_banned", "segments", "bounded_rows", "near_the_bound", "value_bins"]
 
 
 @needs_triton
@@ -109,6 +109,37 @@ def run_near_the_bound():
         x[i, 0] = 0.0
     cut = _check(x, torch.zeros(2, dtype=torch.long), torch.full((2,), p))
     assert 1.5 < cut[0] - bound < 1.6 and 1.9 < cut[1] - bound < 2.1, cut - bound
+
+
+def run_value_bins():
+    """The value pass's bins (`_scan` with VALUE) are those of its thresholds lo + j * delta, each
+    rounded to float32 as the kernel computes them, for values on, just below and just above each
+    threshold, where (x - lo) / delta alone rounds into the wrong bin."""
+    import numpy as np
+    import torch
+    import triton
+    import triton.language as tl
+    from turbospec.kernels import top_p_kernel
+    globals()["_scan"] = top_p_kernel._scan             # a jit function resolves names in its module
+
+    @triton.jit
+    def probe(x_ptr, n, lo, delta, out_ptr, BLOCK_H: tl.constexpr):
+        acc, _ = _scan(x_ptr, n, x_ptr, tl.zeros([16, BLOCK_H], tl.int32), n * 0, lo, 0, 0, 0.0, delta,
+                       True, True, False, BLOCK_H)
+        tl.store(out_ptr + tl.arange(0, 16), tl.sum(acc, 1))
+
+    f32 = np.float32
+    for lo, delta in ((0.1, 0.3), (-7.3, 0.77), (3.3, 1.1)):
+        c = [f32(f32(lo) + f32(f32(j) * f32(delta))) for j in range(16)]
+        xs = [v for t in c[1:] for v in (np.nextafter(t, f32(-np.inf)), t, np.nextafter(t, f32(np.inf)))]
+        x = torch.tensor(np.array(xs + [c[0], np.nextafter(c[0], f32(-np.inf))], dtype=np.float32))
+        want = torch.zeros(16, dtype=torch.int32)
+        for v in x.tolist():
+            if v >= c[0]:
+                want[max(j for j in range(16) if c[j] <= v)] += 1
+        out = torch.zeros(16, dtype=torch.int32)
+        probe[(1,)](x, len(x), lo, delta, out, BLOCK_H=64)
+        assert torch.equal(out, want), (lo, delta, out, want)
 
 
 if __name__ == "__main__":

@@ -70,24 +70,31 @@ def _value(key):
 
 
 @triton.jit
-def _scan(src, n, dst, acc, n_out, prefix, shift, m, COUNT: tl.constexpr, WRITE: tl.constexpr,
-          BLOCK_H: tl.constexpr):
-    """Over src[:n]: the elements whose key shares prefix's bits above shift + 4 add their weight
-    (1, or the fixed-point mass) to acc [16, BLOCK_H] at their key's digit (bits shift..shift+3);
-    WRITE: they are also copied, in order, to dst[n_out:] (dst may be src: each write lands at or
-    before the element read). Returns acc and the new n_out."""
+def _scan(src, n, dst, acc, n_out, lo, hi, shift, m, delta, COUNT: tl.constexpr, VALUE: tl.constexpr,
+          WRITE: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Over src[:n], the elements inside the interval add their weight (1, or the fixed-point mass)
+    to acc [16, BLOCK_H] at their digit. VALUE: the interval is x >= lo (a float), the digit the
+    last j with lo + j * delta <= x (computed as the thresholds are); else keys in [lo, hi), the
+    digit (key - lo) >> shift. WRITE: they are also copied, in order, to dst[n_out:] (dst may be
+    src: each write lands at or before the element read). Returns acc and the new n_out."""
     offs = tl.arange(0, BLOCK_H)
     bins = tl.arange(0, 16)
     for start in range(0, n, BLOCK_H):
         valid = start + offs < n
         x = tl.load(src + start + offs, mask=valid, other=0.0)
-        key = _keys(x)
-        match = valid & ((key >> (shift + 4)) == (prefix >> (shift + 4)))
+        if VALUE:
+            match = valid & (x >= lo)
+            digit = tl.minimum(tl.maximum(tl.floor((x - lo) / delta), 0.0), 15.0).to(tl.int32)   # +-1
+            digit -= ((x < lo + digit.to(tl.float32) * delta) & (digit > 0)).to(tl.int32)
+            digit += ((x >= lo + (digit + 1).to(tl.float32) * delta) & (digit < 15)).to(tl.int32)
+        else:
+            key = _keys(x)
+            match = valid & (key >= lo) & (key < hi)
+            digit = ((key - lo) >> shift).to(tl.int32)
         if WRITE:
             pos = tl.cumsum(match.to(tl.int32), 0)                       # inclusive
             tl.store(dst + n_out + pos - 1, x, mask=match)
             n_out += tl.sum(match.to(tl.int32), 0)
-        digit = (key >> shift) & 15
         if COUNT:
             w = match.to(tl.int32)
         else:
@@ -97,15 +104,36 @@ def _scan(src, n, dst, acc, n_out, prefix, shift, m, COUNT: tl.constexpr, WRITE:
 
 
 @triton.jit
-def _decide(acc, above, target, prefix, shift):
-    """After a pass: the largest digit d whose threshold prefix + d << shift still has weight >=
-    target at or above it (0 if none); returns the new weight above the interval and prefix."""
+def _decide(acc, above, target):
+    """After a pass: the largest digit d whose lower bound still has weight >= target at or above
+    it (0 if none); returns the weight above d's interval and d."""
     bins = tl.arange(0, 16)
     hist = tl.sum(acc, 1).to(tl.int64)                                   # [16]
     suffix = tl.sum(tl.where(bins[None, :] >= bins[:, None], hist[None, :], 0), 1)   # [16] digits >= d
     d = tl.maximum(tl.sum((above + suffix >= target).to(tl.int32), 0) - 1, 0)
-    above += tl.sum(tl.where(bins > d, hist, 0), 0)
-    return above, prefix + (d.to(tl.int64) << shift)
+    return above + tl.sum(tl.where(bins > d, hist, 0), 0), d.to(tl.int64)
+
+
+@triton.jit
+def _narrow(buf, n, lo, hi, above, target, m, COUNT: tl.constexpr, BLOCK_H: tl.constexpr):
+    """The key passes over the list buf[:n] of the elements in [lo, hi) (a superset will do), with
+    weight >= target at or above lo and < target at or above hi: each pass 16 intervals of 2^shift
+    keys, skipped while [lo, hi) is no wider; returns the largest key T with weight >= target."""
+    for i in range(0, 8):
+        shift = 28 - 4 * i
+        step = (lo * 0 + 1) << shift
+        if hi - lo > step:
+            tl.debug_barrier()                       # the last pass's writes, for every thread
+            if COUNT:
+                acc, n = _scan(buf, n, buf, tl.zeros([16, BLOCK_H], tl.int32), n * 0, lo, hi, shift, m, 1.0,
+                               True, False, True, BLOCK_H)
+            else:
+                acc, n = _scan(buf, n, buf, tl.zeros([16, BLOCK_H], tl.int64), n * 0, lo, hi, shift, m, 1.0,
+                               False, False, True, BLOCK_H)
+            above, d = _decide(acc, above, target)
+            lo += d << shift
+            hi = tl.minimum(lo + step, hi)
+    return lo
 
 
 @triton.jit
@@ -116,20 +144,17 @@ def _top_k_kernel(x_ptr, stride_x, V, top_k_ptr, bounded, kth_ptr, buf_ptr, BLOC
     if (k > bounded) & (k < V):
         x_row = x_ptr + row * stride_x
         buf = buf_ptr + row * V
-        prefix, above = k * 0, k * 0
-        acc, n = _scan(x_row, V, buf, tl.zeros([16, BLOCK_H], tl.int32), V * 0, prefix, 28, 0.0,
-                       True, False, BLOCK_H)
-        above, prefix = _decide(acc, above, k, prefix, 28)
-        acc, n = _scan(x_row, V, buf, tl.zeros([16, BLOCK_H], tl.int32), V * 0, prefix, 24, 0.0,
-                       True, True, BLOCK_H)
-        above, prefix = _decide(acc, above, k, prefix, 24)
-        for i in range(2, 8):
-            shift = 28 - 4 * i
-            tl.debug_barrier()                       # the last pass's writes, for every thread
-            acc, n = _scan(buf, n, buf, tl.zeros([16, BLOCK_H], tl.int32), n * 0, prefix, shift, 0.0,
-                           True, True, BLOCK_H)
-            above, prefix = _decide(acc, above, k, prefix, shift)
-        kth = prefix
+        lo, hi = k * 0, k * 0 + 4294967296
+        # the first pass reads the row, the second copies the keys of the chosen 16th to buf
+        acc, n = _scan(x_row, V, buf, tl.zeros([16, BLOCK_H], tl.int32), V * 0, lo, hi, 28, 0.0, 1.0,
+                       True, False, False, BLOCK_H)
+        above, d = _decide(acc, k * 0, k)
+        lo, hi = d << 28, (d + 1) << 28
+        acc, n = _scan(x_row, V, buf, tl.zeros([16, BLOCK_H], tl.int32), V * 0, lo, hi, 24, 0.0, 1.0,
+                       True, False, True, BLOCK_H)
+        above, d = _decide(acc, above, k)
+        lo += d << 24
+        kth = _narrow(buf, n, lo, lo + (1 << 24), above, k, 0.0, True, BLOCK_H)
     tl.store(kth_ptr + row, kth)
 
 
@@ -182,21 +207,22 @@ def _top_p_kernel(V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_ptr, buf_ptr, z_p
         prod = p.to(tl.float64) * z.to(tl.float64)
         target = prod.to(tl.int64)
         target = tl.maximum(target + (target.to(tl.float64) < prod).to(tl.int64), 1)   # max(ceil, 1)
+        # the cutoff is at least m + ln((1 - top_p) z / 4V) (z in units of the top token's weight):
+        # the value pass splits [that, m] into 16 bins of equal width; pass 0 also gathers the
+        # segments' candidates above it
+        lo_v = m + tl.log((1.0 - p) * (z.to(tl.float64) * 9.094947017729282e-13).to(tl.float32) / (4.0 * V))
+        delta = tl.maximum((m - lo_v) / 16.0, 1e-30)
         buf = buf_ptr + row * V
-        prefix, above = kth * 0, kth * 0
         acc = tl.zeros([16, BLOCK_H], tl.int64)
         n = nseg * 0
-        for c in range(0, nseg):                     # pass 0 gathers the segments' candidates
-            acc, n = _scan(buf + c * seg_len, tl.load(cnt_ptr + row * nseg + c), buf, acc, n, prefix, 28, m,
-                           False, True, BLOCK_H)
-        above, prefix = _decide(acc, above, target, prefix, 28)
-        for i in range(1, 8):
-            shift = 28 - 4 * i
-            tl.debug_barrier()                       # the last pass's writes, for every thread
-            acc, n = _scan(buf, n, buf, tl.zeros([16, BLOCK_H], tl.int64), n * 0, prefix, shift, m,
-                           False, True, BLOCK_H)
-            above, prefix = _decide(acc, above, target, prefix, shift)
-        t = prefix
+        for c in range(0, nseg):
+            acc, n = _scan(buf + c * seg_len, tl.load(cnt_ptr + row * nseg + c), buf, acc, n, lo_v, 0, 0, m, delta,
+                           False, True, True, BLOCK_H)
+        found = tl.sum(tl.sum(acc, 1), 0) >= target                    # else keep all (no finite mass)
+        above, d = _decide(acc, kth * 0, target)
+        lo = _keys(lo_v + d.to(tl.float32) * delta)
+        hi = tl.where(d < 15, _keys(lo_v + (d + 1).to(tl.float32) * delta), _keys(m) + 1)
+        t = tl.where(found, _narrow(buf, n, lo, hi, above, target, m, False, BLOCK_H), 0)
     tl.store(out_ptr + row, _value(tl.where(mine, tl.maximum(kth, t), 0)))
 
 

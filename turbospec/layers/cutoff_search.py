@@ -146,12 +146,11 @@ def top_k_top_p_cutoff(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
 
 
 def warm_up(device: torch.device, vocab_size: int) -> None:
-    """Compile the CUDA kernels for this vocabulary (one row and several, top-k on and off), so
-    that no request waits for them."""
+    """Compile the CUDA kernels (Triton specializes them on whether the vocabulary is a multiple
+    of 16: the target's and a drafter's may differ, so both kinds), so that no request waits for
+    them: decode bursts capture them at start-up, single steps and verify run them eagerly."""
     if device.type != "cuda" or top_p_mode() != "kernel":
         return
-    for n in (1, 3):
-        logits = torch.randn(n, vocab_size, device=device)
-        top_k = torch.tensor([0, 1000, 5][:n], device=device)
-        top_p_cutoff = top_k_top_p_cutoff(logits, top_k, torch.full((n,), 0.9, device=device), bounded=128)
-        del top_p_cutoff
+    for V in (16 * -(-vocab_size // 16), 16 * -(-vocab_size // 16) + 1):
+        top_k_top_p_cutoff(torch.randn(2, V, device=device), torch.tensor([0, 1000], device=device),
+                           torch.full((2,), 0.9, device=device), bounded=128)
