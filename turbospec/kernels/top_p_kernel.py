@@ -1,23 +1,27 @@
 """Top-k / top-p cutoffs without a sort of the vocabulary, on CUDA: layers/cutoff_search.py's
-semantics and its bits (the same ordered keys, the same fixed-point weights from the same IEEE operations in the
-same order, compiled without fused multiply-adds, and integer sums, exact in any order), so the
-cutoff equals `top_k_top_p_cutoff_torch`'s bit for bit (tests/test_top_p_interpret.py,
+semantics and its bits (the same ordered keys, the same fixed-point weights from the same IEEE
+operations in the same order, compiled without fused multiply-adds, and integer sums, exact in any
+order). The cutoff a correct search finds is unique, so this one, which searches differently,
+equals `top_k_top_p_cutoff_torch`'s bit for bit (tests/test_top_p_interpret.py,
 tests/gpu/test_top_p_gpu.py).
 
 Three launches, after the row max (torch.amax):
-1. `_top_k_kernel`, one program per row, only rows with top_k past the bound do work: the radix
-   search of the k-th largest key over the row (8 passes of 4 bits; counts).
+1. `_top_k_kernel`, one program per row; only rows with top_k past the bound work: the radix
+   search of the k-th largest key over the row (8 passes of 16 key intervals; counts).
 2. `_mass_kernel`, a grid of rows x segments (about two programs per SM in all): each segment adds
-   its fixed-point mass of the tokens top-k keeps and copies the candidates for top-p's cutoff
-   (x >= max + ln((1 - top_p) / 4V)) to the row's scratch. The tokens below hold less than
+   up its fixed-point mass of the tokens top-k keeps and copies the candidates for top-p's cutoff,
+   x >= max + ln((1 - top_p) / 4V), to the row's scratch. The tokens below hold less than
    (1 - top_p) / 4 of the top token's weight in all, so the cutoff is never among them.
-3. `_top_p_kernel`, one program per row: the radix search of top-p's cutoff over the candidates
-   (typically a few percent of the row), each pass compacting the list in place to the keys that
-   share the bits fixed so far; then the cutoff value (the larger of the two cutoffs).
+3. `_top_p_kernel`, one program per row, over the candidates (a few percent of the row for a
+   peaked distribution, all of it for a flat one): a value pass (16 bins of equal width between
+   the tighter bound max + ln((1 - top_p) z / 4V), z the mass in top-token units, and the max),
+   then key passes (16 intervals of 2^shift keys, shift 28, 24, .., 0, skipped while the interval
+   is no wider), each compacting the list in place to the interval chosen; then the cutoff value
+   (the larger of top-k's and top-p's).
 
-A row's scratch lives in L2 at batch <= 64 (152k fp32 x 64 = 39 MB of the H200's 50 MB). Rows with
-0 < top_k <= `bounded` (the sampler's partial top-k path) and rows with neither filter return at
-once with cutoff -inf.
+A row's scratch ([V] fp32) lives in L2 at batch <= 64 (152k x 4 B x 64 = 39 MB of the H200's 50 MB).
+Rows with 0 < top_k <= `bounded` (the sampler's partial top-k path) and rows with neither filter
+return at once with cutoff -inf.
 """
 from __future__ import annotations
 
