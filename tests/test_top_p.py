@@ -2,7 +2,9 @@
 layers/top_k_top_p.py): the PyTorch path against the sort of float32 probabilities on random rows
 (ties, -inf, top_p from 0.01 to 1, top_k past 128, odd vocab sizes, batch 1..64): the same mask
 except rows whose boundary is a tie (kept whole here) or lands within float32 rounding of top_p;
-a row's cutoff does not depend on its neighbours; the sort runs only with TURBOSPEC_TOP_P=sort."""
+a row's cutoff does not depend on its neighbours; the CPU's default (a sort of the values, then
+exact integer sums) gives the radix search's bits; the sort of float32 probabilities runs only
+with TURBOSPEC_TOP_P=sort."""
 from __future__ import annotations
 
 import math
@@ -12,7 +14,7 @@ import torch
 
 from turbospec.layers import top_k_top_p as tktp
 from turbospec.layers.cutoff_search import (fixed_point_weights, key_values, ordered_keys,
-                                            top_k_top_p_cutoff_torch)
+                                            top_k_top_p_cutoff_sorted, top_k_top_p_cutoff_torch)
 from turbospec.layers.sampler import SamplingTensors, compute_probs
 from turbospec.sampling_params import SamplingParams as SP
 
@@ -143,6 +145,23 @@ def test_a_rows_cutoff_does_not_depend_on_its_neighbours():
     assert torch.equal(together, alone)
 
 
+@pytest.mark.parametrize("bounded", [0, 128])
+def test_the_cpus_sorted_path_gives_the_radix_searchs_bits(bounded):
+    """layers/cutoff_search's CPU default (a sort of the values, then the exact int64 cumsum) and
+    the radix search (CUDA's fallback, the kernel's reference) find the same cutoffs, bit for bit:
+    flat to peaked rows, ties, -inf, -0.0, top_k in and past the bound, every top_p."""
+    g = torch.Generator().manual_seed(bounded)
+    N, V = 48, 3001
+    x = torch.randn(N, V, generator=g) * (torch.rand(N, 1, generator=g) * 10 + 0.1)
+    x[::3] = (x[::3] * 2).round() / 2                                     # ties, and -0.0 from rounding
+    x[1::3] = x[1::3].masked_fill(torch.rand(N // 3, V, generator=g) < 0.5, float("-inf"))
+    x[4] = float("-inf")
+    top_k = torch.tensor([0, 0, 20, 129, 0, 2000, 0, V + 5])[torch.arange(N) % 8]
+    top_p = torch.tensor(TOP_PS + (0.7, 1e-30))[torch.arange(N) % 8]
+    radix, sort = top_k_top_p_cutoff_torch(x, top_k, top_p, bounded), top_k_top_p_cutoff_sorted(x, top_k, top_p, bounded)
+    assert torch.equal(radix.view(torch.int32), sort.view(torch.int32))
+
+
 def test_keys_and_fixed_point_weights():
     g = torch.Generator().manual_seed(2)
     x = torch.cat([torch.randn(1, 4000, generator=g) * 30, torch.tensor([[0.0, -0.0, float("-inf"), 1e-40]])], 1)
@@ -159,18 +178,25 @@ def test_keys_and_fixed_point_weights():
 
 
 def test_compute_probs_runs_no_sort_unless_asked(monkeypatch):
-    """Top-p alone and top-k past the bound: compute_probs never sorts the vocabulary (it did before
-    the radix search); TURBOSPEC_TOP_P=sort brings the sort back; a bad value is refused."""
+    """Top-p alone and top-k past the bound: with TURBOSPEC_TOP_P=torch (the radix search in
+    PyTorch ops, CUDA's fallback) compute_probs sorts nothing (it sorted the vocabulary before); the
+    CPU's default (a sort of the values) gives the same bits; TURBOSPEC_TOP_P=sort brings the sort
+    of float32 probabilities back; a bad value is refused."""
     g = torch.Generator().manual_seed(3)
     x = torch.randn(4, 3000, generator=g) * 4
     st = SamplingTensors.from_params([SP(temperature=0.6, top_p=0.9), SP(temperature=0.8, top_k=500, top_p=0.95),
                                       SP(temperature=0.7, top_k=20, top_p=0.9), SP(temperature=0.0)], None, "cpu")
-    real_sort = torch.sort
     calls = []
-    monkeypatch.setattr(torch, "sort", lambda *a, **k: calls.append(1) or real_sort(*a, **k))
+    for owner in (torch, torch.Tensor):
+        real = owner.sort
+        monkeypatch.setattr(owner, "sort", lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setenv("TURBOSPEC_TOP_P", "torch")
     probs = compute_probs(x, st)
     assert not calls
+    monkeypatch.delenv("TURBOSPEC_TOP_P")
+    assert torch.equal(compute_probs(x, st), probs)
     monkeypatch.setenv("TURBOSPEC_TOP_P", "sort")
+    calls.clear()
     sorted_probs = compute_probs(x, st)
     assert calls
     assert torch.equal(probs > 0, sorted_probs > 0) and torch.allclose(probs, sorted_probs, atol=1e-6)

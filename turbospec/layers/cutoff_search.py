@@ -1,7 +1,7 @@
 """Top-p (and top-k past sampler.TOPK_BOUND) without a sort of the vocabulary: per row, one cutoff
 value; the mask is `logits < cutoff`.
 
-Semantics (those of sampler._bounded_top_k_top_p_mask, for any k): over a row of values x (after
+Semantics (those of top_k_top_p.bounded_cutoff, for any k): over a row of values x (after
 temperature and min_p; -inf entries are banned), top-k's cutoff is the k-th largest value (every
 token tied with it stays); top-p's is the smallest present value v whose mass above it,
 mass{x > v}, is < top_p x the mass of what top-k keeps. A token stays iff x >= both cutoffs: a tie
@@ -18,13 +18,16 @@ found is the key of a present value; its value is the cutoff.
 Mass is fixed point, not float: exp(x - max) x 2^40, truncated to int64 (`fixed_point_weights`,
 from IEEE multiplies and adds alone: no library exp, whose last bit differs between CPU, CUDA
 and Triton), so every sum is exact in any order: this path, the Triton kernel on CUDA
-(kernels/top_p_kernel.py) and any batch give the same cutoff bit for bit. A token's weight is
-within ~2e-7 of its exact share (and tokens below 2^-40 x the top one weigh 0), so where top_p
-lands within that of a boundary of the cumulative mass, the row may keep one token (or tie)
-more or less than the sort of float32 probabilities would (the sort's cumsum rounds as well).
+(kernels/top_p_kernel.py) and any batch give the same cutoff bit for bit. A weight is off by
+the float32 rounding of (x - max) x log2(e) (relative 1e-7 x (1 + |x - max|)) and the 2^-40
+truncation, so where top_p lands within about 1e-6 of a boundary of the cumulative mass, a row may
+keep one token (or tie) more or less than exact arithmetic would; the sort of float32
+probabilities strays further (its cumsum over 152k tokens drifts by ~1e-5: tests/test_top_p.py).
 
-TURBOSPEC_TOP_P picks the implementation: "kernel" (default: the Triton kernel on CUDA, this
-path elsewhere), "torch" (this path everywhere), "sort" (sampler's sort of the vocabulary, for A/B).
+TURBOSPEC_TOP_P picks the implementation: "kernel" (default: the Triton kernel on CUDA; on the
+CPU the same cutoffs from a sort of the row's values, `top_k_top_p_cutoff_sorted`, cheaper there),
+"torch" (the radix search in PyTorch ops, `top_k_top_p_cutoff_torch`, anywhere: CUDA's fallback),
+"sort" (layers/top_k_top_p.py's sort of float32 probabilities, for A/B).
 """
 from __future__ import annotations
 
@@ -131,18 +134,42 @@ def top_k_top_p_cutoff_torch(logits: torch.Tensor, top_k: torch.Tensor, top_p: t
     return key_values(cut)
 
 
+def top_k_top_p_cutoff_sorted(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                              bounded: int = 0) -> torch.Tensor:
+    """`top_k_top_p_cutoff_torch`'s cutoffs, bit for bit, from a sort of each row's values (the
+    cutoff is unique: the value at the first position where the exact int64 cumsum of the weights
+    reaches the target): on the CPU a sort of 8k-150k values is cheaper than 16 radix passes."""
+    N, V = logits.shape
+    inf = torch.tensor(float("-inf"), device=logits.device)
+    xs = torch.where(logits == 0, 0.0, logits).sort(dim=-1, descending=True).values   # [N, V], -0.0 as 0.0
+    mine = (top_k <= 0) | (top_k > bounded)                                           # [N]
+    kth = xs.gather(-1, (top_k.clamp(1, V) - 1).unsqueeze(-1)).squeeze(-1)            # [N]
+    kth = torch.where(mine & (top_k > 0) & (top_k < V), kth, inf)
+    m = torch.where(xs[:, :1] == float("-inf"), 0.0, xs[:, :1])                       # [N, 1] finite
+    w = torch.where(xs >= kth.unsqueeze(-1), fixed_point_weights(xs, m), 0)          # [N, V] top-k's mass
+    mass = w.cumsum(-1)                                                               # [N, V] exact
+    first = (mass < top_p_target(top_p, mass[:, -1]).unsqueeze(-1)).sum(-1)          # [N] reaches it
+    t = torch.where(first < V, xs.gather(-1, first.clamp(max=V - 1).unsqueeze(-1)).squeeze(-1), inf)
+    t = torch.where(mine & (top_p < 1.0), t, inf)
+    return torch.where(mine, torch.maximum(kth, t), inf)
+
+
 def top_k_top_p_cutoff(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                        bounded: int = 0, any_large_k: bool = True) -> torch.Tensor:
-    """`top_k_top_p_cutoff_torch`, on CUDA by the Triton kernel unless TURBOSPEC_TOP_P=torch."""
+    """The cutoffs: on CUDA by the Triton kernel, on the CPU from a sort of the row (the same bits);
+    TURBOSPEC_TOP_P=torch: `top_k_top_p_cutoff_torch` on either."""
     if logits.dim() != 2 or logits.dtype != torch.float32:
         raise ValueError(f"top-p cutoff: logits must be [N, V] float32, got {tuple(logits.shape)} {logits.dtype}")
     if logits.shape[1] >= MAX_VOCAB:
         raise ValueError(f"top-p cutoff: vocab {logits.shape[1]} >= {MAX_VOCAB} would overflow the int64 mass; "
                          f"set TURBOSPEC_TOP_P=sort")
-    if logits.is_cuda and top_p_mode() == "kernel":
+    mode = top_p_mode()
+    if mode == "torch":
+        return top_k_top_p_cutoff_torch(logits, top_k, top_p, bounded, any_large_k)
+    if logits.is_cuda:
         from turbospec.kernels.top_p_kernel import top_k_top_p_cutoff_cuda     # imports Triton
         return top_k_top_p_cutoff_cuda(logits, top_k, top_p, bounded)
-    return top_k_top_p_cutoff_torch(logits, top_k, top_p, bounded, any_large_k)
+    return top_k_top_p_cutoff_sorted(logits, top_k, top_p, bounded)
 
 
 def warm_up(device: torch.device, vocab_size: int) -> None:

@@ -1,8 +1,8 @@
 """Top-k and top-p as one mask over the logits (after temperature and min_p): which path computes
 each row's cutoff. Rows with 0 < top_k <= TOPK_BOUND: a partial top-k of TOPK_BOUND logits; the
-other rows: the sort-free radix search of layers/cutoff_search.py (a Triton kernel on CUDA); the
-full sort of the vocabulary only with TURBOSPEC_TOP_P=sort, for A/B. A row's mask never depends on
-the rows beside it.
+other rows: layers/cutoff_search.py (on CUDA a radix search, a Triton kernel, no sort; on the CPU
+the same cutoffs from a sort of the values); the sort of float32 probabilities only with
+TURBOSPEC_TOP_P=sort, for A/B. A row's mask never depends on the rows beside it.
 
 Semantics (every path but the sort): top-k keeps every token tied with the k-th largest logit;
 top-p then keeps each token whose mass before it (over what top-k keeps, by descending value) is
