@@ -1,7 +1,8 @@
 """Sampled against greedy decoding in one process, one engine: qwen3-8b-shaped random weights (or
 any --shape), for each batch size the sampling settings alternate (greedy, temperature 0.7,
 temperature 0.7 + top-p 0.9 + top-k 20, min-p 0.05, greedy with 5 logprobs per token, the
-top-p / top-k setting seeded, and with penalties; or the --settings named), twice, and each run prints ms per token step. Greedy runs in decode bursts; what
+top-p / top-k setting seeded, Qwen3's and Llama 3's defaults, and with penalties; or the --settings
+named), twice, and each run prints ms per token step. Greedy runs in decode bursts; what
 sampled decoding costs on top of it is the difference.
 
     PYTHONPATH=. python3 bench/sampled_decode.py [--shape qwen3-8b] [--batch-sizes 1,16,64]
@@ -25,6 +26,7 @@ SETTINGS = {
     "greedy logprobs5": dict(logprobs=5),       # every row asks: bursts hold up to 8 (multistep.MAX_LOGPROB_ROWS)
     "t0.7 p0.9 k20 seed": dict(temperature=0.7, top_p=0.9, top_k=20, seed=1),   # counter noise (bursts since 2026-11-30)
     "t0.6 p0.95 k20": dict(temperature=0.6, top_p=0.95, top_k=20),   # Qwen3's generation_config defaults
+    "t0.6 p0.9": dict(temperature=0.6, top_p=0.9),                   # Llama 3's: top-p alone (the radix search)
     "rep1.05": dict(repetition_penalty=1.05),                     # penalties: bursts since 2026-12-01
     "t0.7 p0.9 k20 rep1.05 freq0.1": dict(temperature=0.7, top_p=0.9, top_k=20, repetition_penalty=1.05,
                                           frequency_penalty=0.1),

@@ -1,4 +1,4 @@
-"""Top-k + top-p without a sort of the vocabulary (layers/sampler.py `_bounded_top_k_top_p_mask`):
+"""Top-k + top-p without a sort of the vocabulary (layers/top_k_top_p.py `bounded_cutoff`):
 rows with 0 < top_k <= TOPK_BOUND keep the tokens the sort-based filter keeps (no ties), a row's
 result does not depend on the rows beside it, ties at the k-th value beyond the bound count in
 top-p's mass, and every token tied with the last one top-p keeps stays."""

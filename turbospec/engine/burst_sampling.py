@@ -3,16 +3,17 @@ and the rows' sampling settings in device buffers (`BurstSampling`).
 
 Five variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
 sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p; topk, filter
-when every sampled row has a top-k of at most 128 (no sort of the vocabulary); mixed, when some do. Both sampled
-variants draw from the user's distribution, each row's settings in device buffers. Filter runs
-`layers/sampler.compute_probs` on the same logits a single step sees (min-p and the sort for
-top-k / top-p always on: a row with a filter off is left unchanged) and the exponential race from
-the default generator. Sample, on CUDA, draws in the advance kernel itself (`kernels.greedy_step`:
-Gumbel-max over x / T with Philox noise, seeded afresh at each launch), which is the same law
-without a [b, V] probability tensor; elsewhere it runs compute_probs as filter does. A sampled row
-with a seed draws counter noise (layers/counter_noise.py: a pure function of its seed and the
-token's index, which a graph can compute) in the filter variant, as its single steps do, so it
-bursts and draws the same tokens as in single steps.
+when every sampled row has a top-k of at most 128 (a partial top-k); mixed, when some do. Both
+sampled variants draw from the user's distribution, each row's settings in device buffers. Filter
+runs `layers/sampler.compute_probs` on the same logits a single step sees (min-p and the sort-free
+top-k / top-p search of layers/cutoff_search.py always on: a row with a filter off is left
+unchanged) and the exponential race from the default generator. Sample, on CUDA, draws in the
+advance kernel itself (`kernels.greedy_step`: Gumbel-max over x / T with Philox noise, seeded
+afresh at each launch), which is the same law without a [b, V] probability tensor; elsewhere it
+runs compute_probs as filter does. A sampled row with a seed draws counter noise
+(layers/counter_noise.py: a pure function of its seed and the token's index, which a graph can
+compute) in the filter variant, as its single steps do, so it bursts and draws the same tokens as
+in single steps.
 """
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from turbospec.sampling_params import SamplingParams
 class Mode:
     """A burst's graph variant: how each step picks its tokens. TOPK is FILTER for batches whose
     sampled rows all have 0 < top_k <= sampler.TOPK_BOUND (Qwen3's defaults: top-k 20, top-p 0.95):
-    no sort of the vocabulary; MIXED for batches with such rows and others (both paths, picked per
-    row). ALL are captured at start-up, TOPK and MIXED at their first use (or at start-up when the
-    model's sampling defaults need them: `default_variants`)."""
+    a partial top-k, no search over the vocabulary; MIXED for batches with such rows and others
+    (both paths, picked per row). ALL are captured at start-up, TOPK and MIXED at their first use
+    (or at start-up when the model's sampling defaults need them: `default_variants`)."""
     GREEDY, SAMPLE, FILTER, TOPK, MIXED = 0, 1, 2, 3, 4
     ALL = (GREEDY, SAMPLE, FILTER)       # argmax / temperature only / min-p, top-k, top-p too
 
@@ -84,7 +85,7 @@ class BurstSampling:
 
     def tensors(self, b: int, mode: int, pos: torch.Tensor) -> SamplingTensors:
         """The first b rows of the settings; Mode.FILTER, TOPK and MIXED turn every filter's path on
-        (FILTER the sort alone, TOPK the bounded top-k alone, MIXED both). pos [b]: the rows'
+        (FILTER the radix search alone, TOPK the bounded top-k alone, MIXED both). pos [b]: the rows'
         positions (the token drawn at this step sits at index pos + 1)."""
         st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED)
         counter = {}

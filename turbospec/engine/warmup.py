@@ -1,6 +1,6 @@
 """Start-up warm-up of the eager paths (CUDA): dummy prefill steps, the accept kernel, the
-seeded rows' noise kernel and the penalties' kernel, so that no Triton kernel compiles while a
-request waits.
+seeded rows' noise kernel, the penalties' kernel and top-p's cutoff kernels, so that no Triton
+kernel compiles while a request waits.
 
 CUDA graph capture compiles the kernels of decode and chain verify. Prefill, a prompt resumed
 after a cached prefix, and a step mixing prefill and decode rows run eagerly, and a Triton kernel
@@ -20,6 +20,7 @@ from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.engine.sequence import Sequence
 from turbospec.engine.spec_step import warm_up_accept
 from turbospec.layers.counter_noise import warm_up as warm_up_counter_noise
+from turbospec.layers.cutoff_search import warm_up as warm_up_top_p
 from turbospec.layers.penalties import warm_up as warm_up_penalties
 from turbospec.sampling_params import SamplingParams
 
@@ -59,6 +60,7 @@ def warm_up_engine(engine) -> float:
         warm_up_accept(engine.device, engine.proposer.k)
     warm_up_counter_noise(engine.device, engine.model_config.vocab_size)
     warm_up_penalties(engine.device, engine.model_config.vocab_size, engine.dtype)
+    warm_up_top_p(engine.device, engine.model_config.vocab_size)
     warm_up_runner(engine.runner, engine.block_manager, engine.max_model_len, ec.max_num_seqs,
                    engine.scheduler.max_num_batched_tokens, engine.dtype, tree)
     drafter = engine.proposer

@@ -1,5 +1,6 @@
 """The plain sampler: the user's distribution (temperature -> min_p -> top-k -> top-p, greedy
-one-hot; logit bias and penalties come before it, in layers/penalties.py),
+one-hot; logit bias and penalties come before it, in layers/penalties.py; the top-k / top-p mask
+is layers/top_k_top_p.py's),
 sampling without a host sync, per-request seeds, and raw-model logprobs.
 
 `compute_probs` defines "the user's distribution"; the rejection sampler (`turbospec/spec/verify.py`)
@@ -19,12 +20,10 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 
 from turbospec.layers.counter_noise import counter_exponential_, seed_key
+from turbospec.layers.top_k_top_p import TOPK_BOUND, top_k_top_p_mask
 from turbospec.sampling_params import SamplingParams
 
 _TINY = torch.finfo(torch.float32).tiny
-# rows with 0 < top_k <= TOPK_BOUND filter top-k and top-p over a partial top-k of this many logits
-# (`_bounded_top_k_top_p_mask`), not a sort of the whole vocabulary
-TOPK_BOUND = 128
 
 
 def _up(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -47,7 +46,8 @@ class SamplingTensors:
     max_top_k: int = 0
     any_top_p: bool = False
     any_top_k_bounded: bool = False      # some row has 0 < top_k <= TOPK_BOUND
-    all_top_k_bounded: bool = False      # every sampled row has (no row needs the full sort)
+    all_top_k_bounded: bool = False      # every sampled row has (no row needs the radix search)
+    any_top_k_unbounded: bool = True     # some row may have top_k > TOPK_BOUND (False: skip its search)
     all_greedy: bool = False
     any_greedy: bool = True              # True is the safe default for hand-built instances
     any_generator: bool = False
@@ -116,6 +116,7 @@ class SamplingTensors:
             any_top_p=any(p < 1.0 for p in ps),
             any_top_k_bounded=any(0 < k <= TOPK_BOUND for k in ks),
             all_top_k_bounded=not all(greedy) and all(0 < k <= TOPK_BOUND for k, g in zip(ks, greedy) if not g),
+            any_top_k_unbounded=any(k > TOPK_BOUND for k in ks),
             all_greedy=bool(greedy) and all(greedy),
             any_greedy=any(greedy),
             any_generator=any(g is not None for g in row_gens),
@@ -124,60 +125,6 @@ class SamplingTensors:
 
 
 # ----------------------------------------------------------------------------- distributions
-
-def _top_k_top_p_mask(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
-    """[N, V] bool, True = token removed. Top-k keeps every token tied with the k-th largest
-    logit; top-p then keeps the smallest prefix (by descending prob) whose mass reaches top_p
-    (a token stays iff the mass strictly before it is < top_p, so at least one token stays)."""
-    V = logits.shape[-1]
-    k_on = (st.top_k > 0) & (st.top_k < V)                                           # [N]
-    if not st.any_top_p:
-        # top-k only: a partial top-k (host-known max k) is much cheaper than a full sort
-        max_k = min(V, st.max_top_k)
-        vals = torch.topk(logits, max_k, dim=-1).values                              # [N, max_k]
-        kth = vals.gather(-1, (st.top_k.clamp(1, max_k) - 1).unsqueeze(-1))          # [N, 1]
-        return (logits < kth) & k_on.unsqueeze(-1)
-    bounded = None
-    if st.any_top_k_bounded or st.all_top_k_bounded:
-        bounded = _bounded_top_k_top_p_mask(logits, st)
-        if st.all_top_k_bounded:
-            return bounded
-    k = torch.where(k_on, st.top_k, torch.full_like(st.top_k, V))                    # [N]
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)               # [N, V]
-    kth = sorted_logits.gather(-1, (k - 1).unsqueeze(-1))                            # [N, 1]
-    removed_sorted = sorted_logits < kth
-    sorted_logits = sorted_logits.masked_fill(removed_sorted, float("-inf"))
-    sorted_probs = torch.softmax(sorted_logits, dim=-1)                              # [N, V]
-    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs                  # exclusive cumsum
-    # rows with top_p == 1 get a threshold above any rounding drift of the cumsum
-    top_p = torch.where(st.top_p < 1.0, st.top_p, torch.full_like(st.top_p, 2.0)).unsqueeze(-1)
-    removed_sorted |= mass_before >= top_p
-    removed = torch.zeros_like(removed_sorted).scatter(-1, order, removed_sorted)
-    if bounded is None:
-        return removed
-    rows = ((st.top_k > 0) & (st.top_k <= TOPK_BOUND)).unsqueeze(-1)                  # [N, 1]
-    return torch.where(rows, bounded, removed)     # a row's mask never depends on the other rows
-
-
-def _bounded_top_k_top_p_mask(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
-    """`_top_k_top_p_mask` for rows with 0 < top_k <= TOPK_BOUND, from a partial top-k of
-    TOPK_BOUND logits instead of a sort of V (at batch 64 and V = 152k the sort was 0.73 ms of a
-    1.56 ms sampling step on an H200). Top-p keeps the prefix whose mass before each token is
-    < top_p, as a value cutoff: every token tied with the last one kept stays too (the sort
-    kept an arbitrary part of such a tie). The mass counts every token top-k keeps, ties with
-    the k-th beyond TOPK_BOUND included. Rows outside the bound get a mask to ignore."""
-    m = min(logits.shape[-1], TOPK_BOUND)
-    vals = torch.topk(logits, m, dim=-1).values                                      # [N, m] descending
-    kth = vals.gather(-1, (st.top_k.clamp(1, m) - 1).unsqueeze(-1))                  # [N, 1]
-    top = vals[:, :1]                                                                # [N, 1]
-    z = torch.exp(logits - top).masked_fill(logits < kth, 0.0).sum(-1, keepdim=True)  # [N, 1] top-k's mass
-    p = torch.exp(vals - top).masked_fill(vals < kth, 0.0) / z                       # [N, m]
-    mass_before = torch.cumsum(p, dim=-1) - p                                        # exclusive cumsum
-    top_p = torch.where(st.top_p < 1.0, st.top_p, torch.full_like(st.top_p, 2.0)).unsqueeze(-1)
-    keep = (vals >= kth) & (mass_before < top_p)                                     # [N, m], a prefix
-    cutoff = vals.masked_fill(~keep, float("inf")).amin(-1, keepdim=True)            # [N, 1]
-    return logits < cutoff
-
 
 def _min_p_mask(scaled: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     """[N, V] bool, True = token removed: its probability is below min_p x the row's largest one
@@ -197,7 +144,7 @@ def compute_probs(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
     if st.min_p is not None:
         scaled = scaled.masked_fill(_min_p_mask(scaled, st.min_p), float("-inf"))
     if st.any_top_k or st.any_top_p:
-        scaled = scaled.masked_fill(_top_k_top_p_mask(scaled, st), float("-inf"))
+        scaled = scaled.masked_fill(top_k_top_p_mask(scaled, st), float("-inf"))
     probs = torch.softmax(scaled, dim=-1)                                            # [N, V]
     return torch.where(st.greedy.unsqueeze(-1), _one_hot_argmax(logits), probs)
 

@@ -1,0 +1,147 @@
+"""The top-k / top-p cutoff kernels (`kernels/top_p_kernel.py`) on the CPU through Triton's
+interpreter (TRITON_INTERPRET=1), small shapes: the cutoffs equal the PyTorch path's
+(`layers/cutoff_search.top_k_top_p_cutoff_torch`) bit for bit, so the masks do too, on random rows
+(peaked to flat), ties, -inf entries, -0.0, top_k past the bound, bounded rows left to the caller,
+and any number of mass segments.
+
+Skipped where Triton is not installed (CI). Each case runs in a subprocess because the interpreter
+flag must be set before Triton is imported. By hand, with a private Triton:
+
+    PYTHONPATH=/tmp/triton-site .venv/bin/python -m pytest -q tests/test_top_p_interpret.py
+
+What the interpreter cannot check: fused multiply-adds (the kernel is compiled without them on a
+GPU; tests/gpu/test_top_p_gpu.py checks the bits there) and real concurrency of a program's
+threads across the in-place compaction (programs and their blocks run one after the other here).
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.triton_interpret import interpreter_shim, needs_triton, run_case
+
+CASES = ["random_rows", "ties_and_banned", "segments", "bounded_rows", "near_the_bound", "value_bins"]
+
+
+@needs_triton
+@pytest.mark.parametrize("case", CASES)
+def test_top_p_kernel_interpreted(case):
+    run_case(__file__, case, timeout=600)
+
+
+# ------------------------------------------------------------- run inside the subprocess
+
+
+def _check(x, top_k, top_p, bounded=0, programs=None):
+    import torch
+    from turbospec.kernels.top_p_kernel import top_k_top_p_cutoff_cuda
+    from turbospec.layers.cutoff_search import top_k_top_p_cutoff_torch
+    got = top_k_top_p_cutoff_cuda(x, top_k, top_p, bounded, programs=programs)
+    want = top_k_top_p_cutoff_torch(x, top_k, top_p, bounded)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (got, want)
+    return got
+
+
+def run_random_rows():
+    import torch
+    for N, V in ((1, 3001), (5, 4099), (64, 1000)):
+        g = torch.Generator().manual_seed(N)
+        x = torch.randn(N, V, generator=g) * (torch.rand(N, 1, generator=g) * 10 + 0.1)     # peaked to flat
+        top_p = torch.tensor([0.01, 0.5, 0.9, 0.95, 0.999, 1.0, 0.9, 0.3])[torch.arange(N) % 8]
+        top_k = torch.tensor([0, 0, 0, 500, 0, 200, 129, 0])[torch.arange(N) % 8]
+        cut = _check(x, top_k, top_p)
+        kept = (x >= cut.unsqueeze(-1)).sum(-1)
+        assert (kept >= 1).all() and (kept[(top_p == 1) & (top_k == 0)] == V).all()
+        assert (kept[top_p < 1] < V).all()               # the searches did cut
+
+
+def run_ties_and_banned():
+    import torch
+    g = torch.Generator().manual_seed(7)
+    N, V = 12, 2053
+    x = torch.randint(-12, 13, (N, V), generator=g).float() / 2                 # many ties
+    x[torch.rand(N, V, generator=g) < 0.3] = float("-inf")
+    x[0] = float("-inf")                                                        # nothing allowed
+    x[1, :] = 0.0
+    x[1, ::2] = -0.0                                                            # one value, two signs
+    x[2, :] = float("-inf")
+    x[2, 17] = -3.0                                                             # one token left
+    top_k = torch.tensor([0, 0, 0, 300, 1000, 0, 2000, 0, 150, 0, 0, 700])
+    top_p = torch.tensor([0.5, 0.9, 0.01, 1.0, 0.9, 0.95, 0.6, 0.999, 0.5, 0.2, 1.0, 0.05])
+    cut = _check(x, top_k, top_p)
+    assert cut[0] == float("-inf") and cut[1] == 0.0 and cut[2] == -3.0 and cut[10] == float("-inf")
+
+
+def run_segments():
+    """The mass pass split into 1 to many segments per row: the same bits (integer sums)."""
+    import torch
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 9001, generator=g) * torch.tensor([[0.05], [2.0], [9.0]])   # flat: all candidates
+    top_k, top_p = torch.tensor([0, 0, 3000]), torch.tensor([0.95, 0.9, 0.9])
+    cuts = [_check(x, top_k, top_p, programs=p) for p in (1, 7, 40, 264)]
+    assert all(torch.equal(c, cuts[0]) for c in cuts)
+
+
+def run_bounded_rows():
+    """Rows with 0 < top_k <= bounded are left to the caller (cutoff -inf); the others are not."""
+    import torch
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 1500, generator=g) * 3
+    top_k, top_p = torch.tensor([20, 128, 129, 0]), torch.tensor([0.9, 0.5, 0.9, 0.9])
+    cut = _check(x, top_k, top_p, bounded=128)
+    assert cut[:2].tolist() == [float("-inf")] * 2 and (cut[2:] > float("-inf")).all()
+    assert (_check(x, top_k, top_p, bounded=0) > float("-inf")).all()
+
+
+def run_near_the_bound():
+    """Rows whose top-p cutoff lies just above the candidates' lower bound (the mass kernel keeps
+    x >= max + ln((1 - top_p) / 4V)): one top token and a plateau of small ones, so that the cutoff
+    falls 1.55 and 2 nats above the bound (about as close as it can: a bound 1.6 nats higher
+    misses the first)."""
+    import math
+    import torch
+    V, p = 3001, 0.9
+    x = torch.empty(2, V)
+    bound = math.log((1 - p) / (4 * V))
+    for i, gap in enumerate((1.5, 2.0)):
+        x[i] = bound + gap + torch.linspace(-0.05, 0.05, V)
+        x[i, 0] = 0.0
+    cut = _check(x, torch.zeros(2, dtype=torch.long), torch.full((2,), p))
+    assert 1.5 < cut[0] - bound < 1.6 and 1.9 < cut[1] - bound < 2.1, cut - bound
+
+
+def run_value_bins():
+    """The value pass's bins (`_scan` with VALUE) are those of its thresholds lo + j * delta, each
+    rounded to float32 as the kernel computes them, for values on, just below and just above each
+    threshold, where (x - lo) / delta alone rounds into the wrong bin."""
+    import numpy as np
+    import torch
+    import triton
+    import triton.language as tl
+    from turbospec.kernels import top_p_kernel
+    globals()["_scan"] = top_p_kernel._scan             # a jit function resolves names in its module
+
+    @triton.jit
+    def probe(x_ptr, n, lo, delta, out_ptr, BLOCK_H: tl.constexpr):
+        acc, _ = _scan(x_ptr, n, x_ptr, tl.zeros([16, BLOCK_H], tl.int32), n * 0, lo, 0, 0, 0.0, delta,
+                       True, True, False, BLOCK_H)
+        tl.store(out_ptr + tl.arange(0, 16), tl.sum(acc, 1))
+
+    f32 = np.float32
+    for lo, delta in ((0.1, 0.3), (-7.3, 0.77), (3.3, 1.1)):
+        c = [f32(f32(lo) + f32(f32(j) * f32(delta))) for j in range(16)]
+        xs = [v for t in c[1:] for v in (np.nextafter(t, f32(-np.inf)), t, np.nextafter(t, f32(np.inf)))]
+        x = torch.tensor(np.array(xs + [c[0], np.nextafter(c[0], f32(-np.inf))], dtype=np.float32))
+        want = torch.zeros(16, dtype=torch.int32)
+        for v in x.tolist():
+            if v >= c[0]:
+                want[max(j for j in range(16) if c[j] <= v)] += 1
+        out = torch.zeros(16, dtype=torch.int32)
+        probe[(1,)](x, len(x), lo, delta, out, BLOCK_H=64)
+        assert torch.equal(out, want), (lo, delta, out, want)
+
+
+if __name__ == "__main__":
+    interpreter_shim()
+    globals()[f"run_{sys.argv[1]}"]()
