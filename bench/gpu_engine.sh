@@ -296,6 +296,14 @@ for part in ${*:-tests decode oracle drafters}; do
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
               ( export PYTHONPATH=/tmp/site:.; run 420 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rf \
                 tests/gpu/test_mixed_steps_gpu.py tests/gpu/test_server_gpu.py ) ;;
+    final21)  # end of the twenty-first session: GPU tests of this session's paths (sort-free top-p, mixed-step split,
+              # seeded cap, the server under load), then the top-p cost (needs .whl for the server test)
+              python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
+              ( export PYTHONPATH=/tmp/site:.; run 440 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rf \
+                tests/gpu/test_top_p_gpu.py tests/gpu/test_server_gpu.py tests/gpu/test_mixed_steps_gpu.py \
+                tests/gpu/test_no_compile_in_steps.py tests/gpu/test_engine_gpu.py )
+              run 60 python3 bench/top_p_cost.py --scale 3
+              run 60 python3 bench/top_p_cost.py --scale 1 ;;
     final20)  # end of the twentieth session: GPU tests of the engine paths this session touched, then #8's decode rows
               run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py \
                 tests/gpu/test_no_compile_in_steps.py tests/gpu/test_sampled_bursts_gpu.py -k "not distribution"
