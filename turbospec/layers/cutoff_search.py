@@ -24,10 +24,14 @@ truncation, so where top_p lands within about 1e-6 of a boundary of the cumulati
 keep one token (or tie) more or less than exact arithmetic would; the sort of float32
 probabilities strays further (its cumsum over 152k tokens drifts by ~1e-5: tests/test_top_p.py).
 
-TURBOSPEC_TOP_P picks the implementation: "kernel" (default: the Triton kernel on CUDA; on the
-CPU the same cutoffs from a sort of the row's values, `top_k_top_p_cutoff_sorted`, cheaper there),
-"torch" (the radix search in PyTorch ops, `top_k_top_p_cutoff_torch`, anywhere: CUDA's fallback),
-"sort" (layers/top_k_top_p.py's sort of float32 probabilities, for A/B).
+TURBOSPEC_TOP_P picks the implementation: "kernel" (the Triton kernel on CUDA; on the CPU the same
+cutoffs from a sort of the row's values, `top_k_top_p_cutoff_sorted`, cheaper there; the CPU's
+default), "torch" (the radix search in PyTorch ops, `top_k_top_p_cutoff_torch`, anywhere), "sort"
+(layers/top_k_top_p.py's sort of float32 probabilities: CUDA's default). On CUDA the kernel is
+opt-in: on an H200 (2026-12-01) it failed its bit-equality test against the PyTorch search at
+batch 16 and 64 (tests/gpu/test_top_p_gpu.py), and while it cut compute_probs at batch 64 from
+1.53 to 0.48 ms on peaked rows, on flat rows (every token a candidate) it took 0.93 ms at batch 1
+against the sort's 0.22 (bench/top_p_cost.py).
 """
 from __future__ import annotations
 
@@ -51,10 +55,12 @@ LOG2E = _f32(1 / math.log(2))
 EXP2_COEFFS = tuple(_f32(math.log(2) ** i / math.factorial(i)) for i in range(8))
 
 
-def top_p_mode() -> str:
-    mode = os.environ.get("TURBOSPEC_TOP_P", "kernel")
+def top_p_mode(cuda: bool) -> str:
+    """TURBOSPEC_TOP_P, or the device's default: "sort" on CUDA, "kernel" elsewhere (module docstring)."""
+    mode = os.environ.get("TURBOSPEC_TOP_P") or ("sort" if cuda else "kernel")
     if mode not in MODES:
-        raise ValueError(f"TURBOSPEC_TOP_P={mode!r}: use one of {', '.join(MODES)} (or leave it unset: kernel)")
+        raise ValueError(f"TURBOSPEC_TOP_P={mode!r}: use one of {', '.join(MODES)} (or leave it unset: "
+                         "sort on CUDA, kernel elsewhere)")
     return mode
 
 
@@ -157,14 +163,14 @@ def top_k_top_p_cutoff_sorted(logits: torch.Tensor, top_k: torch.Tensor, top_p: 
 def top_k_top_p_cutoff(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                        bounded: int = 0, any_large_k: bool = True) -> torch.Tensor:
     """The cutoffs: on CUDA by the Triton kernel, on the CPU from a sort of the row (the same bits);
-    TURBOSPEC_TOP_P=torch: `top_k_top_p_cutoff_torch` on either."""
+    TURBOSPEC_TOP_P=torch: `top_k_top_p_cutoff_torch` on either. (On CUDA the sampler calls this
+    only with TURBOSPEC_TOP_P=kernel or torch: `top_p_mode`.)"""
     if logits.dim() != 2 or logits.dtype != torch.float32:
         raise ValueError(f"top-p cutoff: logits must be [N, V] float32, got {tuple(logits.shape)} {logits.dtype}")
     if logits.shape[1] >= MAX_VOCAB:
         raise ValueError(f"top-p cutoff: vocab {logits.shape[1]} >= {MAX_VOCAB} would overflow the int64 mass; "
                          f"set TURBOSPEC_TOP_P=sort")
-    mode = top_p_mode()
-    if mode == "torch":
+    if top_p_mode(logits.is_cuda) == "torch":
         return top_k_top_p_cutoff_torch(logits, top_k, top_p, bounded, any_large_k)
     if logits.is_cuda:
         from turbospec.kernels.top_p_kernel import top_k_top_p_cutoff_cuda     # imports Triton
@@ -176,7 +182,7 @@ def warm_up(device: torch.device, vocab_size: int) -> None:
     """Compile the CUDA kernels (Triton specializes them on whether the vocabulary is a multiple
     of 16: the target's and a drafter's may differ, so both kinds), so that no request waits for
     them: decode bursts capture them at start-up, single steps and verify run them eagerly."""
-    if device.type != "cuda" or top_p_mode() != "kernel":
+    if device.type != "cuda" or top_p_mode(True) != "kernel":
         return
     for V in (16 * -(-vocab_size // 16), 16 * -(-vocab_size // 16) + 1):
         top_k_top_p_cutoff(torch.randn(2, V, device=device), torch.tensor([0, 1000], device=device),

@@ -1,10 +1,11 @@
 """Top-k and top-p as one mask over the logits (after temperature and min_p): which path computes
 each row's cutoff. Rows with 0 < top_k <= TOPK_BOUND: a partial top-k of TOPK_BOUND logits; the
-other rows: layers/cutoff_search.py (on CUDA a radix search, a Triton kernel, no sort; on the CPU
-the same cutoffs from a sort of the values); the sort of float32 probabilities only with
-TURBOSPEC_TOP_P=sort, for A/B. A row's mask never depends on the rows beside it.
+other rows: on CUDA the sort of float32 probabilities (`_sorted_mask`; the sort-free Triton kernel
+of layers/cutoff_search.py is opt-in, TURBOSPEC_TOP_P=kernel: see there why), on the CPU the
+cutoffs of layers/cutoff_search.py (from a sort of the values, with exact fixed-point mass).
+A row's mask never depends on the rows beside it.
 
-Semantics (every path but the sort): top-k keeps every token tied with the k-th largest logit;
+Semantics (every path but the sort of probabilities): top-k keeps every token tied with the k-th largest logit;
 top-p then keeps each token whose mass before it (over what top-k keeps, by descending value) is
 < top_p, and every token tied with the last one kept (the sort kept an arbitrary part of such a
 tie); at least one token stays; top_p == 1 keeps everything.
@@ -37,7 +38,7 @@ def top_k_top_p_mask(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tenso
         return (logits < kth) & k_on.unsqueeze(-1)
     if st.all_top_k_bounded:
         return logits < bounded_cutoff(logits, st)
-    if top_p_mode() == "sort":
+    if top_p_mode(logits.is_cuda) == "sort":
         return _sorted_mask(logits, st)
     # rows in the bound are left to bounded_cutoff only where st says there are some
     bounded = TOPK_BOUND if st.any_top_k_bounded else 0
