@@ -6,10 +6,11 @@ sample at a temperature alone; filter, when any row also has a min-p, top-k or t
 when every sampled row has a top-k of at most 128 (a partial top-k); mixed, when some do. Both
 sampled variants draw from the user's distribution, each row's settings in device buffers. Filter
 runs `layers/sampler.compute_probs` on the same logits a single step sees (min-p and the top-k /
-top-p cutoff of layers/top_k_top_p.py always on: a row with a filter off is left unchanged) and the exponential race from the default generator. Sample, on CUDA, draws in the
-advance kernel itself (`kernels.greedy_step`: Gumbel-max over x / T with Philox noise, seeded
-afresh at each launch), which is the same law without a [b, V] probability tensor; elsewhere it
-runs compute_probs as filter does. A sampled row with a seed draws counter noise
+top-p cutoff of layers/top_k_top_p.py always on: a row with a filter off is left unchanged) and
+the exponential race from the default generator. Sample, on CUDA, draws in the advance kernel
+itself (`kernels.greedy_step`: Gumbel-max over x / T with Philox noise, seeded afresh at each
+launch), which is the same law without a [b, V] probability tensor; elsewhere it runs
+compute_probs as filter does. A sampled row with a seed draws counter noise
 (layers/counter_noise.py: a pure function of its seed and the token's index, which a graph can
 compute) in the filter variant, as its single steps do, so it bursts and draws the same tokens as
 in single steps.
@@ -84,8 +85,8 @@ class BurstSampling:
 
     def tensors(self, b: int, mode: int, pos: torch.Tensor) -> SamplingTensors:
         """The first b rows of the settings; Mode.FILTER, TOPK and MIXED turn every filter's path on
-        (FILTER the whole-vocabulary cutoff alone, TOPK the bounded top-k alone, MIXED both). pos [b]: the rows'
-        positions (the token drawn at this step sits at index pos + 1)."""
+        (FILTER the whole-vocabulary cutoff alone, TOPK the bounded top-k alone, MIXED both).
+        pos [b]: the rows' positions (the token drawn at this step sits at index pos + 1)."""
         st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED)
         counter = {}
         if f and self._any_seeded:

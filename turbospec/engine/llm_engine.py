@@ -222,8 +222,9 @@ class LLMEngine:
         bitwise_exact a step that prefills drafts nothing: its decode rows share a call of more
         than 64 rows with the prompt's, so they round like plain decoding's mixed step only if
         that step is the same. Only greedy and seeded sequences are compared token for token, so a
-        batch without one (unseeded sampling: exact in distribution either way) is not capped. `steps`: the
-        steps a plain choice covers (a chained decode burst's n, counted towards the next probe)."""
+        batch without one (unseeded sampling: exact in distribution either way) is not capped.
+        `steps`: the steps a plain choice covers (a chained decode burst's n, counted towards the
+        next probe)."""
         p = self.proposer
         if p is None:
             return 0

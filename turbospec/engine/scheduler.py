@@ -48,8 +48,9 @@ def split_mixed(scheduled: list[ScheduledSeq], max_decode_rows: int) -> list[lis
     output could differ from plain output at near-ties. On its own, a decode row goes through the
     decode kernels and graphs, bitwise a pure decode step. The price: the weights are read twice
     in such a step."""
-    decodes = [s for s in scheduled if s.num_new_tokens == 1 and s.num_draft_slots == 0 and s.samples]
-    prefills = [s for s in scheduled if not (s.num_new_tokens == 1 and s.num_draft_slots == 0 and s.samples)]
+    def decode(s: ScheduledSeq) -> bool:            # one token, no drafts, sampled this step
+        return s.num_new_tokens == 1 and s.num_draft_slots == 0 and s.samples
+    decodes, prefills = [s for s in scheduled if decode(s)], [s for s in scheduled if not decode(s)]
     exact = any(s.seq.params.reproducible for s in decodes)
     if not (decodes and prefills and exact) or len(decodes) > max_decode_rows:
         return [scheduled]
