@@ -286,33 +286,3 @@ def test_training_md_corpus_line_runs(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in (tmp_path / "data/stdlib.jsonl").read_text().splitlines()]
     assert rows and {row["source"] for row in rows} == {"stdlib/fib.py"} and "def fib_0(n):" in rows[0]["text"]
-
-
-@pytest.mark.parametrize("argv, fragment", [
-    ("train regenerate --target models/codelm-12m --data data/none.jsonl --out data/regen.jsonl",
-     "--data 'data/none.jsonl' does not exist: pass a JSONL file"),
-    ("train stdlib-corpus --target models/codelm-12m --out models", "--out 'models' is a directory: pass"),
-    ("train eagle3 --target models/codelm-12m --data data/none.jsonl --out drafters/e3",
-     "--data 'data/none.jsonl' does not exist: pass a JSONL file"),
-    ("""generate models/codelm-12m -p x --speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}'""",
-     "needs speculative_config['model']: the drafter's directory"),
-    ("serve models/codelm-12m --speculative-config '{method: ngram}'", "not valid JSON"),
-    ("recipe run codelm-12m-cpu benhc", "has no step 'benhc'; its steps: generate, bench"),
-    ("recipe show qwen3-8b", "the shipped ones are codelm-12m-cpu"),
-    ("serve models/codelm-12m --log-level loud", "'loud': use one of critical, error, warning, info, debug"),
-])
-def test_a_newcomers_mistakes_say_how_to_fix_them(argv, fragment, monkeypatch):
-    """The slips of someone typing the docs' commands: exit 2 and a line that names the fix."""
-    from typer.testing import CliRunner
-    monkeypatch.chdir(REPO)
-    r = CliRunner().invoke(app, shlex.split(argv))
-    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (r.output, r.exception)   # no traceback
-    assert fragment in " ".join(r.output.replace("│", " ").split()), r.output
-
-
-def test_help_paragraphs_are_not_broken_at_the_source_width():
-    """Every command's help is one line per paragraph, so the terminal wraps it (typer keeps a
-    docstring's single line breaks in `turbospec --help`'s command list)."""
-    for path, cmd in [((), _root()), *_leaves(_root())]:
-        assert "\n" not in (cmd.help or "").replace("\n\n", ""), (path, cmd.help)
-

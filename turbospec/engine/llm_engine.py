@@ -17,7 +17,7 @@ from turbospec.engine.burst_sampling import default_variants
 from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
 from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exact_k_cap
-from turbospec.engine.kv_sizing import choose_num_blocks
+from turbospec.engine.kv_sizing import capped_len_message, choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
 from turbospec.engine.request_input import build_sequence, load_tokenizer
 from turbospec.engine.scheduler import Scheduler, split_mixed
@@ -33,15 +33,6 @@ from turbospec.sampling_params import SamplingParams
 # the largest running batch the engine captures CUDA graphs and decode bursts for; a step with more
 # running sequences runs eagerly (and a small model is then bound by the host)
 MAX_GRAPH_BATCH = 256
-
-
-def _capped_len_message(ec: EngineConfig, config: ModelConfig, got: int, pool_tokens: int, k: int) -> str:
-    if got == config.max_position_embeddings:
-        return (f"max_model_len={ec.max_model_len} is over the model's max_position_embeddings "
-                f"({config.max_position_embeddings}): requests are limited to {got} tokens")
-    need = -(-(ec.max_model_len + k + 1) // ec.block_size) + 1
-    return (f"max_model_len={ec.max_model_len} does not fit the KV cache ({pool_tokens} tokens): requests are "
-            f"limited to {got} tokens; raise num_kv_blocks to at least {need} or lower max_model_len")
 
 
 class EngineStats:
@@ -80,7 +71,7 @@ class LLMEngine:
                              f"{k} draft tokens per step: give it more memory (num_kv_blocks / "
                              "gpu_memory_utilization) or a smaller num_speculative_tokens")
         if engine_config.max_model_len and self.max_model_len < engine_config.max_model_len:
-            warnings.warn(_capped_len_message(engine_config, config, self.max_model_len, pool_tokens, k),
+            warnings.warn(capped_len_message(engine_config, config, self.max_model_len, pool_tokens, k),
                           stacklevel=2)
         self.scheduler = Scheduler(self.block_manager, engine_config.max_num_seqs,
                                    max(engine_config.max_num_batched_tokens, self.max_model_len),
