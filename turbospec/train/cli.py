@@ -34,7 +34,7 @@ OVERWRITE = typer.Option(False, help="replace the drafter / training state alrea
 INIT_FROM = typer.Option(None, help="start from an exported drafter's weights (same shape options; new optimizer and schedule)")
 SEED = typer.Option(0)
 DEVICE = typer.Option(None, help="cuda (default when available) or cpu")
-TDTYPE = typer.Option(None, help="target dtype (default bfloat16 on CUDA, float32 on CPU): train against what you serve")
+TDTYPE = typer.Option(None, help="target dtype (default: what serve --dtype auto runs: on a GPU the checkpoint's dtype, a float32 checkpoint in bfloat16; float32 on CPU): train against what you serve")
 CHAT = typer.Option(None, help="Jinja chat template file (overrides the tokenizer's)")
 CACHE = typer.Option(None, help="optional on-disk feature cache directory (size printed first)")
 EVAL_PROMPTS = typer.Option(None, help="JSONL of held-out prompts: true acceptance via turbospec.LLM at the end")

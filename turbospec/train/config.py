@@ -102,7 +102,7 @@ class TrainConfig:
     init_from: str | None = None        # an exported drafter to continue training from (fresh optimizer)
     seed: int = 0
     device: str | None = None           # cuda if available, else cpu
-    target_dtype: str | None = None     # default: bfloat16 on CUDA (serve what you train against), float32 on CPU
+    target_dtype: str | None = None     # default: as `serve --dtype auto` runs the target (train against what you serve)
     chat_template: str | None = None    # a Jinja file overriding the tokenizer's template
     feature_cache: str | None = None    # optional on-disk cache of target features
     eval_prompts: str | None = None     # JSONL with 'prompt': true acceptance via turbospec.LLM at the end

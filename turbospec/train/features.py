@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turbospec.config import ModelConfig, parse_dtype
+from turbospec.config import ModelConfig, resolve_dtype
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
 from turbospec.layers.attention import Attention
 from turbospec.model_loader import load_model
@@ -35,7 +35,9 @@ class TargetModel:
                  dtype: torch.dtype | str | None = None, block_size: int = 16):
         self.config = ModelConfig.from_pretrained(target_dir)
         self.device = device
-        self.dtype = parse_dtype(dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
+        # None / "auto": what `turbospec serve` runs the checkpoint in (config.resolve_dtype): train
+        # against the target you serve
+        self.dtype = resolve_dtype(dtype, self.config.dtype, device)
         self.model = load_model(target_dir, device, self.dtype)
         for p in self.model.parameters():
             p.requires_grad_(False)
