@@ -3,6 +3,8 @@
 - `chat_model_dir`: codelm-12m with a chat template added (weights symlinked, not copied).
 - `server`: session-wide, serves `chat_model_dir` as "codelm" behind API key "test-key".
 - `spec_server`: session-wide, codelm-12m as shipped (no template) with n-gram speculation, no key.
+- `client`: the official `openai` client on `server` (per module).
+- `llm`: the in-process `LLM` on `chat_model_dir` (CPU, float32), what a served request is compared with.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+import openai
 import pytest
 
 from .server_process import API_KEY, CODELM, ServerProcess
@@ -53,3 +56,15 @@ def spec_server(tmp_path_factory):
                         "--speculative-config", spec)
     yield srv
     srv.terminate()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def llm(chat_model_dir):
+    from turbospec import LLM
+    return LLM(str(chat_model_dir), device="cpu", dtype="float32")

@@ -8,7 +8,7 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from .server_process import API_KEY, CODELM, MODEL_NAME, ServerProcess
+from .server_process import CODELM, MODEL_NAME, ServerProcess
 
 # a ChatML template that knows continue_final_message and a Qwen3-style enable_thinking switch
 CHATML = ("{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] }}"
@@ -36,12 +36,6 @@ def _ids(tok, messages, **kwargs) -> list[int]:
 @pytest.fixture(scope="module")
 def tok(chat_model_dir):
     return AutoTokenizer.from_pretrained(chat_model_dir)
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
-        yield c
 
 
 def _greedy(client, **kw):

@@ -6,15 +6,9 @@ from __future__ import annotations
 import openai
 import pytest
 
-from .server_process import API_KEY, MODEL_NAME
+from .server_process import MODEL_NAME
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
-        yield c
 
 
 def test_echo_with_max_tokens_0_scores_the_prompt(client):

@@ -27,12 +27,6 @@ def test_cors_preflight_and_response(server):
     assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
-        yield c
-
-
 def test_context_length_errors_name_the_field(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL_NAME, prompt="def f():", max_tokens=4000)

@@ -4,19 +4,12 @@ as None, which code that forwards optional arguments does."""
 from __future__ import annotations
 
 import httpx
-import openai
 import pytest
 
-from .server_process import API_KEY, MODEL_NAME
+from .server_process import MODEL_NAME
 
 PROMPT = "def add(a, b):"
 MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
-        yield c
 
 
 def test_completion_null_stream_and_echo_are_false(client):

@@ -15,12 +15,6 @@ MESSAGES = [{"role": "system", "content": "You write Python."},
             {"role": "user", "content": "def add(a, b):"}]
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
-        yield c
-
-
 def _async_client(server) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0)
 

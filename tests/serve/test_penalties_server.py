@@ -5,30 +5,18 @@ forces a token; bad values are 400s naming the field."""
 from __future__ import annotations
 
 import httpx
-import openai
 import pytest
 
-from turbospec import LLM, SamplingParams
+from turbospec import SamplingParams
 
 from .conftest import CHAT_TEMPLATE
-from .server_process import API_KEY, MODEL_NAME
+from .server_process import MODEL_NAME
 
 PROMPT = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
           "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n")
 MESSAGES = [{"role": "user", "content": PROMPT}]
 PENALTIES = dict(frequency_penalty=0.8, presence_penalty=0.5, logit_bias={"198": -2.0, "285": 3})
 EXTRA = {"repetition_penalty": 1.3, "min_p": 0.1}
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def llm(chat_model_dir):
-    return LLM(str(chat_model_dir), device="cpu", dtype="float32")
 
 
 def _local(llm_, max_tokens: int, **kw) -> tuple[str, str]:

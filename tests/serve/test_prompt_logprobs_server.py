@@ -6,25 +6,12 @@ prompt token first, with the values the `LLM` API gives. Streaming refuses it (4
 from __future__ import annotations
 
 import httpx
-import openai
 import pytest
 
 from .server_process import API_KEY, MODEL_NAME
 
 PROMPTS = ["def add(a, b):", "import os\nimport sys\n"]
 MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, timeout=60, max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def llm(chat_model_dir):
-    from turbospec import LLM
-    return LLM(str(chat_model_dir), device="cpu", dtype="float32")
 
 
 def _check(served: list, out, k: int) -> None:
