@@ -106,25 +106,15 @@ def test_cuda_sampled_bursts_draw_the_users_distribution(llm, params):
     """1,024 requests of one prompt: the first token comes from the prefill step, the second from a
     sampled burst. Grouped by the first token, the second's counts must fit the law that the
     model's raw logprobs give under these settings."""
-    ids = llm.get_tokenizer().encode(PROMPTS[0])
     sp = SamplingParams(**params, max_tokens=2, ignore_eos=True)
-    seen = _sampled_launches(llm)
-    try:
-        outs = [o.outputs[0].token_ids for _ in range(16) for o in llm.generate([{"prompt_token_ids": ids}] * 64, sp)]
-    finally:
-        llm.llm_engine.burst.__dict__.pop("_launch", None)
+    ids, groups, seen = second_tokens(llm, sp)
     assert Mode.of([sp]) in seen, "no burst of this variant ran"
-    groups: dict[int, Counter] = defaultdict(Counter)
-    for t0, t1 in outs:
-        groups[t0][t1] += 1
     tested = 0
     for t0, counts in groups.items():
         n = sum(counts.values())
         if n < 40:
             continue
-        ref = llm.generate([{"prompt_token_ids": ids + [t0]}],
-                           SamplingParams(temperature=0.0, max_tokens=1, logprobs=20))[0].outputs[0].logprobs[0]
-        lp = {t: v.logprob for t, v in ref.items() if v.rank is not None and v.rank <= 20}
+        lp = raw_top20(llm, ids + [t0])
         law = _law(lp, params)
         if REST in law:                                 # temperature 1 alone: every token may come
             pooled: Counter = Counter()
@@ -140,6 +130,29 @@ def test_cuda_sampled_bursts_draw_the_users_distribution(llm, params):
 
 
 REST = -1          # every token outside the top 20, as one outcome
+
+
+def second_tokens(llm, sp: SamplingParams) -> tuple[list[int], dict[int, Counter], list[int]]:
+    """1,024 requests of PROMPTS[0] with `sp` and two tokens each (the first from the prefill step,
+    the second from a sampled burst): the prompt's ids, the second tokens' counts grouped by the
+    first token, and the burst variants that ran."""
+    ids = llm.get_tokenizer().encode(PROMPTS[0])
+    seen = _sampled_launches(llm)
+    try:
+        outs = [o.outputs[0].token_ids for _ in range(16) for o in llm.generate([{"prompt_token_ids": ids}] * 64, sp)]
+    finally:
+        llm.llm_engine.burst.__dict__.pop("_launch", None)
+    groups: dict[int, Counter] = defaultdict(Counter)
+    for t0, t1 in outs:
+        groups[t0][t1] += 1
+    return ids, groups, seen
+
+
+def raw_top20(llm, ids: list[int]) -> dict[int, float]:
+    """{token: raw logprob} of the 20 most likely next tokens after `ids`."""
+    ref = llm.generate([{"prompt_token_ids": ids}],
+                       SamplingParams(temperature=0.0, max_tokens=1, logprobs=20))[0].outputs[0].logprobs[0]
+    return {t: v.logprob for t, v in ref.items() if v.rank is not None and v.rank <= 20}
 
 
 def _law(raw_logprobs: dict[int, float], params: dict) -> dict[int, float]:
