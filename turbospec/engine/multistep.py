@@ -140,12 +140,13 @@ class DecodeBurst:
         for the first length bucket (contexts up to 2048, most requests: each extra variant costs
         one capture per batch bucket, about 0.4 s each on an 8B model); other variants and lengths
         when a launch first needs them."""
-        extra = [v for v in extra if v[0] not in Mode.ALL or v[1]]
-        if any(pen for _, pen in extra) and self.penalties is None:
+        base = [(mode, False) for mode in Mode.ALL]
+        first = list(dict.fromkeys(base + list(extra)))          # the first length bucket's variants
+        if any(pen for _, pen in first) and self.penalties is None:
             self.penalties = BurstPenalties(self.buckets[-1], self.vocab_size, self.device)
         for L in reversed(self.len_buckets):
             for b in reversed(self.buckets):
-                for mode, pen in [(mode, False) for mode in Mode.ALL] + (extra if L == self.len_buckets[0] else []):
+                for mode, pen in first if L == self.len_buckets[0] else base:
                     self._capture(b, L, mode, pen)
         torch.cuda.synchronize(self.device)
         self.captured = True
