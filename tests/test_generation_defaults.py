@@ -71,9 +71,9 @@ def test_server_fills_unset_fields_from_the_file(tmp_path):
 @pytest.mark.parametrize("defaults,want", [
     ({}, []),
     ({"temperature": 0.6, "top_p": 0.9}, []),                                       # Llama 3: FILTER, captured anyway
-    ({"temperature": 0.6, "top_p": 0.95, "top_k": 20}, [("TOPK", False)]),          # Qwen3
+    ({"temperature": 0.6, "top_p": 0.95, "top_k": 20}, [("TOPK_DRAW", False)]),     # Qwen3
     ({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05},   # Qwen2.5
-     [("TOPK", True), ("GREEDY", True)]),
+     [("TOPK_DRAW", True), ("GREEDY", True)]),
     ({"temperature": 0.0, "repetition_penalty": 1.1}, [("GREEDY", True)]),
     ({"temperature": 1.0, "top_k": 500, "top_p": 0.9}, []),                         # over the bound: FILTER
 ])

@@ -70,7 +70,7 @@ def test_sampled_bursts_equal_single_steps(engines, batch, settings, mode):
             assert all(len(t) == 19 for t in got)
         assert launches, "no burst ran: the test compared single steps with themselves"
         assert set(launches) == {Mode.of(params)}
-        assert mode == Mode.of(params) or (mode, Mode.of(params)) == (Mode.FILTER, Mode.MIXED)
+        assert mode == Mode.of(params) or (mode, Mode.of(params)) in ((Mode.FILTER, Mode.MIXED), (Mode.TOPK, Mode.TOPK_DRAW))
     finally:
         _uncount(burst)
     eng = burst.llm_engine
@@ -181,6 +181,10 @@ def test_too_many_logprob_rows_take_single_steps(engines):
 def test_filter_variants_follow_the_rows_top_k():
     sp = lambda **kw: SamplingParams(temperature=0.8, **kw)      # noqa: E731
     assert Mode.of([sp(top_p=0.9), sp(min_p=0.1)]) == Mode.FILTER                   # the sort alone
-    assert Mode.of([sp(top_k=20, top_p=0.95), SamplingParams(temperature=0.0)]) == Mode.TOPK   # no sort
+    assert Mode.of([sp(top_k=20, top_p=0.95), SamplingParams(temperature=0.0)]) == Mode.TOPK_DRAW   # no sort
+    assert Mode.of([sp(top_k=64), sp(top_k=1, top_p=0.5)]) == Mode.TOPK_DRAW      # drawn in the kernel (CUDA)
+    assert Mode.of([sp(top_k=20, top_p=0.95, seed=3)]) == Mode.TOPK               # a seed: single steps' tokens
+    assert Mode.of([sp(top_k=20, min_p=0.05)]) == Mode.TOPK                        # min-p: compute_probs
+    assert Mode.of([sp(top_k=65), sp(top_k=20)]) == Mode.TOPK                      # past DRAW_BOUND
     assert Mode.of([sp(top_k=20, top_p=0.95), sp(top_p=0.9)]) == Mode.MIXED           # both, per row
     assert Mode.of([sp(top_k=500)]) == Mode.FILTER and Mode.of([sp()]) == Mode.SAMPLE

@@ -42,17 +42,20 @@ def test_default_variants_are_captured_at_start_up(tmp_path):
     llm = LLM(model, device="cuda", dtype="bfloat16", max_model_len=1024)
     burst = llm.llm_engine.burst
     L = burst.len_buckets[0]                       # the extra variants: the first length bucket
-    for mode, pen in ((Mode.TOPK, True), (Mode.GREEDY, True)):
+    for mode, pen in ((Mode.TOPK_DRAW, True), (Mode.GREEDY, True)):
         assert all((b, L, mode, pen) in burst.graphs for b in burst.buckets), (mode, pen)
     n = len(burst.graphs)
-    seeded = [SamplingParams(**{**DEFAULTS, "seed": i, "max_tokens": 40, "ignore_eos": True}) for i in range(4)]
     defaults = llm.get_default_sampling_params()
     assert (defaults.top_k, defaults.repetition_penalty) == (20, 1.05)
-    got = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, seeded)]
+    unset = SamplingParams(**{**DEFAULTS, "max_tokens": 40, "ignore_eos": True})      # what defaults give
+    assert all(len(o.outputs[0].token_ids) == 40 for o in llm.generate(PROMPTS, unset))
     llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=24))     # greedy + the default penalty
     assert len(burst.graphs) == n, "a request with the default settings captured a graph"
     assert llm.llm_engine.counters["num_burst_tokens"] > 0
-    # the same requests in an engine that ignores the file: its variants are captured lazily
+    # seeded requests (Mode.TOPK: a single step's tokens), in an engine that ignores the file too,
+    # whose variants are all captured lazily: the same tokens
+    seeded = [SamplingParams(**{**DEFAULTS, "seed": i, "max_tokens": 40, "ignore_eos": True}) for i in range(4)]
+    got = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, seeded)]
     lazy = LLM(model, device="cuda", dtype="bfloat16", max_model_len=1024, generation_config="vllm")
-    assert not any(pen or mode == Mode.TOPK for _, _, mode, pen in lazy.llm_engine.burst.graphs)
+    assert not any(pen or mode in (Mode.TOPK, Mode.TOPK_DRAW) for _, _, mode, pen in lazy.llm_engine.burst.graphs)
     assert [o.outputs[0].token_ids for o in lazy.generate(PROMPTS, seeded)] == got

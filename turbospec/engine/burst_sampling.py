@@ -1,10 +1,13 @@
 """How a decode burst (engine/multistep.py) picks each step's token: its graph variant (`Mode`)
 and the rows' sampling settings in device buffers (`BurstSampling`).
 
-Five variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
+Six variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
 sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p; topk, filter
-when every sampled row has a top-k of at most 128 (a partial top-k); mixed, when some do. Both
-sampled variants draw from the user's distribution, each row's settings in device buffers. Filter
+when every sampled row has a top-k of at most 128 (a partial top-k); mixed, when some do; topk_draw,
+topk without min-p or seeds and with top-k <= 64 (Qwen3's defaults), which on CUDA the advance
+kernel draws from the logits in one launch (`kernels.topk_draw`: Gumbel-max over the tokens top-k /
+top-p keep; elsewhere it runs as topk). Every sampled variant draws from the user's distribution,
+each row's settings in device buffers. Filter
 runs `layers/sampler.compute_probs` on the same logits a single step sees (min-p and the top-k /
 top-p cutoff of layers/top_k_top_p.py always on: a row with a filter off is left unchanged) and
 the exponential race from the default generator. Sample, on CUDA, draws in the advance kernel
@@ -20,6 +23,11 @@ from __future__ import annotations
 import torch
 
 from turbospec.layers.sampler import SamplingTensors, compute_probs, race_scores
+from turbospec.layers.moe import env_switch
+from turbospec.layers.top_k_top_p import DRAW_BOUND
+
+# Mode.TOPK_DRAW for batches it can draw (`Mode.of_host`); TURBOSPEC_TOPK_DRAW=0: Mode.TOPK instead
+TOPK_DRAW = env_switch("TURBOSPEC_TOPK_DRAW")
 from turbospec.sampling_params import SamplingParams
 
 
@@ -27,9 +35,12 @@ class Mode:
     """A burst's graph variant: how each step picks its tokens. TOPK is FILTER for batches whose
     sampled rows all have 0 < top_k <= sampler.TOPK_BOUND (Qwen3's defaults: top-k 20, top-p 0.95):
     a partial top-k, no search over the vocabulary; MIXED for batches with such rows and others
-    (both paths, picked per row). ALL are captured at start-up, TOPK and MIXED at their first use
-    (or at start-up when the model's sampling defaults need them: `default_variants`)."""
-    GREEDY, SAMPLE, FILTER, TOPK, MIXED = 0, 1, 2, 3, 4
+    (both paths, picked per row). TOPK_DRAW is TOPK without seeds or min-p and with top-k <= 64
+    (kernels.topk_draw.DRAW_BOUND): on CUDA the advance kernel draws it from the logits
+    (`kernels.topk_draw`), elsewhere it runs as TOPK. ALL are captured at start-up, the others at
+    their first use (or at start-up when the model's sampling defaults need them:
+    `default_variants`)."""
+    GREEDY, SAMPLE, FILTER, TOPK, MIXED, TOPK_DRAW = 0, 1, 2, 3, 4, 5
     ALL = (GREEDY, SAMPLE, FILTER)       # argmax / temperature only / min-p, top-k, top-p too
 
     @staticmethod
@@ -44,7 +55,8 @@ class Mode:
         if not (st.any_top_k or st.any_top_p or st.min_p is not None or st.any_seeded):
             return Mode.SAMPLE
         if st.all_top_k_bounded:
-            return Mode.TOPK
+            drawn = TOPK_DRAW and not st.any_seeded and st.min_p is None and st.max_top_k <= DRAW_BOUND
+            return Mode.TOPK_DRAW if drawn else Mode.TOPK
         return Mode.MIXED if st.any_top_k_bounded else Mode.FILTER
 
 
@@ -87,14 +99,15 @@ class BurstSampling:
         """The first b rows of the settings; Mode.FILTER, TOPK and MIXED turn every filter's path on
         (FILTER the whole-vocabulary cutoff alone, TOPK the bounded top-k alone, MIXED both).
         pos [b]: the rows' positions (the token drawn at this step sits at index pos + 1)."""
-        st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED)
+        st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED, Mode.TOPK_DRAW)
         counter = {}
         if f and self._any_seeded:
             counter = dict(seed_keys=self.seed_keys[:b], token_index=pos + 1, seeded=self.seeded[:b],
                            any_seeded=True)
         return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
                                st.min_p[:b] if f else None, any_top_k=f, any_top_p=f,
-                               any_top_k_bounded=mode in (Mode.TOPK, Mode.MIXED), all_top_k_bounded=mode == Mode.TOPK,
+                               any_top_k_bounded=mode in (Mode.TOPK, Mode.MIXED, Mode.TOPK_DRAW),
+                               all_top_k_bounded=mode in (Mode.TOPK, Mode.TOPK_DRAW),
                                **counter)
 
     def scores(self, logits: torch.Tensor, b: int, mode: int, pos: torch.Tensor) -> torch.Tensor:
@@ -108,6 +121,11 @@ class BurstSampling:
     def kernel_args(self, b: int, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Mode.SAMPLE on CUDA: what `greedy_advance` draws step j's tokens with."""
         return self.st.temperature[:b], self.st.greedy[:b], self.seeds[j:j + 1]
+
+    def draw_args(self, b: int, j: int) -> tuple[torch.Tensor, ...]:
+        """Mode.TOPK_DRAW on CUDA: what `topk_draw_advance` draws step j's tokens with."""
+        st = self.st
+        return st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], self.seeds[j:j + 1]
 
     def set(self, params: list[SamplingParams], b: int) -> int:
         """Rows 0..B-1 take the requests' settings, rows B..b-1 (padding) stay greedy; returns the
@@ -134,6 +152,6 @@ class BurstSampling:
         return Mode.of_host(host)
 
     def new_seeds(self) -> None:
-        """Mode.SAMPLE on CUDA: fresh noise keys for a launch, from the default generator."""
+        """Mode.SAMPLE / TOPK_DRAW on CUDA: fresh noise keys for a launch, from the default generator."""
         keys = torch.randint(0, 2**62, (self.seeds.shape[0],), dtype=torch.long)
         self.seeds.copy_(pinned(keys, self.device), non_blocking=True)

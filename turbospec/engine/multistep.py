@@ -7,7 +7,7 @@ when it cannot change the result: every running sequence is a plain decode with 
 token to go; stop rules are applied to the returned tokens afterwards, and tokens past a stop are
 dropped (their KV lies in blocks freed with the sequence). Logit bias, penalties and min_tokens
 run inside the burst on device state (engine/burst_penalties.py) in a penalized variant of each
-graph; it and Mode.TOPK's variant are captured the first time a bucket needs them, or at start-up
+graph; it and the TOPK variants are captured the first time a bucket needs them, or at start-up
 for the variants the model's sampling defaults need (`burst_sampling.default_variants`).
 
 Logprobs: each step copies the raw logits of up to MAX_LOGPROB_ROWS rows (`lp_rows`, set at each
@@ -106,13 +106,15 @@ class DecodeBurst:
                 logits = self.penalties.apply(logits, b)                   # [b, V] float32
             if self.device.type == "cuda":
                 from turbospec.kernels.greedy_step import greedy_advance   # CUDA only: imports Triton
-                sample = None
-                if mode == Mode.SAMPLE:                                    # drawn in the kernel
-                    scores, sample = logits, self.sampling.kernel_args(b, j)
+                rows = (self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b], self.valid[:b],
+                        self.block_tables[:b], slots, bs)
+                if mode == Mode.TOPK_DRAW:                                 # drawn in the kernel
+                    from turbospec.kernels.topk_draw import topk_draw_advance
+                    topk_draw_advance(logits, *rows, self.sampling.draw_args(b, j))
+                elif mode == Mode.SAMPLE:                                  # drawn in the kernel
+                    greedy_advance(logits, *rows, self.sampling.kernel_args(b, j))
                 else:
-                    scores = self.sampling.scores(logits, b, mode, pos)                       # [b, V]
-                greedy_advance(scores, self.out[j, :b], self.ids[:b], pos, self.seq_lens[:b],
-                               self.valid[:b], self.block_tables[:b], slots, bs, sample)
+                    greedy_advance(self.sampling.scores(logits, b, mode, pos), *rows)         # [b, V] scores
                 if pen:
                     self.penalties.advance(self.out[j, :b], b)
                 continue
@@ -233,7 +235,7 @@ class DecodeBurst:
         tables = self._pin(tables)
         self.block_tables[:b].zero_()
         self.block_tables[:b, :width].copy_(tables.to(self.device, non_blocking=True))
-        if mode == Mode.SAMPLE and self.device.type == "cuda":
+        if mode in (Mode.SAMPLE, Mode.TOPK_DRAW) and self.device.type == "cuda":
             self.sampling.new_seeds()
         if (b, L, mode, pen) in self.graphs:
             self.graphs[(b, L, mode, pen)].replay()

@@ -95,6 +95,17 @@ def chunk_size(V: int) -> int:
     return max(512, min(4096, triton.next_power_of_2(triton.cdiv(V, 32))))
 
 
+def check_advance_args(b: int, noise_V: int, **rows: torch.Tensor) -> None:
+    """An advance launch's row tensors are contiguous [b] vectors; noise_V (0: no noise): the
+    vocabulary of a launch that draws Philox noise at counter row * V + token, an int32."""
+    if b * noise_V >= 2**31:
+        raise ValueError(f"{b} rows x {noise_V} logits pass the int32 noise counter; split the batch")
+    for name, t in rows.items():
+        if t.shape != (b,) or t.stride(0) != 1:
+            raise ValueError(f"advance launch: {name} must be a contiguous [{b}] vector, got "
+                             f"{tuple(t.shape)} stride {t.stride()}")
+
+
 def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor,
                    seq_lens: torch.Tensor, valid: torch.Tensor, block_tables: torch.Tensor,
                    slots: torch.Tensor, block_size: int,
@@ -104,17 +115,12 @@ def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, p
     sample: (temperature [b] float32, greedy [b] bool, seed [1] int64) draws the sampled rows'
     tokens at their temperature instead of taking the argmax."""
     b, V = logits.shape
-    if sample is not None and b * V >= 2**31:
-        raise ValueError(f"greedy_advance: {b} rows x {V} logits pass the int32 noise counter; split the batch")
+    check_advance_args(b, V if sample is not None else 0, out=out, ids=ids, pos=pos, slots=slots,
+                       seq_lens=seq_lens, valid=valid)
     if b == 0:
         return
     if logits.stride(1) != 1:
         logits = logits.contiguous()
-    for name, t in (("out", out), ("ids", ids), ("pos", pos), ("slots", slots), ("seq_lens", seq_lens),
-                    ("valid", valid)):
-        if t.shape != (b,) or t.stride(0) != 1:
-            raise ValueError(f"greedy_advance: {name} must be a contiguous [{b}] vector, got "
-                             f"{tuple(t.shape)} stride {t.stride()}")
     chunk = chunk_size(V)
     chunks = triton.cdiv(V, chunk)
     part_v = torch.empty(b * chunks, dtype=torch.float32, device=logits.device)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # rows with 0 < top_k <= TOPK_BOUND filter top-k and top-p over a partial top-k of this many logits
 # (`bounded_cutoff`), not a search over the whole vocabulary
 TOPK_BOUND = 128
+# rows with 0 < top_k <= DRAW_BOUND and neither min-p nor a seed may burst in engine/burst_sampling's
+# Mode.TOPK_DRAW: drawn in one kernel from the logits (kernels/topk_draw.py) on CUDA
+DRAW_BOUND = 64
 
 
 def top_k_top_p_mask(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tensor:
