@@ -12,6 +12,8 @@ flag must be set before Triton is imported. By hand, with a private Triton:
 What the interpreter cannot check: fused multiply-adds (the kernel is compiled without them on a
 GPU; tests/gpu/test_top_p_gpu.py checks the bits there) and real concurrency of a program's
 threads across the in-place compaction (programs and their blocks run one after the other here).
+What it can: that the cutoffs depend neither on the order the programs run in (`program_order`
+runs the grids reversed and shuffled, as a GPU may) nor on what the scratch held before.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["random_rows", "ties_and_banned", "segments", "bounded_rows", "near_the_bound", "value_bins"]
+CASES = ["random_rows", "ties_and_banned", "segments", "bounded_rows", "near_the_bound", "value_bins",
+         "program_order"]
 
 
 @needs_triton
@@ -33,11 +36,11 @@ def test_top_p_kernel_interpreted(case):
 # ------------------------------------------------------------- run inside the subprocess
 
 
-def _check(x, top_k, top_p, bounded=0, programs=None):
+def _check(x, top_k, top_p, bounded=0, programs=None, trace=None):
     import torch
     from turbospec.kernels.top_p_kernel import top_k_top_p_cutoff_cuda
     from turbospec.layers.cutoff_search import top_k_top_p_cutoff_torch
-    got = top_k_top_p_cutoff_cuda(x, top_k, top_p, bounded, programs=programs)
+    got = top_k_top_p_cutoff_cuda(x, top_k, top_p, bounded, programs=programs, trace=trace)
     want = top_k_top_p_cutoff_torch(x, top_k, top_p, bounded)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (got, want)
     return got
@@ -141,6 +144,58 @@ def run_value_bins():
         probe[(1,)](x, len(x), lo, delta, out, BLOCK_H=64)
         assert torch.equal(out, want), (lo, delta, out, want)
 
+
+def _grid_order(order) -> list:
+    """The interpreter runs every later grid's programs in order(list of program ids) instead of
+    row-major, as a GPU may (there they run in any order and at once); returns the list of the
+    orders run."""
+    import triton.runtime.interpreter as ti
+    b, todo, ran = ti.interpreter_builder, [], []
+    set_dim, set_idx = b.set_grid_dim, b.set_grid_idx
+
+    def grid_dim(nx, ny, nz):
+        set_dim(nx, ny, nz)
+        ran.append(order([(x, y, z) for x in range(nx) for y in range(ny) for z in range(nz)]))
+        todo[:] = ran[-1][::-1]
+    b.set_grid_dim, b.set_grid_idx = grid_dim, lambda x, y, z: set_idx(*todo.pop())
+    return ran
+
+
+def _poisoned_scratch(module) -> None:
+    """torch.empty in `module` returns NaN-filled (float) or -7-filled (int) tensors: a read of
+    scratch no launch wrote changes the cutoffs."""
+    import types
+    import torch
+
+    def empty(*shape, dtype=None, device=None):
+        t = torch.empty(*shape, dtype=dtype, device=device)
+        return t.fill_(float("nan") if t.is_floating_point() else -7)
+    names = {k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")}
+    module.torch = types.SimpleNamespace(**{**names, "empty": empty})
+
+
+def run_program_order():
+    """The GPU test's mix of rows (peaked to flat, ties, -inf, top-k off / 20 / 500 / 5000) at batch
+    16, the mass pass in 4 segments a row, poisoned scratch: the same bits as the PyTorch search
+    with the programs of every launch run in reverse and in a shuffled order (a segment's
+    candidates, counts and mass never depend on which program ran first, nor on another row's)."""
+    import random
+    import torch
+    from turbospec.kernels import top_p_kernel
+    g = torch.Generator().manual_seed(16)
+    N, V = 16, 6151
+    x = torch.randn(N, V, generator=g) * (torch.rand(N, 1, generator=g) * 10 + 0.2)
+    x[1::4] = (x[1::4] * 2).round() / 2
+    x[2::4] = x[2::4].masked_fill(torch.rand(len(x[2::4]), V, generator=g) < 0.4, float("-inf"))
+    top_k = torch.tensor([0, 0, 500, 0, 20, 0, 5000, 0])[torch.arange(N) % 8]
+    top_p = torch.tensor([0.9, 0.95, 0.9, 0.5, 0.9, 0.999, 1.0, 0.01])[torch.arange(N) % 8]
+    _poisoned_scratch(top_p_kernel)
+    rng = random.Random(0)
+    for order in (lambda ids: ids[::-1], lambda ids: rng.sample(ids, len(ids))):
+        ran = _grid_order(order)
+        trace = {}
+        _check(x, top_k, top_p, programs=4 * N, trace=trace)
+        assert trace["nseg"] == 4 and [len(o) for o in ran] == [N, 4 * N, N] and ran[1] != sorted(ran[1])
 
 if __name__ == "__main__":
     interpreter_shim()

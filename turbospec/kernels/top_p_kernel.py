@@ -38,6 +38,9 @@ BLOCK_H = 512         # per iteration of a histogram pass ([16, BLOCK_H] accumul
 _LOG2E = tl.constexpr(LOG2E)
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7 = (tl.constexpr(c) for c in EXP2_COEFFS)
 _SHIFT = tl.constexpr(FIXED_POINT_BITS - 23)
+# what `_top_p_kernel` with STATS records per row (int64; the last three are float32 bits)
+STATS_FIELDS = ("z", "target", "n_read", "n_value", "d", "lo", "hi", "above", "t", "n_left", "lo_v", "delta",
+                "lo_mass")
 
 
 @triton.jit
@@ -122,7 +125,8 @@ def _decide(acc, above, target):
 def _narrow(buf, n, lo, hi, above, target, m, COUNT: tl.constexpr, BLOCK_H: tl.constexpr):
     """The key passes over the list buf[:n] of the elements in [lo, hi) (a superset will do), with
     weight >= target at or above lo and < target at or above hi: each pass 16 intervals of 2^shift
-    keys, skipped while [lo, hi) is no wider; returns the largest key T with weight >= target."""
+    keys, skipped while [lo, hi) is no wider; returns the largest key T with weight >= target and
+    the length of the list left."""
     for i in range(0, 8):
         shift = 28 - 4 * i
         step = (lo * 0 + 1) << shift
@@ -137,7 +141,7 @@ def _narrow(buf, n, lo, hi, above, target, m, COUNT: tl.constexpr, BLOCK_H: tl.c
             above, d = _decide(acc, above, target)
             lo += d << shift
             hi = tl.minimum(lo + step, hi)
-    return lo
+    return lo, n
 
 
 @triton.jit
@@ -158,7 +162,7 @@ def _top_k_kernel(x_ptr, stride_x, V, top_k_ptr, bounded, kth_ptr, buf_ptr, BLOC
                        True, False, True, BLOCK_H)
         above, d = _decide(acc, above, k)
         lo += d << 24
-        kth = _narrow(buf, n, lo, lo + (1 << 24), above, k, 0.0, True, BLOCK_H)
+        kth, n = _narrow(buf, n, lo, lo + (1 << 24), above, k, 0.0, True, BLOCK_H)
     tl.store(kth_ptr + row, kth)
 
 
@@ -195,7 +199,7 @@ def _mass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_p
 
 @triton.jit(do_not_specialize=["seg_len", "nseg"])
 def _top_p_kernel(V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_ptr, buf_ptr, z_ptr, cnt_ptr, seg_len, nseg,
-                  out_ptr, BLOCK_H: tl.constexpr):
+                  out_ptr, stats_ptr, BLOCK_H: tl.constexpr, STATS: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     k = tl.load(top_k_ptr + row)
     p = tl.load(top_p_ptr + row)
@@ -219,14 +223,33 @@ def _top_p_kernel(V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_ptr, buf_ptr, z_p
         buf = buf_ptr + row * V
         acc = tl.zeros([16, BLOCK_H], tl.int64)
         n = nseg * 0
+        n_read = nseg * 0
         for c in range(0, nseg):
-            acc, n = _scan(buf + c * seg_len, tl.load(cnt_ptr + row * nseg + c), buf, acc, n, lo_v, 0, 0, m, delta,
-                           False, True, True, BLOCK_H)
+            cnt = tl.load(cnt_ptr + row * nseg + c)
+            n_read += cnt
+            acc, n = _scan(buf + c * seg_len, cnt, buf, acc, n, lo_v, 0, 0, m, delta, False, True, True, BLOCK_H)
         found = tl.sum(tl.sum(acc, 1), 0) >= target                    # else keep all (no finite mass)
         above, d = _decide(acc, kth * 0, target)
         lo = _keys(lo_v + d.to(tl.float32) * delta)
         hi = tl.where(d < 15, _keys(lo_v + (d + 1).to(tl.float32) * delta), _keys(m) + 1)
-        t = tl.where(found, _narrow(buf, n, lo, hi, above, target, m, False, BLOCK_H), 0)
+        t_found, n_left = _narrow(buf, n, lo, hi, above, target, m, False, BLOCK_H)
+        t = tl.where(found, t_found, 0)
+        if STATS:                                # bench/top_p_diag.py: this row's steps (`STATS_FIELDS`)
+            lo_mass = m + tl.log((1.0 - p) / (4.0 * V))                  # as _mass_kernel computes it
+            s = stats_ptr + row * 13
+            tl.store(s + 0, z)
+            tl.store(s + 1, target)
+            tl.store(s + 2, n_read.to(tl.int64))
+            tl.store(s + 3, n.to(tl.int64))
+            tl.store(s + 4, d)
+            tl.store(s + 5, lo)
+            tl.store(s + 6, hi)
+            tl.store(s + 7, above)
+            tl.store(s + 8, t)
+            tl.store(s + 9, n_left.to(tl.int64))
+            tl.store(s + 10, lo_v.to(tl.int32, bitcast=True).to(tl.int64))
+            tl.store(s + 11, delta.to(tl.int32, bitcast=True).to(tl.int64))
+            tl.store(s + 12, lo_mass.to(tl.int32, bitcast=True).to(tl.int64))
     tl.store(out_ptr + row, _value(tl.where(mine, tl.maximum(kth, t), 0)))
 
 
@@ -240,10 +263,14 @@ def _programs(device: torch.device) -> int:
 
 
 def top_k_top_p_cutoff_cuda(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                            bounded: int = 0, programs: int | None = None) -> torch.Tensor:
+                            bounded: int = 0, programs: int | None = None, *, num_warps: int = 8,
+                            trace: dict | None = None) -> torch.Tensor:
     """layers/cutoff_search.top_k_top_p_cutoff_torch on CUDA: logits [N, V] float32, top_k [N] int64,
     top_p [N] float32 -> [N] float32 cutoffs, the same bits. programs: how many programs the
-    mass pass aims for in all (default two per SM; the cutoffs do not depend on it)."""
+    mass pass aims for in all (default two per SM; the cutoffs do not depend on it). For
+    bench/top_p_diag.py (never the sampler): num_warps per program, and trace, a dict that
+    receives each launch's results (m, kth, z, cnt, seg_len, nseg, cand: the scratch after the
+    mass pass, stats: [N, len(STATS_FIELDS)])."""
     N, V = logits.shape
     dev = logits.device
     out = torch.empty(N, dtype=torch.float32, device=dev)
@@ -255,14 +282,18 @@ def top_k_top_p_cutoff_cuda(logits: torch.Tensor, top_k: torch.Tensor, top_p: to
     m = logits.amax(-1)                                                          # [N]
     buf = torch.empty(N, V, dtype=torch.float32, device=dev)                     # candidates per row
     kth = torch.empty(N, dtype=torch.int64, device=dev)
-    _top_k_kernel[(N,)](logits, logits.stride(0), V, top_k, bounded, kth, buf, BLOCK_H=BLOCK_H, num_warps=8)
+    _top_k_kernel[(N,)](logits, logits.stride(0), V, top_k, bounded, kth, buf, BLOCK_H=BLOCK_H, num_warps=num_warps)
     want = max(1, min(64, -(-(programs or _programs(dev)) // N)))
     seg_len = -(-(-(-V // want)) // BLOCK) * BLOCK
     nseg = -(-V // seg_len)
     z = torch.empty(N, nseg, dtype=torch.int64, device=dev)
     cnt = torch.empty(N, nseg, dtype=torch.int32, device=dev)
     _mass_kernel[(N, nseg)](logits, logits.stride(0), V, top_k, top_p, bounded, m, kth, buf, z, cnt, seg_len, nseg,
-                            BLOCK=BLOCK, num_warps=8, enable_fp_fusion=False)
-    _top_p_kernel[(N,)](V, top_k, top_p, bounded, m, kth, buf, z, cnt, seg_len, nseg, out, BLOCK_H=BLOCK_H,
-                        num_warps=8, enable_fp_fusion=False)
+                            BLOCK=BLOCK, num_warps=num_warps, enable_fp_fusion=False)
+    stats = out
+    if trace is not None:
+        stats = torch.zeros(N, len(STATS_FIELDS), dtype=torch.int64, device=dev)
+        trace.update(m=m, kth=kth, z=z, cnt=cnt, seg_len=seg_len, nseg=nseg, cand=buf.clone(), stats=stats)
+    _top_p_kernel[(N,)](V, top_k, top_p, bounded, m, kth, buf, z, cnt, seg_len, nseg, out, stats, BLOCK_H=BLOCK_H,
+                        STATS=trace is not None, num_warps=num_warps, enable_fp_fusion=False)
     return out
