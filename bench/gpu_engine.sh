@@ -35,6 +35,7 @@
 #       nocompile (tests/gpu/test_no_compile_in_steps.py; MoE FP8 oracle 1,16,64 with compilations logged)
 #       moeb1ab (qwen3-30b-a3b FP8 oracle at batch 1, 128 tokens: out/base vs HEAD, alternating twice)
 #       tailab (bench/step_tail.py; qwen3-8b decode b1/16/64 and codelm-12m b1: out/base vs HEAD, alternating twice)
+#       topkdraw (Mode.TOPK_DRAW: GPU tests, cost per step, qwen3-8b at Qwen3's defaults off / on)  toppdiag (bench/top_p_diag.py)
 #       fp8spec (qwen3-8b FP8 oracle, auto k, batches 1,16,64 in one engine: out/base with every Triton
 #                compilation logged (bench/jit_log.py), then HEAD; tests/gpu/test_no_compile_in_steps.py)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
@@ -296,6 +297,17 @@ for part in ${*:-tests decode oracle drafters}; do
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
               ( export PYTHONPATH=/tmp/site:.; run 420 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rf \
                 tests/gpu/test_mixed_steps_gpu.py tests/gpu/test_server_gpu.py ) ;;
+    topkdraw) # Mode.TOPK_DRAW (kernels/topk_draw.py): its GPU tests and the sampled-burst ones, the per-step cost
+              # against Mode.TOPK, then qwen3-8b decode at Qwen3's defaults with TURBOSPEC_TOPK_DRAW=0 / 1
+              run 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_topk_draw_gpu.py \
+                tests/gpu/test_sampled_bursts_gpu.py tests/gpu/test_default_variants_gpu.py
+              run 90 python3 bench/topk_draw_cost.py
+              for v in 0 1; do
+                echo "### TURBOSPEC_TOPK_DRAW=$v" | tee -a "$log"
+                TURBOSPEC_TOPK_DRAW=$v run 150 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 \
+                  --prompt-len 512 --gen-len 64 --temperature 0.6 --top-p 0.95 --top-k 20
+              done ;;
+    toppdiag) run 90 python3 bench/top_p_diag.py ;;
     final21)  # end of the twenty-first session: GPU tests of this session's paths (sort-free top-p, mixed-step split,
               # seeded cap, the server under load), then the top-p cost (needs .whl for the server test)
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
