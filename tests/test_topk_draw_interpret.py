@@ -18,7 +18,7 @@ from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
 
 @needs_triton
-@pytest.mark.parametrize("case", ["draws", "ties", "greedy"])
+@pytest.mark.parametrize("case", ["draws", "ties", "prefilter", "greedy"])
 def test_topk_draw_interpreted(case):
     run_case(__file__, case, timeout=600)
 
@@ -118,6 +118,18 @@ def run_ties():
     logits = torch.stack([low, high, low, top, low])
     rows = [(1.0, 20, 1.0), (1.0, 20, 0.7), (0.5, 4, 0.999), (0.8, 10, 0.95), (1.0, 64, 0.5)]
     _check(logits, rows, torch.zeros(5, dtype=torch.bool), seeds=(1, 2, 3))
+
+
+def run_prefilter():
+    """V 20000 -> 20 chunks of 1024, more than the CAND keys a sort takes: a peaked row (each chunk
+    sorts only its tokens above the smallest sub-block maximum; the merge only the lists' keys above
+    the highest list end) and a row tied at 0 (every token passes: the whole chunk is sorted)."""
+    V = 20000
+    peaked = torch.randn(V, generator=torch.Generator().manual_seed(8)) * 3
+    tied = torch.zeros(V)
+    tied[[5, 9000, 19999]] = torch.tensor([1.0, 0.5, 0.25])
+    _check(torch.stack([peaked, tied]).to(torch.bfloat16), [(0.6, 20, 0.95), (1.0, 64, 0.9)],
+           torch.zeros(2, dtype=torch.bool), seeds=(4,))
 
 
 def run_greedy():

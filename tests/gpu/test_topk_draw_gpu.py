@@ -9,9 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.test_topk_draw_interpret import _check, _draw, _law, _settings
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+from tests.test_topk_draw_interpret import _check, _draw, _law, _settings  # noqa: E402
+
 V = 151936
 
 

@@ -125,7 +125,8 @@ def bench_decode(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
     model = random_model(config, device, dtype, quantization=quantization)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len, max(batch_sizes),
                           max_model_len=max_model_len)
-    run_decode(engine, 1, min(prompt_len, 16), 4, config.vocab_size, sampling=sampling)   # warm-up
+    for b in batch_sizes:     # warm-up: a sampled variant's burst graph is captured at its first use per batch
+        run_decode(engine, b, min(prompt_len, 16), 4, config.vocab_size, sampling=sampling)
     results = []
     for b in batch_sizes:
         jit = JitEvents()
