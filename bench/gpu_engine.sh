@@ -308,6 +308,9 @@ for part in ${*:-tests decode oracle drafters}; do
                   --prompt-len 512 --gen-len 64 --temperature 0.6 --top-p 0.95 --top-k 20
               done ;;
     toppdiag) run 90 python3 bench/top_p_diag.py ;;
+    split)    # what the mixed-step split costs qwen3-8b under arrivals (bench/split_cost.py: off / on alternating)
+              run 300 python3 bench/split_cost.py --shape qwen3-8b ;;
+    topklaw)  run 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_topk_draw_gpu.py ;;
     final21)  # end of the twenty-first session: GPU tests of this session's paths (sort-free top-p, mixed-step split,
               # seeded cap, the server under load), then the top-p cost (needs .whl for the server test)
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
