@@ -12,7 +12,7 @@ def diag_parser(doc: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("shape", nargs="?", default="qwen3-30b-a3b",
-                        help="a preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b) or a model directory (config only; "
+                        help="a preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b, sarvam-30b) or a model directory (config only; "
                              "random weights)")
     parser.add_argument("batch", nargs="?", type=int, default=1, help="the one batch size benched")
     parser.add_argument("quantization", nargs="?", default="fp8", choices=["fp8", "none"],

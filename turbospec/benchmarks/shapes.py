@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 
+from turbospec.audit.presets import PRESETS
 from turbospec.config import ModelConfig
 
 _QWEN3_8B = dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=151936,
@@ -26,7 +27,19 @@ _LLAMA31_8B = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab
                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                    tie_word_embeddings=False, torch_dtype="bfloat16", eos_token_id=128001)
 
-SHAPES = {"qwen3-8b": _QWEN3_8B, "qwen3-30b-a3b": _QWEN3_30B_A3B, "llama-3.1-8b": _LLAMA31_8B}
+# The audit's roofline preset (transformers' SarvamMoeConfig defaults, sarvamai/sarvam-30b-fp8) holds
+# the shape; a model built from it also needs the routing and position keys, which the roofline
+# does not read. Same source: SarvamMoeConfig's defaults (no group limit: n_group = topk_group = 1;
+# routed_scaling_factor 2.5; 131072 positions; eos 1) and the checkpoint's config.json (sigmoid
+# scores with an expert bias, QK-norm, rope_theta 8e6: models/sarvam_moe.py).
+_SARVAM_30B = dict(PRESETS["sarvam-30b"], model_type="sarvam_moe", hidden_act="silu", rms_norm_eps=1e-6,
+                   max_position_embeddings=131072, rope_theta=8e6, n_group=1, topk_group=1,
+                   routed_scaling_factor=2.5, score_function="sigmoid", moe_router_enable_expert_bias=True,
+                   norm_topk_prob=True, use_qk_norm=True, use_qkv_bias=False, use_bias=False,
+                   router_dtype="fp32", pad_token_id=0, eos_token_id=1)
+
+SHAPES = {"qwen3-8b": _QWEN3_8B, "qwen3-30b-a3b": _QWEN3_30B_A3B, "llama-3.1-8b": _LLAMA31_8B,
+          "sarvam-30b": _SARVAM_30B}
 
 
 def resolve_shape(name_or_dir: str) -> tuple[str, ModelConfig]:

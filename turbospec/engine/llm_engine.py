@@ -13,26 +13,20 @@ import torch
 
 from turbospec.config import EngineConfig, ModelConfig, parse_dtype, resolve_dtype
 from turbospec.engine.block_manager import BlockManager
-from turbospec.engine.burst_sampling import default_variants
 from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
-from turbospec.engine.draft_length import AdaptiveDraftLength, candidate_ks, exact_k_cap
+from turbospec.engine.draft_length import exact_k_cap
+# MAX_GRAPH_BATCH stays importable from here, where it lived before engine/fast_paths.py
+from turbospec.engine.fast_paths import MAX_GRAPH_BATCH, setup_fast_paths  # noqa: F401
 from turbospec.engine.kv_sizing import capped_len_message, choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
 from turbospec.engine.request_input import build_sequence, load_tokenizer
 from turbospec.engine.scheduler import Scheduler, split_mixed
 from turbospec.engine.sequence import Sequence, SequenceStatus
 from turbospec.engine.spec_step import SpecDecodeStats, accept_step
-from turbospec.engine.step_cost import measure_cost_table
-from turbospec.engine.warmup import warm_up_engine
-from turbospec.generation_defaults import read_sampling_defaults
 from turbospec.layers.linear import INVARIANT_GEMMS, INVARIANT_MAX_M
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
-
-# the largest running batch the engine captures CUDA graphs and decode bursts for; a step with more
-# running sequences runs eagerly (and a small model is then bound by the host)
-MAX_GRAPH_BATCH = 256
 
 
 class EngineStats:
@@ -86,42 +80,9 @@ class LLMEngine:
                         "weights_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9}
         if proposer is not None and proposer.aux_hidden_state_layers:
             model.aux_hidden_state_layers = tuple(proposer.aux_hidden_state_layers)
-        self._setup_fast_paths(k, auto_draft_length, graph_query_lens)
-
-    def _setup_fast_paths(self, k: int, auto_draft_length: bool, graph_query_lens: list[int] | None) -> None:
-        """CUDA graphs (decode and verify), decode bursts, the automatic draft length: each only
-        where it applies (engine/cuda_graph.py, multistep.py, draft_length.py)."""
-        ec, runner = self.engine_config, self.runner
-        tree = getattr(self.proposer, "tree", None)              # EAGLE-3 trees: k is the node budget
-        ks = candidate_ks(k, tree=tree is not None) if auto_draft_length and k else sorted({0, k})
-        max_batch = min(ec.max_num_seqs, MAX_GRAPH_BATCH)
-        capture_s = 0.0
-        if not ec.enforce_eager:                 # a tree verify (tree mask) runs eagerly: decode graphs only
-            query_lens = graph_query_lens or ([1] if tree else [kk + 1 for kk in ks])
-            capture_s = runner.capture_graphs(max_batch, query_lens, self.max_model_len)
-        if runner.graphs is not None and ec.max_num_seqs > MAX_GRAPH_BATCH:
-            warnings.warn(f"max_num_seqs={ec.max_num_seqs}: CUDA graphs and decode bursts cover at most "
-                          f"{MAX_GRAPH_BATCH} running sequences, so steps with more run eagerly (several times "
-                          f"slower on small models); max_num_seqs <= {MAX_GRAPH_BATCH} keeps every step graphed",
-                          stacklevel=3)
-        steps = ec.num_scheduler_steps or (8 if runner.graphs is not None else 1)
-        self.burst, self._flight, self._step_k = None, None, None
-        if steps > 1:
-            t0 = time.perf_counter()
-            # the variants requests left to the model's sampling defaults decode in, captured now
-            defaults = read_sampling_defaults(self.model_dir, ec.generation_config) if self.model_dir else {}
-            extra = default_variants(defaults)
-            self.burst = runner.make_burst(steps, max_batch, self.max_model_len, capture=runner.graphs is not None,
-                                           extra=extra)
-            capture_s += time.perf_counter() - t0
-        self.startup["graph_capture_seconds"] = capture_s
-        self.startup["decode_burst_steps"] = self.burst.n if self.burst is not None else 1
-        self.startup["warmup_seconds"] = warm_up_engine(self)
-        self.startup["num_cuda_graphs"] = (runner.graphs.num_graphs if runner.graphs else 0) + \
-            (len(self.burst.graphs) if self.burst is not None else 0)
-        self.adaptive = (AdaptiveDraftLength(measure_cost_table(self, ks, tree=tree is not None), k,
-                                             tree_depth=tree["depth"] if tree else None)
-                         if auto_draft_length and k else None)
+        self._flight = None                    # the next decode burst, launched, tokens not read yet
+        self._step_k = None                    # the draft length chosen in this step, once
+        setup_fast_paths(self, k, auto_draft_length, graph_query_lens)     # graphs, bursts, auto k
 
     @classmethod
     def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,

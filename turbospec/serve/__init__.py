@@ -3,6 +3,7 @@
     app.py            routes, auth, /health, /metrics        protocol.py   request bodies, validation
     serving.py        completions + chat, SSE or whole       responses.py  response bodies
     async_engine.py   engine thread, inbox, per-request queues
+    inbox.py          what the event loop posts to the engine thread (add, abort, call, fail)
     deltas.py         cumulative outputs -> what a client has not seen yet
     metrics.py        Prometheus under vLLM's names          errors.py     OpenAI error bodies
     request_body.py   size limit, UTF-8, JSON                streaming.py  disconnect handling

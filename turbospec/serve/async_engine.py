@@ -13,12 +13,13 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from turbospec.sampling_params import SamplingParams
 from turbospec.chat_template import render_chat
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
+from turbospec.serve.inbox import AbortRequest, AddRequest, EngineCall, FailInFlight, InboxItem
 from turbospec.serve.loop_bridge import deliver, resolve, settle
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
@@ -27,41 +28,9 @@ logger = logging.getLogger("turbospec.serve")
 
 
 @dataclass
-class _Add:
-    request_id: str
-    prompt: str | list[int] | None
-    messages: list[dict] | None              # chat: rendered with the template in the engine thread
-    template_kwargs: dict | None             # chat: apply_chat_template's options
-    params: SamplingParams
-    add_special_tokens: bool                 # the tokenizer's BOS etc. before the (rendered) prompt
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-    queue: asyncio.Queue
-    arrival: float = field(default_factory=time.time)
-
-
-@dataclass
-class _Abort:
-    request_id: str
-
-
-@dataclass
-class _Call:
-    """A function to run on the engine thread (which owns the tokenizer), e.g. /tokenize's."""
-    fn: Callable[[], Any]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-
-
-@dataclass
-class _FailInFlight:
-    message: str
-
-
-@dataclass
 class _Live:
     """A request the engine holds, as the engine thread sees it."""
-    add: _Add
+    add: AddRequest
     tracker: DeltaTracker
     first_token_time: float | None = None
     last_token_time: float | None = None
@@ -77,7 +46,7 @@ class AsyncEngine:
         self.max_model_len = int(getattr(engine, "max_model_len", 0) or
                                  engine.model_config.max_position_embeddings)
         self._cond = threading.Condition()
-        self._inbox: list[_Add | _Abort] = []
+        self._inbox: list[InboxItem] = []
         self._live: dict[str, _Live] = {}          # engine thread only
         self._stopping = False
         self._refusing: str | None = None          # set by fail_in_flight: no new requests
@@ -118,8 +87,8 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         if add_special_tokens is None:
             add_special_tokens = messages is None
-        item = _Add(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
-                    loop.create_future(), asyncio.Queue())
+        item = AddRequest(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
+                          loop.create_future(), asyncio.Queue())
         self._post(item)
         try:
             await item.future
@@ -135,22 +104,22 @@ class AsyncEngine:
             raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
                                 "engine_unavailable")
         loop = asyncio.get_running_loop()
-        item = _Call(fn, loop, loop.create_future())
+        item = EngineCall(fn, loop, loop.create_future())
         self._post(item)
         return await item.future
 
     def abort(self, request_id: str) -> None:
         """Thread-safe and idempotent; frees the request's KV blocks at the next inbox pass."""
-        self._post(_Abort(request_id))
+        self._post(AbortRequest(request_id))
 
     def fail_in_flight(self, message: str) -> None:
         """Thread-safe: end every request the engine holds with a 503 `server_shutting_down`
         (their KV freed, their clients told why) and refuse new ones. The graceful shutdown calls
         it once the in-flight requests have had their time (serve/shutdown.py)."""
         self._refusing = message
-        self._post(_FailInFlight(message))
+        self._post(FailInFlight(message))
 
-    def _post(self, item) -> None:
+    def _post(self, item: InboxItem) -> None:
         with self._cond:
             self._inbox.append(item)
             self._cond.notify()
@@ -186,15 +155,15 @@ class AsyncEngine:
             self.dead_reason = f"engine thread died: {type(e).__name__}: {e}"
             self._fail_all(503, self.dead_reason)
 
-    def _handle(self, item) -> None:
-        if isinstance(item, _Call):
+    def _handle(self, item: InboxItem) -> None:
+        if isinstance(item, EngineCall):
             try:
                 result, error = item.fn(), None
             except Exception as e:  # noqa: BLE001 - the caller turns it into its response
                 result, error = None, e
             settle(item, result, error)
             return
-        if isinstance(item, _FailInFlight):
+        if isinstance(item, FailInFlight):
             if self._live:
                 logger.warning("shutting down: ending %d request(s) still running with a 503", len(self._live))
             for rid, live in list(self._live.items()):
@@ -203,7 +172,7 @@ class AsyncEngine:
                 self._finish(live, "abort")
                 deliver(live.add, RequestFailed(503, item.message, "server_shutting_down"))
             return
-        if isinstance(item, _Abort):
+        if isinstance(item, AbortRequest):
             live = self._live.pop(item.request_id, None)
             if live is not None:
                 self.engine.abort_request(item.request_id)
@@ -292,14 +261,14 @@ class AsyncEngine:
         with self._cond:
             pending, self._inbox = self._inbox, []
         for item in pending:
-            if isinstance(item, _Add):
+            if isinstance(item, AddRequest):
                 resolve(item, RequestFailed(503, message, "engine_unavailable"))
-            elif isinstance(item, _Call):
+            elif isinstance(item, EngineCall):
                 settle(item, None, RequestFailed(503, message, "engine_unavailable"))
 
     def _abort_all(self) -> None:
         for rid in list(self._live):
-            self._handle(_Abort(rid))
+            self._handle(AbortRequest(rid))
         self._publish_stats()
 
     def _safe_abort(self, request_id: str) -> None:

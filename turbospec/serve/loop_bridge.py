@@ -7,7 +7,7 @@ from typing import Any
 
 
 def deliver(add: Any, item: Any) -> None:
-    """Put `item` on the request's queue (`add`: its `_Add`, holding loop and queue)."""
+    """Put `item` on the request's queue (`add`: its `AddRequest`, holding loop and queue)."""
     try:
         add.loop.call_soon_threadsafe(add.queue.put_nowait, item)
     except RuntimeError:            # the event loop is closed

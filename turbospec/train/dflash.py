@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turbospec.models.dflash_draft import (DFlashConfig, DFlashDraftModel, choose_mask_token_id,
-                                           default_target_layer_ids)
+from turbospec.models.dflash_config import DFlashConfig, choose_mask_token_id, default_target_layer_ids
+from turbospec.models.dflash_draft import DFlashDraftModel
 from turbospec.train.config import TrainConfig
 from turbospec.train.features import TargetModel
 from turbospec.train.metrics import StepStats, chain_stats, start_acceptance, walk_stats

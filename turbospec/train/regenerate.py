@@ -49,7 +49,7 @@ class RegenStats:
 
 def effective_batch(batch_size: int) -> int:
     """Requests per chunk: `batch_size`, capped at the largest batch the engine graphs."""
-    from turbospec.engine.llm_engine import MAX_GRAPH_BATCH
+    from turbospec.engine.fast_paths import MAX_GRAPH_BATCH
     return min(batch_size, MAX_GRAPH_BATCH)
 
 

@@ -107,7 +107,7 @@ def check_init_from_target(draft_dir: str, method: str, target: str, target_conf
     if method == "eagle3":
         from turbospec.models.eagle3_config import Eagle3Config as Config
     else:
-        from turbospec.models.dflash_draft import DFlashConfig as Config
+        from turbospec.models.dflash_config import DFlashConfig as Config
     try:
         dc = Config.from_dict(read_config(draft_dir))
     except (ValueError, KeyError, TypeError) as e:
