@@ -311,6 +311,14 @@ for part in ${*:-tests decode oracle drafters}; do
     split)    # what the mixed-step split costs qwen3-8b under arrivals (bench/split_cost.py: off / on alternating)
               run 300 python3 bench/split_cost.py --shape qwen3-8b ;;
     topklaw)  run 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_topk_draw_gpu.py ;;
+    final22)  # end of the twenty-second session: the server under load (n-gram 8 at a time), dtype auto, engine and
+              # mixed-step tests after the engine / server file splits (needs .whl); the top-p kernel's xfail cases run
+              python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
+              ( export PYTHONPATH=/tmp/site:.; run 440 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rf \
+                tests/gpu/test_server_gpu.py tests/gpu/test_dtype_auto_gpu.py tests/gpu/test_mixed_steps_gpu.py \
+                tests/gpu/test_no_compile_in_steps.py tests/gpu/test_engine_gpu.py )
+              run 100 python3 -m pytest -q -m gpu -p no:cacheprovider -rf --runxfail tests/gpu/test_top_p_gpu.py \
+                -k "equals_the_pytorch or graph" ;;
     final21)  # end of the twenty-first session: GPU tests of this session's paths (sort-free top-p, mixed-step split,
               # seeded cap, the server under load), then the top-p cost (needs .whl for the server test)
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
