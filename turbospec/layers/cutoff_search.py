@@ -27,11 +27,11 @@ probabilities strays further (its cumsum over 152k tokens drifts by ~1e-5: tests
 TURBOSPEC_TOP_P picks the implementation: "kernel" (the Triton kernel on CUDA; on the CPU the same
 cutoffs from a sort of the row's values, `top_k_top_p_cutoff_sorted`, cheaper there; the CPU's
 default), "torch" (the radix search in PyTorch ops, `top_k_top_p_cutoff_torch`, anywhere), "sort"
-(layers/top_k_top_p.py's sort of float32 probabilities: CUDA's default). On CUDA the kernel is
-opt-in: on an H200 (2026-12-01) it failed its bit-equality test against the PyTorch search at
-batch 16 and 64 (tests/gpu/test_top_p_gpu.py), and while it cut compute_probs at batch 64 from
-1.53 to 0.48 ms on peaked rows, on flat rows (every token a candidate) it took 0.93 ms at batch 1
-against the sort's 0.22 (bench/top_p_cost.py).
+(layers/top_k_top_p.py's sort of float32 probabilities: CUDA's default). On CUDA the kernel
+equals the PyTorch search bit for bit at batch 1, 16 and 64 (H200, 2026-12-01:
+tests/gpu/test_top_p_gpu.py, bench/top_p_diag.py) but is opt-in for speed: while it cut
+compute_probs at batch 64 from 1.53 to 0.48 ms on peaked rows, on flat rows (every token a
+candidate) it took 0.93 ms at batch 1 against the sort's 0.22 (bench/top_p_cost.py).
 """
 from __future__ import annotations
 
