@@ -310,6 +310,8 @@ for part in ${*:-tests decode oracle drafters}; do
     toppdiag) run 90 python3 bench/top_p_diag.py ;;
     split)    # what the mixed-step split costs qwen3-8b under arrivals (bench/split_cost.py: off / on alternating)
               run 300 python3 bench/split_cost.py --shape qwen3-8b ;;
+    seededdiag) # which part makes 2 of 48 seeded requests differ through the n-gram server (bench/seeded_spec_diag.py)
+              run 300 python3 bench/seeded_spec_diag.py ;;
     topklaw)  run 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_topk_draw_gpu.py ;;
     final22)  # end of the twenty-second session: the server under load (n-gram 8 at a time), dtype auto, engine and
               # mixed-step tests after the engine / server file splits (needs .whl); the top-p kernel's xfail cases run
