@@ -26,16 +26,18 @@ PROMPTS = [json.loads(line)["prompt"][-400:] for line in (REPO / "bench/prompts/
 PARAMS = [SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_tokens=48, ignore_eos=True, seed=i)
           for i in range(len(PROMPTS))]
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"         # the CPU (float32): every run should agree
 
 
 def run(group: int, spec: bool, steps: int | None) -> list[list[int]]:
-    llm = LLM(MODEL, device="cuda", max_model_len=2048, num_scheduler_steps=steps,
+    llm = LLM(MODEL, device=DEVICE, max_model_len=2048, num_scheduler_steps=steps,
               speculative_config=NGRAM if spec else None)
     out = []
     for g in range(0, len(PROMPTS), group):
         out += [o.outputs[0].token_ids for o in llm.generate(PROMPTS[g:g + group], PARAMS[g:g + group])]
     del llm
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
     return out
 
 
@@ -48,7 +50,7 @@ def diff(a: list[list[int]], b: list[list[int]]) -> str:
     return f"{len(bad)} differ {bad}; request {i} from token {j}: {a[i][j:j + 4]} vs {b[i][j:j + 4]}"
 
 
-print(f"{torch.cuda.get_device_name()} codelm-12m dtype auto, 48 seeded requests (t 0.7 p 0.9 k 20), 48 tokens", flush=True)
+print(f"{torch.cuda.get_device_name() if DEVICE == 'cuda' else 'CPU'} codelm-12m dtype auto, 48 seeded requests (t 0.7 p 0.9 k 20), 48 tokens", flush=True)
 ref = run(48, False, None)
 plain8 = run(8, False, None)
 print("plain 8 at a time     vs plain 48:", diff(plain8, ref), flush=True)
