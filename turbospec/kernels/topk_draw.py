@@ -2,8 +2,8 @@
 Mode.TOPK_DRAW: every sampled row has 0 < top_k <= DRAW_BOUND, no min-p, no seed; Qwen3's
 generation_config defaults, t 0.6, top-k 20, top-p 0.95, are such rows). It replaces
 `compute_probs` + the exponential race + `greedy_step.greedy_advance` there: about a dozen passes
-over [b, V] float32 (0.3 ms of a qwen3-8b step at batch 1, 0.6 ms at batch 64 on an H200) become
-one read of the logits.
+over [b, V] float32 (0.27 / 0.39 / 0.87 ms per step at batch 1 / 16 / 64 on an H200 with Qwen's
+vocabulary) become one read of the logits (0.05 / 0.08 / 0.17 ms; bench/topk_draw_cost.py).
 
 The law is compute_probs' (layers/top_k_top_p.py's semantics): x = logits / T; top-k keeps every
 token >= the k-th largest x (ties included); top-p keeps, by descending x, each kept token whose
@@ -17,8 +17,10 @@ bursts must draw a single step's very tokens, never come here (Mode.TOPK).
 
 Grid (b, chunks), `greedy_step.chunk_size` logits per program. Program (r, c) keys each x of its
 chunk as (x, -index) in one int64 (distinct keys, ordered as x then the first index), keeps its
-top KP keys (`tl.topk`) and the count of its tokens equal to the smallest of them, and counts
-itself in on the row's counter; the row's last program merges the chunks' lists:
+top KP keys (`_top_keys`: a bitonic `tl.topk` of only the tokens at or above the smallest of its
+KP sub-block maxima, when at most CAND are, else of all) and the count of its tokens equal to the
+smallest of them, and counts itself in on the row's counter; the row's last program merges the
+chunks' lists (sorting only the keys at or above the highest list end, likewise):
 
 - g = the row's top KP keys; kth = the k-th value; the tokens >= kth are those of the lists plus,
   for each chunk whose list ends at kth itself, its tokens tied there beyond its list (a chunk
