@@ -25,10 +25,10 @@ import torch
 from turbospec.layers.sampler import SamplingTensors, compute_probs, race_scores
 from turbospec.layers.moe import env_switch
 from turbospec.layers.top_k_top_p import DRAW_BOUND
+from turbospec.sampling_params import SamplingParams
 
 # Mode.TOPK_DRAW for batches it can draw (`Mode.of_host`); TURBOSPEC_TOPK_DRAW=0: Mode.TOPK instead
 TOPK_DRAW = env_switch("TURBOSPEC_TOPK_DRAW")
-from turbospec.sampling_params import SamplingParams
 
 
 class Mode:
@@ -36,7 +36,7 @@ class Mode:
     sampled rows all have 0 < top_k <= sampler.TOPK_BOUND (Qwen3's defaults: top-k 20, top-p 0.95):
     a partial top-k, no search over the vocabulary; MIXED for batches with such rows and others
     (both paths, picked per row). TOPK_DRAW is TOPK without seeds or min-p and with top-k <= 64
-    (kernels.topk_draw.DRAW_BOUND): on CUDA the advance kernel draws it from the logits
+    (top_k_top_p.DRAW_BOUND): on CUDA the advance kernel draws it from the logits
     (`kernels.topk_draw`), elsewhere it runs as TOPK. ALL are captured at start-up, the others at
     their first use (or at start-up when the model's sampling defaults need them:
     `default_variants`)."""
@@ -96,8 +96,9 @@ class BurstSampling:
         self._any_seeded = device.type == "cuda"   # CPU (eager): skip the counter noise when no row is seeded
 
     def tensors(self, b: int, mode: int, pos: torch.Tensor) -> SamplingTensors:
-        """The first b rows of the settings; Mode.FILTER, TOPK and MIXED turn every filter's path on
-        (FILTER the whole-vocabulary cutoff alone, TOPK the bounded top-k alone, MIXED both).
+        """The first b rows of the settings; Mode.FILTER, TOPK (and TOPK_DRAW, off CUDA) and MIXED turn
+        every filter's path on (FILTER the whole-vocabulary cutoff alone, TOPK the bounded top-k alone,
+        MIXED both).
         pos [b]: the rows' positions (the token drawn at this step sits at index pos + 1)."""
         st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED, Mode.TOPK_DRAW)
         counter = {}
