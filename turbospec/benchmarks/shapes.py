@@ -7,29 +7,20 @@ import os
 from turbospec.audit.presets import PRESETS
 from turbospec.config import ModelConfig
 
-_QWEN3_8B = dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=151936,
-                 hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
-                 max_position_embeddings=40960, rope_theta=1000000.0, tie_word_embeddings=False,
-                 torch_dtype="bfloat16", eos_token_id=151645)
-_QWEN3_30B_A3B = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", vocab_size=151936,
-                      hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
-                      num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
-                      num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
-                      mlp_only_layers=[], rms_norm_eps=1e-6, max_position_embeddings=40960,
-                      rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="bfloat16",
-                      eos_token_id=151645)
-_LLAMA31_8B = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=128256,
-                   hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                   num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5,
-                   max_position_embeddings=131072, rope_theta=500000.0,
+# Each shape is the audit's roofline preset (audit/presets.py: the sizes, kept once) plus the keys a
+# model built from it needs and the roofline does not read (norm eps, RoPE, positions, routing, eos).
+_QWEN3_8B = dict(PRESETS["qwen3-8b"], model_type="qwen3", rms_norm_eps=1e-6, max_position_embeddings=40960,
+                 rope_theta=1000000.0, eos_token_id=151645)
+_QWEN3_30B_A3B = dict(PRESETS["qwen3-30b-a3b"], model_type="qwen3_moe", norm_topk_prob=True, rms_norm_eps=1e-6,
+                      max_position_embeddings=40960, rope_theta=1000000.0, eos_token_id=151645)
+_LLAMA31_8B = dict(PRESETS["llama-3.1-8b"], model_type="llama", rms_norm_eps=1e-5, max_position_embeddings=131072,
+                   rope_theta=500000.0,
                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-                   tie_word_embeddings=False, torch_dtype="bfloat16", eos_token_id=128001)
+                   eos_token_id=128001)
 
-# The audit's roofline preset (transformers' SarvamMoeConfig defaults, sarvamai/sarvam-30b-fp8) holds
-# the shape; a model built from it also needs the routing and position keys, which the roofline
-# does not read. Same source: SarvamMoeConfig's defaults (no group limit: n_group = topk_group = 1;
+# sarvam-30b: the preset is transformers' SarvamMoeConfig defaults (sarvamai/sarvam-30b-fp8); the rest from the
+# same source: SarvamMoeConfig's defaults (no group limit: n_group = topk_group = 1;
 # routed_scaling_factor 2.5; 131072 positions; eos 1) and the checkpoint's config.json (sigmoid
 # scores with an expert bias, QK-norm, rope_theta 8e6: models/sarvam_moe.py).
 _SARVAM_30B = dict(PRESETS["sarvam-30b"], model_type="sarvam_moe", hidden_act="silu", rms_norm_eps=1e-6,
