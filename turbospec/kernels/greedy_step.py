@@ -95,11 +95,14 @@ def chunk_size(V: int) -> int:
     return max(512, min(4096, triton.next_power_of_2(triton.cdiv(V, 32))))
 
 
-def check_advance_args(b: int, noise_V: int, **rows: torch.Tensor) -> None:
+def check_advance_args(b: int, noise_V: int, seed: torch.Tensor | None = None, **rows: torch.Tensor) -> None:
     """An advance launch's row tensors are contiguous [b] vectors; noise_V (0: no noise): the
-    vocabulary of a launch that draws Philox noise at counter row * V + token, an int32."""
+    vocabulary of a launch that draws Philox noise at counter row * V + token, an int32, keyed by
+    `seed`, one int64."""
     if b * noise_V >= 2**31:
         raise ValueError(f"{b} rows x {noise_V} logits pass the int32 noise counter; split the batch")
+    if seed is not None and (seed.numel() != 1 or seed.dtype != torch.int64):
+        raise ValueError(f"advance launch: the noise seed must be one int64, got {tuple(seed.shape)} {seed.dtype}")
     for name, t in rows.items():
         if t.shape != (b,) or t.stride(0) != 1:
             raise ValueError(f"advance launch: {name} must be a contiguous [{b}] vector, got "
@@ -115,8 +118,10 @@ def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, p
     sample: (temperature [b] float32, greedy [b] bool, seed [1] int64) draws the sampled rows'
     tokens at their temperature instead of taking the argmax."""
     b, V = logits.shape
-    check_advance_args(b, V if sample is not None else 0, out=out, ids=ids, pos=pos, slots=slots,
-                       seq_lens=seq_lens, valid=valid)
+    temperature, greedy, seed = sample if sample is not None else (valid, valid, None)   # unread without sample
+    noise = dict(temperature=temperature, greedy=greedy) if sample is not None else {}
+    check_advance_args(b, V if sample is not None else 0, seed, out=out, ids=ids, pos=pos, slots=slots,
+                       seq_lens=seq_lens, valid=valid, **noise)
     if b == 0:
         return
     if logits.stride(1) != 1:
@@ -126,13 +131,9 @@ def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, p
     part_v = torch.empty(b * chunks, dtype=torch.float32, device=logits.device)
     part_i = torch.empty(b * chunks, dtype=torch.int32, device=logits.device)
     if sample is not None:
-        temperature, greedy, seed = sample
-        if temperature.shape != (b,) or greedy.shape != (b,) or seed.numel() != 1 or seed.dtype != torch.int64:
-            raise ValueError(f"greedy_advance: sample wants temperature [{b}], greedy [{b}], seed [1] int64; got "
-                             f"{tuple(temperature.shape)}, {tuple(greedy.shape)}, {tuple(seed.shape)} {seed.dtype}")
         greedy = greedy.view(torch.uint8)
     else:
-        temperature = greedy = seed = valid                 # unread: SAMPLE is off
+        seed = valid                                        # unread: SAMPLE is off
     _greedy_advance_kernel[(b, chunks)](
         logits, logits.stride(0), V, part_v, part_i, arrival_counters(b, logits.device),
         out, ids, pos, seq_lens, valid.view(torch.uint8), block_tables,

@@ -185,13 +185,9 @@ def topk_draw_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor
     draw: (temperature [b] float32, top_k [b] int64 with 0 < top_k <= DRAW_BOUND on sampled rows,
     top_p [b] float32, greedy [b] bool, seed [1] int64)."""
     b, V = logits.shape
-    check_advance_args(b, V, out=out, ids=ids, pos=pos, slots=slots, seq_lens=seq_lens, valid=valid)
     temperature, top_k, top_p, greedy, seed = draw
-    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("greedy", greedy)):
-        if t.shape != (b,) or t.stride(0) != 1:
-            raise ValueError(f"topk_draw_advance: {name} must be a contiguous [{b}] vector, got {tuple(t.shape)}")
-    if seed.numel() != 1 or seed.dtype != torch.int64:
-        raise ValueError(f"topk_draw_advance: seed must be one int64, got {tuple(seed.shape)} {seed.dtype}")
+    check_advance_args(b, V, seed, out=out, ids=ids, pos=pos, slots=slots, seq_lens=seq_lens, valid=valid,
+                       temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy)
     if b == 0:
         return
     if logits.stride(1) != 1:
