@@ -313,6 +313,23 @@ for part in ${*:-tests decode oracle drafters}; do
     seededdiag) # which part makes 2 of 48 seeded requests differ through the n-gram server (bench/seeded_spec_diag.py)
               run 300 python3 bench/seeded_spec_diag.py ;;
     topklaw)  run 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_topk_draw_gpu.py ;;
+    seedfix)  # the seeded noise's top cell (E = 0) fixed: the diagnosis again, the server (needs .whl), seeded GPU tests
+              run 200 python3 bench/seeded_spec_diag.py
+              python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
+              ( export PYTHONPATH=/tmp/site:.; run 200 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rxXf \
+                tests/gpu/test_server_gpu.py -k concurrent )
+              run 170 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_sampled_bursts_gpu.py \
+                tests/gpu/test_penalties_gpu.py ;;
+    burstdiag) # seeded requests: bursts vs single steps (bench/seeded_burst_diag.py), then the engine tests
+              run 200 python3 bench/seeded_burst_diag.py
+              run 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_engine_gpu.py ;;
+    first23)  # start of the twenty-third session: the seeded n-gram diagnosis, the TOPK_DRAW law tests after
+              # check_advance_args, the restructured server test (needs .whl)
+              run 300 python3 bench/seeded_spec_diag.py
+              run 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_topk_draw_gpu.py
+              python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
+              ( export PYTHONPATH=/tmp/site:.; run 200 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rxXf \
+                tests/gpu/test_server_gpu.py ) ;;
     final22)  # end of the twenty-second session: the server under load (n-gram 8 at a time), dtype auto, engine and
               # mixed-step tests after the engine / server file splits (needs .whl); the top-p kernel's xfail cases run
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1

@@ -60,3 +60,12 @@ plain8s = run(8, False, 1)
 spec8s = run(8, True, 1)
 print("no bursts: plain 8    vs plain 8:", diff(plain8s, plain8), flush=True)
 print("no bursts: n-gram 8   vs plain 8 (no bursts):", diff(spec8s, plain8s), flush=True)
+bad = [i for i in range(len(ref)) if spec8[i] != plain8[i]]
+if bad:                                   # the first such request alone: batch composition or the request itself?
+    i = bad[0]
+    for spec in (False, True):
+        llm = LLM(MODEL, device=DEVICE, max_model_len=2048, speculative_config=NGRAM if spec else None)
+        alone = llm.generate([PROMPTS[i]], [PARAMS[i]])[0].outputs[0].token_ids
+        print(f"request {i} alone, {'n-gram' if spec else 'plain '}: vs plain 8 {'equal' if alone == plain8[i] else 'differs'},"
+              f" vs n-gram 8 {'equal' if alone == spec8[i] else 'differs'}", flush=True)
+        del llm

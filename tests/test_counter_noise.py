@@ -13,8 +13,9 @@ import torch
 from scipy.stats import chisquare
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
-from turbospec.layers.counter_noise import _torch_rows, counter_exponential_, reference_noise, seed_key
-from turbospec.layers.sampler import SamplingTensors, exponential
+from turbospec.layers.counter_noise import (GOLDEN, _M1, _M2, _MASK, _signed, _torch_rows, counter_exponential_,
+                                           reference_noise, seed_key)
+from turbospec.layers.sampler import SamplingTensors, compute_probs, exponential, sample
 from turbospec.sampling_params import SamplingParams
 
 SEEDS = [0, 1, -1, 1234, 2**63 - 1, -2**63]
@@ -31,6 +32,50 @@ def test_torch_stream_is_the_definition():
             assert rows[r, v].item() == pytest.approx(want, rel=1e-6, abs=1e-7), (s, v)
     assert (rows > 0).all() and rows.max() < 17.5
 
+
+
+def _unmix(z: int) -> int:
+    """The inverse of SplitMix64's finaliser (counter_noise._mix): x ^= x >> s undone by iterating,
+    a multiply by an odd constant by its inverse mod 2^64."""
+    def unshift(y: int, s: int) -> int:
+        x = y
+        for _ in range(64 // s + 1):
+            x = y ^ (x >> s)
+        return x
+    z = unshift(z, 31)
+    z = (z * pow(_M2, -1, 1 << 64)) & _MASK
+    z = unshift(z, 27)
+    z = (z * pow(_M1, -1, 1 << 64)) & _MASK
+    return unshift(z, 30)
+
+
+def _key_hitting(bits: int, index: int, V: int, v: int) -> int:
+    """A row key whose noise at (index, v) hashes to `bits` (64-bit)."""
+    return _signed((_unmix(bits) - (index * V + v) * GOLDEN) & _MASK)
+
+
+@pytest.mark.parametrize("bits", [_MASK, 0])
+def test_the_extreme_cells_stay_inside_zero_and_seventeen(bits):
+    """The hash's top cell once gave u = 1.0 in float32 (24 bits + 1/2 rounded up), E = 0."""
+    V, index, v = 8192, 77, 4242
+    key = _key_hitting(bits, index, V, v)
+    e = _torch_rows(torch.tensor([key]), torch.tensor([index]), V)[0, v].item()
+    assert 0 < e < 17 and e == pytest.approx(-math.log((0.5 if bits == 0 else 2 ** 23 - 0.5) / 2 ** 23), rel=1e-6)
+
+
+def test_a_seeded_draw_never_leaves_the_support_at_the_top_cell():
+    """Token v removed by top-k with its noise in the hash's top cell: p / E was 0 / 0 = NaN and
+    torch's argmax took it."""
+    V, index, v = 64, 9, 50
+    key = _key_hitting(_MASK, index, V, v)
+    logits = torch.linspace(3.0, -3.0, V).unsqueeze(0)                                  # [1, V], v far down
+    st = SamplingTensors.from_params([SamplingParams(temperature=0.7, top_k=5, seed=1)], None, "cpu",
+                                     token_index=[index])
+    st.seed_keys.fill_(key)
+    probs = compute_probs(logits, st)
+    assert probs[0, v] == 0
+    assert exponential(st, (V,))[0, v] > 0
+    assert int(sample(probs, st)) < 5
 
 def test_exp1_moments_and_no_correlation():
     V = 50_000
@@ -92,6 +137,10 @@ def run_kernel():
     want = _torch_rows(keys, index, V)
     assert (noise[~seeded] == -1).all()
     assert torch.allclose(noise[seeded], want[seeded], rtol=1e-6, atol=1e-6)
+    top = torch.full((1, V), -1.0)                                      # the hash's top cell at v = 123
+    counter_exponential_rows(top, torch.tensor([_key_hitting(_MASK, 7, V, 123)]), torch.tensor([7]),
+                             torch.tensor([True]))
+    assert 0 < top[0, 123].item() < 1e-6
     on_cpu = counter_exponential_(torch.full((6, V), -1.0), keys, index, seeded)     # the PyTorch path
     assert torch.equal(on_cpu[seeded], want[seeded]) and (on_cpu[~seeded] == -1).all()
 

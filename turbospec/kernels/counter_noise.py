@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.layers.counter_noise import GOLDEN, _M1, _M2
+from turbospec.layers.counter_noise import GOLDEN, TINY, _M1, _M2
 
 _BLOCK = 2048
 
@@ -15,7 +15,7 @@ _BLOCK = 2048
 @triton.jit
 def _counter_exponential_kernel(noise_ptr, stride_n, keys_ptr, index_ptr, seeded_ptr, V,
                                 GOLDEN_C: tl.constexpr, M1: tl.constexpr, M2: tl.constexpr,
-                                BLOCK: tl.constexpr):
+                                TINY: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     if tl.load(seeded_ptr + row) != 0:
         v = tl.program_id(1).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -25,8 +25,8 @@ def _counter_exponential_kernel(noise_ptr, stride_n, keys_ptr, index_ptr, seeded
         z = (z ^ (z >> 30)) * M1
         z = (z ^ (z >> 27)) * M2
         z = z ^ (z >> 31)
-        u = ((z >> 40).to(tl.float32) + 0.5) * 5.9604644775390625e-08               # 2^-24
-        tl.store(noise_ptr + row * stride_n + v, -tl.log(u), mask=v < V)
+        u = ((z >> 41).to(tl.float32) + 0.5) * 1.1920928955078125e-07               # 2^-23
+        tl.store(noise_ptr + row * stride_n + v, tl.maximum(-tl.log(u), TINY), mask=v < V)
 
 
 def counter_exponential_rows(noise: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,
@@ -38,4 +38,4 @@ def counter_exponential_rows(noise: torch.Tensor, keys: torch.Tensor, index: tor
                          f"{noise.dtype} stride {noise.stride()}")
     _counter_exponential_kernel[(N, triton.cdiv(V, _BLOCK))](
         noise, noise.stride(0), keys, index, seeded, V,
-        GOLDEN_C=GOLDEN, M1=_M1, M2=_M2, BLOCK=_BLOCK, num_warps=4)
+        GOLDEN_C=GOLDEN, M1=_M1, M2=_M2, TINY=TINY, BLOCK=_BLOCK, num_warps=4)

@@ -5,11 +5,14 @@ whether it decodes in single steps or inside a CUDA-graphed decode burst (a grap
 `torch.Generator`, a counter needs no state).
 
     key(s)      = mix(s xor SALT)                         (host, once per request)
-    E(s, t, v)  = -log(u),  u = (top 24 bits of mix(key(s) + (t * V + v) * GOLDEN) + 1/2) / 2^24
+    E(s, t, v)  = -log(u),  u = (top 23 bits of mix(key(s) + (t * V + v) * GOLDEN) + 1/2) / 2^23
 
 mix is SplitMix64's finaliser (Steele, Lea, Flood 2014), GOLDEN its increment: the row of token t
-is the SplitMix64 stream of key(s) at offsets t * V .. t * V + V - 1. u lies in (0, 1) on a grid
-of 2^-24 (as torch's float32 `exponential_`), so E > 0 and E <= 17.3.
+is the SplitMix64 stream of key(s) at offsets t * V .. t * V + V - 1. u lies in [2^-24, 1 - 2^-24],
+every value exact in float32, so E >= 6e-8 (clamped to float32's tiny where a fast log rounds)
+and E <= 16.6. With 24 bits the top cell (2^24 - 1/2) / 2^24 rounded to 1.0 in float32: E = 0,
+and a token top-k / top-p had removed scored 0 / 0 = NaN, which torch's argmax picks: one draw in
+2^24 / V drew a token outside the user's distribution (0.9% of seeded draws at V = 152k).
 
 On CUDA one Triton launch (`kernels/counter_noise.py`) writes the seeded rows of a noise tensor in
 place (graph-capturable; unseeded rows keep their noise from the default generator); elsewhere the
@@ -24,6 +27,7 @@ GOLDEN = 0x9E3779B97F4A7C15
 _M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _SALT = 0x5EED5EED5EED5EED
 _MASK = (1 << 64) - 1
+TINY = torch.finfo(torch.float32).tiny    # E's floor: p / E stays finite, 0 / E is 0
 
 
 def _mix(z: int) -> int:
@@ -45,7 +49,7 @@ def reference_noise(seed: int, index: int, vocab_size: int, v: int) -> float:
     """E(seed, index, v) in Python integers and float64 (tests): -log(u) before float32 rounding."""
     import math
     z = _mix((seed_key(seed) + (index * vocab_size + v) * GOLDEN) & _MASK)
-    return -math.log(((z >> 40) + 0.5) / 2 ** 24)
+    return -math.log(((z >> 41) + 0.5) / 2 ** 23)
 
 
 def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
@@ -60,8 +64,8 @@ def _torch_rows(keys: torch.Tensor, index: torch.Tensor, V: int) -> torch.Tensor
     z = (z ^ _shr(z, 30)) * _signed(_M1)
     z = (z ^ _shr(z, 27)) * _signed(_M2)
     z = z ^ _shr(z, 31)
-    u = (_shr(z, 40).to(torch.float32) + 0.5) * (2.0 ** -24)
-    return -torch.log(u)
+    u = (_shr(z, 41).to(torch.float32) + 0.5) * (2.0 ** -23)                           # [2^-24, 1 - 2^-24]
+    return (-torch.log(u)).clamp_min_(TINY)
 
 
 def counter_exponential_(noise: torch.Tensor, keys: torch.Tensor, index: torch.Tensor,

@@ -19,11 +19,9 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
-from turbospec.layers.counter_noise import counter_exponential_, seed_key
+from turbospec.layers.counter_noise import TINY, counter_exponential_, seed_key
 from turbospec.layers.top_k_top_p import TOPK_BOUND, top_k_top_p_mask
 from turbospec.sampling_params import SamplingParams
-
-_TINY = torch.finfo(torch.float32).tiny
 
 
 def _up(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -179,7 +177,7 @@ def exponential(st: SamplingTensors, shape: tuple[int, ...] = ()) -> torch.Tenso
     """[N, *shape] Exp(1) per row, strictly positive (so probs / E never makes 0/0). Rows that
     st marks seeded take the counter noise of their seed and token index (shape (V,): one
     noise row per token drawn; other shapes are refused for such st)."""
-    noise = random_rows(st, shape, lambda t, g: t.exponential_(generator=g)).clamp_min_(_TINY)
+    noise = random_rows(st, shape, lambda t, g: t.exponential_(generator=g)).clamp_min_(TINY)
     if st.any_seeded:
         if len(shape) != 1:
             raise ValueError(f"counter noise draws one [V] row per token, not shape {shape}")
