@@ -35,6 +35,7 @@
 #       nocompile (tests/gpu/test_no_compile_in_steps.py; MoE FP8 oracle 1,16,64 with compilations logged)
 #       moeb1ab (qwen3-30b-a3b FP8 oracle at batch 1, 128 tokens: out/base vs HEAD, alternating twice)
 #       tailab (bench/step_tail.py; qwen3-8b decode b1/16/64 and codelm-12m b1: out/base vs HEAD, alternating twice)
+#       first23 burstdiag seedfix final23 (the seeded counter-noise diagnosis and fix, 2026-12-01)
 #       topkdraw (Mode.TOPK_DRAW: GPU tests, cost per step, qwen3-8b at Qwen3's defaults off / on)  toppdiag (bench/top_p_diag.py)
 #       fp8spec (qwen3-8b FP8 oracle, auto k, batches 1,16,64 in one engine: out/base with every Triton
 #                compilation logged (bench/jit_log.py), then HEAD; tests/gpu/test_no_compile_in_steps.py)
@@ -313,6 +314,9 @@ for part in ${*:-tests decode oracle drafters}; do
     seededdiag) # which part makes 2 of 48 seeded requests differ through the n-gram server (bench/seeded_spec_diag.py)
               run 300 python3 bench/seeded_spec_diag.py ;;
     topklaw)  run 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_topk_draw_gpu.py ;;
+    final23)  # end of the twenty-third session: the GPU tests with seeded requests after the counter-noise fix
+              run 520 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_mixed_steps_gpu.py \
+                tests/gpu/test_default_variants_gpu.py tests/gpu/test_no_compile_in_steps.py tests/gpu/test_top_p_gpu.py ;;
     seedfix)  # the seeded noise's top cell (E = 0) fixed: the diagnosis again, the server (needs .whl), seeded GPU tests
               run 200 python3 bench/seeded_spec_diag.py
               python3 -m pip install -q --no-index --find-links .whl --target /tmp/site fastapi uvicorn openai >>"$log" 2>&1
