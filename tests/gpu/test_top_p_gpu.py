@@ -90,15 +90,13 @@ def test_seeded_top_p_bursts_equal_single_steps():
         assert got == want[:len(batch)]
 
 
-@pytest.mark.xfail(reason="first H200 run (2026-12-01, kernel path): no group tested ('too few draws'): for this "
-                          "prompt the top 20 tokens hold less than top_p 0.8, so the law is unknown; needs a "
-                          "sharper prompt or a smaller top_p; not run since with the sort default")
 def test_top_p_alone_bursts_draw_the_users_distribution():
-    """temperature 1, top-p 0.8 alone: 1,024 requests of one prompt, the second token from a
+    """temperature 1, top-p 0.5 alone: 1,024 requests of one prompt, the second token from a
     sampled burst; grouped by the first token, its counts fit the law the raw logprobs give (the
-    smallest prefix of the top 20 reaching 0.8, renormalised)."""
+    smallest prefix of the top 20 reaching 0.5, renormalised). (top-p 0.8 tested no group on the
+    H200: the top 20 tokens held less than 0.8 of the mass, so the law was unknown.)"""
     llm = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=8)
-    sp = SamplingParams(temperature=1.0, top_p=0.8, max_tokens=2, ignore_eos=True)
+    sp = SamplingParams(temperature=1.0, top_p=0.5, max_tokens=2, ignore_eos=True)
     ids, groups, seen = second_tokens(llm, sp)
     assert Mode.FILTER in seen
     tested = 0
@@ -109,10 +107,10 @@ def test_top_p_alone_bursts_draw_the_users_distribution():
         lp = sorted(((v, t) for t, v in raw_top20(llm, ids + [t0]).items()), reverse=True)
         law, mass = {}, 0.0
         for logprob, t in lp:
-            if mass >= 0.8:
+            if mass >= 0.5:
                 break
             law[t], mass = math.exp(logprob), mass + math.exp(logprob)
-        if mass < 0.8:
+        if mass < 0.5:
             continue                                   # the prefix runs past the top 20: unknown law
         assert set(counts) <= set(law), f"drew {set(counts) - set(law)} outside the kept set {sorted(law)}"
         obs, exp = _pooled([counts.get(t, 0) for t in law], [p / mass * n for p in law.values()])
