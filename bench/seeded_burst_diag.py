@@ -3,7 +3,8 @@ than in single steps on an H200 (bench/seeded_spec_diag.py: n-gram = single step
 Three probes, one GPU call (~1 min):
 
 1. each differing request alone with logprobs=20, bursts vs single steps: the first step whose raw
-   top-20 logprobs differ (the logits), and the first differing token;
+   top-20 logprobs differ (the logits), and the first differing token (2026-12-01, before the fix of
+   layers/counter_noise.py: the logits equal, the single step's token outside top-p's set);
 2. compute_probs + the race on one set of logits as 1 row and as 8 / 64 copies: bitwise equal?
 3. the burst's Triton argmax (`greedy_advance`) vs torch's argmax on the same scores.
 
@@ -36,8 +37,8 @@ def probe_requests(ids: list[int]) -> None:
     for n, i in enumerate(ids):
         a, b = runs[None][n], runs[1][n]
         tok = next((j for j, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
-        lp = next((j for j, (x, y) in enumerate(zip(a.logprobs, b.logprobs))
-                   if {k: v.logprob for k, v in x.items()} != {k: v.logprob for k, v in y.items()}), None)
+        top = lambda d: {k: v.logprob for k, v in d.items() if v.rank <= 20}    # noqa: E731 (not the drawn token's own entry)
+        lp = next((j for j, (x, y) in enumerate(zip(a.logprobs, b.logprobs)) if top(x) != top(y)), None)
         print(f"request {i}: first differing token {tok}, first step with other logprobs {lp}", flush=True)
         for j in sorted({t for t in (lp, tok) if t is not None}):
             for name, o in (("burst", a), ("single", b)):
