@@ -23,4 +23,4 @@ for b, ctx in ((1, 512), (16, 512), (64, 512), (64, 2048)):
         bw = (case.kv_bytes() + 2 * case.q.numel() * 2) / t
         print(f"decode b={b:<3d} ctx={ctx:<5d} page {bs:<4d} {t * 1e6:8.1f} us {bw / 1e9:7.0f} GB/s "
               f"{bw / ceiling:6.1%}  err {err:.1e}", flush=True)
-        del case
+        case = None                                  # frees the KV (the closures above are done)

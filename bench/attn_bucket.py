@@ -35,4 +35,4 @@ for kind, b, ctx in (("decode", 1, 512), ("decode", 16, 512), ("decode", 64, 512
             nbytes = case.kv_bytes()                     # one copy of the KV per call
             print(f"{kind:8} b={b:<3} ctx={ctx:<5} max_seq_len={metas[0].max_seq_len:<5} {json.dumps(kw):28} "
                   f"{t * 1e6:8.1f} us {nbytes / t / 1e9:6.0f} GB/s {nbytes / t / ceiling:6.1%} err {err:.1e}", flush=True)
-    del case
+    case = None                                  # frees the KV (the closures above are done)

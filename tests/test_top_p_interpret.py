@@ -127,7 +127,8 @@ def run_value_bins():
 
     @triton.jit
     def probe(x_ptr, n, lo, delta, out_ptr, BLOCK_H: tl.constexpr):
-        acc, _ = _scan(x_ptr, n, x_ptr, tl.zeros([16, BLOCK_H], tl.int32), n * 0, lo, 0, 0, 0.0, delta,
+        acc, _ = _scan(x_ptr, n, x_ptr,  # noqa: F821 (set in globals above)
+                       tl.zeros([16, BLOCK_H], tl.int32), n * 0, lo, 0, 0, 0.0, delta,
                        True, True, False, BLOCK_H)
         tl.store(out_ptr + tl.arange(0, 16), tl.sum(acc, 1))
 

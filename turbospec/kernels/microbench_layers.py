@@ -172,7 +172,7 @@ def bench_qwen3_layer(T: int, ctx: int, ceiling: float, rows: list) -> None:
             m.down_proj(act)
         t_e, t_g = time_eager(gemv), time_graph([gemv] * 4, replays=10)
         rows.append(_row("qwen3-8b layer gemv", T, count_kernels(gemv), t_e, t_g, w_bytes, ceiling, 0.0))
-    del layer, case
+    layer = case = None                          # frees the weights and the KV (the closures above are done)
 
 
 def bench_codelm(ctx: int, ceiling: float, rows: list) -> None:
