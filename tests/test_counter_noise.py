@@ -33,7 +33,6 @@ def test_torch_stream_is_the_definition():
     assert (rows > 0).all() and rows.max() < 17.5
 
 
-
 def _unmix(z: int) -> int:
     """The inverse of SplitMix64's finaliser (counter_noise._mix): x ^= x >> s undone by iterating,
     a multiply by an odd constant by its inverse mod 2^64."""
@@ -76,6 +75,7 @@ def test_a_seeded_draw_never_leaves_the_support_at_the_top_cell():
     assert probs[0, v] == 0
     assert exponential(st, (V,))[0, v] > 0
     assert int(sample(probs, st)) < 5
+
 
 def test_exp1_moments_and_no_correlation():
     V = 50_000
