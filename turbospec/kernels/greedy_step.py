@@ -95,6 +95,15 @@ def chunk_size(V: int) -> int:
     return max(512, min(4096, triton.next_power_of_2(triton.cdiv(V, 32))))
 
 
+def row_chunks(logits: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """An advance launch's logits [b, V] with unit column stride (copied if not), its chunk width
+    (`chunk_size`) and chunks per row: the grid is (b, chunks)."""
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    chunk = chunk_size(logits.shape[1])
+    return logits, chunk, triton.cdiv(logits.shape[1], chunk)
+
+
 def check_advance_args(b: int, noise_V: int, seed: torch.Tensor | None = None, **rows: torch.Tensor) -> None:
     """An advance launch's row tensors are contiguous [b] vectors; noise_V (0: no noise): the
     vocabulary of a launch that draws Philox noise at counter row * V + token, an int32, keyed by
@@ -124,10 +133,7 @@ def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, p
                        seq_lens=seq_lens, valid=valid, **noise)
     if b == 0:
         return
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    chunk = chunk_size(V)
-    chunks = triton.cdiv(V, chunk)
+    logits, chunk, chunks = row_chunks(logits)
     part_v = torch.empty(b * chunks, dtype=torch.float32, device=logits.device)
     part_i = torch.empty(b * chunks, dtype=torch.int32, device=logits.device)
     if sample is not None:

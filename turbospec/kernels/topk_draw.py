@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from turbospec.kernels.greedy_step import _advance, check_advance_args, chunk_size
+from turbospec.kernels.greedy_step import _advance, check_advance_args, row_chunks
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import arrival_counters
 from turbospec.layers.top_k_top_p import DRAW_BOUND     # each chunk keeps its top DRAW_BOUND keys
@@ -190,10 +190,7 @@ def topk_draw_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor
                        temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy)
     if b == 0:
         return
-    if logits.stride(1) != 1:
-        logits = logits.contiguous()
-    chunk = chunk_size(V)
-    chunks = triton.cdiv(V, chunk)
+    logits, chunk, chunks = row_chunks(logits)
     cand = torch.empty(b * chunks * DRAW_BOUND, dtype=torch.int64, device=logits.device)   # [b, chunks, KP]
     ties = torch.empty(b * chunks, dtype=torch.int32, device=logits.device)                 # [b, chunks]
     scratch = torch.empty(b * chunks * CAND, dtype=torch.int64, device=logits.device)       # [b, chunks, CAND]
