@@ -36,7 +36,7 @@
 #       moeb1ab (qwen3-30b-a3b FP8 oracle at batch 1, 128 tokens: out/base vs HEAD, alternating twice)
 #       tailab (bench/step_tail.py; qwen3-8b decode b1/16/64 and codelm-12m b1: out/base vs HEAD, alternating twice)
 #       first23 burstdiag seedfix final23 (the seeded counter-noise diagnosis and fix, 2026-12-01)
-#       topkdraw (Mode.TOPK_DRAW: GPU tests, cost per step, qwen3-8b at Qwen3's defaults off / on)  toppdiag (bench/top_p_diag.py)
+#       topkdraw (Mode.TOPK_DRAW: GPU tests, cost per step, qwen3-8b at Qwen3's defaults off / on)
 #       fp8spec (qwen3-8b FP8 oracle, auto k, batches 1,16,64 in one engine: out/base with every Triton
 #                compilation logged (bench/jit_log.py), then HEAD; tests/gpu/test_no_compile_in_steps.py)
 # (default: tests decode oracle drafters — about 8 minutes). Everything is logged to $OUT/engine.log.
@@ -308,7 +308,6 @@ for part in ${*:-tests decode oracle drafters}; do
                 TURBOSPEC_TOPK_DRAW=$v run 150 "${TS[@]}" bench decode --shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 \
                   --prompt-len 512 --gen-len 64 --temperature 0.6 --top-p 0.95 --top-k 20
               done ;;
-    toppdiag) run 90 python3 bench/top_p_diag.py ;;
     split)    # what the mixed-step split costs qwen3-8b under arrivals (bench/split_cost.py: off / on alternating)
               run 300 python3 bench/split_cost.py --shape qwen3-8b ;;
     seededdiag) # which part makes 2 of 48 seeded requests differ through the n-gram server (bench/seeded_spec_diag.py)

@@ -1,13 +1,13 @@
 """What top-p's mask costs per sampling step at qwen3-8b's vocabulary (151,936), batch 1 / 16 / 64,
 each timed in a CUDA graph (20 calls back to back, us per call): the sort of the vocabulary
-(TURBOSPEC_TOP_P=sort), the sort-free radix search in PyTorch ops (=torch) and the Triton kernel
-(the default), as the mask alone and as the whole of compute_probs; for top-p alone (Llama's
+(TURBOSPEC_TOP_P=sort), the Triton kernel (the default) and, with --torch, the sort-free radix
+search in PyTorch ops (=torch, slow), as the mask alone and as the whole of compute_probs; for top-p alone (Llama's
 defaults: temperature 0.6, top-p 0.9) and top-k 1000 + top-p 0.95. Logits: N(0, 1) x scale plus
 `--peak` tokens raised by 10 (a confident model); the share of the row the kernel keeps as top-p
-candidates is printed (its work after the two full-row passes is proportional to it). Checks
-first that the kernel's cutoffs equal the PyTorch path's bit for bit.
+candidates is printed (its radix passes read only those). Checks first that the kernel's cutoffs
+equal the PyTorch path's bit for bit.
 
-    PYTHONPATH=. python3 bench/top_p_cost.py [--scale 3] [--peak 0] [--batch-sizes 1,16,64]
+    PYTHONPATH=. python3 bench/top_p_cost.py [--scale 3] [--peak 0] [--batch-sizes 1,16,64] [--torch]
 """
 import argparse
 import math
@@ -27,6 +27,9 @@ ap.add_argument("--vocab", type=int, default=151936)
 ap.add_argument("--scale", type=float, default=3.0, help="logits are N(0, 1) x scale")
 ap.add_argument("--peak", type=int, default=0, help="tokens per row raised by 10 above the rest")
 ap.add_argument("--batch-sizes", default="1,16,64")
+ap.add_argument("--torch", action="store_true", help="also time the radix search in PyTorch ops (ms per call)")
+ap.add_argument("--variants", default="", help="kernel launch settings to time beside the default, e.g. "
+                "'programs=1056,num_warps=4;programs=2112' (the mask alone)")
 a = ap.parse_args()
 dev, V = torch.device("cuda"), a.vocab
 SETTINGS = {"t0.6 p0.9": SamplingParams(temperature=0.6, top_p=0.9),
@@ -47,12 +50,19 @@ for name, sp in SETTINGS.items():
         lo = scaled.amax(-1) + math.log((1 - sp.top_p) / (4 * V))
         cand = (scaled >= lo.unsqueeze(-1)).float().mean().item() * 100
         kept = (scaled >= kernel.unsqueeze(-1)).sum(-1).float().mean().item()
+        modes = ("sort", "kernel") + (("torch",) if a.torch else ())
         t = {"sort mask": time_graph([lambda: _sorted_mask(scaled, st)] * 20),
-             "torch mask": time_graph([lambda: scaled < top_k_top_p_cutoff_torch(scaled, st.top_k, st.top_p)
-                                       .unsqueeze(-1)] * 20),
-             "kernel mask": time_graph([lambda: scaled < top_k_top_p_cutoff_cuda(scaled, st.top_k, st.top_p)
-                                        .unsqueeze(-1)] * 20)}
-        for mode in ("sort", "torch", "kernel"):
+             "kernel mask": time_graph([lambda: scaled < top_k_top_p_cutoff_cuda(
+                 scaled, st.top_k, st.top_p, any_large_k=st.any_top_k_unbounded).unsqueeze(-1)] * 20)}
+        for v in filter(None, a.variants.split(";")):
+            kw = {k: int(x) for k, x in (kv.split("=") for kv in v.split(","))}
+            assert torch.equal(top_k_top_p_cutoff_cuda(scaled, st.top_k, st.top_p, **kw), kernel), v
+            t[f"[{v}]"] = time_graph([lambda: scaled < top_k_top_p_cutoff_cuda(
+                scaled, st.top_k, st.top_p, any_large_k=st.any_top_k_unbounded, **kw).unsqueeze(-1)] * 20)
+        if a.torch:
+            t["torch mask"] = time_graph([lambda: scaled < top_k_top_p_cutoff_torch(scaled, st.top_k, st.top_p)
+                                          .unsqueeze(-1)] * 20)
+        for mode in modes:
             os.environ["TURBOSPEC_TOP_P"] = mode
             t[f"probs {mode}"] = time_graph([lambda: compute_probs(logits, st)] * 20)
         os.environ.pop("TURBOSPEC_TOP_P")

@@ -23,7 +23,7 @@ import pytest
 
 from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
-CASES = ["random_rows", "ties_and_banned", "segments", "bounded_rows", "near_the_bound", "value_bins",
+CASES = ["random_rows", "ties_and_banned", "segments", "bounded_rows", "near_the_bound", "no_large_k",
          "program_order"]
 
 
@@ -77,7 +77,7 @@ def run_ties_and_banned():
 
 
 def run_segments():
-    """The mass pass split into 1 to many segments per row: the same bits (integer sums)."""
+    """Every launch split into 1 to many segments per row: the same bits (integer sums)."""
     import torch
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, 9001, generator=g) * torch.tensor([[0.05], [2.0], [9.0]])   # flat: all candidates
@@ -114,36 +114,17 @@ def run_near_the_bound():
     assert 1.5 < cut[0] - bound < 1.6 and 1.9 < cut[1] - bound < 2.1, cut - bound
 
 
-def run_value_bins():
-    """The value pass's bins (`_scan` with VALUE) are those of its thresholds lo + j * delta, each
-    rounded to float32 as the kernel computes them, for values on, just below and just above each
-    threshold, where (x - lo) / delta alone rounds into the wrong bin."""
-    import numpy as np
+def run_no_large_k():
+    """any_large_k=False (the sampler knows no row has top_k past the bound): top-k's passes are
+    skipped, and rows without top-k get the same cutoffs as with them."""
     import torch
-    import triton
-    import triton.language as tl
-    from turbospec.kernels import top_p_kernel
-    globals()["_scan"] = top_p_kernel._scan             # a jit function resolves names in its module
-
-    @triton.jit
-    def probe(x_ptr, n, lo, delta, out_ptr, BLOCK_H: tl.constexpr):
-        acc, _ = _scan(x_ptr, n, x_ptr,  # noqa: F821 (set in globals above)
-                       tl.zeros([16, BLOCK_H], tl.int32), n * 0, lo, 0, 0, 0.0, delta,
-                       True, True, False, BLOCK_H)
-        tl.store(out_ptr + tl.arange(0, 16), tl.sum(acc, 1))
-
-    f32 = np.float32
-    for lo, delta in ((0.1, 0.3), (-7.3, 0.77), (3.3, 1.1)):
-        c = [f32(f32(lo) + f32(f32(j) * f32(delta))) for j in range(16)]
-        xs = [v for t in c[1:] for v in (np.nextafter(t, f32(-np.inf)), t, np.nextafter(t, f32(np.inf)))]
-        x = torch.tensor(np.array(xs + [c[0], np.nextafter(c[0], f32(-np.inf))], dtype=np.float32))
-        want = torch.zeros(16, dtype=torch.int32)
-        for v in x.tolist():
-            if v >= c[0]:
-                want[max(j for j in range(16) if c[j] <= v)] += 1
-        out = torch.zeros(16, dtype=torch.int32)
-        probe[(1,)](x, len(x), lo, delta, out, BLOCK_H=64)
-        assert torch.equal(out, want), (lo, delta, out, want)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 3001, generator=g) * torch.tensor([[0.3], [1.0], [3.0], [8.0], [1.0], [3.0]])
+    top_k, top_p = torch.tensor([0, 0, 0, 0, 50, 128]), torch.tensor([0.9, 0.95, 0.5, 0.9, 0.9, 0.8])
+    from turbospec.kernels.top_p_kernel import top_k_top_p_cutoff_cuda
+    got = top_k_top_p_cutoff_cuda(x, top_k, top_p, 128, any_large_k=False)
+    want = _check(x, top_k, top_p, bounded=128)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
 
 
 def _grid_order(order) -> list:
@@ -196,7 +177,9 @@ def run_program_order():
         ran = _grid_order(order)
         trace = {}
         _check(x, top_k, top_p, programs=4 * N, trace=trace)
-        assert trace["nseg"] == 4 and [len(o) for o in ran] == [N, 4 * N, N] and ran[1] != sorted(ran[1])
+        # 8 top-k passes, the mass pass, 8 top-p passes (rows x 4 segments), the final launch (rows)
+        assert trace["nseg"] == 4 and [len(o) for o in ran] == [4 * N] * 17 + [N]
+        assert all(o != sorted(o) for o in ran)
 
 if __name__ == "__main__":
     interpreter_shim()

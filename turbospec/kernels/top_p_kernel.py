@@ -5,23 +5,28 @@ order). The cutoff a correct search finds is unique, so this one, which searches
 equals `top_k_top_p_cutoff_torch`'s bit for bit (tests/test_top_p_interpret.py,
 tests/gpu/test_top_p_gpu.py).
 
-Three launches, after the row max (torch.amax):
-1. `_top_k_kernel`, one program per row; only rows with top_k past the bound work: the radix
-   search of the k-th largest key over the row (8 passes of 16 key intervals; counts).
-2. `_mass_kernel`, a grid of rows x segments (about two programs per SM in all): each segment adds
-   up its fixed-point mass of the tokens top-k keeps and copies the candidates for top-p's cutoff,
-   x >= max + ln((1 - top_p) / 4V), to the row's scratch. The tokens below hold less than
-   (1 - top_p) / 4 of the top token's weight in all, so the cutoff is never among them.
-3. `_top_p_kernel`, one program per row, over the candidates (a few percent of the row for a
-   peaked distribution, all of it for a flat one): a value pass (16 bins of equal width between
-   the tighter bound max + ln((1 - top_p) z / 4V), z the mass in top-token units, and the max),
-   then key passes (16 intervals of 2^shift keys, shift 28, 24, .., 0, skipped while the interval
-   is no wider), each compacting the list in place to the interval chosen; then the cutoff value
-   (the larger of top-k's and top-p's).
+Every launch is a grid of rows x segments (about two programs per SM in all, at most 64 segments
+a row), so a row's work is spread over many SMs whether its distribution is peaked or flat:
 
-A row's scratch ([V] fp32) lives in L2 at batch <= 64 (152k x 4 B x 64 = 39 MB of the H200's 50 MB).
+1. top-k past the bound (only when a row may have one, `any_large_k`): 8 radix passes
+   (`_pass_kernel` with COUNT), each fixing 4 bits of the k-th largest key from a 16-bin count
+   histogram of the keys still in the interval; the first two read the row, the second copies the
+   keys in its interval to the segment's scratch, later passes compact it in place.
+2. `_mass_kernel`: each segment adds up its fixed-point mass of the tokens top-k keeps and copies
+   the candidates for top-p's cutoff, x >= max + ln((1 - top_p) / 4V), to its scratch. The tokens
+   below hold less than (1 - top_p) / 4 of the top token's weight in all, so the cutoff is never
+   among them (tests/test_top_p_interpret.py's near_the_bound).
+3. top-p: 8 radix passes over the candidates (`_pass_kernel`, weights exp(x - max) x 2^40), each
+   segment compacting its list to the interval chosen so far (from the second pass on).
+4. `_final_kernel`, one program per row: the cutoff value, the larger of top-k's and top-p's.
+
+A pass adds its segment's 16 bins into the row's histogram of that pass with integer atomics (exact
+in any order); the next launch's programs each replay the decisions from the histograms so far
+(`_replay`: the same integers, so every program picks the same interval). No host sync, no
+data-dependent launch: it runs inside CUDA graphs and decode bursts. A row's scratch ([V] fp32)
+lives in L2 at batch <= 64 (152k x 4 B x 64 = 39 MB of the H200's 50 MB).
 Rows with 0 < top_k <= `bounded` (the sampler's partial top-k path) and rows with neither filter
-return at once with cutoff -inf.
+get cutoff -inf.
 """
 from __future__ import annotations
 
@@ -34,13 +39,14 @@ import triton.language as tl
 from turbospec.layers.cutoff_search import EXP2_COEFFS, FIXED_POINT_BITS, LOG2E
 
 BLOCK = 2048          # elements per iteration of the mass pass
-BLOCK_H = 512         # per iteration of a histogram pass ([16, BLOCK_H] accumulators)
+BLOCK_H = 512         # per iteration of a radix pass ([16, BLOCK_H] accumulators)
+PASSES = 8            # radix passes of 4 bits over 32-bit keys
+MAX_SEGMENTS = 128    # segments a row (programs per row of a launch) at most
+_MAX_SEGMENTS = tl.constexpr(MAX_SEGMENTS)
 _LOG2E = tl.constexpr(LOG2E)
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7 = (tl.constexpr(c) for c in EXP2_COEFFS)
 _SHIFT = tl.constexpr(FIXED_POINT_BITS - 23)
-# what `_top_p_kernel` with STATS records per row (int64; the last three are float32 bits)
-STATS_FIELDS = ("z", "target", "n_read", "n_value", "d", "lo", "hi", "above", "t", "n_left", "lo_v", "delta",
-                "lo_mass")
+_PASSES = tl.constexpr(PASSES)
 
 
 @triton.jit
@@ -77,108 +83,132 @@ def _value(key):
 
 
 @triton.jit
-def _scan(src, n, dst, acc, n_out, lo, hi, shift, m, delta, COUNT: tl.constexpr, VALUE: tl.constexpr,
-          WRITE: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Over src[:n], the elements inside the interval add their weight (1, or the fixed-point mass)
-    to acc [16, BLOCK_H] at their digit. VALUE: the interval is x >= lo (a float), the digit the
-    last j with lo + j * delta <= x (computed as the thresholds are); else keys in [lo, hi), the
-    digit (key - lo) >> shift. WRITE: they are also copied, in order, to dst[n_out:] (dst may be
-    src: each write lands at or before the element read). Returns acc and the new n_out."""
-    offs = tl.arange(0, BLOCK_H)
+def _top_p_target(p, z_ptr, nseg):
+    """A row's top-p target from its segments' kept mass: max(ceil(top_p x z), 1) in float64
+    (layers/cutoff_search.top_p_target). One vector load of the partials (an int64 sum: exact in
+    any order)."""
+    offs = tl.arange(0, _MAX_SEGMENTS)
+    z = tl.sum(tl.load(z_ptr + offs, mask=offs < nseg, other=0), 0)
+    prod = p.to(tl.float64) * z.to(tl.float64)
+    target = prod.to(tl.int64)
+    return tl.maximum(target + (target.to(tl.float64) < prod).to(tl.int64), 1)
+
+
+@triton.jit
+def _replay(hist_ptr, passes, target):
+    """The interval's low key after `passes` radix passes, from their histograms hist_ptr[j * 16 +
+    digit] (layers/cutoff_search.radix_select's decisions): each pass takes the largest digit whose
+    lower bound still has weight >= target at or above it (0 if none). Returns (lo, the weight
+    above the interval). All 8 histograms come in one load, those of later passes as zeros: a
+    zero histogram decides digit 0 and adds nothing (the weight above stays below target)."""
     bins = tl.arange(0, 16)
-    for start in range(0, n, BLOCK_H):
-        valid = start + offs < n
-        x = tl.load(src + start + offs, mask=valid, other=0.0)
-        if VALUE:
-            match = valid & (x >= lo)
-            digit = tl.minimum(tl.maximum(tl.floor((x - lo) / delta), 0.0), 15.0).to(tl.int32)   # +-1
-            digit -= ((x < lo + digit.to(tl.float32) * delta) & (digit > 0)).to(tl.int32)
-            digit += ((x >= lo + (digit + 1).to(tl.float32) * delta) & (digit < 15)).to(tl.int32)
+    rows = tl.arange(0, _PASSES)
+    hists = tl.load(hist_ptr + rows[:, None] * 16 + bins[None, :], mask=rows[:, None] < passes, other=0)
+    lo = target * 0
+    above = target * 0
+    for j in tl.static_range(_PASSES):
+        hist = tl.sum(tl.where(rows[:, None] == j, hists, 0), 0)                           # [16]
+        suffix = tl.sum(tl.where(bins[None, :] >= bins[:, None], hist[None, :], 0), 1)   # [16] digits >= d
+        d = tl.maximum(tl.sum((above + suffix >= target).to(tl.int32), 0) - 1, 0).to(tl.int64)
+        above += tl.sum(tl.where(bins > d, hist, 0), 0)
+        lo += d << (28 - 4 * j)
+    return lo, above
+
+
+@triton.jit
+def _top_k_kth(hist_ptr, k, bounded, V, TOPK: tl.constexpr):
+    """The k-th largest key (top-k's cutoff) from the 8 count passes; 0 (keep all) if top-k is off,
+    in the bound, or not searched."""
+    kth = k * 0
+    if TOPK:
+        if (k > bounded) & (k < V):
+            kth, _ = _replay(hist_ptr, _PASSES, k)
+    return kth
+
+
+@triton.jit(do_not_specialize=["j", "seg_len", "nseg"])
+def _pass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, z_ptr, buf_ptr, cnt_ptr, hist_ptr,
+                 j, seg_len, nseg, COUNT: tl.constexpr, FROM_X: tl.constexpr, WRITE: tl.constexpr,
+                 BLOCK_H: tl.constexpr):
+    """Radix pass j of a (row, segment): the keys in the interval [lo, lo + 16 x 2^shift) (shift
+    = 28 - 4j; lo replayed from passes 0..j-1) add their weight (1 with COUNT, else the fixed-point
+    mass) to 16 bins, added into the row's histogram of pass j. FROM_X: the segment's elements are
+    the row's own; else its list in the scratch (cnt_ptr's length). WRITE: the elements in the
+    interval are copied, in order, to the segment's scratch (in place from the list: each write
+    lands at or before the element read) and its new length stored."""
+    row = tl.program_id(0).to(tl.int64)
+    seg = tl.program_id(1)
+    k = tl.load(top_k_ptr + row)
+    hist_row = hist_ptr + row * (2 * _PASSES * 16)
+    if not COUNT:
+        hist_row += _PASSES * 16
+    if COUNT:
+        active = (k > bounded) & (k < V)
+    else:
+        p = tl.load(top_p_ptr + row)
+        active = ((k <= 0) | (k > bounded)) & (p < 1.0)
+    if active:
+        if COUNT:
+            target = k
+            m = 0.0
         else:
+            target = _top_p_target(p, z_ptr + row * nseg, nseg)
+            m = tl.load(m_ptr + row)
+            m = tl.where(m == float("-inf"), 0.0, m)
+        lo, _ = _replay(hist_row, j, target)
+        shift = lo * 0 + 28 - 4 * j
+        hi = lo + ((lo * 0 + 16) << shift)
+        dst = buf_ptr + row * V + seg * seg_len
+        if FROM_X:
+            src = x_ptr + row * stride_x + seg * seg_len
+            n = tl.minimum(seg_len, V - seg * seg_len)
+        else:
+            src = dst
+            n = tl.load(cnt_ptr + row * nseg + seg)
+        offs = tl.arange(0, BLOCK_H)
+        bins = tl.arange(0, 16)
+        if COUNT:
+            acc = tl.zeros([16, BLOCK_H], tl.int32)
+        else:
+            acc = tl.zeros([16, BLOCK_H], tl.int64)
+        n_out = n * 0
+        for start in range(0, n, BLOCK_H):
+            valid = start + offs < n
+            x = tl.load(src + start + offs, mask=valid, other=0.0)
             key = _keys(x)
             match = valid & (key >= lo) & (key < hi)
             digit = ((key - lo) >> shift).to(tl.int32)
-        if WRITE:
-            pos = tl.cumsum(match.to(tl.int32), 0)                       # inclusive
-            tl.store(dst + n_out + pos - 1, x, mask=match)
-            n_out += tl.sum(match.to(tl.int32), 0)
-        if COUNT:
-            w = match.to(tl.int32)
-        else:
-            w = tl.where(match, _weights(x, m), 0)
-        acc += tl.where(bins[:, None] == digit[None, :], w[None, :], 0)
-    return acc, n_out
-
-
-@triton.jit
-def _decide(acc, above, target):
-    """After a pass: the largest digit d whose lower bound still has weight >= target at or above
-    it (0 if none); returns the weight above d's interval and d."""
-    bins = tl.arange(0, 16)
-    hist = tl.sum(acc, 1).to(tl.int64)                                   # [16]
-    suffix = tl.sum(tl.where(bins[None, :] >= bins[:, None], hist[None, :], 0), 1)   # [16] digits >= d
-    d = tl.maximum(tl.sum((above + suffix >= target).to(tl.int32), 0) - 1, 0)
-    return above + tl.sum(tl.where(bins > d, hist, 0), 0), d.to(tl.int64)
-
-
-@triton.jit
-def _narrow(buf, n, lo, hi, above, target, m, COUNT: tl.constexpr, BLOCK_H: tl.constexpr):
-    """The key passes over the list buf[:n] of the elements in [lo, hi) (a superset will do), with
-    weight >= target at or above lo and < target at or above hi: each pass 16 intervals of 2^shift
-    keys, skipped while [lo, hi) is no wider; returns the largest key T with weight >= target and
-    the length of the list left."""
-    for i in range(0, 8):
-        shift = 28 - 4 * i
-        step = (lo * 0 + 1) << shift
-        if hi - lo > step:
-            tl.debug_barrier()                       # the last pass's writes, for every thread
+            if WRITE:
+                pos = tl.cumsum(match.to(tl.int32), 0)                       # inclusive
+                tl.store(dst + n_out + pos - 1, x, mask=match)
+                n_out += tl.sum(match.to(tl.int32), 0)
             if COUNT:
-                acc, n = _scan(buf, n, buf, tl.zeros([16, BLOCK_H], tl.int32), n * 0, lo, hi, shift, m, 1.0,
-                               True, False, True, BLOCK_H)
+                w = match.to(tl.int32)
             else:
-                acc, n = _scan(buf, n, buf, tl.zeros([16, BLOCK_H], tl.int64), n * 0, lo, hi, shift, m, 1.0,
-                               False, False, True, BLOCK_H)
-            above, d = _decide(acc, above, target)
-            lo += d << shift
-            hi = tl.minimum(lo + step, hi)
-    return lo, n
-
-
-@triton.jit
-def _top_k_kernel(x_ptr, stride_x, V, top_k_ptr, bounded, kth_ptr, buf_ptr, BLOCK_H: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    k = tl.load(top_k_ptr + row)
-    kth = k * 0
-    if (k > bounded) & (k < V):
-        x_row = x_ptr + row * stride_x
-        buf = buf_ptr + row * V
-        lo, hi = k * 0, k * 0 + 4294967296
-        # the first pass reads the row, the second copies the keys of the chosen 16th to buf
-        acc, n = _scan(x_row, V, buf, tl.zeros([16, BLOCK_H], tl.int32), V * 0, lo, hi, 28, 0.0, 1.0,
-                       True, False, False, BLOCK_H)
-        above, d = _decide(acc, k * 0, k)
-        lo, hi = d << 28, (d + 1) << 28
-        acc, n = _scan(x_row, V, buf, tl.zeros([16, BLOCK_H], tl.int32), V * 0, lo, hi, 24, 0.0, 1.0,
-                       True, False, True, BLOCK_H)
-        above, d = _decide(acc, above, k)
-        lo += d << 24
-        kth, n = _narrow(buf, n, lo, lo + (1 << 24), above, k, 0.0, True, BLOCK_H)
-    tl.store(kth_ptr + row, kth)
+                w = tl.where(match, _weights(x, m), 0)
+            acc += tl.where(bins[:, None] == digit[None, :], w[None, :], 0)
+        tl.atomic_add(hist_row + j * 16 + bins, tl.sum(acc, 1).to(tl.int64))
+        if WRITE:
+            tl.store(cnt_ptr + row * nseg + seg, n_out)
 
 
 @triton.jit(do_not_specialize=["seg_len", "nseg"])
 def _mass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_ptr, buf_ptr, z_ptr, cnt_ptr,
-                 seg_len, nseg, BLOCK: tl.constexpr):
+                 hist_ptr, seg_len, nseg, TOPK: tl.constexpr, BLOCK: tl.constexpr):
+    """A (row, segment)'s mass of what top-k keeps (z) and its top-p candidates (module docstring),
+    for rows top-p cuts; segment 0 stores the row's top-k cutoff key for `_final_kernel`."""
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
     k = tl.load(top_k_ptr + row)
     p = tl.load(top_p_ptr + row)
+    kth = _top_k_kth(hist_ptr + row * (2 * _PASSES * 16), k, bounded, V, TOPK)
+    if seg == 0:
+        tl.store(kth_ptr + row, kth)
     z = k * 0
     nc = seg * 0
     if ((k <= 0) | (k > bounded)) & (p < 1.0):
         m = tl.load(m_ptr + row)
         m = tl.where(m == float("-inf"), 0.0, m)
-        kth = tl.load(kth_ptr + row)
         lo = m + tl.log((1.0 - p) / (4.0 * V))
         x_row = x_ptr + row * stride_x
         dst = buf_ptr + row * V + seg * seg_len
@@ -197,9 +227,10 @@ def _mass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_p
     tl.store(cnt_ptr + row * nseg + seg, nc)
 
 
-@triton.jit(do_not_specialize=["seg_len", "nseg"])
-def _top_p_kernel(V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_ptr, buf_ptr, z_ptr, cnt_ptr, seg_len, nseg,
-                  out_ptr, stats_ptr, BLOCK_H: tl.constexpr, STATS: tl.constexpr):
+@triton.jit(do_not_specialize=["nseg"])
+def _final_kernel(V, top_k_ptr, top_p_ptr, bounded, kth_ptr, z_ptr, hist_ptr, nseg, out_ptr):
+    """A row's cutoff value: the larger of top-k's and top-p's keys (-inf for rows left to the
+    caller)."""
     row = tl.program_id(0).to(tl.int64)
     k = tl.load(top_k_ptr + row)
     p = tl.load(top_p_ptr + row)
@@ -207,55 +238,14 @@ def _top_p_kernel(V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_ptr, buf_ptr, z_p
     kth = tl.load(kth_ptr + row)
     t = kth * 0
     if mine & (p < 1.0):
-        m = tl.load(m_ptr + row)
-        m = tl.where(m == float("-inf"), 0.0, m)
-        z = kth * 0
-        for c in range(0, nseg):
-            z += tl.load(z_ptr + row * nseg + c)
-        prod = p.to(tl.float64) * z.to(tl.float64)
-        target = prod.to(tl.int64)
-        target = tl.maximum(target + (target.to(tl.float64) < prod).to(tl.int64), 1)   # max(ceil, 1)
-        # the cutoff is at least m + ln((1 - top_p) z / 4V) (z in units of the top token's weight):
-        # the value pass splits [that, m] into 16 bins of equal width; pass 0 also gathers the
-        # segments' candidates above it
-        lo_v = m + tl.log((1.0 - p) * (z.to(tl.float64) * 9.094947017729282e-13).to(tl.float32) / (4.0 * V))
-        delta = tl.maximum((m - lo_v) / 16.0, 1e-30)
-        buf = buf_ptr + row * V
-        acc = tl.zeros([16, BLOCK_H], tl.int64)
-        n = nseg * 0
-        n_read = nseg * 0
-        for c in range(0, nseg):
-            cnt = tl.load(cnt_ptr + row * nseg + c)
-            n_read += cnt
-            acc, n = _scan(buf + c * seg_len, cnt, buf, acc, n, lo_v, 0, 0, m, delta, False, True, True, BLOCK_H)
-        found = tl.sum(tl.sum(acc, 1), 0) >= target                    # else keep all (no finite mass)
-        above, d = _decide(acc, kth * 0, target)
-        lo = _keys(lo_v + d.to(tl.float32) * delta)
-        hi = tl.where(d < 15, _keys(lo_v + (d + 1).to(tl.float32) * delta), _keys(m) + 1)
-        t_found, n_left = _narrow(buf, n, lo, hi, above, target, m, False, BLOCK_H)
-        t = tl.where(found, t_found, 0)
-        if STATS:                                # bench/top_p_diag.py: this row's steps (`STATS_FIELDS`)
-            lo_mass = m + tl.log((1.0 - p) / (4.0 * V))                  # as _mass_kernel computes it
-            s = stats_ptr + row * 13
-            tl.store(s + 0, z)
-            tl.store(s + 1, target)
-            tl.store(s + 2, n_read.to(tl.int64))
-            tl.store(s + 3, n.to(tl.int64))
-            tl.store(s + 4, d)
-            tl.store(s + 5, lo)
-            tl.store(s + 6, hi)
-            tl.store(s + 7, above)
-            tl.store(s + 8, t)
-            tl.store(s + 9, n_left.to(tl.int64))
-            tl.store(s + 10, lo_v.to(tl.int32, bitcast=True).to(tl.int64))
-            tl.store(s + 11, delta.to(tl.int32, bitcast=True).to(tl.int64))
-            tl.store(s + 12, lo_mass.to(tl.int32, bitcast=True).to(tl.int64))
+        target = _top_p_target(p, z_ptr + row * nseg, nseg)
+        t, _ = _replay(hist_ptr + row * (2 * _PASSES * 16) + _PASSES * 16, _PASSES, target)
     tl.store(out_ptr + row, _value(tl.where(mine, tl.maximum(kth, t), 0)))
 
 
 @functools.lru_cache(maxsize=None)
 def _programs(device: torch.device) -> int:
-    """Programs the mass pass aims for: two per SM (264 on an H200; the same off CUDA, under the
+    """Programs a launch aims for: two per SM (264 on an H200; the same off CUDA, under the
     interpreter)."""
     if device.type != "cuda":
         return 264
@@ -263,14 +253,14 @@ def _programs(device: torch.device) -> int:
 
 
 def top_k_top_p_cutoff_cuda(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                            bounded: int = 0, programs: int | None = None, *, num_warps: int = 8,
-                            trace: dict | None = None) -> torch.Tensor:
+                            bounded: int = 0, programs: int | None = None, *, any_large_k: bool = True,
+                            num_warps: int = 8, trace: dict | None = None) -> torch.Tensor:
     """layers/cutoff_search.top_k_top_p_cutoff_torch on CUDA: logits [N, V] float32, top_k [N] int64,
-    top_p [N] float32 -> [N] float32 cutoffs, the same bits. programs: how many programs the
-    mass pass aims for in all (default two per SM; the cutoffs do not depend on it). For
-    bench/top_p_diag.py (never the sampler): num_warps per program, and trace, a dict that
-    receives each launch's results (m, kth, z, cnt, seg_len, nseg, cand: the scratch after the
-    mass pass, stats: [N, len(STATS_FIELDS)])."""
+    top_p [N] float32 -> [N] float32 cutoffs, the same bits. programs: how many programs a launch
+    aims for in all (default two per SM; the cutoffs do not depend on it). any_large_k=False
+    (host-known: no row has top_k > bounded) skips top-k's passes. For diagnostics (never the
+    sampler): num_warps per program, and trace, a dict that receives the launch's scratch (m, kth,
+    z, cnt, seg_len, nseg, hist: [N, 2, PASSES, 16] the passes' histograms, top-k's then top-p's)."""
     N, V = logits.shape
     dev = logits.device
     out = torch.empty(N, dtype=torch.float32, device=dev)
@@ -280,20 +270,27 @@ def top_k_top_p_cutoff_cuda(logits: torch.Tensor, top_k: torch.Tensor, top_p: to
         logits = logits.contiguous()
     top_k, top_p = top_k.to(torch.int64).contiguous(), top_p.to(torch.float32).contiguous()
     m = logits.amax(-1)                                                          # [N]
-    buf = torch.empty(N, V, dtype=torch.float32, device=dev)                     # candidates per row
-    kth = torch.empty(N, dtype=torch.int64, device=dev)
-    _top_k_kernel[(N,)](logits, logits.stride(0), V, top_k, bounded, kth, buf, BLOCK_H=BLOCK_H, num_warps=num_warps)
-    want = max(1, min(64, -(-(programs or _programs(dev)) // N)))
-    seg_len = -(-(-(-V // want)) // BLOCK) * BLOCK
+    want = max(1, min(MAX_SEGMENTS, -(-(programs or _programs(dev)) // N)))
+    seg_len = -(-(-(-V // want)) // BLOCK_H) * BLOCK_H
     nseg = -(-V // seg_len)
-    z = torch.empty(N, nseg, dtype=torch.int64, device=dev)
-    cnt = torch.empty(N, nseg, dtype=torch.int32, device=dev)
-    _mass_kernel[(N, nseg)](logits, logits.stride(0), V, top_k, top_p, bounded, m, kth, buf, z, cnt, seg_len, nseg,
-                            BLOCK=BLOCK, num_warps=num_warps, enable_fp_fusion=False)
-    stats = out
+    buf = torch.empty(N, V, dtype=torch.float32, device=dev)                     # per segment: its list
+    cnt = torch.empty(N, nseg, dtype=torch.int32, device=dev)                    # the lists' lengths
+    z = torch.empty(N, nseg, dtype=torch.int64, device=dev)                      # kept mass per segment
+    kth = torch.empty(N, dtype=torch.int64, device=dev)
+    hist = torch.zeros(N, 2, PASSES, 16, dtype=torch.int64, device=dev)
+    args = (logits, logits.stride(0), V, top_k, top_p, bounded, m, z, buf, cnt, hist)
+    opts = dict(BLOCK_H=BLOCK_H, num_warps=num_warps, enable_fp_fusion=False)
+    if any_large_k:
+        for j in range(PASSES):
+            _pass_kernel[(N, nseg)](*args, j, seg_len, nseg, COUNT=True, FROM_X=j < 2, WRITE=0 < j < PASSES - 1,
+                                    **opts)
+    _mass_kernel[(N, nseg)](logits, logits.stride(0), V, top_k, top_p, bounded, m, kth, buf, z, cnt, hist,
+                            seg_len, nseg, TOPK=any_large_k, BLOCK=BLOCK, num_warps=num_warps,
+                            enable_fp_fusion=False)
+    for j in range(PASSES):
+        _pass_kernel[(N, nseg)](*args, j, seg_len, nseg, COUNT=False, FROM_X=False, WRITE=0 < j < PASSES - 1,
+                                **opts)
+    _final_kernel[(N,)](V, top_k, top_p, bounded, kth, z, hist, nseg, out, num_warps=1)
     if trace is not None:
-        stats = torch.zeros(N, len(STATS_FIELDS), dtype=torch.int64, device=dev)
-        trace.update(m=m, kth=kth, z=z, cnt=cnt, seg_len=seg_len, nseg=nseg, cand=buf.clone(), stats=stats)
-    _top_p_kernel[(N,)](V, top_k, top_p, bounded, m, kth, buf, z, cnt, seg_len, nseg, out, stats, BLOCK_H=BLOCK_H,
-                        STATS=trace is not None, num_warps=num_warps, enable_fp_fusion=False)
+        trace.update(m=m, kth=kth, z=z, cnt=cnt, seg_len=seg_len, nseg=nseg, hist=hist)
     return out

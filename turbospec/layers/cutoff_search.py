@@ -24,14 +24,13 @@ truncation, so where top_p lands within about 1e-6 of a boundary of the cumulati
 keep one token (or tie) more or less than exact arithmetic would; the sort of float32
 probabilities strays further (its cumsum over 152k tokens drifts by ~1e-5: tests/test_top_p.py).
 
-TURBOSPEC_TOP_P picks the implementation: "kernel" (the Triton kernel on CUDA; on the CPU the same
-cutoffs from a sort of the row's values, `top_k_top_p_cutoff_sorted`, cheaper there; the CPU's
-default), "torch" (the radix search in PyTorch ops, `top_k_top_p_cutoff_torch`, anywhere), "sort"
-(layers/top_k_top_p.py's sort of float32 probabilities: CUDA's default). On CUDA the kernel
-equals the PyTorch search bit for bit at batch 1, 16 and 64 (H200, 2026-12-01:
-tests/gpu/test_top_p_gpu.py, bench/top_p_diag.py) but is opt-in for speed: while it cut
-compute_probs at batch 64 from 1.53 to 0.48 ms on peaked rows, on flat rows (every token a
-candidate) it took 0.93 ms at batch 1 against the sort's 0.22 (bench/top_p_cost.py).
+TURBOSPEC_TOP_P picks the implementation: "kernel" (the default: the Triton kernel on CUDA; on the
+CPU the same cutoffs from a sort of the row's values, `top_k_top_p_cutoff_sorted`, cheaper there),
+"torch" (the radix search in PyTorch ops, `top_k_top_p_cutoff_torch`, anywhere), "sort"
+(layers/top_k_top_p.py's sort of float32 probabilities, which cuts inside a tie at the boundary).
+On an H200 (2026-12-01, bench/top_p_cost.py, vocabulary 151,936) the kernel's mask took 75-291 us
+at batch 1-64 on peaked rows and 80-615 us on flat ones (every token a candidate), against the
+sort's 132-1,305 us; tests/gpu/test_top_p_gpu.py checks its bits against the PyTorch search.
 """
 from __future__ import annotations
 
@@ -55,12 +54,12 @@ LOG2E = _f32(1 / math.log(2))
 EXP2_COEFFS = tuple(_f32(math.log(2) ** i / math.factorial(i)) for i in range(8))
 
 
-def top_p_mode(cuda: bool) -> str:
-    """TURBOSPEC_TOP_P, or the device's default: "sort" on CUDA, "kernel" elsewhere (module docstring)."""
-    mode = os.environ.get("TURBOSPEC_TOP_P") or ("sort" if cuda else "kernel")
+def top_p_mode() -> str:
+    """TURBOSPEC_TOP_P, or the default, "kernel" (module docstring)."""
+    mode = os.environ.get("TURBOSPEC_TOP_P") or "kernel"
     if mode not in MODES:
         raise ValueError(f"TURBOSPEC_TOP_P={mode!r}: use one of {', '.join(MODES)} (or leave it unset: "
-                         "sort on CUDA, kernel elsewhere)")
+                         "kernel)")
     return mode
 
 
@@ -170,11 +169,11 @@ def top_k_top_p_cutoff(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
     if logits.shape[1] >= MAX_VOCAB:
         raise ValueError(f"top-p cutoff: vocab {logits.shape[1]} >= {MAX_VOCAB} would overflow the int64 mass; "
                          f"set TURBOSPEC_TOP_P=sort")
-    if top_p_mode(logits.is_cuda) == "torch":
+    if top_p_mode() == "torch":
         return top_k_top_p_cutoff_torch(logits, top_k, top_p, bounded, any_large_k)
     if logits.is_cuda:
         from turbospec.kernels.top_p_kernel import top_k_top_p_cutoff_cuda     # imports Triton
-        return top_k_top_p_cutoff_cuda(logits, top_k, top_p, bounded)
+        return top_k_top_p_cutoff_cuda(logits, top_k, top_p, bounded, any_large_k=any_large_k)
     return top_k_top_p_cutoff_sorted(logits, top_k, top_p, bounded)
 
 
@@ -182,8 +181,9 @@ def warm_up(device: torch.device, vocab_size: int) -> None:
     """Compile the CUDA kernels (Triton specializes them on whether the vocabulary is a multiple
     of 16: the target's and a drafter's may differ, so both kinds), so that no request waits for
     them: decode bursts capture them at start-up, single steps and verify run them eagerly."""
-    if device.type != "cuda" or top_p_mode(True) != "kernel":
+    if device.type != "cuda" or top_p_mode() != "kernel":
         return
     for V in (16 * -(-vocab_size // 16), 16 * -(-vocab_size // 16) + 1):
-        top_k_top_p_cutoff(torch.randn(2, V, device=device), torch.tensor([0, 1000], device=device),
-                           torch.full((2,), 0.9, device=device), bounded=128)
+        for any_large_k in (True, False):                    # with and without top-k's passes
+            top_k_top_p_cutoff(torch.randn(2, V, device=device), torch.tensor([0, 1000], device=device),
+                               torch.full((2,), 0.9, device=device), bounded=128, any_large_k=any_large_k)

@@ -1,8 +1,8 @@
 """Top-k and top-p as one mask over the logits (after temperature and min_p): which path computes
 each row's cutoff. Rows with 0 < top_k <= TOPK_BOUND: a partial top-k of TOPK_BOUND logits; the
-other rows: on CUDA the sort of float32 probabilities (`_sorted_mask`; the sort-free Triton kernel
-of layers/cutoff_search.py is opt-in, TURBOSPEC_TOP_P=kernel: see there why), on the CPU the
-cutoffs of layers/cutoff_search.py (from a sort of the values, with exact fixed-point mass).
+other rows: the sort-free cutoffs of layers/cutoff_search.py (the Triton kernel on CUDA, a sort of
+the values with exact fixed-point mass on the CPU: the same bits), or with TURBOSPEC_TOP_P=sort a
+sort of float32 probabilities (`_sorted_mask`).
 A row's mask never depends on the rows beside it.
 
 Semantics (every path but the sort of probabilities): top-k keeps every token tied with the k-th largest logit;
@@ -41,7 +41,7 @@ def top_k_top_p_mask(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tenso
         return (logits < kth) & k_on.unsqueeze(-1)
     if st.all_top_k_bounded:
         return logits < bounded_cutoff(logits, st)
-    if top_p_mode(logits.is_cuda) == "sort":
+    if top_p_mode() == "sort":
         return _sorted_mask(logits, st)
     # rows in the bound are left to bounded_cutoff only where st says there are some
     bounded = TOPK_BOUND if st.any_top_k_bounded else 0
