@@ -36,6 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.layers.cutoff_search import EXP2_COEFFS, FIXED_POINT_BITS, LOG2E
 
 BLOCK = 2048          # elements per iteration of the mass pass
@@ -129,7 +130,7 @@ def _top_k_kth(hist_ptr, k, bounded, V, TOPK: tl.constexpr):
 @triton.jit(do_not_specialize=["j", "seg_len", "nseg"])
 def _pass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, z_ptr, buf_ptr, cnt_ptr, hist_ptr,
                  j, seg_len, nseg, COUNT: tl.constexpr, FROM_X: tl.constexpr, WRITE: tl.constexpr,
-                 BLOCK_H: tl.constexpr):
+                 BLOCK_H: tl.constexpr, PDL: tl.constexpr):
     """Radix pass j of a (row, segment): the keys in the interval [lo, lo + 16 x 2^shift) (shift
     = 28 - 4j; lo replayed from passes 0..j-1) add their weight (1 with COUNT, else the fixed-point
     mass) to 16 bins, added into the row's histogram of pass j. FROM_X: the segment's elements are
@@ -147,6 +148,7 @@ def _pass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, z_ptr
     else:
         p = tl.load(top_p_ptr + row)
         active = ((k <= 0) | (k > bounded)) & (p < 1.0)
+    pdl_wait(PDL)              # top_k / top_p were read above: no launch of this chain writes them
     if active:
         if COUNT:
             target = k
@@ -194,13 +196,14 @@ def _pass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, z_ptr
 
 @triton.jit(do_not_specialize=["seg_len", "nseg"])
 def _mass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_ptr, buf_ptr, z_ptr, cnt_ptr,
-                 hist_ptr, seg_len, nseg, TOPK: tl.constexpr, BLOCK: tl.constexpr):
+                 hist_ptr, seg_len, nseg, TOPK: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """A (row, segment)'s mass of what top-k keeps (z) and its top-p candidates (module docstring),
     for rows top-p cuts; segment 0 stores the row's top-k cutoff key for `_final_kernel`."""
     row = tl.program_id(0).to(tl.int64)
     seg = tl.program_id(1)
     k = tl.load(top_k_ptr + row)
     p = tl.load(top_p_ptr + row)
+    pdl_wait(PDL)
     kth = _top_k_kth(hist_ptr + row * (2 * _PASSES * 16), k, bounded, V, TOPK)
     if seg == 0:
         tl.store(kth_ptr + row, kth)
@@ -228,13 +231,14 @@ def _mass_kernel(x_ptr, stride_x, V, top_k_ptr, top_p_ptr, bounded, m_ptr, kth_p
 
 
 @triton.jit(do_not_specialize=["nseg"])
-def _final_kernel(V, top_k_ptr, top_p_ptr, bounded, kth_ptr, z_ptr, hist_ptr, nseg, out_ptr):
+def _final_kernel(V, top_k_ptr, top_p_ptr, bounded, kth_ptr, z_ptr, hist_ptr, nseg, out_ptr, PDL: tl.constexpr):
     """A row's cutoff value: the larger of top-k's and top-p's keys (-inf for rows left to the
     caller)."""
     row = tl.program_id(0).to(tl.int64)
     k = tl.load(top_k_ptr + row)
     p = tl.load(top_p_ptr + row)
     mine = (k <= 0) | (k > bounded)
+    pdl_wait(PDL)
     kth = tl.load(kth_ptr + row)
     t = kth * 0
     if mine & (p < 1.0):
@@ -279,18 +283,19 @@ def top_k_top_p_cutoff_cuda(logits: torch.Tensor, top_k: torch.Tensor, top_p: to
     kth = torch.empty(N, dtype=torch.int64, device=dev)
     hist = torch.zeros(N, 2, PASSES, 16, dtype=torch.int64, device=dev)
     args = (logits, logits.stride(0), V, top_k, top_p, bounded, m, z, buf, cnt, hist)
-    opts = dict(BLOCK_H=BLOCK_H, num_warps=num_warps, enable_fp_fusion=False)
+    pdl = pdl_launch(dev)                     # each launch waits for the one before (kernels/pdl.py)
+    opts = dict(BLOCK_H=BLOCK_H, num_warps=num_warps, enable_fp_fusion=False, **pdl)
     if any_large_k:
         for j in range(PASSES):
             _pass_kernel[(N, nseg)](*args, j, seg_len, nseg, COUNT=True, FROM_X=j < 2, WRITE=0 < j < PASSES - 1,
                                     **opts)
     _mass_kernel[(N, nseg)](logits, logits.stride(0), V, top_k, top_p, bounded, m, kth, buf, z, cnt, hist,
                             seg_len, nseg, TOPK=any_large_k, BLOCK=BLOCK, num_warps=num_warps,
-                            enable_fp_fusion=False)
+                            enable_fp_fusion=False, **pdl)
     for j in range(PASSES):
         _pass_kernel[(N, nseg)](*args, j, seg_len, nseg, COUNT=False, FROM_X=False, WRITE=0 < j < PASSES - 1,
                                 **opts)
-    _final_kernel[(N,)](V, top_k, top_p, bounded, kth, z, hist, nseg, out, num_warps=1)
+    _final_kernel[(N,)](V, top_k, top_p, bounded, kth, z, hist, nseg, out, num_warps=1, **pdl)
     if trace is not None:
         trace.update(m=m, kth=kth, z=z, cnt=cnt, seg_len=seg_len, nseg=nseg, hist=hist)
     return out
