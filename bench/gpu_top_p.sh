@@ -11,6 +11,10 @@
 #   decode  bench/sampled_decode.py, qwen3-8b, batch 1 / 16 / 64, greedy and Llama's t0.6 p0.9, with
 #           TURBOSPEC_TOP_P=sort then kernel, twice alternating
 #   codelm  the same on codelm-12m (vocab 8192), prompt 128 + gen 128
+#   drawtests  Mode.TOP_P_DRAW (top-p alone drawn in the advance kernel): its GPU tests (law of the draw and
+#           of the seeded filter variant, greedy rows kept, start-up variants), then bench/topk_draw_cost.py
+#   drawdecode  bench/sampled_decode.py, qwen3-8b, greedy and t0.6 p0.9, TURBOSPEC_TOP_P_DRAW=0 / 1 alternating
+#   drawcodelm  the same on codelm-12m
 #   OUT=/path bash bench/gpu_top_p.sh kernel cost tests decode codelm
 set -u
 cd "$(dirname "$0")/.."
@@ -42,6 +46,20 @@ for part in "$@"; do
                 --shape models/codelm-12m --prompt-len 128 --gen-len 128 --batch-sizes 1,16,64 \
                 --settings "greedy,t0.6 p0.9" --repeats 2
             done 2>&1 | tee "$OUT/codelm.txt" ;;
-    *)      echo "unknown part $part (kernel, tests, cost, decode, codelm)" ;;
+    drawtests) PYTHONPATH=. timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_top_p_gpu.py \
+              -k "alone or seeded" tests/gpu/test_default_variants_gpu.py tests/gpu/test_sampled_bursts_gpu.py \
+              > "$OUT/drawtests.txt" 2>&1
+            tail -3 "$OUT/drawtests.txt"
+            PYTHONPATH=. timeout 100 python3 bench/topk_draw_cost.py 2>&1 | tee "$OUT/drawcost.txt" ;;
+    drawdecode) for m in 0 1 0 1; do
+              echo "### TURBOSPEC_TOP_P_DRAW=$m"; TURBOSPEC_TOP_P_DRAW=$m PYTHONPATH=. timeout 140 python3 $S \
+                --shape qwen3-8b --batch-sizes 1,16,64 --settings "greedy,t0.6 p0.9" --repeats 1
+            done 2>&1 | tee "$OUT/drawdecode.txt" ;;
+    drawcodelm) for m in 0 1 0 1; do
+              echo "### TURBOSPEC_TOP_P_DRAW=$m"; TURBOSPEC_TOP_P_DRAW=$m PYTHONPATH=. timeout 100 python3 $S \
+                --shape models/codelm-12m --prompt-len 128 --gen-len 128 --batch-sizes 1,16,64 \
+                --settings "greedy,t0.6 p0.9" --repeats 2
+            done 2>&1 | tee "$OUT/drawcodelm.txt" ;;
+    *)      echo "unknown part $part (kernel, tests, cost, decode, codelm, drawtests, drawdecode, drawcodelm)" ;;
   esac
 done

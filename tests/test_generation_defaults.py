@@ -70,7 +70,7 @@ def test_server_fills_unset_fields_from_the_file(tmp_path):
 
 @pytest.mark.parametrize("defaults,want", [
     ({}, []),
-    ({"temperature": 0.6, "top_p": 0.9}, []),                                       # Llama 3: FILTER, captured anyway
+    ({"temperature": 0.6, "top_p": 0.9}, [("TOP_P_DRAW", False)]),                  # Llama 3: top-p alone
     ({"temperature": 0.6, "top_p": 0.95, "top_k": 20}, [("TOPK_DRAW", False)]),     # Qwen3
     ({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05},   # Qwen2.5
      [("TOPK_DRAW", True), ("GREEDY", True)]),

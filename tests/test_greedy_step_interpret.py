@@ -16,7 +16,7 @@ from tests.triton_interpret import interpreter_shim, needs_triton, run_case
 
 
 @needs_triton
-@pytest.mark.parametrize("case", ["advance", "sample"])
+@pytest.mark.parametrize("case", ["advance", "sample", "cutoff"])
 def test_greedy_step_interpreted(case):
     run_case(__file__, case, timeout=600)      # sample: 3,000 rows, ~270 s alone in the interpreter
 
@@ -109,6 +109,57 @@ def run_sample():
         obs = torch.cat([counts[top], (counts.sum() - counts[top].sum()).unsqueeze(0)])
         exp = torch.cat([law[top], (1 - law[top].sum()).unsqueeze(0)]) * counts.sum()
         assert chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-4, (t, obs, exp)
+
+
+def run_cutoff():
+    """cutoff= (Mode.TOP_P_DRAW): on x / T and each row's top-p cutoff from the burst's own
+    `BurstSampling.cutoffs`, a sampled row's token is exactly the first index of the largest x + g
+    (the kernel's Gumbel noise) over x >= cutoff, i.e. over compute_probs' support; a greedy row the
+    argmax; top-p 1 keeps every token; the advance as without a cutoff; bad dtypes refused."""
+    from tests.test_topk_draw_interpret import _gumbel
+    from turbospec.engine.burst_sampling import BurstSampling, Mode
+    from turbospec.kernels.greedy_step import greedy_advance
+    from turbospec.layers.sampler import SamplingTensors, compute_probs
+    from turbospec.sampling_params import SamplingParams
+    V, bs = 1500, 16                                                   # 3 chunks of 512
+    g = torch.Generator().manual_seed(4)
+    logits = (torch.randn(6, V, generator=g) * 3).to(torch.bfloat16)
+    logits[2, 1000:1030] = 30.0                                        # a tie top-p cuts inside: kept whole
+    params = [SamplingParams(temperature=t, top_p=p) for t, p in ((0.6, 0.9), (1.0, 0.5), (0.8, 0.3),
+                                                                   (1.3, 1.0), (0.7, 1e-9))]
+    params.append(SamplingParams(temperature=0.0))
+    b = len(params)
+    sampling = BurstSampling(b, 1, torch.device("cpu"))
+    assert sampling.set(params, b) == Mode.TOP_P_DRAW
+    scaled, cutoff = sampling.cutoffs(logits, b, torch.zeros(b, dtype=torch.long))
+    kept = compute_probs(logits, SamplingTensors.from_params(params, None, "cpu")) > 0
+    assert int(kept[2].sum()) == 30 and int(kept[3].sum()) == V and int(kept[4].sum()) == 1
+    tables = torch.zeros(b, 4, dtype=torch.int32)
+    valid = torch.ones(b, dtype=torch.bool)
+    draws = set()
+    for seed in (21, 22, 23):
+        out, ids, slots = (torch.zeros(b, dtype=torch.long) for _ in range(3))
+        p, sl = torch.full((b,), 5, dtype=torch.long), torch.full((b,), 6, dtype=torch.int32)
+        greedy_advance(scaled, out, ids, p, sl, valid, tables, slots, bs,
+                       sample=sampling.kernel_args(b, 0)[:2] + (torch.tensor([seed]),), cutoff=cutoff)
+        assert torch.equal(ids, out) and bool((p == 6).all()) and bool((sl == 7).all())
+        noise = _gumbel(seed, b * V).view(b, V)
+        for r in range(b - 1):
+            score = torch.where(scaled[r] >= cutoff[r], scaled[r] + noise[r], float("-inf"))
+            want = int(torch.nonzero(score == score.max())[0])
+            assert int(out[r]) == want and bool(kept[r, want]), (seed, r, int(out[r]), want)
+        assert int(out[b - 1]) == int(logits[b - 1].float().argmax())
+        draws.add(tuple(out.tolist()))
+    assert len(draws) > 1
+    for bad in (dict(cutoff=cutoff.double()), dict(logits=logits)):
+        args = dict(logits=scaled, cutoff=cutoff) | bad
+        try:
+            greedy_advance(args["logits"], out, ids, p, sl, valid, tables, slots, bs,
+                           sample=sampling.kernel_args(b, 0)[:2] + (torch.tensor([1]),), cutoff=args["cutoff"])
+        except ValueError as e:
+            assert "float32" in str(e), e
+        else:
+            raise AssertionError(f"{bad.keys()} was not refused")
 
 
 if __name__ == "__main__":

@@ -49,9 +49,12 @@ FILTERS = [dict(temperature=0.8, top_p=0.9, top_k=40), dict(temperature=0.0),   
 TEMPERATURES = [dict(temperature=0.8), dict(temperature=0.0), dict(temperature=1.3), dict(temperature=0.6)]
 TOPKS = [dict(temperature=0.6, top_p=0.95, top_k=20), dict(temperature=0.0),     # Qwen3's defaults: no sort
          dict(temperature=1.1, top_k=5, min_p=0.05), dict(temperature=0.9, top_k=128, top_p=0.5)]
+TOP_PS = [dict(temperature=0.8, top_p=0.9), dict(temperature=0.0),                # Llama's defaults' kind
+          dict(temperature=1.3, top_p=0.5), dict(temperature=0.6)]
 
 
-@pytest.mark.parametrize("settings,mode", [(FILTERS, Mode.FILTER), (TEMPERATURES, Mode.SAMPLE), (TOPKS, Mode.TOPK)])
+@pytest.mark.parametrize("settings,mode", [(FILTERS, Mode.FILTER), (TEMPERATURES, Mode.SAMPLE), (TOPKS, Mode.TOPK),
+                                           (TOP_PS, Mode.TOP_P_DRAW)])
 @pytest.mark.parametrize("batch", [1, 2, 4])                    # buckets: the noise tensors have equal shapes
 def test_sampled_bursts_equal_single_steps(engines, batch, settings, mode):
     single, burst = engines
@@ -188,3 +191,46 @@ def test_filter_variants_follow_the_rows_top_k():
     assert Mode.of([sp(top_k=65), sp(top_k=20)]) == Mode.TOPK                      # past DRAW_BOUND
     assert Mode.of([sp(top_k=20, top_p=0.95), sp(top_p=0.9)]) == Mode.MIXED           # both, per row
     assert Mode.of([sp(top_k=500)]) == Mode.FILTER and Mode.of([sp()]) == Mode.SAMPLE
+    # top-p alone (temperature-only and greedy rows beside it) is drawn in the advance kernel (CUDA)
+    assert Mode.of([sp(top_p=0.9), sp(), SamplingParams(temperature=0.0)]) == Mode.TOP_P_DRAW
+    assert Mode.of([sp(top_p=0.9, seed=1)]) == Mode.FILTER                        # a seed: single steps' tokens
+    assert Mode.of([sp(top_p=0.9), sp(top_k=500)]) == Mode.FILTER                  # top-k past the bound
+    assert Mode.of([sp(top_p=0.9, min_p=0.1)]) == Mode.FILTER
+
+
+def test_top_p_alone_is_filter_under_the_sort(monkeypatch):
+    """TURBOSPEC_TOP_P=sort cuts inside ties: no cutoff value describes its mask, so no draw."""
+    monkeypatch.setenv("TURBOSPEC_TOP_P", "sort")
+    assert Mode.of([SamplingParams(temperature=0.8, top_p=0.9)]) == Mode.FILTER
+
+
+def test_top_p_draw_cutoffs_are_compute_probs_support():
+    """What Mode.TOP_P_DRAW hands the advance kernel: x / T with compute_probs' bits, and cutoffs
+    whose kept set x / T >= cutoff is exactly the support compute_probs gives each sampled row
+    (ties at the boundary, a flat row, -inf logits, top-p 1, temperature-only rows)."""
+    from turbospec.engine.burst_sampling import BurstSampling
+    from turbospec.layers.sampler import SamplingTensors, compute_probs
+    V = 3000
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(8, V, generator=g) * 3
+    logits[1] = 0.0                                                   # flat: every token stays
+    logits[2] = logits[2] * 0.1
+    logits[2, :40] = 8.0                                              # a 40-way tie, top-p cuts inside it
+    logits[3, ::3] = float("-inf")
+    logits = logits.to(torch.bfloat16)
+    params = [SamplingParams(temperature=t, top_p=p) for t, p in
+              ((0.6, 0.9), (1.0, 0.5), (0.8, 0.3), (1.3, 0.95), (0.7, 1.0), (1.0, 0.05), (0.9, 0.999))]
+    params.append(SamplingParams(temperature=0.0))
+    assert Mode.of(params) == Mode.TOP_P_DRAW
+    bs = BurstSampling(len(params), 2, torch.device("cpu"))
+    b = bs.set(params, len(params))
+    assert b == Mode.TOP_P_DRAW
+    scaled, cutoff = bs.cutoffs(logits, len(params), torch.zeros(len(params), dtype=torch.long))
+    st = SamplingTensors.from_params(params, None, "cpu")
+    want = logits.float() / st.temperature.unsqueeze(-1)
+    assert scaled.dtype == torch.float32 and torch.equal(scaled, want)
+    kept = compute_probs(logits, st) > 0                                                # [N, V]
+    for r in range(len(params) - 1):
+        assert torch.equal(scaled[r] >= cutoff[r], kept[r]), (r, int(kept[r].sum()))
+    assert int(kept[2].sum()) == 40 and int(kept[1].sum()) == V and int(kept[4].sum()) == V
+    assert not bool(kept[3, ::3].any()) and 0 < int(kept[0].sum()) < V and int(kept[5].sum()) >= 1

@@ -4,6 +4,7 @@ temperature 1 alone runs the Gumbel-max advance kernel, the others compute_probs
 noise differs from eager steps', so tokens are compared in law, not one by one)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -40,7 +41,9 @@ def test_cuda_sampled_bursts_keep_greedy_rows_greedy(llm):
     greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     one = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=1)
     want = [o.outputs[0].token_ids for o in one.generate(PROMPTS, greedy)]
-    for hot, mode in ((SamplingParams(temperature=0.9, top_p=0.9, max_tokens=40, ignore_eos=True), Mode.FILTER),
+    for hot, mode in ((SamplingParams(temperature=0.9, top_p=0.9, max_tokens=40, ignore_eos=True), Mode.TOP_P_DRAW),
+                      (SamplingParams(temperature=0.9, top_p=0.9, min_p=0.02, max_tokens=40, ignore_eos=True),
+                       Mode.FILTER),
                       (SamplingParams(temperature=1.3, max_tokens=40, ignore_eos=True), Mode.SAMPLE)):
         seen = _sampled_launches(llm)
         try:
@@ -132,14 +135,16 @@ def test_cuda_sampled_bursts_draw_the_users_distribution(llm, params):
 REST = -1          # every token outside the top 20, as one outcome
 
 
-def second_tokens(llm, sp: SamplingParams) -> tuple[list[int], dict[int, Counter], list[int]]:
+def second_tokens(llm, sp: SamplingParams, seeded: bool = False) -> tuple[list[int], dict[int, Counter], list[int]]:
     """1,024 requests of PROMPTS[0] with `sp` and two tokens each (the first from the prefill step,
     the second from a sampled burst): the prompt's ids, the second tokens' counts grouped by the
-    first token, and the burst variants that ran."""
+    first token, and the burst variants that ran. seeded: request i takes seed i."""
     ids = llm.get_tokenizer().encode(PROMPTS[0])
     seen = _sampled_launches(llm)
     try:
-        outs = [o.outputs[0].token_ids for _ in range(16) for o in llm.generate([{"prompt_token_ids": ids}] * 64, sp)]
+        outs = [o.outputs[0].token_ids for r in range(16)
+                for o in llm.generate([{"prompt_token_ids": ids}] * 64,
+                                      [dataclasses.replace(sp, seed=64 * r + i) for i in range(64)] if seeded else sp)]
     finally:
         llm.llm_engine.burst.__dict__.pop("_launch", None)
     groups: dict[int, Counter] = defaultdict(Counter)

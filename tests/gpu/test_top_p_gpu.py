@@ -1,7 +1,8 @@
 """Sort-free top-p on CUDA (kernels/top_p_kernel.py): at qwen3's vocabulary the kernel's cutoffs
 equal the PyTorch path's on CUDA and on the CPU bit for bit, eagerly and replayed in a CUDA graph;
 seeded top-p-only requests (and top-k past 128) draw the same tokens in decode bursts as in single
-steps, beside a bounded row; burst draws with top-p alone follow the user's law (chi-square)."""
+steps, beside a bounded row; burst draws with top-p alone follow the user's law (chi-square), both
+the unseeded top-p draw (Mode.TOP_P_DRAW) and the seeded filter variant."""
 from __future__ import annotations
 
 import math
@@ -90,15 +91,18 @@ def test_seeded_top_p_bursts_equal_single_steps():
         assert got == want[:len(batch)]
 
 
-def test_top_p_alone_bursts_draw_the_users_distribution():
+@pytest.mark.parametrize("seeded,mode", [(False, Mode.TOP_P_DRAW), (True, Mode.FILTER)])
+def test_top_p_alone_bursts_draw_the_users_distribution(seeded, mode):
     """temperature 1, top-p 0.5 alone: 1,024 requests of one prompt, the second token from a
     sampled burst; grouped by the first token, its counts fit the law the raw logprobs give (the
-    smallest prefix of the top 20 reaching 0.5, renormalised). (top-p 0.8 tested no group on the
-    H200: the top 20 tokens held less than 0.8 of the mass, so the law was unknown.)"""
+    smallest prefix of the top 20 reaching 0.5, renormalised). Unseeded requests run the top-p
+    draw (cutoffs, then Gumbel-max in the advance kernel), seeded ones (request i seed i)
+    compute_probs and the race. (top-p 0.8 tested no group on the H200: the top 20 tokens held less
+    than 0.8 of the mass, so the law was unknown.)"""
     llm = LLM(MODEL, device="cuda", dtype="float32", num_scheduler_steps=8)
     sp = SamplingParams(temperature=1.0, top_p=0.5, max_tokens=2, ignore_eos=True)
-    ids, groups, seen = second_tokens(llm, sp)
-    assert Mode.FILTER in seen
+    ids, groups, seen = second_tokens(llm, sp, seeded)
+    assert mode in seen and set(seen) == {mode}, seen
     tested = 0
     for t0, counts in groups.items():
         n = sum(counts.values())

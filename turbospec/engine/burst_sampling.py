@@ -1,12 +1,15 @@
 """How a decode burst (engine/multistep.py) picks each step's token: its graph variant (`Mode`)
 and the rows' sampling settings in device buffers (`BurstSampling`).
 
-Six variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
+Seven variants per bucket: greedy (the argmax, `kernels.greedy_step` on CUDA); sample, when rows
 sample at a temperature alone; filter, when any row also has a min-p, top-k or top-p; topk, filter
 when every sampled row has a top-k of at most 128 (a partial top-k); mixed, when some do; topk_draw,
 topk without min-p or seeds and with top-k <= 64 (Qwen3's defaults), which on CUDA the advance
 kernel draws from the logits in one launch (`kernels.topk_draw`: Gumbel-max over the tokens top-k /
-top-p keep; elsewhere it runs as topk). Every sampled variant draws from the user's distribution,
+top-p keep; elsewhere it runs as topk); top_p_draw, filter with top-p alone (no top-k, min-p or
+seed: Llama's and DeepSeek's defaults), which on CUDA finds each row's cutoff on x / T
+(`top_k_top_p_cutoffs`) and draws in the advance kernel (`greedy_advance` with a cutoff: Gumbel-max
+over x / T >= cutoff; elsewhere it runs as filter). Every sampled variant draws from the user's distribution,
 each row's settings in device buffers. Filter
 runs `layers/sampler.compute_probs` on the same logits a single step sees (min-p and the top-k /
 top-p cutoff of layers/top_k_top_p.py always on: a row with a filter off is left unchanged) and
@@ -24,11 +27,14 @@ import torch
 
 from turbospec.layers.sampler import SamplingTensors, compute_probs, race_scores
 from turbospec.layers.moe import env_switch
-from turbospec.layers.top_k_top_p import DRAW_BOUND
+from turbospec.layers.cutoff_search import top_p_mode
+from turbospec.layers.top_k_top_p import DRAW_BOUND, top_k_top_p_cutoffs
 from turbospec.sampling_params import SamplingParams
 
 # Mode.TOPK_DRAW for batches it can draw (`Mode.of_host`); TURBOSPEC_TOPK_DRAW=0: Mode.TOPK instead
 TOPK_DRAW = env_switch("TURBOSPEC_TOPK_DRAW")
+# Mode.TOP_P_DRAW likewise; TURBOSPEC_TOP_P_DRAW=0: Mode.FILTER instead
+TOP_P_DRAW = env_switch("TURBOSPEC_TOP_P_DRAW")
 
 
 class Mode:
@@ -37,10 +43,12 @@ class Mode:
     a partial top-k, no search over the vocabulary; MIXED for batches with such rows and others
     (both paths, picked per row). TOPK_DRAW is TOPK without seeds or min-p and with top-k <= 64
     (top_k_top_p.DRAW_BOUND): on CUDA the advance kernel draws it from the logits
-    (`kernels.topk_draw`), elsewhere it runs as TOPK. ALL are captured at start-up, the others at
+    (`kernels.topk_draw`), elsewhere it runs as TOPK. TOP_P_DRAW is FILTER without top-k, min-p or
+    seeds (top-p alone, beside temperature-only and greedy rows): on CUDA the advance kernel draws it
+    from x / T and each row's cutoff, elsewhere it runs as FILTER. ALL are captured at start-up, the others at
     their first use (or at start-up when the model's sampling defaults need them:
     `default_variants`)."""
-    GREEDY, SAMPLE, FILTER, TOPK, MIXED, TOPK_DRAW = 0, 1, 2, 3, 4, 5
+    GREEDY, SAMPLE, FILTER, TOPK, MIXED, TOPK_DRAW, TOP_P_DRAW = 0, 1, 2, 3, 4, 5, 6
     ALL = (GREEDY, SAMPLE, FILTER)       # argmax / temperature only / min-p, top-k, top-p too
 
     @staticmethod
@@ -57,14 +65,18 @@ class Mode:
         if st.all_top_k_bounded:
             drawn = TOPK_DRAW and not st.any_seeded and st.min_p is None and st.max_top_k <= DRAW_BOUND
             return Mode.TOPK_DRAW if drawn else Mode.TOPK
-        return Mode.MIXED if st.any_top_k_bounded else Mode.FILTER
+        if st.any_top_k_bounded:
+            return Mode.MIXED
+        drawn = (TOP_P_DRAW and not st.any_seeded and st.min_p is None and not st.any_top_k
+                 and top_p_mode() != "sort")
+        return Mode.TOP_P_DRAW if drawn else Mode.FILTER
 
 
 def default_variants(defaults: dict) -> list[tuple[int, bool]]:
     """The (Mode, penalized) graph variants beyond the start-up set (Mode.ALL, unpenalized) that
     requests leaving their sampling settings to the model's generation_config.json defaults
     (`generation_defaults.read_sampling_defaults`) decode in. Qwen3's (t 0.6, top-p 0.95, top-k 20)
-    need TOPK; Qwen2.5's repetition_penalty 1.05 the penalized variant of its mode, and of GREEDY
+    need TOPK_DRAW, Llama 3's (t 0.6, top-p 0.9) TOP_P_DRAW; Qwen2.5's repetition_penalty 1.05 the penalized variant of its mode, and of GREEDY
     (requests that set temperature 0 keep the default penalty). The engine captures them at
     start-up, so no such request waits for a capture at each new batch bucket."""
     p = SamplingParams(**defaults)
@@ -98,7 +110,7 @@ class BurstSampling:
     def tensors(self, b: int, mode: int, pos: torch.Tensor) -> SamplingTensors:
         """The first b rows of the settings; Mode.FILTER, TOPK (and TOPK_DRAW, off CUDA) and MIXED turn
         every filter's path on (FILTER the whole-vocabulary cutoff alone, TOPK the bounded top-k alone,
-        MIXED both).
+        MIXED both); TOP_P_DRAW the whole-vocabulary top-p alone (no row has a top-k, min-p or seed).
         pos [b]: the rows' positions (the token drawn at this step sits at index pos + 1)."""
         st, f = self.st, mode in (Mode.FILTER, Mode.TOPK, Mode.MIXED, Mode.TOPK_DRAW)
         counter = {}
@@ -106,10 +118,11 @@ class BurstSampling:
             counter = dict(seed_keys=self.seed_keys[:b], token_index=pos + 1, seeded=self.seeded[:b],
                            any_seeded=True)
         return SamplingTensors(st.temperature[:b], st.top_k[:b], st.top_p[:b], st.greedy[:b], [None] * b,
-                               st.min_p[:b] if f else None, any_top_k=f, any_top_p=f,
+                               st.min_p[:b] if f else None, any_top_k=f,
+                               any_top_p=f or mode == Mode.TOP_P_DRAW,
                                any_top_k_bounded=mode in (Mode.TOPK, Mode.MIXED, Mode.TOPK_DRAW),
                                all_top_k_bounded=mode in (Mode.TOPK, Mode.TOPK_DRAW),
-                               **counter)
+                               any_top_k_unbounded=mode != Mode.TOP_P_DRAW, **counter)
 
     def scores(self, logits: torch.Tensor, b: int, mode: int, pos: torch.Tensor) -> torch.Tensor:
         """[b, V] scores whose row argmax is the next token: the logits (greedy), or the user's
@@ -120,8 +133,16 @@ class BurstSampling:
         return race_scores(compute_probs(logits, st), st)                                  # [b, V] fp32
 
     def kernel_args(self, b: int, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Mode.SAMPLE on CUDA: what `greedy_advance` draws step j's tokens with."""
+        """Mode.SAMPLE and TOP_P_DRAW on CUDA: what `greedy_advance` draws step j's tokens with."""
         return self.st.temperature[:b], self.st.greedy[:b], self.seeds[j:j + 1]
+
+    def cutoffs(self, logits: torch.Tensor, b: int, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mode.TOP_P_DRAW on CUDA: [b, V] logits -> (x / T [b, V] float32, cutoff [b] float32), the
+        scaled logits and the top-p cutoffs compute_probs masks them with (its very ops: the same bits),
+        for `greedy_advance(..., cutoff=)` to draw among x / T >= cutoff."""
+        st = self.tensors(b, Mode.TOP_P_DRAW, pos)
+        scaled = logits.float() / st.temperature.unsqueeze(-1)                             # [b, V]
+        return scaled, top_k_top_p_cutoffs(scaled, st).squeeze(-1)                         # [b]
 
     def draw_args(self, b: int, j: int) -> tuple[torch.Tensor, ...]:
         """Mode.TOPK_DRAW on CUDA: what `topk_draw_advance` draws step j's tokens with."""

@@ -113,6 +113,9 @@ class DecodeBurst:
                     topk_draw_advance(logits, *rows, self.sampling.draw_args(b, j))
                 elif mode == Mode.SAMPLE:                                  # drawn in the kernel
                     greedy_advance(logits, *rows, self.sampling.kernel_args(b, j))
+                elif mode == Mode.TOP_P_DRAW:                              # cutoffs, then drawn in the kernel
+                    scaled, cutoff = self.sampling.cutoffs(logits, b, pos)
+                    greedy_advance(scaled, *rows, self.sampling.kernel_args(b, j), cutoff=cutoff)
                 else:
                     greedy_advance(self.sampling.scores(logits, b, mode, pos), *rows)         # [b, V] scores
                 if pen:
@@ -235,7 +238,7 @@ class DecodeBurst:
         tables = self._pin(tables)
         self.block_tables[:b].zero_()
         self.block_tables[:b, :width].copy_(tables.to(self.device, non_blocking=True))
-        if mode in (Mode.SAMPLE, Mode.TOPK_DRAW) and self.device.type == "cuda":
+        if mode in (Mode.SAMPLE, Mode.TOPK_DRAW, Mode.TOP_P_DRAW) and self.device.type == "cuda":
             self.sampling.new_seeds()
         if (b, L, mode, pen) in self.graphs:
             self.graphs[(b, L, mode, pen)].replay()

@@ -22,6 +22,12 @@ Gumbel-max trick, which draws token v with probability softmax(x / T)[v], the la
 gives at a temperature alone, in the same read of the logits. The noise is Philox (`tl.rand`)
 keyed by the step's `seed` (a device scalar the engine refills with fresh random bits at every
 burst launch) at counter row * V + v: independent across rows, steps and launches.
+
+`cutoff` (with `sample`): the top-p burst (Mode.TOP_P_DRAW). The logits are compute_probs' own x / T
+(float32, divided by PyTorch) and cutoff[r] the row's top-k / top-p cutoff on them
+(layers/top_k_top_p.top_k_top_p_cutoffs, whose mask is x < cutoff): a sampled row takes the argmax
+of x + Gumbel noise over x >= cutoff[r] alone, which draws softmax of the kept x, compute_probs'
+law, without its [b, V] probabilities, mask and noise tensors.
 """
 from __future__ import annotations
 
@@ -53,9 +59,9 @@ def _advance(row, best_i, out_ptr, ids_ptr, pos_ptr, seq_lens_ptr, valid_ptr, bl
 def _greedy_advance_kernel(logits_ptr, stride_l, V, part_v, part_i, lock_ptr,
                            out_ptr, ids_ptr, pos_ptr, seq_lens_ptr, valid_ptr,
                            block_tables_ptr, stride_bt, max_blocks, slots_ptr, block_size,
-                           temp_ptr, greedy_ptr, seed_ptr,
+                           temp_ptr, greedy_ptr, seed_ptr, cut_ptr,
                            CHUNK: tl.constexpr, CHUNKS_PAD: tl.constexpr, SAMPLE: tl.constexpr,
-                           PDL: tl.constexpr):
+                           CUT: tl.constexpr, PDL: tl.constexpr):
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1)
@@ -64,7 +70,10 @@ def _greedy_advance_kernel(logits_ptr, stride_l, V, part_v, part_i, lock_ptr,
     x = tl.load(logits_ptr + row * stride_l + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
     if SAMPLE:                        # Gumbel-max: argmax(x / T + g), g = -log(-log u), u ~ U[0, 1)
         u = tl.rand(tl.load(seed_ptr), (row * V + offs).to(tl.int32))
-        noisy = x / tl.load(temp_ptr + row) - tl.log(-tl.log(u))            # u = 0: -inf, never drawn
+        if CUT:                       # x is x / T already; only x >= the row's cutoff may be drawn
+            noisy = tl.where(x >= tl.load(cut_ptr + row), x - tl.log(-tl.log(u)), float("-inf"))
+        else:
+            noisy = x / tl.load(temp_ptr + row) - tl.log(-tl.log(u))        # u = 0: -inf, never drawn
         x = tl.where(tl.load(greedy_ptr + row) != 0, x, noisy)
     m = tl.max(x, 0)
     i = tl.argmax(x, 0, tie_break_left=True).to(tl.int32) + c * CHUNK
@@ -121,14 +130,24 @@ def check_advance_args(b: int, noise_V: int, seed: torch.Tensor | None = None, *
 def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor,
                    seq_lens: torch.Tensor, valid: torch.Tensor, block_tables: torch.Tensor,
                    slots: torch.Tensor, block_size: int,
-                   sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
+                   sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                   cutoff: torch.Tensor | None = None) -> None:
     """logits [b, V] (any float dtype); out, ids, pos, slots [b] int64; seq_lens [b] int32; valid [b]
     bool; block_tables [b, W] int32 — all updated in place (see the module docstring). Capture-safe.
     sample: (temperature [b] float32, greedy [b] bool, seed [1] int64) draws the sampled rows'
-    tokens at their temperature instead of taking the argmax."""
+    tokens at their temperature instead of taking the argmax. cutoff [b] float32 (with sample): the
+    logits are already x / T (float32) and a sampled row draws among x >= cutoff[r] (module
+    docstring); the temperature is then not read."""
     b, V = logits.shape
     temperature, greedy, seed = sample if sample is not None else (valid, valid, None)   # unread without sample
     noise = dict(temperature=temperature, greedy=greedy) if sample is not None else {}
+    if cutoff is not None:
+        if sample is None:
+            raise ValueError("greedy_advance: a cutoff needs sample=(temperature, greedy, seed)")
+        noise["cutoff"] = cutoff
+        if cutoff.dtype != torch.float32 or logits.dtype != torch.float32:
+            raise ValueError(f"greedy_advance: cutoff draws take float32 x / T and cutoffs, got "
+                             f"{logits.dtype} logits and {cutoff.dtype} cutoffs")
     check_advance_args(b, V if sample is not None else 0, seed, out=out, ids=ids, pos=pos, slots=slots,
                        seq_lens=seq_lens, valid=valid, **noise)
     if b == 0:
@@ -144,5 +163,5 @@ def greedy_advance(logits: torch.Tensor, out: torch.Tensor, ids: torch.Tensor, p
         logits, logits.stride(0), V, part_v, part_i, arrival_counters(b, logits.device),
         out, ids, pos, seq_lens, valid.view(torch.uint8), block_tables,
         block_tables.stride(0), block_tables.shape[1], slots, block_size, temperature, greedy, seed,
-        CHUNK=chunk, CHUNKS_PAD=triton.next_power_of_2(chunks), SAMPLE=sample is not None, num_warps=4,
-        **pdl_launch(logits.device))
+        cutoff if cutoff is not None else temperature, CHUNK=chunk, CHUNKS_PAD=triton.next_power_of_2(chunks),
+        SAMPLE=sample is not None, CUT=cutoff is not None, num_warps=4, **pdl_launch(logits.device))

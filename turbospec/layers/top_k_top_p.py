@@ -31,6 +31,14 @@ DRAW_BOUND = 64
 
 def top_k_top_p_mask(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tensor:
     """[N, V] float32 bool, True = token removed (module docstring)."""
+    cutoff = top_k_top_p_cutoffs(logits, st)
+    return _sorted_mask(logits, st) if cutoff is None else logits < cutoff
+
+
+def top_k_top_p_cutoffs(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tensor | None:
+    """[N, V] float32 -> [N, 1] float32 cutoffs: the mask is exactly `logits < cutoff` (-inf: a row
+    keeps everything). None with TURBOSPEC_TOP_P=sort where a row may have top-p over the whole
+    vocabulary: that path cuts inside ties, no cutoff value describes it (`_sorted_mask`)."""
     V = logits.shape[-1]
     k_on = (st.top_k > 0) & (st.top_k < V)                                           # [N]
     if not st.any_top_p:
@@ -38,11 +46,11 @@ def top_k_top_p_mask(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tenso
         max_k = min(V, st.max_top_k)
         vals = torch.topk(logits, max_k, dim=-1).values                              # [N, max_k]
         kth = vals.gather(-1, (st.top_k.clamp(1, max_k) - 1).unsqueeze(-1))          # [N, 1]
-        return (logits < kth) & k_on.unsqueeze(-1)
+        return torch.where(k_on.unsqueeze(-1), kth, float("-inf"))
     if st.all_top_k_bounded:
-        return logits < bounded_cutoff(logits, st)
+        return bounded_cutoff(logits, st)
     if top_p_mode() == "sort":
-        return _sorted_mask(logits, st)
+        return None
     # rows in the bound are left to bounded_cutoff only where st says there are some
     bounded = TOPK_BOUND if st.any_top_k_bounded else 0
     search_k = st.any_top_k_unbounded or (not bounded and st.any_top_k)
@@ -50,7 +58,7 @@ def top_k_top_p_mask(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tenso
     if bounded:
         rows = ((st.top_k > 0) & (st.top_k <= TOPK_BOUND)).unsqueeze(-1)              # [N, 1]
         cutoff = torch.where(rows, bounded_cutoff(logits, st), cutoff)
-    return logits < cutoff
+    return cutoff
 
 
 def bounded_cutoff(logits: torch.Tensor, st: "SamplingTensors") -> torch.Tensor:
