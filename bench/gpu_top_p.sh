@@ -46,10 +46,11 @@ for part in "$@"; do
                 --shape models/codelm-12m --prompt-len 128 --gen-len 128 --batch-sizes 1,16,64 \
                 --settings "greedy,t0.6 p0.9" --repeats 2
             done 2>&1 | tee "$OUT/codelm.txt" ;;
-    drawtests) PYTHONPATH=. timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_top_p_gpu.py \
-              -k "alone or seeded" tests/gpu/test_default_variants_gpu.py tests/gpu/test_sampled_bursts_gpu.py \
-              > "$OUT/drawtests.txt" 2>&1
-            tail -3 "$OUT/drawtests.txt"
+    drawtests) PYTHONPATH=. timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_top_p_gpu.py \
+              -k "alone or seeded" > "$OUT/drawtests.txt" 2>&1
+            PYTHONPATH=. timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_default_variants_gpu.py \
+              tests/gpu/test_sampled_bursts_gpu.py >> "$OUT/drawtests.txt" 2>&1
+            grep -E "passed|failed" "$OUT/drawtests.txt"
             PYTHONPATH=. timeout 100 python3 bench/topk_draw_cost.py 2>&1 | tee "$OUT/drawcost.txt" ;;
     drawdecode) for m in 0 1 0 1; do
               echo "### TURBOSPEC_TOP_P_DRAW=$m"; TURBOSPEC_TOP_P_DRAW=$m PYTHONPATH=. timeout 140 python3 $S \
