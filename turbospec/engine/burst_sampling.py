@@ -76,9 +76,10 @@ def default_variants(defaults: dict) -> list[tuple[int, bool]]:
     """The (Mode, penalized) graph variants beyond the start-up set (Mode.ALL, unpenalized) that
     requests leaving their sampling settings to the model's generation_config.json defaults
     (`generation_defaults.read_sampling_defaults`) decode in. Qwen3's (t 0.6, top-p 0.95, top-k 20)
-    need TOPK_DRAW, Llama 3's (t 0.6, top-p 0.9) TOP_P_DRAW; Qwen2.5's repetition_penalty 1.05 the penalized variant of its mode, and of GREEDY
-    (requests that set temperature 0 keep the default penalty). The engine captures them at
-    start-up, so no such request waits for a capture at each new batch bucket."""
+    need TOPK_DRAW, Llama 3's (t 0.6, top-p 0.9) TOP_P_DRAW; Qwen2.5's repetition_penalty 1.05 the
+    penalized variant of its mode, and of GREEDY (requests that set temperature 0 keep the default
+    penalty). The engine captures them at start-up, so no such request waits for a capture at each
+    new batch bucket."""
     p = SamplingParams(**defaults)
     mode, pen = Mode.of([p]), p.modifies_logits
     out = [(mode, pen)] if pen or mode not in Mode.ALL else []
