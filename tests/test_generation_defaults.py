@@ -70,15 +70,15 @@ def test_server_fills_unset_fields_from_the_file(tmp_path):
 
 @pytest.mark.parametrize("defaults,want", [
     ({}, []),
-    ({"temperature": 0.6, "top_p": 0.9}, [("TOP_P_DRAW", False)]),                  # Llama 3: top-p alone
+    ({"temperature": 0.6, "top_p": 0.9}, []),                                       # Llama 3: TOP_P_DRAW, at start-up
     ({"temperature": 0.6, "top_p": 0.95, "top_k": 20}, [("TOPK_DRAW", False)]),     # Qwen3
     ({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05},   # Qwen2.5
      [("TOPK_DRAW", True), ("GREEDY", True)]),
     ({"temperature": 0.0, "repetition_penalty": 1.1}, [("GREEDY", True)]),
-    ({"temperature": 1.0, "top_k": 500, "top_p": 0.9}, []),                         # over the bound: FILTER
+    ({"temperature": 1.0, "top_k": 500, "top_p": 0.9}, [("FILTER", False)]),        # over the bound: FILTER
 ])
 def test_default_variants_name_what_default_requests_decode_in(defaults, want):
-    """The burst graph variants start-up captures beyond Mode.ALL for requests that leave their
+    """The burst graph variants start-up captures beyond Mode.startup() for requests that leave their
     settings to generation_config.json; each is the variant such a request's burst launches in."""
     from turbospec.engine.burst_sampling import Mode, default_variants
     got = default_variants(defaults)

@@ -45,11 +45,20 @@ class Mode:
     (top_k_top_p.DRAW_BOUND): on CUDA the advance kernel draws it from the logits
     (`kernels.topk_draw`), elsewhere it runs as TOPK. TOP_P_DRAW is FILTER without top-k, min-p or
     seeds (top-p alone, beside temperature-only and greedy rows): on CUDA the advance kernel draws it
-    from x / T and each row's cutoff, elsewhere it runs as FILTER. ALL are captured at start-up, the others at
-    their first use (or at start-up when the model's sampling defaults need them:
-    `default_variants`)."""
+    from x / T and each row's cutoff, elsewhere it runs as FILTER. `startup()`'s are captured at
+    start-up, the others at their first use (or at start-up when the model's sampling defaults need
+    them: `default_variants`)."""
     GREEDY, SAMPLE, FILTER, TOPK, MIXED, TOPK_DRAW, TOP_P_DRAW = 0, 1, 2, 3, 4, 5, 6
-    ALL = (GREEDY, SAMPLE, FILTER)       # argmax / temperature only / min-p, top-k, top-p too
+
+    @staticmethod
+    def startup() -> tuple[int, ...]:
+        """The variants every engine captures at start-up: argmax, temperature alone, and top-p alone
+        (the common client setting, Llama's and DeepSeek's defaults): TOP_P_DRAW, or FILTER where the
+        draw is off (TURBOSPEC_TOP_P_DRAW=0 or TURBOSPEC_TOP_P=sort), which top-p alone then takes.
+        FILTER for seeds, min-p or top-k past the bound is captured at first use (about 0.5 s per
+        batch bucket on qwen3-8b; its kernels are compiled at start-up)."""
+        top_p_alone = Mode.TOP_P_DRAW if TOP_P_DRAW and top_p_mode() != "sort" else Mode.FILTER
+        return Mode.GREEDY, Mode.SAMPLE, top_p_alone
 
     @staticmethod
     def of(params: list[SamplingParams] | None) -> int:
@@ -73,7 +82,7 @@ class Mode:
 
 
 def default_variants(defaults: dict) -> list[tuple[int, bool]]:
-    """The (Mode, penalized) graph variants beyond the start-up set (Mode.ALL, unpenalized) that
+    """The (Mode, penalized) graph variants beyond the start-up set (Mode.startup(), unpenalized) that
     requests leaving their sampling settings to the model's generation_config.json defaults
     (`generation_defaults.read_sampling_defaults`) decode in. Qwen3's (t 0.6, top-p 0.95, top-k 20)
     need TOPK_DRAW, Llama 3's (t 0.6, top-p 0.9) TOP_P_DRAW; Qwen2.5's repetition_penalty 1.05 the
@@ -82,7 +91,7 @@ def default_variants(defaults: dict) -> list[tuple[int, bool]]:
     new batch bucket."""
     p = SamplingParams(**defaults)
     mode, pen = Mode.of([p]), p.modifies_logits
-    out = [(mode, pen)] if pen or mode not in Mode.ALL else []
+    out = [(mode, pen)] if pen or mode not in Mode.startup() else []
     if pen and mode != Mode.GREEDY:
         out.append((Mode.GREEDY, True))
     return out

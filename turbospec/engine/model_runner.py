@@ -75,7 +75,7 @@ class ModelRunner:
 
     def make_burst(self, num_steps: int, max_batch: int, max_model_len: int, capture: bool,
                    extra: list[tuple[int, bool]] = ()):
-        """Decode bursts of num_steps; capture: their graphs now, Mode.ALL's and `extra`'s variants."""
+        """Decode bursts of num_steps; capture: their graphs now, Mode.startup()'s and `extra`'s variants."""
         from turbospec.engine.multistep import DecodeBurst
         max_len = max_model_len + num_steps
         burst = DecodeBurst(self.model, num_steps, max_batch, -(-max_len // self.block_size), self.block_size,

@@ -7,8 +7,9 @@ when it cannot change the result: every running sequence is a plain decode with 
 token to go; stop rules are applied to the returned tokens afterwards, and tokens past a stop are
 dropped (their KV lies in blocks freed with the sequence). Logit bias, penalties and min_tokens
 run inside the burst on device state (engine/burst_penalties.py) in a penalized variant of each
-graph; it and the TOPK variants are captured the first time a bucket needs them, or at start-up
-for the variants the model's sampling defaults need (`burst_sampling.default_variants`).
+graph; it and the variants beyond `Mode.startup()` are captured the first time a bucket needs
+them, or at start-up for the variants the model's sampling defaults need
+(`burst_sampling.default_variants`).
 
 Logprobs: each step copies the raw logits of up to MAX_LOGPROB_ROWS rows (`lp_rows`, set at each
 launch) into a [n, rows, V] buffer; after the launch, the logprobs of the rows that asked for them
@@ -141,11 +142,11 @@ class DecodeBurst:
 
     @torch.inference_mode()
     def capture(self, extra: list[tuple[int, bool]] = ()) -> None:
-        """Every unpenalized variant of Mode.ALL now, and the (Mode, penalized) variants in `extra`
+        """Every unpenalized variant of Mode.startup() now, and the (Mode, penalized) variants in `extra`
         for the first length bucket (contexts up to 2048, most requests: each extra variant costs
         one capture per batch bucket, about 0.4 s each on an 8B model); other variants and lengths
         when a launch first needs them."""
-        base = [(mode, False) for mode in Mode.ALL]
+        base = [(mode, False) for mode in Mode.startup()]
         first = list(dict.fromkeys(base + list(extra)))          # the first length bucket's variants
         if any(pen for _, pen in first) and self.penalties is None:
             self.penalties = BurstPenalties(self.buckets[-1], self.vocab_size, self.device)
