@@ -26,7 +26,9 @@ PROMPTS = ["def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a -
 
 
 def published_config(num_layers: int = L) -> dict:
-    """sarvam-30b's config.json keys (shapes shrunk; codelm's token ids)."""
+    """sarvam-30b's config.json keys (shapes shrunk; codelm's token ids). The published config sets
+    n_group = topk_group = 1 (a copy of it, huggingface.co/mygitphase/guhan-30b, read 2026-12-04);
+    here 4 / 2, so that group-limited routing is exercised too."""
     return {"architectures": ["SarvamMoEForCausalLM"], "model_type": "sarvam_moe",
             "auto_map": {"AutoConfig": "configuration_sarvam_moe.SarvamMoEConfig",
                          "AutoModelForCausalLM": "modeling_sarvam_moe.SarvamMoEForCausalLM"},
