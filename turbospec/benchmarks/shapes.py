@@ -23,7 +23,8 @@ _LLAMA31_8B = dict(PRESETS["llama-3.1-8b"], model_type="llama", rms_norm_eps=1e-
 # same source: SarvamMoeConfig's defaults (no group limit: n_group = topk_group = 1;
 # routed_scaling_factor 2.5; 131072 positions; eos 1) and the checkpoint's config.json (sigmoid
 # scores with an expert bias, QK-norm, rope_theta 8e6: models/sarvam_moe.py). A published copy of
-# sarvam-30b's config.json (huggingface.co/mygitphase/guhan-30b) agrees on every key set here.
+# sarvam-30b's config.json (huggingface.co/mygitphase/guhan-30b, read 2026-12-04) agrees on every
+# key set here and in the preset but vocab_size (not in the part read) and the dtype (float32 there).
 _SARVAM_30B = dict(PRESETS["sarvam-30b"], model_type="sarvam_moe", hidden_act="silu", rms_norm_eps=1e-6,
                    max_position_embeddings=131072, rope_theta=8e6, n_group=1, topk_group=1,
                    routed_scaling_factor=2.5, score_function="sigmoid", moe_router_enable_expert_bias=True,
