@@ -209,7 +209,9 @@ def _domains(res: dict) -> Section:
             for r in res["runs"] for d, v in r["by_domain"].items()]
     return Section("By domain", [
         ("p", "Speculation pays differently by domain: code and math repeat themselves, prose less, and text "
-              "outside the drafter's training (e.g. Hindi) least. Tokens per chunk above 1 hints at speculation."),
+              "outside the drafter's training (e.g. Hindi) least. Tokens per chunk above 1 hints at speculation, "
+              "except where one character takes several tokens (Hindi in a byte-level vocabulary): a server "
+              "holds such tokens back until the character is whole, speculating or not."),
         ("table", ["endpoint", "load", "domain", "ok", "TTFT p50 ms", "TPOT p50 ms", "tok/s p50",
                    "tokens/chunk", "acceptance length (server, per request)", "output tokens (mean)"], rows)])
 
