@@ -124,6 +124,24 @@ def test_format_percent_never_rounds_a_breach_onto_its_threshold():
     assert "batch-1 decode reaches only 0.07% of the HBM ceiling" in " ".join(v["reasons"])
 
 
+def test_a_speed_above_the_ceiling_says_the_shape_or_gpu_is_not_the_endpoints():
+    """A 1B model served while the audit is given an 8B config: 245% of the ceiling at batch 1, which
+    plain decoding cannot reach; a speculating endpoint may, up to its measured acceptance length."""
+    wrong = " ".join(decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", 16, ceiling_fraction=2.45))["reasons"])
+    assert "measured 245% of the HBM ceiling, more than plain decoding can reach" in wrong
+    assert "--model-config" in wrong and "reaches only" not in wrong
+    for frac, flagged in ((1.05, False), (1.2, True)):
+        text = " ".join(decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", 16, ceiling_fraction=frac))["reasons"])
+        assert ("more than plain decoding can reach" in text) == flagged, frac
+    spec = dict(already_speculating=True, ceiling_fraction=2.45)
+    fast = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "measured from /metrics", 16, **spec))["reasons"]
+    assert not any("HBM ceiling" in r for r in fast)                 # 2.45 <= 1.1 x 3.0
+    slow = decide(VerdictInput("e", 100, 0, 1.5, 1.8, "measured from /metrics", 16, **spec))["reasons"]
+    assert any("more than speculation at acceptance length 1.80 can reach" in r for r in slow)
+    unknown = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "assumed (--acceptance-length 3)", 16, **spec))["reasons"]
+    assert not any("HBM ceiling" in r for r in unknown)
+
+
 def test_projected_speedup():
     a = SpecAssumption(3.0, "assumed", 4, 0.3)
     assert projected_speedup(a, 1, None, None, 0)["speedup"] == pytest.approx(3 / 1.3)

@@ -11,7 +11,8 @@ level, the production-like one):
 
 Reasons always say where the acceptance length came from (measured from /metrics or SGLang, or
 assumed; a chunk-based estimate is reported but never decides) and add what else the numbers show
-(far from the ceiling, already speculating, what it saves a year).
+(far from the ceiling, already speculating, what it saves a year); a batch-1 speed above what the
+ceiling allows says the --model-config or --gpu given is not the endpoint's.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ MIN_SPEEDUP = 1.3
 MIN_ACCEPTANCE_LENGTH = 2.0
 MAX_FAILURE_RATE = 0.05
 LOW_CEILING_FRACTION = 0.5
+# a plain endpoint's batch-1 decode above this fraction of the HBM ceiling (a speculating one's above
+# it x its measured acceptance length) cannot be: the model shape or the GPU given does not match it
+ABOVE_CEILING_FRACTION = 1.1
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,9 @@ def decide(v: VerdictInput) -> dict:
     if problem:
         reasons.append(problem)
         return {"endpoint": v.endpoint, "decision": "inconclusive", "reasons": reasons, "thresholds": thresholds}
+    mismatch = _above_ceiling(v)
+    if mismatch:
+        reasons.append(mismatch)
     ok_speed = v.speedup is not None and v.speedup >= MIN_SPEEDUP
     ok_accept = v.acceptance_length is not None and v.acceptance_length >= MIN_ACCEPTANCE_LENGTH
     if v.speedup is not None:
@@ -85,6 +92,23 @@ def decide(v: VerdictInput) -> dict:
         reasons.append(f"implied saving {format_money(v.annual_savings, v.currency)} a year at the stated load")
     decision = "go" if ok_speed and ok_accept else "no-go"
     return {"endpoint": v.endpoint, "decision": decision, "reasons": reasons, "thresholds": thresholds}
+
+
+def _above_ceiling(v: VerdictInput) -> str | None:
+    """A batch-1 speed the HBM ceiling cannot allow (the shape or GPU given is not the endpoint's)."""
+    if v.ceiling_fraction is None:
+        return None
+    limit, what = ABOVE_CEILING_FRACTION, "plain decoding"
+    if v.already_speculating:
+        if v.acceptance_length is None or "measured" not in v.acceptance_source:
+            return None                      # speculation's own bound is unknown without its acceptance
+        limit, what = ABOVE_CEILING_FRACTION * v.acceptance_length, (
+            f"speculation at acceptance length {v.acceptance_length:.2f}")
+    if v.ceiling_fraction <= limit:
+        return None
+    return (f"batch-1 decode measured {format_percent(v.ceiling_fraction)} of the HBM ceiling, more than {what} "
+            "can reach: the model shape (--model-config) or the GPU (--gpu) given is not this endpoint's, so the "
+            "ceiling and the projection built on it are wrong: pass the served model's config.json and its GPU")
 
 
 def _health(v: VerdictInput, at: str) -> str | None:
