@@ -149,3 +149,23 @@ def test_logprobs_are_raw_log_softmax_with_ranks():
     assert math.isclose(dicts[1][2].logprob, float(ref[1, 2]), rel_tol=1e-6)
     none = logprobs_to_dicts(compute_logprobs(logits, toks, 0), toks)
     assert [list(d) for d in none] == [[2], [3]]
+
+
+def test_batches_without_greedy_rows_skip_the_one_hot_and_keep_the_bits():
+    """A batch with no greedy row (the host flag any_greedy) skips the one-hot pass: the same probs and,
+    under one torch seed, the same tokens as the full path; a greedy row beside them still takes it."""
+    import dataclasses
+    logits = torch.randn(6, 500, generator=torch.Generator().manual_seed(3)) * 2
+    for params in ([SP(temperature=0.7, top_p=0.9), SP(temperature=1.2, top_k=30), SP(temperature=0.5)] * 2,
+                   [SP(temperature=0.7, top_p=0.9), SP(temperature=0.0)] * 3):
+        st = SamplingTensors.from_params(params, None, "cpu")
+        full = dataclasses.replace(st, any_greedy=True)
+        assert st.any_greedy == any(p.greedy for p in params)
+        assert torch.equal(compute_probs(logits, st), compute_probs(logits, full))
+        torch.manual_seed(9)
+        got = sample(compute_probs(logits, st), st)
+        torch.manual_seed(9)
+        assert torch.equal(got, sample(compute_probs(logits, full), full))
+        for i, p in enumerate(params):
+            if p.greedy:
+                assert int(got[i]) == int(logits[i].argmax())

@@ -144,6 +144,8 @@ def compute_probs(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
     if st.any_top_k or st.any_top_p:
         scaled = scaled.masked_fill(top_k_top_p_mask(scaled, st), float("-inf"))
     probs = torch.softmax(scaled, dim=-1)                                            # [N, V]
+    if not st.any_greedy:                    # host flag: no row needs the one-hot (4 passes over [N, V])
+        return probs
     return torch.where(st.greedy.unsqueeze(-1), _one_hot_argmax(logits), probs)
 
 
@@ -199,11 +201,12 @@ def race_scores(probs: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
 
 def sample(probs: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
     """[N, V] probs -> [N] int64 token ids, without a host sync. Greedy rows take argmax."""
-    greedy_ids = probs.argmax(dim=-1)                                                # [N]
     if st.all_greedy:
-        return greedy_ids
+        return probs.argmax(dim=-1)                                                  # [N]
     drawn = race_scores(probs, st).argmax(dim=-1)                                    # [N]
-    return torch.where(st.greedy, greedy_ids, drawn)
+    if not st.any_greedy:
+        return drawn
+    return torch.where(st.greedy, probs.argmax(dim=-1), drawn)
 
 
 # ----------------------------------------------------------------------------- logprobs
