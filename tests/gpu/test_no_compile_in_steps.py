@@ -89,6 +89,8 @@ ids = lambda n: torch.randint(0, 8000, (n,), generator=g).tolist()
 p = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 hot = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=12, ignore_eos=True, seed=3)
 pen = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, repetition_penalty=1.05)
+top_k = SamplingParams(temperature=0.8, top_k=40, max_tokens=12, ignore_eos=True)    # TOPK_DRAW, first use
+top_p = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=12, ignore_eos=True)   # TOP_P_DRAW, start-up
 with watch_jit() as ev:
     for i, n in enumerate((10, 3, 16)):               # lone short prompts: the decode kernel's chain path
         eng.add_request(f"solo{i}", {"prompt_token_ids": ids(n)}, p)
@@ -102,6 +104,10 @@ with watch_jit() as ev:
     done = 0
     while eng.has_unfinished_requests():
         done += sum(o.finished for o in eng.step())
+    for i, sp in enumerate((top_k, top_p)):           # bursts of the one-launch draws, alone
+        eng.add_request(f"c{i}", {"prompt_token_ids": ids(20)}, sp)
+        while eng.has_unfinished_requests():
+            done += sum(o.finished for o in eng.step())
 print(json.dumps({"done": done, "compiles": ev.compiles, "warmup_s": eng.startup["warmup_seconds"]}))
 '''
 
@@ -118,7 +124,9 @@ print(json.dumps({"done": done, "compiles": ev.compiles, "warmup_s": eng.startup
 def test_no_compile_serving_first_requests(dtype, kwargs):
     """A fresh process: start the engine, then serve its first requests — prompts of several
     lengths, some arriving while others decode, one sampled, one with a repetition penalty (single
-steps, verify, and a penalized burst captured at first use) — and no Triton kernel compiles after
+    steps, verify, and a penalized burst captured at first use), then an unseeded top-k request and an
+    unseeded top-p one (the one-launch draws: TOPK_DRAW captured at first use, its kernel compiled at
+    start-up; TOP_P_DRAW captured at start-up) — and no Triton kernel compiles after
     start-up, for plain decoding and each proposer (a draft model's runner is warmed as well)
     (engine/warmup.py runs the eager prefill shapes; before it, the first batched prompt compiled
     the prefill attention kernel, 1.2 s on an H200)."""
@@ -129,7 +137,7 @@ steps, verify, and a penalized burst captured at first use) — and no Triton ke
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert res["done"] == 6          # the batched and mixed ones (the lone ones finish first)
+    assert res["done"] == 8          # the batched, mixed and draw ones (the lone ones are not counted)
     assert res["warmup_s"] > 0
     assert res["compiles"] == [], (res["compiles"], r.stderr[-4000:])
 

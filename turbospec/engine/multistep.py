@@ -33,7 +33,7 @@ from turbospec.engine.cuda_graph import BATCH_BUCKETS, SEQ_LEN_BUCKETS
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
 from turbospec.engine.burst_flight import BurstFlight
 from turbospec.engine.burst_penalties import BurstPenalties
-from turbospec.engine.burst_sampling import BurstSampling, Mode, pinned
+from turbospec.engine.burst_sampling import TOPK_DRAW, BurstSampling, Mode, pinned
 from turbospec.layers.penalties import PenaltyTensors
 from turbospec.layers.sampler import compute_logprobs
 from turbospec.sampling_params import SamplingParams
@@ -145,7 +145,9 @@ class DecodeBurst:
         """Every unpenalized variant of Mode.startup() now, and the (Mode, penalized) variants in `extra`
         for the first length bucket (contexts up to 2048, most requests: each extra variant costs
         one capture per batch bucket, about 0.4 s each on an 8B model); other variants and lengths
-        when a launch first needs them."""
+        when a launch first needs them. TOPK_DRAW's draw kernel, when not captured here, is compiled
+        here (one eager burst of a padding row): its first use then waits for its captures alone, not
+        for a Triton compilation too (about 1.7 s for TOP_P_DRAW's kernel on an H200)."""
         base = [(mode, False) for mode in Mode.startup()]
         first = list(dict.fromkeys(base + list(extra)))          # the first length bucket's variants
         if any(pen for _, pen in first) and self.penalties is None:
@@ -154,6 +156,9 @@ class DecodeBurst:
             for b in reversed(self.buckets):
                 for mode, pen in first if L == self.len_buckets[0] else base:
                     self._capture(b, L, mode, pen)
+        if TOPK_DRAW and (Mode.TOPK_DRAW, False) not in first:
+            self._reset_dummy(1)
+            self._burst(1, self.len_buckets[0], Mode.TOPK_DRAW)      # compiles, captures nothing
         torch.cuda.synchronize(self.device)
         self.captured = True
 
