@@ -53,12 +53,16 @@ class Mode:
     @staticmethod
     def startup() -> tuple[int, ...]:
         """The variants every engine captures at start-up: argmax, temperature alone, and top-p alone
-        (the common client setting, Llama's and DeepSeek's defaults): TOP_P_DRAW, or FILTER where the
-        draw is off (TURBOSPEC_TOP_P_DRAW=0 or TURBOSPEC_TOP_P=sort), which top-p alone then takes.
-        FILTER for seeds, min-p or top-k past the bound is captured at first use (about 0.5 s per
+        (`top_p_alone()`: the common client setting, Llama's and DeepSeek's defaults). FILTER for seeds, min-p or top-k past the bound is captured at first use (about 0.5 s per
         batch bucket on qwen3-8b; its kernels are compiled at start-up)."""
-        top_p_alone = Mode.TOP_P_DRAW if TOP_P_DRAW and top_p_mode() != "sort" else Mode.FILTER
-        return Mode.GREEDY, Mode.SAMPLE, top_p_alone
+        return Mode.GREEDY, Mode.SAMPLE, Mode.top_p_alone()
+
+    @staticmethod
+    def top_p_alone() -> int:
+        """The variant of rows with top-p alone (no top-k, min-p or seed): TOP_P_DRAW, or FILTER
+        where the draw is off (TURBOSPEC_TOP_P_DRAW=0, or TURBOSPEC_TOP_P=sort: no cutoff value
+        describes the sort's mask)."""
+        return Mode.TOP_P_DRAW if TOP_P_DRAW and top_p_mode() != "sort" else Mode.FILTER
 
     @staticmethod
     def of(params: list[SamplingParams] | None) -> int:
@@ -76,9 +80,9 @@ class Mode:
             return Mode.TOPK_DRAW if drawn else Mode.TOPK
         if st.any_top_k_bounded:
             return Mode.MIXED
-        drawn = (TOP_P_DRAW and not st.any_seeded and st.min_p is None and not st.any_top_k
-                 and top_p_mode() != "sort")
-        return Mode.TOP_P_DRAW if drawn else Mode.FILTER
+        if st.any_seeded or st.min_p is not None or st.any_top_k:
+            return Mode.FILTER
+        return Mode.top_p_alone()
 
 
 def default_variants(defaults: dict) -> list[tuple[int, bool]]:
