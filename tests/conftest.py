@@ -33,7 +33,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
+
+# Hugging Face ids resolve through the Hub cache (turbospec/hub.py): the tests never download and
+# never see the user's own cache. Set before anything imports huggingface_hub, which reads them once;
+# subprocesses inherit them.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_CACHE"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"turbospec-test-hub-{os.getpid()}")
+
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CODELM_DIR = REPO / "models" / "codelm-12m"

@@ -47,7 +47,7 @@ def test_other_values_are_refused_by_name(llm, call, words):
     assert words in str(e.value)
 
 
-@pytest.mark.parametrize("kwargs,words", [({"download_dir": "/tmp/hf"}, "hf download"),
+@pytest.mark.parametrize("kwargs,words", [({"tokenizer_mode": "slow"}, "tokenizer_mode='slow'"),
                                           ({"enable_lora": True}, "merge the adapter"),
                                           ({"cpu_offload_gb": 4}, "cpu_offload_gb=4")])
 def test_vllm_constructor_arguments_refused_with_a_hint(tiny_qwen3, kwargs, words):

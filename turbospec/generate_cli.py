@@ -8,7 +8,7 @@ import typer
 
 
 def generate(
-    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors)"),
+    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors) or Hugging Face id"),
     prompt: list[str] = typer.Option(..., "--prompt", "-p", help="prompt text (repeat for a batch)"),
     max_tokens: int = typer.Option(128, help="tokens to generate per prompt"),
     temperature: float = typer.Option(0.0, help="0 = greedy"),
@@ -26,7 +26,8 @@ def generate(
     speculative_config: str = typer.Option(None, "--speculative-config",
                                            help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\''),
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself"),
-    tokenizer: str = typer.Option(None, help="tokenizer directory (default: MODEL)"),
+    tokenizer: str = typer.Option(None, help="tokenizer directory or Hugging Face id (default: MODEL)"),
+    revision: str = typer.Option(None, help="branch, tag or commit of MODEL when it is a Hugging Face id"),
     max_model_len: int = typer.Option(None, help="context length cap (default: the model's)"),
 ) -> None:
     """Generate text and print it with tokens/s."""
@@ -56,7 +57,7 @@ def generate(
                   "--device out to use a GPU when there is one")
     try:
         llm = LLM(model, device=device, dtype=dtype, speculative_config=spec, quantization=quantization,
-                  tokenizer=tokenizer, max_model_len=max_model_len)
+                  tokenizer=tokenizer, max_model_len=max_model_len, revision=revision)
     except ValueError as e:
         _fail(str(e))
     except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from dataclasses import replace
 from typing import Any
 
 from turbospec.config import EngineConfig
 from turbospec.engine.llm_engine import LLMEngine
 from turbospec.generation_defaults import read_sampling_defaults
+from turbospec.hub import resolve_model
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
-
-_HF_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
 
 class LLM:
     def __init__(self, model: str | os.PathLike, device: str | None = None, dtype: str | None = "auto",
@@ -24,8 +21,11 @@ class LLM:
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, num_scheduler_steps: int | None = None,
-                 seed: int | None = None, generation_config: str = "auto", **vllm_kwargs):
-        """`dtype` "auto" (vLLM's default): config.resolve_dtype. `seed` (vLLM's): seeds the random
+                 seed: int | None = None, generation_config: str = "auto", revision: str | None = None,
+                 tokenizer_revision: str | None = None, download_dir: str | None = None, **vllm_kwargs):
+        """`model` / `tokenizer`: a local directory or a Hugging Face id (fetched through the Hub
+        cache, vLLM's `revision`, `tokenizer_revision` and `download_dir`: turbospec/hub.py).
+        `dtype` "auto" (vLLM's default): config.resolve_dtype. `seed` (vLLM's): seeds the random
         draws of requests without their own SamplingParams.seed (unseeded samples repeat per run).
         `generation_config` (vLLM's): "auto" makes the model's generation_config.json sampling
         settings the defaults of `generate` / `chat` called without SamplingParams
@@ -34,21 +34,21 @@ class LLM:
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"seed={seed!r} must be an integer (or None)")
         model = os.fspath(model) if isinstance(model, os.PathLike) else model          # a pathlib.Path too
-        tokenizer = os.fspath(tokenizer) if isinstance(tokenizer, os.PathLike) else tokenizer
-        check_model_path(model)
-        self._sampling_defaults = read_sampling_defaults(model, generation_config)
+        model_dir = resolve_model(model, revision=revision, download_dir=download_dir)
+        self._sampling_defaults = read_sampling_defaults(model_dir, generation_config)
         if tokenizer is not None:
-            check_model_path(tokenizer, what="tokenizer")
+            tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,
+                                      download_dir=download_dir, files="tokenizer")
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                           enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
                           generation_config=generation_config)
         self.model = model
-        self.llm_engine = LLMEngine.from_config(model, device=device, dtype=dtype,
+        self.llm_engine = LLMEngine.from_config(model_dir, device=device, dtype=dtype,
                                                 speculative_config=speculative_config,
                                                 engine_config=ec, quantization=quantization,
-                                                tokenizer=tokenizer)
+                                                tokenizer=tokenizer, download_dir=download_dir)
         if seed is not None:
             import torch
             torch.manual_seed(seed)            # after start-up, which may draw samples itself
@@ -159,20 +159,18 @@ class LLM:
 _VLLM_LLM_ARGS: dict[str, tuple] = {
     "tensor_parallel_size": (1,), "pipeline_parallel_size": (1,), "data_parallel_size": (1,),
     "trust_remote_code": (False, True),     # turbospec never runs a checkpoint's own code
-    "revision": (None,), "tokenizer_revision": (None,), "tokenizer_mode": ("auto",),
+    "tokenizer_mode": ("auto",),
     "kv_cache_dtype": ("auto",), "enable_prefix_caching": (None, False),
     "disable_log_stats": (False, True), "max_seq_len_to_capture": None,   # None: any value
     # prefills over max_num_batched_tokens are always chunked, and a preempted request recomputes
     # (no CPU swap): these change scheduling only, never the tokens
     "enable_chunked_prefill": None, "swap_space": None, "disable_custom_all_reduce": None,
-    "cpu_offload_gb": (0,), "download_dir": (None,), "load_format": ("auto", "safetensors"),
+    "cpu_offload_gb": (0,), "load_format": ("auto", "safetensors"),
     "task": ("auto", "generate"), "runner": ("auto", "generate"), "enable_lora": (False,),
 }
 _HINTS = {"tensor_parallel_size": "turbospec runs a model on one GPU",
           "pipeline_parallel_size": "turbospec runs a model on one GPU",
           "data_parallel_size": "start one server per GPU instead",
-          "download_dir": "turbospec loads local directories: download with `hf download ID --local-dir DIR` "
-                          "and pass DIR as the model",
           "enable_lora": "merge the adapter into the base weights and load that directory"}
 
 
@@ -199,27 +197,6 @@ def _check_vllm_call_args(lora_request, priority) -> None:
     if priority is not None and any(p != 0 for p in priority):
         raise ValueError(f"priority={priority!r} is not supported: turbospec schedules requests first come, first "
                          "served; leave it out (or pass zeros)")
-
-
-def check_model_path(path: str, what: str = "model") -> None:
-    """A clear ValueError for a path that is not a local model directory (turbospec loads local
-    directories; a Hugging Face id is downloaded first)."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"{what} must be the path of a model directory, not {type(path).__name__}")
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        return
-    if os.path.isfile(path):
-        raise ValueError(f"{what} {path!r} is a file: pass the directory that holds config.json "
-                         f"({os.path.dirname(path) or '.'!r})")
-    if _HF_REPO_ID.match(path):
-        local = os.path.join("models", path.split("/")[1])
-        raise ValueError(f"{what} {path!r} is not a directory under {os.getcwd()!r}: if it is a relative path, "
-                         "run from the directory that holds it (or pass an absolute path); if it is a Hugging "
-                         f"Face id, turbospec loads local directories: download it first (`hf download {path} "
-                         f"--local-dir {local}`) and pass {local!r}")
-    raise ValueError(f"{what} path {path!r} does not exist: pass a Hugging Face model directory "
-                     "(config.json + *.safetensors)")
 
 
 def _finalize(outs: list[RequestOutput], params: SamplingParams, tokenizer) -> RequestOutput:

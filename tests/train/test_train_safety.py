@@ -151,9 +151,12 @@ def test_paths_of_the_wrong_kind_are_named(tiny_target, code_jsonl, tmp_path):
     from turbospec.cli import app
     with pytest.raises(ValueError, match=r"--data .* is a directory: pass a JSONL file"):
         TrainConfig(**_kw(tiny_target, tmp_path, tmp_path / "run"))
-    r = CliRunner().invoke(app, ["train", "stdlib-corpus", "--target", str(tmp_path / "nope"),
+    r = CliRunner().invoke(app, ["train", "stdlib-corpus", "--target", str(tmp_path),
                                  "--out", str(tmp_path / "c.jsonl")])
     assert r.exit_code == 2 and "has no config.json: pass the target model directory" in r.output
+    r = CliRunner().invoke(app, ["train", "stdlib-corpus", "--target", str(tmp_path / "nope"),
+                                 "--out", str(tmp_path / "c.jsonl")])
+    assert r.exit_code == 2 and "'--target' path" not in r.output and "nope' does not exist" in r.output
 
 
 @pytest.mark.parametrize("method", ["eagle3", "dflash"])

@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass, field
 
 from turbospec.audit.presets import guess_preset, preset_config
+from turbospec.hub import is_hub_id, resolve_model
 
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
 
@@ -162,9 +163,11 @@ def _is_moe_layer(cfg: dict, i: int) -> bool:
 
 
 def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
-    """From --model-config (a config.json, a model directory, or a preset name); else a preset guessed
-    from the served model's name; else None (no ceiling)."""
+    """From --model-config (a config.json, a model directory, a Hugging Face id: its config.json
+    alone, or a preset name); else a preset guessed from the served model's name; else None (no ceiling)."""
     if spec:
+        if is_hub_id(spec):
+            spec = resolve_model(spec, "--model-config", files="config")
         path = os.path.join(spec, "config.json") if os.path.isdir(spec) else spec
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
@@ -177,7 +180,7 @@ def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
             return model_bytes(raw, name=model_name, source=path)
         if os.path.isdir(spec) or spec.endswith(".json") or os.sep in spec:
             raise ValueError(f"--model-config {spec!r}: no such file {path}: pass a Hugging Face config.json, the "
-                             "model directory that holds one, or a preset (e.g. qwen3-8b)")
+                             "model directory that holds one, a Hugging Face id, or a preset (e.g. qwen3-8b)")
         return model_bytes(preset_config(spec), name=spec, source=f"preset {spec}")
     guess = guess_preset(model_name)
     if guess is None:

@@ -6,6 +6,7 @@ import os
 
 from turbospec.audit.presets import PRESETS
 from turbospec.config import ModelConfig
+from turbospec.hub import is_hub_id, resolve_model
 
 # Each shape is the audit's roofline preset (audit/presets.py: the sizes, kept once) plus the keys a
 # model built from it needs and the roofline does not read (norm eps, RoPE, positions, routing, eos).
@@ -40,10 +41,13 @@ def resolve_shape(name_or_dir: str) -> tuple[str, ModelConfig]:
     if name_or_dir in SHAPES:
         return name_or_dir, ModelConfig.from_dict(dict(SHAPES[name_or_dir]))
     path = name_or_dir
+    name = None
+    if is_hub_id(path):       # a Hugging Face id: its config.json alone
+        path, name = resolve_model(path, "--shape", files="config"), path.split("/")[1]
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     if not os.path.isfile(path):
         raise ValueError(f"--shape {name_or_dir!r} is neither a preset ({', '.join(SHAPES)}) nor a "
-                         "model directory / config.json")
+                         "model directory / config.json / Hugging Face id")
     with open(path) as f:
-        return os.path.basename(os.path.dirname(os.path.abspath(path))), ModelConfig.from_dict(json.load(f))
+        return name or os.path.basename(os.path.dirname(os.path.abspath(path))), ModelConfig.from_dict(json.load(f))

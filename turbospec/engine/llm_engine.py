@@ -88,7 +88,11 @@ class LLMEngine:
     def from_config(cls, model: str, device: str | torch.device | None = None, dtype: str | None = None,
                     speculative_config: dict[str, Any] | None = None,
                     engine_config: EngineConfig | None = None, quantization: str | None = None,
-                    tokenizer: str | None = None) -> "LLMEngine":
+                    tokenizer: str | None = None, revision: str | None = None,
+                    tokenizer_revision: str | None = None, download_dir: str | None = None) -> "LLMEngine":
+        """`model`, `tokenizer` and speculative_config's `model`: local directories or Hugging Face
+        ids (turbospec/hub.py; `revision` / `tokenizer_revision` / `download_dir` as vLLM's)."""
+        from turbospec.hub import resolve_model
         from turbospec.model_loader import load_model
         from turbospec.spec.factory import build_proposer
 
@@ -106,13 +110,17 @@ class LLMEngine:
             raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
         engine_config = engine_config or EngineConfig()
         engine_config.validate()
+        model = resolve_model(model, revision=revision, download_dir=download_dir)
+        if tokenizer is not None:
+            tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,
+                                      download_dir=download_dir, files="tokenizer")
         config = ModelConfig.from_pretrained(model)
         torch_dtype = resolve_dtype(dtype, config.dtype, device)
         t0 = time.perf_counter()
         net = load_model(model, device, torch_dtype, quantization=quantization)
         load_s = time.perf_counter() - t0
         tok = load_tokenizer(tokenizer or model)
-        proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype) \
+        proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype, download_dir) \
             if speculative_config is not None else None
         spec = speculative_config or {}
         return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from turbospec.hub import is_hub_id, resolve_model
 from turbospec.recipes import Recipe
 
 _NOT_CONFIG = {"default", "architecture", "quant_method"}
@@ -63,6 +64,11 @@ def _gpu(recipe: Recipe) -> Finding:
 
 def _model(recipe: Recipe, model: str) -> list[Finding]:
     path = Path(model)
+    if not path.is_dir() and is_hub_id(model):       # a Hugging Face id: its config in the Hub cache
+        try:
+            path = Path(resolve_model(model, files="config"))
+        except ValueError:
+            pass
     if not path.is_dir():
         return [Finding("WARN", "model", _missing_model(recipe, model))]
     try:
@@ -82,8 +88,8 @@ def _model(recipe: Recipe, model: str) -> list[Finding]:
         if key not in _NOT_CONFIG and cfg.get(key) != val:
             wrong.append(f"{key} = {cfg.get(key)!r} (recipe: {val!r})")
     if wrong:
-        return [Finding("FAIL", "model", f"{path} is not the recipe's model: " + "; ".join(wrong))]
-    return [Finding("OK", "model", f"{path}: {arch}" + "".join(
+        return [Finding("FAIL", "model", f"{model} is not the recipe's model: " + "; ".join(wrong))]
+    return [Finding("OK", "model", f"{model}: {arch}" + "".join(
         f", {k} {want[k]}" for k in want if k not in _NOT_CONFIG))]
 
 

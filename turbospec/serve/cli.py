@@ -33,7 +33,8 @@ def _parse_spec_config(raw: str | None) -> dict | None:
 
 
 def serve(
-    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors)."),
+    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors), or a "
+                                "Hugging Face id such as Qwen/Qwen3-8B (fetched through the Hub cache)."),
     speculative_config: str = typer.Option(None, "--speculative-config",
                                            help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'.'),
     host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 exposes the server)."),
@@ -65,7 +66,13 @@ def serve(
     generation_config: str = typer.Option(
         "auto", help="auto: requests that leave temperature / top_p / top_k / min_p / repetition_penalty unset "
                      "get the model's generation_config.json values (vLLM's default); vllm: the API defaults."),
-    tokenizer: str = typer.Option(None, help="Tokenizer directory (default: MODEL's), as vLLM's --tokenizer."),
+    tokenizer: str = typer.Option(None, help="Tokenizer directory or Hugging Face id (default: MODEL's), as "
+                                  "vLLM's --tokenizer."),
+    revision: str = typer.Option(None, help="Branch, tag or commit of MODEL when it is a Hugging Face id."),
+    tokenizer_revision: str = typer.Option(None, help="Revision of --tokenizer when it is a Hugging Face id."),
+    download_dir: str = typer.Option(None, help="Hugging Face cache directory for ids (default: HF_HUB_CACHE, "
+                                     "~/.cache/huggingface/hub); HF_TOKEN for gated models, HF_HUB_OFFLINE=1 "
+                                     "for the cache alone."),
     max_model_len: int = typer.Option(None, help="Context length cap (default: the model's)."),
     gpu_memory_utilization: float = typer.Option(
         0.85, help="Fraction of GPU memory (0-1] the weights and the KV cache may use; the KV pool is sized "
@@ -142,20 +149,22 @@ def serve(
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        from turbospec.llm import check_model_path
-        check_model_path(model)            # a Hugging Face id: the download command, a file: its directory
+        from turbospec.hub import resolve_model
+        model_dir = resolve_model(model, revision=revision, download_dir=download_dir)   # an id: the Hub cache
         if tokenizer is not None:
-            check_model_path(tokenizer, what="tokenizer")
+            tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,
+                                      download_dir=download_dir, files="tokenizer")
         engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                                      gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                                      max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                                      enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
                                      generation_config=generation_config)
-        engine, cold = build_engine(model, device=device, dtype=dtype, speculative_config=spec,
-                                    engine_config=engine_config, quantization=quantization, tokenizer=tokenizer)
+        engine, cold = build_engine(model_dir, device=device, dtype=dtype, speculative_config=spec,
+                                    engine_config=engine_config, quantization=quantization, tokenizer=tokenizer,
+                                    download_dir=download_dir)
         if template is not None:
             install_chat_template(engine, template)
-        sampling_defaults = read_sampling_defaults(model, generation_config)
+        sampling_defaults = read_sampling_defaults(model_dir, generation_config)
     except ValueError as e:
         typer.echo(f"turbospec serve: cannot start: {e}", err=True)
         raise typer.Exit(2)

@@ -39,14 +39,17 @@ class ColdStart:
 
 def build_engine(model: str, *, device: str | None, dtype: str | None,
                  speculative_config: dict | None, engine_config,
-                 quantization: str | None = None, tokenizer: str | None = None) -> tuple[Any, ColdStart]:
-    """`tokenizer`: a directory other than the model's (vLLM's --tokenizer)."""
+                 quantization: str | None = None, tokenizer: str | None = None,
+                 download_dir: str | None = None) -> tuple[Any, ColdStart]:
+    """`model` / `tokenizer`: local directories (hub.resolve_model); `tokenizer` other than the
+    model's (vLLM's --tokenizer); `download_dir`: the Hub cache for the drafter's id."""
     from turbospec.engine.llm_engine import LLMEngine
 
     cs = ColdStart()
     t0 = time.perf_counter()
     engine = LLMEngine.from_config(model, device=device, dtype=dtype, speculative_config=speculative_config,
-                                   engine_config=engine_config, quantization=quantization, tokenizer=tokenizer)
+                                   engine_config=engine_config, quantization=quantization, tokenizer=tokenizer,
+                                   download_dir=download_dir)
     built = time.perf_counter() - t0
     info = dict(getattr(engine, "startup", {}) or {})
     cs.weights_gb = info.pop("weights_gb", None)

@@ -13,8 +13,9 @@ MAX_K = 128                 # drafts per step: acceptance rarely passes ~10; mor
 # the keys each method reads (plus the common ones); anything else is a typo or a vLLM option not
 # implemented here, refused by name rather than ignored
 COMMON_KEYS = ("method", "model", "num_speculative_tokens", "draft_length", "bitwise_exact")
-METHOD_KEYS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": (), "eagle3": ("tree",),
-               "dflash": (), "mtp": ("tree",)}
+# `revision`: of `model` when it is a Hugging Face id (turbospec/hub.py)
+METHOD_KEYS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": ("revision",),
+               "eagle3": ("tree", "revision"), "dflash": ("revision",), "mtp": ("tree", "revision")}
 # vLLM keys a copied config may carry: accepted at these values (they change nothing here)
 VLLM_NEUTRAL = {"draft_tensor_parallel_size": (1, None), "quantization": (None,), "revision": (None,),
                 "code_revision": (None,), "disable_by_batch_size": (None,), "disable_logprobs": (True, False)}
@@ -34,12 +35,14 @@ def _check_keys(spec: dict[str, Any], method: str) -> None:
     """Refuse a key `method` does not read, with the nearest known one."""
     known = COMMON_KEYS + METHOD_KEYS[method]
     for key in spec:
+        if key in known:
+            continue
         if key in VLLM_NEUTRAL:
             if spec[key] not in VLLM_NEUTRAL[key]:
                 raise ValueError(f"speculative_config {key}={spec[key]!r} is not supported (accepted: "
                                  f"{', '.join(map(repr, VLLM_NEUTRAL[key]))}; turbospec runs the drafter on the "
                                  "target's GPU, in its dtype)")
-        elif key not in known:
+        else:
             near = difflib.get_close_matches(str(key), known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ValueError(f"speculative_config key {key!r} is not used by method {method!r}{hint}: its keys "
@@ -47,7 +50,9 @@ def _check_keys(spec: dict[str, Any], method: str) -> None:
 
 
 def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir: str,
-                   device: torch.device, dtype: torch.dtype):
+                   device: torch.device, dtype: torch.dtype, download_dir: str | None = None):
+    """`spec["model"]`: a drafter directory or a Hugging Face id (with `spec["revision"]`), fetched
+    through the Hub cache in `download_dir` (turbospec/hub.py)."""
     if not isinstance(spec, dict):
         raise ValueError("speculative_config must be a dict such as "
                          '{"method": "ngram", "num_speculative_tokens": 4}')
@@ -76,6 +81,10 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
         raise ValueError(f"method {method!r} needs speculative_config['model']: the drafter's directory")
     if spec.get("model") is not None and not isinstance(spec["model"], str):     # a TypeError blamed on the target
         raise ValueError(f"speculative_config model={spec['model']!r} must be the drafter's directory, a string")
+    if spec.get("model"):
+        from turbospec.hub import resolve_model
+        spec["model"] = resolve_model(spec["model"], "speculative_config model", revision=spec.get("revision"),
+                                      download_dir=download_dir)
     if method == "ngram":
         from turbospec.spec.ngram import NgramProposer
         lookup = {key: spec.get(key, default) for key, default in (("prompt_lookup_min", 1), ("prompt_lookup_max", 4))}

@@ -8,7 +8,7 @@ import typer
 train_app = typer.Typer(no_args_is_help=True, help="Train EAGLE-3 / DFlash drafters for a target and export them.")
 
 # options shared by `eagle3` and `dflash`
-TARGET = typer.Option(..., help="target model directory (config.json + *.safetensors + tokenizer)")
+TARGET = typer.Option(..., help="target model directory (config.json + *.safetensors + tokenizer) or Hugging Face id")
 DATA = typer.Option(..., help="JSONL: text | prompt(+completion) | prompt_token_ids | messages | conversations")
 OUT = typer.Option(..., help="export directory for the drafter (config.json + model.safetensors)")
 STEPS = typer.Option(None, help="optimizer steps (default: from --epochs)")
@@ -170,6 +170,11 @@ def stdlib_corpus(target: str = typer.Option(..., help="target directory (its to
     """Write a JSONL of the Python standard library's sources, chunked to the target's tokens."""
     from turbospec.train.data import load_tokenizer
     from turbospec.train.stdlib_corpus import build_stdlib_corpus
+    from turbospec.hub import resolve_model
+    try:
+        target = resolve_model(target, "--target", files="tokenizer")
+    except ValueError as e:
+        _fail(str(e))
     if not os.path.isfile(os.path.join(target, "config.json")):
         _fail(f"--target {target!r} has no config.json: pass the target model directory")
     _check_files(None, out, overwrite)

@@ -119,6 +119,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method {self.method!r}: use one of {', '.join(METHODS)}")
+        from turbospec.hub import resolve_model
+        self.target = resolve_model(self.target, "--target")      # a Hugging Face id: its cached snapshot
         if not os.path.isfile(os.path.join(self.target, "config.json")):
             raise ValueError(f"--target {self.target!r} has no config.json: pass the target model directory")
         if not os.path.isfile(self.data):
@@ -159,6 +161,7 @@ class TrainConfig:
             if self.resume:
                 raise ValueError("--init-from and --resume exclude each other: --resume continues a training "
                                  "state (optimizer included), --init-from starts a new run from exported weights")
+            self.init_from = resolve_model(self.init_from, "--init-from")
             if not os.path.isfile(os.path.join(self.init_from, "config.json")):
                 raise ValueError(f"--init-from {self.init_from!r} has no config.json: pass an exported drafter "
                                  "directory (the --out of an earlier run)")
