@@ -149,5 +149,7 @@ def test_generate_and_serve_take_an_id(hub_cache, tmp_path):
         body = httpx.post(f"{server.url}/v1/completions", timeout=60, json={
             "model": "acme/codelm", "prompt": PROMPT, "max_tokens": 12, "temperature": 0}).json()
         assert body["choices"][0]["text"] == want and body["usage"]["completion_tokens"] == 12
+        card = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"][0]
+        assert (card["id"], card["root"]) == ("acme/codelm", "acme/codelm")     # the id, not its cache path
     finally:
         server.terminate()

@@ -72,6 +72,9 @@ def message_for_template(m: Any) -> dict[str, Any]:
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise ChatTemplateError(f"a message is a dict with a 'role' and a 'content', e.g. "
                                 f"{{'role': 'user', 'content': 'Hello'}}; got {m!r}", "messages")
+    if m.get("content") is None and m["role"] != "assistant":    # OpenAI's 400; an assistant turn may be calls alone
+        raise ChatTemplateError(f"a {m['role']!r} message needs a 'content' (a string or text parts), not null: "
+                                "send \"\" for an empty one", "content")
     d: dict[str, Any] = {"role": m["role"], "content": content_text(m.get("content"))}
     d.update({k: m[k] for k in _RENDERED_KEYS if m.get(k) is not None})
     reasoning = m.get("reasoning")

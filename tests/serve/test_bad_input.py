@@ -38,6 +38,10 @@ CASES = [
     ("empty_messages", "/v1/chat/completions", {**CHAT, "messages": []}, AUTH, 400, "messages"),
     ("bad_role", "/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "x"}]},
      AUTH, 400, "role"),
+    ("null_user_content", "/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": None}]},
+     AUTH, 400, "not null"),
+    ("missing_user_content", "/v1/chat/completions", {**CHAT, "messages": [{"role": "user"}]}, AUTH, 400,
+     "needs a 'content'"),
     ("image_part", "/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}, AUTH, 400, "text"),
     ("unknown_model", "/v1/completions", _bad(model="gpt-9"), AUTH, 404, "gpt-9"),

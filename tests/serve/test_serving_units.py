@@ -186,3 +186,14 @@ def test_metrics_count_a_request_before_its_last_chunk_is_sent():
     r, metrics = _run(engine, scenario)
     assert r.json()["speculative_decoding"]["num_drafts"] == 3
     assert 'vllm:spec_decode_num_drafts_total{model_name="fake"} 3.0' in metrics
+
+
+def test_cold_start_kv_line_counts_the_reserved_block():
+    """300 blocks of 16 hold 4,784 tokens, not 4,800: block 0 takes padding writes; the line says so."""
+    from turbospec.serve.startup import ColdStart
+    cs = ColdStart(kv_blocks=300, block_size=16, kv_tokens=299 * 16, max_model_len=2048)
+    cs.total_s = 1.0
+    line = next(x for x in cs.lines() if "KV cache" in x)
+    assert "300 blocks (299 usable, 1 reserved for padding) x 16 tokens = 4784 tokens" in line
+    assert "reserved" not in next(x for x in ColdStart(kv_blocks=2, block_size=16, total_s=1.0).lines()
+                                  if "KV cache" in x)

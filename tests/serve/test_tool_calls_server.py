@@ -81,3 +81,17 @@ def test_tools_on_completions_stay_refused(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL_NAME, prompt="x", max_tokens=2, extra_body={"tools": [WEATHER]})
     assert e.value.body["param"] == "tools"
+
+
+def test_tokenize_counts_a_conversation_with_tools(client, tok):
+    """vLLM's /tokenize takes `tools` with `messages`: its count is what the chat request bills."""
+    import httpx
+    base = str(client.base_url).removesuffix("/v1/")
+    r = httpx.post(f"{base}/tokenize", json={"messages": ASK, "tools": [WEATHER, TIME]}, timeout=60).json()
+    billed = _greedy(client, messages=ASK, tools=[WEATHER, TIME]).usage.prompt_tokens
+    assert r["count"] == billed == len(_ids(tok, ASK, tools=[WEATHER, TIME])) and r["tokens"] == _ids(
+        tok, ASK, tools=[WEATHER, TIME])
+    bad = httpx.post(f"{base}/tokenize", json={"prompt": "x", "tools": [WEATHER]}, timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
+    bad = httpx.post(f"{base}/tokenize", json={"messages": ASK, "tools": [{"type": "function"}]}, timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"

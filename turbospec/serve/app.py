@@ -39,7 +39,8 @@ def _auth_dependency(api_key: str | None):
 def build_app(engine, served_model_name: str | list[str], api_key: str | None = None, *,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
               shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None,
-              reasoning_parser: str | None = None, sampling_defaults: dict | None = None) -> FastAPI:
+              reasoning_parser: str | None = None, sampling_defaults: dict | None = None,
+              model_root: str | None = None) -> FastAPI:
     """`engine`: an LLMEngine (wrapped and driven here) or an AsyncEngine. The engine thread starts
     with the app (lifespan) and stops with it, aborting whatever is still running.
     `allowed_origins`: CORS, so that a web page on those origins can call the API from a browser
@@ -93,7 +94,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
         return JSONResponse({"version": __version__})
 
     def card(name: str) -> ModelCard:
-        return ModelCard(id=name, root=str(getattr(async_engine.engine, "model_dir", name)),
+        return ModelCard(id=name, root=model_root or str(getattr(async_engine.engine, "model_dir", name)),
                          max_model_len=async_engine.max_model_len)
 
     @app.get("/v1/models")

@@ -175,7 +175,8 @@ def serve(
     app = build_app(engine, names, api_key, max_body_bytes=max_request_bytes,
                     shutdown_timeout_s=shutdown_timeout,
                     allowed_origins=[o for o in allowed_origins or [] if o.strip()],
-                    reasoning_parser=reasoning_parser, sampling_defaults=sampling_defaults)
+                    reasoning_parser=reasoning_parser, sampling_defaults=sampling_defaults,
+                    model_root=model)          # /v1/models' root: MODEL as given (an id, not its cache path)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")

@@ -23,6 +23,13 @@ class ColdStart:
     max_model_len: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def _reserved(self) -> str:
+        """The null block (block_manager.NULL_BLOCK: padding writes there) is in the pool, not in its tokens."""
+        if None in (self.kv_blocks, self.kv_tokens, self.block_size):
+            return ""
+        reserved = self.kv_blocks - self.kv_tokens // self.block_size
+        return f" ({self.kv_blocks - reserved} usable, {reserved} reserved for padding)" if reserved else ""
+
     def lines(self) -> list[str]:
         def f(x, fmt):
             return "?" if x is None else format(x, fmt)
@@ -30,8 +37,8 @@ class ColdStart:
                f"  engine init         {f(self.init_s, '.2f')} s (tokenizer, drafter, KV allocation, "
                "graph capture, kernel warm-up)",
                f"  warm-up             {f(self.warmup_s, '.2f')} s (one 2-token request)",
-               f"  KV cache            {f(self.kv_blocks, 'd')} blocks x {f(self.block_size, 'd')} tokens = "
-               f"{f(self.kv_tokens, 'd')} tokens; max_model_len {f(self.max_model_len, 'd')}"]
+               f"  KV cache            {f(self.kv_blocks, 'd')} blocks{self._reserved()} x {f(self.block_size, 'd')} "
+               f"tokens = {f(self.kv_tokens, 'd')} tokens; max_model_len {f(self.max_model_len, 'd')}"]
         out += [f"  {k:<19} {v}" for k, v in self.extra.items()]
         out.append(f"  total               {self.total_s:.2f} s")
         return out

@@ -1,7 +1,7 @@
 """vLLM's /tokenize and /detokenize.
 
 /tokenize takes a `prompt` (a string) or chat `messages` (rendered as /v1/chat/completions renders
-them, with the same template options) and returns the token ids the engine would see, so `count`
+them, with the same template options and `tools`) and returns the token ids the engine would see, so `count`
 equals that request's `usage.prompt_tokens`: `{"count", "max_model_len", "tokens", "token_strs"}`
 (`token_strs` with `return_token_strs: true`, else null). /detokenize takes `tokens` and returns
 `{"prompt": text}`. Both take an optional `model` (a served name) as the generation endpoints do.
@@ -23,6 +23,7 @@ from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.protocol import resolve_model_name
 from turbospec.serve.request_body import read_request
 from turbospec.serve.request_stream import RequestFailed
+from turbospec.serve.tool_calls import ToolOptions
 
 
 class TokenizeRequest(ChatTemplateOptions):
@@ -31,6 +32,7 @@ class TokenizeRequest(ChatTemplateOptions):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1)
+    tools: list[Any] | None = None             # with messages: rendered as /v1/chat/completions renders them
     add_special_tokens: bool | None = None     # vLLM's defaults: true for a prompt, false for messages
     return_token_strs: bool = False
 
@@ -62,7 +64,10 @@ class Tokenization:
                 messages = [m.for_template() for m in req.messages]
             except ChatTemplateError as e:
                 raise bad_request(str(e), param=e.param)
-            kwargs = req.template_kwargs_for(req.messages)
+            tools = ToolOptions(tools=req.tools).checked_tools(getattr(tok, "chat_template", None))
+            kwargs = req.template_kwargs_for(req.messages, tools)
+        elif req.tools is not None:
+            raise bad_request("`tools` go with `messages` (a chat conversation), not with `prompt`", param="tools")
         add_special = req.add_special_tokens if req.add_special_tokens is not None else req.messages is None
         vocab_size = self.engine.engine.model_config.vocab_size
 
