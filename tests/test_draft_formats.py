@@ -201,6 +201,12 @@ def test_eagle3_no_draft_vocab_shares_target_head_and_multi_layer(tmp_path):
     assert len(m2.layers) == 2
 
 
+def _absolute_d2t_without_t2d(t: dict) -> None:
+    """d2t holding target ids instead of offsets, and no t2d to compare it with."""
+    del t["t2d"]
+    t["d2t"] = t["d2t"] + torch.arange(t["d2t"].numel())
+
+
 @pytest.mark.parametrize("edit,needle", [
     (lambda t, c: t.__setitem__("fc.weight", torch.zeros(H, 3 * T + 1)), "fc.weight"),
     (lambda t, c: t.pop("midlayer.self_attn.k_proj.weight"), "self_attn.k_proj"),
@@ -209,6 +215,7 @@ def test_eagle3_no_draft_vocab_shares_target_head_and_multi_layer(tmp_path):
     (lambda t, c: t.__setitem__("midlayer.bogus.weight", torch.zeros(3)), "midlayer.bogus.weight"),
     (lambda t, c: t.__setitem__("d2t", t["d2t"].flip(0)), "d2t"),
     (lambda t, c: t.__setitem__("t2d", ~t["t2d"]), "t2d"),
+    (lambda t, c: _absolute_d2t_without_t2d(t), "not absolute ids"),     # once an IndexError
     (lambda t, c: c.pop("hidden_size"), "hidden_size"),
     (lambda t, c: c.update(eagle_aux_hidden_state_layer_ids=[1, 2, 3]), "disagree"),
 ])
@@ -411,3 +418,35 @@ def test_eagle3_multi_layer_export_names_fit_vllms_loader(tmp_path):
     assert set(vllm) - set(landed) == {"model.layers.1.hidden_norm.weight"}
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 2 and cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 6]
+
+
+@pytest.mark.parametrize("rope", [
+    dict(theta=500000.0, rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+         original_max_position_embeddings=8192),
+    dict(theta=10000.0, rope_type="linear", factor=4.0)])
+def test_exports_keep_the_targets_rope_scaling(tmp_path, rope):
+    """A drafter trained for a Llama-3.1 target (llama3 scaling) or a linear-scaled one is exported
+    with that scaling and loads back with the same rotary frequencies it was trained with (the
+    DFlash export once wrote rope_theta alone, so the served drafter ran unscaled)."""
+    from dataclasses import replace
+
+    from turbospec.config import RopeConfig
+    from turbospec.models.dflash_config import DFlashConfig
+    from turbospec.models.dflash_draft import DFlashDraftModel, save_dflash
+    rc = RopeConfig(**rope)
+    cfg = DFlashConfig(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                       intermediate_size=128, num_hidden_layers=1, rms_norm_eps=1e-6, vocab_size=100, rope=rc,
+                       block_size=8, mask_token_id=1, target_layer_ids=(1, 2), num_target_layers=4,
+                       target_hidden_size=64, causal=(False,), sliding_window=(None,))
+    df = DFlashDraftModel(cfg)
+    save_dflash(df, str(tmp_path / "df"))
+    back = load_dflash(str(tmp_path / "df"))
+    assert back.config.rope == rc and torch.equal(back.inv_freq, df.inv_freq)
+    assert json.loads((tmp_path / "df" / "config.json").read_text())["rope_scaling"]["rope_type"] == rope["rope_type"]
+    e3 = load_eagle3(str(write_dir(tmp_path / "src", eagle3_config("speculators", True),
+                                   eagle3_tensors(seed=4, fc_norm=True, embed=True))))
+    e3.config = replace(e3.config, rope=rc)
+    save_eagle3(e3, str(tmp_path / "e3"), {"num_hidden_layers": L_TARGET})
+    assert load_eagle3(str(tmp_path / "e3")).config.rope == rc
+    unscaled = replace(rc, rope_type="default")
+    assert unscaled.to_hf() == {"rope_theta": rc.theta}           # no rope_scaling key when unscaled

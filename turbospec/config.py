@@ -99,6 +99,19 @@ class RopeConfig:
         )
 
 
+    def to_hf(self) -> dict[str, Any]:
+        """config.json's keys for this rope: `rope_theta`, plus `rope_scaling` when scaled (the
+        pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back)."""
+        d: dict[str, Any] = {"rope_theta": self.theta}
+        if self.rope_type == "linear":
+            d["rope_scaling"] = {"rope_type": "linear", "factor": self.factor}
+        elif self.rope_type != "default":
+            d["rope_scaling"] = {"rope_type": self.rope_type, "factor": self.factor,
+                                 "low_freq_factor": self.low_freq_factor, "high_freq_factor": self.high_freq_factor,
+                                 "original_max_position_embeddings": self.original_max_position_embeddings}
+        return d
+
+
 @dataclass
 class ModelConfig:
     """Architecture of a decoder-only target, normalised from config.json."""

@@ -114,3 +114,17 @@ def test_every_bad_line_is_counted_and_the_first_named(tiny_target, tmp_path, mo
     with open(data, "ab") as f:
         f.write(b'{"text": "caf\xe9"}\n')
     assert "u.jsonl:2: not UTF-8 text" in _train_fails(tiny_target, data, tmp_path, monkeypatch)
+
+
+def test_draft_vocab_keeps_the_always_ids_whatever_their_count():
+    """The Vd most frequent label tokens, plus the target's EOS ids even when the data never has
+    them (plain-text records): a drafter without EOS can never propose the end of a sequence."""
+    import torch
+
+    from turbospec.train.draft_vocab import build_draft_vocab
+    counts = torch.tensor([0, 5, 9, 9, 1, 7, 0, 3])               # token 0 (EOS) never seen
+    used, d2t, t2d = build_draft_vocab(counts, 3)
+    assert used.tolist() == [2, 3, 5]                              # most frequent, the lower id on ties
+    used, d2t, t2d = build_draft_vocab(counts, 3, always=(0, 99))  # an id outside the vocab is ignored
+    assert used.tolist() == [0, 2, 3] and d2t.tolist() == [0, 1, 1]
+    assert t2d.nonzero().flatten().tolist() == [0, 2, 3]

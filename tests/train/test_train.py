@@ -80,6 +80,7 @@ def test_export_round_trip(method, tiny_target, code_jsonl, tmp_path):
         assert raw["draft_vocab_size"] == 512
         used = loaded.d2t + torch.arange(512)
         assert torch.equal(torch.nonzero(loaded.t2d).flatten(), used)
+        assert all(bool(loaded.t2d[e]) for e in target.config.eos_token_ids)      # EOS can be drafted
     else:
         assert raw["architectures"] == ["DFlashDraftModel"] and raw["block_size"] == 4
         assert raw["dflash_config"]["target_layer_ids"] == [i - 1 for i in target.aux_layers]

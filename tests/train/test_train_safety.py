@@ -76,6 +76,27 @@ def test_a_signal_saves_the_state_and_exports_then_resume_continues(sig, tiny_ta
     assert r["step"] == 5 and "interrupted" not in r
 
 
+def test_held_out_metrics_survive_a_resume(tiny_target, code_jsonl, tmp_path, monkeypatch):
+    """A resumed run interrupted before its first evaluation exports the saved run's last held-out
+    metrics (they were lost: the export then said `"heldout": {}` and the log `heldout AL -`)."""
+    set_lr, steps = loop.set_lr, {"n": 0, "stop_at": 3}
+
+    def set_lr_then_signal(opt, lr):
+        steps["n"] += 1
+        if steps["n"] == steps["stop_at"]:
+            os.kill(os.getpid(), signal.SIGINT)
+        set_lr(opt, lr)
+
+    monkeypatch.setattr(loop, "set_lr", set_lr_then_signal)
+    out = tmp_path / "run"
+    first = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=50, eval_every=3)))
+    assert first["step"] == 3 and "loss" in first["heldout"]                # evaluated at step 3, then stopped
+    steps.update(n=0, stop_at=1)
+    again = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=50, eval_every=3, resume=True)))
+    assert again["step"] == 4 and again["heldout"] == first["heldout"]      # step 4: no evaluation of its own
+    assert json.load(open(out / "training_info.json"))["heldout"] == first["heldout"]
+
+
 def test_resume_with_other_stream_settings_warns(tiny_target, code_jsonl, tmp_path, capsys):
     out = tmp_path / "run"
     loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2)))
@@ -182,6 +203,12 @@ def test_init_from_a_drafter_of_another_target_is_refused_first(method, tiny_tar
     r = CliRunner().invoke(app, ["train", method, "--target", str(wide), "--data", str(bad_data),
                                  "--out", str(tmp_path / "third"), "--init-from", str(first)])
     assert r.exit_code == 2 and r.output.startswith("error: --init-from") and r.output.count("\n") == 1, r.output
+    other = "dflash" if method == "eagle3" else "eagle3"           # the other method's drafter: refused first too
+    with pytest.raises(ValueError) as e:
+        loop.train(TrainConfig(**_kw(tiny_target, bad_data, tmp_path / "fourth", method=other, steps=1,
+                                     init_from=str(first))))
+    assert f"is a {'LlamaForCausalLMEagle3' if method == 'eagle3' else 'DFlashDraftModel'!r}, not a {other} " \
+           f"drafter" in str(e.value) and f"run `train {method} --init-from` with it" in str(e.value)
 
 
 def test_corpus_and_regeneration_outputs_are_not_replaced_silently(tmp_path):

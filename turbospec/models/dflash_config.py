@@ -120,7 +120,7 @@ class DFlashConfig:
             "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
             "head_dim": self.head_dim, "num_hidden_layers": self.num_hidden_layers,
             "rms_norm_eps": self.rms_norm_eps, "hidden_act": "silu", "vocab_size": self.vocab_size,
-            "rope_theta": self.rope.theta, "attention_bias": self.attention_bias,
+            **self.rope.to_hf(), "attention_bias": self.attention_bias,
             "max_position_embeddings": self.max_position_embeddings, "tie_word_embeddings": False,
             "layer_types": ["sliding_attention" if c else "full_attention" for c in self.causal],
             "block_size": self.block_size, "torch_dtype": str(dtype).replace("torch.", ""),

@@ -138,7 +138,7 @@ class Eagle3Config:
             "rms_norm_eps": self.rms_norm_eps, "hidden_act": "silu",
             "vocab_size": self.vocab_size, "draft_vocab_size": self.draft_vocab_size,
             "max_position_embeddings": self.max_position_embeddings,
-            "rope_theta": self.rope.theta, "tie_word_embeddings": False,
+            **self.rope.to_hf(), "tie_word_embeddings": False,
             "attention_bias": self.attention_bias,
             "torch_dtype": str(dtype).replace("torch.", ""),
             # the captured layers both ways: input-of-layer at the top level (vLLM / speculators; the
@@ -148,11 +148,6 @@ class Eagle3Config:
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in ids],
                              "use_aux_hidden_state": True},
         }
-        if self.rope.rope_type != "default":
-            d["rope_scaling"] = {"rope_type": self.rope.rope_type, "factor": self.rope.factor,
-                                 "low_freq_factor": self.rope.low_freq_factor,
-                                 "high_freq_factor": self.rope.high_freq_factor,
-                                 "original_max_position_embeddings": self.rope.original_max_position_embeddings}
         if self.target_hidden_size != self.hidden_size:
             d["target_hidden_size"] = self.target_hidden_size
         if self.fc_norm:

@@ -207,7 +207,8 @@ def load_eagle3(draft_dir: str, device: torch.device | str = "cpu",
     with torch.device(device):
         model = Eagle3DraftModel(cfg, with_embeddings="embed_tokens.weight" in names, with_lm_head=own_head)
     load_state(model, tensors, _to_param, optional=("d2t", "t2d"))
-    if "t2d" not in names:      # derive the mask from the offsets
+    if "t2d" not in names:      # derive the mask from the offsets, once they are known to be offsets
+        check_vocab_map(model.d2t, None, cfg.vocab_size)
         model.t2d.zero_()
         model.t2d[model.draft_to_target(torch.arange(cfg.draft_vocab_size, device=model.d2t.device))] = True
     check_vocab_map(model.d2t, model.t2d, cfg.vocab_size)

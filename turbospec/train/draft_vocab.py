@@ -18,13 +18,18 @@ def label_token_counts(ds: TokenDataset, vocab_size: int) -> torch.Tensor:
     return torch.bincount(toks, minlength=vocab_size)[:vocab_size]
 
 
-def build_draft_vocab(counts: torch.Tensor, draft_vocab_size: int
+def build_draft_vocab(counts: torch.Tensor, draft_vocab_size: int, always: tuple[int, ...] = ()
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """counts [V] -> (used [Vd], d2t [Vd] int64, t2d [V] bool). Ties (e.g. unseen tokens) go to
-    the lower id, so the result is deterministic."""
+    the lower id, so the result is deterministic. `always`: ids kept whatever their count (the
+    target's EOS ids: data without them, such as plain-text records, would leave a drafter that
+    can never propose the end of a sequence)."""
     V = counts.numel()
     Vd = min(draft_vocab_size, V)
-    order = torch.sort(-counts.long(), stable=True).indices          # most frequent first, low id on ties
+    keys = -counts.long()
+    keep = torch.tensor([i for i in always if 0 <= i < V], dtype=torch.long)
+    keys[keep] = keys.min() - 1                                       # before every counted token
+    order = torch.sort(keys, stable=True).indices                    # most frequent first, low id on ties
     used = order[:Vd].sort().values
     d2t = used - torch.arange(Vd, dtype=torch.long)
     t2d = torch.zeros(V, dtype=torch.bool)

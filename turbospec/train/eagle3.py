@@ -69,7 +69,7 @@ def build_eagle3_draft(cfg: TrainConfig, target: TargetModel, label_counts: torc
                        ) -> tuple[Eagle3DraftModel, torch.Tensor]:
     """A fresh drafter (fp32, on the target's device) and the draft vocabulary `used` [Vd]."""
     tc = target.config
-    used, d2t, t2d = build_draft_vocab(label_counts, cfg.eagle3.draft_vocab_size)
+    used, d2t, t2d = build_draft_vocab(label_counts, cfg.eagle3.draft_vocab_size, always=tuple(tc.eos_token_ids))
     dcfg = Eagle3Config(vocab_size=tc.vocab_size, draft_vocab_size=used.numel(),
                         target_hidden_size=tc.hidden_size, rope=RopeConfig(theta=tc.rope.theta),
                         max_position_embeddings=tc.max_position_embeddings,

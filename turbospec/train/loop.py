@@ -149,12 +149,12 @@ def train(cfg: TrainConfig) -> dict:
                   "newer SGLang skips layers.N.* and builds other extra layers): use --num-layers 1 for SGLang")
     opt = make_optimizer(draft, cfg.lr, cfg.weight_decay)
     anchor_gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
-    step, elapsed0 = 0, 0.0
+    step, elapsed0, extra = 0, 0.0, {}
     if cfg.init_from:
         init_from_export(cfg.init_from, draft, cfg.method)
         log.print(f"initialized the drafter from {cfg.init_from}")
     if cfg.resume:
-        step, elapsed0, saved = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
+        step, elapsed0, saved, extra = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
         log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
         changed = resume_differences(saved, cfg)
         if changed:
@@ -193,7 +193,7 @@ def train(cfg: TrainConfig) -> dict:
     end = f"/{total_steps}" if total_steps else ""
     stream = iterate(train_ds, cfg.batch_size, cfg.seed, step, rank, world)
     running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
-    heldout_m: dict = {}
+    heldout_m: dict = dict(extra.get("heldout") or {})     # resumed: the saved run's last evaluation
     stop = torch.zeros(3, device=device)
     interrupted = None
     with StopRequest() as signals:           # Ctrl-C / SIGTERM: leave after the step, save, export
@@ -248,12 +248,14 @@ def train(cfg: TrainConfig) -> dict:
             log.step(1, postfix, line)
             if step % cfg.save_every == 0 and step != total_steps:
                 if rank == 0:
-                    save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
+                    save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg,
+                               {"heldout": heldout_m})
                 export(heldout_m)
         log.close()
         # the state first: the final evaluation can take a while
         if rank == 0:
-            save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg)
+            save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg,
+                       {"heldout": heldout_m})
         if interrupted is None:
             heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
             log.print(f"final held-out ({step} steps, {elapsed0 + time.perf_counter() - t0:.0f} s): "

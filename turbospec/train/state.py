@@ -59,8 +59,9 @@ def save_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, step
 
 
 def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anchor_gen: torch.Generator,
-               method: str) -> tuple[int, float, dict]:
-    """Restore in place; returns (step, elapsed seconds, the saved run's config)."""
+               method: str) -> tuple[int, float, dict, dict]:
+    """Restore in place; returns (step, elapsed seconds, the saved run's config, its `extra`: the
+    last held-out metrics under "heldout")."""
     path = os.path.join(path_dir, STATE_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"--resume: no {STATE_FILE} in {path_dir!r}; start without --resume, or pass "
@@ -78,7 +79,7 @@ def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anch
     anchor_gen.set_state(state["rng"]["anchors"])
     if state["rng"]["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return int(state["step"]), float(state["elapsed"]), state["config"]
+    return int(state["step"]), float(state["elapsed"]), state["config"], state.get("extra") or {}
 
 
 # settings that decide the batch stream and the held-out split a resumed run continues
@@ -105,11 +106,18 @@ def check_init_from_target(draft_dir: str, method: str, target: str, target_conf
     features it reads and the captured layers; each must fit `target_config` (a ModelConfig)."""
     from turbospec.models.draft_layers import read_config
     if method == "eagle3":
-        from turbospec.models.eagle3_config import Eagle3Config as Config
+        from turbospec.models.eagle3_config import ARCHITECTURE, Eagle3Config as Config
     else:
-        from turbospec.models.dflash_config import DFlashConfig as Config
+        from turbospec.models.dflash_config import ARCHITECTURE, DFlashConfig as Config
+    raw = read_config(draft_dir)
+    archs = raw.get("architectures") or []
+    if archs and ARCHITECTURE not in archs:          # e.g. a DFlash drafter given to `train eagle3`
+        other = "dflash" if any("DFlash" in a for a in archs) else "eagle3" if any("Eagle3" in a for a in archs) else None
+        fix = f"run `train {other} --init-from` with it, or " if other else ""
+        raise ValueError(f"--init-from {draft_dir!r} is a {archs[0]!r}, not a {method} drafter ({ARCHITECTURE}): "
+                         f"{fix}pass a {method} drafter's directory")
     try:
-        dc = Config.from_dict(read_config(draft_dir))
+        dc = Config.from_dict(raw)
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--init-from {draft_dir!r}: not a loadable {method} drafter ({e})") from None
     L = target_config.num_hidden_layers
