@@ -19,6 +19,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
   failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
+GET /s/<spec>/auth lists the Authorization header (or null) of every request of that spec, in order.
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
 Each token is the word "tok " so text length tells the truth too. Prints "PORT <n>" when ready.
@@ -33,6 +34,7 @@ from collections import defaultdict
 COUNTERS: dict[str, dict] = defaultdict(lambda: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": defaultdict(int)})
 LOG: dict[str, list] = defaultdict(list)
 CALLS: dict[str, int] = defaultdict(int)
+AUTH: dict[str, list] = defaultdict(list)
 
 
 def parse_spec(spec: str) -> dict:
@@ -183,9 +185,13 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             spec_str = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
             spec = parse_spec(spec_str)
             tail = "/" + "/".join(parts[3:]) if spec_str else path
+            if tail != "/auth":
+                AUTH[spec_str].append(headers.get("authorization"))
             gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"])
             if method == "GET" and tail == "/metrics" and not gone:
                 plain(writer, 200, metrics_text(spec_str), "text/plain; version=0.0.4")
+            elif method == "GET" and tail == "/auth":
+                plain(writer, 200, json.dumps(AUTH[spec_str]).encode())
             elif method == "GET" and tail == "/log":
                 plain(writer, 200, json.dumps(LOG[spec_str]).encode())
             elif method == "GET" and tail == "/get_server_info" and spec["sglang"]:

@@ -19,6 +19,7 @@ from turbospec.audit.config import LoadConfig, LoadLevel, parse_concurrency, par
 from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
 from turbospec.audit.endpoint import Endpoint
 from turbospec.audit.gpus import DEFAULT_GPU, get_gpu
+from turbospec.audit.keys import ENV_VAR, choose_keys, describe
 from turbospec.audit.outdir import check_out_dir
 from turbospec.audit.preflight import PreflightError, preflight, resolve_models
 from turbospec.audit.projection import SpecAssumption
@@ -50,8 +51,9 @@ def audit(
         help="Served model name; once, or once per --endpoint (default: the one model /v1/models lists)"),
     api: str = typer.Option("chat", "--api",
         help="chat (/v1/chat/completions) or completions (/v1/completions)"),
-    api_key: list[str] = typer.Option([], "--api-key", envvar="OPENAI_API_KEY",
-        help="Bearer key; once, or once per --endpoint (never written to the report)"),
+    api_key: list[str] = typer.Option([], "--api-key",
+        help="Bearer key; once per --endpoint ('' for none), or once when all endpoints are one server. "
+             "Without it, $OPENAI_API_KEY is used for a single server only (never written to the report)"),
     metrics_url: list[str] = typer.Option([], "--metrics-url",
         help="Prometheus URL per endpoint (default <base>/metrics)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency",
@@ -114,10 +116,17 @@ def audit(
     first short request, before anything is measured) or when no request succeeded (the report is
     still written); 2 for a bad argument; 130 when aborted by a second Ctrl-C."""
     settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
-    args = dict(settings, api_key=api_key)
     try:
         _check_finite(settings)
         check_out_dir(out, overwrite)
+        choice = choose_keys(endpoint, api_key, os.environ.get(ENV_VAR))
+        args = dict(settings, api_key=choice.keys, api_key_source=choice.sources)
+        settings["api_key_source"] = choice.sources
+        for note in choice.notes:
+            typer.secho(note, fg=typer.colors.YELLOW, err=True)
+        if any(choice.sources) and len(endpoint) > 1:
+            for line in describe(endpoint, choice.sources):
+                typer.echo(line, err=True)
         built = _build(args, model or ["?"] * len(endpoint))       # every argument checked before any request
         if not model:
             keys = [e.api_key for e in built[0].endpoints]
@@ -154,12 +163,13 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
     """The validated run from the CLI arguments (`a`) for these model names; ValueError says what to pass."""
     n = len(a["endpoint"])
     models = _aligned("--model", models, n, required=True)
-    keys = _aligned("--api-key", a["api_key"], n, required=False)
+    keys, key_sources = a["api_key"], a["api_key_source"]        # chosen by keys.choose_keys
     if a["metrics_url"] and len(a["metrics_url"]) != n:
         raise ValueError(f"--metrics-url given {len(a['metrics_url'])} times for {n} endpoints: "
                          "pass it once per --endpoint")
     metrics = list(a["metrics_url"]) or [None] * n
-    eps = tuple(Endpoint(u, m, a["api"], k, mu) for u, m, k, mu in zip(a["endpoint"], models, keys, metrics))
+    eps = tuple(Endpoint(u, m, a["api"], k, mu, api_key_source=ks)
+                for u, m, k, mu, ks in zip(a["endpoint"], models, keys, metrics, key_sources))
     conc_text, rate_text = a["concurrency"], a["request_rate"]
     conc = parse_concurrency(conc_text if conc_text is not None or rate_text else _DEFAULT_CONCURRENCY)
     levels = (tuple(LoadLevel(concurrency=c) for c in conc)

@@ -21,6 +21,7 @@ class Endpoint:
     api: str = "chat"
     api_key: str | None = None
     metrics_url_override: str | None = None
+    api_key_source: str | None = None  # "--api-key" | "$OPENAI_API_KEY" | None (keys.py); never the key
 
     def __post_init__(self) -> None:
         parsed = urlparse(self.url)

@@ -118,7 +118,8 @@ async def _explain(http: httpx.AsyncClient, ep: Endpoint, rec: RequestRecord) ->
     status = _status(rec)
     if status in (401, 403):
         how = "the key was refused: check --api-key" if ep.api_key else \
-            "the endpoint wants a key: pass --api-key KEY (or set OPENAI_API_KEY)"
+            "the endpoint wants a key: pass --api-key KEY (or set OPENAI_API_KEY, which is sent only when every " \
+            "endpoint is one server)"
         return f"{said}. {how}"
     ids = await served_models(http, ep)
     if isinstance(ids, list) and ep.model not in ids:

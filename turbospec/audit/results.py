@@ -67,7 +67,7 @@ def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: d
         "prompts_repeated": audit.prompts_repeated,
         "settings": settings,
         "endpoints": [{"url": e.url, "model": e.model, "api": e.api, "request_url": e.request_url,
-                       "metrics_url": e.metrics_url} for e in cfg.endpoints],
+                       "metrics_url": e.metrics_url, "api_key_source": e.api_key_source} for e in cfg.endpoints],
         "gpu": econ.gpu.to_dict(),
         "cost_model": econ.cost.to_dict(),
         "model": econ.model.to_dict() if econ.model else None,
