@@ -18,6 +18,9 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
   lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
+  hidden=N   usage counts N more completion tokens, as `completion_tokens_details.reasoning_tokens`
+             (a hosted reasoning model's hidden reasoning: counted, never streamed); hiddenraw=N the same
+             without the details (the usage count alone is too high)
   failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
 GET /s/<spec>/auth lists the Authorization header (or null) of every request of that spec, in order.
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
@@ -40,7 +43,7 @@ AUTH: dict[str, list] = defaultdict(list)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "metricsupto": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "metricsupto": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -127,7 +130,7 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         if spec["finish"] and i == len(sizes) - 1:
             obj["choices"][0]["finish_reason"] = "length"
         if spec["continuous"]:
-            obj["usage"] = {"prompt_tokens": 7, "completion_tokens": done}
+            obj["usage"] = {"prompt_tokens": 7, "completion_tokens": done + spec["hidden"] + spec["hiddenraw"]}
         event(writer, obj)
         sent_ms.append((loop.time() - t0) * 1e3)
         if spec["quirks"] and chat:
@@ -139,7 +142,10 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
             count_step(key, spec["draft"], n)
         await writer.drain()
     if spec["usage"]:
-        last = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": max_tokens}}
+        last = {"choices": [], "usage": {"prompt_tokens": 7,
+                                         "completion_tokens": max_tokens + spec["hidden"] + spec["hiddenraw"]}}
+        if spec["hidden"]:
+            last["usage"]["completion_tokens_details"] = {"reasoning_tokens": spec["hidden"]}
         if spec["perreq"]:
             drafts = len(sizes) - 1
             last["speculative_decoding"] = {"num_drafts": drafts, "num_draft_tokens": drafts * spec["draft"],

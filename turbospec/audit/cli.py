@@ -240,6 +240,8 @@ def _print_summary(results: dict, out: str) -> None:
     for v in results["verdicts"]:
         colour = {"go": typer.colors.GREEN, "no-go": typer.colors.RED}.get(v["decision"], typer.colors.YELLOW)
         typer.secho(f"{v['decision'].upper()}  {v['endpoint']}", fg=colour, bold=True)
+        for caveat in v.get("caveats", []):
+            typer.secho(f"  ! {caveat}", fg=typer.colors.YELLOW)
         for reason in v["reasons"]:
             typer.echo(f"  - {reason}")
     for r in results["runs"]:

@@ -43,7 +43,7 @@ def _verdict(res: dict) -> Section:
     s = Section("Verdict")
     for v in res["verdicts"]:
         s.blocks.append(("verdict", v["decision"], v["endpoint"]))
-        s.blocks.append(("list", v["reasons"]))
+        s.blocks.append(("list", [f"**Caveat**: {c}" for c in v.get("caveats", [])] + v["reasons"]))
     s.blocks.append(("p", f"How it is decided: at the target load (default: the highest measured "
                           f"concurrency) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x "
                           f"and the acceptance length at least {MIN_ACCEPTANCE_LENGTH} tokens per verify step; "
@@ -67,6 +67,11 @@ def _status(res: dict) -> Section | None:
                          + (" Counted one token per streamed chunk: tok/s, TPOT, ITL and cost are per chunk, and "
                             "wrong for a server that streams several tokens a chunk; pass --tokenizer (the "
                             "model's tokenizer.json or directory) to count tokens." if other.get("chunks") else ""))
+        if r["hidden_tokens"]["total"]:
+            notes.append(f"{r['endpoint']} · {r['label']}: the server's usage counted {r['hidden_tokens']['total']:,} "
+                         f"tokens in {r['hidden_tokens']['requests']} requests that the stream never carried (hidden "
+                         "reasoning): every speed, TPOT, ITL, tokens-per-chunk and cost figure counts streamed tokens "
+                         "only (hidden_tokens in results.json); the hidden ones are generated inside TTFT.")
         if r["num_cancelled"]:
             notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
                          "(--max-duration or Ctrl-C); not counted as failures.")
@@ -90,13 +95,14 @@ def _levels(res: dict) -> Section:
     gpus = res["cost_model"]["num_gpus"]
     cur = res["cost_model"]["currency"]
     rows = [[r["endpoint"], r["label"], f"{r['num_ok']} / {r['num_failed']}",
-             n(r["aggregate_output_tokens_per_s"]), n(r["aggregate_output_tokens_per_s_per_gpu"]),
+             _bound(r, n(r["aggregate_output_tokens_per_s"]), "≥"),
+             _bound(r, n(r["aggregate_output_tokens_per_s_per_gpu"]), "≥"),
              n(r["output_tokens_per_s"]["p50"]),
              f"{n(r['ttft_ms']['p50'], 0)} / {n(r['ttft_ms']['p90'], 0)} / {n(r['ttft_ms']['p99'], 0)}",
              n(r["tpot_ms"]["p50"]), f"{n(r['itl_ms']['p50'])} / {n(r['itl_ms']['p99'])}",
              n(r["e2e_ms"]["p50"], 0), n(r["tokens_per_chunk"]["mean"], 2),
              f"{n(r['goodput']['requests_per_s'], 2)} ({pct(r['goodput']['fraction'])})",
-             format_money(r["cost"]["per_million_output_tokens"], cur)] for r in res["runs"]]
+             _bound(r, format_money(r["cost"]["per_million_output_tokens"], cur), "≤")] for r in res["runs"]]
     slo = res["runs"][0]["goodput"]["slo"] if res["runs"] else {}
     return Section("Speed and latency by load level", [
         ("table", ["endpoint", "load", "ok / failed", "aggregate tok/s", f"per GPU ({gpus})",
@@ -109,6 +115,16 @@ def _levels(res: dict) -> Section:
         ("figure", "latency_vs_throughput", "Latency against throughput: the price of filling the batch."),
         ("figure", "ttft_distribution", "Time to first token, every measured request."),
     ])
+
+
+def _bound(r: dict, text: str, sign: str) -> str:
+    """Tokens counted one per chunk: tok/s is a lower bound (≥) and cost per token an upper one (≤).
+    Hidden tokens: the figure is per streamed token."""
+    if r["token_count_source"].get("chunks") and r["num_ok"]:
+        text = f"{sign} {text} (per chunk)"
+    if r["hidden_tokens"]["total"]:
+        text += " (streamed tokens)"
+    return text
 
 
 def _race(res: dict) -> Section | None:
@@ -131,7 +147,8 @@ def _speculation(res: dict) -> Section:
     rows = []
     for r in res["runs"]:
         sp, per_req = r["speculation"], r["server_reported_speculation"] or {}
-        rows.append([r["endpoint"], r["label"], sp["source"] + (" (ESTIMATE)" if sp["is_estimate"] else ""),
+        rows.append([r["endpoint"], r["label"], sp["source"] + (" (ESTIMATE)" if sp["is_estimate"] else "")
+                     + (" (NOT acceptance: above k+1)" if sp.get("implausible") else ""),
                      pct(sp.get("acceptance_rate")), n(sp.get("acceptance_length"), 2),
                      ", ".join(f"{p:.2f}" for p in sp.get("per_position") or []) or "–",
                      n(per_req.get("acceptance_length"), 2), sp.get("note", "")])

@@ -45,12 +45,16 @@ def render_html(title: str, subtitle: str, sections: list[Section], figures: dic
             f"<body><main>{''.join(body)}</main></body></html>\n")
 
 
+def _bold(text: str) -> str:
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+
+
 def _block(block: tuple, figures: dict[str, bytes]) -> str:
     kind = block[0]
     if kind == "p":                                   # **bold** is the one markdown a paragraph uses
-        return "<p>" + re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(block[1])) + "</p>"
+        return "<p>" + _bold(_e(block[1])) + "</p>"
     if kind == "list":
-        return "<ul>" + "".join(f"<li>{_e(i)}</li>" for i in block[1]) + "</ul>" if block[1] else ""
+        return "<ul>" + "".join(f"<li>{_bold(_e(i))}</li>" for i in block[1]) + "</ul>" if block[1] else ""
     if kind == "verdict":
         return (f'<div class="verdict"><span class="badge {_e(block[1])}">{_VERDICT_WORDS[block[1]]}</span>'
                 f'<span class="ep">{_e(block[2])}</span></div>')

@@ -96,6 +96,7 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
     eff_conc = s["request_throughput_per_s"] * e2e_mean
     spec = speculation_result(r.spec_before, r.spec_after, r.server_info, s["tokens_per_chunk"]["overall"],
                               _why_no_estimate(s))
+    _flag_implausible(spec, econ.assumed.num_speculative_tokens)
     entry = {
         "endpoint": r.endpoint.url, "model": r.endpoint.model, "label": r.level.label,
         "concurrency": r.level.concurrency, "request_rate": r.level.request_rate,
@@ -123,6 +124,35 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
         entry["cost"]["per_million_with_speculation"] = now if p["already_speculating"] else now / p["speedup"]
         entry["cost"]["per_million_without_speculation"] = now * p["speedup"] if p["already_speculating"] else now
     return entry
+
+
+def _flag_implausible(spec: dict, k: int) -> None:
+    """A chunk estimate above k+1 is not an acceptance length at all: the server merges chunks, or counts
+    tokens it did not stream. Flagged so it is never read as one (it never decides the verdict anyway)."""
+    tau = spec.get("acceptance_length")
+    if spec.get("is_estimate") and tau is not None and tau > k + 1:
+        spec["implausible"] = True
+        spec["note"] = (f"NOT an acceptance length: {tau:.2f} tokens per chunk exceeds k+1 = {k + 1} "
+                        "(--num-speculative-tokens); the server sends several verify steps per chunk or counts "
+                        "tokens it does not stream. " + spec["note"])
+
+
+def caveats(run: dict) -> list[str]:
+    """What makes the target run's figures less than they look: said in the verdict, not only in Notes."""
+    out = []
+    hidden, sources = run["hidden_tokens"], run["token_count_source"]
+    if hidden["total"]:
+        out.append(f"the server counted {hidden['total']:,} tokens it never streamed ({hidden['requests']} of "
+                   f"{run['num_ok']} requests: hidden reasoning): tok/s, TPOT, ITL, tokens per chunk and cost per "
+                   "token count the streamed tokens only; the hidden ones lie inside TTFT and are billed on top")
+    if sources.get("chunks"):
+        out.append(f"tokens were counted one per streamed chunk for {sources['chunks']} of {run['num_ok']} requests "
+                   "(no usage from the server, no --tokenizer): tok/s is a lower bound, TPOT and cost per token "
+                   "upper bounds, wrong by the tokens each chunk carries; pass --tokenizer for real counts")
+    if run["speculation"].get("implausible"):
+        out.append(f"tokens per chunk {run['speculation']['acceptance_length']:.2f} is above any k+1: it is not an "
+                   "acceptance length and is not used")
+    return out
 
 
 def _why_no_estimate(s: dict) -> str:
@@ -188,7 +218,8 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
         already_speculating=p["already_speculating"],
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
         annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
-        target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled))
+        target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled,
+        caveats=tuple(caveats(run))))
     v["target_run"] = run["label"]
     v["annual"] = annual
     return v

@@ -30,8 +30,12 @@ DEFINITIONS: dict[str, str] = {
                         "for requests whose tokens were counted one per chunk (no usage, no tokenizer)",
     "goodput": "successful requests that meet every SLO (TTFT, TPOT, e2e where set), per second of the run; "
                "also their output tokens per second and their share of all requests",
-    "output_tokens": "generated tokens from the server's `usage`; else a local tokenizer; else one per chunk "
-                     "(see token_count_source)",
+    "output_tokens": "streamed tokens: the server's `usage` less any reasoning tokens it counted but never "
+                     "streamed (hidden_tokens); else a local tokenizer; else one per chunk (see token_count_source)",
+    "hidden_tokens": "tokens the server's usage counts but the stream never carried (hosted reasoning models' "
+                     "hidden reasoning, `completion_tokens_details.reasoning_tokens`, or usage above one token "
+                     "per streamed byte): generated before the first visible token, so they are in TTFT and "
+                     "in no speed, TPOT, ITL or tokens-per-chunk figure",
     "server_reported_speculation": "turbospec servers send each request's drafts and accepted tokens "
                                    "(`speculative_decoding`); summed over the successful requests, also per domain",
 }
@@ -169,6 +173,7 @@ def summarize(records: list[RequestRecord], slo: SLO) -> dict:
                     "output_tokens_per_s": sum(r.output_tokens for r in good) / window if window > 0 else 0.0,
                     "fraction": len(good) / len(records) if records else 0.0},
         "output_tokens": {"total": out_tokens, "mean": out_tokens / len(ok) if ok else 0.0},
+        "hidden_tokens": {"total": sum(r.hidden_tokens for r in ok), "requests": sum(1 for r in ok if r.hidden_tokens)},
         "input_tokens": _input_tokens(ok),
         "token_count_source": dict(Counter(r.token_source for r in ok)),
         "server_reported_speculation": server_speculation(ok),
@@ -201,7 +206,7 @@ def request_rows(records: list[RequestRecord]) -> list[dict]:
     rows = []
     for r in records:
         row = {"prompt_id": r.prompt_id, "domain": r.domain, "ok": r.ok, "error": r.error,
-               "output_tokens": r.output_tokens, "input_tokens": r.input_tokens, "chunks": len(r.chunk_times_s),
+               "output_tokens": r.output_tokens, "hidden_tokens": r.hidden_tokens, "input_tokens": r.input_tokens, "chunks": len(r.chunk_times_s),
                "token_source": r.token_source, "finish_reason": r.finish_reason,
                "speculative_decoding": r.server_speculation,
                "ttft_ms": ttft_s(r) * 1e3 if r.chunk_times_s else None,

@@ -46,6 +46,7 @@ class VerdictInput:
     target_ok: int | None = None       # successful / failed requests at the target load itself
     target_failed: int | None = None
     num_cancelled: int = 0             # cancelled unfinished (--max-duration, Ctrl-C): not failures
+    caveats: tuple[str, ...] = ()      # what makes the figures less than they look (results.caveats)
 
 
 def decide(v: VerdictInput) -> dict:
@@ -56,7 +57,8 @@ def decide(v: VerdictInput) -> dict:
     problem = _health(v, at)
     if problem:
         reasons.append(problem)
-        return {"endpoint": v.endpoint, "decision": "inconclusive", "reasons": reasons, "thresholds": thresholds}
+        return {"endpoint": v.endpoint, "decision": "inconclusive", "caveats": list(v.caveats), "reasons": reasons,
+                "thresholds": thresholds}
     mismatch = _above_ceiling(v)
     if mismatch:
         reasons.append(mismatch)
@@ -91,7 +93,8 @@ def decide(v: VerdictInput) -> dict:
     if ok_speed and ok_accept and v.annual_savings is not None:
         reasons.append(f"implied saving {format_money(v.annual_savings, v.currency)} a year at the stated load")
     decision = "go" if ok_speed and ok_accept else "no-go"
-    return {"endpoint": v.endpoint, "decision": decision, "reasons": reasons, "thresholds": thresholds}
+    return {"endpoint": v.endpoint, "decision": decision, "caveats": list(v.caveats), "reasons": reasons,
+            "thresholds": thresholds}
 
 
 def _above_ceiling(v: VerdictInput) -> str | None:
