@@ -33,7 +33,10 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
     assert refused["speculation"]["note"].endswith("no estimate either: no request succeeded")
 
     verdicts = {v["endpoint"]: v["decision"] for v in res["verdicts"]}
-    assert verdicts[urls[0]] == "go" and verdicts[dead_url] == "inconclusive"
+    assert verdicts[urls[0]] == "inconclusive" and verdicts[dead_url] == "inconclusive"
+    first = res["verdicts"][0]["reasons"][0]             # healthy and measured, but 2 requests cannot back a GO
+    assert first == ("only 2 requests succeeded at concurrency 2; a GO needs at least 10 there: raise --num-prompts "
+                     "(or --max-duration), then audit again")
     assert json.loads((tmp_path / "results.json").read_text())["runs"][1]["failures"] == {"http 500": 2}
     md = (tmp_path / "report.md").read_text()
     assert "## Failures" in md and "scripted internal error" in md and "connection refused" in md

@@ -103,7 +103,7 @@ def audit(
     verify_overhead: float = typer.Option(0.3, "--verify-overhead",
         help="Extra cost of a speculative step over a plain one at batch 1"),
     target_concurrency: Optional[float] = typer.Option(None, "--target-concurrency",
-        help="Load the verdict is decided at (default: highest measured)"),
+        help="Load the verdict is decided at, alone (default: highest measured; then every level's failures count)"),
     telemetry: str = typer.Option("auto", "--telemetry",
         help="auto (local endpoints) | on | off: NVML sampling"),
     out: str = typer.Option("audit-out", "--out", help="Output directory"),
@@ -239,7 +239,8 @@ def _parse_extra_body(text: str | None) -> dict:
 def _print_summary(results: dict, out: str) -> None:
     for v in results["verdicts"]:
         colour = {"go": typer.colors.GREEN, "no-go": typer.colors.RED}.get(v["decision"], typer.colors.YELLOW)
-        typer.secho(f"{v['decision'].upper()}  {v['endpoint']}", fg=colour, bold=True)
+        word = {"go-projected": "GO (PROJECTED: acceptance assumed)"}.get(v["decision"], v["decision"].upper())
+        typer.secho(f"{word}  {v['endpoint']}", fg=colour, bold=True)
         for caveat in v.get("caveats", []):
             typer.secho(f"  ! {caveat}", fg=typer.colors.YELLOW)
         for reason in v["reasons"]:

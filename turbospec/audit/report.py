@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from turbospec.audit.cost import format_money, format_percent
-from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_SPEEDUP
+from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_OK_FOR_GO, MIN_SPEEDUP
 
 
 @dataclass
@@ -44,12 +44,14 @@ def _verdict(res: dict) -> Section:
     for v in res["verdicts"]:
         s.blocks.append(("verdict", v["decision"], v["endpoint"]))
         s.blocks.append(("list", [f"**Caveat**: {c}" for c in v.get("caveats", [])] + v["reasons"]))
-    s.blocks.append(("p", f"How it is decided: at the target load (default: the highest measured "
-                          f"concurrency) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x "
-                          f"and the acceptance length at least {MIN_ACCEPTANCE_LENGTH} tokens per verify step; "
-                          f"NO-GO otherwise; INCONCLUSIVE when no request succeeded or more than "
-                          f"{MAX_FAILURE_RATE:.0%} failed (overall, or at the target load). The acceptance length is measured from the server's "
-                          "counters when it exposes them, otherwise it is the stated assumption."))
+    s.blocks.append(("p", f"How it is decided: at the target load (--target-concurrency, else the highest measured "
+                          f"level) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x and the "
+                          f"acceptance length, measured from the server's counters, at least {MIN_ACCEPTANCE_LENGTH} "
+                          "tokens per verify step; GO (PROJECTED) when those hold only with the assumed acceptance "
+                          "length (the endpoint does not speculate: confirm with a drafter); NO-GO otherwise; "
+                          f"INCONCLUSIVE when more than {MAX_FAILURE_RATE:.0%} of requests failed (at the target load; "
+                          "over the whole audit too unless --target-concurrency was given), or when a GO would rest on "
+                          f"fewer than {MIN_OK_FOR_GO} successful requests at the target load."))
     return s
 
 
@@ -200,7 +202,7 @@ def _money(res: dict) -> Section:
                      f"{p['speedup']:.2f}x", "yes" if p["already_speculating"] else "no",
                      format_money(cost.get("per_million_without_speculation"), cur),
                      format_money(cost.get("per_million_with_speculation"), cur),
-                     format_money(an["annual_cost"], cur), format_money(an["annual_savings"], cur)])
+                     format_money(an["annual_cost"], cur), _effect(an, p["already_speculating"], cur)])
     return Section("Projected speedup and money", [
         ("p", f"Price: {format_money(c['price_per_gpu_hour'], cur)} per GPU-hour x {c['num_gpus']} GPU(s) "
               f"({c['price_source']}). Exchange rate assumed: 1 USD = {c['usd_to_inr']:g} INR. Annual basis: "
@@ -211,12 +213,26 @@ def _money(res: dict) -> Section:
               "k+1 tokens per sequence at this concurrency (0 without a model shape)."),
         ("table", ["endpoint", "load", "acceptance length", "k", "overhead (verify + batch)", "speedup",
                    "speculating now", "cost / 1M plain", "cost / 1M speculative", "annual cost (as measured)",
-                   "annual savings from speculation"], rows),
+                   "annual effect of speculation"], rows),
         ("p", "The measured column is the endpoint as it runs; the other is the projection (plain decoding "
-              "estimated for an endpoint that already speculates, speculation projected for one that does not)."),
+              "estimated with the assumed verify overhead for an endpoint that already speculates, speculation "
+              "projected with the assumed acceptance length for one that does not). The annual effect is a cut of "
+              "the bill for an endpoint that does not speculate, and what plain decoding would cost on top of the "
+              "bill for one that does (which can exceed the bill)."),
         ("figure", "cost_per_million", "Cost per million output tokens, plain and with speculation. " + "; ".join(
             f"endpoint {i + 1} = {e['url']}" for i, e in enumerate(res["endpoints"])) + "."),
     ])
+
+
+def _effect(an: dict, speculating: bool, cur: str) -> str:
+    """Which quantity the savings are: a cut of this bill (projected), or what plain decoding would cost
+    on top of it (an endpoint that already speculates; it can exceed the bill)."""
+    if an["annual_savings"] is None:
+        return "–"
+    if speculating:
+        return f"plain decoding would cost {format_money(an['annual_savings'], cur)} more"
+    share = f" ({pct(an['annual_savings'] / an['annual_cost'])} of the bill)" if an["annual_cost"] else ""
+    return f"cut of {format_money(an['annual_savings'], cur)}{share}, projected"
 
 
 def _domains(res: dict) -> Section:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from turbospec.audit.report import Section
 
-_VERDICT_WORDS = {"go": "GO", "no-go": "NO-GO", "inconclusive": "INCONCLUSIVE"}
+_VERDICT_WORDS = {"go": "GO", "go-projected": "GO (PROJECTED)", "no-go": "NO-GO", "inconclusive": "INCONCLUSIVE"}
 
 
 def _cell(x: object) -> str:

@@ -192,14 +192,30 @@ def _roofline(entry: dict, econ: Economics, conc: float, context: float) -> dict
     return c
 
 
+def _load(r: dict) -> float:
+    return r["concurrency"] or r["effective_concurrency"]
+
+
 def _target_run(runs: list[dict], target: float | None) -> dict | None:
+    """--target-concurrency: the level nearest to it, healthy or not (the verdict is about that load);
+    else the highest level with a successful request."""
+    if target is not None and runs:
+        return min(runs, key=lambda r: abs(_load(r) - target))
     usable = [r for r in runs if r["num_ok"] > 0]
-    if not usable:
-        return None
-    conc = [(r["concurrency"] or r["effective_concurrency"], r) for r in usable]
-    if target is None:
-        return max(conc, key=lambda c: c[0])[1]
-    return min(conc, key=lambda c: abs(c[0] - target))[1]
+    return max(usable, key=_load) if usable else None
+
+
+def target_label(run: dict) -> str:
+    """The level's own name; a Poisson level adds what it kept in flight (rounded)."""
+    if run["concurrency"]:
+        return run["label"]
+    return f"{run['label']}, {run['effective_concurrency']:.1f} in flight on average"
+
+
+def _failed_levels(runs: list[dict], target: dict | None) -> tuple[str, ...]:
+    return tuple(f"{r['label']}: {r['num_failed']} of {r['num_ok'] + r['num_failed']} failed "
+                 f"({', '.join(f'{k}: {c}' for k, c in r['failures'].items())})"
+                 for r in runs if r["num_failed"] and r is not target)
 
 
 def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
@@ -207,19 +223,22 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
     num_failed = sum(r["num_failed"] for r in runs)
     num_cancelled = sum(r["num_cancelled"] for r in runs)
     run = _target_run(runs, econ.target_concurrency)
+    chosen = econ.target_concurrency is not None
     if run is None:
-        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled))
+        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled,
+                                   other_failures=_failed_levels(runs, None)))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
     v = decide(VerdictInput(
         endpoint=url, num_ok=num_ok, num_failed=num_failed, speedup=p["speedup"],
         acceptance_length=p["acceptance_length"], acceptance_source=p["acceptance_source"],
-        target_concurrency=run["concurrency"] or run["effective_concurrency"],
-        already_speculating=p["already_speculating"],
+        target_label=target_label(run), already_speculating=p["already_speculating"],
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
         annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
         target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled,
-        caveats=tuple(caveats(run))))
+        caveats=tuple(caveats(run)) if run["num_ok"] else (), annual_cost=annual["annual_cost"],
+        verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
+        other_failures=_failed_levels(runs, run)))
     v["target_run"] = run["label"]
     v["annual"] = annual
     return v
