@@ -9,7 +9,8 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
              errorevent | json (a 200 non-streamed answer) | badshape (a chunk whose choices is a number) | none
   nometrics=1  /metrics answers 404
   metricsupto=N  /metrics answers 404 once more than N completion requests came (a /metrics that vanishes)
-  usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
+  usage=0    no usage chunk;  continuous=1  usage on every chunk;  askcont=1  usage on every chunk only when
+             the request sets stream_options.continuous_usage_stats (as vLLM and turbospec do);  quirks=1  vLLM/SGLang quirks
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
   sglang=1   /get_server_info answers avg_spec_accept_length = k
   perreq=1   the usage chunk carries turbospec's per-request `speculative_decoding` figures
@@ -43,7 +44,7 @@ AUTH: dict[str, list] = defaultdict(list)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "metricsupto": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricsupto": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -213,6 +214,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             elif method == "POST" and tail in ("/v1/chat/completions", "/v1/completions"):
                 req = json.loads(body)
                 CALLS[spec_str] += 1
+                if spec["askcont"] and (req.get("stream_options") or {}).get("continuous_usage_stats"):
+                    spec["continuous"] = 1
                 if spec["failevery"] and CALLS[spec_str] > spec["failfrom"] and CALLS[spec_str] % spec["failevery"] == 0:
                     plain(writer, 500, b'{"error": {"message": "scripted intermittent error"}}')
                     await writer.drain()

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 from dataclasses import replace
@@ -23,6 +22,7 @@ from turbospec.audit.keys import ENV_VAR, choose_keys, describe
 from turbospec.audit.outdir import check_out_dir
 from turbospec.audit.preflight import PreflightError, preflight, resolve_models
 from turbospec.audit.projection import SpecAssumption
+from turbospec.audit.request_body import parse_extra_body
 from turbospec.audit.results import Economics
 from turbospec.audit.roofline import load_model_bytes
 from turbospec.audit.stats import SLO
@@ -69,7 +69,10 @@ def audit(
     ignore_eos: bool = typer.Option(False, "--ignore-eos",
         help="Send ignore_eos (vLLM/SGLang) so every request runs to --max-tokens"),
     extra_body: Optional[str] = typer.Option(None, "--extra-body",
-        help='JSON merged into each request, e.g. \'{"top_p": 0.9}\''),
+        help='JSON merged into each request, e.g. \'{"top_p": 0.9}\'; its stream_options are merged with the audit\'s'),
+    continuous_usage: bool = typer.Option(False, "--continuous-usage",
+        help="Ask for usage on every chunk (vLLM / turbospec stream_options.continuous_usage_stats): exact "
+             "tokens per chunk, so ITL is exact"),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds per request"),
     max_duration: float = typer.Option(600.0, "--max-duration",
         help="Seconds per load level; unfinished requests are cancelled"),
@@ -174,8 +177,9 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
     conc = parse_concurrency(conc_text if conc_text is not None or rate_text else _DEFAULT_CONCURRENCY)
     levels = (tuple(LoadLevel(concurrency=c) for c in conc)
               + tuple(LoadLevel(request_rate=r) for r in parse_rates(rate_text)))
-    request = RequestSettings(a["max_tokens"], a["temperature"], a["timeout"], a["ignore_eos"],
-                              _parse_extra_body(a["extra_body"]))
+    extra, stream_options = parse_extra_body(a["extra_body"], a["continuous_usage"])
+    request = RequestSettings(a["max_tokens"], a["temperature"], a["timeout"], a["ignore_eos"], extra,
+                              stream_options)
     cfg = LoadConfig(endpoints=eps, levels=levels, num_prompts=a["num_prompts"], request=request,
                      warmup=a["warmup"], max_duration_s=a["max_duration"], max_inflight=a["max_inflight"],
                      seed=a["seed"], telemetry=a["telemetry"],
@@ -205,35 +209,6 @@ def _check_finite(settings: dict) -> None:
     for name, value in settings.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} {value}: pass a finite number")
-
-
-# request keys the audit itself sends (client.build_body) -> where they come from
-_FLAG_OF = {"model": "--model", "max_tokens": "--max-tokens", "temperature": "--temperature",
-            "ignore_eos": "--ignore-eos", "messages": "the dataset", "prompt": "the dataset",
-            "stream_options": "the audit (usage in the last chunk)"}
-
-
-def _parse_extra_body(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--extra-body is not valid JSON ({e}): pass e.g. '{{\"top_p\": 0.9}}'") from None
-    if not isinstance(body, dict):
-        raise ValueError("--extra-body must be a JSON object, e.g. '{\"top_p\": 0.9}'")
-    if "stream" in body:            # stream false: every request would fail as 'not a stream'
-        raise ValueError("--extra-body sets \"stream\": the audit streams every request (it times each token); "
-                         "remove it")
-    owned = [k for k in _FLAG_OF if k in body]   # results.json would record the flag, not what was sent
-    if owned:
-        raise ValueError(f"--extra-body sets {', '.join(repr(k) for k in owned)}, which the audit sets from "
-                         f"{', '.join(_FLAG_OF[k] for k in owned)}: use the flag (the report records it), or remove "
-                         "the key")
-    if body.get("n", 1) != 1:       # choice 0 is timed, but usage counts every choice's tokens
-        raise ValueError("--extra-body sets \"n\": the audit times one choice per request; remove it, and raise "
-                         "--num-prompts or --concurrency for more load")
-    return body
 
 
 def _print_summary(results: dict, out: str) -> None:

@@ -37,6 +37,7 @@ class RequestSettings:
     timeout_s: float = 120.0
     ignore_eos: bool = False
     extra_body: dict = field(default_factory=dict)
+    stream_options: dict = field(default_factory=dict)   # besides include_usage (request_body.py)
 
 
 @dataclass
@@ -96,7 +97,7 @@ def error_message(raw: bytes) -> str:
 def build_body(ep: Endpoint, prompt: Prompt, s: RequestSettings) -> dict:
     body: dict = {"model": ep.model, "max_tokens": prompt.max_tokens or s.max_tokens,
                   "temperature": s.temperature, "stream": True,
-                  "stream_options": {"include_usage": True}}
+                  "stream_options": {"include_usage": True, **s.stream_options}}
     if ep.api == "chat":
         body["messages"] = prompt.as_messages()
     else:

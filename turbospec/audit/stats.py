@@ -19,7 +19,8 @@ DEFINITIONS: dict[str, str] = {
                "generated text (reasoning text included)",
     "tpot_ms": "time per output token after the first, per request: (e2e - TTFT) / (output tokens - 1)",
     "itl_ms": "inter-token latency, per token: each gap between text chunks divided over the tokens that "
-              "chunk carried (exact counts when the server streams usage, else spread evenly)",
+              "chunk carried (exact counts when the server streams usage on every chunk: --continuous-usage; "
+              "else spread evenly)",
     "inter_chunk_ms": "inter-chunk latency, per chunk: the gap between consecutive chunks with text",
     "e2e_ms": "end-to-end latency: from sending the request to the end of its stream",
     "output_tokens_per_s": "per-request output speed after the first token: (output tokens - 1) / (e2e - TTFT)",
