@@ -102,14 +102,14 @@ def _levels(res: dict) -> Section:
              n(r["output_tokens_per_s"]["p50"]),
              f"{n(r['ttft_ms']['p50'], 0)} / {n(r['ttft_ms']['p90'], 0)} / {n(r['ttft_ms']['p99'], 0)}",
              n(r["tpot_ms"]["p50"]), f"{n(r['itl_ms']['p50'])} / {n(r['itl_ms']['p99'])}",
-             n(r["e2e_ms"]["p50"], 0), n(r["tokens_per_chunk"]["mean"], 2),
+             n(r["e2e_ms"]["p50"], 0), n(r["tokens_per_chunk"]["overall"], 2),
              f"{n(r['goodput']['requests_per_s'], 2)} ({pct(r['goodput']['fraction'])})",
              _bound(r, format_money(r["cost"]["per_million_output_tokens"], cur), "≤")] for r in res["runs"]]
     slo = res["runs"][0]["goodput"]["slo"] if res["runs"] else {}
     return Section("Speed and latency by load level", [
         ("table", ["endpoint", "load", "ok / failed", "aggregate tok/s", f"per GPU ({gpus})",
                    "tok/s per request (p50)", "TTFT ms p50/p90/p99", "TPOT ms p50", "ITL ms p50/p99",
-                   "e2e ms p50", "tokens/chunk", "goodput req/s (share)", "cost / 1M tokens"], rows),
+                   "e2e ms p50", "tokens/chunk (overall)", "goodput req/s (share)", "cost / 1M tokens"], rows),
         ("p", "Goodput counts successful requests meeting every SLO: " + (", ".join(
             f"{name} <= {slo[key]:g} ms" for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "e2e"))
             if slo.get(key) is not None) or "none set") + " (--slo-ttft-ms, --slo-tpot-ms, --slo-e2e-ms)."),
@@ -237,7 +237,7 @@ def _effect(an: dict, speculating: bool, cur: str) -> str:
 
 def _domains(res: dict) -> Section:
     rows = [[r["endpoint"], r["label"], d, v["num_ok"], n(v["ttft_ms"]["p50"], 0), n(v["tpot_ms"]["p50"]),
-             n(v["output_tokens_per_s"]["p50"]), n(v["tokens_per_chunk"]["mean"], 2),
+             n(v["output_tokens_per_s"]["p50"]), n(v["tokens_per_chunk"]["overall"], 2),
              n((v["server_reported_speculation"] or {}).get("acceptance_length"), 2), n(v["output_tokens"]["mean"], 0)]
             for r in res["runs"] for d, v in r["by_domain"].items()]
     return Section("By domain", [
@@ -246,7 +246,7 @@ def _domains(res: dict) -> Section:
               "except where one character takes several tokens (Hindi in a byte-level vocabulary): a server "
               "holds such tokens back until the character is whole, speculating or not."),
         ("table", ["endpoint", "load", "domain", "ok", "TTFT p50 ms", "TPOT p50 ms", "tok/s p50",
-                   "tokens/chunk", "acceptance length (server, per request)", "output tokens (mean)"], rows)])
+                   "tokens/chunk (overall)", "acceptance length (server, per request)", "output tokens (mean)"], rows)])
 
 
 def _telemetry(res: dict) -> Section:

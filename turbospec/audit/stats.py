@@ -17,18 +17,21 @@ from turbospec.audit.client import RequestRecord
 DEFINITIONS: dict[str, str] = {
     "ttft_ms": "time to first token: from sending the request to the first streamed chunk that carries "
                "generated text (reasoning text included)",
-    "tpot_ms": "time per output token after the first, per request: (e2e - TTFT) / (output tokens - 1)",
+    "tpot_ms": "time per output token after the first chunk, per request: (last text chunk - first text chunk) / "
+               "tokens after the first chunk (exact with per-chunk usage, else output tokens - 1)",
     "itl_ms": "inter-token latency, per token: each gap between text chunks divided over the tokens that "
               "chunk carried (exact counts when the server streams usage on every chunk: --continuous-usage; "
               "else spread evenly)",
     "inter_chunk_ms": "inter-chunk latency, per chunk: the gap between consecutive chunks with text",
     "e2e_ms": "end-to-end latency: from sending the request to the end of its stream",
-    "output_tokens_per_s": "per-request output speed after the first token: (output tokens - 1) / (e2e - TTFT)",
+    "output_tokens_per_s": "per-request output speed after the first chunk: 1 / TPOT",
     "aggregate_output_tokens_per_s": "output tokens of all successful requests / wall time of the run "
                                      "(first send to last end); per GPU = that / number of GPUs",
-    "tokens_per_chunk": "(output tokens - 1) / (text chunks - 1): tokens per streamed chunk after the first. "
-                        "With speculation and one chunk per verify step this is the acceptance length. Not given "
-                        "for requests whose tokens were counted one per chunk (no usage, no tokenizer)",
+    "tokens_per_chunk": "tokens after the first chunk / (text chunks - 1), exact with per-chunk usage; the report "
+                        "and the acceptance estimate use `overall` (summed over the run's requests), `mean` etc. "
+                        "are per request. With speculation and one chunk per verify step this is the acceptance "
+                        "length. Not given for requests whose tokens were counted one per chunk (no usage, no "
+                        "tokenizer)",
     "goodput": "successful requests that meet every SLO (TTFT, TPOT, e2e where set), per second of the run; "
                "also their output tokens per second and their share of all requests",
     "output_tokens": "streamed tokens: the server's `usage` less any reasoning tokens it counted but never "
@@ -69,10 +72,21 @@ def e2e_s(r: RequestRecord) -> float:
     return r.end_s - r.start_s
 
 
+def decode_tokens(r: RequestRecord) -> int:
+    """Tokens streamed after the first text chunk: exact with per-chunk usage, else all but one (the
+    first chunk is taken to carry one token)."""
+    if r.chunk_tokens is not None:
+        return sum(r.chunk_tokens[1:])
+    return r.output_tokens - 1
+
+
 def tpot_s(r: RequestRecord) -> float | None:
-    if r.output_tokens < 2:
+    """From the first text chunk to the last one, per token streamed after the first chunk (the usage
+    chunk and [DONE] that may follow the last token are not decode time)."""
+    n = decode_tokens(r)
+    if len(r.chunk_times_s) < 2 or n < 1:
         return None
-    return (e2e_s(r) - ttft_s(r)) / (r.output_tokens - 1)
+    return (r.chunk_times_s[-1] - r.chunk_times_s[0]) / n
 
 
 def decode_tokens_per_s(r: RequestRecord) -> float | None:
@@ -81,12 +95,12 @@ def decode_tokens_per_s(r: RequestRecord) -> float | None:
 
 
 def tokens_per_chunk(r: RequestRecord) -> float | None:
+    """decode tokens / (text chunks - 1); the run's `overall` (the table's figure and the acceptance
+    estimate) is the same ratio summed over requests."""
     chunks = len(r.chunk_times_s)
     if chunks < 2 or r.token_source == "chunks":      # counted one token a chunk: 1.0 by construction
         return None
-    if r.chunk_tokens is not None:
-        return sum(r.chunk_tokens[1:]) / (chunks - 1)
-    return (r.output_tokens - 1) / (chunks - 1)
+    return decode_tokens(r) / (chunks - 1)
 
 
 def chunk_gaps_s(r: RequestRecord) -> list[float]:
@@ -152,7 +166,7 @@ def summarize(records: list[RequestRecord], slo: SLO) -> dict:
     good = [r for r in ok if slo.met_by(r)]
     tpc = [t for t in (tokens_per_chunk(r) for r in ok) if t is not None]
     counted = [r for r in ok if len(r.chunk_times_s) > 1 and r.token_source != "chunks"]
-    decode_tokens = sum(r.output_tokens - 1 for r in counted)
+    n_decode = sum(decode_tokens(r) for r in counted)
     decode_chunks = sum(len(r.chunk_times_s) - 1 for r in counted)
     return {
         "duration_s": window,
@@ -168,7 +182,7 @@ def summarize(records: list[RequestRecord], slo: SLO) -> dict:
         "output_tokens_per_s": dist([s for s in (decode_tokens_per_s(r) for r in ok) if s is not None]),
         "aggregate_output_tokens_per_s": out_tokens / window if window > 0 else 0.0,
         "request_throughput_per_s": len(ok) / window if window > 0 else 0.0,
-        "tokens_per_chunk": {**dist(tpc), "overall": decode_tokens / decode_chunks if decode_chunks else None},
+        "tokens_per_chunk": {**dist(tpc), "overall": n_decode / decode_chunks if decode_chunks else None},
         "goodput": {"slo": {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms},
                     "requests_per_s": len(good) / window if window > 0 else 0.0,
                     "output_tokens_per_s": sum(r.output_tokens for r in good) / window if window > 0 else 0.0,
