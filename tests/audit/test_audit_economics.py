@@ -115,6 +115,17 @@ def test_format_money():
     assert format_money(None, "INR") == "n/a"
 
 
+@pytest.mark.parametrize("amount,currency,text", [
+    # the form is chosen after rounding: no jump over the lakh (or crore, or thousands) form
+    (99_999.7, "INR", "₹1.00 lakh"), (99_999.4, "INR", "₹99,999"), (1e5, "INR", "₹1.00 lakh"),
+    (9_999_999.0, "INR", "₹1.00 crore"), (9_999_499.0, "INR", "₹99.99 lakh"), (1e7, "INR", "₹1.00 crore"),
+    (999.996, "INR", "₹1,000"), (999.994, "INR", "₹999.99"), (999.996, "USD", "$1,000"),
+    (999.994, "USD", "$999.99"), (-99_999.7, "INR", "-₹1.00 lakh"), (0.0, "INR", "₹0.00"),
+])
+def test_format_money_boundaries(amount, currency, text):
+    assert format_money(amount, currency) == text
+
+
 def test_format_percent_never_rounds_a_breach_onto_its_threshold():
     assert [format_percent(x) for x in (0.43, 0.052, 0.05, 0.00067, 0.0, 1.0, None)] == \
         ["43%", "5.2%", "5.0%", "0.07%", "0%", "100%", "–"]
