@@ -16,7 +16,7 @@ import typer
 from turbospec.audit.client import RequestSettings
 from turbospec.audit.config import LoadConfig, LoadLevel, parse_concurrency, parse_rates
 from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
-from turbospec.audit.endpoint import Endpoint
+from turbospec.audit.endpoint import Endpoint, api_of
 from turbospec.audit.gpus import DEFAULT_GPU, get_gpu
 from turbospec.audit.keys import ENV_VAR, choose_keys, describe
 from turbospec.audit.outdir import check_out_dir
@@ -49,8 +49,9 @@ def audit(
         help="Base URL (…:8000, …/v1 or a full …/completions URL); repeat to race several"),
     model: list[str] = typer.Option([], "--model",
         help="Served model name; once, or once per --endpoint (default: the one model /v1/models lists)"),
-    api: str = typer.Option("chat", "--api",
-        help="chat (/v1/chat/completions) or completions (/v1/completions)"),
+    api: Optional[str] = typer.Option(None, "--api",
+        help="chat (/v1/chat/completions) or completions (/v1/completions); default: read from a full route "
+             "--endpoint URL, else chat"),
     api_key: list[str] = typer.Option([], "--api-key",
         help="Bearer key; once per --endpoint ('' for none), or once when all endpoints are one server. "
              "Without it, $OPENAI_API_KEY is used for a single server only (never written to the report)"),
@@ -133,7 +134,7 @@ def audit(
         built = _build(args, model or ["?"] * len(endpoint))       # every argument checked before any request
         if not model:
             keys = [e.api_key for e in built[0].endpoints]
-            model = asyncio.run(resolve_models(endpoint, api, keys, timeout))
+            model = asyncio.run(resolve_models(endpoint, keys, timeout))
             typer.echo(f"auditing model {', '.join(dict.fromkeys(model))} (from /v1/models)", err=True)
             built = _build(args, model)
         cfg, econ, prompts, counters = built
@@ -171,7 +172,7 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
         raise ValueError(f"--metrics-url given {len(a['metrics_url'])} times for {n} endpoints: "
                          "pass it once per --endpoint")
     metrics = list(a["metrics_url"]) or [None] * n
-    eps = tuple(Endpoint(u, m, a["api"], k, mu, api_key_source=ks)
+    eps = tuple(Endpoint(u, m, api_of(u, a["api"]), k, mu, api_key_source=ks)
                 for u, m, k, mu, ks in zip(a["endpoint"], models, keys, metrics, key_sources))
     conc_text, rate_text = a["concurrency"], a["request_rate"]
     conc = parse_concurrency(conc_text if conc_text is not None or rate_text else _DEFAULT_CONCURRENCY)
@@ -185,7 +186,7 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
                      seed=a["seed"], telemetry=a["telemetry"],
                      slo=SLO(a["slo_ttft_ms"], a["slo_tpot_ms"], a["slo_e2e_ms"]))
     prompts = load_workload(a["dataset"], a["num_prompts"], a["seed"])
-    if a["api"] == "completions":
+    if any(e.api == "completions" for e in eps):
         for p in prompts:
             p.as_text()                          # messages-only prompts cannot go to /v1/completions
     counters = {e.url: find_token_counter(a["tokenizer"], e.model) for e in eps}

@@ -14,6 +14,17 @@ APIS = ("chat", "completions")
 _API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
 
+def api_of(url: str, api: str | None) -> str:
+    """The API an endpoint speaks: the route of a full …/chat/completions or …/completions URL, else
+    --api, else chat. A full route that contradicts --api is refused (the body would not fit the route)."""
+    path = urlparse(url).path.rstrip("/")
+    route = "chat" if path.endswith("/chat/completions") else "completions" if path.endswith("/completions") else None
+    if route and api and api != route:
+        raise ValueError(f"--endpoint {url} is the {route} route but --api is {api}: leave --api out (the route "
+                         "says which), or pass the API root (…/v1) as --endpoint")
+    return route or api or "chat"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     url: str                          # as given by the user; the key of this endpoint in results.json

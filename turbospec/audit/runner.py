@@ -113,7 +113,8 @@ def _install_sigint(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> boo
         stop.set()
         for sig in _STOP_SIGNALS:        # a second one acts as usual: Ctrl-C raises KeyboardInterrupt, SIGTERM kills
             loop.remove_signal_handler(sig)
-        print(f"\n{name}: stopping and writing what was measured so far (Ctrl-C again aborts)", file=sys.stderr)
+        again = "Ctrl-C again aborts" if name == "Ctrl-C" else "a second SIGTERM kills it"
+        print(f"\n{name}: stopping and writing what was measured so far ({again})", file=sys.stderr)
     try:
         for sig, name in _STOP_SIGNALS.items():
             loop.add_signal_handler(sig, on_signal, name)
