@@ -58,8 +58,8 @@ def run_audit_here(tmp_path):
 
     def run(urls, concurrency=(1,), rates=(), num_prompts=4, max_tokens=31, dataset="code", warmup=1,
             timeout_s=10.0, api="chat", model_config=None, tokenizer=None, max_duration_s=60.0, out=None,
-            currency="USD", write=False, model="scripted", max_inflight=256, target_concurrency=None):
-        eps = tuple(Endpoint(u, model, api) for u in urls)
+            currency="USD", write=False, model="scripted", max_inflight=256, target_concurrency=None, api_key=None):
+        eps = tuple(Endpoint(u, model, api, api_key) for u in urls)
         levels = tuple(LoadLevel(concurrency=c) for c in concurrency) + tuple(LoadLevel(request_rate=r) for r in rates)
         cfg = LoadConfig(endpoints=eps, levels=levels, num_prompts=num_prompts,
                          request=RequestSettings(max_tokens=max_tokens, timeout_s=timeout_s), warmup=warmup,

@@ -15,7 +15,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   sglang=1   /get_server_info answers avg_spec_accept_length = k
   perreq=1   the usage chunk carries turbospec's per-request `speculative_decoding` figures
   served=M   /v1/models lists M (default "scripted") and a request for another model gets vLLM's 404
-  key=K      requests without `Authorization: Bearer K` get 401
+  key=K      requests without `Authorization: Bearer K` get 401 (with metricskey=1 GET /metrics too)
   finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
   lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
@@ -44,7 +44,7 @@ AUTH: dict[str, list] = defaultdict(list)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricsupto": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "metricsupto": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -194,7 +194,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             tail = "/" + "/".join(parts[3:]) if spec_str else path
             if tail != "/auth":
                 AUTH[spec_str].append(headers.get("authorization"))
-            gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"])
+            gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"]) or (
+                spec["metricskey"] and headers.get("authorization") != f"Bearer {spec['key']}")
             if method == "GET" and tail == "/metrics" and not gone:
                 plain(writer, 200, metrics_text(spec_str), "text/plain; version=0.0.4")
             elif method == "GET" and tail == "/auth":

@@ -92,3 +92,13 @@ def test_metrics_that_vanish_mid_level_are_named_not_mixed_in_silently(scripted_
             "(read at its start, not at its end): the acceptance figures for this level are estimates "
             "(source: chunk_estimate)") in md
     assert f"{url} · concurrency 1: /metrics stopped" not in md
+
+
+def test_a_guarded_metrics_gets_the_endpoints_key_and_only_on_its_own_server(scripted_base, run_audit_here):
+    from turbospec.audit.endpoint import Endpoint
+    url = f"{scripted_base}/s/ttft=5,gap=5,key=k9,metricskey=1"
+    res, _ = run_audit_here([url], num_prompts=1, warmup=0, max_tokens=7, api_key="k9")
+    spec = res["runs"][0]["speculation"]
+    assert spec["source"] == "prometheus" and spec["num_drafts"] == 2, spec
+    assert Endpoint(url, "m", api_key="k9", metrics_url_override="http://elsewhere:9/metrics").metrics_headers() == {}
+    assert Endpoint(url, "m", api_key="k9").metrics_headers() == {"Authorization": "Bearer k9"}

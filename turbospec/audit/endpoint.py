@@ -78,6 +78,14 @@ class Endpoint:
     def is_local(self) -> bool:
         return urlparse(self.url).hostname in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
+    def metrics_headers(self) -> dict[str, str]:
+        """The key goes with a /metrics scrape only to the endpoint's own server (a gateway that guards
+        /metrics would otherwise lose the measured acceptance); a --metrics-url elsewhere gets none."""
+        from turbospec.audit.keys import server_of
+        if self.api_key and server_of(self.metrics_url) == server_of(self.url):
+            return {"Authorization": f"Bearer {self.api_key}"}
+        return {}
+
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.api_key:

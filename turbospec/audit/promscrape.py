@@ -144,10 +144,10 @@ def speculation_result(before: SpecCounters | None, after: SpecCounters | None,
     return out
 
 
-async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | None:
+async def scrape_counters(http: httpx.AsyncClient, url: str, headers: dict | None = None) -> SpecCounters | None:
     """One /metrics scrape; None when the endpoint has none (404, refused, not Prometheus text)."""
     try:
-        resp = await http.get(url, timeout=5.0)
+        resp = await http.get(url, timeout=5.0, headers=headers)
     except httpx.HTTPError:
         return None
     if resp.status_code != 200:
@@ -156,26 +156,26 @@ async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | N
 
 
 async def scrape_settled(http: httpx.AsyncClient, url: str, interval_s: float = 0.1,
-                         max_wait_s: float = 2.0) -> SpecCounters | None:
+                         max_wait_s: float = 2.0, headers: dict | None = None) -> SpecCounters | None:
     """A scrape once the speculation counters stop moving: a server may count a request's last steps
     just after its stream ended (vLLM logs stats per interval, turbospec after the final chunk), and a
     warm-up's late drafts must not land in the measured window. Re-scrapes every interval_s until two
     agree, for at most max_wait_s (then the last scrape)."""
-    last = await scrape_counters(http, url)
+    last = await scrape_counters(http, url, headers)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
     while last is not None and last.present and loop.time() < deadline:
         await asyncio.sleep(interval_s)
-        now = await scrape_counters(http, url)
+        now = await scrape_counters(http, url, headers)
         if now is None or (now.totals, now.per_pos) == (last.totals, last.per_pos):
             return last if now is None else now
         last = now
     return last
 
 
-async def fetch_server_info(http: httpx.AsyncClient, url: str) -> dict | None:
+async def fetch_server_info(http: httpx.AsyncClient, url: str, headers: dict | None = None) -> dict | None:
     try:
-        resp = await http.get(url, timeout=5.0)
+        resp = await http.get(url, timeout=5.0, headers=headers)
         return resp.json() if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

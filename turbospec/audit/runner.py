@@ -143,7 +143,8 @@ class _LevelRunner:
         try:
             await self._warmup()
             for ep in eps:
-                self.runs[ep.url].spec_before = await scrape_settled(self.clients[ep.url], ep.metrics_url)
+                self.runs[ep.url].spec_before = await scrape_settled(self.clients[ep.url], ep.metrics_url,
+                                                                     headers=ep.metrics_headers())
             sampler, reason = start_sampling(self.cfg.telemetry, any(ep.is_local for ep in eps))
             if self.level.concurrency:
                 await self._closed_loop()
@@ -159,9 +160,10 @@ class _LevelRunner:
         for ep in eps:
             run = self.runs[ep.url]
             run.telemetry = telemetry
-            run.spec_after = await scrape_settled(self.clients[ep.url], ep.metrics_url)
+            run.spec_after = await scrape_settled(self.clients[ep.url], ep.metrics_url, headers=ep.metrics_headers())
             if not (run.spec_after and run.spec_after.present):
-                run.server_info = await fetch_server_info(self.clients[ep.url], ep.server_info_url)
+                run.server_info = await fetch_server_info(self.clients[ep.url], ep.server_info_url,
+                                                          headers=ep.metrics_headers())
         return list(self.runs.values())
 
     async def _until(self, task: asyncio.Future) -> bool:
