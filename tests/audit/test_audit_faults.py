@@ -57,14 +57,13 @@ def test_duration_limit_cancels_without_counting_failures(scripted_base, run_aud
         "or lower --max-tokens or --num-prompts, then audit again"]
 
 
-def test_duration_spent_in_warmup_says_so(scripted_base, run_audit_here):
-    # the warm-up (2 s) outlasts --max-duration 1: nothing measured, nothing cancelled ('no request was measured')
-    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=200,tag=warm"], num_prompts=2, warmup=1,
-                            max_duration_s=1.0, max_tokens=31)
+def test_the_warmup_does_not_count_against_max_duration(scripted_base, run_audit_here):
+    # a 1.5 s warm-up, then a 1.5 s measured request, --max-duration 2: the warm-up used to start the clock,
+    # so the measured request was cancelled (and a slower warm-up left nothing measured at all)
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=150,tag=warm"], num_prompts=1, warmup=1,
+                            max_duration_s=2.0, max_tokens=31)
     run = res["runs"][0]
-    assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 0)
-    assert res["verdict"]["reasons"][0].startswith("no request was measured: the level's --max-duration ran out "
-                                                   "during the warm-up")
+    assert (run["num_ok"], run["num_failed"], run["num_cancelled"], run["warmup_failures"]) == (1, 0, 0, 0)
 
 
 def test_failures_at_the_target_load_make_the_verdict_inconclusive(scripted_base, run_audit_here):

@@ -8,8 +8,8 @@ requests, a second scrape. Two kinds of level:
 Race: with several endpoints the same prompts go to all of them, interleaved round-robin
 (prompt 0 to A, B, C; prompt 1 to A, B, C; ...), so every endpoint sees the same prompts in the
 same minute at the same concurrency. A Poisson arrival goes to all endpoints at once.
-Bounds: each request has --timeout; each level stops dispatching after --max-duration and cancels
-what is still in flight (counted as cancelled, not failed). Ctrl-C (or SIGTERM) stops the same way and
+Bounds: each request has --timeout; each level stops dispatching --max-duration after its measuring
+starts (after the warm-up and the first /metrics read) and cancels what is still in flight (counted as cancelled, not failed). Ctrl-C (or SIGTERM) stops the same way and
 the audit writes what was measured; a second one aborts.
 """
 from __future__ import annotations
@@ -133,7 +133,7 @@ class _LevelRunner:
         self.sems = {ep.url: asyncio.Semaphore(limit) for ep in cfg.endpoints}
         self.tasks: set[asyncio.Task] = set()
         self.loop = asyncio.get_running_loop()
-        self.deadline = self.loop.time() + cfg.max_duration_s
+        self.deadline: float | None = None      # set when measuring starts: the warm-up is not in --max-duration
         self.stop_wait: asyncio.Task | None = None            # resolves on Ctrl-C
 
     async def run(self) -> list[EndpointRun]:
@@ -146,6 +146,7 @@ class _LevelRunner:
                 self.runs[ep.url].spec_before = await scrape_settled(self.clients[ep.url], ep.metrics_url,
                                                                      headers=ep.metrics_headers())
             sampler, reason = start_sampling(self.cfg.telemetry, any(ep.is_local for ep in eps))
+            self.deadline = self.loop.time() + self.cfg.max_duration_s
             if self.level.concurrency:
                 await self._closed_loop()
             else:
@@ -167,9 +168,10 @@ class _LevelRunner:
         return list(self.runs.values())
 
     async def _until(self, task: asyncio.Future) -> bool:
-        """Wait for task unless Ctrl-C or the level's deadline comes first (then cancel it)."""
-        timeout = self.deadline - self.loop.time()
-        if timeout > 0 and not self.stop.is_set():
+        """Wait for task unless Ctrl-C or the level's deadline (none during the warm-up, whose requests
+        have --timeout) comes first (then cancel it)."""
+        timeout = None if self.deadline is None else self.deadline - self.loop.time()
+        if (timeout is None or timeout > 0) and not self.stop.is_set():
             done, _ = await asyncio.wait({task, self.stop_wait}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
             if task in done:

@@ -157,8 +157,7 @@ def _health(v: VerdictInput, at: str) -> str | None:
         if v.num_cancelled:
             return (f"no request finished: {v.num_cancelled} were cancelled unfinished (--max-duration or Ctrl-C): "
                     "raise --max-duration, or lower --max-tokens or --num-prompts, then audit again")
-        return ("no request was measured: the level's --max-duration ran out during the warm-up (or the audit was "
-                "stopped first): raise --max-duration, or lower --warmup, then audit again")
+        return "no request was measured: the audit was stopped (Ctrl-C or SIGTERM) before the first one finished"
     t_total = (v.target_ok or 0) + (v.target_failed or 0)
     if v.target_chosen and t_total == 0:
         return (f"no request finished {at}, the load the verdict is about (cancelled at --max-duration or Ctrl-C): "
