@@ -100,3 +100,12 @@ def test_an_answer_the_client_did_not_foresee_is_a_counted_failure(scripted_base
     assert res["verdict"]["decision"] == "inconclusive"
     md = (tmp_path / "report.md").read_text()
     assert "unexpected error" in md and "TypeError: 'int' object is not iterable" in md
+
+
+def test_a_level_stops_sending_once_the_server_is_gone(dead_url, run_audit_here, tmp_path):
+    # it sent all 12 requests to a dead server, each failing the same way
+    res, _ = run_audit_here([dead_url], num_prompts=12, warmup=0, out=tmp_path, write=True)
+    run = res["runs"][0]
+    assert run["failures"] == {"connection refused": 5} and run["num_not_sent"] == 7 and run["num_ok"] == 0
+    assert (f"{dead_url} · concurrency 1: the server refused connections 5 times in a row (gone?), so the level "
+            "stopped sending to it: 7 requests not sent") in (tmp_path / "report.md").read_text()

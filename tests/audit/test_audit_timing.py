@@ -162,3 +162,20 @@ def test_tokens_counted_one_per_chunk_give_no_tokens_per_chunk_or_speculation_es
     md = (tmp_path / "report.md").read_text()
     assert "Counted one token per streamed chunk" in md and "pass --tokenizer" in md
     assert "| 1.00 |" not in md
+
+
+def test_itl_can_be_rederived_from_results_json(scripted_base, run_audit_here):
+    from turbospec.audit.stats import weighted_dist
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=15,continuous=1,tag=rederive"], num_prompts=2,
+                            warmup=0, max_tokens=13)
+    run = res["runs"][0]
+    values, weights = [], []
+    for q in run["requests"]:
+        assert len(q["chunk_ms"]) == q["chunks"] == 5 and q["chunk_tokens"] == [1, 3, 3, 3, 3]
+        assert q["chunk_ms"][0] == pytest.approx(q["ttft_ms"], abs=0.05)
+        gaps = np.diff(q["chunk_ms"])
+        values += list(gaps / np.array(q["chunk_tokens"][1:]))
+        weights += q["chunk_tokens"][1:]
+    again = weighted_dist(values, weights)
+    for stat in ("p50", "p99", "mean"):
+        assert again[stat] == pytest.approx(run["itl_ms"][stat], abs=0.05), stat

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from turbospec.audit.cost import format_money, format_percent
+from turbospec.audit.runner import GONE_AFTER
 from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_OK_FOR_GO, MIN_SPEEDUP
 
 
@@ -77,6 +78,10 @@ def _status(res: dict) -> Section | None:
         if r["num_cancelled"]:
             notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
                          "(--max-duration or Ctrl-C); not counted as failures.")
+        if r.get("num_not_sent"):
+            notes.append(f"{r['endpoint']} · {r['label']}: the server refused connections {GONE_AFTER} times in a row "
+                         f"(gone?), so the level stopped sending to it: {r['num_not_sent']} requests not sent (not "
+                         "counted as failures).")
         if r.get("delayed_arrivals"):
             notes.append(f"{r['endpoint']} · {r['label']}: {r['delayed_arrivals']} arrivals waited for a free slot "
                          f"(--max-inflight {res['settings'].get('max_inflight', '')} requests already in flight), so "

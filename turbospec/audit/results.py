@@ -102,7 +102,7 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
         "concurrency": r.level.concurrency, "request_rate": r.level.request_rate,
         **s,
         "num_cancelled": r.num_cancelled, "warmup_failures": r.warmup_failures,
-        "delayed_arrivals": r.delayed_arrivals,
+        "delayed_arrivals": r.delayed_arrivals, "num_not_sent": r.num_not_sent,
         "effective_concurrency": eff_conc,
         "aggregate_output_tokens_per_s_per_gpu": s["aggregate_output_tokens_per_s"] / econ.cost.num_gpus,
         "speculation": spec,

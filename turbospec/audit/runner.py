@@ -33,6 +33,7 @@ from turbospec.audit.tokens import TokenCounter
 from turbospec.audit.workload import Prompt, take
 
 WARMUP_PROMPT = "Write one sentence about the sea."
+GONE_AFTER = 5          # refused connections in a row after which an endpoint's level stops: the server is gone
 
 
 @dataclass
@@ -44,6 +45,8 @@ class EndpointRun:
     num_cancelled: int = 0
     warmup_failures: int = 0
     delayed_arrivals: int = 0
+    refused_in_row: int = 0                    # consecutive "connection refused" results
+    num_not_sent: int = 0                      # prompts not sent once the server was gone (GONE_AFTER)
     spec_before: SpecCounters | None = None
     spec_after: SpecCounters | None = None
     server_info: dict | None = None
@@ -205,6 +208,7 @@ class _LevelRunner:
             finally:
                 sem.release()
             run.records.append(rec)
+            run.refused_in_row = run.refused_in_row + 1 if rec.error == "connection refused" else 0
             if self.on_result:
                 self.on_result(rec)
 
@@ -212,12 +216,22 @@ class _LevelRunner:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def _launch_unless_gone(self, ep: Endpoint, prompt: Prompt) -> None:
+        """Launch (its slot is held), unless GONE_AFTER refused connections in a row say the server is gone:
+        then the prompt is counted as not sent, rather than failed the same way as the ones before."""
+        run = self.runs[ep.url]
+        if run.refused_in_row >= GONE_AFTER:
+            run.num_not_sent += 1
+            self.sems[ep.url].release()
+            return
+        self._launch(ep, prompt)
+
     async def _closed_loop(self) -> None:
         for prompt in take(self.prompts, self.cfg.num_prompts):
             for ep in self.cfg.endpoints:
                 if self.stop.is_set() or self.loop.time() >= self.deadline or not await self._acquire(ep):
                     return
-                self._launch(ep, prompt)
+                self._launch_unless_gone(ep, prompt)
 
     async def _open_loop(self) -> None:
         t0 = self.loop.time()
@@ -231,7 +245,7 @@ class _LevelRunner:
                     self.runs[ep.url].delayed_arrivals += 1
                 if self.stop.is_set() or self.loop.time() >= self.deadline or not await self._acquire(ep):
                     return
-                self._launch(ep, prompt)
+                self._launch_unless_gone(ep, prompt)
 
     async def _drain(self) -> None:
         while self.tasks and not self.stop.is_set():

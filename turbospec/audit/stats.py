@@ -224,6 +224,9 @@ def request_rows(records: list[RequestRecord]) -> list[dict]:
                "output_tokens": r.output_tokens, "hidden_tokens": r.hidden_tokens, "input_tokens": r.input_tokens, "chunks": len(r.chunk_times_s),
                "token_source": r.token_source, "finish_reason": r.finish_reason,
                "speculative_decoding": r.server_speculation,
+               # when each text chunk arrived (ms after sending, 0.1 ms) and, with per-chunk usage, its tokens:
+               # enough to re-derive ITL and inter-chunk latency from results.json
+               "chunk_ms": [round(t * 1e3, 1) for t in r.chunk_times_s], "chunk_tokens": r.chunk_tokens,
                "ttft_ms": ttft_s(r) * 1e3 if r.chunk_times_s else None,
                "e2e_ms": e2e_s(r) * 1e3 if r.end_s is not None else None}
         rows.append(row)
