@@ -22,6 +22,7 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   hidden=N   usage counts N more completion tokens, as `completion_tokens_details.reasoning_tokens`
              (a hosted reasoning model's hidden reasoning: counted, never streamed); hiddenraw=N the same
              without the details (the usage count alone is too high)
+  ghost=N    /metrics counts N other finished requests per completion request (other traffic)
   failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
 GET /s/<spec>/auth lists the Authorization header (or null) of every request of that spec, in order.
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
@@ -44,7 +45,7 @@ AUTH: dict[str, list] = defaultdict(list)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "metricsupto": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "ghost": 0, "metricsupto": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -169,7 +170,7 @@ def count_step(key: str, draft: int, n: int) -> None:
         c["pos"][p] += 1
 
 
-def metrics_text(key: str) -> bytes:
+def metrics_text(key: str, ghost: int = 0) -> bytes:
     c = COUNTERS[key]
     lab = 'model_name="scripted",engine="0"'
     lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
@@ -181,6 +182,9 @@ def metrics_text(key: str) -> bytes:
     lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {float(c["pos"][p])}'
               for p in range(4)]
     lines.append('vllm:num_requests_running{model_name="scripted"} 0.0')
+    done = len(LOG[key]) * (1 + ghost)
+    lines.append(f'vllm:request_success_total{{{lab},finished_reason="length"}} {float(done)}')
+    lines.append(f'vllm:request_success_total{{{lab},finished_reason="stop"}} 0.0')
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -197,7 +201,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"]) or (
                 spec["metricskey"] and headers.get("authorization") != f"Bearer {spec['key']}")
             if method == "GET" and tail == "/metrics" and not gone:
-                plain(writer, 200, metrics_text(spec_str), "text/plain; version=0.0.4")
+                plain(writer, 200, metrics_text(spec_str, spec["ghost"]), "text/plain; version=0.0.4")
             elif method == "GET" and tail == "/auth":
                 plain(writer, 200, json.dumps(AUTH[spec_str]).encode())
             elif method == "GET" and tail == "/log":

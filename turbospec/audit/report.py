@@ -92,6 +92,11 @@ def _status(res: dict) -> Section | None:
                          "during this level (read at its start, not at its end): the acceptance figures for this "
                          f"level are estimates (source: {r['speculation']['source']}), not measured from the "
                          "counters. Check that the server's /metrics stays up, then audit again.")
+        if r["speculation"].get("other_traffic"):
+            notes.append(f"{r['endpoint']} · {r['label']}: the server finished "
+                         f"{r['speculation']['server_finished_requests']:.0f} requests during this level, more than "
+                         "the audit sent: other traffic shares its /metrics counters, so the acceptance figures "
+                         "include it (turbospec's per-request figures do not).")
         if r.get("warmup_failures"):
             notes.append(f"{r['endpoint']} · {r['label']}: {r['warmup_failures']} warm-up requests failed (not "
                          "counted); the first measured requests may have paid for a cold server.")
@@ -162,7 +167,8 @@ def _speculation(res: dict) -> Section:
     return Section("Speculation measured", [
         ("table", ["endpoint", "load", "source", "acceptance rate", "acceptance length", "per position",
                    "per-request figures (turbospec)", "note"], rows),
-        ("figure", "acceptance_by_position", "Share of drafts accepted at each draft position (this run only)."),
+        ("figure", "acceptance_by_position", "Share of drafts accepted at each draft position (the server's counters "
+                                            "over this level: other traffic at the same time is in them)."),
     ])
 
 

@@ -97,6 +97,7 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
     spec = speculation_result(r.spec_before, r.spec_after, r.server_info, s["tokens_per_chunk"]["overall"],
                               _why_no_estimate(s))
     _flag_implausible(spec, econ.assumed.num_speculative_tokens)
+    _flag_other_traffic(spec, len(r.records) + r.num_cancelled)
     entry = {
         "endpoint": r.endpoint.url, "model": r.endpoint.model, "label": r.level.label,
         "concurrency": r.level.concurrency, "request_rate": r.level.request_rate,
@@ -135,6 +136,17 @@ def _flag_implausible(spec: dict, k: int) -> None:
         spec["note"] = (f"NOT an acceptance length: {tau:.2f} tokens per chunk exceeds k+1 = {k + 1} "
                         "(--num-speculative-tokens); the server sends several verify steps per chunk or counts "
                         "tokens it does not stream. " + spec["note"])
+
+
+def _flag_other_traffic(spec: dict, sent: int) -> None:
+    """/metrics counters are server-wide: more requests finished there than the audit sent means other
+    traffic shared the level, and its drafts are in the acceptance figures."""
+    finished = spec.get("server_finished_requests")
+    if spec.get("source") == "prometheus" and finished is not None and finished > sent:
+        spec["other_traffic"] = True
+        spec["note"] = (f"{spec['note']}; but the server finished {finished:.0f} requests during this level and the "
+                        f"audit sent {sent}: other traffic shared these counters, so the figures are not this run's "
+                        "alone")
 
 
 def caveats(run: dict) -> list[str]:
