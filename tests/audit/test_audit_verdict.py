@@ -75,3 +75,15 @@ def test_tokens_counted_per_chunk_qualify_the_headline_and_the_verdict(scripted_
     md = (tmp_path / "report.md").read_text()
     agg = res["runs"][0]["aggregate_output_tokens_per_s"]
     assert f"| ≥ {agg:,.1f} (per chunk) |" in md and "≤ $" in md and "**Caveat**: tokens were counted" in md
+
+
+def test_the_console_qualifies_per_chunk_throughput(scripted_base, tmp_path):
+    from typer.testing import CliRunner
+
+    from tests.audit.test_audit_cli import cli
+    res = CliRunner().invoke(cli(), ["audit", "--endpoint", f"{scripted_base}/s/{FAST},usage=0,tag=console",
+                                     "--model", "scripted", "--concurrency", "1", "--num-prompts", "1",
+                                     "--max-tokens", "7", "--warmup", "0", "--out", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "tok/s aggregate (tokens counted one per chunk: a lower bound)" in res.output
+    assert "! tokens were counted one per streamed chunk" in res.output

@@ -224,7 +224,7 @@ def _print_summary(results: dict, out: str) -> None:
     for r in results["runs"]:
         cancelled = f"{r['num_cancelled']} cancelled unfinished, " if r["num_cancelled"] else ""
         typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, {cancelled}"
-                   f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate, "
+                   f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate{_qualifier(r)}, "
                    + (f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms" if r["ttft_ms"]["p50"] is not None else "no TTFT"))
         for e in r["failure_examples"][:1] if r["num_failed"] else ():
             reasons = ", ".join(f"{k}: {v}" for k, v in r["failures"].items())
@@ -233,6 +233,12 @@ def _print_summary(results: dict, out: str) -> None:
     if results["interrupted"]:
         typer.secho("interrupted: the report holds what was measured before the stop (Ctrl-C or SIGTERM)", fg=typer.colors.YELLOW)
     typer.echo("wrote " + ", ".join(os.path.join(out, f) for f in ("results.json", "report.md", "report.html")))
+
+
+def _qualifier(run: dict) -> str:
+    if run["num_ok"] and run["token_count_source"].get("chunks"):
+        return " (tokens counted one per chunk: a lower bound)"
+    return " (streamed tokens only)" if run["hidden_tokens"]["total"] else ""
 
 
 _FIX = {"timeout": " -> raise --timeout, or lower --max-tokens / --concurrency",
