@@ -58,15 +58,16 @@ def run_audit_here(tmp_path):
 
     def run(urls, concurrency=(1,), rates=(), num_prompts=4, max_tokens=31, dataset="code", warmup=1,
             timeout_s=10.0, api="chat", model_config=None, tokenizer=None, max_duration_s=60.0, out=None,
-            currency="USD", write=False, model="scripted", max_inflight=256):
-        eps = tuple(Endpoint(u, model, api) for u in urls)
+            currency="USD", write=False, model="scripted", max_inflight=256, target_concurrency=None, api_key=None):
+        eps = tuple(Endpoint(u, model, api, api_key) for u in urls)
         levels = tuple(LoadLevel(concurrency=c) for c in concurrency) + tuple(LoadLevel(request_rate=r) for r in rates)
         cfg = LoadConfig(endpoints=eps, levels=levels, num_prompts=num_prompts,
                          request=RequestSettings(max_tokens=max_tokens, timeout_s=timeout_s), warmup=warmup,
                          max_duration_s=max_duration_s, max_inflight=max_inflight)
         gpu = get_gpu("h200")
         econ = Economics(gpu, CostModel.for_gpu(gpu, currency, 1), load_model_bytes(model_config, "scripted"),
-                         SpecAssumption(3.0, "assumed (--acceptance-length 3)", 4, 0.3))
+                         SpecAssumption(3.0, "assumed (--acceptance-length 3)", 4, 0.3),
+                         target_concurrency=target_concurrency)
         counters = {e.url: find_token_counter(tokenizer, e.model) for e in eps}
         audit = asyncio.run(run_audit(cfg, load_workload(dataset, num_prompts), counters, install_sigint=False))
         results = build_results(audit, cfg, econ, settings={"test": True, "max_inflight": max_inflight})

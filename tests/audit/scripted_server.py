@@ -9,16 +9,22 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
              errorevent | json (a 200 non-streamed answer) | badshape (a chunk whose choices is a number) | none
   nometrics=1  /metrics answers 404
   metricsupto=N  /metrics answers 404 once more than N completion requests came (a /metrics that vanishes)
-  usage=0    no usage chunk;  continuous=1  usage on every chunk;  quirks=1  vLLM/SGLang quirks
+  usage=0    no usage chunk;  continuous=1  usage on every chunk;  askcont=1  usage on every chunk only when
+             the request sets stream_options.continuous_usage_stats (as vLLM and turbospec do);  quirks=1  vLLM/SGLang quirks
              (role-only first chunk, `: ping` comments, content null, reasoning_content, usage-only end)
   sglang=1   /get_server_info answers avg_spec_accept_length = k
   perreq=1   the usage chunk carries turbospec's per-request `speculative_decoding` figures
   served=M   /v1/models lists M (default "scripted") and a request for another model gets vLLM's 404
-  key=K      requests without `Authorization: Bearer K` get 401
+  key=K      requests without `Authorization: Bearer K` get 401 (with metricskey=1 GET /metrics too)
   finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
   lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
+  hidden=N   usage counts N more completion tokens, as `completion_tokens_details.reasoning_tokens`
+             (a hosted reasoning model's hidden reasoning: counted, never streamed); hiddenraw=N the same
+             without the details (the usage count alone is too high)
+  ghost=N    /metrics counts N other finished requests per completion request (other traffic)
   failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
+GET /s/<spec>/auth lists the Authorization header (or null) of every request of that spec, in order.
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
 Each token is the word "tok " so text length tells the truth too. Prints "PORT <n>" when ready.
@@ -33,12 +39,13 @@ from collections import defaultdict
 COUNTERS: dict[str, dict] = defaultdict(lambda: {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": defaultdict(int)})
 LOG: dict[str, list] = defaultdict(list)
 CALLS: dict[str, int] = defaultdict(int)
+AUTH: dict[str, list] = defaultdict(list)
 
 
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "metricsupto": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "ghost": 0, "metricsupto": 0, "finish": 0, "lag": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag"):
@@ -125,7 +132,7 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         if spec["finish"] and i == len(sizes) - 1:
             obj["choices"][0]["finish_reason"] = "length"
         if spec["continuous"]:
-            obj["usage"] = {"prompt_tokens": 7, "completion_tokens": done}
+            obj["usage"] = {"prompt_tokens": 7, "completion_tokens": done + spec["hidden"] + spec["hiddenraw"]}
         event(writer, obj)
         sent_ms.append((loop.time() - t0) * 1e3)
         if spec["quirks"] and chat:
@@ -137,7 +144,10 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
             count_step(key, spec["draft"], n)
         await writer.drain()
     if spec["usage"]:
-        last = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": max_tokens}}
+        last = {"choices": [], "usage": {"prompt_tokens": 7,
+                                         "completion_tokens": max_tokens + spec["hidden"] + spec["hiddenraw"]}}
+        if spec["hidden"]:
+            last["usage"]["completion_tokens_details"] = {"reasoning_tokens": spec["hidden"]}
         if spec["perreq"]:
             drafts = len(sizes) - 1
             last["speculative_decoding"] = {"num_drafts": drafts, "num_draft_tokens": drafts * spec["draft"],
@@ -160,7 +170,7 @@ def count_step(key: str, draft: int, n: int) -> None:
         c["pos"][p] += 1
 
 
-def metrics_text(key: str) -> bytes:
+def metrics_text(key: str, ghost: int = 0) -> bytes:
     c = COUNTERS[key]
     lab = 'model_name="scripted",engine="0"'
     lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
@@ -172,6 +182,9 @@ def metrics_text(key: str) -> bytes:
     lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {float(c["pos"][p])}'
               for p in range(4)]
     lines.append('vllm:num_requests_running{model_name="scripted"} 0.0')
+    done = len(LOG[key]) * (1 + ghost)
+    lines.append(f'vllm:request_success_total{{{lab},finished_reason="length"}} {float(done)}')
+    lines.append(f'vllm:request_success_total{{{lab},finished_reason="stop"}} 0.0')
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -183,9 +196,14 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             spec_str = parts[2] if len(parts) > 2 and parts[1] == "s" else ""
             spec = parse_spec(spec_str)
             tail = "/" + "/".join(parts[3:]) if spec_str else path
-            gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"])
+            if tail != "/auth":
+                AUTH[spec_str].append(headers.get("authorization"))
+            gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"]) or (
+                spec["metricskey"] and headers.get("authorization") != f"Bearer {spec['key']}")
             if method == "GET" and tail == "/metrics" and not gone:
-                plain(writer, 200, metrics_text(spec_str), "text/plain; version=0.0.4")
+                plain(writer, 200, metrics_text(spec_str, spec["ghost"]), "text/plain; version=0.0.4")
+            elif method == "GET" and tail == "/auth":
+                plain(writer, 200, json.dumps(AUTH[spec_str]).encode())
             elif method == "GET" and tail == "/log":
                 plain(writer, 200, json.dumps(LOG[spec_str]).encode())
             elif method == "GET" and tail == "/get_server_info" and spec["sglang"]:
@@ -201,6 +219,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             elif method == "POST" and tail in ("/v1/chat/completions", "/v1/completions"):
                 req = json.loads(body)
                 CALLS[spec_str] += 1
+                if spec["askcont"] and (req.get("stream_options") or {}).get("continuous_usage_stats"):
+                    spec["continuous"] = 1
                 if spec["failevery"] and CALLS[spec_str] > spec["failfrom"] and CALLS[spec_str] % spec["failevery"] == 0:
                     plain(writer, 500, b'{"error": {"message": "scripted intermittent error"}}')
                     await writer.drain()

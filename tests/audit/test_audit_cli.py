@@ -136,7 +136,8 @@ def test_ctrl_c_writes_what_was_measured(scripted_base, tmp_path, sig, name):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert f"{name}: stopping" in err and "interrupted" in out
+    again = "Ctrl-C again aborts" if sig == signal.SIGINT else "a second SIGTERM kills it"
+    assert f"{name}: stopping and writing what was measured so far ({again})" in err and "interrupted" in out
     r = json.loads((tmp_path / "results.json").read_text())
     assert r["interrupted"] is True
     run = r["runs"][0]

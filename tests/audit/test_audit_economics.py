@@ -115,30 +115,41 @@ def test_format_money():
     assert format_money(None, "INR") == "n/a"
 
 
+@pytest.mark.parametrize("amount,currency,text", [
+    # the form is chosen after rounding: no jump over the lakh (or crore, or thousands) form
+    (99_999.7, "INR", "₹1.00 lakh"), (99_999.4, "INR", "₹99,999"), (1e5, "INR", "₹1.00 lakh"),
+    (9_999_999.0, "INR", "₹1.00 crore"), (9_999_499.0, "INR", "₹99.99 lakh"), (1e7, "INR", "₹1.00 crore"),
+    (999.996, "INR", "₹1,000"), (999.994, "INR", "₹999.99"), (999.996, "USD", "$1,000"),
+    (999.994, "USD", "$999.99"), (-99_999.7, "INR", "-₹1.00 lakh"), (0.0, "INR", "₹0.00"),
+])
+def test_format_money_boundaries(amount, currency, text):
+    assert format_money(amount, currency) == text
+
+
 def test_format_percent_never_rounds_a_breach_onto_its_threshold():
     assert [format_percent(x) for x in (0.43, 0.052, 0.05, 0.00067, 0.0, 1.0, None)] == \
         ["43%", "5.2%", "5.0%", "0.07%", "0%", "100%", "–"]
-    v = decide(VerdictInput("e", 55, 3, 2.0, 3.0, "assumed", 16))     # 3 of 58 = 5.17% > 5%
+    v = decide(VerdictInput("e", 55, 3, 2.0, 3.0, "assumed", "concurrency 16"))     # 3 of 58 = 5.17% > 5%
     assert v["decision"] == "inconclusive" and "3 of 58 requests failed (5.2% > 5%)" in v["reasons"][0]
-    v = decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", 16, ceiling_fraction=125.7 / 188_423))
+    v = decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", "concurrency 16", ceiling_fraction=125.7 / 188_423))
     assert "batch-1 decode reaches only 0.07% of the HBM ceiling" in " ".join(v["reasons"])
 
 
 def test_a_speed_above_the_ceiling_says_the_shape_or_gpu_is_not_the_endpoints():
     """A 1B model served while the audit is given an 8B config: 245% of the ceiling at batch 1, which
     plain decoding cannot reach; a speculating endpoint may, up to its measured acceptance length."""
-    wrong = " ".join(decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", 16, ceiling_fraction=2.45))["reasons"])
+    wrong = " ".join(decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", "concurrency 16", ceiling_fraction=2.45))["reasons"])
     assert "measured 245% of the HBM ceiling, more than plain decoding can reach" in wrong
     assert "--model-config" in wrong and "reaches only" not in wrong
     for frac, flagged in ((1.05, False), (1.2, True)):
-        text = " ".join(decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", 16, ceiling_fraction=frac))["reasons"])
+        text = " ".join(decide(VerdictInput("e", 100, 0, 2.0, 3.0, "assumed", "concurrency 16", ceiling_fraction=frac))["reasons"])
         assert ("more than plain decoding can reach" in text) == flagged, frac
     spec = dict(already_speculating=True, ceiling_fraction=2.45)
-    fast = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "measured from /metrics", 16, **spec))["reasons"]
+    fast = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "measured from /metrics", "concurrency 16", **spec))["reasons"]
     assert not any("HBM ceiling" in r for r in fast)                 # 2.45 <= 1.1 x 3.0
-    slow = decide(VerdictInput("e", 100, 0, 1.5, 1.8, "measured from /metrics", 16, **spec))["reasons"]
+    slow = decide(VerdictInput("e", 100, 0, 1.5, 1.8, "measured from /metrics", "concurrency 16", **spec))["reasons"]
     assert any("more than speculation at acceptance length 1.80 can reach" in r for r in slow)
-    unknown = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "assumed (--acceptance-length 3)", 16, **spec))["reasons"]
+    unknown = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "assumed (--acceptance-length 3)", "concurrency 16", **spec))["reasons"]
     assert not any("HBM ceiling" in r for r in unknown)
 
 
@@ -163,31 +174,37 @@ def test_projected_speedup():
 
 
 @pytest.mark.parametrize("speedup,accept,ok,failed,decision", [
-    (2.0, 3.0, 100, 0, "go"),
+    (2.0, 3.0, 100, 0, "go-projected"),          # assumed acceptance: a projection, never a plain GO
     (1.2, 3.0, 100, 0, "no-go"),
     (2.0, 1.5, 100, 0, "no-go"),
     (2.0, 3.0, 90, 10, "inconclusive"),
     (None, None, 0, 5, "inconclusive"),
+    (2.0, 3.0, 9, 0, "inconclusive"),            # fewer than 10 successful requests cannot back a GO
 ])
 def test_verdict(speedup, accept, ok, failed, decision):
-    v = decide(VerdictInput("e", ok, failed, speedup, accept, "assumed (--acceptance-length 3)", 16,
-                            ceiling_fraction=0.3, annual_savings=1e6, currency="INR"))
+    v = decide(VerdictInput("e", ok, failed, speedup, accept, "assumed (--acceptance-length 3)", "concurrency 16",
+                            ceiling_fraction=0.3, annual_savings=1e6, currency="INR", annual_cost=2e6,
+                            target_ok=ok, target_failed=failed))
     assert v["decision"] == decision
     text = " ".join(v["reasons"])
     if decision != "inconclusive":
         assert "assumed, not measured" in text and "30% of the HBM ceiling" in text
-        assert ("₹10.00 lakh" in text) == (decision == "go")
-    assert v["thresholds"] == {"min_speedup": 1.3, "min_acceptance_length": 2.0, "max_failure_rate": 0.05}
+        assert ("projected cut of the bill: ₹10.00 lakh a year (50% of the ₹20.00 lakh annual bill)" in text) == (
+            decision == "go-projected")
+    if ok == 9:
+        assert v["reasons"][0].startswith("only 9 requests succeeded at concurrency 16; a GO needs at least 10")
+    assert v["thresholds"] == {"min_speedup": 1.3, "min_acceptance_length": 2.0, "max_failure_rate": 0.05,
+                               "min_ok_for_go": 10}
 
 
 def test_an_endpoint_already_speculating_is_told_to_turn_it_off_only_when_it_loses():
     # n-gram on a CPU server: acceptance 1.76 < 2.0 is a NO-GO, but the projection is 1.35x over plain
     # decoding (and the race measured it faster): 'turn it off here' advised losing that
-    gains = decide(VerdictInput("e", 10, 0, 1.35, 1.76, "measured from /metrics", 2, already_speculating=True))
+    gains = decide(VerdictInput("e", 10, 0, 1.35, 1.76, "measured from /metrics", "concurrency 2", already_speculating=True))
     assert gains["decision"] == "no-go"
     text = " ".join(gains["reasons"])
     assert "turn it off" not in text and "still beats plain decoding (1.35x)" in text and "keep it on" in text
-    loses = decide(VerdictInput("e", 10, 0, 0.9, 1.2, "measured from /metrics", 2, already_speculating=True))
+    loses = decide(VerdictInput("e", 10, 0, 0.9, 1.2, "measured from /metrics", "concurrency 2", already_speculating=True))
     assert "does not pay at this load: turn it off here" in " ".join(loses["reasons"])
 
 

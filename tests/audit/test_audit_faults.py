@@ -33,7 +33,10 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
     assert refused["speculation"]["note"].endswith("no estimate either: no request succeeded")
 
     verdicts = {v["endpoint"]: v["decision"] for v in res["verdicts"]}
-    assert verdicts[urls[0]] == "go" and verdicts[dead_url] == "inconclusive"
+    assert verdicts[urls[0]] == "inconclusive" and verdicts[dead_url] == "inconclusive"
+    first = res["verdicts"][0]["reasons"][0]             # healthy and measured, but 2 requests cannot back a GO
+    assert first == ("only 2 requests succeeded at concurrency 2; a GO needs at least 10 there: raise --num-prompts "
+                     "(or --max-duration), then audit again")
     assert json.loads((tmp_path / "results.json").read_text())["runs"][1]["failures"] == {"http 500": 2}
     md = (tmp_path / "report.md").read_text()
     assert "## Failures" in md and "scripted internal error" in md and "connection refused" in md
@@ -54,14 +57,13 @@ def test_duration_limit_cancels_without_counting_failures(scripted_base, run_aud
         "or lower --max-tokens or --num-prompts, then audit again"]
 
 
-def test_duration_spent_in_warmup_says_so(scripted_base, run_audit_here):
-    # the warm-up (2 s) outlasts --max-duration 1: nothing measured, nothing cancelled ('no request was measured')
-    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=200,tag=warm"], num_prompts=2, warmup=1,
-                            max_duration_s=1.0, max_tokens=31)
+def test_the_warmup_does_not_count_against_max_duration(scripted_base, run_audit_here):
+    # a 1.5 s warm-up, then a 1.5 s measured request, --max-duration 2: the warm-up used to start the clock,
+    # so the measured request was cancelled (and a slower warm-up left nothing measured at all)
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=150,tag=warm"], num_prompts=1, warmup=1,
+                            max_duration_s=2.0, max_tokens=31)
     run = res["runs"][0]
-    assert (run["num_ok"], run["num_failed"], run["num_cancelled"]) == (0, 0, 0)
-    assert res["verdict"]["reasons"][0].startswith("no request was measured: the level's --max-duration ran out "
-                                                   "during the warm-up")
+    assert (run["num_ok"], run["num_failed"], run["num_cancelled"], run["warmup_failures"]) == (1, 0, 0, 0)
 
 
 def test_failures_at_the_target_load_make_the_verdict_inconclusive(scripted_base, run_audit_here):
@@ -98,3 +100,12 @@ def test_an_answer_the_client_did_not_foresee_is_a_counted_failure(scripted_base
     assert res["verdict"]["decision"] == "inconclusive"
     md = (tmp_path / "report.md").read_text()
     assert "unexpected error" in md and "TypeError: 'int' object is not iterable" in md
+
+
+def test_a_level_stops_sending_once_the_server_is_gone(dead_url, run_audit_here, tmp_path):
+    # it sent all 12 requests to a dead server, each failing the same way
+    res, _ = run_audit_here([dead_url], num_prompts=12, warmup=0, out=tmp_path, write=True)
+    run = res["runs"][0]
+    assert run["failures"] == {"connection refused": 5} and run["num_not_sent"] == 7 and run["num_ok"] == 0
+    assert (f"{dead_url} · concurrency 1: the server refused connections 5 times in a row (gone?), so the level "
+            "stopped sending to it: 7 requests not sent") in (tmp_path / "report.md").read_text()

@@ -99,3 +99,11 @@ def test_the_net_log_check_does_catch_a_page_request(scripted_base, tmp_path):
     page.write_text(f'<!DOCTYPE html><html><body><img src="{scripted_base}/s/probe/pixel.png"></body></html>')
     _, requests = chromium_render(str(page), tmp_path)
     assert any(r["url"].startswith(scripted_base) for r in requests)
+
+
+def test_markdown_table_cells_are_literal_text():
+    from turbospec.audit.report import Section
+    from turbospec.audit.report_md import render_markdown
+    md = render_markdown("t", [Section("s", [("table", ["detail"], [["<html>503 Service Unavailable</html> a|b *x* `c`"]])])],
+                         {})
+    assert "| &lt;html&gt;503 Service Unavailable&lt;/html&gt; a\\|b \\*x\\* \\`c\\` |" in md and "<html>" not in md

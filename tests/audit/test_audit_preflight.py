@@ -112,3 +112,22 @@ def test_an_earlier_audit_is_kept_unless_overwrite(scripted_base, tmp_path):
 ])
 def test_error_bodies_give_their_message(body, message):
     assert error_message(body) == message
+
+
+def test_a_stream_without_done_or_finish_reason_stops_at_the_first_request(scripted_base, tmp_path):
+    # it only warned, then failed every request as 'no [DONE]': the wall of identical failures the first
+    # request is there to prevent
+    code, text = audit(f"{scripted_base}/s/{FAST},fault=nodone", tmp_path / "a")
+    assert code == 1, text
+    assert "no [DONE]" in text and "closed without `data: [DONE]` and without a finish_reason" in text
+    assert "Nothing was measured" in text and not (tmp_path / "a").exists()
+
+
+def test_the_api_is_read_from_a_full_route_url(scripted_base, tmp_path):
+    url = f"{scripted_base}/s/{FAST},tag=route/v1/completions"
+    code, text = audit(url, tmp_path / "a")                            # no --api: the route says completions
+    assert code == 0, text
+    ep = json.loads((tmp_path / "a" / "results.json").read_text())["endpoints"][0]
+    assert (ep["api"], ep["request_url"]) == ("completions", url)
+    code, text = audit(url, tmp_path / "b", "--api", "chat")
+    assert code == 2 and f"--endpoint {url} is the completions route but --api is chat" in text

@@ -92,3 +92,25 @@ def test_metrics_that_vanish_mid_level_are_named_not_mixed_in_silently(scripted_
             "(read at its start, not at its end): the acceptance figures for this level are estimates "
             "(source: chunk_estimate)") in md
     assert f"{url} · concurrency 1: /metrics stopped" not in md
+
+
+def test_a_guarded_metrics_gets_the_endpoints_key_and_only_on_its_own_server(scripted_base, run_audit_here):
+    from turbospec.audit.endpoint import Endpoint
+    url = f"{scripted_base}/s/ttft=5,gap=5,key=k9,metricskey=1"
+    res, _ = run_audit_here([url], num_prompts=1, warmup=0, max_tokens=7, api_key="k9")
+    spec = res["runs"][0]["speculation"]
+    assert spec["source"] == "prometheus" and spec["num_drafts"] == 2, spec
+    assert Endpoint(url, "m", api_key="k9", metrics_url_override="http://elsewhere:9/metrics").metrics_headers() == {}
+    assert Endpoint(url, "m", api_key="k9").metrics_headers() == {"Authorization": "Bearer k9"}
+
+
+def test_other_traffic_in_the_counters_is_flagged(scripted_base, run_audit_here, tmp_path):
+    # /metrics is the server's: requests the audit did not send finished during the level
+    quiet, busy = f"{scripted_base}/s/ttft=5,gap=5,tag=quiet", f"{scripted_base}/s/ttft=5,gap=5,ghost=2"
+    res, _ = run_audit_here([quiet, busy], num_prompts=2, warmup=1, max_tokens=7, out=tmp_path, write=True)
+    a, b = (r["speculation"] for r in res["runs"])
+    assert a["server_finished_requests"] == 2 and "other_traffic" not in a
+    assert b["server_finished_requests"] == 6 and b["other_traffic"] is True
+    assert b["note"].endswith("the server finished 6 requests during this level and the audit sent 2: other traffic "
+                              "shared these counters, so the figures are not this run's alone")
+    assert "other traffic shares its /metrics counters" in (tmp_path / "report.md").read_text()

@@ -22,6 +22,7 @@ def test_race_interleaves_identical_prompts_and_ranks(scripted_base, run_audit_h
     assert set(res["runs"][0]["by_domain"]) == {"code", "hindi"}
     md = (tmp_path / "report.md").read_text()
     assert "## Race" in md and md.index("## Verdict") < md.index("## Race")
+    assert md.splitlines()[0].startswith(f"# Inference audit — race: {slow} (scripted) vs {fast} (scripted) · ")
 
 
 def test_poisson_offsets_are_exponential():

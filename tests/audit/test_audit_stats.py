@@ -67,3 +67,24 @@ def test_single_token_request_has_no_tpot():
     assert tpot_s(r) is None and tokens_per_chunk(r) is None
     s = summarize([r], SLO())
     assert s["tpot_ms"]["count"] == 0 and s["num_ok"] == 1
+
+
+def test_tpot_counts_the_tokens_after_the_first_chunk_up_to_the_last_chunk():
+    # chunks of [5, 1, 1] tokens at 0.1, 0.2, 0.5 s, the stream ending at 0.9 s (usage chunk, [DONE] later):
+    # 2 tokens came after the first chunk, in 0.4 s; ITLs 0.1 and 0.3 s average 0.2 s
+    r = rec([0.1, 0.2, 0.5], 7, end=0.9, chunk_tokens=[5, 1, 1])
+    assert tpot_s(r) == pytest.approx(0.2) and tokens_per_chunk(r) == pytest.approx(1.0)
+    v, w = itl_values_s(r)
+    assert v == pytest.approx([0.1, 0.3]) and w == [1.0, 1.0]
+    # without per-chunk counts the first chunk is taken to carry one token: 6 decode tokens over 2 chunks
+    r = rec([0.1, 0.2, 0.5], 7, end=0.9)
+    assert tpot_s(r) == pytest.approx(0.4 / 6) and tokens_per_chunk(r) == pytest.approx(3.0)
+
+
+def test_tokens_per_chunk_has_one_definition_in_the_table_and_the_estimate():
+    # exact counts: the run's overall figure (table, acceptance estimate) uses them too
+    a = rec([0.1, 0.2, 0.3], 9, chunk_tokens=[5, 2, 2])
+    b = rec([0.1, 0.2, 0.3, 0.4], 4, chunk_tokens=[1, 1, 1, 1])
+    s = summarize([a, b], SLO())
+    assert s["tokens_per_chunk"]["overall"] == pytest.approx((4 + 3) / (2 + 3))
+    assert s["tokens_per_chunk"]["mean"] == pytest.approx((2.0 + 1.0) / 2)

@@ -69,7 +69,8 @@ def test_timing_within_5_percent_at_two_concurrencies(scripted_base, run_audit_h
         assert spec["source"] == "prometheus" and spec["num_drafts"] == 30
         assert spec["acceptance_length"] == pytest.approx(3.0) and spec["acceptance_rate"] == pytest.approx(0.5)
         assert spec["per_position"] == pytest.approx([1.0, 1.0, 0.0, 0.0])
-    assert res["verdict"]["decision"] == "go"
+    assert res["verdict"]["decision"] == "inconclusive"          # measured and fast, but 3 requests are too few
+    assert res["verdict"]["reasons"][0].startswith("only 3 requests succeeded at concurrency 3; a GO needs at least 10")
     frac = c1["roofline"]["fraction_per_sequence"]
     assert frac == pytest.approx(c1["output_tokens_per_s"]["p50"] / c1["roofline"]["per_sequence_tokens_per_s"])
 
@@ -161,3 +162,20 @@ def test_tokens_counted_one_per_chunk_give_no_tokens_per_chunk_or_speculation_es
     md = (tmp_path / "report.md").read_text()
     assert "Counted one token per streamed chunk" in md and "pass --tokenizer" in md
     assert "| 1.00 |" not in md
+
+
+def test_itl_can_be_rederived_from_results_json(scripted_base, run_audit_here):
+    from turbospec.audit.stats import weighted_dist
+    res, _ = run_audit_here([f"{scripted_base}/s/ttft=20,gap=15,continuous=1,tag=rederive"], num_prompts=2,
+                            warmup=0, max_tokens=13)
+    run = res["runs"][0]
+    values, weights = [], []
+    for q in run["requests"]:
+        assert len(q["chunk_ms"]) == q["chunks"] == 5 and q["chunk_tokens"] == [1, 3, 3, 3, 3]
+        assert q["chunk_ms"][0] == pytest.approx(q["ttft_ms"], abs=0.05)
+        gaps = np.diff(q["chunk_ms"])
+        values += list(gaps / np.array(q["chunk_tokens"][1:]))
+        weights += q["chunk_tokens"][1:]
+    again = weighted_dist(values, weights)
+    for stat in ("p50", "p99", "mean"):
+        assert again[stat] == pytest.approx(run["itl_ms"][stat], abs=0.05), stat

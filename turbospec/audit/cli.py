@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 from dataclasses import replace
@@ -17,11 +16,13 @@ import typer
 from turbospec.audit.client import RequestSettings
 from turbospec.audit.config import LoadConfig, LoadLevel, parse_concurrency, parse_rates
 from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
-from turbospec.audit.endpoint import Endpoint
+from turbospec.audit.endpoint import Endpoint, api_of
 from turbospec.audit.gpus import DEFAULT_GPU, get_gpu
+from turbospec.audit.keys import ENV_VAR, choose_keys, describe
 from turbospec.audit.outdir import check_out_dir
 from turbospec.audit.preflight import PreflightError, preflight, resolve_models
 from turbospec.audit.projection import SpecAssumption
+from turbospec.audit.request_body import parse_extra_body
 from turbospec.audit.results import Economics
 from turbospec.audit.roofline import load_model_bytes
 from turbospec.audit.stats import SLO
@@ -48,10 +49,12 @@ def audit(
         help="Base URL (…:8000, …/v1 or a full …/completions URL); repeat to race several"),
     model: list[str] = typer.Option([], "--model",
         help="Served model name; once, or once per --endpoint (default: the one model /v1/models lists)"),
-    api: str = typer.Option("chat", "--api",
-        help="chat (/v1/chat/completions) or completions (/v1/completions)"),
-    api_key: list[str] = typer.Option([], "--api-key", envvar="OPENAI_API_KEY",
-        help="Bearer key; once, or once per --endpoint (never written to the report)"),
+    api: Optional[str] = typer.Option(None, "--api",
+        help="chat (/v1/chat/completions) or completions (/v1/completions); default: read from a full route "
+             "--endpoint URL, else chat"),
+    api_key: list[str] = typer.Option([], "--api-key",
+        help="Bearer key; once per --endpoint ('' for none), or once when all endpoints are one server. "
+             "Without it, $OPENAI_API_KEY is used for a single server only (never written to the report)"),
     metrics_url: list[str] = typer.Option([], "--metrics-url",
         help="Prometheus URL per endpoint (default <base>/metrics)"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency",
@@ -67,7 +70,10 @@ def audit(
     ignore_eos: bool = typer.Option(False, "--ignore-eos",
         help="Send ignore_eos (vLLM/SGLang) so every request runs to --max-tokens"),
     extra_body: Optional[str] = typer.Option(None, "--extra-body",
-        help='JSON merged into each request, e.g. \'{"top_p": 0.9}\''),
+        help='JSON merged into each request, e.g. \'{"top_p": 0.9}\'; its stream_options are merged with the audit\'s'),
+    continuous_usage: bool = typer.Option(False, "--continuous-usage",
+        help="Ask for usage on every chunk (vLLM / turbospec stream_options.continuous_usage_stats): exact "
+             "tokens per chunk, so ITL is exact"),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds per request"),
     max_duration: float = typer.Option(600.0, "--max-duration",
         help="Seconds per load level; unfinished requests are cancelled"),
@@ -101,7 +107,7 @@ def audit(
     verify_overhead: float = typer.Option(0.3, "--verify-overhead",
         help="Extra cost of a speculative step over a plain one at batch 1"),
     target_concurrency: Optional[float] = typer.Option(None, "--target-concurrency",
-        help="Load the verdict is decided at (default: highest measured)"),
+        help="Load the verdict is decided at, alone (default: highest measured; then every level's failures count)"),
     telemetry: str = typer.Option("auto", "--telemetry",
         help="auto (local endpoints) | on | off: NVML sampling"),
     out: str = typer.Option("audit-out", "--out", help="Output directory"),
@@ -114,14 +120,21 @@ def audit(
     first short request, before anything is measured) or when no request succeeded (the report is
     still written); 2 for a bad argument; 130 when aborted by a second Ctrl-C."""
     settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
-    args = dict(settings, api_key=api_key)
     try:
         _check_finite(settings)
         check_out_dir(out, overwrite)
+        choice = choose_keys(endpoint, api_key, os.environ.get(ENV_VAR))
+        args = dict(settings, api_key=choice.keys, api_key_source=choice.sources)
+        settings["api_key_source"] = choice.sources
+        for note in choice.notes:
+            typer.secho(note, fg=typer.colors.YELLOW, err=True)
+        if any(choice.sources) and len(endpoint) > 1:
+            for line in describe(endpoint, choice.sources):
+                typer.echo(line, err=True)
         built = _build(args, model or ["?"] * len(endpoint))       # every argument checked before any request
         if not model:
             keys = [e.api_key for e in built[0].endpoints]
-            model = asyncio.run(resolve_models(endpoint, api, keys, timeout))
+            model = asyncio.run(resolve_models(endpoint, keys, timeout))
             typer.echo(f"auditing model {', '.join(dict.fromkeys(model))} (from /v1/models)", err=True)
             built = _build(args, model)
         cfg, econ, prompts, counters = built
@@ -154,24 +167,26 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
     """The validated run from the CLI arguments (`a`) for these model names; ValueError says what to pass."""
     n = len(a["endpoint"])
     models = _aligned("--model", models, n, required=True)
-    keys = _aligned("--api-key", a["api_key"], n, required=False)
+    keys, key_sources = a["api_key"], a["api_key_source"]        # chosen by keys.choose_keys
     if a["metrics_url"] and len(a["metrics_url"]) != n:
         raise ValueError(f"--metrics-url given {len(a['metrics_url'])} times for {n} endpoints: "
                          "pass it once per --endpoint")
     metrics = list(a["metrics_url"]) or [None] * n
-    eps = tuple(Endpoint(u, m, a["api"], k, mu) for u, m, k, mu in zip(a["endpoint"], models, keys, metrics))
+    eps = tuple(Endpoint(u, m, api_of(u, a["api"]), k, mu, api_key_source=ks)
+                for u, m, k, mu, ks in zip(a["endpoint"], models, keys, metrics, key_sources))
     conc_text, rate_text = a["concurrency"], a["request_rate"]
     conc = parse_concurrency(conc_text if conc_text is not None or rate_text else _DEFAULT_CONCURRENCY)
     levels = (tuple(LoadLevel(concurrency=c) for c in conc)
               + tuple(LoadLevel(request_rate=r) for r in parse_rates(rate_text)))
-    request = RequestSettings(a["max_tokens"], a["temperature"], a["timeout"], a["ignore_eos"],
-                              _parse_extra_body(a["extra_body"]))
+    extra, stream_options = parse_extra_body(a["extra_body"], a["continuous_usage"])
+    request = RequestSettings(a["max_tokens"], a["temperature"], a["timeout"], a["ignore_eos"], extra,
+                              stream_options)
     cfg = LoadConfig(endpoints=eps, levels=levels, num_prompts=a["num_prompts"], request=request,
                      warmup=a["warmup"], max_duration_s=a["max_duration"], max_inflight=a["max_inflight"],
                      seed=a["seed"], telemetry=a["telemetry"],
                      slo=SLO(a["slo_ttft_ms"], a["slo_tpot_ms"], a["slo_e2e_ms"]))
     prompts = load_workload(a["dataset"], a["num_prompts"], a["seed"])
-    if a["api"] == "completions":
+    if any(e.api == "completions" for e in eps):
         for p in prompts:
             p.as_text()                          # messages-only prompts cannot go to /v1/completions
     counters = {e.url: find_token_counter(a["tokenizer"], e.model) for e in eps}
@@ -197,45 +212,19 @@ def _check_finite(settings: dict) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value}: pass a finite number")
 
 
-# request keys the audit itself sends (client.build_body) -> where they come from
-_FLAG_OF = {"model": "--model", "max_tokens": "--max-tokens", "temperature": "--temperature",
-            "ignore_eos": "--ignore-eos", "messages": "the dataset", "prompt": "the dataset",
-            "stream_options": "the audit (usage in the last chunk)"}
-
-
-def _parse_extra_body(text: str | None) -> dict:
-    if not text:
-        return {}
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--extra-body is not valid JSON ({e}): pass e.g. '{{\"top_p\": 0.9}}'") from None
-    if not isinstance(body, dict):
-        raise ValueError("--extra-body must be a JSON object, e.g. '{\"top_p\": 0.9}'")
-    if "stream" in body:            # stream false: every request would fail as 'not a stream'
-        raise ValueError("--extra-body sets \"stream\": the audit streams every request (it times each token); "
-                         "remove it")
-    owned = [k for k in _FLAG_OF if k in body]   # results.json would record the flag, not what was sent
-    if owned:
-        raise ValueError(f"--extra-body sets {', '.join(repr(k) for k in owned)}, which the audit sets from "
-                         f"{', '.join(_FLAG_OF[k] for k in owned)}: use the flag (the report records it), or remove "
-                         "the key")
-    if body.get("n", 1) != 1:       # choice 0 is timed, but usage counts every choice's tokens
-        raise ValueError("--extra-body sets \"n\": the audit times one choice per request; remove it, and raise "
-                         "--num-prompts or --concurrency for more load")
-    return body
-
-
 def _print_summary(results: dict, out: str) -> None:
     for v in results["verdicts"]:
         colour = {"go": typer.colors.GREEN, "no-go": typer.colors.RED}.get(v["decision"], typer.colors.YELLOW)
-        typer.secho(f"{v['decision'].upper()}  {v['endpoint']}", fg=colour, bold=True)
+        word = {"go-projected": "GO (PROJECTED: acceptance assumed)"}.get(v["decision"], v["decision"].upper())
+        typer.secho(f"{word}  {v['endpoint']}", fg=colour, bold=True)
+        for caveat in v.get("caveats", []):
+            typer.secho(f"  ! {caveat}", fg=typer.colors.YELLOW)
         for reason in v["reasons"]:
             typer.echo(f"  - {reason}")
     for r in results["runs"]:
         cancelled = f"{r['num_cancelled']} cancelled unfinished, " if r["num_cancelled"] else ""
         typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, {cancelled}"
-                   f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate, "
+                   f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate{_qualifier(r)}, "
                    + (f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms" if r["ttft_ms"]["p50"] is not None else "no TTFT"))
         for e in r["failure_examples"][:1] if r["num_failed"] else ():
             reasons = ", ".join(f"{k}: {v}" for k, v in r["failures"].items())
@@ -244,6 +233,12 @@ def _print_summary(results: dict, out: str) -> None:
     if results["interrupted"]:
         typer.secho("interrupted: the report holds what was measured before the stop (Ctrl-C or SIGTERM)", fg=typer.colors.YELLOW)
     typer.echo("wrote " + ", ".join(os.path.join(out, f) for f in ("results.json", "report.md", "report.html")))
+
+
+def _qualifier(run: dict) -> str:
+    if run["num_ok"] and run["token_count_source"].get("chunks"):
+        return " (tokens counted one per chunk: a lower bound)"
+    return " (streamed tokens only)" if run["hidden_tokens"]["total"] else ""
 
 
 _FIX = {"timeout": " -> raise --timeout, or lower --max-tokens / --concurrency",

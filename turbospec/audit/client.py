@@ -37,6 +37,7 @@ class RequestSettings:
     timeout_s: float = 120.0
     ignore_eos: bool = False
     extra_body: dict = field(default_factory=dict)
+    stream_options: dict = field(default_factory=dict)   # besides include_usage (request_body.py)
 
 
 @dataclass
@@ -51,7 +52,8 @@ class RequestRecord:
     error_detail: str | None = None
     chunk_times_s: list[float] = field(default_factory=list)   # since start_s, one per chunk with text
     chunk_tokens: list[int] | None = None      # exact tokens per chunk, when the server streams usage
-    output_tokens: int = 0
+    output_tokens: int = 0                     # tokens streamed (never counting hidden ones, below)
+    hidden_tokens: int = 0                     # counted in usage but never streamed (hidden reasoning)
     input_tokens: int | None = None
     token_source: str = "chunks"               # usage | tokenizer | chunks
     finish_reason: str | None = None
@@ -95,7 +97,7 @@ def error_message(raw: bytes) -> str:
 def build_body(ep: Endpoint, prompt: Prompt, s: RequestSettings) -> dict:
     body: dict = {"model": ep.model, "max_tokens": prompt.max_tokens or s.max_tokens,
                   "temperature": s.temperature, "stream": True,
-                  "stream_options": {"include_usage": True}}
+                  "stream_options": {"include_usage": True, **s.stream_options}}
     if ep.api == "chat":
         body["messages"] = prompt.as_messages()
     else:
@@ -141,7 +143,7 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
         if resp.status_code >= 400:
             rec.fail(f"http {resp.status_code}", error_message(await resp.aread()))
             return
-        decoder, pieces, usage, done = SSEDecoder(), [], None, False
+        decoder, pieces, usage, done, reasoning = SSEDecoder(), [], None, False, False
         cumulative: list[int | None] = []     # completion_tokens seen with each text chunk
         events, first_line = 0, None
         async for line in resp.aiter_lines():
@@ -166,6 +168,7 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
             if chunk.text:
                 rec.chunk_times_s.append(now - rec.start_s)
                 pieces.append(chunk.text)
+                reasoning = reasoning or chunk.reasoning
                 cumulative.append((chunk.usage or {}).get("completion_tokens"))
             rec.finish_reason = chunk.finish_reason or rec.finish_reason
         rec.end_s = time.perf_counter()
@@ -188,21 +191,46 @@ async def _stream(http: httpx.AsyncClient, ep: Endpoint, body: dict, rec: Reques
         if not rec.chunk_times_s:
             rec.fail("empty output", f"[DONE] before any generated text (finish_reason={rec.finish_reason})")
             return
-        _count_tokens(rec, "".join(pieces), usage, cumulative, counter)
+        _count_tokens(rec, "".join(pieces), usage, cumulative, counter, reasoning)
         rec.ok = True
 
 
 def _count_tokens(rec: RequestRecord, text: str, usage: dict | None, cumulative: list[int | None],
-                  counter: TokenCounter | None) -> None:
+                  counter: TokenCounter | None, streamed_reasoning: bool = False) -> None:
+    """Tokens streamed: every speed figure divides by them, so tokens a server counts but never
+    streams (hosted reasoning models' hidden reasoning) must not be among them."""
     completion = (usage or {}).get("completion_tokens")
-    if isinstance(completion, int) and completion > 0:
-        rec.output_tokens, rec.token_source = completion, "usage"
-        prompt_tokens = (usage or {}).get("prompt_tokens")
-        rec.input_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
-        if all(isinstance(c, int) for c in cumulative) and cumulative[-1] == completion:
-            # continuous usage stats (vLLM `continuous_usage_stats`): exact tokens per chunk
-            rec.chunk_tokens = [b - a for a, b in zip([0] + cumulative[:-1], cumulative)]
-    elif counter is not None:
+    if not (isinstance(completion, int) and completion > 0):
+        _count_locally(rec, text, counter)
+        return
+    prompt_tokens = (usage or {}).get("prompt_tokens")
+    rec.input_tokens = prompt_tokens if isinstance(prompt_tokens, int) else None
+    details = (usage or {}).get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    hidden = 0
+    if isinstance(reasoning, int) and reasoning > 0 and not streamed_reasoning:
+        # reasoning counted in usage while no reasoning text streamed: it was never sent
+        hidden = max(min(reasoning, completion - len(rec.chunk_times_s)), 0)   # each text chunk carried one
+    elif completion > len(text.encode("utf-8")) + UNSTREAMED_SLACK:
+        # more tokens than the streamed text has bytes (a byte-level vocabulary needs one byte a token at
+        # least): tokens were counted that were not streamed, and the server does not say how many
+        _count_locally(rec, text, counter)
+        rec.hidden_tokens = max(completion - rec.output_tokens, 0)
+        return
+    rec.output_tokens, rec.token_source, rec.hidden_tokens = completion - hidden, "usage", hidden
+    if all(isinstance(c, int) for c in cumulative) and cumulative[-1] == completion:
+        # continuous usage stats (vLLM `continuous_usage_stats`): exact tokens per chunk; hidden tokens
+        # were generated before the first text chunk, so its count sheds them
+        rec.chunk_tokens = [b - a for a, b in zip([0] + cumulative[:-1], cumulative)]
+        rec.chunk_tokens[0] = max(rec.chunk_tokens[0] - rec.hidden_tokens, 1)
+
+
+# special tokens (EOS, a chat template's end marker) are counted but stream no text
+UNSTREAMED_SLACK = 2
+
+
+def _count_locally(rec: RequestRecord, text: str, counter: TokenCounter | None) -> None:
+    if counter is not None:
         rec.output_tokens, rec.token_source = max(counter.count(text), 1), "tokenizer"
     else:
         rec.output_tokens, rec.token_source = len(rec.chunk_times_s), "chunks"

@@ -99,17 +99,19 @@ def format_percent(x: float | None) -> str:
 
 
 def format_money(amount: float | None, currency: str) -> str:
-    """$12,345.67 / ₹12,346 (Indian grouping), ₹26.28 lakh, ₹3.20 crore; the sign goes first."""
+    """$12,345.67 / ₹12,346 (Indian grouping), ₹26.28 lakh, ₹3.20 crore; the sign goes first.
+    The form is chosen on the value as it would be shown (rounded), so ₹99,999.7 is ₹1.00 lakh, never
+    ₹100,000, and ₹99,99,999 is ₹1.00 crore, never ₹100.00 lakh."""
     if amount is None:
         return "n/a"
     sign, x, sym = "-" if amount < 0 else "", abs(amount), CURRENCIES[currency]
+    if round(x, 2) < 1000:
+        return f"{sign}{sym}{x:.2f}" if currency == "INR" else f"{sign}{sym}{x:,.2f}"
     if currency != "INR":
-        return f"{sign}{sym}{x:,.2f}" if x < 1000 else f"{sign}{sym}{x:,.0f}"
-    if x >= 1e7:
-        return f"{sign}{sym}{x / 1e7:,.2f} crore"
-    if x >= 1e5:
+        return f"{sign}{sym}{x:,.0f}"
+    if round(x) < 1e5:
+        whole = f"{round(x):d}"                    # 1,000 .. 99,999: Indian and western grouping agree
+        return f"{sign}{sym}{whole[:-3]},{whole[-3:]}"
+    if round(x / 1e5, 2) < 100:
         return f"{sign}{sym}{x / 1e5:,.2f} lakh"
-    if x < 1000:
-        return f"{sign}{sym}{x:.2f}"
-    whole = f"{x:.0f}"                                 # 1,000 .. 99,999: Indian and western grouping agree
-    return f"{sign}{sym}{whole[:-3]},{whole[-3:]}"
+    return f"{sign}{sym}{x / 1e7:,.2f} crore"

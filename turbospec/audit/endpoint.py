@@ -14,6 +14,17 @@ APIS = ("chat", "completions")
 _API_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
 
+def api_of(url: str, api: str | None) -> str:
+    """The API an endpoint speaks: the route of a full …/chat/completions or …/completions URL, else
+    --api, else chat. A full route that contradicts --api is refused (the body would not fit the route)."""
+    path = urlparse(url).path.rstrip("/")
+    route = "chat" if path.endswith("/chat/completions") else "completions" if path.endswith("/completions") else None
+    if route and api and api != route:
+        raise ValueError(f"--endpoint {url} is the {route} route but --api is {api}: leave --api out (the route "
+                         "says which), or pass the API root (…/v1) as --endpoint")
+    return route or api or "chat"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     url: str                          # as given by the user; the key of this endpoint in results.json
@@ -21,6 +32,7 @@ class Endpoint:
     api: str = "chat"
     api_key: str | None = None
     metrics_url_override: str | None = None
+    api_key_source: str | None = None  # "--api-key" | "$OPENAI_API_KEY" | None (keys.py); never the key
 
     def __post_init__(self) -> None:
         parsed = urlparse(self.url)
@@ -65,6 +77,14 @@ class Endpoint:
     @property
     def is_local(self) -> bool:
         return urlparse(self.url).hostname in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+    def metrics_headers(self) -> dict[str, str]:
+        """The key goes with a /metrics scrape only to the endpoint's own server (a gateway that guards
+        /metrics would otherwise lose the measured acceptance); a --metrics-url elsewhere gets none."""
+        from turbospec.audit.keys import server_of
+        if self.api_key and server_of(self.metrics_url) == server_of(self.url):
+            return {"Authorization": f"Bearer {self.api_key}"}
+        return {}
 
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}

@@ -48,6 +48,13 @@ def run_and_report(cfg: LoadConfig, econ: Economics, prompts: list[Prompt],
     return results
 
 
+def report_subject(endpoints: list[dict]) -> str:
+    """`url · model` for one endpoint; for a race every endpoint with its own model."""
+    if len(endpoints) == 1:
+        return f"{endpoints[0]['url']} · {endpoints[0]['model']}"
+    return "race: " + " vs ".join(f"{e['url']} ({e['model']})" for e in endpoints)
+
+
 def write_outputs(results: dict, out_dir: str) -> None:
     """results.json first (atomically: a kill never leaves half a file), then the figures and reports.
     An earlier audit's outputs in out_dir are replaced (the CLI refuses that without --overwrite)."""
@@ -66,7 +73,7 @@ def write_outputs(results: dict, out_dir: str) -> None:
     sections = build_sections(results)
     title = "Inference audit"
     gpu = results["gpu"]["name"] + (" (assumed)" if results["gpu"].get("assumed") else "")
-    subtitle = (f"{', '.join(e['url'] for e in results['endpoints'])} · {results['endpoints'][0]['model']} · "
+    subtitle = (f"{report_subject(results['endpoints'])} · "
                 f"{gpu} x {results['cost_model']['num_gpus']} · {results['finished_at']}"
                 + (" · INTERRUPTED" if results["interrupted"] else ""))
     with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:

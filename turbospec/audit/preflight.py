@@ -7,6 +7,7 @@ server's own message and the fix when the endpoint cannot work as configured:
 
   connection refused / error   nothing answers: start the server, or fix --endpoint
   not a stream                 a 200 answer without any `data:` event: the server ignores "stream": true
+  no [DONE]                    the stream closed without [DONE] and without a finish_reason
   http 401 / 403               the key is missing or wrong: --api-key
   http 4xx (not 408 / 429)     the request is wrong: the model is not served (its /v1/models are
                                listed), the path or --api is wrong, or the server rejects a setting
@@ -54,12 +55,12 @@ async def served_models(http: httpx.AsyncClient, ep: Endpoint) -> list[str] | st
     return ids or f"GET {url} lists no model"
 
 
-async def resolve_models(urls: list[str], api: str, keys: list[str | None], timeout_s: float) -> list[str]:
+async def resolve_models(urls: list[str], keys: list[str | None], timeout_s: float) -> list[str]:
     """The one model each endpoint serves (for a left-out --model)."""
     async with httpx.AsyncClient(timeout=min(timeout_s, 10.0)) as http:
         out = []
         for url, key in zip(urls, keys):
-            ep = Endpoint(url, "?", api, key)
+            ep = Endpoint(url, "?", "chat", key)          # /v1/models is the same for either API
             ids = await served_models(http, ep)
             if isinstance(ids, str):
                 raise PreflightError(f"--model not given and the served model could not be asked: {ids}; "
@@ -100,7 +101,7 @@ def _status(rec: RequestRecord) -> int | None:
 
 
 def _fatal(rec: RequestRecord) -> bool:
-    if rec.error in ("connection refused", "connection error", "not a stream"):
+    if rec.error in ("connection refused", "connection error", "not a stream", "no [DONE]"):
         return True
     status = _status(rec)
     return status is not None and 400 <= status < 500 and status not in _LOAD_STATUSES
@@ -112,13 +113,18 @@ async def _explain(http: httpx.AsyncClient, ep: Endpoint, rec: RequestRecord) ->
         return f"{said}. Nothing listens there: start the server, or fix --endpoint (host and port)"
     if rec.error == "connection error":
         return f"{said}. Check --endpoint (host, port, http vs https) and that the server is reachable"
+    if rec.error == "no [DONE]":
+        return (f"{said}. Every answer would be counted as possibly truncated: the stream closed without "
+                "`data: [DONE]` and without a finish_reason; check that --endpoint reaches the server directly (a "
+                "proxy that cuts streams?) and that the server finishes its streams")
     if rec.error == "not a stream":
         return (f"{said}. The audit times tokens as they stream (TTFT, ITL), so the endpoint must honour "
                 "\"stream\": true; check that --endpoint is the OpenAI API root and the server or proxy streams")
     status = _status(rec)
     if status in (401, 403):
         how = "the key was refused: check --api-key" if ep.api_key else \
-            "the endpoint wants a key: pass --api-key KEY (or set OPENAI_API_KEY)"
+            "the endpoint wants a key: pass --api-key KEY (or set OPENAI_API_KEY, which is sent only when every " \
+            "endpoint is one server)"
         return f"{said}. {how}"
     ids = await served_models(http, ep)
     if isinstance(ids, list) and ep.model not in ids:
@@ -127,6 +133,7 @@ async def _explain(http: httpx.AsyncClient, ep: Endpoint, rec: RequestRecord) ->
     if status in (404, 405):
         return (f"{said}. {ep.request_url} is not an OpenAI route here: pass the API root as --endpoint "
                 "(e.g. http://host:8000 or http://host:8000/v1) and the right --api (chat or completions)")
-    hint = "--api completions for a model without a chat template; otherwise " if ep.api == "chat" else ""
+    hint = ("a model without a chat template needs the completions API (--api completions, or a …/v1/completions "
+            "--endpoint); otherwise " if ep.api == "chat" else "")
     return (f"{said}. The server rejected the request as the audit sends it: fix what its message names "
             f"({hint}--max-tokens, --extra-body or --ignore-eos)")

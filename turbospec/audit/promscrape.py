@@ -7,6 +7,9 @@
    acceptance rate   = accepted / draft tokens
    acceptance length = 1 + accepted / drafts          (tokens per verify step, bonus included)
    per position i    = accepted at position i / drafts
+   The counters are the server's, not this run's: other traffic during the level is in them. When the
+   server also exposes vllm:request_success, the requests it finished are compared with those the audit
+   sent (`server_finished_requests`; more = other traffic, flagged by results.py).
 2. SGLang: `/get_server_info` `avg_spec_accept_length` (or the `sglang:spec_accept_length` gauge):
    a running average of the server, not limited to this run; labelled so.
 3. An estimate: tokens per streamed chunk after the first (one chunk per verify step assumed;
@@ -32,6 +35,7 @@ PREFIX = "vllm:spec_decode_"
 _COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 _PER_POS = "num_accepted_tokens_per_pos"
 _SGLANG_GAUGE = "sglang:spec_accept_length"
+_FINISHED = "vllm:request_success"            # requests the server finished (vLLM, turbospec): other traffic shows
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -59,6 +63,7 @@ class SpecCounters:
     totals: dict[str, float] = field(default_factory=dict)
     per_pos: dict[int, float] = field(default_factory=dict)
     sglang_accept_length: float | None = None      # gauge, not a counter
+    requests_finished: float | None = None         # vllm:request_success, summed over finish reasons
 
 
 def spec_counters(text: str) -> SpecCounters:
@@ -66,6 +71,8 @@ def spec_counters(text: str) -> SpecCounters:
     for name, labels, value in parse_prometheus(text):
         if name == _SGLANG_GAUGE and not math.isnan(value):
             c.sglang_accept_length = value
+        if name.removesuffix("_total") == _FINISHED:
+            c.requests_finished = (c.requests_finished or 0.0) + value
         if not name.startswith(PREFIX) or name.endswith("_created"):
             continue
         key = name[len(PREFIX):].removesuffix("_total")
@@ -90,7 +97,9 @@ def from_counters(before: SpecCounters, after: SpecCounters) -> dict | None:
                 "acceptance_rate": None, "per_position": [],
                 "note": "counters went down during the run (server restarted?): not differenced"}
     drafts, draft_tokens, accepted = d["num_drafts"], d["num_draft_tokens"], d["num_accepted_tokens"]
-    return {
+    finished = (after.requests_finished - before.requests_finished
+                if after.requests_finished is not None and before.requests_finished is not None else None)
+    return {"server_finished_requests": finished,
         "source": "prometheus", "is_estimate": False,
         "num_drafts": drafts, "num_draft_tokens": draft_tokens, "num_accepted_tokens": accepted,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
@@ -144,10 +153,10 @@ def speculation_result(before: SpecCounters | None, after: SpecCounters | None,
     return out
 
 
-async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | None:
+async def scrape_counters(http: httpx.AsyncClient, url: str, headers: dict | None = None) -> SpecCounters | None:
     """One /metrics scrape; None when the endpoint has none (404, refused, not Prometheus text)."""
     try:
-        resp = await http.get(url, timeout=5.0)
+        resp = await http.get(url, timeout=5.0, headers=headers)
     except httpx.HTTPError:
         return None
     if resp.status_code != 200:
@@ -156,26 +165,26 @@ async def scrape_counters(http: httpx.AsyncClient, url: str) -> SpecCounters | N
 
 
 async def scrape_settled(http: httpx.AsyncClient, url: str, interval_s: float = 0.1,
-                         max_wait_s: float = 2.0) -> SpecCounters | None:
+                         max_wait_s: float = 2.0, headers: dict | None = None) -> SpecCounters | None:
     """A scrape once the speculation counters stop moving: a server may count a request's last steps
     just after its stream ended (vLLM logs stats per interval, turbospec after the final chunk), and a
     warm-up's late drafts must not land in the measured window. Re-scrapes every interval_s until two
     agree, for at most max_wait_s (then the last scrape)."""
-    last = await scrape_counters(http, url)
+    last = await scrape_counters(http, url, headers)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
     while last is not None and last.present and loop.time() < deadline:
         await asyncio.sleep(interval_s)
-        now = await scrape_counters(http, url)
+        now = await scrape_counters(http, url, headers)
         if now is None or (now.totals, now.per_pos) == (last.totals, last.per_pos):
             return last if now is None else now
         last = now
     return last
 
 
-async def fetch_server_info(http: httpx.AsyncClient, url: str) -> dict | None:
+async def fetch_server_info(http: httpx.AsyncClient, url: str, headers: dict | None = None) -> dict | None:
     try:
-        resp = await http.get(url, timeout=5.0)
+        resp = await http.get(url, timeout=5.0, headers=headers)
         return resp.json() if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

@@ -6,16 +6,10 @@ so both always say the same thing. The verdict comes first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from turbospec.audit.cost import format_money, format_percent
-from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_SPEEDUP
-
-
-@dataclass
-class Section:
-    title: str
-    blocks: list[tuple] = field(default_factory=list)
+from turbospec.audit.report_notes import notes_section
+from turbospec.audit.report_types import Section
+from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_OK_FOR_GO, MIN_SPEEDUP
 
 
 def n(x: float | None, digits: int = 1) -> str:
@@ -34,7 +28,7 @@ def _size(x: float, unit: str) -> str:
 
 
 def build_sections(res: dict) -> list[Section]:
-    return [s for s in (_verdict(res), _status(res), _levels(res), _race(res), _speculation(res),
+    return [s for s in (_verdict(res), notes_section(res), _levels(res), _race(res), _speculation(res),
                         _ceiling(res), _money(res), _domains(res), _telemetry(res), _failures(res),
                         _definitions(res), _settings(res)) if s is not None]
 
@@ -43,65 +37,35 @@ def _verdict(res: dict) -> Section:
     s = Section("Verdict")
     for v in res["verdicts"]:
         s.blocks.append(("verdict", v["decision"], v["endpoint"]))
-        s.blocks.append(("list", v["reasons"]))
-    s.blocks.append(("p", f"How it is decided: at the target load (default: the highest measured "
-                          f"concurrency) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x "
-                          f"and the acceptance length at least {MIN_ACCEPTANCE_LENGTH} tokens per verify step; "
-                          f"NO-GO otherwise; INCONCLUSIVE when no request succeeded or more than "
-                          f"{MAX_FAILURE_RATE:.0%} failed (overall, or at the target load). The acceptance length is measured from the server's "
-                          "counters when it exposes them, otherwise it is the stated assumption."))
+        s.blocks.append(("list", [f"**Caveat**: {c}" for c in v.get("caveats", [])] + v["reasons"]))
+    s.blocks.append(("p", f"How it is decided: at the target load (--target-concurrency, else the highest measured "
+                          f"level) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x and the "
+                          f"acceptance length, measured from the server's counters, at least {MIN_ACCEPTANCE_LENGTH} "
+                          "tokens per verify step; GO (PROJECTED) when those hold only with the assumed acceptance "
+                          "length (the endpoint does not speculate: confirm with a drafter); NO-GO otherwise; "
+                          f"INCONCLUSIVE when more than {MAX_FAILURE_RATE:.0%} of requests failed (at the target load; "
+                          "over the whole audit too unless --target-concurrency was given), or when a GO would rest on "
+                          f"fewer than {MIN_OK_FOR_GO} successful requests at the target load."))
     return s
-
-
-def _status(res: dict) -> Section | None:
-    notes = []
-    if res["interrupted"]:
-        notes.append("Interrupted (Ctrl-C or SIGTERM): these are the requests measured before the stop.")
-    if res["prompts_repeated"]:
-        notes.append("--num-prompts exceeds the prompt set: prompts repeat, so prefix caches flatter TTFT.")
-    for r in res["runs"]:
-        other = {k: v for k, v in r["token_count_source"].items() if k != "usage"}
-        if other:
-            notes.append(f"{r['endpoint']} · {r['label']}: token counts not from the server's usage for "
-                         f"{sum(other.values())} requests ({', '.join(f'{k}: {v}' for k, v in other.items())})."
-                         + (" Counted one token per streamed chunk: tok/s, TPOT, ITL and cost are per chunk, and "
-                            "wrong for a server that streams several tokens a chunk; pass --tokenizer (the "
-                            "model's tokenizer.json or directory) to count tokens." if other.get("chunks") else ""))
-        if r["num_cancelled"]:
-            notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
-                         "(--max-duration or Ctrl-C); not counted as failures.")
-        if r.get("delayed_arrivals"):
-            notes.append(f"{r['endpoint']} · {r['label']}: {r['delayed_arrivals']} arrivals waited for a free slot "
-                         f"(--max-inflight {res['settings'].get('max_inflight', '')} requests already in flight), so "
-                         f"this rate was not offered as scheduled; it kept {n(r['effective_concurrency'])} requests in "
-                         "flight on average. Raise --max-inflight to offer it.")
-        if r["speculation"].get("metrics_lost"):
-            notes.append(f"{r['endpoint']} · {r['label']}: /metrics stopped answering with speculation counters "
-                         "during this level (read at its start, not at its end): the acceptance figures for this "
-                         f"level are estimates (source: {r['speculation']['source']}), not measured from the "
-                         "counters. Check that the server's /metrics stays up, then audit again.")
-        if r.get("warmup_failures"):
-            notes.append(f"{r['endpoint']} · {r['label']}: {r['warmup_failures']} warm-up requests failed (not "
-                         "counted); the first measured requests may have paid for a cold server.")
-    return Section("Notes", [("list", notes)]) if notes else None
 
 
 def _levels(res: dict) -> Section:
     gpus = res["cost_model"]["num_gpus"]
     cur = res["cost_model"]["currency"]
     rows = [[r["endpoint"], r["label"], f"{r['num_ok']} / {r['num_failed']}",
-             n(r["aggregate_output_tokens_per_s"]), n(r["aggregate_output_tokens_per_s_per_gpu"]),
+             _bound(r, n(r["aggregate_output_tokens_per_s"]), "≥"),
+             _bound(r, n(r["aggregate_output_tokens_per_s_per_gpu"]), "≥"),
              n(r["output_tokens_per_s"]["p50"]),
              f"{n(r['ttft_ms']['p50'], 0)} / {n(r['ttft_ms']['p90'], 0)} / {n(r['ttft_ms']['p99'], 0)}",
              n(r["tpot_ms"]["p50"]), f"{n(r['itl_ms']['p50'])} / {n(r['itl_ms']['p99'])}",
-             n(r["e2e_ms"]["p50"], 0), n(r["tokens_per_chunk"]["mean"], 2),
+             n(r["e2e_ms"]["p50"], 0), n(r["tokens_per_chunk"]["overall"], 2),
              f"{n(r['goodput']['requests_per_s'], 2)} ({pct(r['goodput']['fraction'])})",
-             format_money(r["cost"]["per_million_output_tokens"], cur)] for r in res["runs"]]
+             _bound(r, format_money(r["cost"]["per_million_output_tokens"], cur), "≤")] for r in res["runs"]]
     slo = res["runs"][0]["goodput"]["slo"] if res["runs"] else {}
     return Section("Speed and latency by load level", [
         ("table", ["endpoint", "load", "ok / failed", "aggregate tok/s", f"per GPU ({gpus})",
                    "tok/s per request (p50)", "TTFT ms p50/p90/p99", "TPOT ms p50", "ITL ms p50/p99",
-                   "e2e ms p50", "tokens/chunk", "goodput req/s (share)", "cost / 1M tokens"], rows),
+                   "e2e ms p50", "tokens/chunk (overall)", "goodput req/s (share)", "cost / 1M tokens"], rows),
         ("p", "Goodput counts successful requests meeting every SLO: " + (", ".join(
             f"{name} <= {slo[key]:g} ms" for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "e2e"))
             if slo.get(key) is not None) or "none set") + " (--slo-ttft-ms, --slo-tpot-ms, --slo-e2e-ms)."),
@@ -109,6 +73,16 @@ def _levels(res: dict) -> Section:
         ("figure", "latency_vs_throughput", "Latency against throughput: the price of filling the batch."),
         ("figure", "ttft_distribution", "Time to first token, every measured request."),
     ])
+
+
+def _bound(r: dict, text: str, sign: str) -> str:
+    """Tokens counted one per chunk: tok/s is a lower bound (≥) and cost per token an upper one (≤).
+    Hidden tokens: the figure is per streamed token."""
+    if r["token_count_source"].get("chunks") and r["num_ok"]:
+        text = f"{sign} {text} (per chunk)"
+    if r["hidden_tokens"]["total"]:
+        text += " (streamed tokens)"
+    return text
 
 
 def _race(res: dict) -> Section | None:
@@ -131,14 +105,16 @@ def _speculation(res: dict) -> Section:
     rows = []
     for r in res["runs"]:
         sp, per_req = r["speculation"], r["server_reported_speculation"] or {}
-        rows.append([r["endpoint"], r["label"], sp["source"] + (" (ESTIMATE)" if sp["is_estimate"] else ""),
+        rows.append([r["endpoint"], r["label"], sp["source"] + (" (ESTIMATE)" if sp["is_estimate"] else "")
+                     + (" (NOT acceptance: above k+1)" if sp.get("implausible") else ""),
                      pct(sp.get("acceptance_rate")), n(sp.get("acceptance_length"), 2),
                      ", ".join(f"{p:.2f}" for p in sp.get("per_position") or []) or "–",
                      n(per_req.get("acceptance_length"), 2), sp.get("note", "")])
     return Section("Speculation measured", [
         ("table", ["endpoint", "load", "source", "acceptance rate", "acceptance length", "per position",
                    "per-request figures (turbospec)", "note"], rows),
-        ("figure", "acceptance_by_position", "Share of drafts accepted at each draft position (this run only)."),
+        ("figure", "acceptance_by_position", "Share of drafts accepted at each draft position (the server's counters "
+                                            "over this level: other traffic at the same time is in them)."),
     ])
 
 
@@ -183,7 +159,7 @@ def _money(res: dict) -> Section:
                      f"{p['speedup']:.2f}x", "yes" if p["already_speculating"] else "no",
                      format_money(cost.get("per_million_without_speculation"), cur),
                      format_money(cost.get("per_million_with_speculation"), cur),
-                     format_money(an["annual_cost"], cur), format_money(an["annual_savings"], cur)])
+                     format_money(an["annual_cost"], cur), _effect(an, p["already_speculating"], cur)])
     return Section("Projected speedup and money", [
         ("p", f"Price: {format_money(c['price_per_gpu_hour'], cur)} per GPU-hour x {c['num_gpus']} GPU(s) "
               f"({c['price_source']}). Exchange rate assumed: 1 USD = {c['usd_to_inr']:g} INR. Annual basis: "
@@ -194,17 +170,31 @@ def _money(res: dict) -> Section:
               "k+1 tokens per sequence at this concurrency (0 without a model shape)."),
         ("table", ["endpoint", "load", "acceptance length", "k", "overhead (verify + batch)", "speedup",
                    "speculating now", "cost / 1M plain", "cost / 1M speculative", "annual cost (as measured)",
-                   "annual savings from speculation"], rows),
+                   "annual effect of speculation"], rows),
         ("p", "The measured column is the endpoint as it runs; the other is the projection (plain decoding "
-              "estimated for an endpoint that already speculates, speculation projected for one that does not)."),
+              "estimated with the assumed verify overhead for an endpoint that already speculates, speculation "
+              "projected with the assumed acceptance length for one that does not). The annual effect is a cut of "
+              "the bill for an endpoint that does not speculate, and what plain decoding would cost on top of the "
+              "bill for one that does (which can exceed the bill)."),
         ("figure", "cost_per_million", "Cost per million output tokens, plain and with speculation. " + "; ".join(
             f"endpoint {i + 1} = {e['url']}" for i, e in enumerate(res["endpoints"])) + "."),
     ])
 
 
+def _effect(an: dict, speculating: bool, cur: str) -> str:
+    """Which quantity the savings are: a cut of this bill (projected), or what plain decoding would cost
+    on top of it (an endpoint that already speculates; it can exceed the bill)."""
+    if an["annual_savings"] is None:
+        return "–"
+    if speculating:
+        return f"plain decoding would cost {format_money(an['annual_savings'], cur)} more"
+    share = f" ({pct(an['annual_savings'] / an['annual_cost'])} of the bill)" if an["annual_cost"] else ""
+    return f"cut of {format_money(an['annual_savings'], cur)}{share}, projected"
+
+
 def _domains(res: dict) -> Section:
     rows = [[r["endpoint"], r["label"], d, v["num_ok"], n(v["ttft_ms"]["p50"], 0), n(v["tpot_ms"]["p50"]),
-             n(v["output_tokens_per_s"]["p50"]), n(v["tokens_per_chunk"]["mean"], 2),
+             n(v["output_tokens_per_s"]["p50"]), n(v["tokens_per_chunk"]["overall"], 2),
              n((v["server_reported_speculation"] or {}).get("acceptance_length"), 2), n(v["output_tokens"]["mean"], 0)]
             for r in res["runs"] for d, v in r["by_domain"].items()]
     return Section("By domain", [
@@ -213,7 +203,7 @@ def _domains(res: dict) -> Section:
               "except where one character takes several tokens (Hindi in a byte-level vocabulary): a server "
               "holds such tokens back until the character is whole, speculating or not."),
         ("table", ["endpoint", "load", "domain", "ok", "TTFT p50 ms", "TPOT p50 ms", "tok/s p50",
-                   "tokens/chunk", "acceptance length (server, per request)", "output tokens (mean)"], rows)])
+                   "tokens/chunk (overall)", "acceptance length (server, per request)", "output tokens (mean)"], rows)])
 
 
 def _telemetry(res: dict) -> Section:

@@ -16,7 +16,7 @@ h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:32px 0 10px;border-bot
 .sub{color:#5b6672;margin:0 0 18px}
 .verdict{display:flex;align-items:center;gap:14px;margin:14px 0 6px}
 .badge{font-weight:700;font-size:20px;padding:6px 16px;border-radius:6px;color:#fff;letter-spacing:.5px}
-.go{background:#1a7f37}.no-go{background:#c62828}.inconclusive{background:#8a6d00}
+.go{background:#1a7f37}.go-projected{background:#4f7f1a}.no-go{background:#c62828}.inconclusive{background:#8a6d00}
 .ep{font-family:ui-monospace,Menlo,Consolas,monospace;color:#39424c}
 table{border-collapse:collapse;margin:8px 0 14px;background:#fff;font-size:12.5px;display:block;overflow-x:auto}
 th,td{border:1px solid #dde2e7;padding:4px 8px;text-align:left;vertical-align:top}
@@ -26,7 +26,7 @@ figure img{max-width:100%;height:auto;display:block}figcaption{color:#5b6672;fon
 ul{margin:6px 0 12px 20px;padding:0}li{margin:2px 0}
 """
 
-_VERDICT_WORDS = {"go": "GO", "no-go": "NO-GO", "inconclusive": "INCONCLUSIVE"}
+_VERDICT_WORDS = {"go": "GO", "go-projected": "GO (PROJECTED)", "no-go": "NO-GO", "inconclusive": "INCONCLUSIVE"}
 
 
 def _e(x: object) -> str:
@@ -45,12 +45,16 @@ def render_html(title: str, subtitle: str, sections: list[Section], figures: dic
             f"<body><main>{''.join(body)}</main></body></html>\n")
 
 
+def _bold(text: str) -> str:
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+
+
 def _block(block: tuple, figures: dict[str, bytes]) -> str:
     kind = block[0]
     if kind == "p":                                   # **bold** is the one markdown a paragraph uses
-        return "<p>" + re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(block[1])) + "</p>"
+        return "<p>" + _bold(_e(block[1])) + "</p>"
     if kind == "list":
-        return "<ul>" + "".join(f"<li>{_e(i)}</li>" for i in block[1]) + "</ul>" if block[1] else ""
+        return "<ul>" + "".join(f"<li>{_bold(_e(i))}</li>" for i in block[1]) + "</ul>" if block[1] else ""
     if kind == "verdict":
         return (f'<div class="verdict"><span class="badge {_e(block[1])}">{_VERDICT_WORDS[block[1]]}</span>'
                 f'<span class="ep">{_e(block[2])}</span></div>')

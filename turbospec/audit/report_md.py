@@ -3,11 +3,16 @@ from __future__ import annotations
 
 from turbospec.audit.report import Section
 
-_VERDICT_WORDS = {"go": "GO", "no-go": "NO-GO", "inconclusive": "INCONCLUSIVE"}
+_VERDICT_WORDS = {"go": "GO", "go-projected": "GO (PROJECTED)", "no-go": "NO-GO", "inconclusive": "INCONCLUSIVE"}
 
 
 def _cell(x: object) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    """A table cell as literal text: server error bodies land here (`<html>503 ...</html>`), and raw HTML,
+    emphasis or code spans in them must not render."""
+    text = str(x).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for ch in ("\\", "|", "*", "`", "[", "]"):
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def render_markdown(title: str, sections: list[Section], figures: dict[str, str]) -> str:

@@ -67,7 +67,7 @@ def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: d
         "prompts_repeated": audit.prompts_repeated,
         "settings": settings,
         "endpoints": [{"url": e.url, "model": e.model, "api": e.api, "request_url": e.request_url,
-                       "metrics_url": e.metrics_url} for e in cfg.endpoints],
+                       "metrics_url": e.metrics_url, "api_key_source": e.api_key_source} for e in cfg.endpoints],
         "gpu": econ.gpu.to_dict(),
         "cost_model": econ.cost.to_dict(),
         "model": econ.model.to_dict() if econ.model else None,
@@ -96,12 +96,14 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
     eff_conc = s["request_throughput_per_s"] * e2e_mean
     spec = speculation_result(r.spec_before, r.spec_after, r.server_info, s["tokens_per_chunk"]["overall"],
                               _why_no_estimate(s))
+    _flag_implausible(spec, econ.assumed.num_speculative_tokens)
+    _flag_other_traffic(spec, len(r.records) + r.num_cancelled)
     entry = {
         "endpoint": r.endpoint.url, "model": r.endpoint.model, "label": r.level.label,
         "concurrency": r.level.concurrency, "request_rate": r.level.request_rate,
         **s,
         "num_cancelled": r.num_cancelled, "warmup_failures": r.warmup_failures,
-        "delayed_arrivals": r.delayed_arrivals,
+        "delayed_arrivals": r.delayed_arrivals, "num_not_sent": r.num_not_sent,
         "effective_concurrency": eff_conc,
         "aggregate_output_tokens_per_s_per_gpu": s["aggregate_output_tokens_per_s"] / econ.cost.num_gpus,
         "speculation": spec,
@@ -123,6 +125,46 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
         entry["cost"]["per_million_with_speculation"] = now if p["already_speculating"] else now / p["speedup"]
         entry["cost"]["per_million_without_speculation"] = now * p["speedup"] if p["already_speculating"] else now
     return entry
+
+
+def _flag_implausible(spec: dict, k: int) -> None:
+    """A chunk estimate above k+1 is not an acceptance length at all: the server merges chunks, or counts
+    tokens it did not stream. Flagged so it is never read as one (it never decides the verdict anyway)."""
+    tau = spec.get("acceptance_length")
+    if spec.get("is_estimate") and tau is not None and tau > k + 1:
+        spec["implausible"] = True
+        spec["note"] = (f"NOT an acceptance length: {tau:.2f} tokens per chunk exceeds k+1 = {k + 1} "
+                        "(--num-speculative-tokens); the server sends several verify steps per chunk or counts "
+                        "tokens it does not stream. " + spec["note"])
+
+
+def _flag_other_traffic(spec: dict, sent: int) -> None:
+    """/metrics counters are server-wide: more requests finished there than the audit sent means other
+    traffic shared the level, and its drafts are in the acceptance figures."""
+    finished = spec.get("server_finished_requests")
+    if spec.get("source") == "prometheus" and finished is not None and finished > sent:
+        spec["other_traffic"] = True
+        spec["note"] = (f"{spec['note']}; but the server finished {finished:.0f} requests during this level and the "
+                        f"audit sent {sent}: other traffic shared these counters, so the figures are not this run's "
+                        "alone")
+
+
+def caveats(run: dict) -> list[str]:
+    """What makes the target run's figures less than they look: said in the verdict, not only in Notes."""
+    out = []
+    hidden, sources = run["hidden_tokens"], run["token_count_source"]
+    if hidden["total"]:
+        out.append(f"the server counted {hidden['total']:,} tokens it never streamed ({hidden['requests']} of "
+                   f"{run['num_ok']} requests: hidden reasoning): tok/s, TPOT, ITL, tokens per chunk and cost per "
+                   "token count the streamed tokens only; the hidden ones lie inside TTFT and are billed on top")
+    if sources.get("chunks"):
+        out.append(f"tokens were counted one per streamed chunk for {sources['chunks']} of {run['num_ok']} requests "
+                   "(no usage from the server, no --tokenizer): tok/s is a lower bound, TPOT and cost per token "
+                   "upper bounds, wrong by the tokens each chunk carries; pass --tokenizer for real counts")
+    if run["speculation"].get("implausible"):
+        out.append(f"tokens per chunk {run['speculation']['acceptance_length']:.2f} is above any k+1: it is not an "
+                   "acceptance length and is not used")
+    return out
 
 
 def _why_no_estimate(s: dict) -> str:
@@ -162,14 +204,30 @@ def _roofline(entry: dict, econ: Economics, conc: float, context: float) -> dict
     return c
 
 
+def _load(r: dict) -> float:
+    return r["concurrency"] or r["effective_concurrency"]
+
+
 def _target_run(runs: list[dict], target: float | None) -> dict | None:
+    """--target-concurrency: the level nearest to it, healthy or not (the verdict is about that load);
+    else the highest level with a successful request."""
+    if target is not None and runs:
+        return min(runs, key=lambda r: abs(_load(r) - target))
     usable = [r for r in runs if r["num_ok"] > 0]
-    if not usable:
-        return None
-    conc = [(r["concurrency"] or r["effective_concurrency"], r) for r in usable]
-    if target is None:
-        return max(conc, key=lambda c: c[0])[1]
-    return min(conc, key=lambda c: abs(c[0] - target))[1]
+    return max(usable, key=_load) if usable else None
+
+
+def target_label(run: dict) -> str:
+    """The level's own name; a Poisson level adds what it kept in flight (rounded)."""
+    if run["concurrency"]:
+        return run["label"]
+    return f"{run['label']}, {run['effective_concurrency']:.1f} in flight on average"
+
+
+def _failed_levels(runs: list[dict], target: dict | None) -> tuple[str, ...]:
+    return tuple(f"{r['label']}: {r['num_failed']} of {r['num_ok'] + r['num_failed']} failed "
+                 f"({', '.join(f'{k}: {c}' for k, c in r['failures'].items())})"
+                 for r in runs if r["num_failed"] and r is not target)
 
 
 def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
@@ -177,18 +235,22 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
     num_failed = sum(r["num_failed"] for r in runs)
     num_cancelled = sum(r["num_cancelled"] for r in runs)
     run = _target_run(runs, econ.target_concurrency)
+    chosen = econ.target_concurrency is not None
     if run is None:
-        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled))
+        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled,
+                                   other_failures=_failed_levels(runs, None)))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
     v = decide(VerdictInput(
         endpoint=url, num_ok=num_ok, num_failed=num_failed, speedup=p["speedup"],
         acceptance_length=p["acceptance_length"], acceptance_source=p["acceptance_source"],
-        target_concurrency=run["concurrency"] or run["effective_concurrency"],
-        already_speculating=p["already_speculating"],
+        target_label=target_label(run), already_speculating=p["already_speculating"],
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
         annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
-        target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled))
+        target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled,
+        caveats=tuple(caveats(run)) if run["num_ok"] else (), annual_cost=annual["annual_cost"],
+        verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
+        other_failures=_failed_levels(runs, run)))
     v["target_run"] = run["label"]
     v["annual"] = annual
     return v

@@ -8,8 +8,8 @@ requests, a second scrape. Two kinds of level:
 Race: with several endpoints the same prompts go to all of them, interleaved round-robin
 (prompt 0 to A, B, C; prompt 1 to A, B, C; ...), so every endpoint sees the same prompts in the
 same minute at the same concurrency. A Poisson arrival goes to all endpoints at once.
-Bounds: each request has --timeout; each level stops dispatching after --max-duration and cancels
-what is still in flight (counted as cancelled, not failed). Ctrl-C (or SIGTERM) stops the same way and
+Bounds: each request has --timeout; each level stops dispatching --max-duration after its measuring
+starts (after the warm-up and the first /metrics read) and cancels what is still in flight (counted as cancelled, not failed). Ctrl-C (or SIGTERM) stops the same way and
 the audit writes what was measured; a second one aborts.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from turbospec.audit.tokens import TokenCounter
 from turbospec.audit.workload import Prompt, take
 
 WARMUP_PROMPT = "Write one sentence about the sea."
+GONE_AFTER = 5          # refused connections in a row after which an endpoint's level stops: the server is gone
 
 
 @dataclass
@@ -44,6 +45,8 @@ class EndpointRun:
     num_cancelled: int = 0
     warmup_failures: int = 0
     delayed_arrivals: int = 0
+    refused_in_row: int = 0                    # consecutive "connection refused" results
+    num_not_sent: int = 0                      # prompts not sent once the server was gone (GONE_AFTER)
     spec_before: SpecCounters | None = None
     spec_after: SpecCounters | None = None
     server_info: dict | None = None
@@ -113,7 +116,8 @@ def _install_sigint(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> boo
         stop.set()
         for sig in _STOP_SIGNALS:        # a second one acts as usual: Ctrl-C raises KeyboardInterrupt, SIGTERM kills
             loop.remove_signal_handler(sig)
-        print(f"\n{name}: stopping and writing what was measured so far (Ctrl-C again aborts)", file=sys.stderr)
+        again = "Ctrl-C again aborts" if name == "Ctrl-C" else "a second SIGTERM kills it"
+        print(f"\n{name}: stopping and writing what was measured so far ({again})", file=sys.stderr)
     try:
         for sig, name in _STOP_SIGNALS.items():
             loop.add_signal_handler(sig, on_signal, name)
@@ -132,7 +136,7 @@ class _LevelRunner:
         self.sems = {ep.url: asyncio.Semaphore(limit) for ep in cfg.endpoints}
         self.tasks: set[asyncio.Task] = set()
         self.loop = asyncio.get_running_loop()
-        self.deadline = self.loop.time() + cfg.max_duration_s
+        self.deadline: float | None = None      # set when measuring starts: the warm-up is not in --max-duration
         self.stop_wait: asyncio.Task | None = None            # resolves on Ctrl-C
 
     async def run(self) -> list[EndpointRun]:
@@ -142,8 +146,10 @@ class _LevelRunner:
         try:
             await self._warmup()
             for ep in eps:
-                self.runs[ep.url].spec_before = await scrape_settled(self.clients[ep.url], ep.metrics_url)
+                self.runs[ep.url].spec_before = await scrape_settled(self.clients[ep.url], ep.metrics_url,
+                                                                     headers=ep.metrics_headers())
             sampler, reason = start_sampling(self.cfg.telemetry, any(ep.is_local for ep in eps))
+            self.deadline = self.loop.time() + self.cfg.max_duration_s
             if self.level.concurrency:
                 await self._closed_loop()
             else:
@@ -158,15 +164,17 @@ class _LevelRunner:
         for ep in eps:
             run = self.runs[ep.url]
             run.telemetry = telemetry
-            run.spec_after = await scrape_settled(self.clients[ep.url], ep.metrics_url)
+            run.spec_after = await scrape_settled(self.clients[ep.url], ep.metrics_url, headers=ep.metrics_headers())
             if not (run.spec_after and run.spec_after.present):
-                run.server_info = await fetch_server_info(self.clients[ep.url], ep.server_info_url)
+                run.server_info = await fetch_server_info(self.clients[ep.url], ep.server_info_url,
+                                                          headers=ep.metrics_headers())
         return list(self.runs.values())
 
     async def _until(self, task: asyncio.Future) -> bool:
-        """Wait for task unless Ctrl-C or the level's deadline comes first (then cancel it)."""
-        timeout = self.deadline - self.loop.time()
-        if timeout > 0 and not self.stop.is_set():
+        """Wait for task unless Ctrl-C or the level's deadline (none during the warm-up, whose requests
+        have --timeout) comes first (then cancel it)."""
+        timeout = None if self.deadline is None else self.deadline - self.loop.time()
+        if (timeout is None or timeout > 0) and not self.stop.is_set():
             done, _ = await asyncio.wait({task, self.stop_wait}, timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
             if task in done:
@@ -200,6 +208,7 @@ class _LevelRunner:
             finally:
                 sem.release()
             run.records.append(rec)
+            run.refused_in_row = run.refused_in_row + 1 if rec.error == "connection refused" else 0
             if self.on_result:
                 self.on_result(rec)
 
@@ -207,12 +216,22 @@ class _LevelRunner:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def _launch_unless_gone(self, ep: Endpoint, prompt: Prompt) -> None:
+        """Launch (its slot is held), unless GONE_AFTER refused connections in a row say the server is gone:
+        then the prompt is counted as not sent, rather than failed the same way as the ones before."""
+        run = self.runs[ep.url]
+        if run.refused_in_row >= GONE_AFTER:
+            run.num_not_sent += 1
+            self.sems[ep.url].release()
+            return
+        self._launch(ep, prompt)
+
     async def _closed_loop(self) -> None:
         for prompt in take(self.prompts, self.cfg.num_prompts):
             for ep in self.cfg.endpoints:
                 if self.stop.is_set() or self.loop.time() >= self.deadline or not await self._acquire(ep):
                     return
-                self._launch(ep, prompt)
+                self._launch_unless_gone(ep, prompt)
 
     async def _open_loop(self) -> None:
         t0 = self.loop.time()
@@ -226,7 +245,7 @@ class _LevelRunner:
                     self.runs[ep.url].delayed_arrivals += 1
                 if self.stop.is_set() or self.loop.time() >= self.deadline or not await self._acquire(ep):
                     return
-                self._launch(ep, prompt)
+                self._launch_unless_gone(ep, prompt)
 
     async def _drain(self) -> None:
         while self.tasks and not self.stop.is_set():

@@ -28,6 +28,7 @@ class BadChunk(ValueError):
 class Chunk:
     done: bool = False                 # the `[DONE]` sentinel
     text: str = ""                     # generated text of choice 0 in this chunk (content + reasoning)
+    reasoning: bool = False            # some of that text is reasoning (`reasoning_content` / `reasoning`)
     finish_reason: str | None = None
     usage: dict | None = None          # {"prompt_tokens", "completion_tokens", ...} when sent
     error: str | None = None           # an error the server reported inside the stream
@@ -71,7 +72,7 @@ def parse_chunk(payload: str) -> Chunk:
         err = obj.get("error") if obj.get("error") is not None else obj
         message = err.get("message", err) if isinstance(err, dict) else err
         return Chunk(error=str(message)[:200])
-    text, finish = "", None
+    text, finish, reasoning = "", None, False
     for choice in obj.get("choices") or ():
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
@@ -79,10 +80,12 @@ def parse_chunk(payload: str) -> Chunk:
         delta = choice.get("delta")
         if isinstance(delta, dict):
             text += _delta_text(delta)
+            reasoning = reasoning or any(isinstance(delta.get(k), str) and delta[k]
+                                         for k in ("reasoning_content", "reasoning"))
         elif isinstance(choice.get("text"), str):
             text += choice["text"]
     usage, spec = obj.get("usage"), obj.get("speculative_decoding")
-    return Chunk(text=text, finish_reason=finish, usage=usage if isinstance(usage, dict) else None,
+    return Chunk(text=text, reasoning=reasoning, finish_reason=finish, usage=usage if isinstance(usage, dict) else None,
                  speculative_decoding=spec if isinstance(spec, dict) else None)
 
 

@@ -17,21 +17,29 @@ from turbospec.audit.client import RequestRecord
 DEFINITIONS: dict[str, str] = {
     "ttft_ms": "time to first token: from sending the request to the first streamed chunk that carries "
                "generated text (reasoning text included)",
-    "tpot_ms": "time per output token after the first, per request: (e2e - TTFT) / (output tokens - 1)",
+    "tpot_ms": "time per output token after the first chunk, per request: (last text chunk - first text chunk) / "
+               "tokens after the first chunk (exact with per-chunk usage, else output tokens - 1)",
     "itl_ms": "inter-token latency, per token: each gap between text chunks divided over the tokens that "
-              "chunk carried (exact counts when the server streams usage, else spread evenly)",
+              "chunk carried (exact counts when the server streams usage on every chunk: --continuous-usage; "
+              "else spread evenly)",
     "inter_chunk_ms": "inter-chunk latency, per chunk: the gap between consecutive chunks with text",
     "e2e_ms": "end-to-end latency: from sending the request to the end of its stream",
-    "output_tokens_per_s": "per-request output speed after the first token: (output tokens - 1) / (e2e - TTFT)",
+    "output_tokens_per_s": "per-request output speed after the first chunk: 1 / TPOT",
     "aggregate_output_tokens_per_s": "output tokens of all successful requests / wall time of the run "
                                      "(first send to last end); per GPU = that / number of GPUs",
-    "tokens_per_chunk": "(output tokens - 1) / (text chunks - 1): tokens per streamed chunk after the first. "
-                        "With speculation and one chunk per verify step this is the acceptance length. Not given "
-                        "for requests whose tokens were counted one per chunk (no usage, no tokenizer)",
+    "tokens_per_chunk": "tokens after the first chunk / (text chunks - 1), exact with per-chunk usage; the report "
+                        "and the acceptance estimate use `overall` (summed over the run's requests), `mean` etc. "
+                        "are per request. With speculation and one chunk per verify step this is the acceptance "
+                        "length. Not given for requests whose tokens were counted one per chunk (no usage, no "
+                        "tokenizer)",
     "goodput": "successful requests that meet every SLO (TTFT, TPOT, e2e where set), per second of the run; "
                "also their output tokens per second and their share of all requests",
-    "output_tokens": "generated tokens from the server's `usage`; else a local tokenizer; else one per chunk "
-                     "(see token_count_source)",
+    "output_tokens": "streamed tokens: the server's `usage` less any reasoning tokens it counted but never "
+                     "streamed (hidden_tokens); else a local tokenizer; else one per chunk (see token_count_source)",
+    "hidden_tokens": "tokens the server's usage counts but the stream never carried (hosted reasoning models' "
+                     "hidden reasoning, `completion_tokens_details.reasoning_tokens`, or usage above one token "
+                     "per streamed byte): generated before the first visible token, so they are in TTFT and "
+                     "in no speed, TPOT, ITL or tokens-per-chunk figure",
     "server_reported_speculation": "turbospec servers send each request's drafts and accepted tokens "
                                    "(`speculative_decoding`); summed over the successful requests, also per domain",
 }
@@ -64,10 +72,21 @@ def e2e_s(r: RequestRecord) -> float:
     return r.end_s - r.start_s
 
 
+def decode_tokens(r: RequestRecord) -> int:
+    """Tokens streamed after the first text chunk: exact with per-chunk usage, else all but one (the
+    first chunk is taken to carry one token)."""
+    if r.chunk_tokens is not None:
+        return sum(r.chunk_tokens[1:])
+    return r.output_tokens - 1
+
+
 def tpot_s(r: RequestRecord) -> float | None:
-    if r.output_tokens < 2:
+    """From the first text chunk to the last one, per token streamed after the first chunk (the usage
+    chunk and [DONE] that may follow the last token are not decode time)."""
+    n = decode_tokens(r)
+    if len(r.chunk_times_s) < 2 or n < 1:
         return None
-    return (e2e_s(r) - ttft_s(r)) / (r.output_tokens - 1)
+    return (r.chunk_times_s[-1] - r.chunk_times_s[0]) / n
 
 
 def decode_tokens_per_s(r: RequestRecord) -> float | None:
@@ -76,12 +95,12 @@ def decode_tokens_per_s(r: RequestRecord) -> float | None:
 
 
 def tokens_per_chunk(r: RequestRecord) -> float | None:
+    """decode tokens / (text chunks - 1); the run's `overall` (the table's figure and the acceptance
+    estimate) is the same ratio summed over requests."""
     chunks = len(r.chunk_times_s)
     if chunks < 2 or r.token_source == "chunks":      # counted one token a chunk: 1.0 by construction
         return None
-    if r.chunk_tokens is not None:
-        return sum(r.chunk_tokens[1:]) / (chunks - 1)
-    return (r.output_tokens - 1) / (chunks - 1)
+    return decode_tokens(r) / (chunks - 1)
 
 
 def chunk_gaps_s(r: RequestRecord) -> list[float]:
@@ -147,7 +166,7 @@ def summarize(records: list[RequestRecord], slo: SLO) -> dict:
     good = [r for r in ok if slo.met_by(r)]
     tpc = [t for t in (tokens_per_chunk(r) for r in ok) if t is not None]
     counted = [r for r in ok if len(r.chunk_times_s) > 1 and r.token_source != "chunks"]
-    decode_tokens = sum(r.output_tokens - 1 for r in counted)
+    n_decode = sum(decode_tokens(r) for r in counted)
     decode_chunks = sum(len(r.chunk_times_s) - 1 for r in counted)
     return {
         "duration_s": window,
@@ -163,12 +182,13 @@ def summarize(records: list[RequestRecord], slo: SLO) -> dict:
         "output_tokens_per_s": dist([s for s in (decode_tokens_per_s(r) for r in ok) if s is not None]),
         "aggregate_output_tokens_per_s": out_tokens / window if window > 0 else 0.0,
         "request_throughput_per_s": len(ok) / window if window > 0 else 0.0,
-        "tokens_per_chunk": {**dist(tpc), "overall": decode_tokens / decode_chunks if decode_chunks else None},
+        "tokens_per_chunk": {**dist(tpc), "overall": n_decode / decode_chunks if decode_chunks else None},
         "goodput": {"slo": {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms},
                     "requests_per_s": len(good) / window if window > 0 else 0.0,
                     "output_tokens_per_s": sum(r.output_tokens for r in good) / window if window > 0 else 0.0,
                     "fraction": len(good) / len(records) if records else 0.0},
         "output_tokens": {"total": out_tokens, "mean": out_tokens / len(ok) if ok else 0.0},
+        "hidden_tokens": {"total": sum(r.hidden_tokens for r in ok), "requests": sum(1 for r in ok if r.hidden_tokens)},
         "input_tokens": _input_tokens(ok),
         "token_count_source": dict(Counter(r.token_source for r in ok)),
         "server_reported_speculation": server_speculation(ok),
@@ -201,9 +221,12 @@ def request_rows(records: list[RequestRecord]) -> list[dict]:
     rows = []
     for r in records:
         row = {"prompt_id": r.prompt_id, "domain": r.domain, "ok": r.ok, "error": r.error,
-               "output_tokens": r.output_tokens, "input_tokens": r.input_tokens, "chunks": len(r.chunk_times_s),
+               "output_tokens": r.output_tokens, "hidden_tokens": r.hidden_tokens, "input_tokens": r.input_tokens, "chunks": len(r.chunk_times_s),
                "token_source": r.token_source, "finish_reason": r.finish_reason,
                "speculative_decoding": r.server_speculation,
+               # when each text chunk arrived (ms after sending, 0.1 ms) and, with per-chunk usage, its tokens:
+               # enough to re-derive ITL and inter-chunk latency from results.json
+               "chunk_ms": [round(t * 1e3, 1) for t in r.chunk_times_s], "chunk_tokens": r.chunk_tokens,
                "ttft_ms": ttft_s(r) * 1e3 if r.chunk_times_s else None,
                "e2e_ms": e2e_s(r) * 1e3 if r.end_s is not None else None}
         rows.append(row)

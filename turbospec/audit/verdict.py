@@ -1,32 +1,38 @@
 """Go / no-go: should this endpoint run (or keep running) speculative decoding?
 
-Decided per endpoint at the target concurrency (--target-concurrency; default the highest measured
-level, the production-like one):
+Decided per endpoint at the target load (--target-concurrency; default the highest measured level,
+the production-like one):
 
-  inconclusive  no successful request, or more than MAX_FAILURE_RATE of requests failed (over the
-                whole audit, or at the target load itself): the endpoint must be healthy at the load
-                the verdict is about before its speed there means anything
-  go            projected speedup >= MIN_SPEEDUP and acceptance length >= MIN_ACCEPTANCE_LENGTH
+  inconclusive  no successful request; more than MAX_FAILURE_RATE of requests failed (at the target
+                load; over the whole audit too unless --target-concurrency chose the load); or a GO
+                with fewer than MIN_OK_FOR_GO successful requests at the target load behind it
+  go            projected speedup >= MIN_SPEEDUP and a MEASURED acceptance length (the server's
+                counters) >= MIN_ACCEPTANCE_LENGTH: the endpoint already speculates, keep it on
+  go-projected  the same thresholds met with the ASSUMED acceptance length (--acceptance-length): the
+                endpoint does not speculate, so nothing measured says a drafter reaches it; a
+                projection to confirm by serving with a drafter, never an unqualified GO
   no-go         otherwise, with the condition(s) that failed
 
-Reasons always say where the acceptance length came from (measured from /metrics or SGLang, or
-assumed; a chunk-based estimate is reported but never decides) and add what else the numbers show
-(far from the ceiling, already speculating, what it saves a year); a batch-1 speed above what the
-ceiling allows says the --model-config or --gpu given is not the endpoint's.
+Reasons say where the acceptance length came from (a chunk-based estimate is reported but never
+decides), that an already-speculating endpoint's gain over plain decoding rests on the assumed
+verify overhead, what the money figure is (a cut of the bill, or what plain decoding would cost
+more), and what else the numbers show. Caveats (hidden tokens, tokens counted per chunk) come first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from turbospec.audit.cost import format_money, format_percent
 
 MIN_SPEEDUP = 1.3
 MIN_ACCEPTANCE_LENGTH = 2.0
 MAX_FAILURE_RATE = 0.05
+MIN_OK_FOR_GO = 10                 # successful requests at the target load: fewer cannot back a GO
 LOW_CEILING_FRACTION = 0.5
 # a plain endpoint's batch-1 decode above this fraction of the HBM ceiling (a speculating one's above
 # it x its measured acceptance length) cannot be: the model shape or the GPU given does not match it
 ABOVE_CEILING_FRACTION = 1.1
+DECISIONS = ("go", "go-projected", "no-go", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -34,10 +40,10 @@ class VerdictInput:
     endpoint: str
     num_ok: int
     num_failed: int
-    speedup: float | None              # projected at the target concurrency
+    speedup: float | None              # projected at the target load
     acceptance_length: float | None
     acceptance_source: str             # "measured from /metrics" | "measured: SGLang's ..." | "assumed (...)"
-    target_concurrency: float | None
+    target_label: str | None           # the target load, as the level is named ("concurrency 16", "2 req/s ...")
     already_speculating: bool = False
     ceiling_fraction: float | None = None      # measured batch-1 tok/s / roofline ceiling
     annual_savings: float | None = None
@@ -46,52 +52,85 @@ class VerdictInput:
     target_ok: int | None = None       # successful / failed requests at the target load itself
     target_failed: int | None = None
     num_cancelled: int = 0             # cancelled unfinished (--max-duration, Ctrl-C): not failures
+    caveats: tuple[str, ...] = ()      # what makes the figures less than they look (results.caveats)
+    annual_cost: float | None = None   # the bill as measured (what annual_savings compares with)
+    verify_overhead: float = 0.3       # assumed (--verify-overhead)
+    target_chosen: bool = False        # --target-concurrency given: decide there, other levels are notes
+    other_failures: tuple[str, ...] = field(default=())   # "concurrency 16: 4 of 4 failed (http 500: 4)"
 
 
 def decide(v: VerdictInput) -> dict:
-    reasons: list[str] = []
-    thresholds = {"min_speedup": MIN_SPEEDUP, "min_acceptance_length": MIN_ACCEPTANCE_LENGTH,
-                  "max_failure_rate": MAX_FAILURE_RATE}
-    at = f"at concurrency {v.target_concurrency:g}" if v.target_concurrency else ""
+    at = f"at {v.target_label}" if v.target_label else ""
+    out = {"endpoint": v.endpoint, "decision": "inconclusive", "caveats": list(v.caveats), "reasons": [],
+           "thresholds": {"min_speedup": MIN_SPEEDUP, "min_acceptance_length": MIN_ACCEPTANCE_LENGTH,
+                          "max_failure_rate": MAX_FAILURE_RATE, "min_ok_for_go": MIN_OK_FOR_GO}}
+    reasons = out["reasons"]
     problem = _health(v, at)
     if problem:
         reasons.append(problem)
-        return {"endpoint": v.endpoint, "decision": "inconclusive", "reasons": reasons, "thresholds": thresholds}
+        return out
+    measured = "measured" in v.acceptance_source
     mismatch = _above_ceiling(v)
     if mismatch:
         reasons.append(mismatch)
     ok_speed = v.speedup is not None and v.speedup >= MIN_SPEEDUP
     ok_accept = v.acceptance_length is not None and v.acceptance_length >= MIN_ACCEPTANCE_LENGTH
     if v.speedup is not None:
-        cmp = ">=" if ok_speed else "<"
-        reasons.append(f"projected speedup {v.speedup:.2f}x {at} {cmp} {MIN_SPEEDUP}x")
+        basis = ("over plain decoding, with the measured acceptance" if v.already_speculating
+                 else "from the ASSUMED acceptance length: nothing measured says a drafter reaches it")
+        reasons.append(f"projected speedup {v.speedup:.2f}x {at} {'>=' if ok_speed else '<'} {MIN_SPEEDUP}x ({basis})")
     if v.acceptance_length is not None:
-        cmp = ">=" if ok_accept else "<"
-        reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step {cmp} {MIN_ACCEPTANCE_LENGTH} "
-                       f"({v.acceptance_source})")
-    if v.already_speculating and ok_speed and ok_accept:
-        reasons.append("speculation is already on at this endpoint and pays: the projection is its gain over "
-                       "plain decoding, so 'go' means keep it on")
-    elif v.already_speculating and v.speedup is not None and v.speedup > 1.0:
-        reasons.append(f"speculation is already on at this endpoint and by the projection still beats plain decoding "
-                       f"({v.speedup:.2f}x), but not by the margin a GO needs: keep it on, and try a better-matched "
-                       "drafter")
-    elif v.already_speculating:
-        reasons.append("speculation is already on at this endpoint but does not pay at this load: turn it off "
-                       "here, or try a better-matched drafter")
-    if "assumed" in v.acceptance_source:
+        reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step {'>=' if ok_accept else '<'} "
+                       f"{MIN_ACCEPTANCE_LENGTH} ({v.acceptance_source})")
+    reasons += _speculating(v, ok_speed and ok_accept)
+    if not measured:
         reasons.append("acceptance is assumed, not measured: confirm it with a drafter on your own prompts "
-                       "(e.g. turbospec serve with --speculative-config) before committing")
+                       "(e.g. turbospec serve with --speculative-config), then audit again for a measured GO")
     if not v.model_aware:
         reasons.append("no model shape given (--model-config): the projection ignores how the batch and MoE "
                        "routing erode speculation at high concurrency")
     if v.ceiling_fraction is not None and v.ceiling_fraction < LOW_CEILING_FRACTION:
-        reasons.append(f"batch-1 decode reaches only {format_percent(v.ceiling_fraction)} of the HBM ceiling: engine work "
-                       "(FP8 weights, CUDA graphs, fused kernels) may pay before or alongside speculation")
+        reasons.append(f"batch-1 decode reaches only {format_percent(v.ceiling_fraction)} of the HBM ceiling: engine "
+                       "work (FP8 weights, CUDA graphs, fused kernels) may pay before or alongside speculation")
     if ok_speed and ok_accept and v.annual_savings is not None:
-        reasons.append(f"implied saving {format_money(v.annual_savings, v.currency)} a year at the stated load")
-    decision = "go" if ok_speed and ok_accept else "no-go"
-    return {"endpoint": v.endpoint, "decision": decision, "reasons": reasons, "thresholds": thresholds}
+        reasons.append(_money(v))
+    reasons += [f"{f} (not the target load: decided {at})" for f in v.other_failures]
+    if not (ok_speed and ok_accept):
+        out["decision"] = "no-go"
+    elif (v.target_ok or 0) < MIN_OK_FOR_GO:
+        out["decision"] = "inconclusive"
+        reasons.insert(0, f"only {v.target_ok or 0} requests succeeded {at}; a GO needs at least {MIN_OK_FOR_GO} "
+                          "there: raise --num-prompts (or --max-duration), then audit again")
+    else:
+        out["decision"] = "go" if measured else "go-projected"
+    return out
+
+
+def _speculating(v: VerdictInput, pays: bool) -> list[str]:
+    if not v.already_speculating:
+        return []
+    assumed = (f"the gain over plain decoding rests on the ASSUMED verify overhead {v.verify_overhead:g} "
+               "(--verify-overhead): plain decoding's step time is inferred from the measured TPOT, not measured; "
+               "audit the same server without speculation to measure it")
+    if pays:
+        return ["speculation is already on at this endpoint and pays: the projection is its gain over plain "
+                "decoding, so 'go' means keep it on", assumed]
+    if v.speedup is not None and v.speedup > 1.0:
+        return [f"speculation is already on at this endpoint and by the projection still beats plain decoding "
+                f"({v.speedup:.2f}x), but not by the margin a GO needs: keep it on, and try a better-matched "
+                "drafter", assumed]
+    return ["speculation is already on at this endpoint but does not pay at this load: turn it off here, or try "
+            "a better-matched drafter", assumed]
+
+
+def _money(v: VerdictInput) -> str:
+    save = format_money(v.annual_savings, v.currency)
+    bill = format_money(v.annual_cost, v.currency) if v.annual_cost else None
+    if v.already_speculating:
+        return (f"plain decoding would cost {save} a year MORE than this endpoint's {bill or 'current'} bill at the "
+                "stated load: what keeping speculation on avoids, not a cut of that bill")
+    share = f" ({format_percent(v.annual_savings / v.annual_cost)} of the {bill} annual bill)" if bill else ""
+    return f"projected cut of the bill: {save} a year{share} at the stated load, if the assumed acceptance holds"
 
 
 def _above_ceiling(v: VerdictInput) -> str | None:
@@ -118,15 +157,20 @@ def _health(v: VerdictInput, at: str) -> str | None:
         if v.num_cancelled:
             return (f"no request finished: {v.num_cancelled} were cancelled unfinished (--max-duration or Ctrl-C): "
                     "raise --max-duration, or lower --max-tokens or --num-prompts, then audit again")
-        return ("no request was measured: the level's --max-duration ran out during the warm-up (or the audit was "
-                "stopped first): raise --max-duration, or lower --warmup, then audit again")
-    fail_rate = v.num_failed / total
-    if v.num_ok == 0 or fail_rate > MAX_FAILURE_RATE:
-        return (f"{v.num_failed} of {total} requests failed ({format_percent(fail_rate)} > {MAX_FAILURE_RATE:.0%}): "
-                "fix the failures listed in the report, then audit again")
+        return "no request was measured: the audit was stopped (Ctrl-C or SIGTERM) before the first one finished"
     t_total = (v.target_ok or 0) + (v.target_failed or 0)
+    if v.target_chosen and t_total == 0:
+        return (f"no request finished {at}, the load the verdict is about (cancelled at --max-duration or Ctrl-C): "
+                "raise --max-duration, or decide at another measured load with --target-concurrency")
     if t_total and v.target_failed / t_total > MAX_FAILURE_RATE:
-        return (f"{v.target_failed} of {t_total} requests failed {at} ({format_percent(v.target_failed / t_total)} > "
+        rate = v.target_failed / t_total
+        return (f"{v.target_failed} of {t_total} requests failed {at} ({format_percent(rate)} > "
                 f"{MAX_FAILURE_RATE:.0%}), the load the verdict is about: fix the failures listed in the report, or "
-                "decide at a lower load with --target-concurrency")
+                "decide at another measured load with --target-concurrency")
+    fail_rate = v.num_failed / total
+    if not v.target_chosen and (v.num_ok == 0 or fail_rate > MAX_FAILURE_RATE):
+        where = f", at {'; '.join(v.other_failures)}" if v.other_failures else ""
+        return (f"{v.num_failed} of {total} requests failed ({format_percent(fail_rate)} > {MAX_FAILURE_RATE:.0%})"
+                f"{where}: fix the failures listed in the report, or decide at a healthy measured load with "
+                "--target-concurrency (failures at other loads are then noted, not blocking)")
     return None
