@@ -26,7 +26,7 @@ def test_a_speculating_endpoint_is_a_go_whose_gain_rests_on_the_verify_overhead(
     v = res["verdict"]
     assert v["decision"] == "go", v["reasons"]
     text = " ".join(v["reasons"])
-    assert "acceptance length 3.00 tokens/step >= 2.0 (measured from /metrics)" in text
+    assert "acceptance length 3.00 tokens/step >= 2.0: measured from /metrics" in text
     assert "rests on the ASSUMED verify overhead 0.3 (--verify-overhead)" in text
     assert "plain decoding would cost $" in text and "MORE than this endpoint's $" in text
     assert "not a cut of that bill" in text

@@ -81,7 +81,7 @@ def decide(v: VerdictInput) -> dict:
         reasons.append(f"projected speedup {v.speedup:.2f}x {at} {'>=' if ok_speed else '<'} {MIN_SPEEDUP}x ({basis})")
     if v.acceptance_length is not None:
         reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step {'>=' if ok_accept else '<'} "
-                       f"{MIN_ACCEPTANCE_LENGTH} ({v.acceptance_source})")
+                       f"{MIN_ACCEPTANCE_LENGTH}: {v.acceptance_source}")
     reasons += _speculating(v, ok_speed and ok_accept)
     if not measured:
         reasons.append("acceptance is assumed, not measured: confirm it with a drafter on your own prompts "
