@@ -65,7 +65,7 @@ def run_audit_here(tmp_path):
                          request=RequestSettings(max_tokens=max_tokens, timeout_s=timeout_s), warmup=warmup,
                          max_duration_s=max_duration_s, max_inflight=max_inflight)
         gpu = get_gpu("h200")
-        econ = Economics(gpu, CostModel.for_gpu(gpu, currency, 1), load_model_bytes(model_config, "scripted"),
+        econ = Economics(gpu, CostModel.for_gpu(gpu, currency, 1), load_model_bytes(model_config, model),
                          SpecAssumption(3.0, "assumed (--acceptance-length 3)", 4, 0.3),
                          target_concurrency=target_concurrency)
         counters = {e.url: find_token_counter(tokenizer, e.model) for e in eps}

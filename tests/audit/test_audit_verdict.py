@@ -87,3 +87,19 @@ def test_the_console_qualifies_per_chunk_throughput(scripted_base, tmp_path):
     assert res.exit_code == 0, res.output
     assert "tok/s aggregate (tokens counted one per chunk: a lower bound)" in res.output
     assert "! tokens were counted one per streamed chunk" in res.output
+
+
+def test_a_model_config_of_another_size_than_the_served_name_is_a_caveat(scripted_base, run_audit_here):
+    """A slow-looking endpoint may be audited with the wrong shape: when the served name names a
+    preset whose size (or weight dtype) differs from --model-config's, the verdict says so first."""
+    from turbospec.audit.roofline import load_model_bytes
+    res, _ = run_audit_here([f"{scripted_base}/s/{FAST},nometrics=1,tag=namecheck"], num_prompts=2, warmup=0,
+                            max_tokens=7, model="Qwen/Qwen3-8B", model_config="qwen3-30b-a3b")
+    caveat = res["verdict"]["caveats"][-1]
+    assert caveat.startswith("the endpoint serves 'Qwen/Qwen3-8B', whose name says qwen3-8b (8.19B parameters in "
+                             "bfloat16), but --model-config describes 30.53B parameters in bfloat16") and \
+        "pass --model-config qwen3-8b" in caveat, caveat
+    assert caveat in res["model"]["notes"]
+    assert load_model_bytes("qwen3-8b", "Qwen/Qwen3-8B").mismatch is None            # the same model
+    assert load_model_bytes("qwen3-8b", "my-finetune").mismatch is None              # a name that says nothing
+    assert "in fp8" in load_model_bytes("qwen3-8b", "Qwen/Qwen3-8B-FP8").mismatch     # same size, FP8 served

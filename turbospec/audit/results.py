@@ -248,7 +248,9 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
         annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
         target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled,
-        caveats=tuple(caveats(run)) if run["num_ok"] else (), annual_cost=annual["annual_cost"],
+        caveats=(tuple(caveats(run)) if run["num_ok"] else ()) + ((econ.model.mismatch,) if econ.model and
+                                                                     econ.model.mismatch else ()),
+        annual_cost=annual["annual_cost"],
         verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
         other_failures=_failed_levels(runs, run)))
     v["target_run"] = run["label"]

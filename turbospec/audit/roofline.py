@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from turbospec.audit.presets import guess_preset, preset_config
 from turbospec.hub import is_hub_id, resolve_model
@@ -46,6 +46,7 @@ class ModelBytes:
     active_params: float              # parameters one token multiplies by (2 FLOPs each)
     total_params: float
     notes: tuple[str, ...] = field(default=())
+    mismatch: str | None = None       # the served model's name names another model: a verdict caveat
 
     @property
     def weight_bytes_per_token(self) -> float:
@@ -73,7 +74,7 @@ class ModelBytes:
                 "active_params": self.active_params, "total_params": self.total_params,
                 "moe": {"num_moe_layers": self.num_moe_layers, "num_experts": self.num_experts,
                         "experts_per_tok": self.experts_per_tok} if self.num_moe_layers else None,
-                "notes": list(self.notes)}
+                "notes": list(self.notes) + ([self.mismatch] if self.mismatch else [])}
 
 
 def _weight_bytes(cfg: dict) -> tuple[float, str]:
@@ -177,12 +178,35 @@ def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
                     raise ValueError(f"--model-config {path} is not valid JSON ({e})") from e
             if not isinstance(raw, dict):
                 raise ValueError(f"--model-config {path} is not a JSON object: pass a Hugging Face config.json")
-            return model_bytes(raw, name=model_name, source=path)
+            return _check_name(model_bytes(raw, name=model_name, source=path), model_name)
         if os.path.isdir(spec) or spec.endswith(".json") or os.sep in spec:
             raise ValueError(f"--model-config {spec!r}: no such file {path}: pass a Hugging Face config.json, the "
                              "model directory that holds one, a Hugging Face id, or a preset (e.g. qwen3-8b)")
-        return model_bytes(preset_config(spec), name=spec, source=f"preset {spec}")
+        return _check_name(model_bytes(preset_config(spec), name=spec, source=f"preset {spec}"), model_name)
     guess = guess_preset(model_name)
     if guess is None:
         return None
     return model_bytes(preset_config(guess), name=guess, source=f"preset {guess} (guessed from the model name)")
+
+
+# a --model-config whose parameter count is off by more than this from the model the served name
+# names is called out (an 8B name audited with a 30B shape, or the reverse)
+NAME_MISMATCH_RATIO = 1.25
+
+
+def _check_name(mb: ModelBytes, model_name: str) -> ModelBytes:
+    """`mb` with `mismatch` set when the served model's name names a preset of another size: the
+    ceiling would then be another model's, too low (a slow-looking endpoint) or too high. A name
+    that names no preset, or one of about the same size, says nothing."""
+    guess = guess_preset(model_name)
+    if guess is None:
+        return mb
+    named = model_bytes(preset_config(guess), name=guess, source=f"preset {guess}")
+    ratio = mb.total_params / named.total_params if named.total_params else 1.0
+    if 1 / NAME_MISMATCH_RATIO <= ratio <= NAME_MISMATCH_RATIO and mb.weight_dtype == named.weight_dtype:
+        return mb
+    return replace(mb, mismatch=(
+        f"the endpoint serves {model_name!r}, whose name says {guess} ({named.total_params / 1e9:.2f}B parameters "
+        f"in {named.weight_dtype}), but --model-config describes {mb.total_params / 1e9:.2f}B parameters in "
+        f"{mb.weight_dtype}: if the endpoint runs {guess}, the "
+        f"ceiling and the roofline fractions are another model's; pass --model-config {guess} (or its config.json)"))
