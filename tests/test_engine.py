@@ -128,8 +128,14 @@ def test_bad_prompts(llm):
         llm.generate([{"prompt_token_ids": []}], SamplingParams(max_tokens=4))
     with pytest.raises(ValueError, match="context length"):
         llm.generate([{"prompt_token_ids": [5] * 5000}], SamplingParams(max_tokens=4))
-    with pytest.raises(ValueError, match="max_tokens"):
-        llm.generate([{"prompt_token_ids": [5] * 100}], SamplingParams(max_tokens=4000))
+    ctx = llm.llm_engine.max_model_len
+    near = {"prompt_token_ids": [5] * (ctx - 5)}
+    with pytest.raises(ValueError, match="max_tokens"):       # the engine (the server's 400) refuses it
+        llm.llm_engine.add_request("over", near, SamplingParams(max_tokens=50))
+    out = llm.generate([near], SamplingParams(max_tokens=50, ignore_eos=True))[0].outputs[0]    # LLM: vLLM's cap
+    assert (len(out.token_ids), out.finish_reason) == (5, "length")
+    with pytest.raises(ValueError, match=r"min_tokens \(9\).*at most 5"):
+        llm.generate([near], SamplingParams(max_tokens=50, min_tokens=9))
     with pytest.raises(ValueError, match=r"min_tokens \(4000\).*at most"):      # max_tokens unset: up to the context
         llm.generate([{"prompt_token_ids": [5] * 100}], SamplingParams(max_tokens=None, min_tokens=4000))
     with pytest.raises(ValueError, match="vocabulary"):

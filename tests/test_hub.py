@@ -139,8 +139,9 @@ def test_generate_and_serve_take_an_id(hub_cache, tmp_path):
     from tests.serve.server_process import ServerProcess
     want = LLM(str(MODELS / "codelm-12m"), device="cpu").generate(
         [PROMPT], SamplingParams(temperature=0.0, max_tokens=12))[0].outputs[0].text
-    r = _cli("generate", "acme/codelm", "--revision", "v1", "--device", "cpu", "--prompt", PROMPT,
-             "--max-tokens", "12", cache=hub_cache)
+    r = _cli("generate", "acme/codelm", "--revision", "v1", "--tokenizer", "acme/codelm", "--tokenizer-revision",
+             "v1", "--download-dir", str(hub_cache), "--device", "cpu", "--prompt", PROMPT, "--max-tokens", "12",
+             cache=hub_cache.parent / "elsewhere")                  # the cache given by --download-dir
     assert r.returncode == 0 and r.stdout.startswith(PROMPT + want + "\n" + "-" * 40), r.stderr
     server = ServerProcess("acme/codelm", tmp_path / "serve.log", "--download-dir", str(hub_cache),
                            name="acme/codelm")

@@ -55,12 +55,29 @@ def test_vllm_fields_at_their_neutral_value_are_accepted():
     (dict(top_p=0.0), "top_p=0.0"), (dict(top_k=-2), "top_k=-2"), (dict(max_tokens=0), "max_tokens=0"),
     (dict(max_tokens=True), "max_tokens=True"), (dict(min_tokens=9, max_tokens=4), "min_tokens=9 must be <="),
     (dict(stop_token_ids=["x"]), "stop_token_ids"), (dict(stop=[""]), "stop="), (dict(n=0), "n=0"),
-    (dict(seed=1.5), "seed=1.5"), (dict(ignore_eos="yes"), "ignore_eos='yes'"), (dict(logprobs=-1), "logprobs=-1"),
+    (dict(seed=1.5), "seed=1.5"), (dict(seed=2**64), "outside the 64-bit range"),
+    (dict(seed=-2**63 - 1), "pass a smaller seed"),
+    (dict(ignore_eos="yes"), "ignore_eos='yes'"), (dict(logprobs=-1), "logprobs=-1"),
 ])
 def test_bad_values_name_the_field(kw, fragment):
     with pytest.raises(ValueError, match=None) as e:
         SamplingParams(**kw)
     assert fragment in str(e.value)
+
+
+def test_fields_set_after_construction_are_validated_by_generate(llm):
+    """SamplingParams is mutable (vLLM's too): generate checks it again, so a temperature set to -5
+    afterwards is refused rather than run as greedy, and a stop string set afterwards stays one
+    string instead of a list of its characters."""
+    sp = SamplingParams(max_tokens=4)
+    sp.temperature = -5
+    with pytest.raises(ValueError, match="temperature=-5"):
+        llm.generate([PROMPT], sp)
+    sp = SamplingParams(temperature=0.0, max_tokens=12)
+    want = llm.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=12, stop=["ret"]))[0].outputs[0]
+    sp.stop = "ret"
+    got = llm.generate([PROMPT], sp)[0].outputs[0]
+    assert (got.text, got.token_ids, got.stop_reason) == (want.text, want.token_ids, want.stop_reason)
 
 
 # ---- outputs ---------------------------------------------------------------------------------

@@ -3,11 +3,10 @@ through a `register(app)` function, so this file stays a table of contents."""
 from __future__ import annotations
 
 import importlib
-import inspect
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(rich_markup_mode=None, add_completion=False, no_args_is_help=True,
                   help="turbospec: fast, lossless speculative decoding for open LLMs.")
 
 _SUBCOMMAND_MODULES = (
@@ -18,18 +17,6 @@ _SUBCOMMAND_MODULES = (
     "turbospec.train.cli",         # turbospec train eagle3|dflash
     "turbospec.recipes.cli",       # turbospec recipe list|show|check|run
 )
-
-
-def _help_paragraphs_on_one_line(typer_app: typer.Typer) -> None:
-    """A docstring wraps at the source's width, but typer (rich mode) keeps its single line breaks:
-    the command list of `turbospec --help` broke a summary over rows and `audit --help` printed ragged
-    lines. Each command's help becomes its docstring with every paragraph on one line, so the terminal
-    wraps it."""
-    for info in typer_app.registered_commands:
-        doc = info.help if info.help is not None else inspect.getdoc(info.callback) or ""
-        info.help = "\n\n".join(" ".join(p.split("\n")) for p in doc.split("\n\n"))
-    for group in typer_app.registered_groups:
-        _help_paragraphs_on_one_line(group.typer_instance)
 
 
 def _show_version(value: bool) -> None:
@@ -53,7 +40,6 @@ for _name in _SUBCOMMAND_MODULES:
             raise
         continue
     _mod.register(app)
-_help_paragraphs_on_one_line(app)
 
 if __name__ == "__main__":
     app()

@@ -28,6 +28,8 @@ def generate(
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself"),
     tokenizer: str = typer.Option(None, help="tokenizer directory or Hugging Face id (default: MODEL)"),
     revision: str = typer.Option(None, help="branch, tag or commit of MODEL when it is a Hugging Face id"),
+    tokenizer_revision: str = typer.Option(None, help="revision of --tokenizer when it is a Hugging Face id"),
+    download_dir: str = typer.Option(None, help="Hugging Face cache directory for ids (default: HF_HUB_CACHE)"),
     max_model_len: int = typer.Option(None, help="context length cap (default: the model's)"),
 ) -> None:
     """Generate text and print it with tokens/s."""
@@ -57,7 +59,8 @@ def generate(
                   "--device out to use a GPU when there is one")
     try:
         llm = LLM(model, device=device, dtype=dtype, speculative_config=spec, quantization=quantization,
-                  tokenizer=tokenizer, max_model_len=max_model_len, revision=revision)
+                  tokenizer=tokenizer, max_model_len=max_model_len, revision=revision,
+                  tokenizer_revision=tokenizer_revision, download_dir=download_dir)
     except ValueError as e:
         _fail(str(e))
     except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback

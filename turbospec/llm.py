@@ -67,7 +67,9 @@ class LLM:
                  ) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
         engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
-        work starts, so a bad one fails the call without running the others; if the call is
+        work starts, so a bad one fails the call without running the others (prompt + max_tokens
+        past the context is not an error: that request stops at the context with finish_reason
+        "length", as vLLM's LLM does); if the call is
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
         prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do.
         vLLM's `lora_request` and `priority` are accepted at their neutral values (None; zeros)."""
@@ -92,6 +94,7 @@ class LLM:
             if not isinstance(p, SamplingParams):
                 raise ValueError(f"sampling_params must be a SamplingParams (or a list of them), not "
                                  f"{type(p).__name__}: e.g. SamplingParams(temperature=0.0, max_tokens=64)")
+        params = [replace(p) for p in params]          # validated again: a field set after construction too
         eng = self.llm_engine
         groups = [[f"gen-{next(self._ids)}" for _ in range(p.n)] for p in params]     # per prompt: its n ids
         ids = [rid for g in groups for rid in g]
@@ -100,7 +103,7 @@ class LLM:
         try:
             for g, prompt, p in zip(groups, prompts, params):
                 for j, rid in enumerate(g):
-                    eng.add_request(rid, prompt, p.for_sample(j), add_special_tokens)
+                    eng.add_request(rid, prompt, p.for_sample(j), add_special_tokens, cap_to_context=True)
             if use_tqdm:
                 from tqdm.auto import tqdm
                 bar = tqdm(total=len(ids), desc="generate", unit="req")

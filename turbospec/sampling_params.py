@@ -68,6 +68,9 @@ class SamplingParams:
             raise ValueError(f"prompt_logprobs={self.prompt_logprobs!r} must be a non-negative integer (or None)")
         if self.seed is not None and not _is_int(self.seed):
             raise ValueError(f"seed={self.seed!r} must be an integer (or None)")
+        if self.seed is not None and not -2**63 <= self.seed < 2**64:       # what torch.Generator takes
+            raise ValueError(f"seed={self.seed} is outside the 64-bit range [-2**63, 2**64): pass a smaller "
+                             "seed (e.g. seed % 2**64)")
         if not _is_int(self.n) or self.n < 1:
             raise ValueError(f"n={self.n!r} must be a positive integer")
         if any(not isinstance(s, str) or not s for s in self.stop):

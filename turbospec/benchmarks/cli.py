@@ -10,7 +10,7 @@ from turbospec.benchmarks.cli_args import (check_fits, check_out_path, device_na
                                            env_vars, shape_setting)
 from turbospec.benchmarks.spec_cli import spec
 
-bench_app = typer.Typer(no_args_is_help=True, help="Engine benchmarks (settings and roofline printed).")
+bench_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, help="Engine benchmarks (settings and roofline printed).")
 
 
 @bench_app.command("decode")

@@ -44,7 +44,7 @@ def check_fits(config: ModelConfig, device: torch.device, dtype: torch.dtype) ->
             raise ValueError(f"{what}, but {device} has {free / 2**30:.1f} GiB free: free the GPU or pick a "
                              "smaller --shape")
     elif need > CPU_MAX_WEIGHT_BYTES:   # a CPU decodes a multi-GB model at seconds per token: it measures nothing
-        raise ValueError(f"{what}: on the CPU the decode bench takes shapes up to "
+        raise ValueError(f"{what}: on the CPU the benchmarks take shapes up to "
                          f"{CPU_MAX_WEIGHT_BYTES / 2**30:.0f} GiB of weights; run it on a GPU (--device cuda) "
                          "or pick a smaller --shape (e.g. models/codelm-12m)")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,11 +30,16 @@ from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
 
+@dataclass(frozen=True)
 class EngineStats:
-    def __init__(self, num_running: int, num_waiting: int, num_free_blocks: int, num_total_blocks: int):
-        self.num_running, self.num_waiting = num_running, num_waiting
-        self.num_free_blocks, self.num_total_blocks = num_free_blocks, num_total_blocks
-        self.kv_cache_usage = 1.0 - num_free_blocks / max(num_total_blocks, 1)
+    num_running: int
+    num_waiting: int
+    num_free_blocks: int
+    num_total_blocks: int
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return 1.0 - self.num_free_blocks / max(self.num_total_blocks, 1)
 
 
 class LLMEngine:
@@ -129,9 +135,10 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt, params: SamplingParams | None = None,
-                    add_special_tokens: bool = True) -> None:
+                    add_special_tokens: bool = True, cap_to_context: bool = False) -> None:
         """`add_special_tokens`: a text prompt gets the tokenizer's BOS (as transformers and vLLM's
-        generate / completions do); False for text a chat template rendered, which holds its own."""
+        generate / completions do); False for text a chat template rendered, which holds its own.
+        `cap_to_context`: max_tokens past the context stops there (request_input.build_sequence)."""
         params = params or SamplingParams()
         if params.n != 1:
             raise ValueError(f"n={params.n}: the engine runs one sequence per request; LLM.generate and the "
@@ -139,7 +146,7 @@ class LLMEngine:
         if request_id in self.seqs:
             raise ValueError(f"request_id {request_id!r} is already in use: pass a unique id")
         seq = build_sequence(request_id, prompt, params, self.tokenizer, self.model_config,
-                             self.device, self.max_model_len, add_special_tokens)
+                             self.device, self.max_model_len, add_special_tokens, cap_to_context)
         self.seqs[request_id] = seq
         self.detok[request_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens,
                                                         params.stop)

@@ -78,7 +78,10 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool =
 
 
 def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, config: ModelConfig,
-                   device: torch.device, max_model_len: int, add_special_tokens: bool = True) -> Sequence:
+                   device: torch.device, max_model_len: int, add_special_tokens: bool = True,
+                   cap_to_context: bool = False) -> Sequence:
+    """A validated Sequence. `cap_to_context`: prompt + max_tokens past the context stops at the
+    context with finish_reason "length" (vLLM's offline LLM) instead of a ValueError (its server's 400)."""
     if not isinstance(params, SamplingParams):
         raise ValueError(f"sampling params must be a SamplingParams, not {type(params).__name__}")
     text, ids = prompt_to_ids(prompt, tokenizer, config.vocab_size, add_special_tokens)
@@ -87,12 +90,12 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
     if len(ids) >= max_model_len:
         raise ValueError(f"the prompt has {len(ids)} tokens but the context length is {max_model_len}: "
                          "shorten the prompt (it needs room for at least one generated token)")
-    if params.max_tokens is not None and len(ids) + params.max_tokens > max_model_len:
+    if params.max_tokens is not None and len(ids) + params.max_tokens > max_model_len and not cap_to_context:
         raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
                          f"context length {max_model_len}: lower max_tokens to at most "
                          f"{max_model_len - len(ids)}")
     room = max_model_len - len(ids)
-    if params.max_tokens is None and params.min_tokens > room:     # (with max_tokens, min_tokens <= it)
+    if params.min_tokens > room:                                    # (max_tokens in the context: min_tokens <= it)
         raise ValueError(f"min_tokens ({params.min_tokens}) is more than the prompt ({len(ids)} tokens) leaves "
                          f"of the context length {max_model_len}: lower min_tokens to at most {room}")
     if params.logprobs is not None and params.logprobs > config.vocab_size:

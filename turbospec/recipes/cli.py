@@ -5,7 +5,7 @@ import shlex
 
 import typer
 
-recipe_app = typer.Typer(no_args_is_help=True, add_completion=False,
+recipe_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, add_completion=False,
                          help="Pinned recipes: a model, a GPU and the measured turbospec commands for them.")
 
 MODEL = typer.Option(None, "--model", help="the model directory (default: the recipe's model id)")

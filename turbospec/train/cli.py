@@ -5,7 +5,7 @@ import os
 
 import typer
 
-train_app = typer.Typer(no_args_is_help=True, help="Train EAGLE-3 / DFlash drafters for a target and export them.")
+train_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, help="Train EAGLE-3 / DFlash drafters for a target and export them.")
 
 # options shared by `eagle3` and `dflash`
 TARGET = typer.Option(..., help="target model directory (config.json + *.safetensors + tokenizer) or Hugging Face id")
