@@ -18,7 +18,8 @@ fixtures, 2 for `tiny_llama31` (token-id prompts only).
 
 Factories:
 - `tiny_checkpoint_factory(arch, name=None, tokenizer=True, max_shard_size=None, **config)` writes a
-  fresh checkpoint (arch in "qwen3" | "qwen3_moe" | "llama"; `config` overrides the defaults below).
+  fresh checkpoint (arch in "qwen3" | "qwen3_moe" | "llama" | "qwen2" | "mistral"; `config` overrides
+  the defaults below).
 - `tiny_dir_factory(src_dir, config_updates=None, config_drop=(), edit_tensors=None)` copies a
   checkpoint into a new dir, edits config.json (update / drop keys) and optionally rewrites the
   weights as one `model.safetensors` via `edit_tensors(dict[name, tensor]) -> dict`.
@@ -62,6 +63,14 @@ DEFAULTS = {
                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                    "original_max_position_embeddings": 256}),
 }
+# Qwen2 / Qwen2.5: q/k/v biases, no q/k norm, tied (the small sizes); its sliding window is off
+DEFAULTS["qwen2"] = dict(_COMMON, vocab_size=8192, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
+                         pad_token_id=1, use_sliding_window=False, sliding_window=64,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+# Mistral: Llama's layers with a sliding window (v0.1's 4096 here 64: the engine caps the context to it)
+DEFAULTS["mistral"] = dict(_COMMON, vocab_size=512, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                           sliding_window=64, max_position_embeddings=2048,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 MOE_VARIANTS = {
     "topk_norm": dict(norm_topk_prob=True),
     "mlp_only_no_norm": dict(norm_topk_prob=False, mlp_only_layers=[1]),
@@ -86,6 +95,8 @@ def write_tiny_checkpoint(path: Path, arch: str, tokenizer: bool = True, max_sha
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
     }[arch]
     config = cfg_cls(**{**DEFAULTS[arch], **overrides})
     torch.manual_seed(seed)

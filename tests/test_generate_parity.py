@@ -53,6 +53,32 @@ def test_llama31_rope_scaled_matches_transformers(tiny_llama31, hf_model_factory
     check_parity(tiny_llama31, hf_model_factory, prompts)
 
 
+def test_qwen2_matches_transformers(tiny_checkpoint_factory, hf_model_factory):
+    """Qwen2 / Qwen2.5: q/k/v biases, tied embeddings, no q/k norm."""
+    check_parity(tiny_checkpoint_factory("qwen2", "parity_qwen2", seed=6), hf_model_factory, PROMPTS)
+
+
+def test_mistral_within_its_window_matches_transformers(tiny_checkpoint_factory, hf_model_factory):
+    """Mistral with a sliding window of 64: the context is capped to it (max_model_len 64), where full
+    attention is exact; transformers runs its own sliding-window attention over the same tokens."""
+    d = tiny_checkpoint_factory("mistral", "parity_mistral", tokenizer=False, seed=7)
+    llm = LLM(str(d), device="cpu", dtype="float32")
+    assert llm.llm_engine.max_model_len == 64 and llm.llm_engine.model_config.sliding_window == 64
+    check_parity(d, hf_model_factory, [[5, 17, 300, 42, 7], list(range(100, 130))])     # 30 + 32 <= 64
+
+
+def test_sliding_window_only_when_the_config_turns_it_on():
+    from turbospec.config import ModelConfig
+    base = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "max_position_embeddings": 32768, "sliding_window": 4096}
+    assert ModelConfig.from_dict({**base, "use_sliding_window": False}).max_position_embeddings == 32768
+    on = ModelConfig.from_dict({**base, "use_sliding_window": True})
+    assert (on.max_position_embeddings, on.sliding_window) == (4096, 4096)
+    mistral = {**base, "architectures": ["MistralForCausalLM"]}
+    assert ModelConfig.from_dict(mistral).max_position_embeddings == 4096            # v0.1: a window
+    assert ModelConfig.from_dict({**mistral, "sliding_window": None}).max_position_embeddings == 32768   # v0.3
+
+
 def test_codelm_64_greedy_tokens_match_transformers(codelm_dir, hf_model_factory):
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(codelm_dir))

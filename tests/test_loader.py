@@ -89,8 +89,8 @@ def test_both_expert_layouts_at_once_is_an_error(tiny_qwen3_moe_factory, tiny_di
 
 
 def test_unsupported_architecture(tiny_qwen3, tiny_dir_factory):
-    d = tiny_dir_factory(tiny_qwen3, {"architectures": ["MistralForCausalLM"]})
-    with pytest.raises(ValueError, match="MistralForCausalLM"):
+    d = tiny_dir_factory(tiny_qwen3, {"architectures": ["MambaForCausalLM"]})
+    with pytest.raises(ValueError, match="MambaForCausalLM"):
         load_model(str(d))
     with pytest.raises(ValueError, match="GPT2LMHeadModel"):
         get_model_class("GPT2LMHeadModel")

@@ -79,7 +79,8 @@ def prompts(vocab: int, lengths=(11, 7), seed: int = 0) -> dict[int, list[int]]:
     return {s: torch.randint(2, vocab, (n,), generator=g).tolist() for s, n in enumerate(lengths)}
 
 
-ARCHS = ["qwen3", "qwen3_bias_untied", "llama31", "llama_linear"] + [f"moe_{v}" for v in MOE_VARIANTS]
+ARCHS = ["qwen3", "qwen3_bias_untied", "llama31", "llama_linear", "qwen2", "mistral"] + [
+    f"moe_{v}" for v in MOE_VARIANTS]
 
 
 @pytest.fixture(params=ARCHS)
@@ -94,6 +95,8 @@ def arch_dir(request, tiny_checkpoint_factory, tiny_qwen3_moe_factory):
         return tiny_checkpoint_factory("llama", "llama_linear", tokenizer=False, seed=4,
                                        rope_parameters={"rope_type": "linear", "factor": 4.0,
                                                         "rope_theta": 10000.0})
+    if name in ("qwen2", "mistral"):
+        return tiny_checkpoint_factory(name, name, tokenizer=False, seed=5)
     return request.getfixturevalue({"qwen3": "tiny_qwen3", "llama31": "tiny_llama31"}[name])
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM",
-                           "SarvamMoEForCausalLM")
+SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM",
+                           "MistralForCausalLM", "SarvamMoEForCausalLM")
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -64,6 +64,16 @@ def read_optional_json(path: str) -> dict[str, Any]:
             return json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path} is not valid JSON ({e}): fix, re-download or delete it") from e
+
+
+def _sliding_window(raw: dict[str, Any]) -> int | None:
+    """The attention window the checkpoint was trained with, when one applies: Mistral's
+    `sliding_window` (null or absent: none); Qwen2 / Qwen3's only with `use_sliding_window` true
+    (their configs carry a `sliding_window` value that is off by default)."""
+    window = raw.get("sliding_window")
+    if "use_sliding_window" in raw and not raw["use_sliding_window"]:
+        return None
+    return int(window) if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
 @dataclass
@@ -141,6 +151,9 @@ class ModelConfig:
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
     quantization_config: dict[str, Any] | None = None
+    # the checkpoint's sliding attention window, when it has one: max_position_embeddings is capped
+    # to it, so every context fits the window and full attention computes exactly what it would
+    sliding_window: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -174,6 +187,7 @@ class ModelConfig:
         num_experts = int(raw.get("num_experts", raw.get("num_local_experts", 0)) or 0)
         if arch not in ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM"):   # SarvamMoE keys: models/sarvam_moe.py
             num_experts = 0
+        window = _sliding_window(raw)
         cfg = cls(
             architecture=arch,
             model_type=raw.get("model_type", ""),
@@ -185,7 +199,8 @@ class ModelConfig:
             num_key_value_heads=int(raw.get("num_key_value_heads") or n_heads),
             head_dim=int(head_dim),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
+            max_position_embeddings=min(int(raw.get("max_position_embeddings", 4096)), window or 2**62),
+            sliding_window=window,
             rope=RopeConfig.from_hf(raw),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             attention_bias=bool(raw.get("attention_bias", False)),

@@ -37,12 +37,14 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, qkv_bias: bool | None = None):
+        """`qkv_bias`: q/k/v biases without an o_proj bias (Qwen2); default: `attention_bias` on all four."""
         super().__init__()
         H, D = config.hidden_size, config.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, D
         self.q_size, self.kv_size = self.num_heads * D, self.num_kv_heads * D
-        self.qkv_proj = QKVLinear(H, D, self.num_heads, self.num_kv_heads, bias=config.attention_bias)
+        qkv_bias = config.attention_bias if qkv_bias is None else qkv_bias
+        self.qkv_proj = QKVLinear(H, D, self.num_heads, self.num_kv_heads, bias=qkv_bias)
         self.o_proj = RowLinear(self.q_size, H, bias=config.attention_bias)
         self.rotary_emb = get_rope(D, config.max_position_embeddings, config.rope)
         self.attn = Attention(self.num_heads, self.num_kv_heads, D, scale=D ** -0.5)

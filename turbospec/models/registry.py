@@ -10,6 +10,8 @@ _MODELS = {
     "Qwen3ForCausalLM": ("turbospec.models.qwen3", "Qwen3ForCausalLM"),
     "Qwen3MoeForCausalLM": ("turbospec.models.qwen3_moe", "Qwen3MoeForCausalLM"),
     "LlamaForCausalLM": ("turbospec.models.llama", "LlamaForCausalLM"),
+    "MistralForCausalLM": ("turbospec.models.llama", "LlamaForCausalLM"),   # Llama's layers (window: config.py)
+    "Qwen2ForCausalLM": ("turbospec.models.qwen2", "Qwen2ForCausalLM"),
     "SarvamMoEForCausalLM": ("turbospec.models.sarvam_moe", "SarvamMoEForCausalLM"),
 }
 
