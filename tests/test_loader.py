@@ -43,6 +43,23 @@ def test_index_naming_an_absent_shard_is_an_error(tiny_qwen3, tiny_dir_factory):
         load_model(str(d))
 
 
+def test_a_mistral_style_consolidated_file_beside_the_hf_weights_is_skipped(tiny_qwen3, tmp_path):
+    """Mistral repos ship consolidated.safetensors (their own names) beside the HF files; without an
+    index every *.safetensors was read and its names refused."""
+    from safetensors.torch import save_file
+    d = tmp_path / "m"
+    d.mkdir()
+    for f in tiny_qwen3.iterdir():
+        if f.suffix != ".safetensors" and f.name != "model.safetensors.index.json":
+            (d / f.name).symlink_to(f)
+    save_file(read_checkpoint(tiny_qwen3), str(d / "model.safetensors"))
+    save_file({"tok_embeddings.weight": torch.zeros(2, 2)}, str(d / "consolidated.safetensors"))
+    assert checkpoint_files(str(d)) == [str(d / "model.safetensors")]
+    load_model(str(d), "cpu", torch.float32)
+    (d / "model.safetensors").unlink()
+    assert checkpoint_files(str(d)) == [str(d / "consolidated.safetensors")]     # alone: read (and refused)
+
+
 def test_dtype_and_device_of_parameters(tiny_qwen3):
     model = load_model(str(tiny_qwen3), "cpu", "bfloat16")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}

@@ -50,6 +50,8 @@ def checkpoint_files(model_dir: str) -> list[str]:
                              "download the missing files or fix the index")
     else:
         files = sorted(fn for fn in os.listdir(model_dir) if fn.endswith(".safetensors"))
+        hf = [fn for fn in files if not fn.startswith("consolidated")]
+        files = hf or files             # Mistral repos also ship their own format's consolidated.safetensors
     if not files:
         raise ValueError(f"no *.safetensors files in {model_dir}: turbospec loads safetensors "
                          "checkpoints (convert .bin files with transformers' save_pretrained)")
