@@ -324,6 +324,10 @@ def test_dflash_load_matches_reference_and_round_trips(tmp_path, fmt):
     m2 = load_dflash(str(tmp_path / "out"))
     m2.share_target_modules(embed, head)
     assert torch.equal(run(m), run(m2))
+    prefixed = load_dflash(str(write_dir(tmp_path / "pre", dflash_config(), {f"model.{n}": x for n, x in t.items()},
+                                         fmt)))                 # a `model.` prefix, as EAGLE-3 files may carry
+    prefixed.share_target_modules(embed, head)
+    assert torch.equal(run(m), run(prefixed))
 
 
 @pytest.mark.parametrize("edit,needle", [

@@ -158,11 +158,13 @@ def load_dflash(draft_dir: str, device: torch.device | str = "cpu",
     if archs and not any("DFlash" in a for a in archs):
         raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not a DFlash draft ({ARCHITECTURE})")
     cfg = DFlashConfig.from_dict(raw)
-    # vLLM's renames: a single-layer draft may name its layer `midlayer.`; `model.embed_tokens`
+    # vLLM's renames: a single-layer draft may name its layer `midlayer.`; a `model.` prefix (as
+    # EAGLE-3 files may carry) is dropped
     tensors = {}
     for name, t in read_checkpoint(draft_dir).items():
-        if name.startswith(("midlayer.", "model.embed_tokens.")):
-            name = name.replace("midlayer.", "layers.0.", 1).removeprefix("model.")
+        name = name.removeprefix("model.")
+        if name.startswith("midlayer."):
+            name = name.replace("midlayer.", "layers.0.", 1)
         tensors[name] = t
     vocab_maps = sorted(n for n in tensors if n in ("d2t", "t2d"))
     if vocab_maps:
