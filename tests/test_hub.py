@@ -129,6 +129,19 @@ def test_recipe_check_reads_an_ids_config(hub_cache, monkeypatch):
     assert "FAIL  model         acme/codelm-config is not the recipe's model" in r.output, r.output
 
 
+def test_the_audit_counts_tokens_with_an_ids_tokenizer(hub_cache, monkeypatch):
+    """--tokenizer ID fetches its tokenizer files; without --tokenizer, a served model name that is an
+    id already in the cache is used (never downloaded for that)."""
+    import huggingface_hub.constants as hf
+    from turbospec.audit.tokens import find_token_counter
+    monkeypatch.setattr(hf, "HF_HUB_CACHE", str(hub_cache))
+    text = "def fibonacci(n):\n    return n"
+    local = find_token_counter(str(MODELS / "codelm-12m"), "x").count(text)
+    assert find_token_counter("acme/codelm", "x").count(text) == local > 3
+    assert find_token_counter(None, "acme/codelm").count(text) == local              # the cached served name
+    assert find_token_counter(None, "acme/not-cached") is None                       # nothing fetched
+
+
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "turbospec.cli", *args], cwd=REPO, env=env,

@@ -89,6 +89,17 @@ def _snapshot(repo_id: str, what: str, revision: str | None, download_dir: str |
     return snap
 
 
+def cached_snapshot(repo_id: str) -> str | None:
+    """`repo_id`'s snapshot if the Hub cache already holds one (nothing is downloaded), else None."""
+    if not is_hub_id(repo_id):
+        return None
+    from huggingface_hub import snapshot_download
+    try:
+        return snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached (or an unreadable cache): the caller goes without
+        return None
+
+
 def _has(directory: str, suffix: str) -> bool:
     return any(name.endswith(suffix) for name in os.listdir(directory))
 

@@ -2,7 +2,8 @@
 
 Order of trust, recorded per request as `token_source`:
   usage      the server's own count (we ask for it with `stream_options.include_usage`)
-  tokenizer  a local tokenizer.json (`--tokenizer`, or `--model` when it is a local directory)
+  tokenizer  a local tokenizer.json (`--tokenizer`: a file, a directory or a Hugging Face id; else
+             `--model` when it is a local directory or a Hugging Face id already in the Hub cache)
   chunks     one token per streamed chunk: a lower bound when a server sends several tokens a chunk
 """
 from __future__ import annotations
@@ -31,8 +32,12 @@ class TokenCounter:
 
 def find_token_counter(tokenizer: str | None, model: str) -> TokenCounter | None:
     """The explicit --tokenizer (errors if unusable), else the model's directory if local, else None."""
+    from turbospec.hub import cached_snapshot, is_hub_id, resolve_model
     if tokenizer:
+        if is_hub_id(tokenizer):
+            tokenizer = resolve_model(tokenizer, "--tokenizer", files="tokenizer")
         return TokenCounter(tokenizer)
-    if os.path.isfile(os.path.join(model, "tokenizer.json")):
-        return TokenCounter(model)
+    local = model if os.path.isdir(model) else cached_snapshot(model)
+    if local and os.path.isfile(os.path.join(local, "tokenizer.json")):
+        return TokenCounter(local)
     return None
