@@ -36,6 +36,10 @@ def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, t
     assert "greedy outputs identical to plain: 2/2" in r.output
     al = float(re.search(r"acceptance length ([0-9.]+)", r.output).group(1))
     assert 1.0 <= al <= 4.0
+    r = runner.invoke(app, ["bench", "spec", "--model", str(codelm_dir), "--prompts", str(prompts),    # online FP8
+                            "--device", "cpu", "--max-tokens", "8", "--quantization", "fp8", "--speculative-config",
+                            '{"method": "ngram", "num_speculative_tokens": 3}'])
+    assert r.exit_code == 0 and "greedy outputs identical to plain: 2/2" in r.output, r.output
 
 
 def test_bench_spec_says_so_when_nothing_was_drafted(codelm_dir, tmp_path):

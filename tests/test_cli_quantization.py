@@ -21,6 +21,8 @@ def test_generate_quantizes_at_load(codelm_dir):
     plain = LLM(str(codelm_dir), device="cpu", dtype="float32").generate([prompt], params)[0]
     assert want.outputs[0].text != plain.outputs[0].text          # FP8 weights change this continuation
     assert prompt + want.outputs[0].text in r.output
+    assert ("weights: 24 linear / expert modules quantized to block-FP8 [128, 128] at load (weights only, lossy); "
+            "router, embeddings, norms and LM head kept") in r.output           # 6 layers x qkv, o, gate_up, down
 
 
 def test_bad_quantization_is_refused(codelm_dir):

@@ -277,3 +277,15 @@ def test_cpu_fp8_experts_dequantize_only_the_selected_ones(monkeypatch):
     got = fused_experts_torch(x, q13, q2, tw, ids, w13_scale=s13, w2_scale=s2, block_shape=(128, 128))
     assert torch.equal(got, ref)
     assert sorted(shapes) == sorted([(2 * I, H), (H, I)] * 3)       # experts 3, 9, 12: two matrices each
+
+
+def test_shapes_off_the_block_grid_are_refused_naming_the_config_keys(tiny_checkpoint_factory):
+    """A fused weight whose shards start off the 128-row grid (q/k/v with 64-wide kv heads here) is
+    refused naming what sets the offset and what to do, not an internal class name."""
+    d = tiny_checkpoint_factory("qwen3", "fp8_offgrid", tokenizer=False, hidden_size=128, head_dim=64,
+                                num_attention_heads=2, num_key_value_heads=1, intermediate_size=256)
+    with pytest.raises(ValueError) as e:
+        load_model(str(d), "cpu", torch.float32, quantization="fp8")
+    msg = str(e.value)
+    assert "q/k/v are one fused weight here (k starts at num_attention_heads x head_dim" in msg
+    assert "shard 'v' starts at row 192" in msg and "run it unquantized (without quantization='fp8'" in msg

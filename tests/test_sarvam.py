@@ -173,3 +173,22 @@ def test_sarvam_config_errors():
         SarvamMoEArgs.from_config(ModelConfig.from_dict(sarvam_config(n_group=3)))
     args = SarvamMoEArgs.from_config(ModelConfig.from_dict(sarvam_config(num_shared_experts=2)))
     assert args.shared_intermediate_size == 2 * I_MOE and args.routing.renormalize
+
+
+def test_sarvam_config_and_layout_mistakes_name_the_key(tmp_path):
+    """A missing num_experts read 'num_experts_per_tok=3 must be in [1, 0]', a missing
+    moe_intermediate_size named Qwen3-MoE, and a first_k_dense_replace that does not match the
+    weights asked whether `architectures` was right."""
+    for drop, words in (("num_experts", "a SarvamMoEForCausalLM config needs num_experts"),
+                        ("moe_intermediate_size", "a SarvamMoEForCausalLM config needs moe_intermediate_size")):
+        cfg = sarvam_config()
+        del cfg[drop]
+        with pytest.raises(ValueError, match=words):
+            ModelConfig.from_dict(cfg)
+    tensors = sarvam_tensors(hf_reference(1, 1, seed=3))
+    with pytest.raises(ValueError) as e:
+        load_model(str(write_checkpoint(tmp_path / "fkdr", tensors, sarvam_config(first_k_dense_replace=0))))
+    assert "layer 0 has dense MLP weights, but config.json's first_k_dense_replace=0 makes it MoE" in str(e.value)
+    renamed = {n.replace("gate.expert_bias", "gate.e_score_correction_bias"): t for n, t in tensors.items()}
+    with pytest.raises(ValueError, match="Sarvam's is `mlp.gate.expert_bias`: rename the tensors"):
+        load_model(str(write_checkpoint(tmp_path / "bias", renamed, sarvam_config())))

@@ -15,6 +15,7 @@ import torch
 
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM",
                            "MistralForCausalLM", "SarvamMoEForCausalLM")
+MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM")
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -185,7 +186,7 @@ class ModelConfig:
         head_dim = raw.get("head_dim") or hidden // n_heads
         eos_ids = _token_ids(raw.get("eos_token_id"))
         num_experts = int(raw.get("num_experts", raw.get("num_local_experts", 0)) or 0)
-        if arch not in ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM"):   # SarvamMoE keys: models/sarvam_moe.py
+        if arch not in MOE_ARCHITECTURES:                                 # SarvamMoE keys: models/sarvam_moe.py
             num_experts = 0
         window = _sliding_window(raw)
         cfg = cls(
@@ -248,12 +249,16 @@ class ModelConfig:
             raise ValueError(
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads={self.num_key_value_heads}: fix config.json")
+        if self.architecture in MOE_ARCHITECTURES and not self.is_moe:
+            raise ValueError(f"a {self.architecture} config needs num_experts (routed experts per MoE layer, "
+                             "> 0): add it to config.json")
         if self.is_moe and not (0 < self.num_experts_per_tok <= self.num_experts):
             raise ValueError(
                 f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, num_experts="
                 f"{self.num_experts}]: fix config.json")
         if self.is_moe and self.moe_intermediate_size <= 0:
-            raise ValueError("a Qwen3-MoE config needs moe_intermediate_size > 0")
+            raise ValueError(f"a {self.architecture} config needs moe_intermediate_size > 0 (each routed "
+                             "expert's MLP width): add it to config.json")
 
 
 @dataclass

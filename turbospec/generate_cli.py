@@ -65,6 +65,9 @@ def generate(
         _fail(str(e))
     except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback
         _fail(f"could not load {model!r}: {type(e).__name__}: {e}")
+    note = getattr(llm.llm_engine.model, "quant_note", None)
+    if note:
+        typer.echo(f"weights: {note}", err=True)
     if llm.get_tokenizer() is None:
         where = f"--tokenizer {tokenizer!r}" if tokenizer else repr(model)
         _fail(f"{where} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...), so --prompt "

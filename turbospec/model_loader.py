@@ -17,6 +17,7 @@ Every parameter shard must be loaded exactly once and every other tensor used, e
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,8 @@ from turbospec.layers.linear import WeightShapeError
 from turbospec.layers.quant.fp8 import (FP8_DTYPE, check_fp8_scales, checkpoint_tensor_dtypes,
                                         prepare_fp8_from_checkpoint, quantize_model_fp8, resolve_fp8_config)
 from turbospec.models.registry import get_model_class
+
+log = logging.getLogger(__name__)
 
 # checkpoint tensors that carry nothing we need (old exporters saved the rope frequencies)
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
@@ -154,8 +157,9 @@ def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
             raise ValueError(f"checkpoint tensor {name}: {e}") from None
         loaded.update((param_name, s) for s in shards)
     if unknown:
+        hint = getattr(model, "unused_tensors_hint", lambda names: None)(unknown)
         raise ValueError(f"checkpoint has tensor(s) this {type(model).__name__} does not use: "
-                         f"{_listing(unknown)}; is `architectures` in config.json right?")
+                         f"{_listing(unknown)}; {hint or 'is `architectures` in config.json right?'}")
     if twice:
         raise ValueError(f"checkpoint holds these weights twice (e.g. both per-expert and fused "
                          f"layouts): {_listing(twice)}; keep one copy")
@@ -201,6 +205,13 @@ def load_model(model_dir: str | os.PathLike, device: torch.device | str = "cpu",
         prepare_fp8_from_checkpoint(model, fp8, scaled)
     load_weights(model, iterate_weights(model_dir, device), num_layers=cfg.num_hidden_layers,
                  tied_lm_head=cfg.tie_word_embeddings)
-    if fp8 is not None and not fp8.from_checkpoint:
-        quantize_model_fp8(model, fp8)
+    model.quant_note = None               # what quantization did, for start-up lines (serve, generate)
+    if fp8 is not None and fp8.from_checkpoint:
+        model.quant_note = f"block-FP8 weights {list(fp8.block)} from the checkpoint"
+    elif fp8 is not None:
+        n = quantize_model_fp8(model, fp8)
+        model.quant_note = (f"{n} linear / expert modules quantized to block-FP8 {list(fp8.block)} at load (weights "
+                            "only, lossy); router, embeddings, norms and LM head kept")
+    if model.quant_note:
+        log.info("%s: %s", model_dir, model.quant_note)
     return model.eval()

@@ -22,7 +22,7 @@ def spec(
     dtype: str = typer.Option(None, help="bf16 | fp16 | fp32 (default: bf16 with --shape, the engine's with --model)"),
     temperature: float = typer.Option(0.0, help="with --model (0: greedy, and the outputs are compared to plain)"),
     device: str = typer.Option(None, help="cuda (default when available) or cpu"),
-    quantization: str = typer.Option(None, help="with --shape: fp8 = block-FP8 weights (128x128, quantized at load)"),
+    quantization: str = typer.Option(None, help="fp8 = block-FP8 weights (128x128, quantized at load; with --model, of a bf16 checkpoint)"),
     max_model_len: int = typer.Option(None, help="with --shape: the engine's context limit, as a server's (default: "
                                       "what the run needs); CUDA graphs are captured for length buckets up to it"),
 ) -> None:
@@ -58,15 +58,14 @@ def spec(
         if max_model_len is not None:
             raise typer.BadParameter("--max-model-len goes with --shape; with --model the engine's context "
                                      "limit is the model's")
-        if quantization is not None:
-            raise typer.BadParameter("--quantization goes with --shape (random weights); a --model directory "
-                                     "brings its own quantization_config")
         if prompts is None:
             raise typer.BadParameter("--model needs --prompts FILE.jsonl")
-        _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype)
+        _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype,
+                    quantization)
 
 
-def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype):
+def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype,
+                quantization=None):
     from turbospec import LLM, SamplingParams
     from turbospec.benchmarks.spec import compare, load_prompts
 
@@ -76,7 +75,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     try:
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
         ps = load_prompts(prompts, num_prompts)
-        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg)
+        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg, quantization=quantization)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     eng = llm.llm_engine

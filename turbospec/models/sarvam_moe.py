@@ -22,6 +22,7 @@ Checkpoint names (HF): `model.word_embeddings`, `model.layers.{l}.attention.quer
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -168,6 +169,23 @@ class SarvamMoEModel(LlamaModel):
 
 class SarvamMoEForCausalLM(LlamaForCausalLM):
     decoder_layer_cls = SarvamMoEDecoderLayer
+
+    def unused_tensors_hint(self, names: list[str]) -> str | None:
+        """The loader's hint when the checkpoint's dense / MoE layers are not where config.json's
+        first_k_dense_replace puts them, or it names the expert bias as vLLM's DeepSeek port does."""
+        fkdr = SarvamMoEArgs.from_config(self.config).first_k_dense_replace
+        if any(n.endswith("e_score_correction_bias") for n in names):
+            return ("this checkpoint names the router bias `e_score_correction_bias` (DeepSeek's name); "
+                    "Sarvam's is `mlp.gate.expert_bias`: rename the tensors")
+        layer_mlp = re.compile(r".*layers\.(\d+)\.mlp\.(gate\.|experts\.|shared_experts\.|gate_proj|up_proj|down_proj)")
+        for n in names:
+            m = layer_mlp.match(n)
+            if m:
+                moe = m.group(2) in ("gate.", "experts.", "shared_experts.")
+                return (f"layer {m.group(1)} has {'MoE' if moe else 'dense MLP'} weights, but config.json's "
+                        f"first_k_dense_replace={fkdr} makes it {'dense' if moe else 'MoE'}: fix "
+                        "first_k_dense_replace (the number of leading dense layers)")
+        return None
     expert_params_mapping = {
         "gate_proj": ("gate_up_proj", "w1"), "up_proj": ("gate_up_proj", "w3"),
         "down_proj": ("down_proj", "w2"),

@@ -113,6 +113,8 @@ def install_chat_template(engine, template: str) -> None:
 def dtype_note(engine, requested: str | None) -> str:
     """The dtype the weights run in, and why when the server chose it (`--dtype auto`, the default)."""
     chosen = str(getattr(engine, "dtype", "?")).removeprefix("torch.")
+    quant = getattr(getattr(engine, "model", None), "quant_note", None)
+    chosen += f"; {quant}" if quant else ""
     if requested not in (None, "auto"):
         return chosen
     stored = str(getattr(getattr(engine, "model_config", None), "dtype", "?")).removeprefix("torch.")

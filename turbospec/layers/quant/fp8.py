@@ -131,8 +131,11 @@ def _fp8_loader(loader):
     """Refuse a non-FP8 tensor for an FP8 parameter (casting would silently drop its scale)."""
     def load(param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
         if loaded.dtype != FP8_DTYPE:
+            fused = (f" It is shard {shard_id!r} of a fused weight (q/k/v, gate/up and the experts' gate/up "
+                     "are one weight here): its parts must all be FP8, or all be left unquantized (listed "
+                     "together in ignored_layers / modules_to_not_convert)" if shard_id is not None else "")
             raise ValueError(f"got a {loaded.dtype} tensor for a block-FP8 weight (float8_e4m3fn expected): "
-                             "config.json declares FP8, so the checkpoint's weights must be FP8")
+                             f"config.json declares FP8, so the checkpoint's weights must be FP8.{fused}")
         loader(param, loaded, shard_id)
     return load
 
@@ -163,6 +166,12 @@ def _release(param: nn.Parameter) -> None:
         param.__dict__.pop(attr, None)
 
 
+# what each fused layer's shard offsets are made of, for the error when one is off the block grid
+_FUSED_WHAT = {"QKVLinear": "q/k/v are one fused weight here (k starts at num_attention_heads x head_dim, v at "
+                            "that + num_key_value_heads x head_dim)",
+               "MergedColumnLinear": "gate/up are one fused weight here (up starts at intermediate_size)"}
+
+
 def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
     """Swap `layer.weight` for an empty FP8 weight plus `weight_scale_inv`, loaders included."""
     bn, bk = block
@@ -171,8 +180,11 @@ def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
     if isinstance(layer, _ShardedOutputLinear):
         for sid, (off, rows) in layer._shard_slices().items():
             if off % bn:
-                raise ValueError(f"{type(layer).__name__} shard {sid!r} starts at row {off}, not a multiple "
-                                 f"of the FP8 block size {bn}: this layout cannot be block-quantized")
+                raise ValueError(f"{_FUSED_WHAT.get(type(layer).__name__, type(layer).__name__)}: shard {sid!r} "
+                                 f"starts at row {off}, not a multiple of the FP8 block size {bn}, so its blocks "
+                                 "would share scales with the shard before it. This model's shapes cannot be "
+                                 "block-FP8 quantized in turbospec's fused layout: run it unquantized (without "
+                                 "quantization='fp8' / --quantization fp8), or from a bf16 copy of the checkpoint")
             views[sid] = lambda s, o=off // bn, r=cdiv(rows, bn): s.narrow(0, o, r)
     _release(layer.weight)
     layer.weight = nn.Parameter(torch.empty(n, k, dtype=FP8_DTYPE, device=dev), requires_grad=False)
