@@ -72,6 +72,9 @@ def test_sliding_window_only_when_the_config_turns_it_on():
     base = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
             "num_attention_heads": 4, "max_position_embeddings": 32768, "sliding_window": 4096}
     assert ModelConfig.from_dict({**base, "use_sliding_window": False}).max_position_embeddings == 32768
+    assert ModelConfig.from_dict(base).max_position_embeddings == 32768      # absent: off, as transformers
+    llama = {**base, "architectures": ["LlamaForCausalLM"], "use_sliding_window": True}
+    assert ModelConfig.from_dict(llama).sliding_window is None               # no window in Llama's layers
     on = ModelConfig.from_dict({**base, "use_sliding_window": True})
     assert (on.max_position_embeddings, on.sliding_window) == (4096, 4096)
     mistral = {**base, "architectures": ["MistralForCausalLM"]}

@@ -84,6 +84,8 @@ def test_missing_ids_and_revisions_say_what_to_do(hub_cache):
         LLM(str(MODELS / "codelm-12m"), device="cpu", speculative_config={
             "method": "eagle3", "model": "acme/no-drafter", "num_speculative_tokens": 4})
     assert "speculative_config model 'acme/no-drafter'" in str(e.value)
+    with pytest.raises(ValueError, match="nor a valid Hugging Face id"):
+        resolve_model("acme/b..c", download_dir=str(hub_cache))
     with pytest.raises(ValueError) as e:
         resolve_model("acme/codelm", revision=3)
     assert "revision=3 must be a string" in str(e.value)
@@ -93,14 +95,21 @@ def test_missing_ids_and_revisions_say_what_to_do(hub_cache):
     assert "revision='v1' is not supported" in str(e.value)
 
 
-def test_a_repo_without_safetensors_gives_its_bin_weights(tmp_path):
+def test_a_drafter_repo_without_safetensors_gives_its_bin_weights(tmp_path):
+    """A published EAGLE-3 head ships pytorch_model.bin, which the drafter loaders read; a target
+    without safetensors is refused (online, before any weight is fetched: the first fetch asks for
+    safetensors alone)."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "config.json").write_text("{}")
     (src / "pytorch_model.bin").write_bytes(b"weights")
     _cache_repo(tmp_path / "hub", "acme/old-head", src, {"main": MAIN})
-    snap = resolve_model("acme/old-head", download_dir=str(tmp_path / "hub"))
+    snap = resolve_model("acme/old-head", download_dir=str(tmp_path / "hub"), files="draft")
     assert sorted(os.listdir(snap)) == ["config.json", "pytorch_model.bin"]
+    (tmp_path / "src" / "pytorch_model.bin").unlink()
+    _cache_repo(tmp_path / "hub", "acme/no-weights", tmp_path / "src", {"main": MAIN})
+    with pytest.raises(ValueError, match="has no \\*.safetensors weights on the Hugging Face Hub"):
+        resolve_model("acme/no-weights", download_dir=str(tmp_path / "hub"))
 
 
 def test_shapes_and_the_audit_take_an_id_config_alone(hub_cache, monkeypatch):
@@ -167,3 +176,13 @@ def test_generate_and_serve_take_an_id(hub_cache, tmp_path):
         assert (card["id"], card["root"]) == ("acme/codelm", "acme/codelm")     # the id, not its cache path
     finally:
         server.terminate()
+
+
+def test_a_speculative_config_typo_is_refused_before_the_model_is_fetched(monkeypatch):
+    """A 16 GB download (or load) before a misspelt key was refused: now the key comes first."""
+    import turbospec.hub as hub
+    fetched = []
+    monkeypatch.setattr(hub, "_snapshot", lambda *a, **k: fetched.append(a) or "/nonexistent")
+    with pytest.raises(ValueError, match="did you mean 'num_speculative_tokens'"):
+        LLM("acme/big-model", device="cpu", speculative_config={"method": "ngram", "num_speculative_token": 4})
+    assert fetched == []

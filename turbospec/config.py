@@ -67,12 +67,14 @@ def read_optional_json(path: str) -> dict[str, Any]:
             raise ValueError(f"{path} is not valid JSON ({e}): fix, re-download or delete it") from e
 
 
-def _sliding_window(raw: dict[str, Any]) -> int | None:
+def _sliding_window(arch: str, raw: dict[str, Any]) -> int | None:
     """The attention window the checkpoint was trained with, when one applies: Mistral's
     `sliding_window` (null or absent: none); Qwen2 / Qwen3's only with `use_sliding_window` true
-    (their configs carry a `sliding_window` value that is off by default)."""
+    (their configs carry a `sliding_window` value that is off by default, as in transformers)."""
     window = raw.get("sliding_window")
-    if "use_sliding_window" in raw and not raw["use_sliding_window"]:
+    if arch.startswith("Qwen") and raw.get("use_sliding_window") is not True:
+        return None
+    if not arch.startswith(("Qwen", "Mistral")):
         return None
     return int(window) if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
@@ -188,7 +190,7 @@ class ModelConfig:
         num_experts = int(raw.get("num_experts", raw.get("num_local_experts", 0)) or 0)
         if arch not in MOE_ARCHITECTURES:                                 # SarvamMoE keys: models/sarvam_moe.py
             num_experts = 0
-        window = _sliding_window(raw)
+        window = _sliding_window(arch, raw)
         cfg = cls(
             architecture=arch,
             model_type=raw.get("model_type", ""),

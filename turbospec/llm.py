@@ -34,6 +34,9 @@ class LLM:
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"seed={seed!r} must be an integer (or None)")
         model = os.fspath(model) if isinstance(model, os.PathLike) else model          # a pathlib.Path too
+        if speculative_config is not None:
+            from turbospec.spec.factory import check_speculative_config
+            check_speculative_config(speculative_config)              # a typo: before any download or load
         model_dir = resolve_model(model, revision=revision, download_dir=download_dir)
         self._sampling_defaults = read_sampling_defaults(model_dir, generation_config)
         if tokenizer is not None:
@@ -69,7 +72,7 @@ class LLM:
         engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
         work starts, so a bad one fails the call without running the others (prompt + max_tokens
         past the context is not an error: that request stops at the context with finish_reason
-        "length", as vLLM's LLM does); if the call is
+        "length", as vLLM's LLM does; a min_tokens the context cannot hold still is); if the call is
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
         prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do.
         vLLM's `lora_request` and `priority` are accepted at their neutral values (None; zeros)."""

@@ -109,3 +109,4 @@ def test_a_level_stops_sending_once_the_server_is_gone(dead_url, run_audit_here,
     assert run["failures"] == {"connection refused": 5} and run["num_not_sent"] == 7 and run["num_ok"] == 0
     assert (f"{dead_url} · concurrency 1: the server refused connections 5 times in a row (gone?), so the level "
             "stopped sending to it: 7 requests not sent") in (tmp_path / "report.md").read_text()
+    assert res["verdict"]["decision"] == "inconclusive" and "7 prompts were never sent" in res["verdict"]["reasons"][0]

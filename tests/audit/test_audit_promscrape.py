@@ -114,3 +114,6 @@ def test_other_traffic_in_the_counters_is_flagged(scripted_base, run_audit_here,
     assert b["note"].endswith("the server finished 6 requests during this level and the audit sent 2: other traffic "
                               "shared these counters, so the figures are not this run's alone")
     assert "other traffic shares its /metrics counters" in (tmp_path / "report.md").read_text()
+    quiet_v, busy_v = res["verdicts"]
+    assert not any("other traffic" in c for c in quiet_v["caveats"])
+    assert any(c.startswith("the server's /metrics counters moved with other traffic") for c in busy_v["caveats"])

@@ -41,6 +41,17 @@ def test_savings_larger_than_the_bill_are_never_called_a_saving():
                      "stated load: what keeping speculation on avoids, not a cut of that bill"]
 
 
+def test_a_server_that_went_away_mid_run_is_never_a_go():
+    """150 of 200 prompts done, then the server died: 6 failures (3.8%, under the 5% gate) and 44
+    prompts never sent once it refused 5 connections in a row. That read GO; it is inconclusive."""
+    kw = dict(endpoint="http://h:8000", num_ok=150, num_failed=6, speedup=1.6, acceptance_length=2.6,
+              acceptance_source="measured from /metrics", target_label="concurrency 1", target_ok=150,
+              target_failed=6, already_speculating=True)
+    assert decide(VerdictInput(**kw))["decision"] == "go"
+    v = decide(VerdictInput(**kw, num_not_sent=44, target_not_sent=44))
+    assert v["decision"] == "inconclusive" and "44 prompts were never sent" in v["reasons"][0]
+
+
 def test_a_chosen_target_load_is_decided_on_its_own(scripted_base, run_audit_here):
     # healthy at concurrency 1 (calls 1..10), every request failing at concurrency 2 (calls 11..20)
     url = f"{scripted_base}/s/{FAST},failevery=1,failfrom=10,tag=tgt"
@@ -89,7 +100,7 @@ def test_the_console_qualifies_per_chunk_throughput(scripted_base, tmp_path):
     assert "! tokens were counted one per streamed chunk" in res.output
 
 
-def test_a_model_config_of_another_size_than_the_served_name_is_a_caveat(scripted_base, run_audit_here):
+def test_a_model_config_of_another_size_than_the_served_name_is_a_caveat(scripted_base, run_audit_here, tmp_path):
     """A slow-looking endpoint may be audited with the wrong shape: when the served name names a
     preset whose size (or weight dtype) differs from --model-config's, the verdict says so first."""
     from turbospec.audit.roofline import load_model_bytes
@@ -103,3 +114,13 @@ def test_a_model_config_of_another_size_than_the_served_name_is_a_caveat(scripte
     assert load_model_bytes("qwen3-8b", "Qwen/Qwen3-8B").mismatch is None            # the same model
     assert load_model_bytes("qwen3-8b", "my-finetune").mismatch is None              # a name that says nothing
     assert "in fp8" in load_model_bytes("qwen3-8b", "Qwen/Qwen3-8B-FP8").mismatch     # same size, FP8 served
+    from turbospec.audit.presets import preset_config
+    fp16 = dict(preset_config("qwen3-8b"), torch_dtype="float16")
+    awq = dict(fp16, quantization_config={"quant_method": "awq", "bits": 4})
+    ct8 = dict(fp16, quantization_config={"quant_method": "compressed-tensors",
+                                          "config_groups": {"g": {"weights": {"num_bits": 8}}}})
+    import json
+    for i, (cfg, name) in enumerate(((fp16, "Qwen/Qwen3-8B"), (awq, "Qwen/Qwen3-8B-AWQ"), (ct8, "Qwen/Qwen3-8B-FP8"))):
+        path = tmp_path / f"c{i}.json"
+        path.write_text(json.dumps(cfg))
+        assert load_model_bytes(str(path), name).mismatch is None, name     # same bytes, or a quantized name

@@ -161,6 +161,10 @@ def caveats(run: dict) -> list[str]:
         out.append(f"tokens were counted one per streamed chunk for {sources['chunks']} of {run['num_ok']} requests "
                    "(no usage from the server, no --tokenizer): tok/s is a lower bound, TPOT and cost per token "
                    "upper bounds, wrong by the tokens each chunk carries; pass --tokenizer for real counts")
+    if run["speculation"].get("other_traffic"):
+        out.append("the server's /metrics counters moved with other traffic during this level (it finished more "
+                   "requests than the audit sent): the measured acceptance is not this run's alone; audit a server "
+                   "nobody else is using for a measured figure")
     if run["speculation"].get("implausible"):
         out.append(f"tokens per chunk {run['speculation']['acceptance_length']:.2f} is above any k+1: it is not an "
                    "acceptance length and is not used")
@@ -238,7 +242,8 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
     chosen = econ.target_concurrency is not None
     if run is None:
         return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled,
-                                   other_failures=_failed_levels(runs, None)))
+                                   other_failures=_failed_levels(runs, None),
+                                   num_not_sent=sum(r.get("num_not_sent", 0) for r in runs)))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
     v = decide(VerdictInput(
@@ -252,7 +257,8 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
                                                                      econ.model.mismatch else ()),
         annual_cost=annual["annual_cost"],
         verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
-        other_failures=_failed_levels(runs, run)))
+        other_failures=_failed_levels(runs, run), num_not_sent=sum(r.get("num_not_sent", 0) for r in runs),
+        target_not_sent=run.get("num_not_sent", 0)))
     v["target_run"] = run["label"]
     v["annual"] = annual
     return v

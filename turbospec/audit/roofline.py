@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 
 from turbospec.audit.presets import guess_preset, preset_config
@@ -47,6 +48,7 @@ class ModelBytes:
     total_params: float
     notes: tuple[str, ...] = field(default=())
     mismatch: str | None = None       # the served model's name names another model: a verdict caveat
+    bytes_per_weight: float = 2.0     # a linear weight's storage (1 for FP8 / 8-bit, 0.5 for 4-bit)
 
     @property
     def weight_bytes_per_token(self) -> float:
@@ -146,7 +148,7 @@ def model_bytes(raw: dict, name: str = "model", source: str = "config.json") -> 
         shared = f" plus a shared MLP of width {shared_inter}" if shared_inter else ""
         notes.append(f"MoE: {n_moe} of {L} layers read {k} of {E} experts per token{shared}")
     return ModelBytes(
-        name=name, source=source, weight_dtype=label, dense_bytes=dense_bytes,
+        name=name, source=source, weight_dtype=label, bytes_per_weight=wb, dense_bytes=dense_bytes,
         expert_bytes=expert * wb, num_moe_layers=n_moe, num_experts=E if n_moe else 0,
         experts_per_tok=k if n_moe else 0, kv_bytes_per_token=kv_per_token,
         active_params=dense_params + head + n_moe * k * expert,
@@ -192,6 +194,7 @@ def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
 # a --model-config whose parameter count is off by more than this from the model the served name
 # names is called out (an 8B name audited with a 30B shape, or the reverse)
 NAME_MISMATCH_RATIO = 1.25
+QUANT_MARKERS = re.compile(r"awq|gptq|int4|int8|w4a|w8a|4bit|8bit|4-bit|8-bit|nf4|bnb|gguf|exl2|mxfp4|nvfp4")
 
 
 def _check_name(mb: ModelBytes, model_name: str) -> ModelBytes:
@@ -203,7 +206,10 @@ def _check_name(mb: ModelBytes, model_name: str) -> ModelBytes:
         return mb
     named = model_bytes(preset_config(guess), name=guess, source=f"preset {guess}")
     ratio = mb.total_params / named.total_params if named.total_params else 1.0
-    if 1 / NAME_MISMATCH_RATIO <= ratio <= NAME_MISMATCH_RATIO and mb.weight_dtype == named.weight_dtype:
+    # a name that says how it is quantized (AWQ, GPTQ, 4-bit, ...) names no preset's weights: sizes only
+    quantized_name = QUANT_MARKERS.search(model_name.lower()) is not None
+    same_bytes = quantized_name or mb.bytes_per_weight == named.bytes_per_weight     # fp16 = bf16, 8-bit = fp8
+    if 1 / NAME_MISMATCH_RATIO <= ratio <= NAME_MISMATCH_RATIO and same_bytes:
         return mb
     return replace(mb, mismatch=(
         f"the endpoint serves {model_name!r}, whose name says {guess} ({named.total_params / 1e9:.2f}B parameters "

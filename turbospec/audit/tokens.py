@@ -32,12 +32,12 @@ class TokenCounter:
 
 def find_token_counter(tokenizer: str | None, model: str) -> TokenCounter | None:
     """The explicit --tokenizer (errors if unusable), else the model's directory if local, else None."""
-    from turbospec.hub import cached_snapshot, is_hub_id, resolve_model
+    from turbospec.hub import cached_file, is_hub_id, resolve_model
     if tokenizer:
         if is_hub_id(tokenizer):
             tokenizer = resolve_model(tokenizer, "--tokenizer", files="tokenizer")
         return TokenCounter(tokenizer)
-    local = model if os.path.isdir(model) else cached_snapshot(model)
-    if local and os.path.isfile(os.path.join(local, "tokenizer.json")):
-        return TokenCounter(local)
-    return None
+    if os.path.isfile(os.path.join(model, "tokenizer.json")):
+        return TokenCounter(model)
+    cached = cached_file(model, "tokenizer.json")
+    return TokenCounter(cached) if cached else None

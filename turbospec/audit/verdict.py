@@ -57,6 +57,8 @@ class VerdictInput:
     verify_overhead: float = 0.3       # assumed (--verify-overhead)
     target_chosen: bool = False        # --target-concurrency given: decide there, other levels are notes
     other_failures: tuple[str, ...] = field(default=())   # "concurrency 16: 4 of 4 failed (http 500: 4)"
+    num_not_sent: int = 0              # prompts never sent because the server was gone (runner.GONE_AFTER)
+    target_not_sent: int = 0           # the same at the target load
 
 
 def decide(v: VerdictInput) -> dict:
@@ -158,6 +160,11 @@ def _health(v: VerdictInput, at: str) -> str | None:
             return (f"no request finished: {v.num_cancelled} were cancelled unfinished (--max-duration or Ctrl-C): "
                     "raise --max-duration, or lower --max-tokens or --num-prompts, then audit again")
         return "no request was measured: the audit was stopped (Ctrl-C or SIGTERM) before the first one finished"
+    gone = v.target_not_sent if v.target_chosen else v.num_not_sent
+    if gone:                           # a server that died mid-run: its few failures hide the unsent prompts
+        return (f"the server went away during the audit: it refused connections in a row and {gone} prompts were "
+                "never sent, so the load was not the one asked for: restart it (or find why it fell over) and "
+                "audit again")
     t_total = (v.target_ok or 0) + (v.target_failed or 0)
     if v.target_chosen and t_total == 0:
         return (f"no request finished {at}, the load the verdict is about (cancelled at --max-duration or Ctrl-C): "

@@ -100,7 +100,7 @@ class LLMEngine:
         ids (turbospec/hub.py; `revision` / `tokenizer_revision` / `download_dir` as vLLM's)."""
         from turbospec.hub import resolve_model
         from turbospec.model_loader import load_model
-        from turbospec.spec.factory import build_proposer
+        from turbospec.spec.factory import build_proposer, check_speculative_config
 
         try:
             device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -116,6 +116,8 @@ class LLMEngine:
             raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
         engine_config = engine_config or EngineConfig()
         engine_config.validate()
+        if speculative_config is not None:
+            check_speculative_config(speculative_config)              # a typo: before any download or load
         model = resolve_model(model, revision=revision, download_dir=download_dir)
         if tokenizer is not None:
             tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,

@@ -150,6 +150,9 @@ def serve(
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         from turbospec.hub import resolve_model
+        from turbospec.spec.factory import check_speculative_config
+        if spec is not None:
+            check_speculative_config(spec)                 # a typo: before any download or load
         model_dir = resolve_model(model, revision=revision, download_dir=download_dir)   # an id: the Hub cache
         if tokenizer is not None:
             tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,

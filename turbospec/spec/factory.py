@@ -49,10 +49,9 @@ def _check_keys(spec: dict[str, Any], method: str) -> None:
                              f"are {', '.join(known)}")
 
 
-def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir: str,
-                   device: torch.device, dtype: torch.dtype, download_dir: str | None = None):
-    """`spec["model"]`: a drafter directory or a Hugging Face id (with `spec["revision"]`), fetched
-    through the Hub cache in `download_dir` (turbospec/hub.py)."""
+def check_speculative_config(spec: dict[str, Any]) -> tuple[dict[str, Any], str, int | None]:
+    """(a copy of `spec`, its method, k) after every check that needs no model: so a typo is refused
+    before a target of many GB is downloaded or loaded."""
     if not isinstance(spec, dict):
         raise ValueError("speculative_config must be a dict such as "
                          '{"method": "ngram", "num_speculative_tokens": 4}')
@@ -81,16 +80,27 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
         raise ValueError(f"method {method!r} needs speculative_config['model']: the drafter's directory")
     if spec.get("model") is not None and not isinstance(spec["model"], str):     # a TypeError blamed on the target
         raise ValueError(f"speculative_config model={spec['model']!r} must be the drafter's directory, a string")
+    if method == "ngram":
+        for key in ("prompt_lookup_min", "prompt_lookup_max"):            # 'x' was int()'s message, 2.7 ran as 2
+            val = spec.get(key, 1)
+            if not isinstance(val, int) or isinstance(val, bool):
+                raise ValueError(f"speculative_config {key}={val!r} must be an integer (n-gram length in tokens)")
+    return spec, method, k
+
+
+def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir: str,
+                   device: torch.device, dtype: torch.dtype, download_dir: str | None = None):
+    """`spec["model"]`: a drafter directory or a Hugging Face id (with `spec["revision"]`), fetched
+    through the Hub cache in `download_dir` (turbospec/hub.py)."""
+    spec, method, k = check_speculative_config(spec)
     if spec.get("model"):
         from turbospec.hub import resolve_model
         spec["model"] = resolve_model(spec["model"], "speculative_config model", revision=spec.get("revision"),
-                                      download_dir=download_dir)
+                                      download_dir=download_dir,
+                                      files="draft" if method in ("eagle3", "dflash") else "weights")
     if method == "ngram":
         from turbospec.spec.ngram import NgramProposer
         lookup = {key: spec.get(key, default) for key, default in (("prompt_lookup_min", 1), ("prompt_lookup_max", 4))}
-        for key, val in lookup.items():                             # 'x' was int()'s message, 2.7 ran as 2
-            if not isinstance(val, int) or isinstance(val, bool):
-                raise ValueError(f"speculative_config {key}={val!r} must be an integer (n-gram length in tokens)")
         return NgramProposer(k, lookup["prompt_lookup_min"], lookup["prompt_lookup_max"])
     if method == "draft_model":
         from turbospec.spec.draft_model import DraftModelProposer

@@ -119,13 +119,13 @@ class TrainConfig:
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method {self.method!r}: use one of {', '.join(METHODS)}")
+        if not os.path.isfile(self.data):                          # before a target download
+            what = "is a directory" if os.path.isdir(self.data) else "does not exist"
+            raise ValueError(f"--data {self.data!r} {what}: pass a JSONL file (see docs/training.md)")
         from turbospec.hub import resolve_model
         self.target = resolve_model(self.target, "--target")      # a Hugging Face id: its cached snapshot
         if not os.path.isfile(os.path.join(self.target, "config.json")):
             raise ValueError(f"--target {self.target!r} has no config.json: pass the target model directory")
-        if not os.path.isfile(self.data):
-            what = "is a directory" if os.path.isdir(self.data) else "does not exist"
-            raise ValueError(f"--data {self.data!r} {what}: pass a JSONL file (see docs/training.md)")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"--steps {self.steps}: use >= 1, or omit it and pass --epochs")
         if self.epochs is not None and self.epochs <= 0:
@@ -161,7 +161,7 @@ class TrainConfig:
             if self.resume:
                 raise ValueError("--init-from and --resume exclude each other: --resume continues a training "
                                  "state (optimizer included), --init-from starts a new run from exported weights")
-            self.init_from = resolve_model(self.init_from, "--init-from")
+            self.init_from = resolve_model(self.init_from, "--init-from", files="draft")
             if not os.path.isfile(os.path.join(self.init_from, "config.json")):
                 raise ValueError(f"--init-from {self.init_from!r} has no config.json: pass an exported drafter "
                                  "directory (the --out of an earlier run)")
