@@ -151,6 +151,22 @@ def test_the_audit_counts_tokens_with_an_ids_tokenizer(hub_cache, monkeypatch):
     assert find_token_counter(None, "acme/not-cached") is None                       # nothing fetched
 
 
+def test_the_audit_reads_a_served_ids_own_config(hub_cache, monkeypatch):
+    """A served name that is a Hugging Face id and no preset gives the ceiling from its own
+    config.json, and a --model-config of another size is a caveat against it."""
+    import huggingface_hub.constants as hf
+    from turbospec.audit.roofline import load_model_bytes
+    monkeypatch.setattr(hf, "HF_HUB_CACHE", str(hub_cache))
+    local = load_model_bytes(str(MODELS / "codelm-12m"), "x")
+    got = load_model_bytes(None, "acme/codelm-config")
+    assert got.total_params == local.total_params and "Hugging Face Hub" in got.source
+    wrong = load_model_bytes("qwen3-8b", "acme/codelm-config").mismatch
+    assert wrong.startswith("the endpoint serves 'acme/codelm-config', whose config.json on the Hugging Face Hub "
+                            "describes acme/codelm-config (12.6M parameters in bfloat16), but --model-config describes 8.19B"), wrong
+    assert load_model_bytes(str(MODELS / "codelm-12m"), "acme/codelm-config").mismatch is None
+    assert load_model_bytes(None, "acme/not-cached") is None                      # offline, not cached: none
+
+
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "turbospec.cli", *args], cwd=REPO, env=env,

@@ -185,10 +185,8 @@ def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
             raise ValueError(f"--model-config {spec!r}: no such file {path}: pass a Hugging Face config.json, the "
                              "model directory that holds one, a Hugging Face id, or a preset (e.g. qwen3-8b)")
         return _check_name(model_bytes(preset_config(spec), name=spec, source=f"preset {spec}"), model_name)
-    guess = guess_preset(model_name)
-    if guess is None:
-        return None
-    return model_bytes(preset_config(guess), name=guess, source=f"preset {guess} (guessed from the model name)")
+    named = _named_model(model_name)
+    return None if named is None else named[1]
 
 
 # a --model-config whose parameter count is off by more than this from the model the served name
@@ -197,22 +195,46 @@ NAME_MISMATCH_RATIO = 1.25
 QUANT_MARKERS = re.compile(r"awq|gptq|int4|int8|w4a|w8a|4bit|8bit|4-bit|8-bit|nf4|bnb|gguf|exl2|mxfp4|nvfp4")
 
 
-def _check_name(mb: ModelBytes, model_name: str) -> ModelBytes:
-    """`mb` with `mismatch` set when the served model's name names a preset of another size: the
-    ceiling would then be another model's, too low (a slow-looking endpoint) or too high. A name
-    that names no preset, or one of about the same size, says nothing."""
+def _named_model(model_name: str) -> tuple[str, ModelBytes] | None:
+    """(what names it, its shape) for the model a served name names: a preset the name matches, else
+    the name's own config.json when it is a Hugging Face id (vLLM serves under the id by default;
+    fetched through the Hub cache, config.json alone; a gated or unknown id, or no network: None)."""
     guess = guess_preset(model_name)
-    if guess is None:
+    if guess is not None:
+        return "whose name says", model_bytes(preset_config(guess), name=guess,
+                                                          source=f"preset {guess} (guessed from the model name)")
+    if not is_hub_id(model_name):
+        return None
+    try:
+        with open(os.path.join(resolve_model(model_name, "served model", files="config"), "config.json")) as f:
+            raw = json.load(f)
+        return ("whose config.json on the Hugging Face Hub describes",
+                model_bytes(raw, name=model_name, source=f"{model_name}'s config.json (Hugging Face Hub)"))
+    except (ValueError, OSError):        # not on the Hub, gated, offline, or an architecture not modelled
+        return None
+
+
+def _check_name(mb: ModelBytes, model_name: str) -> ModelBytes:
+    """`mb` with `mismatch` set when the model the served name names (a preset, or the id's own
+    config.json) has another size: the ceiling would then be another model's, too low (a
+    slow-looking endpoint) or too high. A name that names nothing, or the same size, says nothing."""
+    found = _named_model(model_name)
+    if found is None:
         return mb
-    named = model_bytes(preset_config(guess), name=guess, source=f"preset {guess}")
+    says, named = found
+    guess = named.name
     ratio = mb.total_params / named.total_params if named.total_params else 1.0
     # a name that says how it is quantized (AWQ, GPTQ, 4-bit, ...) names no preset's weights: sizes only
-    quantized_name = QUANT_MARKERS.search(model_name.lower()) is not None
+    quantized_name = QUANT_MARKERS.search(model_name.lower()) is not None and named.source.startswith("preset")
     same_bytes = quantized_name or mb.bytes_per_weight == named.bytes_per_weight     # fp16 = bf16, 8-bit = fp8
     if 1 / NAME_MISMATCH_RATIO <= ratio <= NAME_MISMATCH_RATIO and same_bytes:
         return mb
     return replace(mb, mismatch=(
-        f"the endpoint serves {model_name!r}, whose name says {guess} ({named.total_params / 1e9:.2f}B parameters "
-        f"in {named.weight_dtype}), but --model-config describes {mb.total_params / 1e9:.2f}B parameters in "
+        f"the endpoint serves {model_name!r}, {says} {guess} ({_params(named.total_params)} parameters "
+        f"in {named.weight_dtype}), but --model-config describes {_params(mb.total_params)} parameters in "
         f"{mb.weight_dtype}: if the endpoint runs {guess}, the "
         f"ceiling and the roofline fractions are another model's; pass --model-config {guess} (or its config.json)"))
+
+
+def _params(n: float) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
