@@ -28,9 +28,13 @@ eng = build_engine(model, cfg, dev, torch.float32, 400, 4)
 seen = []
 cls = [c for c in vars(moe_mod).values() if isinstance(c, type) and hasattr(c, "_experts")][0]
 orig = cls._experts
+
+
 def hook(self, hidden, w, ids):
     seen.append(len(torch.unique(ids)))
     return orig(self, hidden, w, ids)
+
+
 cls._experts = hook
 g = torch.Generator().manual_seed(0)
 V, k, P = cfg.vocab_size, 7, 256

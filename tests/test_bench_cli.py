@@ -20,7 +20,6 @@ def flat(output: str) -> str:
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())            # rich's error box wraps lines
 
 
-
 def test_bench_decode_prints_setting_and_roofline(codelm_dir):
     r = runner.invoke(app, ["bench", "decode", "--shape", str(codelm_dir), "--device", "cpu", "--dtype", "fp32",
                             "--batch-sizes", "1,2", "--prompt-len", "8", "--gen-len", "6"])

@@ -46,6 +46,7 @@ def _draw(Q, prev, n=1):
     u = torch.rand(len(prev), n) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).clamp_max(V - 1)
 
+
 def _propose_chain(last, Q, K, stochastic):
     prev, toks, qs = last, [], []
     for _ in range(K):

@@ -113,6 +113,7 @@ def run_tile():
                 assert torch.equal(tile[:M], want), tag
                 assert torch.equal(tile, tile[torch.arange(BM) % AR]), (tag, "rows >= ACT_ROWS")
 
+
 SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, num_warps=4, num_stages=2)
 
 

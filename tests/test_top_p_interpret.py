@@ -181,6 +181,7 @@ def run_program_order():
         assert trace["nseg"] == 4 and [len(o) for o in ran] == [4 * N] * 17 + [N]
         assert all(o != sorted(o) for o in ran)
 
+
 if __name__ == "__main__":
     interpreter_shim()
     globals()[f"run_{sys.argv[1]}"]()

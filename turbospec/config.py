@@ -111,7 +111,6 @@ class RopeConfig:
             original_max_position_embeddings=int(merged.get("original_max_position_embeddings", 8192)),
         )
 
-
     def to_hf(self) -> dict[str, Any]:
         """config.json's keys for this rope: `rope_theta`, plus `rope_scaling` when scaled (the
         pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back)."""

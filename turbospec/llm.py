@@ -14,6 +14,7 @@ from turbospec.hub import resolve_model
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
+
 class LLM:
     def __init__(self, model: str | os.PathLike, device: str | None = None, dtype: str | None = "auto",
                  quantization: str | None = None, speculative_config: dict[str, Any] | None = None,

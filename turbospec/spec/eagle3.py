@@ -296,6 +296,7 @@ class Eagle3Proposer(Proposer):
         tok = self.draft.draft_to_target(all_tok.gather(1, sel_c)).masked_fill(~valid, 0)
         return tok, n_sel, None, parents
 
+
 def build_eagle3_proposer(target_model, target_config: ModelConfig, spec_cfg: dict[str, Any],
                           device: torch.device | str, dtype: torch.dtype) -> Eagle3Proposer:
     """From a vLLM-style speculative_config: {"method": "eagle3", "model": DIR,
