@@ -98,7 +98,8 @@ class LLM:
             if not isinstance(p, SamplingParams):
                 raise ValueError(f"sampling_params must be a SamplingParams (or a list of them), not "
                                  f"{type(p).__name__}: e.g. SamplingParams(temperature=0.0, max_tokens=64)")
-        params = [replace(p) for p in params]          # validated again: a field set after construction too
+        checked = {id(p): replace(p) for p in params}   # validated again (a field set after construction
+        params = [checked[id(p)] for p in params]       # too), once per distinct object: [sp] * 10k is one
         eng = self.llm_engine
         groups = [[f"gen-{next(self._ids)}" for _ in range(p.n)] for p in params]     # per prompt: its n ids
         ids = [rid for g in groups for rid in g]
