@@ -40,9 +40,6 @@ class LLM:
             check_speculative_config(speculative_config)              # a typo: before any download or load
         model_dir = resolve_model(model, revision=revision, download_dir=download_dir)
         self._sampling_defaults = read_sampling_defaults(model_dir, generation_config)
-        if tokenizer is not None:
-            tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,
-                                      download_dir=download_dir, files="tokenizer")
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
@@ -52,7 +49,8 @@ class LLM:
         self.llm_engine = LLMEngine.from_config(model_dir, device=device, dtype=dtype,
                                                 speculative_config=speculative_config,
                                                 engine_config=ec, quantization=quantization,
-                                                tokenizer=tokenizer, download_dir=download_dir)
+                                                tokenizer=tokenizer, tokenizer_revision=tokenizer_revision,
+                                                download_dir=download_dir)
         if seed is not None:
             import torch
             torch.manual_seed(seed)            # after start-up, which may draw samples itself

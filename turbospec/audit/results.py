@@ -238,12 +238,13 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
     num_ok = sum(r["num_ok"] for r in runs)
     num_failed = sum(r["num_failed"] for r in runs)
     num_cancelled = sum(r["num_cancelled"] for r in runs)
+    num_not_sent = sum(r.get("num_not_sent", 0) for r in runs)
     run = _target_run(runs, econ.target_concurrency)
     chosen = econ.target_concurrency is not None
     if run is None:
         return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled,
                                    other_failures=_failed_levels(runs, None),
-                                   num_not_sent=sum(r.get("num_not_sent", 0) for r in runs)))
+                                   num_not_sent=num_not_sent))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
     v = decide(VerdictInput(
@@ -257,7 +258,7 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
                                                                      econ.model.mismatch else ()),
         annual_cost=annual["annual_cost"],
         verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
-        other_failures=_failed_levels(runs, run), num_not_sent=sum(r.get("num_not_sent", 0) for r in runs),
+        other_failures=_failed_levels(runs, run), num_not_sent=num_not_sent,
         target_not_sent=run.get("num_not_sent", 0)))
     v["target_run"] = run["label"]
     v["annual"] = annual

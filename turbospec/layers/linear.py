@@ -155,6 +155,7 @@ class RowLinear(LinearBase):
 
 class _ShardedOutputLinear(ColumnLinear):
     """A column linear whose output rows are the concatenation of named shards."""
+    fused_what = "a fused weight"             # what the shards are and where they start (for errors)
 
     def _shard_slices(self) -> dict:          # shard id -> (row offset, rows)
         raise NotImplementedError
@@ -180,6 +181,7 @@ class _ShardedOutputLinear(ColumnLinear):
 
 class MergedColumnLinear(_ShardedOutputLinear):
     """Column outputs `output_sizes` stored back to back; shard id i loads output i (gate=0, up=1)."""
+    fused_what = "gate/up are one fused weight here (up starts at intermediate_size)"
 
     def __init__(self, input_size: int, output_sizes: Sequence[int], bias: bool = False):
         self.output_sizes = list(output_sizes)
@@ -192,6 +194,8 @@ class MergedColumnLinear(_ShardedOutputLinear):
 
 class QKVLinear(_ShardedOutputLinear):
     """q, k, v projections as one weight [(num_heads + 2 * num_kv_heads) * head_dim, hidden]."""
+    fused_what = ("q/k/v are one fused weight here (k starts at num_attention_heads x head_dim, v at that + "
+                  "num_key_value_heads x head_dim)")
 
     def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int,
                  bias: bool = False):

@@ -166,12 +166,6 @@ def _release(param: nn.Parameter) -> None:
         param.__dict__.pop(attr, None)
 
 
-# what each fused layer's shard offsets are made of, for the error when one is off the block grid
-_FUSED_WHAT = {"QKVLinear": "q/k/v are one fused weight here (k starts at num_attention_heads x head_dim, v at "
-                            "that + num_key_value_heads x head_dim)",
-               "MergedColumnLinear": "gate/up are one fused weight here (up starts at intermediate_size)"}
-
-
 def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
     """Swap `layer.weight` for an empty FP8 weight plus `weight_scale_inv`, loaders included."""
     bn, bk = block
@@ -180,7 +174,7 @@ def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
     if isinstance(layer, _ShardedOutputLinear):
         for sid, (off, rows) in layer._shard_slices().items():
             if off % bn:
-                raise ValueError(f"{_FUSED_WHAT.get(type(layer).__name__, type(layer).__name__)}: shard {sid!r} "
+                raise ValueError(f"{layer.fused_what}: shard {sid!r} "
                                  f"starts at row {off}, not a multiple of the FP8 block size {bn}, so its blocks "
                                  "would share scales with the shard before it. This model's shapes cannot be "
                                  "block-FP8 quantized in turbospec's fused layout: run it unquantized (without "
