@@ -10,6 +10,8 @@ import difflib
 import functools
 from dataclasses import dataclass, fields, replace
 
+from turbospec.structured_outputs import StructuredOutputsParams
+
 
 _INT32_MAX = 2**31 - 1
 
@@ -36,8 +38,12 @@ class SamplingParams:
     repetition_penalty: float = 1.0      # > 0: a seen token's (prompt or output) logit / rp if > 0, else * rp
     min_p: float = 0.0                   # [0, 1]: drop tokens below min_p x the top token's probability
     logit_bias: dict[int, float] | None = None   # token id -> added to its logit, in [-100, 100]
+    # the output held to a JSON schema / regex / choice / grammar (turbospec/structured_outputs.py)
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
@@ -90,6 +96,9 @@ class SamplingParams:
                              "> 1 discourages repeats; the sampler divides float32 logits by it)")
         if not _is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0 disables it)")
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise ValueError(f"structured_outputs={self.structured_outputs!r} must be a StructuredOutputsParams "
+                             "(or a dict of its fields, e.g. {'json': schema}) or None")
 
     def for_sample(self, j: int) -> "SamplingParams":
         """The parameters of sample j of n (one engine sequence): n = 1, and seed + j (wrapped to
@@ -161,7 +170,6 @@ NEUTRAL_VALUES: dict[str, tuple] = {
     "logits_processors": (None, []),
     "truncate_prompt_tokens": (None,),
     "guided_decoding": (None,),
-    "structured_outputs": (None,),
     "detokenize": (True,),
     "spaces_between_special_tokens": (True,),
     "extra_args": (None, {}),
@@ -189,6 +197,10 @@ def _checked_init(init):
             if name in NEUTRAL_VALUES:
                 if _is_neutral(name, value, kwargs.get("n", 1)):
                     continue
+                if name == "guided_decoding":
+                    raise ValueError("SamplingParams(guided_decoding=...) is vLLM's older name: pass "
+                                     "structured_outputs=StructuredOutputsParams(json=... | regex=... | choice=... | "
+                                     "grammar=... | json_object=True)")
                 neutral = " or ".join(repr(v) for v in NEUTRAL_VALUES[name]) + (" or n" if name == "best_of" else "")
                 raise ValueError(f"SamplingParams({name}={value!r}): turbospec does not implement {name} "
                                  f"(only its neutral value {neutral} is accepted); supported fields: "

@@ -53,9 +53,6 @@ def test_vllm_extras_at_their_defaults_are_served(server):
 
 
 @pytest.mark.parametrize("field,value,words", [
-    ("guided_json", {"type": "object"}, "guided"),
-    ("guided_choice", ["yes", "no"], "guided"),
-    ("structured_outputs", {"choice": ["yes", "no"]}, "guided"),
     ("truncate_prompt_tokens", 8, "shorten the prompt"),
     ("spaces_between_special_tokens", False, "accepted only as true"),
     ("priority", 5, "accepted only as 0"),

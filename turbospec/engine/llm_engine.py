@@ -4,6 +4,7 @@ Without a drafter the same loop runs with an empty proposal (plain decoding).
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 import warnings
@@ -19,6 +20,7 @@ from turbospec.engine.detokenizer import IncrementalDetokenizer
 from turbospec.engine.draft_length import exact_k_cap
 # MAX_GRAPH_BATCH stays importable from here, where it lived before engine/fast_paths.py
 from turbospec.engine.fast_paths import MAX_GRAPH_BATCH, setup_fast_paths  # noqa: F401
+from turbospec.engine.grammar import GrammarCompiler
 from turbospec.engine.kv_sizing import capped_len_message, choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
 from turbospec.engine.request_input import build_sequence, load_tokenizer
@@ -29,6 +31,7 @@ from turbospec.layers.linear import INVARIANT_GEMMS, INVARIANT_MAX_M
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
+logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class EngineStats:
@@ -78,6 +81,7 @@ class LLMEngine:
                                    on_preempt=self._on_preempt)
         self.seqs: dict[str, Sequence] = {}
         self.detok: dict[str, IncrementalDetokenizer] = {}
+        self.grammars = GrammarCompiler(tokenizer, config.vocab_size, config.eos_token_ids)   # structured outputs
         self.spec_stats = SpecDecodeStats(k)
         # num_burst_tokens: generated tokens that came out of decode bursts (the rest took single steps)
         self.counters = {"num_prompt_tokens": 0, "num_generation_tokens": 0, "num_burst_tokens": 0}
@@ -149,6 +153,9 @@ class LLMEngine:
             raise ValueError(f"request_id {request_id!r} is already in use: pass a unique id")
         seq = build_sequence(request_id, prompt, params, self.tokenizer, self.model_config,
                              self.device, self.max_model_len, add_special_tokens, cap_to_context)
+        if params.structured_outputs is not None:
+            seq.grammar = self.grammars.matcher(params.structured_outputs)
+            seq.grammar_wait = self.grammars.waits_for(seq.prompt_token_ids)
         self.seqs[request_id] = seq
         self.detok[request_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens,
                                                         params.stop)
@@ -174,8 +181,10 @@ class LLMEngine:
         if burst is not None:
             return self._outputs(burst)
         k = self._step_draft_length()
+        # a sequence held to a grammar takes no drafts: its tokens are masked one step at a time
         sched = self.scheduler.schedule(
-            draft_slots=(lambda s: max(0, min(k, s.max_total_tokens - len(s) - 1))) if k else (lambda s: 0))
+            draft_slots=(lambda s: 0 if s.grammar is not None else max(0, min(k, s.max_total_tokens - len(s) - 1)))
+            if k else (lambda s: 0))
         if sched.is_empty:
             return []
         now = time.time()
@@ -240,6 +249,16 @@ class LLMEngine:
         if seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.time()
         p = seq.params
+        if seq.grammar is not None and seq.grammar_wait is not None:      # reasoning: no grammar yet
+            if token_id == seq.grammar_wait:
+                seq.grammar_wait = None
+        elif seq.grammar is not None and not seq.grammar.consume_token(token_id):
+            # cannot happen with the mask applied (a bug if it does): end this request, not the server
+            logger.error("request %s: token %d is outside its grammar (%s); the request is aborted",
+                         seq.request_id, token_id, seq.grammar.get_error())
+            seq.finish_reason = "abort"
+            self._finish(seq)
+            return True
         detok = self.detok[seq.request_id]
         shown = len(detok.text)
         stop_str = detok.update(seq.token_ids, seq.num_prompt_tokens, check_stop=seq.num_output_tokens >= p.min_tokens)
@@ -250,9 +269,14 @@ class LLMEngine:
             seq.finish_reason, seq.stop_reason = "stop", None
         elif seq.num_output_tokens >= p.min_tokens and token_id in p.stop_token_ids:
             seq.finish_reason, seq.stop_reason = "stop", token_id
+        elif seq.grammar_active and seq.grammar.is_stopped() and token_id not in self.model_config.eos_token_ids:
+            seq.finish_reason, seq.stop_reason = "stop", None      # the grammar is complete (this token is output)
         elif len(seq) >= seq.max_total_tokens:
             seq.finish_reason = "length"
-        if seq.finish_reason == "stop" and stop_str is None and not p.include_stop_str_in_output:
+        elif seq.grammar_active and seq.grammar.is_stopped():      # an EOS that ignore_eos kept
+            seq.finish_reason, seq.stop_reason = "stop", None
+        if seq.finish_reason == "stop" and stop_str is None and not p.include_stop_str_in_output and \
+                (not seq.grammar_active or token_id in self.model_config.eos_token_ids or token_id in p.stop_token_ids):
             detok.text = detok.text[:shown]           # the stopping token's text (skip_special_tokens=False)
         if seq.finish_reason is not None:
             self._finish(seq)

@@ -72,8 +72,10 @@ class DecodeBurst:
     @staticmethod
     def takes_batch(params: list[SamplingParams]) -> bool:
         """Can these requests decode in one burst? Any settings can (penalties and logit bias on
-        the penalized variant); logprobs for at most MAX_LOGPROB_ROWS rows."""
-        return sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS
+        the penalized variant) but structured outputs, whose masks the host computes token by token;
+        logprobs for at most MAX_LOGPROB_ROWS rows."""
+        return sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS and \
+            all(p.structured_outputs is None for p in params)
 
     def _logits(self, hidden: torch.Tensor, j: int) -> torch.Tensor:
         """Step j's raw logits [b, V] (the model dtype on CUDA: the upcast is exact), the rows of
@@ -145,9 +147,9 @@ class DecodeBurst:
         """Every unpenalized variant of Mode.startup() now, and the (Mode, penalized) variants in `extra`
         for the first length bucket (contexts up to 2048, most requests: each extra variant costs
         one capture per batch bucket, about 0.4 s each on an 8B model); other variants and lengths
-        when a launch first needs them. TOPK_DRAW's draw kernel, when not captured here, is compiled
-        here (one eager burst of a padding row): its first use then waits for its captures alone, not
-        for a Triton compilation too (TOP_P_DRAW's first capture at first use took 2.2 s on an H200,
+        when a launch first needs them. TOPK_DRAW's draw kernel and FILTER's kernels, when not captured
+        here, are compiled here (one eager burst of a padding row): their first use then waits for
+        its captures alone, not for a Triton compilation too (TOP_P_DRAW's first capture at first use took 2.2 s on an H200,
         each later bucket 0.5 s)."""
         base = [(mode, False) for mode in Mode.startup()]
         first = list(dict.fromkeys(base + list(extra)))          # the first length bucket's variants
@@ -157,9 +159,13 @@ class DecodeBurst:
             for b in reversed(self.buckets):
                 for mode, pen in first if L == self.len_buckets[0] else base:
                     self._capture(b, L, mode, pen)
-        if TOPK_DRAW and (Mode.TOPK_DRAW, False) not in first:
+        # compiled, not captured: TOPK_DRAW's draw kernel, and FILTER's float32 scores through the
+        # greedy advance (penalized greedy bursts take that kernel variant too; FILTER is captured
+        # at start-up only when TOP_P_DRAW is off)
+        for mode in [m for m in (Mode.TOPK_DRAW if TOPK_DRAW else None, Mode.FILTER)
+                     if m is not None and (m, False) not in first]:
             self._reset_dummy(1)
-            self._burst(1, self.len_buckets[0], Mode.TOPK_DRAW)      # compiles, captures nothing
+            self._burst(1, self.len_buckets[0], mode)
         torch.cuda.synchronize(self.device)
         self.captured = True
 

@@ -13,6 +13,7 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from turbospec.engine.grammar import apply_grammar
 from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.engine.sequence import Sequence
 from turbospec.layers.penalties import PenaltyTensors, apply_penalties, processes_logits
@@ -189,6 +190,8 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
         eos = engine.model_config.eos_token_ids
         if any(processes_logits(s, eos) for s in seqs):   # a new tensor: logprobs stay raw
             lg = apply_penalties(lg, PenaltyTensors.build(seqs, lg.shape[1], lg.device, eos_ids=eos))
+        if any(s.grammar_active for s in seqs):          # structured outputs: a new tensor too
+            lg = apply_grammar(lg, [s.grammar if s.grammar_active else None for s in seqs])
         if all(s.params.greedy for s in seqs):            # no distribution needed: argmax
             toks = lg.argmax(dim=-1).tolist()
         else:

@@ -1,10 +1,11 @@
 """OpenAI request bodies for /v1/completions and /v1/chat/completions, validated strictly.
 
 Types are strict (no "5" for 5, no true for 1). A field that would change what the model returns
-but that turbospec does not implement (`best_of`, `response_format`, `tools` on /v1/completions,
-...) is rejected with a 400 naming it, unless it carries its neutral value. Chat serves `tools`,
-`tool_choice`, `parallel_tool_calls` (serve/tool_calls.py) and vLLM's `include_reasoning`
-(serve/reasoning.py). The penalties, `min_p` and `logit_bias`
+but that turbospec does not implement (`best_of`, `tools` on /v1/completions, ...) is rejected
+with a 400 naming it, unless it carries its neutral value. Chat serves `tools`, `tool_choice`,
+`parallel_tool_calls` (serve/tool_calls.py) and vLLM's `include_reasoning` (serve/reasoning.py);
+both serve structured outputs (`response_format`, vLLM's `structured_outputs` and `guided_*`:
+serve/structured.py). The penalties, `min_p` and `logit_bias`
 (its keys token ids as strings, as JSON has them) are served with vLLM's semantics. `n` and a
 batch of prompts are served as one engine request per choice (serve/choices.py); /v1/completions
 implements `echo` (with `logprobs`: the prompt tokens' logprobs too); both serve vLLM's
@@ -26,6 +27,7 @@ from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
 from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.reasoning import ReasoningOptions
 from turbospec.serve.request_fields import HARMLESS_FIELDS, NEUTRAL_VALUES, UNSUPPORTED_HINTS
+from turbospec.serve.structured import StructuredOptions
 from turbospec.serve.tool_calls import ToolOptions
 
 MAX_LOGPROBS = 20
@@ -43,8 +45,9 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False          # vLLM's: every chunk carries the usage so far
 
 
-class _SamplingFields(BaseModel):
-    """Fields shared by both endpoints (vLLM's extras `top_k`, `ignore_eos`, ... included)."""
+class _SamplingFields(StructuredOptions):
+    """Fields shared by both endpoints (vLLM's extras `top_k`, `ignore_eos`, ... included), and
+    structured outputs (`response_format`, vLLM's `structured_outputs` / `guided_*`: serve/structured.py)."""
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None                      # vLLM's: optional, the first served name when left out
@@ -144,6 +147,7 @@ class _SamplingFields(BaseModel):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         kwargs = apply_defaults(kwargs, defaults or {})
+        kwargs["structured_outputs"] = self.structured_outputs_params()
         try:
             return SamplingParams(**kwargs)
         except ValueError as e:          # its messages start with the field: "top_p=0 must be ..."

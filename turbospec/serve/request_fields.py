@@ -22,7 +22,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}),
     "modalities": (None, ["text"]),
     "audio": (None,),
     "prediction": (None,),
@@ -39,13 +38,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "return_tokens_as_token_ids": (False, None),
     "return_token_ids": (False, None),
     "prompt_embeds": (None,),
-    "structured_outputs": (None,),
-    "guided_json": (None,),
-    "guided_regex": (None,),
-    "guided_choice": (None,),
-    "guided_grammar": (None,),
-    "guided_decoding_backend": (None,),
-    "guided_whitespace_pattern": (None,),
     "chat_template": (None,),
     "documents": (None,),
     "mm_processor_kwargs": (None,),
@@ -54,10 +46,7 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 }
 
 # What to do instead, for the refusals a vLLM user is most likely to meet.
-_NO_GUIDED = "turbospec has no constrained (guided) decoding; ask for the format in the prompt and validate it"
 UNSUPPORTED_HINTS: dict[str, str] = {
-    **{k: _NO_GUIDED for k in ("response_format", "structured_outputs", "guided_json", "guided_regex",
-                               "guided_choice", "guided_grammar")},
     "chat_template": "start the server with --chat-template FILE instead",
     "truncate_prompt_tokens": "shorten the prompt on the client",
 }

@@ -1,0 +1,211 @@
+"""Structured outputs (turbospec/structured_outputs.py, engine/grammar.py) on codelm-12m, float32
+CPU: every output matches its schema / regex / choice / grammar; greedy tokens equal a step-by-step
+reference (transformers' model, logits masked by llguidance's own byte mask, argmax); the first
+sampled token's law is the masked softmax; speculation and batch neighbours change nothing; the
+reasoning gate leaves the think block free."""
+from __future__ import annotations
+
+import json
+import re
+
+import llguidance
+import llguidance.hf
+import pytest
+import torch
+
+from turbospec import LLM, SamplingParams
+from turbospec.engine.grammar import GrammarCompiler, allowed_mask
+from turbospec.structured_outputs import StructuredOutputsParams
+
+PROMPT = "def parse(data):\n    return "
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
+          "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer"},
+                         "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}}}
+
+
+@pytest.fixture(scope="module")
+def llm(codelm_dir):
+    return LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256)
+
+
+@pytest.fixture(scope="module")
+def spec_llm(codelm_dir):
+    return LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+
+
+def so_params(temperature=0.0, max_tokens=64, **so) -> SamplingParams:
+    return SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0 if temperature else None,
+                          structured_outputs=StructuredOutputsParams(**so))
+
+
+def check_schema(obj) -> None:
+    assert set(obj) == {"name", "age", "tags"}
+    assert isinstance(obj["name"], str) and len(obj["name"]) <= 10
+    assert isinstance(obj["age"], int) and not isinstance(obj["age"], bool)
+    assert isinstance(obj["tags"], list) and len(obj["tags"]) <= 2 and set(obj["tags"]) <= {"a", "b"}
+
+
+# ---- the parameters ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw,msg", [({}, "exactly one"), ({"regex": "a", "choice": ["a"]}, "regex, choice"),
+                                    ({"json": "{not json"}, "does not parse"), ({"choice": []}, "non-empty list"),
+                                    ({"choice": ["a", 1]}, "non-empty list"), ({"regex": ""}, "non-empty string"),
+                                    ({"json": [1]}, "JSON schema object")])
+def test_params_refuse_what_is_not_one_constraint(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        StructuredOutputsParams(**kw)
+
+
+def test_sampling_params_take_a_dict_and_name_vllms_old_field():
+    p = SamplingParams(structured_outputs={"choice": ["yes", "no"]})
+    assert isinstance(p.structured_outputs, StructuredOutputsParams) and p.structured_outputs.choice == ["yes", "no"]
+    with pytest.raises(ValueError, match="no field 'jsn'"):
+        SamplingParams(structured_outputs={"jsn": {}})
+    with pytest.raises(ValueError, match="structured_outputs=StructuredOutputsParams"):
+        SamplingParams(guided_decoding={"json": {}})
+    assert StructuredOutputsParams(json='{"type": "integer"}').json == {"type": "integer"}
+
+
+def test_bad_regex_and_schema_are_value_errors_that_say_why(llm):
+    with pytest.raises(ValueError, match="(?s)regex does not compile.*unclosed group"):
+        llm.generate([PROMPT], so_params(regex="a(b"))
+    with pytest.raises(ValueError, match="json does not compile"):
+        llm.generate([PROMPT], so_params(json={"type": "no-such-type"}))
+    assert not llm.llm_engine.has_unfinished_requests()
+
+
+# ---- the mask ------------------------------------------------------------------------------
+
+def test_mask_is_llguidances_own_and_never_allows_padding_ids(codelm_dir):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(codelm_dir)
+    vocab = 8192 + 40                                   # a model whose embedding is padded past the tokenizer
+    gc = GrammarCompiler(tok, vocab, [0])
+    m = gc.matcher(StructuredOutputsParams(json=SCHEMA))
+    ref = llguidance.LLMatcher(llguidance.hf.from_tokenizer(tok, n_vocab=vocab, eos_token=[0]),
+                               StructuredOutputsParams(json=SCHEMA).to_grammar())
+    for text in ["", '{"name": "Al', '{"name": "Al", "age": 3', '{"name": "Al", "age": 3, "tags": ["a"]}']:
+        if text:
+            ids = tok.encode(text, add_special_tokens=False)
+            assert m.consume_tokens(ids) and ref.consume_tokens(ids)
+        got = allowed_mask([m, None], vocab, torch.device("cpu"))             # [2, vocab] bool
+        want = torch.tensor(list(ref.compute_logit_bias()), dtype=torch.int32)[:vocab] > 0
+        assert torch.equal(got[0], want), text
+        assert got[1].all() and not got[0, 8192:].any()
+        m.rollback(len(ids) if text else 0)
+        ref.rollback(len(ids) if text else 0)
+    assert m.is_stopped() is False
+
+
+# ---- outputs that match ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_every_output_matches_its_constraint(llm, temperature):
+    cases = [
+        (dict(json=SCHEMA), lambda t: check_schema(json.loads(t))),
+        (dict(json=SCHEMA, disable_any_whitespace=True), lambda t: (check_schema(json.loads(t)), " " not in t)),
+        (dict(json_object=True), lambda t: isinstance(json.loads(t), dict)),
+        (dict(regex=r"[0-9]{3}-[a-z]{2,5}"), lambda t: re.fullmatch(r"[0-9]{3}-[a-z]{2,5}", t)),
+        (dict(choice=["True", "False", "None"]), lambda t: t in ("True", "False", "None")),
+        (dict(grammar='start: "def " NAME "(" NAME? ")" ":"\nNAME: /[a-z_]{1,12}/'),
+         lambda t: re.fullmatch(r"def [a-z_]{1,12}\(([a-z_]{1,12})?\):", t)),
+    ]
+    params = [so_params(temperature, max_tokens=96, **kw) for kw, _ in cases]
+    outs = llm.generate([PROMPT] * len(cases), params)
+    tok = llm.get_tokenizer()
+    for (kw, check), out in zip(cases, outs):
+        o = out.outputs[0]
+        assert o.finish_reason == "stop", (kw, o.text)
+        assert check(o.text) is not False, (kw, o.text)
+        assert o.text == tok.decode(o.token_ids), "the grammar's last token is part of the text"
+        assert 0 not in o.token_ids                                      # stopped by the grammar, not EOS
+
+
+def test_greedy_equals_a_masked_argmax_reference(llm, codelm_dir, hf_model_factory):
+    """transformers' model, the whole sequence each step, llguidance's byte mask, argmax."""
+    hf = hf_model_factory(codelm_dir)
+    tok = llm.get_tokenizer()
+    so = StructuredOutputsParams(json=SCHEMA)
+    m = llguidance.LLMatcher(llguidance.hf.from_tokenizer(tok, n_vocab=8192, eos_token=[0]), so.to_grammar())
+    ids = tok.encode(PROMPT)
+    want = []
+    with torch.no_grad():
+        while not m.is_stopped() and len(want) < 64:
+            logits = hf(torch.tensor([ids + want])).logits[0, -1]              # [V]
+            bias = torch.tensor(list(m.compute_logit_bias()), dtype=torch.int32)[:logits.shape[0]]
+            t = int(logits.masked_fill(bias == 0, float("-inf")).argmax())
+            assert m.consume_token(t)
+            want.append(t)
+    got = llm.generate([PROMPT], so_params(json=SCHEMA))[0].outputs[0].token_ids
+    assert got == want
+
+
+def test_cut_by_max_tokens_is_length_with_a_prefix_of_the_full_output(llm):
+    full = llm.generate([PROMPT], so_params(json=SCHEMA))[0].outputs[0]
+    cut = llm.generate([PROMPT], so_params(json=SCHEMA, max_tokens=5))[0].outputs[0]
+    assert cut.finish_reason == "length" and cut.token_ids == full.token_ids[:5]
+
+
+def test_first_sampled_token_follows_the_masked_softmax(llm, codelm_dir, hf_model_factory):
+    """n = 600 seeded samples under a 4-way choice: the first token's counts against softmax(logits
+    / T) over the tokens the grammar allows there (every prefix of a choice: "r", "ret", "return",
+    ...), bins with fewer than 5 expected merged, chi-square at p = 0.001."""
+    from scipy.stats import chi2
+    hf = hf_model_factory(codelm_dir)
+    tok = llm.get_tokenizer()
+    choices = ["return", "yield", "pass", "raise"]
+    m = llguidance.LLMatcher(llguidance.hf.from_tokenizer(tok, n_vocab=8192, eos_token=[0]),
+                             StructuredOutputsParams(choice=choices).to_grammar())
+    allowed = torch.tensor(list(m.compute_logit_bias()), dtype=torch.int32)[:8192] > 0       # [V]
+    with torch.no_grad():
+        logits = hf(torch.tensor([tok.encode(PROMPT)])).logits[0, -1]                       # [V]
+    p = torch.softmax(logits.masked_fill(~allowed, float("-inf")).double() / 1.5, dim=0)
+    outs = llm.generate([PROMPT], SamplingParams(temperature=1.5, max_tokens=4, n=600, seed=7,
+                                                 structured_outputs={"choice": choices}))
+    assert {o.text for o in outs[0].outputs} <= set(choices)
+    firsts = torch.tensor([o.token_ids[0] for o in outs[0].outputs])
+    assert allowed[firsts].all()
+    counts = torch.bincount(firsts, minlength=8192).double()
+    expected = p * len(firsts)
+    big = expected >= 5
+    assert big.sum() >= 2
+    rest = expected[~big].sum()
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)]) if rest > 0 else counts[big]
+    exp = torch.cat([expected[big], rest.view(1)]) if rest > 0 else expected[big]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    assert stat < chi2.ppf(0.999, len(obs) - 1), (obs.tolist(), exp.tolist())
+
+
+# ---- the rest of the engine ------------------------------------------------------------------
+
+def test_speculation_and_neighbours_change_nothing(llm, spec_llm):
+    plain = [SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)] * 2
+    so = [so_params(json=SCHEMA), so_params(regex=r"(ab|cd){1,8}x")]
+    prompts = [PROMPT, "import os\n", PROMPT, "class A:\n"]
+    alone = [o.outputs[0].token_ids for o in llm.generate(prompts[:2], plain)] + \
+        [o.outputs[0].token_ids for o in llm.generate(prompts[2:], so)]
+    mixed = [o.outputs[0].token_ids for o in llm.generate(prompts, plain + so)]
+    spec = [o.outputs[0].token_ids for o in spec_llm.generate(prompts, plain + so)]
+    assert mixed == alone and spec == alone
+    stats = spec_llm.llm_engine.get_metrics()
+    assert stats["spec_decode_num_drafts"] > 0                       # the plain rows did speculate
+
+
+def test_reasoning_gate_leaves_the_think_block_free(codelm_dir):
+    """With think ids set (as --reasoning-parser does), the grammar holds only after the end tag:
+    here the end tag is the third token plain greedy decoding writes."""
+    llm = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256)
+    free = llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].token_ids
+    end = free[2]
+    start = 8191 if end != 8191 else 8190
+    grammars = llm.llm_engine.grammars
+    grammars.think_ids = (start, end)
+    tok = llm.get_tokenizer()
+    ids = tok.encode(PROMPT)
+    assert grammars.waits_for(ids) == end                          # no block in the prompt: the model opens it
+    assert grammars.waits_for(ids + [start]) == end
+    assert grammars.waits_for(ids + [start, 5, end]) is None       # the template closed an empty block
+    out = llm.generate([PROMPT], so_params(regex="[0-9]{4}"))[0].outputs[0]
+    assert out.token_ids[:3] == free[:3] and out.finish_reason == "stop"
+    assert re.fullmatch("[0-9]{4}", tok.decode(out.token_ids[3:]))
