@@ -122,7 +122,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
     ([WEATHER, WEATHER], "given twice"),
     ([{"type": "function", "function": {"name": "f", "parameters": "object"}}], "JSON Schema object"),
     ([{"type": "function", "function": {"name": "f", "description": 3}}], "description must be a string"),
-    ([{"type": "function", "function": {"name": "f", "strict": True}}], "constrained (guided) decoding"),
+    ([{"type": "function", "function": {"name": "f", "strict": True}}], "tool_choice 'required'"),
     ([{"type": "function", "function": {"name": f"f{i}"}} for i in range(129)], "at most 128"),
 ])
 def test_bad_tools_are_refused_naming_the_field(tools, fragment):

@@ -2,7 +2,8 @@
 `LLM.chat(..., tools=...)` and the server's /v1/chat/completions.
 
 - `check_tools`: the OpenAI schema, `[{"type": "function", "function": {"name", "description",
-  "parameters"}}]`, checked strictly (unknown keys, duplicate names, `strict: true` are refused).
+  "parameters"}}]`, checked strictly (unknown keys and duplicate names are refused, and
+  `strict: true` unless the output is held to the schema: the server's forced tool_choice).
   The template gets the list as given (Hugging Face's convention, what Qwen / Hermes templates read).
 - `tool_calls_for_template`: an earlier assistant turn's `tool_calls` with each
   `function.arguments` as a dict. Clients send them as a JSON string (OpenAI's wire format);
@@ -27,15 +28,16 @@ MAX_TOOLS = 128
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _TOOL_KEYS = frozenset({"type", "function"})
 _FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
-_CONSTRAINED = ("constrained (guided) decoding, which turbospec does not implement")
 
 
 def _tools_error(message: str) -> ChatTemplateError:
     return ChatTemplateError(message, "tools")
 
 
-def check_tools(tools: Any) -> list[dict[str, Any]]:
-    """The tools, validated (see the module docstring); an empty list for None or []."""
+def check_tools(tools: Any, strict_ok: bool = False) -> list[dict[str, Any]]:
+    """The tools, validated (see the module docstring); an empty list for None or []. `strict_ok`:
+    the output is held to the schema anyway (the server's tool_choice "required" or named), so
+    `strict: true` is kept."""
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -74,10 +76,11 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         strict = fn.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise _tools_error(f"{where}.function.strict must be a boolean")
-        if strict:
-            raise _tools_error(f"{where}.function.strict=true promises arguments that match the schema; "
-                               f"that needs {_CONSTRAINED}: send strict false (or leave it out); the "
-                               "arguments are then the model's own JSON")
+        if strict and not strict_ok:
+            raise _tools_error(f"{where}.function.strict=true promises arguments that match the schema, which "
+                               "the model's own tool calls (tool_choice 'auto') do not guarantee: on the server "
+                               "send tool_choice 'required' or {'type': 'function', 'function': {'name': ...}} "
+                               "(the output is then held to the schema), or strict false")
     return [dict(t) for t in tools]
 
 

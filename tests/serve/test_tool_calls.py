@@ -147,8 +147,9 @@ def test_n_choices_each_parse_their_calls(client, engine):
 
 
 @pytest.mark.parametrize("extra, param, fragment", [
-    ({"tool_choice": "required"}, "tool_choice", "constrained (guided) decoding"),
-    ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice", "'get_weather'"),
+    ({"tool_choice": {"type": "function", "function": {"name": "get_stock"}}}, "tool_choice",
+     "'get_stock', which is not among the tools"),
+    ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice", "send one of them"),
     ({"tool_choice": "sometimes"}, "tool_choice", "'none', 'auto', 'required'"),
     ({"tool_choice": "auto", "tools": openai.NOT_GIVEN}, "tool_choice", "only allowed when tools"),
     ({"tools": [{"type": "function", "function": {"name": "f", "strict": True}}]}, "tools", "strict"),

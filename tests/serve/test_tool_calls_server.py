@@ -6,6 +6,8 @@ parser unchanged, streamed or not. The tool-call parsing itself is test_tool_cal
 model never writes a call)."""
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 from transformers import AutoTokenizer
@@ -95,3 +97,71 @@ def test_tokenize_counts_a_conversation_with_tools(client, tok):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
     bad = httpx.post(f"{base}/tokenize", json={"messages": ASK, "tools": [{"type": "function"}]}, timeout=60)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
+
+
+# ---- forced calls: tool_choice "required" / a named function (serve/forced_tool_calls.py) ----------
+
+STRICT_WEATHER = {"type": "function", "function": {**WEATHER["function"], "strict": True, "parameters": {
+    "type": "object", "additionalProperties": False, "required": ["city"],
+    "properties": {"city": {"type": "string", "maxLength": 20}}}}}
+
+
+def _streamed_calls(chunks) -> tuple[dict[int, dict], str | None]:
+    """{index: {"id", "name", "arguments"}} accumulated as a client does, and the last finish_reason."""
+    calls: dict[int, dict] = {}
+    finish = None
+    for c in chunks:
+        for ch in c.choices:
+            finish = ch.finish_reason or finish
+            assert not ch.delta.content
+            for t in ch.delta.tool_calls or []:
+                d = calls.setdefault(t.index, {"id": None, "name": None, "arguments": ""})
+                d["id"] = d["id"] or t.id
+                d["name"] = d["name"] or (t.function.name if t.function else None)
+                d["arguments"] += t.function.arguments or ""
+    return calls, finish
+
+
+def test_a_named_function_is_always_called_with_arguments_that_match(client):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[STRICT_WEATHER, TIME], max_tokens=48,
+                                       temperature=0, tool_choice=named)
+    msg, choice = r.choices[0].message, r.choices[0]
+    assert msg.content is None and choice.finish_reason == "stop" and len(msg.tool_calls) == 1
+    call = msg.tool_calls[0]
+    args = json.loads(call.function.arguments)
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    assert set(args) == {"city"} and isinstance(args["city"], str) and len(args["city"]) <= 20
+    stream = client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[STRICT_WEATHER, TIME],
+                                            max_tokens=48, temperature=0, tool_choice=named, stream=True)
+    calls, finish = _streamed_calls(stream)
+    assert list(calls) == [0] and calls[0]["name"] == "get_weather" and calls[0]["id"].startswith("call_")
+    assert calls[0]["arguments"] == call.function.arguments and finish == "stop"
+
+
+@pytest.mark.parametrize("parallel", [None, False])
+def test_required_returns_calls_to_the_given_tools(client, parallel):
+    kw = dict(model=MODEL_NAME, messages=ASK, tools=[STRICT_WEATHER, TIME], max_tokens=160, temperature=0.8,
+              seed=11, tool_choice="required")
+    if parallel is not None:
+        kw["parallel_tool_calls"] = parallel
+    r = client.chat.completions.create(**kw)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls" and msg.content is None and msg.tool_calls
+    assert parallel is None or len(msg.tool_calls) == 1
+    for c in msg.tool_calls:
+        args = json.loads(c.function.arguments)
+        assert c.function.name in ("get_weather", "get_time") and isinstance(args, dict)
+        if c.function.name == "get_weather":
+            assert set(args) == {"city"}
+    calls, finish = _streamed_calls(client.chat.completions.create(**kw, stream=True))
+    assert finish == "tool_calls"
+    assert [(calls[i]["name"], json.loads(calls[i]["arguments"])) for i in sorted(calls)] == \
+        [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls]
+
+
+def test_required_cut_by_max_tokens_is_content_with_length(client):
+    r = client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER], max_tokens=3,
+                                       temperature=0, tool_choice="required")
+    assert r.choices[0].finish_reason == "length" and r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.content.startswith("[")

@@ -15,7 +15,8 @@ from turbospec.serve.chat_output import ChatChoiceOutput
 from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, start_choices, usage
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.deltas import StreamDelta, TokenLogprob, token_str
-from turbospec.serve.errors import APIError
+from turbospec.serve.errors import APIError, bad_request
+from turbospec.serve.forced_tool_calls import ForcedToolCalls, forced_tool_schema
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, resolve_model_name
 from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
 from turbospec.serve.request_body import read_request
@@ -26,6 +27,7 @@ from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, Ch
                                        SpeculativeDecodingInfo, TopLogprob, UsageInfo, prompt_logprobs_json, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.tool_calls import ChoiceToolCalls
+from turbospec.structured_outputs import StructuredOutputsParams
 
 
 def _error_event(e: RequestFailed) -> str:
@@ -161,6 +163,13 @@ class OpenAIServing:
                            "sets no `chat_template`): use /v1/completions, or start the server with "
                            "`--chat-template FILE.jinja`", code="no_chat_template")
         tools = req.checked_tools(getattr(self.engine.tokenizer, "chat_template", None))
+        if req.forced_tool_choice:                # the output is held to the call's JSON
+            if params.structured_outputs is not None:
+                raise bad_request("tool_choice 'required' or a named function holds the output to the call's JSON; "
+                                  "it cannot take response_format / structured outputs too: send one of them",
+                                  param="tool_choice")
+            params.structured_outputs = StructuredOutputsParams(
+                json=forced_tool_schema(tools, req.tool_choice, req.parallel_tool_calls))
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
                   "add_special_tokens": req.add_special_tokens}
@@ -228,6 +237,9 @@ class OpenAIServing:
         if self.reasoning_parser is not None:
             reasoning = ChoiceReasoning(self.reasoning_parser, enable_thinking(req.chat_template_kwargs),
                                         req.include_reasoning)
+        if req.forced_tool_choice:
+            named = req.tool_choice["function"]["name"] if isinstance(req.tool_choice, dict) else None
+            return ChatChoiceOutput(reasoning, ForcedToolCalls(named))
         return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls) if req.parses_tool_calls else None)
 
 

@@ -8,9 +8,9 @@ read them (else a 400 naming `tools`: start the server with a `--chat-template` 
   (turbospec/tool_parser.py) into `message.tool_calls`;
 - "none" (the default without tools): the tools are still rendered (vLLM's default), the output is
   not parsed: any `<tool_call>` text stays in `content`;
-- "required" and a named function ({"type": "function", "function": {"name": ...}}) need
-  constrained (guided) decoding to be guaranteed, which turbospec does not implement: a 400
-  (`param: tool_choice`), never a silent "auto".
+- "required" and a named function ({"type": "function", "function": {"name": ...}}): the output
+  is held to the call's JSON by structured outputs (serve/forced_tool_calls.py, as vLLM does),
+  and `strict: true` functions are accepted there.
 `parallel_tool_calls: false` returns only the first call (vLLM's behaviour; the model is not
 constrained, its later calls are dropped). While calls are parsed, `skip_special_tokens` defaults
 to false (as vLLM's hermes parser sets it): some tokenizers mark `<tool_call>` special, and a
@@ -49,7 +49,7 @@ class ToolOptions(BaseModel):
         """The tools for the template (400s for a bad schema, an unservable tool_choice, a template
         that ignores tools)."""
         try:
-            tools = check_tools(self.tools)
+            tools = check_tools(self.tools, strict_ok=self.forced_tool_choice)
         except ChatTemplateError as e:
             raise bad_request(str(e), param="tools")
         choice = self.tool_choice
@@ -63,12 +63,9 @@ class ToolOptions(BaseModel):
                               "(or 'none', 'auto', 'required')", param="tool_choice")
         if choice not in (None, "none") and not tools:
             raise bad_request(f"tool_choice {choice!r} is only allowed when tools are given", param="tool_choice")
-        if choice == "required" or isinstance(choice, dict):
-            what = "'required'" if choice == "required" else f"the named function {choice['function']['name']!r}"
-            raise bad_request(f"tool_choice {what} forces a call, which needs constrained (guided) decoding; "
-                              "turbospec does not implement it: send tool_choice 'auto' (the model decides, "
-                              "its calls are parsed from the output) or 'none'", param="tool_choice",
-                              code="unsupported_parameter")
+        if isinstance(choice, dict) and choice["function"]["name"] not in {t["function"]["name"] for t in tools}:
+            raise bad_request(f"tool_choice names the function {choice['function']['name']!r}, which is not among "
+                              f"the tools ({', '.join(t['function']['name'] for t in tools)})", param="tool_choice")
         if tools and not template_uses_tools(template):
             raise bad_request("tools were given but this model's chat template does not render them (it never "
                               "reads the `tools` variable), so the model would not see them: start the server "
@@ -79,8 +76,14 @@ class ToolOptions(BaseModel):
 
     @property
     def parses_tool_calls(self) -> bool:
-        """Whether the output is parsed for calls: tools given and tool_choice not "none"."""
-        return bool(self.tools) and self.tool_choice != "none"
+        """Whether the output is parsed for calls: tools given and tool_choice "auto" (or unset)."""
+        return bool(self.tools) and self.tool_choice in (None, "auto")
+
+    @property
+    def forced_tool_choice(self) -> bool:
+        """tool_choice "required" or a named function: the output is held to the call's JSON
+        (serve/forced_tool_calls.py)."""
+        return self.tool_choice == "required" or isinstance(self.tool_choice, dict)
 
 
 class ChoiceToolCalls:

@@ -1,0 +1,105 @@
+"""tool_choice "required" and a named function ({"type": "function", "function": {"name": ...}}),
+served as vLLM serves them: the output is held to JSON by structured outputs, and that JSON is
+the call(s), whatever format the model's template asks for.
+
+- named function `f`: the output is `f`'s arguments, held to `f.parameters` (any JSON object
+  when it has none). The message is one call to `f` with that text as `arguments`, content null;
+  finish_reason stays "stop" (OpenAI's). Streamed: the call's first delta carries id, type and
+  name, then each piece of text is an `arguments` delta, as it is generated.
+- "required": the output is a JSON array of one or more `{"name": ..., "parameters": {...}}`,
+  each item held to one tool's name and parameters (one item at most with
+  `parallel_tool_calls: false`). The message holds the calls, content null, finish_reason
+  "tool_calls". Streamed: the calls arrive when the output ends (two deltas each, as the Hermes
+  parser's do). An array cut by max_tokens is returned as content, with finish_reason "length".
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from turbospec.serve.responses import (ChatMessageOut, DeltaFunctionCall, DeltaMessage, DeltaToolCall,
+                                       FunctionCall, ToolCall)
+
+ANY_OBJECT = {"type": "object"}
+
+
+def forced_tool_schema(tools: list[dict[str, Any]], choice: str | dict, parallel: bool | None) -> dict:
+    """The JSON schema the output is held to for tool_choice `choice` ("required" or named)."""
+    fns = {t["function"]["name"]: t["function"] for t in tools}
+    if isinstance(choice, dict):
+        return fns[choice["function"]["name"]].get("parameters") or ANY_OBJECT
+    items = [{"type": "object", "additionalProperties": False, "required": ["name", "parameters"],
+              "properties": {"name": {"type": "string", "enum": [name]},
+                             "parameters": fn.get("parameters") or ANY_OBJECT}}
+             for name, fn in fns.items()]
+    schema: dict[str, Any] = {"type": "array", "minItems": 1,
+                              "items": items[0] if len(items) == 1 else {"anyOf": items}}
+    if parallel is False:
+        schema["maxItems"] = 1
+    return schema
+
+
+def _call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class ForcedToolCalls:
+    """One choice's output under a forced tool_choice: `named` is the function's name, or None
+    for "required"."""
+
+    def __init__(self, named: str | None):
+        self.named = named
+        self._id = _call_id()
+        self._started = False
+        self._text = ""
+        self.num_calls = 0
+
+    def _calls(self, text: str) -> list[ToolCall] | None:
+        if self.named is not None:
+            return [ToolCall(id=self._id, function=FunctionCall(name=self.named, arguments=text))]
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError:
+            return None                                    # cut by max_tokens (or a stop string)
+        return [ToolCall(id=_call_id(), function=FunctionCall(
+            name=it["name"], arguments=json.dumps(it["parameters"], ensure_ascii=False))) for it in items]
+
+    def deltas(self, text: str, finished: bool) -> list[DeltaMessage]:
+        if self.named is not None:
+            out = []
+            if not self._started:
+                self._started, self.num_calls = True, 1
+                out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=0, id=self._id, type="function",
+                                                                  function=DeltaFunctionCall(name=self.named,
+                                                                                             arguments=""))]))
+            if text:
+                out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=text))]))
+            return out
+        self._text += text
+        if not finished:
+            return []
+        calls = self._calls(self._text)
+        if calls is None:
+            return [DeltaMessage(content=self._text)] if self._text else []
+        out = []
+        for i, c in enumerate(calls):
+            out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=i, id=c.id, type="function",
+                                                              function=DeltaFunctionCall(name=c.function.name,
+                                                                                         arguments=""))]))
+            out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=i, function=DeltaFunctionCall(
+                arguments=c.function.arguments))]))
+        self.num_calls = len(calls)
+        return out
+
+    def message(self, text: str) -> ChatMessageOut:
+        calls = self._calls(text)
+        if calls is None:
+            return ChatMessageOut(content=text)
+        self.num_calls = len(calls)
+        return ChatMessageOut(content=None, tool_calls=calls)
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        if self.named is None and reason == "stop" and self.num_calls:
+            return "tool_calls"
+        return reason
