@@ -179,17 +179,61 @@ def test_first_sampled_token_follows_the_masked_softmax(llm, codelm_dir, hf_mode
 
 # ---- the rest of the engine ------------------------------------------------------------------
 
+JSON_PROMPT = 'people = [\n    {"name": "Ann", "age": 31, "tags": ["a"]},\n    {"name": "Bob", "age": 4, "tags": ["b"]},\n    '
+
+
 def test_speculation_and_neighbours_change_nothing(llm, spec_llm):
+    """Greedy and seeded: plain rows beside grammar rows, and n-gram speculation (whose drafts
+    the grammar rows verify under their masks), give each request its tokens alone."""
     plain = [SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)] * 2
-    so = [so_params(json=SCHEMA), so_params(regex=r"(ab|cd){1,8}x")]
-    prompts = [PROMPT, "import os\n", PROMPT, "class A:\n"]
+    so = [so_params(json=SCHEMA), so_params(regex=r"(ab|cd){1,8}x"), so_params(1.0, json=SCHEMA),
+          so_params(0.7, json_object=True)]
+    prompts = [PROMPT, "import os\n", JSON_PROMPT, "class A:\n", JSON_PROMPT, JSON_PROMPT]
     alone = [o.outputs[0].token_ids for o in llm.generate(prompts[:2], plain)] + \
         [o.outputs[0].token_ids for o in llm.generate(prompts[2:], so)]
     mixed = [o.outputs[0].token_ids for o in llm.generate(prompts, plain + so)]
-    spec = [o.outputs[0].token_ids for o in spec_llm.generate(prompts, plain + so)]
-    assert mixed == alone and spec == alone
-    stats = spec_llm.llm_engine.get_metrics()
-    assert stats["spec_decode_num_drafts"] > 0                       # the plain rows did speculate
+    spec = spec_llm.generate(prompts, plain + so)
+    assert mixed == alone and [o.outputs[0].token_ids for o in spec] == alone
+    assert all(o.metrics.num_drafts > 0 for o in spec[2:5:2])              # the grammar rows did verify drafts
+    assert all(o.metrics.num_accepted_tokens > 0 for o in spec[2:5:2])
+
+
+def test_tree_drafts_under_a_grammar_equal_plain(llm, codelm_dir):
+    """EAGLE-3 tree drafts: each node's row is masked by the grammar after its path."""
+    tree = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256, speculative_config={
+        "method": "eagle3", "model": str(codelm_dir.parent / "codelm-12m-eagle3"), "num_speculative_tokens": 6,
+        "tree": {"topk": 2, "depth": 3, "budget": 6}})
+    params = [so_params(json=SCHEMA), so_params(1.0, json=SCHEMA), so_params(regex="[a-z]{2,8}\\([a-z]{0,6}\\)")]
+    prompts = [JSON_PROMPT, JSON_PROMPT, PROMPT]
+    want = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    got = tree.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in got] == want
+    assert sum(o.metrics.num_accepted_tokens for o in got) > 0
+
+
+def test_verify_masks_follow_each_path(codelm_dir):
+    """Row 1 + n is the grammar after the path to node n; a refused draft's subtree allows all."""
+    from transformers import AutoTokenizer
+    from turbospec.engine.grammar import unpack_mask, verify_masks
+    from turbospec.engine.sequence import Sequence
+    tok = AutoTokenizer.from_pretrained(codelm_dir)
+    gc = GrammarCompiler(tok, 8192, [0])
+    so = StructuredOutputsParams(choice=["abc", "abd", "xyz"])
+    seq = Sequence("r", None, [1, 2], SamplingParams(), torch.device("cpu"), 64)
+    seq.grammar = gc.matcher(so)
+    a, b, c, d, x, y = (tok.convert_tokens_to_ids(t) for t in ("a", "b", "c", "d", "x", "y"))
+    # chain a, b, x: row 2 after "ab" allows c / d only, row 3 (after the refused x) everything
+    rows = unpack_mask(verify_masks(seq, [a, b, x], None, 5, 8192), 8192, torch.device("cpu"))
+    assert rows[0, a] and rows[0, x] and not rows[0, b]
+    assert rows[1, b] and not rows[1, a] and not rows[1, c]
+    assert rows[2, c] and rows[2, d] and not rows[2, x]
+    assert rows[3].all() and rows[4].all()
+    # tree: node 0 "a", node 1 "x" (both children of the root), node 2 "b" under node 0
+    rows = unpack_mask(verify_masks(seq, [a, x, b], [-1, -1, 0], 4, 8192), 8192, torch.device("cpu"))
+    assert rows[1, b] and not rows[1, y]
+    assert rows[2, y] and not rows[2, b]
+    assert rows[3, c] and rows[3, d] and rows[3].sum() < 8192
+    assert seq.grammar.consume_tokens(tok.encode("abd", add_special_tokens=False)) and seq.grammar.is_stopped()
 
 
 def test_reasoning_gate_leaves_the_think_block_free(codelm_dir):

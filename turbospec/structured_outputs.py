@@ -9,8 +9,10 @@ penalties and before temperature, top-k / top-p / min-p and greedy's argmax; the
 advances the matcher. When the grammar is complete and allows nothing more (a JSON value's last
 brace, a choice's last character), the request stops there with finish_reason "stop" (the EOS it
 would be forced to sample next is not emitted). The mask changes the distribution the user asked
-to sample from in the way vLLM's does; speculation stays lossless with respect to it, because
-requests held to a grammar take no drafts (engine/llm_engine.py) and no decode bursts.
+to sample from in the way vLLM's does; speculation stays lossless with respect to it: each verify
+row is masked by the grammar's state after the drafts on its path (engine/grammar.py
+verify_masks), so a draft is accepted exactly as a single step would sample it. Requests held
+to a grammar take no decode bursts (their masks are computed on the host, token by token).
 """
 from __future__ import annotations
 

@@ -74,22 +74,27 @@ class GrammarCompiler:
         return m
 
 
-_BITS = None
+_BITS: dict = {}
+
+
+def unpack_mask(packed: torch.Tensor, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """[N, ceil(V/32)] int32 bitmasks (host) -> [N, vocab_size] bool on `device`."""
+    bits = _BITS.get(device)
+    if bits is None:
+        bits = _BITS[device] = torch.arange(32, dtype=torch.int32, device=device)
+    n, words = packed.shape
+    out = (packed.to(device, non_blocking=True).unsqueeze(-1) >> bits) & 1          # [N, V/32, 32]
+    return out.view(n, words * 32)[:, :vocab_size].bool()
 
 
 def allowed_mask(matchers: list, vocab_size: int, device: torch.device) -> torch.Tensor:
     """[len(matchers), vocab_size] bool: the tokens each matcher allows next (a None matcher: all)."""
     import llguidance.torch as lt
-    global _BITS
-    words = (vocab_size + 31) // 32
-    packed = torch.full((len(matchers), words), -1, dtype=torch.int32)          # [N, V/32] host
+    packed = torch.full((len(matchers), (vocab_size + 31) // 32), -1, dtype=torch.int32)   # [N, V/32] host
     for i, m in enumerate(matchers):
         if m is not None:
             lt.fill_next_token_bitmask(m, packed, i)
-    if _BITS is None or _BITS.device != device:
-        _BITS = torch.arange(32, dtype=torch.int32, device=device)
-    bits = (packed.to(device, non_blocking=True).unsqueeze(-1) >> _BITS) & 1    # [N, V/32, 32]
-    return bits.view(len(matchers), words * 32)[:, :vocab_size].bool()
+    return unpack_mask(packed, vocab_size, device)
 
 
 def apply_grammar(logits: torch.Tensor, matchers: list) -> torch.Tensor:
@@ -97,3 +102,36 @@ def apply_grammar(logits: torch.Tensor, matchers: list) -> torch.Tensor:
     matcher leaves its row as is)."""
     allowed = allowed_mask(matchers, logits.shape[1], logits.device)
     return logits.masked_fill(~allowed, float("-inf"))
+
+
+def verify_masks(seq, tokens: list[int], parents: list[int] | None, rows: int, vocab_size: int) -> torch.Tensor:
+    """[rows, ceil(V/32)] int32 host bitmasks of a verify's rows for one sequence held to a grammar:
+    row 0 what it allows after the committed tokens, row 1 + n after the drafts on the path to node
+    n (a chain: drafts 0..n; a tree: `parents`, -1 the root). A row whose path holds a draft the
+    grammar refuses (never accepted: the refusing row gives it probability 0), a row after the
+    draft that completes the grammar (the request stops at that draft: the row's token is
+    dropped), rows past the drafts and rows before the reasoning gate allow every token. The matcher is left as
+    it was (rolled back)."""
+    import llguidance.torch as lt
+    packed = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
+    m = seq.grammar
+    paths: list[list[int]] = [[]]
+    for n, t in enumerate(tokens):
+        up = -1 if parents is None else parents[n]
+        paths.append((paths[up + 1] if parents is not None else paths[n]) + [t])
+    for row, path in enumerate(paths):
+        wait, consumed, reachable = seq.grammar_wait, 0, True
+        for t in path:
+            if wait is not None:                   # reasoning: the grammar starts after the gate token
+                wait = None if t == wait else wait
+            elif m.is_stopped() or m.validate_tokens([t]) != 1:
+                reachable = False
+                break
+            else:
+                m.consume_token(t)
+                consumed += 1
+        if reachable and wait is None and not m.is_stopped():
+            lt.fill_next_token_bitmask(m, packed, row)
+        if consumed:
+            m.rollback(consumed)
+    return packed

@@ -181,10 +181,8 @@ class LLMEngine:
         if burst is not None:
             return self._outputs(burst)
         k = self._step_draft_length()
-        # a sequence held to a grammar takes no drafts: its tokens are masked one step at a time
         sched = self.scheduler.schedule(
-            draft_slots=(lambda s: 0 if s.grammar is not None else max(0, min(k, s.max_total_tokens - len(s) - 1)))
-            if k else (lambda s: 0))
+            draft_slots=(lambda s: max(0, min(k, s.max_total_tokens - len(s) - 1))) if k else (lambda s: 0))
         if sched.is_empty:
             return []
         now = time.time()

@@ -13,7 +13,7 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from turbospec.engine.grammar import apply_grammar
+from turbospec.engine.grammar import apply_grammar, unpack_mask, verify_masks
 from turbospec.engine.scheduler import ScheduledSeq
 from turbospec.engine.sequence import Sequence
 from turbospec.layers.penalties import PenaltyTensors, apply_penalties, processes_logits
@@ -114,6 +114,8 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
     if any(processes_logits(s, eos) for s in seqs):   # row 1+n counts the drafts on the path to n
         pt = PenaltyTensors.build(seqs, V, dev, drafts=sub.token_ids, parents=sub.parents, eos_ids=eos)
         seq_logits = apply_penalties(seq_logits.reshape(-1, V), pt).view(len(bs), K + 1, V)
+    if any(s.grammar is not None for s in seqs):     # structured outputs: each row's mask on its draft path
+        seq_logits = _grammar_rows(seqs, sub, seq_logits)
     if sub.parents is None and all(s.params.greedy for s in seqs):
         fused = _fused_greedy() if dev.type == "cuda" else None
         if fused is not None:                                   # one launch, then the copy back
@@ -132,6 +134,19 @@ def _verify(engine, scheduled, proposal: Proposal, draft_row: dict[int, int], lo
     packed = torch.cat([res.output_token_ids, res.num_output.unsqueeze(1), res.accepted_nodes],
                        dim=1).tolist()
     return _unpack(packed, bs, K)
+
+
+def _grammar_rows(seqs: list[Sequence], sub: Proposal, seq_logits: torch.Tensor) -> torch.Tensor:
+    """[S, K+1, V] verify logits with what each row's grammar refuses at -inf (engine/grammar.py's
+    verify_masks: the target's distribution at every draft position is the one single steps sample)."""
+    S, R, V = seq_logits.shape
+    toks = sub.token_ids.tolist()
+    par = sub.parents.tolist() if sub.parents is not None else None
+    full = torch.full((R, (V + 31) // 32), -1, dtype=torch.int32)
+    packed = torch.cat([verify_masks(s, toks[i][:n], par[i][:n] if par else None, R, V) if s.grammar is not None
+                        else full for i, (s, n) in enumerate(zip(seqs, sub.num_tokens))])       # [S*R, V/32]
+    allowed = unpack_mask(packed, V, seq_logits.device).view(S, R, V)
+    return seq_logits.masked_fill(~allowed, float("-inf"))
 
 
 def _unpack(packed: list[list[int]], bs: list[int], K: int) -> dict[int, tuple[list[int], list[int]]]:
