@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from turbospec import LLM, SamplingParams
-from turbospec.engine.grammar import GrammarCompiler, allowed_mask
+from turbospec.engine.grammar import GrammarCompiler, GrammarState, allowed_mask
 from turbospec.structured_outputs import StructuredOutputsParams
 
 PROMPT = "def parse(data):\n    return "
@@ -89,7 +89,7 @@ def test_mask_is_llguidances_own_and_never_allows_padding_ids(codelm_dir):
         if text:
             ids = tok.encode(text, add_special_tokens=False)
             assert m.consume_tokens(ids) and ref.consume_tokens(ids)
-        got = allowed_mask([m, None], vocab, torch.device("cpu"))             # [2, vocab] bool
+        got = allowed_mask([GrammarState(m), None], vocab, torch.device("cpu"))   # [2, vocab] bool
         want = torch.tensor(list(ref.compute_logit_bias()), dtype=torch.int32)[:vocab] > 0
         assert torch.equal(got[0], want), text
         assert got[1].all() and not got[0, 8192:].any()
@@ -220,36 +220,49 @@ def test_verify_masks_follow_each_path(codelm_dir):
     gc = GrammarCompiler(tok, 8192, [0])
     so = StructuredOutputsParams(choice=["abc", "abd", "xyz"])
     seq = Sequence("r", None, [1, 2], SamplingParams(), torch.device("cpu"), 64)
-    seq.grammar = gc.matcher(so)
+    seq.grammar = gc.state(so, [1, 2])
     a, b, c, d, x, y = (tok.convert_tokens_to_ids(t) for t in ("a", "b", "c", "d", "x", "y"))
     # chain a, b, x: row 2 after "ab" allows c / d only, row 3 (after the refused x) everything
-    rows = unpack_mask(verify_masks(seq, [a, b, x], None, 5, 8192), 8192, torch.device("cpu"))
+    rows = unpack_mask(verify_masks(seq.grammar, [a, b, x], None, 5, 8192), 8192, torch.device("cpu"))
     assert rows[0, a] and rows[0, x] and not rows[0, b]
     assert rows[1, b] and not rows[1, a] and not rows[1, c]
     assert rows[2, c] and rows[2, d] and not rows[2, x]
     assert rows[3].all() and rows[4].all()
     # tree: node 0 "a", node 1 "x" (both children of the root), node 2 "b" under node 0
-    rows = unpack_mask(verify_masks(seq, [a, x, b], [-1, -1, 0], 4, 8192), 8192, torch.device("cpu"))
+    rows = unpack_mask(verify_masks(seq.grammar, [a, x, b], [-1, -1, 0], 4, 8192), 8192, torch.device("cpu"))
     assert rows[1, b] and not rows[1, y]
     assert rows[2, y] and not rows[2, b]
     assert rows[3, c] and rows[3, d] and rows[3].sum() < 8192
-    assert seq.grammar.consume_tokens(tok.encode("abd", add_special_tokens=False)) and seq.grammar.is_stopped()
+    m = seq.grammar.matcher                                        # rolled back: "abd" still fits whole
+    assert m.consume_tokens(tok.encode("abd", add_special_tokens=False)) and m.is_stopped()
 
 
 def test_reasoning_gate_leaves_the_think_block_free(codelm_dir):
-    """With think ids set (as --reasoning-parser does), the grammar holds only after the end tag:
-    here the end tag is the third token plain greedy decoding writes."""
+    """With think ids set (as --reasoning-parser does): a prompt without tags lets the first token
+    open a block (here `start` := the token plain greedy writes first), whose text up to `end`
+    (:= its third token) is free, the grammar holding after it; a prompt that closed a block holds
+    the output to the grammar from the first token, `start` refused; one that ends inside a
+    block waits for `end`."""
     llm = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256)
+    tok = llm.get_tokenizer()
     free = llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].token_ids
-    end = free[2]
-    start = 8191 if end != 8191 else 8190
+    start, end = free[0], free[2]
+    assert len({start, free[1], end}) == 3
     grammars = llm.llm_engine.grammars
     grammars.think_ids = (start, end)
-    tok = llm.get_tokenizer()
     ids = tok.encode(PROMPT)
-    assert grammars.waits_for(ids) == end                          # no block in the prompt: the model opens it
-    assert grammars.waits_for(ids + [start]) == end
-    assert grammars.waits_for(ids + [start, 5, end]) is None       # the template closed an empty block
+    so = StructuredOutputsParams(regex="[0-9]{4}")
+    assert (grammars.state(so, ids).wait, grammars.state(so, ids).opener) == (None, (start, end))
+    assert grammars.state(so, ids + [start]).wait == end
+    closed = grammars.state(so, ids + [start, 5, end] + tok.encode("\n\n", add_special_tokens=False))
+    assert (closed.wait, closed.opener) == (None, None)
     out = llm.generate([PROMPT], so_params(regex="[0-9]{4}"))[0].outputs[0]
     assert out.token_ids[:3] == free[:3] and out.finish_reason == "stop"
     assert re.fullmatch("[0-9]{4}", tok.decode(out.token_ids[3:]))
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+    spec.llm_engine.grammars.think_ids = (start, end)           # drafts across the gate: verify_masks' walk
+    assert spec.generate([PROMPT + PROMPT], so_params(regex="[0-9]{4}"))[0].outputs[0].token_ids == \
+        llm.generate([PROMPT + PROMPT], so_params(regex="[0-9]{4}"))[0].outputs[0].token_ids
+    out = llm.generate([{"prompt_token_ids": ids + [start, 5, end]}], so_params(regex="[0-9]{4}"))[0].outputs[0]
+    assert re.fullmatch("[0-9]{4}", out.text) and start not in out.token_ids

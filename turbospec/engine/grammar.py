@@ -31,15 +31,23 @@ class GrammarCompiler:
         self.think_ids = (ids[0][0], ids[1][0])
         return True
 
-    def waits_for(self, prompt_ids: list[int]) -> int | None:
-        """The token a new request's grammar waits for: </think> when reasoning is on and the
-        prompt's last think block is not closed (a prompt that ends with `<think>`, or none at all:
-        the model opens it), else None (the grammar holds from the first token)."""
-        if self.think_ids is None:
-            return None
-        start, end = self.think_ids
-        last = {t: i for i, t in enumerate(prompt_ids) if t in (start, end)}
-        return None if last.get(end, -1) > last.get(start, -1) else end
+    def state(self, params: StructuredOutputsParams, prompt_ids: list[int]) -> "GrammarState":
+        """A new request's grammar state. With reasoning on (set_reasoning) the grammar waits for
+        </think> when the prompt ends inside a think block (`<think>` its last tag, as DeepSeek-R1's
+        template leaves it); holds from the first token when the prompt ends with `</think>` (the
+        template closed an empty block: Qwen3's enable_thinking false); and otherwise holds from the
+        first token but lets that token be `<think>`, which then opens a free block (a Qwen3 that
+        thinks writes it; an instruct model does not). The reasoning parser reads the same tags."""
+        wait = opener = None
+        if self.think_ids is not None:
+            start, end = self.think_ids
+            tags = [i for i, t in enumerate(prompt_ids) if t in (start, end)]
+            closing = tags and self.tokenizer.decode(prompt_ids[tags[-1] + 1:]).strip() == ""
+            if closing and prompt_ids[tags[-1]] == start:
+                wait = end
+            elif not closing:
+                opener = (start, end)
+        return GrammarState(self.matcher(params), wait, opener)
 
     def ll_tokenizer(self):
         if self._ll_tokenizer is None:
@@ -74,6 +82,43 @@ class GrammarCompiler:
         return m
 
 
+class GrammarState:
+    """One request's matcher and its reasoning gate: `wait`, the token (</think>) before which the
+    grammar does not hold yet; `opener`, (<think>, </think>) while the next token may open a think
+    block (the first output token only)."""
+
+    def __init__(self, matcher, wait: int | None = None, opener: tuple[int, int] | None = None):
+        self.matcher, self.wait, self.opener = matcher, wait, opener
+
+    def is_stopped(self) -> bool:
+        """The grammar holds and is complete: nothing but EOS may follow."""
+        return self.wait is None and self.matcher.is_stopped()
+
+    def fill(self, packed: torch.Tensor, row: int) -> None:
+        """packed[row] = the tokens allowed next (left all-allowed while waiting)."""
+        if self.wait is not None:
+            return
+        import llguidance.torch as lt
+        lt.fill_next_token_bitmask(self.matcher, packed, row)
+        if self.opener is not None:
+            t = self.opener[0]
+            packed[row, t >> 5] |= torch.bitwise_left_shift(torch.tensor(1, dtype=torch.int32), t & 31)
+
+    def advance(self, token: int, check: bool = False) -> bool:
+        """The gate and the matcher past `token`; False if the grammar refuses it (with `check`,
+        the matcher is then left as it was; without, it enters its error state)."""
+        opener, self.opener = self.opener, None
+        if self.wait is not None:
+            self.wait = None if token == self.wait else self.wait
+            return True
+        if opener is not None and token == opener[0]:
+            self.wait = opener[1]
+            return True
+        if check and (self.matcher.is_stopped() or self.matcher.validate_tokens([token]) != 1):
+            return False
+        return self.matcher.consume_token(token)
+
+
 _BITS: dict = {}
 
 
@@ -87,51 +132,47 @@ def unpack_mask(packed: torch.Tensor, vocab_size: int, device: torch.device) -> 
     return out.view(n, words * 32)[:, :vocab_size].bool()
 
 
-def allowed_mask(matchers: list, vocab_size: int, device: torch.device) -> torch.Tensor:
-    """[len(matchers), vocab_size] bool: the tokens each matcher allows next (a None matcher: all)."""
-    import llguidance.torch as lt
-    packed = torch.full((len(matchers), (vocab_size + 31) // 32), -1, dtype=torch.int32)   # [N, V/32] host
-    for i, m in enumerate(matchers):
-        if m is not None:
-            lt.fill_next_token_bitmask(m, packed, i)
+def allowed_mask(states: list, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """[len(states), vocab_size] bool: the tokens each GrammarState allows next (None: all)."""
+    packed = torch.full((len(states), (vocab_size + 31) // 32), -1, dtype=torch.int32)    # [N, V/32] host
+    for i, g in enumerate(states):
+        if g is not None:
+            g.fill(packed, i)
     return unpack_mask(packed, vocab_size, device)
 
 
-def apply_grammar(logits: torch.Tensor, matchers: list) -> torch.Tensor:
+def apply_grammar(logits: torch.Tensor, states: list) -> torch.Tensor:
     """[N, V] logits with every token the row's grammar forbids at -inf (a new tensor; a None
-    matcher leaves its row as is)."""
-    allowed = allowed_mask(matchers, logits.shape[1], logits.device)
+    state leaves its row as is)."""
+    allowed = allowed_mask(states, logits.shape[1], logits.device)
     return logits.masked_fill(~allowed, float("-inf"))
 
 
-def verify_masks(seq, tokens: list[int], parents: list[int] | None, rows: int, vocab_size: int) -> torch.Tensor:
+def verify_masks(g: GrammarState, tokens: list[int], parents: list[int] | None, rows: int,
+                 vocab_size: int) -> torch.Tensor:
     """[rows, ceil(V/32)] int32 host bitmasks of a verify's rows for one sequence held to a grammar:
     row 0 what it allows after the committed tokens, row 1 + n after the drafts on the path to node
     n (a chain: drafts 0..n; a tree: `parents`, -1 the root). A row whose path holds a draft the
     grammar refuses (never accepted: the refusing row gives it probability 0), a row after the
     draft that completes the grammar (the request stops at that draft: the row's token is
-    dropped), rows past the drafts and rows before the reasoning gate allow every token. The matcher is left as
-    it was (rolled back)."""
-    import llguidance.torch as lt
+    dropped), rows past the drafts and rows before the reasoning gate allow every token. The
+    state is left as it was (the matcher rolled back)."""
     packed = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
-    m = seq.grammar
     paths: list[list[int]] = [[]]
     for n, t in enumerate(tokens):
-        up = -1 if parents is None else parents[n]
-        paths.append((paths[up + 1] if parents is not None else paths[n]) + [t])
+        paths.append((paths[parents[n] + 1] if parents is not None else paths[n]) + [t])
+    m, wait, opener = g.matcher, g.wait, g.opener
     for row, path in enumerate(paths):
-        wait, consumed, reachable = seq.grammar_wait, 0, True
+        consumed, reachable = 0, True
         for t in path:
-            if wait is not None:                   # reasoning: the grammar starts after the gate token
-                wait = None if t == wait else wait
-            elif m.is_stopped() or m.validate_tokens([t]) != 1:
+            held = g.wait is None and not (g.opener is not None and t == g.opener[0])
+            if not g.advance(t, check=True):
                 reachable = False
                 break
-            else:
-                m.consume_token(t)
-                consumed += 1
-        if reachable and wait is None and not m.is_stopped():
-            lt.fill_next_token_bitmask(m, packed, row)
+            consumed += held
+        if reachable and not g.is_stopped():
+            g.fill(packed, row)
         if consumed:
             m.rollback(consumed)
+        g.wait, g.opener = wait, opener
     return packed

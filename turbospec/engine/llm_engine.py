@@ -154,8 +154,7 @@ class LLMEngine:
         seq = build_sequence(request_id, prompt, params, self.tokenizer, self.model_config,
                              self.device, self.max_model_len, add_special_tokens, cap_to_context)
         if params.structured_outputs is not None:
-            seq.grammar = self.grammars.matcher(params.structured_outputs)
-            seq.grammar_wait = self.grammars.waits_for(seq.prompt_token_ids)
+            seq.grammar = self.grammars.state(params.structured_outputs, seq.prompt_token_ids)
         self.seqs[request_id] = seq
         self.detok[request_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens,
                                                         params.stop)
@@ -247,13 +246,10 @@ class LLMEngine:
         if seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.time()
         p = seq.params
-        if seq.grammar is not None and seq.grammar_wait is not None:      # reasoning: no grammar yet
-            if token_id == seq.grammar_wait:
-                seq.grammar_wait = None
-        elif seq.grammar is not None and not seq.grammar.consume_token(token_id):
+        if seq.grammar is not None and not seq.grammar.advance(token_id):
             # cannot happen with the mask applied (a bug if it does): end this request, not the server
             logger.error("request %s: token %d is outside its grammar (%s); the request is aborted",
-                         seq.request_id, token_id, seq.grammar.get_error())
+                         seq.request_id, token_id, seq.grammar.matcher.get_error())
             seq.finish_reason = "abort"
             self._finish(seq)
             return True
@@ -267,14 +263,14 @@ class LLMEngine:
             seq.finish_reason, seq.stop_reason = "stop", None
         elif seq.num_output_tokens >= p.min_tokens and token_id in p.stop_token_ids:
             seq.finish_reason, seq.stop_reason = "stop", token_id
-        elif seq.grammar_active and seq.grammar.is_stopped() and token_id not in self.model_config.eos_token_ids:
+        elif seq.grammar is not None and seq.grammar.is_stopped() and token_id not in self.model_config.eos_token_ids:
             seq.finish_reason, seq.stop_reason = "stop", None      # the grammar is complete (this token is output)
         elif len(seq) >= seq.max_total_tokens:
             seq.finish_reason = "length"
-        elif seq.grammar_active and seq.grammar.is_stopped():      # an EOS that ignore_eos kept
+        elif seq.grammar is not None and seq.grammar.is_stopped():      # an EOS that ignore_eos kept
             seq.finish_reason, seq.stop_reason = "stop", None
         if seq.finish_reason == "stop" and stop_str is None and not p.include_stop_str_in_output and \
-                (not seq.grammar_active or token_id in self.model_config.eos_token_ids or token_id in p.stop_token_ids):
+                (seq.grammar is None or token_id in self.model_config.eos_token_ids or token_id in p.stop_token_ids):
             detok.text = detok.text[:shown]           # the stopping token's text (skip_special_tokens=False)
         if seq.finish_reason is not None:
             self._finish(seq)

@@ -74,8 +74,7 @@ class Sequence:
         self.stop_reason: str | int | None = None
         self.output_text = ""
         self.metrics = RequestMetrics()
-        self.grammar = None                   # llguidance.LLMatcher of structured outputs (engine/grammar.py)
-        self.grammar_wait: int | None = None  # the token (</think>) after which the grammar holds
+        self.grammar = None                   # structured outputs: engine/grammar.py's GrammarState
         self.generator: torch.Generator | None = None
         if params.seed is not None:
             self.generator = torch.Generator(device=device)
@@ -100,11 +99,6 @@ class Sequence:
     @property
     def last_token_id(self) -> int:
         return self.token_ids[-1]
-
-    @property
-    def grammar_active(self) -> bool:
-        """Held to a grammar at the next token (structured outputs, reasoning over)."""
-        return self.grammar is not None and self.grammar_wait is None
 
     @property
     def is_finished(self) -> bool:

@@ -143,7 +143,7 @@ def _grammar_rows(seqs: list[Sequence], sub: Proposal, seq_logits: torch.Tensor)
     toks = sub.token_ids.tolist()
     par = sub.parents.tolist() if sub.parents is not None else None
     full = torch.full((R, (V + 31) // 32), -1, dtype=torch.int32)
-    packed = torch.cat([verify_masks(s, toks[i][:n], par[i][:n] if par else None, R, V) if s.grammar is not None
+    packed = torch.cat([verify_masks(s.grammar, toks[i][:n], par[i][:n] if par else None, R, V) if s.grammar is not None
                         else full for i, (s, n) in enumerate(zip(seqs, sub.num_tokens))])       # [S*R, V/32]
     allowed = unpack_mask(packed, V, seq_logits.device).view(S, R, V)
     return seq_logits.masked_fill(~allowed, float("-inf"))
@@ -205,8 +205,8 @@ def accept_step(engine, scheduled: list[ScheduledSeq]) -> list[Sequence]:
         eos = engine.model_config.eos_token_ids
         if any(processes_logits(s, eos) for s in seqs):   # a new tensor: logprobs stay raw
             lg = apply_penalties(lg, PenaltyTensors.build(seqs, lg.shape[1], lg.device, eos_ids=eos))
-        if any(s.grammar_active for s in seqs):          # structured outputs: a new tensor too
-            lg = apply_grammar(lg, [s.grammar if s.grammar_active else None for s in seqs])
+        if any(s.grammar is not None for s in seqs):     # structured outputs: a new tensor too
+            lg = apply_grammar(lg, [s.grammar for s in seqs])
         if all(s.params.greedy for s in seqs):            # no distribution needed: argmax
             toks = lg.argmax(dim=-1).tolist()
         else:
