@@ -266,3 +266,16 @@ def test_reasoning_gate_leaves_the_think_block_free(codelm_dir):
         llm.generate([PROMPT + PROMPT], so_params(regex="[0-9]{4}"))[0].outputs[0].token_ids
     out = llm.generate([{"prompt_token_ids": ids + [start, 5, end]}], so_params(regex="[0-9]{4}"))[0].outputs[0]
     assert re.fullmatch("[0-9]{4}", out.text) and start not in out.token_ids
+
+
+def test_a_schema_sent_again_is_copied_not_compiled(codelm_dir):
+    from transformers import AutoTokenizer
+    gc = GrammarCompiler(AutoTokenizer.from_pretrained(codelm_dir), 8192, [0])
+    a = gc.matcher(StructuredOutputsParams(json=SCHEMA))
+    assert a.consume_tokens([gc.tokenizer.convert_tokens_to_ids("{")])
+    b = gc.matcher(StructuredOutputsParams(json=dict(SCHEMA)))        # equal schema: the cached one, fresh
+    assert len(gc._compiled) == 1 and b is not a
+    assert b.validate_tokens([gc.tokenizer.convert_tokens_to_ids("{")]) == 1     # b starts at the start
+    for i in range(70):
+        gc.matcher(StructuredOutputsParams(regex=f"x{i}"))
+    assert len(gc._compiled) == 64

@@ -42,8 +42,6 @@ class SamplingParams:
     structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.structured_outputs, dict):
-            self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
@@ -96,6 +94,8 @@ class SamplingParams:
                              "> 1 discourages repeats; the sampler divides float32 logits by it)")
         if not _is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0 disables it)")
+        if isinstance(self.structured_outputs, dict):            # a dict of its fields, set here or later
+            self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
         if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
             raise ValueError(f"structured_outputs={self.structured_outputs!r} must be a StructuredOutputsParams "
                              "(or a dict of its fields, e.g. {'json': schema}) or None")

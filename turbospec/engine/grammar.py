@@ -7,6 +7,9 @@ import torch
 from turbospec.structured_outputs import StructuredOutputsParams
 
 
+CACHED_GRAMMARS = 64
+
+
 class GrammarCompiler:
     """Builds each request's matcher against the model's tokenizer (llguidance's view of it is made
     once, at the first request held to a grammar). The mask covers the model's whole vocabulary
@@ -18,6 +21,7 @@ class GrammarCompiler:
         self.eos_token_ids = list(eos_token_ids)
         self._ll_tokenizer = None
         self.think_ids: tuple[int, int] | None = None      # (<think>, </think>): set_reasoning
+        self._compiled: dict[str, object] = {}              # grammar text -> an unused matcher
 
     def set_reasoning(self, start: str = "<think>", end: str = "</think>") -> bool:
         """With a reasoning parser (vLLM's rule), a grammar holds from the end of the think block
@@ -68,18 +72,25 @@ class GrammarCompiler:
 
     def matcher(self, params: StructuredOutputsParams):
         """A fresh LLMatcher for one request; ValueError naming the problem for a grammar, regex or
-        schema that does not compile."""
+        schema that does not compile. The last CACHED_GRAMMARS compiled grammars are kept, so a
+        schema sent again (most clients send one schema many times) is copied, not compiled."""
         from llguidance import LLMatcher
-        tok = self.ll_tokenizer()
         grammar = params.to_grammar()
-        error = LLMatcher.validate_grammar(grammar, tok)
-        if error:
-            raise ValueError(f"structured outputs: the {params.kind.replace('_', ' ')} does not compile: "
-                             f"{error.strip()}")
-        m = LLMatcher(tok, grammar, log_level=0)
-        if m.is_error():
-            raise ValueError(f"structured outputs: the {params.kind.replace('_', ' ')} does not compile: {m.get_error()}")
-        return m
+        pristine = self._compiled.pop(grammar, None)
+        if pristine is None:
+            tok = self.ll_tokenizer()
+            error = LLMatcher.validate_grammar(grammar, tok)
+            if error:
+                raise ValueError(f"structured outputs: the {params.kind.replace('_', ' ')} does not compile: "
+                                 f"{error.strip()}")
+            pristine = LLMatcher(tok, grammar, log_level=0)
+            if pristine.is_error():
+                raise ValueError(f"structured outputs: the {params.kind.replace('_', ' ')} does not compile: "
+                                 f"{pristine.get_error()}")
+        self._compiled[grammar] = pristine                    # most recent last
+        while len(self._compiled) > CACHED_GRAMMARS:
+            self._compiled.pop(next(iter(self._compiled)))
+        return pristine.deep_copy()
 
 
 class GrammarState:
