@@ -4,7 +4,6 @@ key when one is set), plus /health, /metrics and /version, which monitoring reac
 from __future__ import annotations
 
 import hmac
-import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -21,8 +20,6 @@ from turbospec.serve.request_body import DEFAULT_MAX_BODY_BYTES
 from turbospec.serve.responses import ModelCard, ModelList
 from turbospec.serve.serving import OpenAIServing
 from turbospec.serve.tokenize import Tokenization
-
-logger = logging.getLogger(__name__)
 
 
 def _auth_dependency(api_key: str | None):
@@ -49,8 +46,9 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     `allowed_origins`: CORS, so that a web page on those origins can call the API from a browser
     (the CLI allows any, as vLLM does; the API key still applies).
     `reasoning_parser`: "qwen3" or "deepseek_r1" splits chat outputs into reasoning and content
-    (serve/reasoning.py), and structured outputs hold from the end of the think block on (vLLM's
-    rule); None leaves them whole. ValueError for another name.
+    (serve/reasoning.py), and structured outputs hold on the content, not the reasoning (vLLM's
+    rule; `app.state.think_gate` is False when the tokenizer splits the tags, and they then hold
+    from the first token); None leaves them whole. ValueError for another name.
     `sampling_defaults`: what requests that leave temperature / top_p / top_k / min_p /
     repetition_penalty unset get (generation_defaults.py; None: the API defaults)."""
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
@@ -63,9 +61,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     if async_engine.metrics is None:
         async_engine.metrics = metrics
     grammars = getattr(async_engine.engine, "grammars", None)
-    if reasoning_parser is not None and grammars is not None and not grammars.set_reasoning():
-        logger.warning("--reasoning-parser %s: the tokenizer splits <think> / </think> into several tokens, so "
-                       "structured outputs hold from the first token (not after the think block)", reasoning_parser)
+    think_gate = reasoning_parser is not None and grammars is not None and grammars.set_reasoning()
     serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults)
     tokenization = Tokenization(async_engine, names, max_body_bytes)
     require_key = _auth_dependency(api_key)
@@ -80,6 +76,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
 
     app = FastAPI(title="turbospec", version=__version__, lifespan=lifespan)
     app.state.engine = async_engine
+    app.state.think_gate = think_gate
     app.state.metrics = metrics
     install_error_handlers(app)
     if allowed_origins:

@@ -184,9 +184,12 @@ def serve(
                             timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")
     server = GracefulServer(config, app.state.engine, shutdown_timeout)
+    split_tags = reasoning_parser and not app.state.think_gate
     print(f"turbospec serve: listening on http://{host}:{port} as {', '.join(names)}"
           f"{' (API key required)' if api_key else ''}"
-          f"{f'; reasoning parser {reasoning_parser}' if reasoning_parser else ''}", flush=True)
+          f"{f'; reasoning parser {reasoning_parser}' if reasoning_parser else ''}"
+          f"{' (the tokenizer splits <think> / </think>: structured outputs hold from the first token)' if split_tags else ''}",
+          flush=True)
     server.run()
     if not server.started:            # e.g. the port was taken: uvicorn logged why
         sys.exit(1)
