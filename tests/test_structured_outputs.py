@@ -70,7 +70,7 @@ def test_sampling_params_take_a_dict_and_name_vllms_old_field():
 def test_bad_regex_and_schema_are_value_errors_that_say_why(llm):
     with pytest.raises(ValueError, match="(?s)regex does not compile.*unclosed group"):
         llm.generate([PROMPT], so_params(regex="a(b"))
-    with pytest.raises(ValueError, match="json does not compile"):
+    with pytest.raises(ValueError, match="JSON schema does not compile"):
         llm.generate([PROMPT], so_params(json={"type": "no-such-type"}))
     assert not llm.llm_engine.has_unfinished_requests()
 
@@ -279,3 +279,36 @@ def test_a_schema_sent_again_is_copied_not_compiled(codelm_dir):
     for i in range(70):
         gc.matcher(StructuredOutputsParams(regex=f"x{i}"))
     assert len(gc._compiled) == 64
+
+
+def test_required_tool_schema_lifts_defs_and_rewrites_refs(codelm_dir):
+    """forced_tool_schema("required"): each tool's $defs / definitions move to the top renamed
+    per tool, and "#", "#/$defs/..", "#/definitions/..", "#/properties/.." refs still point at
+    the same subschemas: llguidance accepts a valid array of calls and refuses a wrong one."""
+    from transformers import AutoTokenizer
+    from turbospec.serve.forced_tool_calls import forced_tool_schema
+    ship = {"type": "object", "required": ["to"], "additionalProperties": False,
+            "properties": {"to": {"$ref": "#/$defs/Addr"}, "back": {"$ref": "#/properties/to"}},
+            "$defs": {"Addr": {"type": "object", "required": ["zip"], "additionalProperties": False,
+                               "properties": {"zip": {"type": "integer"}}}}}
+    node = {"type": "object", "required": ["n"], "additionalProperties": False,
+            "properties": {"n": {"$ref": "#/definitions/Addr"}, "kid": {"$ref": "#"}},
+            "definitions": {"Addr": {"type": "string", "maxLength": 3}}}        # the same name, another schema
+    tools = [{"type": "function", "function": {"name": "ship", "parameters": ship}},
+             {"type": "function", "function": {"name": "node", "parameters": node}}]
+    schema = forced_tool_schema(tools, "required", None)
+    assert set(schema["$defs"]) == {"t0_Addr", "t1_Addr"} and '"$defs": {' not in json.dumps(schema["items"])
+    tok = AutoTokenizer.from_pretrained(codelm_dir)
+    gc = GrammarCompiler(tok, 8192, [0])
+
+    def accepts(value) -> bool:
+        m = gc.matcher(StructuredOutputsParams(json=schema, disable_any_whitespace=True))
+        ids = tok.encode(json.dumps(value, separators=(",", ":")), add_special_tokens=False)
+        return m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting()
+
+    good = [{"name": "ship", "parameters": {"to": {"zip": 7}, "back": {"zip": 8}}},
+            {"name": "node", "parameters": {"n": "abc", "kid": {"n": "x"}}}]
+    assert accepts(good)
+    assert not accepts([{"name": "ship", "parameters": {"to": {"zip": "7"}}}])           # Addr of ship: integer
+    assert not accepts([{"name": "node", "parameters": {"n": "abcd"}}])                   # Addr of node: 3 chars
+    assert not accepts([{"name": "node", "parameters": {"n": "a", "kid": {"to": {"zip": 1}}}}])   # "#": node

@@ -122,7 +122,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
     ([WEATHER, WEATHER], "given twice"),
     ([{"type": "function", "function": {"name": "f", "parameters": "object"}}], "JSON Schema object"),
     ([{"type": "function", "function": {"name": "f", "description": 3}}], "description must be a string"),
-    ([{"type": "function", "function": {"name": "f", "strict": True}}], "tool_choice 'required'"),
+    ([{"type": "function", "function": {"name": "f", "strict": 1}}], "strict must be a boolean"),
     ([{"type": "function", "function": {"name": f"f{i}"}} for i in range(129)], "at most 128"),
 ])
 def test_bad_tools_are_refused_naming_the_field(tools, fragment):
@@ -132,7 +132,8 @@ def test_bad_tools_are_refused_naming_the_field(tools, fragment):
 
 
 def test_good_tools_pass_and_reach_the_template_kwargs():
-    tools = check_tools([WEATHER, {"type": "function", "function": {"name": "ns.now", "strict": False}}])
+    tools = check_tools([WEATHER, {"type": "function", "function": {"name": "ns.now", "strict": False}},
+                         {"type": "function", "function": {"name": "strict_one", "strict": True}}])
     assert tools[0] == WEATHER and check_tools(None) == [] == check_tools([])
     assert template_kwargs([{"role": "user", "content": "x"}], tools=tools)["tools"] == tools
     assert "tools" not in template_kwargs([{"role": "user", "content": "x"}], tools=[])

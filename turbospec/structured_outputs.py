@@ -21,12 +21,19 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 _KINDS = ("json", "regex", "choice", "grammar", "json_object")
+_REGEX_META = set("\\.+*?()|[]{}^$#&-~")         # what Rust's regex::escape escapes
 
-# JSON's whitespace between two tokens: one space, or a newline and up to 32 spaces or tabs of
-# indent (compact and pretty-printed JSON both fit). With any amount allowed, a model can write
+
+def _regex_escape(text: str) -> str:
+    return "".join("\\" + c if c in _REGEX_META else c for c in text)
+
+
+# JSON's whitespace between two tokens: one space, or a newline and an indent of up to 16 spaces
+# or 4 tabs (compact and pretty-printed JSON both fit). With any amount allowed, a model can write
 # whitespace until max_tokens (codelm-12m does, greedy, on tests/test_structured_outputs' schema),
-# a known failure of JSON modes; with this, the next token after each gap is JSON's own.
-DEFAULT_JSON_WHITESPACE = r"(\x20|\n[\x20\t]{0,32})"
+# a known failure of JSON modes; with 32 spaces or tabs it still spent most of its tokens on tabs
+# (a new-user review); with this, each gap costs a few tokens at most.
+DEFAULT_JSON_WHITESPACE = r"(\x20|\n\x20{0,16}|\n\t{0,4})"
 
 
 @dataclass
@@ -34,7 +41,7 @@ class StructuredOutputsParams:
     """What the output must match: exactly one of `json` (a JSON schema, as a dict or its JSON
     text), `regex`, `choice` (a list of strings), `grammar` (Lark or GBNF, llguidance's syntax)
     or `json_object=True` (any JSON object). Between JSON's tokens, by default, one space or a
-    newline and an indent of up to 32 spaces or tabs (DEFAULT_JSON_WHITESPACE);
+    newline and an indent of up to 16 spaces or 4 tabs (DEFAULT_JSON_WHITESPACE);
     `disable_any_whitespace`: none; `whitespace_pattern`: a regex for it instead. Each field keeps
     vLLM's name and meaning."""
     json: dict | str | None = None
@@ -44,6 +51,8 @@ class StructuredOutputsParams:
     json_object: bool | None = None
     disable_any_whitespace: bool = False
     whitespace_pattern: str | None = None
+    disable_additional_properties: bool = False     # vLLM's: objects without additionalProperties get false
+    disable_fallback: bool = False                  # vLLM's: one backend here, nothing to fall back to
 
     def __post_init__(self) -> None:
         given = [k for k in _KINDS if getattr(self, k) not in (None, False)]
@@ -56,8 +65,12 @@ class StructuredOutputsParams:
             except json.JSONDecodeError as e:
                 raise ValueError(f"structured outputs: json must be a JSON schema (a dict or its JSON text); "
                                  f"the text does not parse: {e}") from None
-        if self.json is not None and not isinstance(self.json, (dict, bool)):
-            raise ValueError(f"structured outputs: json must be a JSON schema object, not {type(self.json).__name__}")
+        if self.json is True:                            # JSON Schema's "anything"
+            self.json = {}
+        if self.json is not None and not isinstance(self.json, dict):
+            raise ValueError(f"structured outputs: json must be a JSON schema object, not {self.json!r}"
+                             if isinstance(self.json, bool) else
+                             f"structured outputs: json must be a JSON schema object, not {type(self.json).__name__}")
         if self.choice is not None and (not isinstance(self.choice, (list, tuple)) or not self.choice
                                         or not all(isinstance(c, str) and c for c in self.choice)):
             raise ValueError(f"structured outputs: choice={self.choice!r} must be a non-empty list of non-empty strings")
@@ -65,12 +78,26 @@ class StructuredOutputsParams:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v):
                 raise ValueError(f"structured outputs: {name} must be a non-empty string")
-        if self.json_object not in (None, True, False) or not isinstance(self.disable_any_whitespace, bool):
-            raise ValueError("structured outputs: json_object and disable_any_whitespace must be true or false")
+        for name in ("disable_any_whitespace", "disable_additional_properties", "disable_fallback"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"structured outputs: {name} must be true or false")
+        if self.json_object is not None and not isinstance(self.json_object, bool):
+            raise ValueError("structured outputs: json_object must be true or false")
+        if self.disable_any_whitespace and self.whitespace_pattern is not None:
+            raise ValueError("structured outputs: disable_any_whitespace and whitespace_pattern contradict each "
+                             "other: send one of them")
+        if self.whitespace_pattern is not None and self.kind not in ("json", "json_object"):
+            raise ValueError("structured outputs: whitespace_pattern applies to json and json_object only")
 
     @property
     def kind(self) -> str:
         return next(k for k in _KINDS if getattr(self, k) not in (None, False))
+
+    @property
+    def what(self) -> str:
+        """The constraint in words, for messages."""
+        return {"json": "JSON schema", "json_object": "JSON object grammar", "regex": "regex",
+                "choice": "choice list", "grammar": "grammar"}[self.kind]
 
     def to_grammar(self) -> str:
         """The llguidance grammar text (its JSON form) of what the output must match."""
@@ -78,6 +105,8 @@ class StructuredOutputsParams:
         kind = self.kind
         if kind in ("json", "json_object"):
             schema = self.json if kind == "json" else {"type": "object"}
+            if self.disable_additional_properties:
+                schema = _closed_objects(schema)
             options: dict[str, Any] = {}
             if self.disable_any_whitespace:
                 options["whitespace_flexible"] = False
@@ -89,8 +118,8 @@ class StructuredOutputsParams:
                 raise ValueError(f"structured outputs: the JSON schema is not valid: {e}") from None
         if kind == "regex":
             return LLMatcher.grammar_from_regex(self.regex)
-        if kind == "choice":
-            return grammar_from("choice", json.dumps(list(self.choice)))
+        if kind == "choice":             # one regex lexeme: an Earley alternation of 2,000+ options
+            return LLMatcher.grammar_from_regex("(" + "|".join(_regex_escape(c) for c in self.choice) + ")")
         return grammar_from("grammar", self.grammar)
 
     @classmethod
@@ -105,3 +134,16 @@ class StructuredOutputsParams:
         if unknown:
             raise ValueError(f"structured_outputs has no field {unknown[0]!r}; it takes {', '.join(sorted(names))}")
         return cls(**d)
+
+
+def _closed_objects(schema: Any) -> Any:
+    """A copy of `schema` in which every object schema with `properties` and no
+    `additionalProperties` gets `"additionalProperties": false` (vLLM's disable_additional_properties)."""
+    if isinstance(schema, list):
+        return [_closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed_objects(v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out

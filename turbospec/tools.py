@@ -2,8 +2,9 @@
 `LLM.chat(..., tools=...)` and the server's /v1/chat/completions.
 
 - `check_tools`: the OpenAI schema, `[{"type": "function", "function": {"name", "description",
-  "parameters"}}]`, checked strictly (unknown keys and duplicate names are refused, and
-  `strict: true` unless the output is held to the schema: the server's forced tool_choice).
+  "parameters"}}]`, checked strictly (unknown keys and duplicate names are refused). `strict:
+  true` is accepted as vLLM accepts it: the server holds the arguments to the schema under a
+  forced tool_choice ("required" or named); under "auto" they are the model's own JSON.
   The template gets the list as given (Hugging Face's convention, what Qwen / Hermes templates read).
 - `tool_calls_for_template`: an earlier assistant turn's `tool_calls` with each
   `function.arguments` as a dict. Clients send them as a JSON string (OpenAI's wire format);
@@ -34,10 +35,8 @@ def _tools_error(message: str) -> ChatTemplateError:
     return ChatTemplateError(message, "tools")
 
 
-def check_tools(tools: Any, strict_ok: bool = False) -> list[dict[str, Any]]:
-    """The tools, validated (see the module docstring); an empty list for None or []. `strict_ok`:
-    the output is held to the schema anyway (the server's tool_choice "required" or named), so
-    `strict: true` is kept."""
+def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """The tools, validated (see the module docstring); an empty list for None or []."""
     if tools is None:
         return []
     if not isinstance(tools, (list, tuple)):
@@ -76,11 +75,6 @@ def check_tools(tools: Any, strict_ok: bool = False) -> list[dict[str, Any]]:
         strict = fn.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise _tools_error(f"{where}.function.strict must be a boolean")
-        if strict and not strict_ok:
-            raise _tools_error(f"{where}.function.strict=true promises arguments that match the schema, which "
-                               "the model's own tool calls (tool_choice 'auto') do not guarantee: on the server "
-                               "send tool_choice 'required' or {'type': 'function', 'function': {'name': ...}} "
-                               "(the output is then held to the schema), or strict false")
     return [dict(t) for t in tools]
 
 

@@ -87,7 +87,18 @@ def test_completions_extras_plain_and_speculative(client, spec_server, llm, extr
     ({"structured_outputs": {"jsn": {}}}, "structured_outputs", "no field 'jsn'"),
     ({"guided_choice": []}, "guided_choice", "non-empty list"),
     ({"guided_decoding_backend": "magic"}, "guided_decoding_backend", "llguidance"),
-    ({"guided_json": {"type": "nonsense"}}, None, "does not compile"),
+    ({"guided_json": {"type": "nonsense"}}, "guided_json", "guided_json: the JSON schema does not compile"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "foo"}}}},
+     "response_format", "response_format: the JSON schema does not compile"),
+    ({"guided_regex": "[a-"}, "guided_regex", "regex does not compile"),
+    ({"structured_outputs": {"grammar": "start: foo"}}, "structured_outputs", "grammar does not compile"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "has space", "schema": SCHEMA}}},
+     "response_format", "1-64 characters"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA, "strict": "yes"}}},
+     "response_format", "strict must be true or false"),
+    ({"structured_outputs": {"json_object": 1}}, "structured_outputs", "json_object must be true or false"),
+    ({"structured_outputs": {"json_object": True, "disable_any_whitespace": True, "whitespace_pattern": " "}},
+     "structured_outputs", "contradict"),
 ])
 def test_malformed_constraints_are_400s_naming_the_field(server, body, param, words):
     with httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {API_KEY}"}) as c:
@@ -95,5 +106,26 @@ def test_malformed_constraints_are_400s_naming_the_field(server, body, param, wo
     err = r.json()["error"]
     assert r.status_code == 400, r.text
     assert words in err["message"], err["message"]
-    if param is not None:
-        assert err["param"] == param, err
+    assert err["param"] == param, err
+
+
+def test_a_large_choice_list_and_vllm_options(client):
+    """2,500 choices (an Earley alternation gives up at 2,000: compiled as one regex);
+    disable_additional_properties closes open objects; disable_fallback and json: true accepted."""
+    words = [f"word{i}" for i in range(2500)] + ["a.b|c (d)"]
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=12, temperature=0.9, seed=2,
+                                  extra_body={"guided_choice": words})
+    assert r.choices[0].text in words and r.choices[0].finish_reason == "stop"
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=12, temperature=0,
+                                  extra_body={"guided_choice": ["a.b|c (d)"]})
+    assert r.choices[0].text == "a.b|c (d)"
+    open_schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    so = {"json": open_schema, "disable_additional_properties": True, "disable_fallback": True,
+          "disable_any_whitespace": True}
+    for seed in range(3):
+        r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=1.0, seed=seed,
+                                      extra_body={"structured_outputs": so})
+        assert list(json.loads(r.choices[0].text)) == ["a"]
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=24, temperature=0,
+                                  extra_body={"structured_outputs": {"json": True}})
+    json.loads(r.choices[0].text)

@@ -152,7 +152,7 @@ def test_n_choices_each_parse_their_calls(client, engine):
     ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice", "send one of them"),
     ({"tool_choice": "sometimes"}, "tool_choice", "'none', 'auto', 'required'"),
     ({"tool_choice": "auto", "tools": openai.NOT_GIVEN}, "tool_choice", "only allowed when tools"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "strict": True}}]}, "tools", "strict"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}, "tools", "strict must be a boolean"),
     ({"tools": [{"type": "function", "function": {"nam": "f"}}]}, "tools", "unknown key(s) 'nam'"),
     ({"tools": {"type": "function"}}, "tools", "valid list"),
     ({"parallel_tool_calls": "yes"}, "parallel_tool_calls", "parallel_tool_calls"),
@@ -175,3 +175,11 @@ def test_a_template_that_ignores_tools_is_a_400(client, engine):
         engine.tokenizer.chat_template = TOOLS_TEMPLATE
     assert e.value.body["param"] == "tools" and "--chat-template" in e.value.body["message"]
     assert ok.choices[0].message.content == "plain"
+
+
+def test_strict_tools_are_served_under_auto_as_vllm_serves_them(client, engine):
+    """openai.pydantic_function_tool and the Agents SDK send strict: true; under "auto" the call
+    is parsed as written (only a forced tool_choice enforces the schema)."""
+    strict = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+    r = _chat(client, engine, CALL_PARIS, tools=[strict])
+    assert _calls(r.choices[0].message.tool_calls) == [("get_weather", {"city": "Paris"})]

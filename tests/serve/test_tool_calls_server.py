@@ -165,3 +165,45 @@ def test_required_cut_by_max_tokens_is_content_with_length(client):
                                        temperature=0, tool_choice="required")
     assert r.choices[0].finish_reason == "length" and r.choices[0].message.tool_calls is None
     assert r.choices[0].message.content.startswith("[")
+
+
+def test_required_with_nested_pydantic_tools(client):
+    """Each tool's $defs lifted to the array schema's top, its $refs rewritten (two tools, one
+    recursive): the calls parse and validate."""
+    from typing import Optional
+
+    from pydantic import BaseModel, Field
+
+    class Address(BaseModel):          # bounded fields: this small model runs on in strings and numbers
+        city: str = Field(max_length=12)
+        zip: str = Field(max_length=8)
+
+    class Ship(BaseModel):
+        to: Address
+        weight: int = Field(ge=0, le=999)
+
+    class Node(BaseModel):
+        name: str = Field(max_length=12)
+        child: Optional["Node"] = None
+
+    tools = [openai.pydantic_function_tool(Ship), openai.pydantic_function_tool(Node)]
+    finished = 0
+    for seed in range(4):          # this small model often repeats calls (or nests Node) until max_tokens
+        r = client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=tools, max_tokens=200,
+                                           temperature=0.7, seed=seed, tool_choice="required",
+                                           parallel_tool_calls=False)
+        if r.choices[0].finish_reason == "length":
+            continue
+        finished += 1
+        calls = r.choices[0].message.tool_calls
+        assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+        {"Ship": Ship, "Node": Node}[calls[0].function.name].model_validate_json(calls[0].function.arguments)
+    assert finished >= 1
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "bad"}}])
+def test_a_tool_schema_that_does_not_compile_is_a_400_naming_the_tool(client, choice):
+    tools = [WEATHER, {"type": "function", "function": {"name": "bad", "parameters": {"type": "nonsense"}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=tools, max_tokens=8, tool_choice=choice)
+    assert e.value.body["param"] == "tools[1].function.parameters" and "(bad)" in e.value.body["message"]

@@ -2,6 +2,8 @@
 llguidance matcher, and the mask of the tokens its grammar allows next, applied to a step's logits."""
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from turbospec.structured_outputs import StructuredOutputsParams
@@ -22,6 +24,7 @@ class GrammarCompiler:
         self._ll_tokenizer = None
         self.think_ids: tuple[int, int] | None = None      # (<think>, </think>): set_reasoning
         self._compiled: dict[str, object] = {}              # grammar text -> an unused matcher
+        self._lock = threading.Lock()
 
     def set_reasoning(self, start: str = "<think>", end: str = "</think>") -> bool:
         """With a reasoning parser (vLLM's rule), a grammar holds from the end of the think block
@@ -73,24 +76,26 @@ class GrammarCompiler:
     def matcher(self, params: StructuredOutputsParams):
         """A fresh LLMatcher for one request; ValueError naming the problem for a grammar, regex or
         schema that does not compile. The last CACHED_GRAMMARS compiled grammars are kept, so a
-        schema sent again (most clients send one schema many times) is copied, not compiled."""
+        schema sent again (most clients send one schema many times) is copied, not compiled.
+        Thread-safe (llguidance compiles without the GIL)."""
         from llguidance import LLMatcher
         grammar = params.to_grammar()
-        pristine = self._compiled.pop(grammar, None)
+        with self._lock:                                       # the server compiles on worker threads too
+            pristine = self._compiled.get(grammar)
         if pristine is None:
             tok = self.ll_tokenizer()
             error = LLMatcher.validate_grammar(grammar, tok)
             if error:
-                raise ValueError(f"structured outputs: the {params.kind.replace('_', ' ')} does not compile: "
-                                 f"{error.strip()}")
+                raise ValueError(f"the {params.what} does not compile: {error.strip()}")
             pristine = LLMatcher(tok, grammar, log_level=0)
             if pristine.is_error():
-                raise ValueError(f"structured outputs: the {params.kind.replace('_', ' ')} does not compile: "
-                                 f"{pristine.get_error()}")
-        self._compiled[grammar] = pristine                    # most recent last
-        while len(self._compiled) > CACHED_GRAMMARS:
-            self._compiled.pop(next(iter(self._compiled)))
-        return pristine.deep_copy()
+                raise ValueError(f"the {params.what} does not compile: {pristine.get_error()}")
+        with self._lock:
+            self._compiled.pop(grammar, None)
+            self._compiled[grammar] = pristine                # most recent last
+            while len(self._compiled) > CACHED_GRAMMARS:
+                self._compiled.pop(next(iter(self._compiled)))
+            return pristine.deep_copy()
 
 
 class GrammarState:

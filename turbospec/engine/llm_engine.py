@@ -249,7 +249,7 @@ class LLMEngine:
         if seq.grammar is not None and not seq.grammar.advance(token_id):
             # cannot happen with the mask applied (a bug if it does): end this request, not the server
             logger.error("request %s: token %d is outside its grammar (%s); the request is aborted",
-                         seq.request_id, token_id, seq.grammar.matcher.get_error())
+                         seq.request_id, token_id, seq.grammar.matcher.get_error()[:300])
             seq.finish_reason = "abort"
             self._finish(seq)
             return True

@@ -25,19 +25,52 @@ ANY_OBJECT = {"type": "object"}
 
 
 def forced_tool_schema(tools: list[dict[str, Any]], choice: str | dict, parallel: bool | None) -> dict:
-    """The JSON schema the output is held to for tool_choice `choice` ("required" or named)."""
+    """The JSON schema the output is held to for tool_choice `choice` ("required" or named). For
+    "required" each tool's parameters move under the array's items, so their `$defs` /
+    `definitions` move to the top (renamed per tool) and their `$ref`s are rewritten to match."""
     fns = {t["function"]["name"]: t["function"] for t in tools}
     if isinstance(choice, dict):
         return fns[choice["function"]["name"]].get("parameters") or ANY_OBJECT
-    items = [{"type": "object", "additionalProperties": False, "required": ["name", "parameters"],
-              "properties": {"name": {"type": "string", "enum": [name]},
-                             "parameters": fn.get("parameters") or ANY_OBJECT}}
-             for name, fn in fns.items()]
+    defs: dict[str, Any] = {}
+    items = []
+    for i, (name, fn) in enumerate(fns.items()):
+        at = "#/items/properties/parameters" if len(fns) == 1 else f"#/items/anyOf/{i}/properties/parameters"
+        params = _relocated(fn.get("parameters") or ANY_OBJECT, at, f"t{i}_", defs)
+        items.append({"type": "object", "additionalProperties": False, "required": ["name", "parameters"],
+                      "properties": {"name": {"type": "string", "enum": [name]}, "parameters": params}})
     schema: dict[str, Any] = {"type": "array", "minItems": 1,
                               "items": items[0] if len(items) == 1 else {"anyOf": items}}
     if parallel is False:
         schema["maxItems"] = 1
+    if defs:
+        schema["$defs"] = defs
     return schema
+
+
+def _relocated(params: dict, at: str, prefix: str, defs: dict) -> dict:
+    """`params` (a schema that was a document's root) as a subschema at JSON pointer `at`: its
+    `$defs` / `definitions` added to `defs` as `prefix + name`, every local `$ref` rewritten
+    ("#" and "#/..." into the schema: under `at`; into its definitions: to the moved ones)."""
+    def ref(r: str) -> str:
+        if r == "#":
+            return at
+        for key in ("/$defs/", "/definitions/"):
+            if r.startswith("#" + key):
+                return "#/$defs/" + prefix + r[len(key) + 1:]
+        return at + r[1:] if r.startswith("#/") else r
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: (ref(v) if k == "$ref" and isinstance(v, str) else walk(v)) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    out = walk(params)
+    for key in ("$defs", "definitions"):
+        for name, sub in (out.pop(key, None) or {}).items():
+            defs[prefix + name] = sub
+    return out
 
 
 def _call_id() -> str:

@@ -26,6 +26,7 @@ from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, Ch
                                        CompletionResponse, CompletionStreamChoice, DeltaMessage,
                                        SpeculativeDecodingInfo, TopLogprob, UsageInfo, prompt_logprobs_json, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
+from turbospec.serve.structured import compile_constraint
 from turbospec.serve.tool_calls import ChoiceToolCalls
 from turbospec.structured_outputs import StructuredOutputsParams
 
@@ -69,6 +70,7 @@ class OpenAIServing:
         params = req.to_sampling_params(self.sampling_defaults)
         prompts = req.prompts()
         req.check_num_choices(len(prompts))
+        await compile_constraint(self.engine.engine, params, req.constraint_field)
         rid = f"cmpl-{uuid.uuid4().hex}"
         streams = await start_choices(self._start, rid, params, [{"prompt": p, "add_special_tokens": req.add_special_tokens} for p in prompts], req.num_samples)
         if req.stream:
@@ -170,6 +172,10 @@ class OpenAIServing:
                                   param="tool_choice")
             params.structured_outputs = StructuredOutputsParams(
                 json=forced_tool_schema(tools, req.tool_choice, req.parallel_tool_calls))
+        forced = req.forced_tool_choice
+        await compile_constraint(self.engine.engine, params, "tool_choice" if forced else req.constraint_field,
+                                 tools if forced else None, req.tool_choice["function"]["name"]
+                                 if isinstance(req.tool_choice, dict) else None)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
                   "add_special_tokens": req.add_special_tokens}

@@ -14,13 +14,16 @@ grammar holds from the end of the think block on (vLLM's rule): the reasoning it
 """
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from turbospec.serve.errors import bad_request
 from turbospec.structured_outputs import StructuredOutputsParams
 
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _BACKENDS = (None, "auto", "guidance", "llguidance", "xgrammar", "outlines", "lm-format-enforcer")
 
 
@@ -33,6 +36,12 @@ class StructuredOptions(BaseModel):
     guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = None
     guided_decoding_backend: str | None = None
+    _constraint_field: str | None = PrivateAttr(None)
+
+    @property
+    def constraint_field(self) -> str | None:
+        """The request field the output's constraint came from (for a 400's `param`)."""
+        return self._constraint_field
 
     def structured_outputs_params(self) -> StructuredOutputsParams | None:
         """The request's constraint, or None; a 400 naming the field for a malformed one."""
@@ -62,6 +71,7 @@ class StructuredOptions(BaseModel):
         if not given:
             return None
         field, spec = given[0]
+        self._constraint_field = field
         try:
             return StructuredOutputsParams.from_dict(spec)
         except (ValueError, TypeError) as e:
@@ -85,9 +95,13 @@ class StructuredOptions(BaseModel):
             if extra:
                 raise bad_request(f"response_format.json_schema has no field {sorted(extra)[0]!r} (it takes name, "
                                   "schema, strict, description)", param="response_format")
-            if not isinstance(js.get("name"), str) or not js["name"]:
-                raise bad_request("response_format.json_schema.name must be a non-empty string (OpenAI requires it)",
-                                  param="response_format")
+            if not isinstance(js.get("name"), str) or not _SCHEMA_NAME.fullmatch(js["name"]):
+                raise bad_request(f"response_format.json_schema.name={js.get('name')!r} must be 1-64 characters from "
+                                  "a-z, A-Z, 0-9, '_' and '-' (OpenAI's rule)", param="response_format")
+            if js.get("strict") is not None and not isinstance(js["strict"], bool):
+                raise bad_request("response_format.json_schema.strict must be true or false", param="response_format")
+            if js.get("description") is not None and not isinstance(js["description"], str):
+                raise bad_request("response_format.json_schema.description must be a string", param="response_format")
             schema = js.get("schema")
             if schema is not None and not isinstance(schema, dict):
                 raise bad_request("response_format.json_schema.schema must be a JSON schema object",
@@ -100,3 +114,28 @@ class StructuredOptions(BaseModel):
         raise bad_request(f"response_format={rf!r} must be {{\"type\": \"text\"}}, {{\"type\": \"json_object\"}} or "
                           "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}",
                           param="response_format")
+
+
+async def compile_constraint(engine, params, field: str | None, tools: list[dict[str, Any]] | None = None,
+                             named: str | None = None) -> None:
+    """Compile the request's grammar off the engine thread, before the request is queued: a large
+    schema (llguidance: 100-1000 ms) then stalls no other stream, the engine finds it in its cache
+    of compiled grammars, and a schema, regex or grammar that does not compile is a 400 naming
+    `field` (with `tools`, a forced tool_choice: the tool whose parameters fail; `named`: the one
+    a named tool_choice calls). `engine`: the LLMEngine (anything without `grammars` is skipped)."""
+    grammars = getattr(engine, "grammars", None)
+    so = params.structured_outputs
+    if grammars is None or so is None:
+        return
+    try:
+        await asyncio.to_thread(grammars.matcher, so)
+    except ValueError as e:
+        for i, t in enumerate(tools or []):
+            if named is not None and t["function"]["name"] != named:
+                continue
+            try:
+                grammars.matcher(StructuredOutputsParams(json=t["function"].get("parameters") or {"type": "object"}))
+            except ValueError as bad:
+                raise bad_request(f"tools[{i}].function.parameters ({t['function']['name']}): {bad}",
+                                  param=f"tools[{i}].function.parameters") from None
+        raise bad_request(f"{field}: {e}", param=field) from None

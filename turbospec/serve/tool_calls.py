@@ -9,8 +9,8 @@ read them (else a 400 naming `tools`: start the server with a `--chat-template` 
 - "none" (the default without tools): the tools are still rendered (vLLM's default), the output is
   not parsed: any `<tool_call>` text stays in `content`;
 - "required" and a named function ({"type": "function", "function": {"name": ...}}): the output
-  is held to the call's JSON by structured outputs (serve/forced_tool_calls.py, as vLLM does),
-  and `strict: true` functions are accepted there.
+  is held to the call's JSON by structured outputs (serve/forced_tool_calls.py, as vLLM does).
+  `strict: true` is accepted with every tool_choice, as vLLM accepts it; only these two enforce it.
 `parallel_tool_calls: false` returns only the first call (vLLM's behaviour; the model is not
 constrained, its later calls are dropped). While calls are parsed, `skip_special_tokens` defaults
 to false (as vLLM's hermes parser sets it): some tokenizers mark `<tool_call>` special, and a
@@ -49,7 +49,7 @@ class ToolOptions(BaseModel):
         """The tools for the template (400s for a bad schema, an unservable tool_choice, a template
         that ignores tools)."""
         try:
-            tools = check_tools(self.tools, strict_ok=self.forced_tool_choice)
+            tools = check_tools(self.tools)
         except ChatTemplateError as e:
             raise bad_request(str(e), param="tools")
         choice = self.tool_choice
