@@ -84,3 +84,17 @@ def test_unclosed_thinking_is_all_reasoning_on_a_real_server(client):
                    for t in c.choices[0].logprobs.content) == text
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
     assert chunks[-1].usage.completion_tokens == 12
+
+
+def test_a_constraint_without_a_think_gate_is_content(client):
+    """codelm's tokenizer splits <think> / </think>, so the server cannot hold the constraint to the
+    content alone: it holds from the first token, and that output is returned as content (the
+    deepseek_r1 parser would call it all reasoning), streamed or not."""
+    messages = [{"role": "user", "content": "def fib(n):"}]
+    r = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=24, temperature=0,
+                                       response_format={"type": "json_object"})
+    m = r.choices[0].message
+    assert m.content.startswith("{") and getattr(m, "reasoning", None) is None      # cut by max_tokens
+    chunks = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=24, temperature=0,
+                                            response_format={"type": "json_object"}, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == m.content

@@ -70,7 +70,7 @@ class OpenAIServing:
         params = req.to_sampling_params(self.sampling_defaults)
         prompts = req.prompts()
         req.check_num_choices(len(prompts))
-        await compile_constraint(self.engine.engine, params, req.constraint_field)
+        await compile_constraint(self.engine.engine, params, req)
         rid = f"cmpl-{uuid.uuid4().hex}"
         streams = await start_choices(self._start, rid, params, [{"prompt": p, "add_special_tokens": req.add_special_tokens} for p in prompts], req.num_samples)
         if req.stream:
@@ -172,10 +172,7 @@ class OpenAIServing:
                                   param="tool_choice")
             params.structured_outputs = StructuredOutputsParams(
                 json=forced_tool_schema(tools, req.tool_choice, req.parallel_tool_calls))
-        forced = req.forced_tool_choice
-        await compile_constraint(self.engine.engine, params, "tool_choice" if forced else req.constraint_field,
-                                 tools if forced else None, req.tool_choice["function"]["name"]
-                                 if isinstance(req.tool_choice, dict) else None)
+        await compile_constraint(self.engine.engine, params, req, tools)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
                   "add_special_tokens": req.add_special_tokens}
@@ -240,7 +237,9 @@ class OpenAIServing:
     def _chat_output(self, req: ChatCompletionRequest) -> ChatChoiceOutput:
         """A parser set for one choice: reasoning (server flag), tool calls (request)."""
         reasoning = None
-        if self.reasoning_parser is not None:
+        constrained = req.forced_tool_choice or req.constraint_field is not None
+        gate_off = getattr(getattr(self.engine.engine, "grammars", None), "think_ids", 1) is None
+        if self.reasoning_parser is not None and not (constrained and gate_off):   # else the JSON is content
             reasoning = ChoiceReasoning(self.reasoning_parser, enable_thinking(req.chat_template_kwargs),
                                         req.include_reasoning)
         if req.forced_tool_choice:

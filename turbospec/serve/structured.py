@@ -116,17 +116,22 @@ class StructuredOptions(BaseModel):
                           param="response_format")
 
 
-async def compile_constraint(engine, params, field: str | None, tools: list[dict[str, Any]] | None = None,
-                             named: str | None = None) -> None:
+async def compile_constraint(engine, params, req: StructuredOptions, tools: list[dict[str, Any]] | None = None
+                             ) -> None:
     """Compile the request's grammar off the engine thread, before the request is queued: a large
     schema (llguidance: 100-1000 ms) then stalls no other stream, the engine finds it in its cache
-    of compiled grammars, and a schema, regex or grammar that does not compile is a 400 naming
-    `field` (with `tools`, a forced tool_choice: the tool whose parameters fail; `named`: the one
-    a named tool_choice calls). `engine`: the LLMEngine (anything without `grammars` is skipped)."""
+    of compiled grammars, and a schema, regex or grammar that does not compile is a 400 naming the
+    field it came from (under a forced tool_choice: the tool whose parameters fail). `engine`: the
+    LLMEngine (anything without `grammars` is skipped); `tools`: the chat request's checked tools."""
     grammars = getattr(engine, "grammars", None)
     so = params.structured_outputs
     if grammars is None or so is None:
         return
+    choice = getattr(req, "tool_choice", None)
+    forced = choice == "required" or isinstance(choice, dict)
+    field = "tool_choice" if forced else req.constraint_field
+    named = choice["function"]["name"] if isinstance(choice, dict) else None
+    tools = tools if forced else None
     try:
         await asyncio.to_thread(grammars.matcher, so)
     except ValueError as e:
