@@ -33,6 +33,7 @@ from turbospec.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class EngineStats:
     num_running: int

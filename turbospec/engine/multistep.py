@@ -147,10 +147,10 @@ class DecodeBurst:
         """Every unpenalized variant of Mode.startup() now, and the (Mode, penalized) variants in `extra`
         for the first length bucket (contexts up to 2048, most requests: each extra variant costs
         one capture per batch bucket, about 0.4 s each on an 8B model); other variants and lengths
-        when a launch first needs them. TOPK_DRAW's draw kernel and FILTER's kernels, when not captured
-        here, are compiled here (one eager burst of a padding row): their first use then waits for
-        its captures alone, not for a Triton compilation too (TOP_P_DRAW's first capture at first use took 2.2 s on an H200,
-        each later bucket 0.5 s)."""
+        when a launch first needs them. TOPK_DRAW's draw kernel and FILTER's kernels, when not
+        captured here, are compiled here (one eager burst of a padding row): their first use then
+        waits for its captures alone, not for a Triton compilation too (TOP_P_DRAW's first capture
+        at first use took 2.2 s on an H200, each later bucket 0.5 s)."""
         base = [(mode, False) for mode in Mode.startup()]
         first = list(dict.fromkeys(base + list(extra)))          # the first length bucket's variants
         if any(pen for _, pen in first) and self.penalties is None:

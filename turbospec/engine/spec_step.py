@@ -143,8 +143,9 @@ def _grammar_rows(seqs: list[Sequence], sub: Proposal, seq_logits: torch.Tensor)
     toks = sub.token_ids.tolist()
     par = sub.parents.tolist() if sub.parents is not None else None
     full = torch.full((R, (V + 31) // 32), -1, dtype=torch.int32)
-    packed = torch.cat([verify_masks(s.grammar, toks[i][:n], par[i][:n] if par else None, R, V) if s.grammar is not None
-                        else full for i, (s, n) in enumerate(zip(seqs, sub.num_tokens))])       # [S*R, V/32]
+    packed = torch.cat([full if s.grammar is None else
+                        verify_masks(s.grammar, toks[i][:n], par[i][:n] if par else None, R, V)
+                        for i, (s, n) in enumerate(zip(seqs, sub.num_tokens))])              # [S*R, V/32]
     allowed = unpack_mask(packed, V, seq_logits.device).view(S, R, V)
     return seq_logits.masked_fill(~allowed, float("-inf"))
 
