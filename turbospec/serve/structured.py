@@ -8,9 +8,10 @@
   `guided_whitespace_pattern`); `guided_decoding_backend` is accepted and ignored (the backend is
   llguidance; it does not change what is allowed).
 
-One of them per request (a 400 names the two that clash). A schema, regex or grammar that does
-not compile is a 400 from the engine with llguidance's message. With `--reasoning-parser` the
-grammar holds from the end of the think block on (vLLM's rule): the reasoning itself is free.
+One of them per request (a 400 names the two that clash). `compile_constraint` compiles the
+grammar on a worker thread before the request is queued; one that does not compile is a 400
+naming its field, with llguidance's message. With `--reasoning-parser` the grammar holds on the
+content, not the think block (engine/grammar.py, GrammarCompiler.state).
 """
 from __future__ import annotations
 
