@@ -31,11 +31,16 @@ TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
 
 
+def new_call_id() -> str:
+    """A tool call's id, as OpenAI forms them."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
 @dataclass
 class ToolCall:
     name: str
     arguments: str                               # a JSON object, as OpenAI sends it
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    id: str = field(default_factory=new_call_id)
 
 
 @dataclass

@@ -15,11 +15,11 @@ the call(s), whatever format the model's template asks for.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
-from turbospec.serve.responses import (ChatMessageOut, DeltaFunctionCall, DeltaMessage, DeltaToolCall,
-                                       FunctionCall, ToolCall)
+from turbospec.serve.responses import ChatMessageOut, DeltaMessage, FunctionCall, ToolCall
+from turbospec.serve.tool_calls import call_arguments_delta, call_start_delta
+from turbospec.tool_parser import new_call_id
 
 ANY_OBJECT = {"type": "object"}
 
@@ -73,17 +73,13 @@ def _relocated(params: dict, at: str, prefix: str, defs: dict) -> dict:
     return out
 
 
-def _call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
 class ForcedToolCalls:
     """One choice's output under a forced tool_choice: `named` is the function's name, or None
     for "required"."""
 
     def __init__(self, named: str | None):
         self.named = named
-        self._id = _call_id()
+        self._id = new_call_id()
         self._started = False
         self._text = ""
         self.num_calls = 0
@@ -95,7 +91,7 @@ class ForcedToolCalls:
             items = json.loads(text)
         except json.JSONDecodeError:
             return None                                    # cut by max_tokens (or a stop string)
-        return [ToolCall(id=_call_id(), function=FunctionCall(
+        return [ToolCall(id=new_call_id(), function=FunctionCall(
             name=it["name"], arguments=json.dumps(it["parameters"], ensure_ascii=False))) for it in items]
 
     def deltas(self, text: str, finished: bool) -> list[DeltaMessage]:
@@ -103,11 +99,9 @@ class ForcedToolCalls:
             out = []
             if not self._started:
                 self._started, self.num_calls = True, 1
-                out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=0, id=self._id, type="function",
-                                                                  function=DeltaFunctionCall(name=self.named,
-                                                                                             arguments=""))]))
+                out.append(call_start_delta(0, self._id, self.named))
             if text:
-                out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=0, function=DeltaFunctionCall(arguments=text))]))
+                out.append(call_arguments_delta(0, text))
             return out
         self._text += text
         if not finished:
@@ -115,15 +109,9 @@ class ForcedToolCalls:
         calls = self._calls(self._text)
         if calls is None:
             return [DeltaMessage(content=self._text)] if self._text else []
-        out = []
-        for i, c in enumerate(calls):
-            out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=i, id=c.id, type="function",
-                                                              function=DeltaFunctionCall(name=c.function.name,
-                                                                                         arguments=""))]))
-            out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=i, function=DeltaFunctionCall(
-                arguments=c.function.arguments))]))
         self.num_calls = len(calls)
-        return out
+        return [d for i, c in enumerate(calls)
+                for d in (call_start_delta(i, c.id, c.function.name), call_arguments_delta(i, c.function.arguments))]
 
     def message(self, text: str) -> ChatMessageOut:
         calls = self._calls(text)

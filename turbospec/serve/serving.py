@@ -238,7 +238,8 @@ class OpenAIServing:
         """A parser set for one choice: reasoning (server flag), tool calls (request)."""
         reasoning = None
         constrained = req.forced_tool_choice or req.constraint_field is not None
-        gate_off = getattr(getattr(self.engine.engine, "grammars", None), "think_ids", 1) is None
+        grammars = getattr(self.engine.engine, "grammars", None)
+        gate_off = grammars is not None and grammars.think_ids is None
         if self.reasoning_parser is not None and not (constrained and gate_off):   # else the JSON is content
             reasoning = ChoiceReasoning(self.reasoning_parser, enable_thinking(req.chat_template_kwargs),
                                         req.include_reasoning)

@@ -140,7 +140,8 @@ async def compile_constraint(engine, params, req: StructuredOptions, tools: list
             if named is not None and t["function"]["name"] != named:
                 continue
             try:
-                grammars.matcher(StructuredOutputsParams(json=t["function"].get("parameters") or {"type": "object"}))
+                await asyncio.to_thread(grammars.matcher, StructuredOutputsParams(
+                    json=t["function"].get("parameters") or {"type": "object"}))
             except ValueError as bad:
                 raise bad_request(f"tools[{i}].function.parameters ({t['function']['name']}): {bad}",
                                   param=f"tools[{i}].function.parameters") from None

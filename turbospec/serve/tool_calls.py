@@ -86,6 +86,17 @@ class ToolOptions(BaseModel):
         return self.tool_choice == "required" or isinstance(self.tool_choice, dict)
 
 
+def call_start_delta(index: int, call_id: str, name: str) -> DeltaMessage:
+    """A streamed call's first delta: its id, type and name, arguments ""."""
+    return DeltaMessage(tool_calls=[DeltaToolCall(index=index, id=call_id, type="function",
+                                                  function=DeltaFunctionCall(name=name, arguments=""))])
+
+
+def call_arguments_delta(index: int, arguments: str) -> DeltaMessage:
+    """A piece of call `index`'s arguments (the client concatenates them)."""
+    return DeltaMessage(tool_calls=[DeltaToolCall(index=index, function=DeltaFunctionCall(arguments=arguments))])
+
+
 class ChoiceToolCalls:
     """One choice's output through the Hermes parser, streamed (`deltas`) or whole (`message`)."""
 
@@ -118,10 +129,7 @@ class ChoiceToolCalls:
                 else:
                     out.append(DeltaMessage(content=e))
                 continue
-            out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=index, id=e.id, type="function",
-                                                              function=DeltaFunctionCall(name=e.name, arguments=""))]))
-            out.append(DeltaMessage(tool_calls=[DeltaToolCall(index=index,
-                                                              function=DeltaFunctionCall(arguments=e.arguments))]))
+            out += [call_start_delta(index, e.id, e.name), call_arguments_delta(index, e.arguments)]
             index += 1
         return out
 
