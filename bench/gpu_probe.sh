@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/fusion_probe.py variants on one H200, each in its own process (results: grep RESULT).
-#   OUT=/path bash bench/gpu_probe.sh [dense] [pdlab] [rbab] [ldab] [ncu64] [attnreg] [attnub] [moe] [tests] [enginetests]
+#   OUT=/path bash bench/gpu_probe.sh [dense] [normtests] [normab] [normab2] [pdlab] [rbab] [ldab] [ncu64] [attnreg] [attnub] [moe] [tests] [enginetests]
 LOG_NAME=probe.log
 source "$(dirname "$0")/gpu_common.sh"
 P=(python3 bench/fusion_probe.py)
@@ -8,6 +8,16 @@ for part in ${*:-dense}; do
   case $part in
     dense) for v in base nosilu nonorm; do run 150 "${P[@]}" $v --batch-sizes 1,64 --gen-len 128 --repeats 2; done
            for v in pf pfearly base; do run 120 "${P[@]}" $v --batch-sizes 1 --gen-len 128 --repeats 2; done ;;
+    normtests) # the RMSNorm folded into the GEMM epilogues: kernel tests, then the GEMMs' own tests
+           run 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_norm_epilogue_gpu.py \
+             tests/gpu/test_skinny_gemm.py ;;
+    normab|normab2) # TURBOSPEC_NORM_EPILOGUE off / on, one process each (normab2: the second pair, FP8, codelm-12m)
+           for m in 0 1; do run 150 env TURBOSPEC_NORM_EPILOGUE=$m "${P[@]}" base --batch-sizes 1,64 --gen-len 128 --repeats 2; done
+           if [ $part = normab2 ]; then
+             for m in 0 1; do run 150 env TURBOSPEC_NORM_EPILOGUE=$m "${P[@]}" base --quantization fp8 --gen-len 128 --repeats 2; done
+             for m in 0 1; do run 150 env TURBOSPEC_NORM_EPILOGUE=$m "${P[@]}" base --shape models/codelm-12m --prompt-len 128 \
+               --batch-sizes 1,64 --gen-len 256 --repeats 2; done
+           fi ;;
     pdlab) # every GEMM may start early (TURBOSPEC_PDL=1, the default since 2026-11-30) against
            # the earlier rule (=small: GEMMs over 8 MiB start in order), alternating
            for m in small 1 small 1; do

@@ -33,11 +33,13 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
+from turbospec.kernels.norm_epilogue import launch_args
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels import fp8_config
 from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, pick_config  # noqa: F401
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct
+from turbospec.layers.norm_epilogue import reference_linear
 _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56 (exact in fp32)
 
 
@@ -101,11 +103,12 @@ def _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, K, offs_k, m_ok, n_ok,
 @triton.jit(do_not_specialize=["M"])
 def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      M, N, K, stride_xm, stride_om, stride_sn, kb_per_split,
+                     res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
                      FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False,
                      ACT_SILU_MUL: tl.constexpr = False, ACT_ROWS: tl.constexpr = 1,
-                     PDL: tl.constexpr = False):
+                     EPI: tl.constexpr = 0, NP: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) accumulates x[m tile, K slice s] @
     dequant(w[n tile, K slice s]).T in fp32, one 128-wide scale block per step (SWAP_AB: the
     transpose, as in skinny_gemm). On an H200 neither SWAP_AB nor prefetching the next block's
@@ -114,7 +117,8 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     (qwen3-8b gate_up, M = 1): instruction-issue bound, ~4.6 thread instructions per weight byte,
     60% of them the conversion, mma.sync rather than wgmma (docs/benchmarks.md); with BLOCK_M 16,
     M = 64 converts every weight tile four times and takes three times as long.
-    ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (as in skinny_gemm)."""
+    ACT_SILU_MUL: x is gate_up [M, 2K] and the x tile is silu(gate) * up (as in skinny_gemm).
+    EPI, res_ptr ... eps: an RMSNorm folded into the output (`norm_epilogue`)."""
     pdl_wait(PDL)
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -137,7 +141,8 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
         s_ptrs += 1
     if SWAP_AB:
         acc = tl.trans(acc)                                                      # [BM, BN]
-    store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
+    store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS,
+                  EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, BLOCK_N)
 
 
 @triton.jit
@@ -198,16 +203,17 @@ def launch(kernel, grid, args: tuple, kwargs: dict, device: torch.device) -> Non
 
 def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: torch.Tensor | None,
              block: tuple[int, int], config: dict | None = None, fast_cvt: bool | None = None,
-             silu_mul: bool = False) -> torch.Tensor:
+             silu_mul: bool = False, epi=None):
     """x [M, K] (rows contiguous), w fp8 [N, K], scale_inv fp32 [ceil(N/bn), ceil(K/bk)] -> [M, N].
-    silu_mul: x is gate_up [M, 2K] and the input is silu(gate) * up, computed in the x-tile load."""
+    silu_mul: x is gate_up [M, 2K] and the input is silu(gate) * up, computed in the x-tile load.
+    epi: an RMSNorm folded into the output (`layers.norm_epilogue`; `AddNorm` returns `NormedRows`)."""
     M, K = x.shape[0], w.shape[1]
     N = w.shape[0]
     if x.shape[1] != (2 * K if silu_mul else K):
         raise ValueError(f"fp8_gemm: x {tuple(x.shape)} does not fit w {tuple(w.shape)} (silu_mul={silu_mul})")
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M == 0:
-        return out
+        return launch_args(epi, x[:, :K], out, dict(BLOCK_N=64))[2]
     if fast_cvt is None:
         fast_cvt = x.dtype == torch.bfloat16 and fast_cvt_enabled(x.device)
     if config is None:
@@ -215,6 +221,7 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
         if x.is_cuda and block[1] == 128 and fp8_config.use_large(M):
             config = _large_config(w, scale_inv, block, config, x.dtype, fast_cvt) or config
     cfg = dict(config)
+    ep_args, ep_consts, result = launch_args(epi, x[:, :K], out, cfg)
     split = cfg.pop("SPLIT_K")
     if split * cfg["kb_per_split"] < triton.cdiv(K, block[1]):
         raise ValueError(f"fp8_gemm config {config}: SPLIT_K x kb_per_split covers fewer than K's "
@@ -222,14 +229,14 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
     ws, locks = split_buffers(M, N, grid, x.device)
     args = (x, w.view(torch.uint8), scale_inv, bias if bias is not None else x, out, ws, locks,
-            M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), cfg.pop("kb_per_split"))
+            M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), cfg.pop("kb_per_split"), *ep_args)
     launch(_fp8_gemm_kernel, grid, args, dict(BLOCK_K=block[1], GROUP_N=block[0], SPLIT_K=split,
                                               HAS_BIAS=bias is not None, FAST_CVT=fast_cvt,
-                                              EVEN_K=K % block[1] == 0, **cfg,
+                                              EVEN_K=K % block[1] == 0, **ep_consts, **cfg,
                                               **pdl_launch(x.device, w.numel()),
                                               **(dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"]))
                                                  if silu_mul else {})), x.device)
-    return out
+    return result
 
 
 _LARGE_OK: dict[tuple, bool] = {}
@@ -269,14 +276,14 @@ def dequantize(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int],
 
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: torch.Tensor | None,
-               block: tuple[int, int], act: InputAct = None) -> torch.Tensor:
+               block: tuple[int, int], act: InputAct = None, epi=None):
     """x [*, K] -> [*, N]: the FP8 `quant_method.apply` on CUDA. act="silu_mul": x = gate_up
-    [*, 2K], fused into fp8_gemm (the caller passes it only for rows it fuses)."""
+    [*, 2K], fused into fp8_gemm (the caller passes it only for rows it fuses). epi: an RMSNorm
+    folded into the output (x [M, K] rows; `layers.norm_epilogue`)."""
     x2 = x.reshape(-1, x.shape[-1])                                     # [M, K] | [M, 2K]
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     if x2.shape[0] > FP8_TRITON_MAX_M and act is None:
-        out = torch.nn.functional.linear(x2, dequantize(w, scale_inv, block, x.dtype), bias)
-    else:
-        out = fp8_gemm(x2, w, scale_inv, bias, block, silu_mul=act == "silu_mul")
-    return out.view(*x.shape[:-1], w.shape[0])
+        return reference_linear(x2, dequantize(w, scale_inv, block, x.dtype), bias, epi)
+    out = fp8_gemm(x2, w, scale_inv, bias, block, silu_mul=act == "silu_mul", epi=epi)
+    return out if epi is not None else out.view(*x.shape[:-1], w.shape[0])

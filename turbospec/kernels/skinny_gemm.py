@@ -48,15 +48,16 @@ import os
 import warnings
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
+from turbospec.kernels.norm_epilogue import launch_args
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
 from turbospec.kernels.tuned_configs import load as load_tuned
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
+from turbospec.layers.norm_epilogue import reference_linear
 
 
 @triton.jit
@@ -96,19 +97,22 @@ def k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K
 @triton.jit(do_not_specialize=["M"])
 def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                         M, N, K, stride_xm, stride_wn, stride_om, kb_per_split,
+                        res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                         SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
-                        ACT_ROWS: tl.constexpr = 1, PDL: tl.constexpr = False):
+                        ACT_ROWS: tl.constexpr = 1, EPI: tl.constexpr = 0, NP: tl.constexpr = 1,
+                        PDL: tl.constexpr = False):
     """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
     Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32
-    (`k_slice_dot`)."""
+    (`k_slice_dot`). EPI, res_ptr ... eps: an RMSNorm folded into the output (`norm_epilogue`)."""
     pdl_wait(PDL)
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
                       BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SWAP_AB, ACT_SILU_MUL, ACT_ROWS)
-    store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS)
+    store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS,
+                  EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, BLOCK_N)
 
 
 # ------------------------------------------------------------------ configs
@@ -235,11 +239,12 @@ def _small_config(w: torch.Tensor, N: int, K: int, sms: int, cfg: dict) -> dict 
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-                config: dict | None = None, silu_mul: bool = False) -> torch.Tensor:
+                config: dict | None = None, silu_mul: bool = False, epi=None):
     """x [M, K], w [N, K] (both with contiguous rows, same dtype), bias [N] | None -> [M, N] in
     x's dtype. `config` overrides the (N, K) config (sweep, tests); its SPLIT_K is an upper bound.
     silu_mul: x is gate_up [M, 2K] = cat(gate, up) and the GEMM's input is silu(gate) * up [M, K],
-    computed in the x-tile load: bitwise `silu_and_mul(x)` then this GEMM."""
+    computed in the x-tile load: bitwise `silu_and_mul(x)` then this GEMM. epi: an RMSNorm folded
+    into the output (`layers.norm_epilogue`; `AddNorm` returns `NormedRows`)."""
     M, K = x.shape[0], w.shape[1]
     N = w.shape[0]
     if x.shape[1] != (2 * K if silu_mul else K) or x.stride(1) != 1 or w.stride(1) != 1 or x.dtype != w.dtype:
@@ -252,37 +257,41 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = No
         config = get_config(N, K, sms)
         if 0 < M <= SMALL_MAX_M and x.is_cuda:
             config = _small_config(w, N, K, sms, config) or config
-    return _launch(x, w, bias, dict(config), silu_mul)
+    return _launch(x, w, bias, dict(config), silu_mul, epi)
 
 
 def _launch(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, cfg: dict,
-            silu_mul: bool = False) -> torch.Tensor:
+            silu_mul: bool = False, epi=None):
     M, N, K = x.shape[0], w.shape[0], w.shape[1]
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)                     # [M, N]
+    ep_args, ep_consts, result = launch_args(epi, x, out, cfg)
     if M == 0:
-        return out
+        return result
     split, per = split_k_for(triton.cdiv(K, cfg["BLOCK_K"]), cfg.pop("SPLIT_K"))
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
     ws, locks = split_buffers(M, N, grid, x.device)
     act = dict(ACT_SILU_MUL=True, ACT_ROWS=act_rows(M, cfg["BLOCK_M"])) if silu_mul else {}
     _skinny_gemm_kernel[grid](x, w, bias if bias is not None else w, out, ws, locks,
-                              M, N, K, x.stride(0), w.stride(0), out.stride(0), per,
+                              M, N, K, x.stride(0), w.stride(0), out.stride(0), per, *ep_args,
                               SPLIT_K=split, HAS_BIAS=bias is not None, EVEN_K=K % cfg["BLOCK_K"] == 0,
-                              **act, **cfg,
+                              **act, **ep_consts, **cfg,
                               **pdl_launch(x.device, w.numel() * w.element_size()))
-    return out
+    return result
 
 
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                  act: InputAct = None) -> torch.Tensor:
+                  act: InputAct = None, epi=None):
     """x [*, K] -> [*, N], `F.linear`'s contract: the kernel when x has at most INVARIANT_MAX_M
     rows, rows contiguous, the weight in x's dtype with contiguous rows and nothing needs a
     gradient; `F.linear` otherwise. act="silu_mul": x is gate_up [*, 2K], fused into the kernel
-    (the caller, `linear`, passes it only for rows it fuses)."""
+    (the caller, `linear`, passes it only for rows it fuses). epi: an RMSNorm folded into the
+    output (x [M, K] rows; `layers.norm_epilogue`, whose PyTorch reference serves the fallback)."""
     x2 = x.reshape(-1, x.shape[-1])                                            # [M, K] | [M, 2K]
     if (x2.shape[0] > INVARIANT_MAX_M or weight.shape[-1] == 0 or x2.stride(-1) != 1 or weight.stride(-1) != 1
             or weight.dtype != x.dtype or x.requires_grad or weight.requires_grad):
         if act is not None:
-            return skinny_linear(apply_input_act(x, act), weight, bias)
-        return F.linear(x, weight, bias)
+            return skinny_linear(apply_input_act(x, act), weight, bias, epi=epi)
+        return reference_linear(x, weight, bias, epi)
+    if epi is not None:
+        return skinny_gemm(x2, weight, bias, silu_mul=act == "silu_mul", epi=epi)
     return skinny_gemm(x2, weight, bias, silu_mul=act == "silu_mul").view(*x.shape[:-1], weight.shape[0])

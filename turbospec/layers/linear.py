@@ -89,19 +89,23 @@ def fuses_input_act(x: torch.Tensor, act: InputAct) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           act: InputAct = None) -> torch.Tensor:
+           act: InputAct = None, epi=None):
     """The dense matmul (`x @ weight.T + bias`); used by every unquantized layer, the LM head and
     the reference MoE experts. On CUDA, bf16/fp16 inputs of at most INVARIANT_MAX_M rows (decode,
     verify) go to the batch-invariant `kernels.skinny_gemm`: a row's result does not depend on how
     many rows share the call, so verify rounds like decode. Everything else, and every call with
     `TURBOSPEC_GEMM=cublas`, is `F.linear`. `act`: `apply_input_act(x, act)` first, fused into the
-    skinny kernel up to SILU_MUL_FUSE_MAX_M rows."""
+    skinny kernel up to SILU_MUL_FUSE_MAX_M rows. `epi`: an RMSNorm folded into the output
+    (`layers.norm_epilogue`: `RowRstd`, or `AddNorm`, which returns `NormedRows`)."""
     skinny = x.is_cuda and INVARIANT_GEMMS and x.dtype in (torch.bfloat16, torch.float16)
     if act is not None and not (skinny and fuses_input_act(x, act)):
         x, act = apply_input_act(x, act), None
     if skinny and x.numel() <= INVARIANT_MAX_M * x.shape[-1]:
         from turbospec.kernels.skinny_gemm import skinny_linear      # CUDA only: imports Triton
-        return skinny_linear(x, weight, bias, act)
+        return skinny_linear(x, weight, bias, act, epi)
+    if epi is not None:
+        from turbospec.layers.norm_epilogue import reference_linear
+        return reference_linear(x, weight, bias, epi)
     return F.linear(x, weight, bias)
 
 
@@ -109,8 +113,8 @@ class UnquantizedLinearMethod:
     """How a layer with a plain float weight computes its output."""
 
     @staticmethod
-    def apply(layer: "LinearBase", x: torch.Tensor, act: InputAct = None) -> torch.Tensor:
-        return linear(x, layer.weight, layer.bias, act)
+    def apply(layer: "LinearBase", x: torch.Tensor, act: InputAct = None, epi=None):
+        return linear(x, layer.weight, layer.bias, act, epi)
 
 
 class LinearBase(nn.Module):
@@ -132,10 +136,11 @@ class LinearBase(nn.Module):
         param.weight_loader = default_weight_loader
         param.shard_ids = (None,)
 
-    def forward(self, x: torch.Tensor, act: InputAct = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, act: InputAct = None, epi=None):
         """x [*, input_size] -> [*, output_size]; act="silu_mul": x = gate_up [*, 2 * input_size]
-        and the layer computes self(silu(gate) * up), fused into its GEMM where that applies."""
-        return self.quant_method.apply(self, x, act)
+        and the layer computes self(silu(gate) * up), fused into its GEMM where that applies.
+        epi: an RMSNorm folded into the output (`layers.norm_epilogue`; x [M, K] rows)."""
+        return self.quant_method.apply(self, x, act, epi)
 
     def extra_repr(self) -> str:
         return f"in={self.input_size}, out={self.output_size}, bias={self.bias is not None}"

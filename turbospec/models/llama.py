@@ -7,6 +7,9 @@ Model:  embed_tokens -> layers -> norm -> lm_head (tied to embed_tokens when tie
 
 The residual add is fused into the next norm (`RMSNorm(x, residual)`), so each layer passes
 (hidden, residual) on; the residual stream entering layer i is `hidden + residual`.
+Decode and verify steps may fold the norms into the GEMMs around them instead (`forward_folded`,
+`layers/norm_epilogue.py`, `TURBOSPEC_NORM_EPILOGUE=1`): o_proj and down_proj add the residual and
+hand the next GEMM round(r * weight) with the sums of r^2 it scales its rows by.
 
 Checkpoint names are HF's, except q/k/v -> `qkv_proj` and gate/up -> `gate_up_proj` (see
 `packed_modules_mapping`).
@@ -19,7 +22,9 @@ from torch import nn
 from turbospec.config import ModelConfig
 from turbospec.layers.attention import Attention
 from turbospec.layers.embed_head import ParallelLMHead, VocabEmbedding
+from turbospec.layers import norm_epilogue
 from turbospec.layers.layernorm import RMSNorm
+from turbospec.layers.norm_epilogue import AddNorm, RowRstd
 from turbospec.layers.linear import MergedColumnLinear, QKVLinear, RowLinear
 from turbospec.layers.rotary import get_rope
 
@@ -51,14 +56,18 @@ class LlamaAttention(nn.Module):
         self.q_norm = self.k_norm = None        # Qwen3 sets per-head RMSNorms here
 
     def forward(self, positions: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(self.attend(positions, hidden))                  # [T, H]
+
+    def attend(self, positions: torch.Tensor, hidden: torch.Tensor, qkv_epi=None) -> torch.Tensor:
+        """[T, H] -> the attention output before o_proj [T, nh * D]; qkv_epi: the input norm's
+        rstd folded into qkv_proj (`layers.norm_epilogue.RowRstd`)."""
         T = hidden.shape[0]
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = self.qkv_proj(hidden, epi=qkv_epi).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(T, self.num_heads, self.head_dim)                # [T, nh, D]
         k = k.reshape(T, self.num_kv_heads, self.head_dim)             # [T, nkv, D]
         v = v.reshape(T, self.num_kv_heads, self.head_dim)             # [T, nkv, D]
         # (per-head norm, then) RoPE, KV store and attention; on CUDA the first three are one launch
-        out = self.attn.forward_rope(positions, q, k, v, self.rotary_emb, self.q_norm, self.k_norm)
-        return self.o_proj(out)                                        # [T, H]
+        return self.attn.forward_rope(positions, q, k, v, self.rotary_emb, self.q_norm, self.k_norm)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -79,6 +88,32 @@ class LlamaDecoderLayer(nn.Module):
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual                              # [T, H] each
 
+    def forward_folded(self, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None,
+                       rstd: RowRstd | None, next_norm: RMSNorm | None
+                       ) -> tuple[torch.Tensor, torch.Tensor, RowRstd | None]:
+        """`forward` with the norms folded into the GEMMs around them (`layers.norm_epilogue`).
+        In: as `forward`, or with `rstd` (the previous layer folded this layer's input norm):
+        hidden = round(r * weight), residual = r. Out: likewise for `next_norm` (the next layer's
+        input norm), or `forward`'s (hidden, residual) and None when next_norm is None."""
+        if residual is None:                                           # first layer
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        elif rstd is None:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        out = self.self_attn.attend(positions, hidden, rstd)           # [T, nh * D]
+        rows = self.self_attn.o_proj(out, epi=AddNorm(residual, self.post_attention_layernorm))
+        gate_up = self.mlp.gate_up_proj(rows.x, epi=rows.rstd)         # [T, 2I]
+        if next_norm is None:
+            return self.mlp.down_proj(gate_up, act="silu_mul"), rows.residual, None
+        rows = self.mlp.down_proj(gate_up, act="silu_mul", epi=AddNorm(rows.residual, next_norm))
+        return rows.x, rows.residual, rows.rstd
+
+    def folds_norms(self) -> bool:
+        """Whether `forward_folded` computes what `forward` does for this layer (a subclass that
+        changes the layer, its attention or its MLP keeps the unfused path)."""
+        return (type(self).forward is LlamaDecoderLayer.forward and type(self.mlp) is LlamaMLP
+                and type(self.self_attn).forward is LlamaAttention.forward
+                and type(self.self_attn).attend is LlamaAttention.attend)
+
 
 class LlamaModel(nn.Module):
     """embed_tokens -> decoder layers -> final norm, with optional residual-stream capture."""
@@ -89,6 +124,7 @@ class LlamaModel(nn.Module):
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(decoder_layer_cls(config, i) for i in range(self.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self._folds: bool | None = None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 aux_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -97,16 +133,27 @@ class LlamaModel(nn.Module):
         Aux id i is the residual stream entering layer i (0: embeddings; L: after the last layer,
         before the final norm)."""
         hidden = self.embed_tokens(input_ids)                          # [T, H]
-        residual = None
+        residual, rstd = None, None
         captured: dict[int, torch.Tensor] = {}
+        fold = norm_epilogue.applies(hidden) and self.folds_norms()
         for i, layer in enumerate(self.layers):
-            if i in aux_layers:
-                captured[i] = hidden if residual is None else hidden + residual
-            hidden, residual = layer(positions, hidden, residual)
+            if i in aux_layers:                # the stream: r itself once a norm was folded into it
+                captured[i] = hidden if residual is None else residual if rstd is not None else hidden + residual
+            if fold:
+                next_norm = self.layers[i + 1].input_layernorm if i + 1 < self.num_layers else None
+                hidden, residual, rstd = layer.forward_folded(positions, hidden, residual, rstd, next_norm)
+            else:
+                hidden, residual = layer(positions, hidden, residual)
         if self.num_layers in aux_layers:
             captured[self.num_layers] = hidden + residual
         hidden, _ = self.norm(hidden, residual)
         return hidden, [captured[i] for i in aux_layers]
+
+    def folds_norms(self) -> bool:
+        """Whether every layer can fold its norms (`LlamaDecoderLayer.forward_folded`)."""
+        if self._folds is None:
+            self._folds = all(getattr(layer, "folds_norms", lambda: False)() for layer in self.layers)
+        return self._folds
 
 
 class LlamaForCausalLM(nn.Module):

@@ -117,14 +117,14 @@ class Fp8LinearMethod:
     def __init__(self, block: tuple[int, int]):
         self.block = block
 
-    def apply(self, layer: LinearBase, x: torch.Tensor, act: InputAct = None) -> torch.Tensor:
+    def apply(self, layer: LinearBase, x: torch.Tensor, act: InputAct = None, epi=None):
         if act is not None and not fuses_input_act(x, act):        # fused: into fp8_gemm's x tile
             x, act = apply_input_act(x, act), None
         if x.is_cuda:
             from turbospec.kernels.fp8_gemm import fp8_linear      # CUDA-only, lazily
-            return fp8_linear(x, layer.weight, layer.weight_scale_inv, layer.bias, self.block, act)
+            return fp8_linear(x, layer.weight, layer.weight_scale_inv, layer.bias, self.block, act, epi)
         w = dequantize_fp8(layer.weight, layer.weight_scale_inv, self.block, x.dtype)
-        return linear(x, w, layer.bias)
+        return linear(x, w, layer.bias, epi=epi)
 
 
 def _fp8_loader(loader):

@@ -1,0 +1,125 @@
+"""The RMSNorm folded into the GEMMs around it (layers/norm_epilogue.py), on the CPU: the PyTorch
+reference the kernels follow, the linear layers' epilogue argument, and a whole Llama-family model
+decoding with its norms folded (`LlamaDecoderLayer.forward_folded`). The kernels themselves:
+tests/test_norm_epilogue_interpret.py (interpreter) and tests/gpu/test_norm_epilogue_gpu.py."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from turbospec.layers import norm_epilogue
+from turbospec.layers.layernorm import RMSNorm
+from turbospec.layers.linear import MergedColumnLinear, RowLinear
+from turbospec.layers.norm_epilogue import AddNorm, NormedRows, RowRstd, add_norm, applies, chunk_sums
+
+KERNEL_MODULES = ("turbospec.kernels.skinny_gemm", "turbospec.kernels.fp8_gemm", "turbospec.kernels.norm_epilogue")
+
+
+def _norm(H, g, eps=1e-6):
+    n = RMSNorm(H, eps)
+    n.weight.data = 1 + 0.2 * torch.randn(H, generator=g)
+    return n
+
+
+def test_chunk_sums_and_rstd_are_the_norm():
+    g = torch.Generator().manual_seed(0)
+    r = 3 * torch.randn(5, 384, generator=g)
+    sq = chunk_sums(r)
+    assert sq.shape == (5, 12) and sq.dtype == torch.float32
+    torch.testing.assert_close(sq, (r.view(5, 12, 32) ** 2).sum(-1), rtol=1e-6, atol=0)
+    want = torch.rsqrt(r.pow(2).mean(-1) + 1e-6)
+    torch.testing.assert_close(RowRstd(sq, 1e-6).rstd(384), want, rtol=1e-6, atol=0)
+    # chunk order, not pairwise: adding the columns one by one in fp32 gives these bits
+    s = r[:, 0:32:1].float()
+    acc = s[:, 0] * s[:, 0]
+    for c in range(1, 32):
+        acc = acc + s[:, c] * s[:, c]
+    assert torch.equal(sq[:, 0], acc)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_epilogues_compose_to_norm_then_linear(dtype):
+    """o_proj with AddNorm, then gate_up_proj with its RowRstd = RMSNorm(o + residual) then
+    gate_up_proj, within the dtype's rounding; AddNorm's residual is exactly o + residual."""
+    g = torch.Generator().manual_seed(1)
+    H, I, T = 256, 96, 7
+    o_proj, up = RowLinear(128, H, bias=True), MergedColumnLinear(H, [I, I], bias=True)
+    for p in (*o_proj.parameters(), *up.parameters()):
+        p.data = (0.1 * torch.randn(p.shape, generator=g)).to(dtype)
+    norm = _norm(H, g).to(dtype)
+    x = torch.randn(T, 128, generator=g).to(dtype)
+    res = (2 * torch.randn(T, H, generator=g)).to(dtype)
+    rows = o_proj(x, epi=AddNorm(res, norm))
+    assert isinstance(rows, NormedRows) and rows.rstd.eps == norm.eps
+    o = o_proj(x)
+    assert torch.equal(rows.residual, o + res)
+    got = up(rows.x, epi=rows.rstd)                                             # [T, 2I]
+    normed, r = norm(o, res)
+    want = up(normed)
+    assert torch.equal(r, rows.residual)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    assert ((got.float() - want.float()).norm() / want.float().norm()).item() < tol
+
+
+def test_fp8_layer_takes_the_epilogue_on_cpu():
+    from turbospec.layers.quant.fp8 import dequantize_fp8, make_linear_fp8, quantize_fp8
+    g = torch.Generator().manual_seed(2)
+    layer = RowLinear(256, 128)
+    w, s = quantize_fp8(0.05 * torch.randn(128, 256, generator=g), (128, 128))
+    make_linear_fp8(layer, (128, 128))
+    layer.weight.data.copy_(w)
+    layer.weight_scale_inv.data.copy_(s)
+    x, res, norm = torch.randn(3, 256, generator=g), torch.randn(3, 128, generator=g), _norm(128, g)
+    ref = torch.nn.functional.linear(x, dequantize_fp8(w, s, (128, 128), torch.float32))
+    rows = layer(x, epi=AddNorm(res, norm))
+    want = add_norm(ref, AddNorm(res, norm))
+    assert torch.equal(rows.x, want.x) and torch.equal(rows.rstd.sq, want.rstd.sq)
+
+
+def test_bad_epilogue_inputs_are_refused():
+    layer = RowLinear(64, 32)
+    x = torch.randn(2, 64)
+    with pytest.raises(TypeError, match="RowRstd or AddNorm"):
+        layer(x, epi="norm")
+    with pytest.raises(ValueError, match=r"rows \[M, K\]"):
+        layer(x.view(1, 2, 64), epi=RowRstd(torch.ones(2, 2), 1e-6))
+
+
+def test_applies_only_where_switched_on(monkeypatch):
+    h = torch.randn(4, 384)
+    monkeypatch.setattr(norm_epilogue, "ENABLED", False)
+    assert not applies(h)
+    monkeypatch.setattr(norm_epilogue, "ENABLED", True)
+    assert not applies(h)                                      # CPU: only for the reference tests
+    monkeypatch.setattr(norm_epilogue, "CPU_REFERENCE", True)
+    assert applies(h) and not applies(torch.randn(65, 384)) and not applies(torch.randn(4, 100))
+    assert not applies(torch.randn(0, 384))
+
+
+def test_folded_decode_matches_unfolded_and_never_imports_a_kernel(monkeypatch, codelm_dir):
+    """codelm-12m float32 on the CPU: greedy tokens with the norms folded (the reference
+    arithmetic) equal the unfolded model's, plain and with EAGLE-3 (aux hidden states read from the
+    folded residual stream); the folded path ran; no Triton module was imported."""
+    from turbospec import LLM, SamplingParams
+    for name in KERNEL_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)
+    prompts = ["def fibonacci(n):\n", "import os\nimport sys\n\nclass Config:\n"]
+    sp = SamplingParams(temperature=0.0, max_tokens=40)
+    llm = LLM(codelm_dir, device="cpu", dtype="float32")
+    model = llm.llm_engine.model.model
+    assert model.folds_norms()
+    base = [o.outputs[0].token_ids for o in llm.generate(prompts, sp)]
+    calls = []
+    real = norm_epilogue.add_norm
+    monkeypatch.setattr(norm_epilogue, "add_norm", lambda o, epi: calls.append(o.shape) or real(o, epi))
+    monkeypatch.setattr(norm_epilogue, "ENABLED", True)
+    monkeypatch.setattr(norm_epilogue, "CPU_REFERENCE", True)
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, sp)] == base
+    L = len(model.layers)
+    assert len(calls) >= 2 * L - 1 and calls[0][1] == llm.llm_engine.model_config.hidden_size
+    eagle = LLM(codelm_dir, device="cpu", dtype="float32",
+                speculative_config={"method": "eagle3", "model": f"{codelm_dir}-eagle3",
+                                    "num_speculative_tokens": 3})
+    assert [o.outputs[0].token_ids for o in eagle.generate(prompts, sp)] == base

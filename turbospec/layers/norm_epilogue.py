@@ -1,0 +1,108 @@
+"""RMSNorm folded into the epilogues of the GEMMs around it, for decode and verify steps of dense
+Llama-family layers (`TURBOSPEC_NORM_EPILOGUE=1`; the kernel side and the arithmetic are in
+`turbospec.kernels.norm_epilogue`).
+
+    o_proj(attn, epi=AddNorm(residual, post_attention_layernorm)) -> NormedRows(x, residual, rstd)
+    gate_up_proj(rows.x, epi=rows.rstd)                           -> gate_up, rows scaled by rstd
+
+`AddNorm`: the GEMM's output o is added to `residual` (r = round(o + residual), the new stream),
+and what it returns is x = round(r * norm.weight) with the sums of r^2 over 32-column chunks
+(`RowRstd`). A GEMM given that `RowRstd` multiplies its fp32 rows by rstd = 1 / sqrt(mean(r^2) +
+eps) before its bias: norm(r) @ W.T = rstd * ((r * weight) @ W.T). The norm's launch disappears.
+
+The functions below are the PyTorch reference with the kernels' order of operations (the CPU path,
+and the path of any GEMM that is not one of the Triton kernels).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+ENABLED = os.environ.get("TURBOSPEC_NORM_EPILOGUE", "0") == "1"
+CPU_REFERENCE = False       # tests: fold the norms on the CPU too (the reference arithmetic)
+CHUNK = 32                  # columns per chunk sum of r^2 (kernels.norm_epilogue.CHUNK)
+MAX_ROWS = 64               # = linear.INVARIANT_MAX_M: the rows the Triton GEMMs take
+
+
+@dataclass(frozen=True)
+class RowRstd:
+    """A consumer GEMM's epilogue: its input is round(r * weight) and its rows are scaled by
+    rstd(r), from sq [M, width / 32] fp32, the chunk sums of r^2 (`chunk_sums`)."""
+    sq: torch.Tensor
+    eps: float
+
+    def rstd(self, width: int) -> torch.Tensor:
+        """[M] fp32: the chunk sums added in chunk order, 1 / sqrt(sum / width + eps), each step
+        rounded to fp32 (the square root through fp64: torch's fp32 sqrt on the CPU is not always
+        correctly rounded)."""
+        s = self.sq[:, 0].clone()
+        for j in range(1, self.sq.shape[1]):
+            s = s + self.sq[:, j]
+        return 1.0 / torch.sqrt((s / width + self.eps).double()).float()
+
+
+@dataclass(frozen=True)
+class AddNorm:
+    """A producer GEMM's epilogue: add `residual` [M, N] to the output, then `norm` (an RMSNorm:
+    its weight and eps) folded as above. The GEMM returns `NormedRows`."""
+    residual: torch.Tensor
+    norm: torch.nn.Module
+
+
+@dataclass(frozen=True)
+class NormedRows:
+    x: torch.Tensor             # [M, N] round(r * weight): the next GEMM's input
+    residual: torch.Tensor      # [M, N] r = round(o + residual): the residual stream
+    rstd: RowRstd               # the next GEMM's epilogue
+
+
+def chunk_sums(r: torch.Tensor) -> torch.Tensor:
+    """r [M, N] -> [M, N / 32] fp32: sum of r^2 over each 32-column chunk, in column order."""
+    v = r.float().view(r.shape[0], -1, CHUNK)                                 # [M, N / 32, 32]
+    s = v[..., 0] * v[..., 0]
+    for c in range(1, CHUNK):
+        s = s + v[..., c] * v[..., c]
+    return s
+
+
+def add_norm(o: torch.Tensor, epi: AddNorm) -> NormedRows:
+    """The producer epilogue on the GEMM's rounded output o [M, N]."""
+    r = (o.float() + epi.residual.float()).to(o.dtype)
+    x = (r.float() * epi.norm.weight.float()).to(o.dtype)
+    return NormedRows(x, r, RowRstd(chunk_sums(r), epi.norm.eps))
+
+
+def reference_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, epi):
+    """`F.linear` with an epilogue, in PyTorch (x [M, K] 2-D)."""
+    if epi is None:
+        return F.linear(x, weight, bias)
+    _check_rows(x)
+    if isinstance(epi, AddNorm):
+        return add_norm(F.linear(x, weight, bias), epi)
+    if not isinstance(epi, RowRstd):
+        raise TypeError(f"epilogue {type(epi).__name__}: expected RowRstd or AddNorm")
+    acc = F.linear(x, weight).float() * epi.rstd(x.shape[1])[:, None]
+    if bias is not None:
+        acc = acc + bias.float()
+    return acc.to(x.dtype)
+
+
+def _check_rows(x: torch.Tensor) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"a GEMM with a norm epilogue takes rows [M, K]; got {tuple(x.shape)}")
+
+
+def applies(hidden: torch.Tensor) -> bool:
+    """Whether a dense layer folds its norms for this step's rows [T, H]: switched on, at most
+    MAX_ROWS rows (decode and verify: the batch-invariant GEMMs, so every such step rounds alike),
+    H a multiple of 32, and on CUDA in bf16/fp16 with the Triton GEMMs (`TURBOSPEC_GEMM` not
+    cublas); on the CPU only when a test asks for the reference (CPU_REFERENCE)."""
+    from turbospec.layers.linear import INVARIANT_GEMMS
+    if not ENABLED or not 0 < hidden.shape[0] <= MAX_ROWS or hidden.shape[-1] % CHUNK:
+        return False
+    if hidden.is_cuda:
+        return INVARIANT_GEMMS and hidden.dtype in (torch.bfloat16, torch.float16)
+    return CPU_REFERENCE
