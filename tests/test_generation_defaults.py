@@ -30,7 +30,7 @@ def _with_generation_config(dst, **settings):
 def test_read_sampling_defaults(tmp_path):
     d = _with_generation_config(tmp_path / "m", do_sample=True, temperature=0.6, top_p=0.95, top_k=20,
                                 max_new_tokens=100)
-    assert read_sampling_defaults(str(d)) == {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
+    assert read_sampling_defaults(str(d)) == {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_tokens": 100}
     assert read_sampling_defaults(str(d), "vllm") == {}
     assert read_sampling_defaults(str(CODELM)) == {}               # codelm's file sets none of them
     bad = _with_generation_config(tmp_path / "bad", temperature=-1)
@@ -39,6 +39,8 @@ def test_read_sampling_defaults(tmp_path):
     with pytest.raises(ValueError, match=r"generation_config='model': use 'auto'"):
         read_sampling_defaults(str(d), "model")
     assert read_sampling_defaults(str(_with_generation_config(tmp_path / "k0", top_k=0))) == {"top_k": -1}
+    with pytest.raises(ValueError, match=r"max_tokens=0 must be a positive integer"):
+        read_sampling_defaults(str(_with_generation_config(tmp_path / "m0", max_new_tokens=0)))
 
 
 def test_llm_generate_without_params_uses_the_file(tmp_path):
@@ -50,6 +52,34 @@ def test_llm_generate_without_params_uses_the_file(tmp_path):
     assert [o.token_ids for o in outs] == [greedy, greedy]
     plain = LLM(str(d), device="cpu", dtype="float32", max_model_len=128, num_kv_blocks=16, generation_config="vllm")
     assert plain.get_default_sampling_params().temperature == 1.0
+
+
+def test_max_new_tokens_is_the_default_max_tokens(tmp_path):
+    """generation_config's max_new_tokens (vLLM's mapping): LLM.generate without SamplingParams,
+    and a server request leaving max_tokens unset, where it is capped to what the prompt leaves of
+    the context (not refused); a request's own max_tokens wins, and one past the context is a 400."""
+    d = _with_generation_config(tmp_path / "m", temperature=0.0, max_new_tokens=30)
+    llm = LLM(str(d), device="cpu", dtype="float32", max_model_len=128, num_kv_blocks=16)
+    assert llm.get_default_sampling_params().max_tokens == 30
+    res = llm.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True))[0]
+    assert len(res.outputs[0].token_ids) == 128 - len(res.prompt_token_ids)   # explicit None: the context
+    srv = ServerProcess(d, tmp_path / "server.log", "--max-model-len", "40")
+    try:
+        assert "'max_tokens': 30" in srv.log()
+        with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", timeout=60, max_retries=0) as c:
+            def run(prompt, **kw):
+                r = c.completions.create(model=MODEL_NAME, prompt=prompt, extra_body={"ignore_eos": True}, **kw)
+                return r.usage.prompt_tokens, r.usage.completion_tokens, r.choices[0].finish_reason
+            p, n, why = run(PROMPT, max_tokens=None)
+            assert p + 30 <= 40 and (n, why) == (30, "length")              # the file's default
+            long = PROMPT * 2
+            p, n, why = run(long, max_tokens=None)
+            assert p + 30 > 40 and (n, why) == (40 - p, "length")           # capped to the context
+            assert run(PROMPT, max_tokens=3)[1:] == (3, "length")           # the request's own value
+            with pytest.raises(openai.BadRequestError, match="max_tokens"):
+                run(long, max_tokens=30)
+    finally:
+        srv.terminate()
 
 
 def test_server_fills_unset_fields_from_the_file(tmp_path):

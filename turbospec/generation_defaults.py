@@ -2,9 +2,11 @@
 applies them (`--generation-config auto`, its default): a request, or an `LLM.generate` call
 without SamplingParams, that leaves temperature / top_p / top_k / min_p / repetition_penalty
 unset gets the file's value instead of the API default. Qwen3's instruct checkpoints, for
-example, ship temperature 0.6, top_p 0.95, top_k 20. `generation_config="vllm"` (the server's
-`--generation-config vllm`) ignores the file, as in vLLM. max_new_tokens is not applied (requests
-keep the API's max_tokens defaults)."""
+example, ship temperature 0.6, top_p 0.95, top_k 20. The file's max_new_tokens becomes the
+default max_tokens, as in vLLM: of `LLM.generate` without SamplingParams, and of a server request
+that leaves max_tokens unset (null, or absent from a chat request), where it is capped to what the
+prompt leaves of the context instead of refusing the request. `generation_config="vllm"` (the
+server's `--generation-config vllm`) ignores the file, as in vLLM."""
 from __future__ import annotations
 
 import os
@@ -28,6 +30,8 @@ def read_sampling_defaults(model_dir: str, mode: str = "auto") -> dict[str, Any]
     path = os.path.join(model_dir, "generation_config.json")
     gen = read_optional_json(path)                                    # {} when there is no file
     defaults = {k: gen[k] for k in KEYS if isinstance(gen, dict) and gen.get(k) is not None}
+    if isinstance(gen, dict) and gen.get("max_new_tokens") is not None:
+        defaults["max_tokens"] = gen["max_new_tokens"]                # vLLM's mapping
     if defaults.get("top_k") == 0:
         defaults["top_k"] = -1                     # transformers' 0 = no top-k filter
     try:

@@ -6,8 +6,8 @@ on a GPU, bf16, the dense linears of qwen3-8b and codelm-12m, skinny and block-F
 - RowRstd (qkv_proj, gate_up_proj): within bf16 rounding of the reference;
 - both: for every M in 1..64 the rows bitwise the first M rows of the 64-row call (the small-M and
   general configs agree), so decode and verify round alike;
-- a codelm-12m decode with the norms folded: greedy tokens of bursts = single steps, n-gram
-  speculation = plain, and the first logits close to the unfolded model's.
+- a codelm-12m decode with the norms folded: greedy tokens of a batch of 2 = each prompt alone,
+  n-gram speculation = plain, and the prompt's logprobs close to the unfolded model's.
 
     PYTHONPATH=. python3 -m pytest -q -m gpu --noconftest tests/gpu/test_norm_epilogue_gpu.py
 """
@@ -98,8 +98,8 @@ def test_row_rstd_matches_reference_and_is_row_invariant(model, kind):
 
 def test_folded_decode_is_lossless_and_close(monkeypatch, codelm_dir):
     """codelm-12m, bf16, CUDA graphs and bursts: greedy tokens with the norms folded agree between
-    bursts and single steps and between n-gram speculation and plain decoding; the logits of one
-    decode step are close to the unfolded model's."""
+    a batch and each prompt alone and between n-gram speculation and plain decoding; the prompt's
+    logprobs are close to the unfolded model's."""
     from turbospec import LLM, SamplingParams
     from turbospec.layers import norm_epilogue
     monkeypatch.setattr(norm_epilogue, "ENABLED", True)

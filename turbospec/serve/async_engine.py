@@ -74,11 +74,14 @@ class AsyncEngine:
                           prompt: str | list[int] | None = None,
                           messages: list[dict] | None = None,
                           template_kwargs: dict | None = None,
-                          add_special_tokens: bool | None = None) -> RequestStream:
+                          add_special_tokens: bool | None = None,
+                          cap_to_context: bool = False) -> RequestStream:
         """Queue a request; returns once the engine accepted it. Raises RequestFailed (400 for
         bad input such as a prompt over the context length, 503 when the engine is down).
         `add_special_tokens` (vLLM's): None is vLLM's default, true for a text prompt and false for
-        chat, whose template renders the BOS itself."""
+        chat, whose template renders the BOS itself. `cap_to_context`: max_tokens is a default
+        (generation_config's max_new_tokens), so prompt + max_tokens past the context stops at the
+        context instead of a 400."""
         if self._refusing is not None:
             raise RequestFailed(503, self._refusing, "server_shutting_down")
         if not self.is_healthy:
@@ -88,7 +91,7 @@ class AsyncEngine:
         if add_special_tokens is None:
             add_special_tokens = messages is None
         item = AddRequest(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
-                          loop.create_future(), asyncio.Queue())
+                          loop.create_future(), asyncio.Queue(), cap_to_context)
         self._post(item)
         try:
             await item.future
@@ -187,7 +190,9 @@ class AsyncEngine:
         try:
             prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)
                       if item.messages is not None else item.prompt)
-            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.add_special_tokens)
+            capped = {"cap_to_context": True} if item.cap_to_context else {}      # only when it applies
+            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.add_special_tokens,
+                                    **capped)
         except ValueError as e:
             resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
             return

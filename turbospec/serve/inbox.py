@@ -23,6 +23,7 @@ class AddRequest:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queue: asyncio.Queue                     # the request's deltas, read by its RequestStream
+    cap_to_context: bool = False             # max_tokens past the context stops there ("length")
     arrival: float = field(default_factory=time.time)
 
 

@@ -146,7 +146,12 @@ class _SamplingFields(StructuredOptions):
         for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
-        kwargs = apply_defaults(kwargs, defaults or {})
+        defaults = dict(defaults or {})
+        if max_tokens is not None or "max_tokens" not in defaults:    # the file's max_new_tokens: when unset
+            defaults.pop("max_tokens", None)
+        else:
+            kwargs.pop("max_tokens")
+        kwargs = apply_defaults(kwargs, defaults)
         kwargs["structured_outputs"] = self.structured_outputs_params()
         try:
             return SamplingParams(**kwargs)
@@ -190,6 +195,11 @@ class CompletionRequest(_SamplingFields):
         logprobs, nothing generated. The engine generates one token, which is dropped."""
         return self.echo and self.max_tokens == 0
 
+    @property
+    def max_tokens_unset(self) -> bool:
+        """The request left max_tokens to the server (null): a generation_config default applies."""
+        return self.max_tokens is None
+
     def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         """echo + logprobs (OpenAI's; what log-likelihood scoring such as lm-eval reads): the engine
         computes the prompt tokens' logprobs too."""
@@ -226,6 +236,11 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
     def template_kwargs(self, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """`tools`: from `checked_tools`."""
         return self.template_kwargs_for(self.messages, tools)
+
+    @property
+    def max_tokens_unset(self) -> bool:
+        """Neither max_tokens nor max_completion_tokens: a generation_config default applies."""
+        return self.max_tokens is None and self.max_completion_tokens is None
 
     def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         self.check_supported()

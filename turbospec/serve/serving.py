@@ -44,6 +44,11 @@ class OpenAIServing:
     sampling_defaults: dict | None = None        # the model's generation_config.json settings (--generation-config)
 
     # ---- shared --------------------------------------------------------------------------------
+    def _default_max_tokens(self, req) -> bool:
+        """Whether the request's max_tokens is generation_config's max_new_tokens (it left its own
+        unset): then it is capped to the context, as vLLM caps it, instead of refused."""
+        return req.max_tokens_unset and "max_tokens" in (self.sampling_defaults or {})
+
     async def _start(self, request_id: str, params, max_tokens_name: str = "max_tokens", **prompt) -> RequestStream:
         """`max_tokens_name`: the field the client set (chat: `max_completion_tokens`), which an
         error about the room it asks for names instead of the engine's `max_tokens`."""
@@ -72,7 +77,10 @@ class OpenAIServing:
         req.check_num_choices(len(prompts))
         await compile_constraint(self.engine.engine, params, req)
         rid = f"cmpl-{uuid.uuid4().hex}"
-        streams = await start_choices(self._start, rid, params, [{"prompt": p, "add_special_tokens": req.add_special_tokens} for p in prompts], req.num_samples)
+        cap = self._default_max_tokens(req)
+        streams = await start_choices(self._start, rid, params, [
+            {"prompt": p, "add_special_tokens": req.add_special_tokens, "cap_to_context": cap} for p in prompts],
+            req.num_samples)
         if req.stream:
             return SSEResponse(self._completion_events(rid, req, streams))
         try:
@@ -175,7 +183,7 @@ class OpenAIServing:
         await compile_constraint(self.engine.engine, params, req, tools)
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
-                  "add_special_tokens": req.add_special_tokens}
+                  "add_special_tokens": req.add_special_tokens, "cap_to_context": self._default_max_tokens(req)}
         start = partial(self._start, max_tokens_name=req.max_tokens_name)
         streams = await start_choices(start, rid, params, [prompt], req.num_samples)
         if req.stream:
