@@ -9,8 +9,9 @@ for part in ${*:-dense}; do
     dense) for v in base nosilu nonorm; do run 150 "${P[@]}" $v --batch-sizes 1,64 --gen-len 128 --repeats 2; done
            for v in pf pfearly base; do run 120 "${P[@]}" $v --batch-sizes 1 --gen-len 128 --repeats 2; done ;;
     normtests) # the RMSNorm folded into the GEMM epilogues: kernel tests, then the GEMMs' own tests
-           run 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_norm_epilogue_gpu.py \
-             tests/gpu/test_skinny_gemm.py ;;
+           run 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_norm_epilogue_gpu.py ;;
+    normtests2) run 400 python3 -m pytest -q -m gpu -p no:cacheprovider -rf tests/gpu/test_skinny_gemm.py \
+             tests/gpu/test_fp8_moe_kernels.py -k "fp8 or skinny" ;;
     normab|normab2) # TURBOSPEC_NORM_EPILOGUE off / on, one process each (normab2: the second pair, FP8, codelm-12m)
            for m in 0 1; do run 150 env TURBOSPEC_NORM_EPILOGUE=$m "${P[@]}" base --batch-sizes 1,64 --gen-len 128 --repeats 2; done
            if [ $part = normab2 ]; then
