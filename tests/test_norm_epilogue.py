@@ -31,12 +31,15 @@ def test_chunk_sums_and_rstd_are_the_norm():
     torch.testing.assert_close(sq, (r.view(5, 12, 32) ** 2).sum(-1), rtol=1e-6, atol=0)
     want = torch.rsqrt(r.pow(2).mean(-1) + 1e-6)
     torch.testing.assert_close(RowRstd(sq, 1e-6).rstd(384), want, rtol=1e-6, atol=0)
-    # chunk order, not pairwise: adding the columns one by one in fp32 gives these bits
-    s = r[:, 0:32:1].float()
-    acc = s[:, 0] * s[:, 0]
-    for c in range(1, 32):
-        acc = acc + s[:, c] * s[:, c]
-    assert torch.equal(sq[:, 0], acc)
+    # the tree: adjacent pairs, then pairs of those (the kernels' order, whatever their layout)
+    v = r[:, :32].float() ** 2
+    want = v[:, 0::2] + v[:, 1::2]
+    while want.shape[1] > 1:
+        want = want[:, 0::2] + want[:, 1::2]
+    assert torch.equal(sq[:, 0], want[:, 0])
+    odd = RowRstd(sq[:, :12], 1e-6).rstd(384)                  # 12 chunks: zero-padded to 16
+    padded = torch.cat([sq[:, :12], torch.zeros(5, 4)], 1)
+    assert torch.equal(odd, RowRstd(padded, 1e-6).rstd(384))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

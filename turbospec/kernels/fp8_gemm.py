@@ -108,7 +108,7 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
                      FAST_CVT: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr = False,
                      ACT_SILU_MUL: tl.constexpr = False, ACT_ROWS: tl.constexpr = 1,
-                     EPI: tl.constexpr = 0, NP: tl.constexpr = 1, PDL: tl.constexpr = False):
+                     EPI: tl.constexpr = 0, NP: tl.constexpr = 1, NPP: tl.constexpr = 1, PDL: tl.constexpr = False):
     """Program (m, n, s) of grid (M tiles, N tiles, SPLIT_K) accumulates x[m tile, K slice s] @
     dequant(w[n tile, K slice s]).T in fp32, one 128-wide scale block per step (SWAP_AB: the
     transpose, as in skinny_gemm). On an H200 neither SWAP_AB nor prefetching the next block's
@@ -142,7 +142,7 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     if SWAP_AB:
         acc = tl.trans(acc)                                                      # [BM, BN]
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS,
-                  EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, BLOCK_N)
+                  EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, NPP, BLOCK_N)
 
 
 @triton.jit

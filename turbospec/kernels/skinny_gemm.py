@@ -101,7 +101,7 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                         SWAP_AB: tl.constexpr = False, ACT_SILU_MUL: tl.constexpr = False,
-                        ACT_ROWS: tl.constexpr = 1, EPI: tl.constexpr = 0, NP: tl.constexpr = 1,
+                        ACT_ROWS: tl.constexpr = 1, EPI: tl.constexpr = 0, NP: tl.constexpr = 1, NPP: tl.constexpr = 1,
                         PDL: tl.constexpr = False):
     """Grid (M tiles, N tiles, SPLIT_K), M fastest: the M tiles of one weight tile run together.
     Program (m, n, s) accumulates x[m tile, K slice s] @ w[n tile, K slice s].T in fp32
@@ -112,7 +112,7 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     acc = k_slice_dot(x_ptr, x_ptrs, w_ptrs, offs_m, offs_n, offs_k, kb0, kb1, M, N, K, stride_xm,
                       BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, SWAP_AB, ACT_SILU_MUL, ACT_ROWS)
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS,
-                  EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, BLOCK_N)
+                  EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, NPP, BLOCK_N)
 
 
 # ------------------------------------------------------------------ configs

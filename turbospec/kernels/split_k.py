@@ -45,14 +45,14 @@ def program_tiles(x_ptr, w_ptr, K, stride_xm, stride_wn, kb_per_split,
 
 @triton.jit
 def _finish(acc, out_ptr, b_ptr, offs_m, offs_n, M, N, stride_om, HAS_BIAS: tl.constexpr,
-            EPI: tl.constexpr, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP: tl.constexpr,
+            EPI: tl.constexpr, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP: tl.constexpr, NPP: tl.constexpr,
             BLOCK_N: tl.constexpr):
     """acc [BM, BN] fp32 (+ bias [BN], added in fp32) -> out[offs_m, offs_n] in the output dtype.
     EPI (`norm_epilogue`): 1 scales the rows by their rstd before the bias; 2 stores the residual
     add + norm of the rounded output instead of the output (pointers unused otherwise)."""
     n_ok = offs_n < N
     if EPI == 1:
-        acc = acc * row_rstd(sq_ptr, offs_m, M, norm_k, eps, NP)[:, None]
+        acc = acc * row_rstd(sq_ptr, offs_m, M, norm_k, eps, NP, NPP)[:, None]
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     if EPI == 2:
@@ -93,19 +93,19 @@ def sum_split_k(acc, ws_ptr, offs_m, offs_n, M, N, SPLIT_K: tl.constexpr):
 @triton.jit
 def store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om,
                   SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, EPI: tl.constexpr, res_ptr, g_ptr,
-                  r_ptr, sq_ptr, norm_k, eps, NP: tl.constexpr, BLOCK_N: tl.constexpr):
+                  r_ptr, sq_ptr, norm_k, eps, NP: tl.constexpr, NPP: tl.constexpr, BLOCK_N: tl.constexpr):
     """The epilogue of a program of grid (M tiles, N tiles, SPLIT_K): acc [BM, BN] fp32 is its
     partial over its K slice; ws [SPLIT_K, M, N] fp32; one int32 counter per (M tile, N tile).
     EPI and what follows it: the RMSNorm folded into the output (`_finish`, `norm_epilogue`)."""
     if SPLIT_K == 1:
         _finish(acc, out_ptr, b_ptr, offs_m, offs_n, M, N, stride_om, HAS_BIAS,
-                EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, BLOCK_N)
+                EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, NPP, BLOCK_N)
     else:
         arrived, lock = arrive_split_k(acc, ws_ptr, lock_ptr, offs_m, offs_n, M, N)
         if arrived == SPLIT_K - 1:                  # the last split: sum all partials in order
             acc = sum_split_k(acc, ws_ptr, offs_m, offs_n, M, N, SPLIT_K)
             _finish(acc, out_ptr, b_ptr, offs_m, offs_n, M, N, stride_om, HAS_BIAS,
-                    EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, BLOCK_N)
+                    EPI, res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps, NP, NPP, BLOCK_N)
             tl.atomic_xchg(lock, 0)                # re-armed for the next launch
 
 

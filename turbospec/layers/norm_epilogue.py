@@ -35,12 +35,13 @@ class RowRstd:
     eps: float
 
     def rstd(self, width: int) -> torch.Tensor:
-        """[M] fp32: the chunk sums added in chunk order, 1 / sqrt(sum / width + eps), each step
-        rounded to fp32 (the square root through fp64: torch's fp32 sqrt on the CPU is not always
-        correctly rounded)."""
-        s = self.sq[:, 0].clone()
-        for j in range(1, self.sq.shape[1]):
-            s = s + self.sq[:, j]
+        """[M] fp32: the chunk sums added by `pair_sums` (zero-padded to a power of two),
+        1 / sqrt(sum / width + eps), each step rounded to fp32 (the square root through fp64:
+        torch's fp32 sqrt on the CPU is not always correctly rounded)."""
+        M, n = self.sq.shape
+        padded = torch.zeros(M, 1 << (n - 1).bit_length(), dtype=torch.float32, device=self.sq.device)
+        padded[:, :n] = self.sq
+        s = pair_sums(padded)[:, 0]
         return 1.0 / torch.sqrt((s / width + self.eps).double()).float()
 
 
@@ -59,13 +60,18 @@ class NormedRows:
     rstd: RowRstd               # the next GEMM's epilogue
 
 
+def pair_sums(x: torch.Tensor, levels: int | None = None) -> torch.Tensor:
+    """x [M, C] fp32 -> [M, C >> levels] (default: [M, 1]): rounds of adding adjacent columns
+    (2j + 2j+1), the kernels' layout-independent tree (`kernels.norm_epilogue.pair_sums`)."""
+    for _ in range(levels if levels is not None else x.shape[1].bit_length() - 1):
+        x = x[:, 0::2] + x[:, 1::2]
+    return x
+
+
 def chunk_sums(r: torch.Tensor) -> torch.Tensor:
-    """r [M, N] -> [M, N / 32] fp32: sum of r^2 over each 32-column chunk, in column order."""
-    v = r.float().view(r.shape[0], -1, CHUNK)                                 # [M, N / 32, 32]
-    s = v[..., 0] * v[..., 0]
-    for c in range(1, CHUNK):
-        s = s + v[..., c] * v[..., c]
-    return s
+    """r [M, N] -> [M, N / 32] fp32: sum of r^2 over each 32-column chunk (`pair_sums`, 5 rounds)."""
+    v = r.float()
+    return pair_sums(v * v, 5)
 
 
 def add_norm(o: torch.Tensor, epi: AddNorm) -> NormedRows:
