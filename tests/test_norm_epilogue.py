@@ -126,3 +126,15 @@ def test_folded_decode_matches_unfolded_and_never_imports_a_kernel(monkeypatch, 
                 speculative_config={"method": "eagle3", "model": f"{codelm_dir}-eagle3",
                                     "num_speculative_tokens": 3})
     assert [o.outputs[0].token_ids for o in eagle.generate(prompts, sp)] == base
+
+
+def test_models_that_cannot_fold_keep_their_norms(monkeypatch):
+    """A model whose __init__ skips LlamaModel's (SarvamMoE) or whose layers are MoE folds nothing
+    and does not fail when the switch is on (it raised AttributeError before, review of 2026-12-06)."""
+    from tests.test_sarvam import sarvam_config
+    from turbospec.config import ModelConfig
+    from turbospec.models.sarvam_moe import SarvamMoEForCausalLM
+    monkeypatch.setattr(norm_epilogue, "ENABLED", True)
+    monkeypatch.setattr(norm_epilogue, "CPU_REFERENCE", True)
+    model = SarvamMoEForCausalLM(ModelConfig.from_dict(sarvam_config()))
+    assert model.model.folds_norms() is False

@@ -59,7 +59,9 @@ def row_rstd(sq_ptr, offs_m, M, norm_k, eps, NP: tl.constexpr, NPP: tl.constexpr
 @triton.jit
 def chunk_sums(r, sq_ptr, offs_m, M, NP: tl.constexpr, BLOCK_N: tl.constexpr):
     """r [BM, BLOCK_N] the program's rows of the new residual (N tile tl.program_id(1)) -> their
-    sums of r^2 over each 32-column chunk by `pair_sums`, stored to sq [M, NP] fp32."""
+    sums of r^2 over each 32-column chunk by `pair_sums`, stored to sq [M, NP] fp32. The squares
+    are exact in fp32 (r is bf16: 8 significant bits, its square at most 16), so the compiler
+    contracting a square into the first level's add (an fma) cannot change the bits either."""
     NC: tl.constexpr = BLOCK_N // 32
     BM: tl.constexpr = offs_m.shape[0]
     rf = r.to(tl.float32)
@@ -98,9 +100,10 @@ def launch_args(epi, x: torch.Tensor, out: torch.Tensor, cfg: dict) -> tuple[tup
         return (out, out, out, out, 1, 0.0), dict(EPI=EPI_NONE, NP=1, NPP=1), out
     if isinstance(epi, RowRstd):
         K = x.shape[1]
-        if epi.sq.shape != (M, K // CHUNK) or K % CHUNK or epi.sq.dtype != torch.float32:
+        if (epi.sq.shape != (M, K // CHUNK) or K % CHUNK or epi.sq.dtype != torch.float32
+                or not epi.sq.is_contiguous()):
             raise ValueError(f"RowRstd: chunk sums {tuple(epi.sq.shape)} {epi.sq.dtype} do not fit "
-                             f"{M} rows of width {K} (want float32 [{M}, {K // CHUNK}])")
+                             f"{M} rows of width {K} (want contiguous float32 [{M}, {K // CHUNK}])")
         NP = K // CHUNK
         return (out, out, out, epi.sq, K, float(epi.eps)), dict(EPI=EPI_ROW_RSTD, NP=NP, NPP=triton.next_power_of_2(NP)), out
     if not isinstance(epi, AddNorm):

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from turbospec.layers.linear import INVARIANT_MAX_M
+
 ENABLED = os.environ.get("TURBOSPEC_NORM_EPILOGUE", "0") == "1"
 CPU_REFERENCE = False       # tests: fold the norms on the CPU too (the reference arithmetic)
 CHUNK = 32                  # columns per chunk sum of r^2 (kernels.norm_epilogue.CHUNK)
-MAX_ROWS = 64               # = linear.INVARIANT_MAX_M: the rows the Triton GEMMs take
+MAX_ROWS = INVARIANT_MAX_M  # the rows the batch-invariant Triton GEMMs take
 
 
 @dataclass(frozen=True)
@@ -108,11 +110,13 @@ def _check_rows(x: torch.Tensor) -> None:
 def applies(hidden: torch.Tensor) -> bool:
     """Whether a dense layer folds its norms for this step's rows [T, H]: switched on, at most
     MAX_ROWS rows (decode and verify: the batch-invariant GEMMs, so every such step rounds alike),
-    H a multiple of 32, and on CUDA in bf16/fp16 with the Triton GEMMs (`TURBOSPEC_GEMM` not
-    cublas); on the CPU only when a test asks for the reference (CPU_REFERENCE)."""
+    H a multiple of 32, and on CUDA in bf16 with the Triton GEMMs (`TURBOSPEC_GEMM` not cublas);
+    on the CPU only when a test asks for the reference (CPU_REFERENCE). Not fp16: the folded GEMM
+    input round(r * weight) is not normalised, and fp16's range would turn small residual streams
+    into subnormals and large ones into inf (bf16 has float32's range)."""
     from turbospec.layers.linear import INVARIANT_GEMMS
     if not ENABLED or not 0 < hidden.shape[0] <= MAX_ROWS or hidden.shape[-1] % CHUNK:
         return False
     if hidden.is_cuda:
-        return INVARIANT_GEMMS and hidden.dtype in (torch.bfloat16, torch.float16)
+        return INVARIANT_GEMMS and hidden.dtype == torch.bfloat16
     return CPU_REFERENCE

@@ -150,9 +150,13 @@ class LlamaModel(nn.Module):
         return hidden, [captured[i] for i in aux_layers]
 
     def folds_norms(self) -> bool:
-        """Whether every layer can fold its norms (`LlamaDecoderLayer.forward_folded`)."""
-        if self._folds is None:
-            self._folds = all(getattr(layer, "folds_norms", lambda: False)() for layer in self.layers)
+        """Whether every layer can fold its norms (`LlamaDecoderLayer.forward_folded`) and every
+        norm is an RMSNorm (a subclass model whose __init__ skips LlamaModel's computes it here)."""
+        if getattr(self, "_folds", None) is None:
+            norms = [self.norm, *(n for layer in self.layers for n in (getattr(layer, "input_layernorm", None),
+                                                                         getattr(layer, "post_attention_layernorm", None)))]
+            self._folds = (all(getattr(layer, "folds_norms", lambda: False)() for layer in self.layers)
+                           and all(type(n) is RMSNorm for n in norms))
         return self._folds
 
 
