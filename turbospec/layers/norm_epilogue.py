@@ -11,7 +11,10 @@ and what it returns is x = round(r * norm.weight) with the sums of r^2 over 32-c
 eps) before its bias: norm(r) @ W.T = rstd * ((r * weight) @ W.T). The norm's launch disappears.
 
 The functions below are the PyTorch reference with the kernels' order of operations (the CPU path,
-and the path of any GEMM that is not one of the Triton kernels).
+and the path of any GEMM that is not one of the Triton kernels). In float32 through Triton's
+interpreter the kernels match it bit for bit; on a GPU their square root and division are the fast
+ones and `reference_linear` rounds F.linear's output before scaling it, so there they agree within
+rounding (every step of at most 64 rows takes a kernel, so decode and verify still agree exactly).
 
 Off by default: on an H100 (2026-12-06) qwen3-8b bf16 decodes 1.2% faster per step at batch 1 and
 1.0-1.4% slower at batch 64, FP8 unchanged (docs/benchmarks.md). One setting must serve every
