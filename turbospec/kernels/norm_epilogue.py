@@ -14,8 +14,9 @@ row by row, the norm splits over the two GEMMs' epilogues:
   bias and the output rounding.
 
 Both sums are trees of pairwise adds of adjacent elements (`pair_sums`), whose bits do not depend
-on the tile or the MMA layout. Every step is per row and in a fixed order, so a row's bits stay independent of M and of the launch
-config (the batch-invariance contract of `skinny_gemm` / `fp8_gemm`). The rounding differs from
+on the tile or the MMA layout. Every step is per row and in a fixed order, so a row's bits stay
+independent of M and of the launch config (the batch-invariance contract of `skinny_gemm` /
+`fp8_gemm`). The rounding differs from
 the unfused norm (there the normalised row is rounded before the GEMM, here the GEMM's fp32 sum
 is scaled): a different, not a lossier, rounding of the same function; every decode and verify
 step of <= 64 rows takes this path, so speculative and plain decoding still agree bit for bit.
@@ -90,7 +91,7 @@ def add_norm_store(o, out_ptr, res_ptr, g_ptr, r_ptr, sq_ptr, offs_m, offs_n, M,
 
 
 def launch_args(epi, x: torch.Tensor, out: torch.Tensor, cfg: dict) -> tuple[tuple, dict, object]:
-    """(the six runtime epilogue arguments, the EPI / NP constexprs, what the caller returns instead
+    """(the six runtime epilogue arguments, the EPI / NP / NPP constexprs, what the caller returns instead
     of `out`) for a launch writing out [M, N] from x [M, K] with `epi` (None, `RowRstd` or
     `AddNorm` of `turbospec.layers.norm_epilogue`). For ADD_NORM the launch config's BLOCK_N is made
     a multiple of 32 (a row's bits do not depend on BLOCK_N: the K loop is the same)."""
@@ -105,7 +106,8 @@ def launch_args(epi, x: torch.Tensor, out: torch.Tensor, cfg: dict) -> tuple[tup
             raise ValueError(f"RowRstd: chunk sums {tuple(epi.sq.shape)} {epi.sq.dtype} do not fit "
                              f"{M} rows of width {K} (want contiguous float32 [{M}, {K // CHUNK}])")
         NP = K // CHUNK
-        return (out, out, out, epi.sq, K, float(epi.eps)), dict(EPI=EPI_ROW_RSTD, NP=NP, NPP=triton.next_power_of_2(NP)), out
+        consts = dict(EPI=EPI_ROW_RSTD, NP=NP, NPP=triton.next_power_of_2(NP))
+        return (out, out, out, epi.sq, K, float(epi.eps)), consts, out
     if not isinstance(epi, AddNorm):
         raise TypeError(f"epilogue {type(epi).__name__}: expected RowRstd or AddNorm")
     res, g = epi.residual, epi.norm.weight

@@ -153,8 +153,8 @@ class LlamaModel(nn.Module):
         """Whether every layer can fold its norms (`LlamaDecoderLayer.forward_folded`) and every
         norm is an RMSNorm (a subclass model whose __init__ skips LlamaModel's computes it here)."""
         if getattr(self, "_folds", None) is None:
-            norms = [self.norm, *(n for layer in self.layers for n in (getattr(layer, "input_layernorm", None),
-                                                                         getattr(layer, "post_attention_layernorm", None)))]
+            norms = [self.norm] + [getattr(layer, name, None) for layer in self.layers
+                                   for name in ("input_layernorm", "post_attention_layernorm")]
             self._folds = (all(getattr(layer, "folds_norms", lambda: False)() for layer in self.layers)
                            and all(type(n) is RMSNorm for n in norms))
         return self._folds
