@@ -8,9 +8,12 @@ fall back to SiluAndMul + GEMM on the CPU and never import a kernel module.
 
 numpy has no bf16: the interpreter's bf16 dots return garbage (both paths alike), so the GEMMs are
 compared in float32 / fp16 here, and in bf16 only the fused x tile itself (`load_silu_mul_tile`
-against the SiLU-and-mul kernel, case "tile"); tests/gpu/test_skinny_gemm.py and
-tests/gpu/test_fp8_moe_kernels.py compare the bf16 GEMMs on a GPU with the tuned configs of
-qwen3-8b and codelm-12m.
+against the SiLU-and-mul kernel, case "tile", bit for bit); tests/gpu/test_skinny_gemm.py and
+tests/gpu/test_fp8_moe_kernels.py compare the bf16 GEMMs bit for bit on a GPU with the tuned
+configs of qwen3-8b and codelm-12m. Here the GEMMs agree within an fp32 rounding, not bitwise: the
+interpreter's tl.dot is numpy's matmul, whose summation order depends on the operand's strides, and
+the fused x tile's copied rows are a broadcast (stride 0) where the unfused tile is contiguous
+(found 2026-12-06 with numpy 2.4: equal x tiles, dots 1 ulp apart).
 """
 from __future__ import annotations
 
@@ -117,6 +120,13 @@ def run_tile():
 SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, num_warps=4, num_stages=2)
 
 
+def _close(a, b, tag):
+    """Equal within the last bits of the dtype (see the module docstring: numpy's matmul order)."""
+    tol = 1e-5 if a.dtype == torch.float32 else 2e-3
+    assert a.shape == b.shape and a.dtype == b.dtype, tag
+    assert torch.allclose(a.float(), b.float(), rtol=tol, atol=tol), (tag, (a.float() - b.float()).abs().max())
+
+
 def run_skinny():
     from turbospec.kernels.activation import silu_and_mul
     from turbospec.kernels.skinny_gemm import get_config, skinny_gemm
@@ -138,15 +148,15 @@ def run_skinny():
                     unfused = skinny_gemm(silu_and_mul(gate_up), w, b, config=cfg)
                     tag = (N, I, str(dtype), name, M)
                     assert fused.shape == (M, N) and fused.dtype == dtype, tag
-                    assert torch.equal(fused, unfused), (tag, (fused.float() - unfused.float()).abs().max())
-                    assert torch.equal(fused, unfused_big[:M]), (tag, "rows depend on M")
+                    _close(fused, unfused, tag)
+                    _close(fused, unfused_big[:M], (tag, "rows depend on M"))
                     ref = reference(gate_up.float()) @ w.float().T + b.float()
                     err = ((fused.float() - ref).norm() / ref.norm()).item()
                     assert err < (1e-5 if dtype == torch.float32 else 2e-2), (tag, err)
     assert get_config(40, 128, 4) != get_config(40, 256, 4)              # the (N, K) key is the real K
     buf = _gate_up(3, 160, torch.float16, seed=5)                        # rows of 320, gate_up of 2 * 128
     gate_up, w = buf[:, :256], (0.1 * torch.randn(40, 128)).half()
-    assert torch.equal(skinny_gemm(gate_up, w, silu_mul=True), skinny_gemm(silu_and_mul(gate_up), w))
+    _close(skinny_gemm(gate_up, w, silu_mul=True), skinny_gemm(silu_and_mul(gate_up), w), "strided rows")
     with pytest.raises(ValueError, match="silu_mul=True"):
         skinny_gemm(gate_up[:, :200], w, silu_mul=True)
 
@@ -178,8 +188,8 @@ def run_fp8():
                     unfused = fp8_gemm(silu_and_mul(gate_up), w, s, bias, block, config=cfg, fast_cvt=False)
                     tag = (N, I, str(dtype), name, M)
                     assert fused.shape == (M, N) and fused.dtype == dtype, tag
-                    assert torch.equal(fused, unfused), (tag, (fused.float() - unfused.float()).abs().max())
-                    assert torch.equal(fused, unfused_big[:M]), (tag, "rows depend on M")
+                    _close(fused, unfused, tag)
+                    _close(fused, unfused_big[:M], (tag, "rows depend on M"))
     bad = dict(configs["split"], SPLIT_K=2)                 # 2 slices of 2 blocks: K = 150 has 5
     with pytest.raises(ValueError, match="covers fewer than K's 5 blocks"):
         fp8_gemm(torch.randn(1, 150), w, s, None, block, config=bad, fast_cvt=False)
