@@ -7,7 +7,9 @@
 #            Mode.startup(), TOPK_DRAW's compile warm-up, unseeded top-k / top-p sent with nothing compiling)
 #   archs    tests/gpu/test_more_archs_gpu.py (Qwen2's q/k/v biases and Mistral's window cap on CUDA:
 #            graphs = CPU tokens, bf16 n-gram = plain) and the FP8 / skinny-GEMM tests with a bias
-#   OUT=/path bash bench/gpu_pending.sh draw engine archs
+#   norm     (session 28) tests/gpu/test_norm_epilogue_gpu.py after the review fixes (bf16 only,
+#            folds_norms, the qkv-bias case, never run), then test_engine_gpu.py with the norms folded
+#   OUT=/path bash bench/gpu_pending.sh draw engine archs norm
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
@@ -23,6 +25,9 @@ for part in "$@"; do
     archs)  PYTHONPATH=. timeout 400 $T tests/gpu/test_more_archs_gpu.py tests/gpu/test_skinny_gemm.py \
               > "$OUT/archs_tests.txt" 2>&1
             tail -5 "$OUT/archs_tests.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs)"; exit 2 ;;
+    norm)   PYTHONPATH=. timeout 300 $T tests/gpu/test_norm_epilogue_gpu.py > "$OUT/norm_tests.txt" 2>&1
+            PYTHONPATH=. TURBOSPEC_NORM_EPILOGUE=1 timeout 240 $T tests/gpu/test_engine_gpu.py >> "$OUT/norm_tests.txt" 2>&1
+            grep -E "passed|failed" "$OUT/norm_tests.txt" ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm)"; exit 2 ;;
   esac
 done

@@ -36,17 +36,17 @@ def _shapes(model):
     return s
 
 
-def _gemms(kind, N, K, g):
-    """gemm(x, epi) for a bf16 (kind "bf16") or block-FP8 weight [N, K]."""
+def _gemms(kind, N, K, g, bias=None):
+    """gemm(x, epi) for a bf16 (kind "bf16") or block-FP8 weight [N, K], with `bias` [N] or none."""
     w = torch.randn(N, K, device="cuda", generator=g) * 0.02
     if kind == "bf16":
         from turbospec.kernels.skinny_gemm import skinny_gemm
         wb = w.bfloat16()
-        return lambda x, epi=None: skinny_gemm(x, wb, None, epi=epi)
+        return lambda x, epi=None: skinny_gemm(x, wb, bias, epi=epi)
     from turbospec.kernels.fp8_gemm import fp8_gemm
     from turbospec.layers.quant.fp8 import quantize_fp8
     wq, s = quantize_fp8(w, (128, 128))
-    return lambda x, epi=None: fp8_gemm(x, wq, s, None, (128, 128), epi=epi)
+    return lambda x, epi=None: fp8_gemm(x, wq, s, bias, (128, 128), epi=epi)
 
 
 @pytest.mark.parametrize("kind", ["bf16", "fp8"])
@@ -79,19 +79,23 @@ def test_add_norm_matches_reference_and_is_row_invariant(model, kind):
 def test_row_rstd_matches_reference_and_is_row_invariant(model, kind):
     from turbospec.layers.norm_epilogue import RowRstd
     g = torch.Generator(device="cuda").manual_seed(1)
-    for lin in ("qkv", "gate_up"):
+    for lin, with_bias in (("qkv", False), ("qkv", True), ("gate_up", False)):    # qkv bias: Qwen2
         N, K = _shapes(model)[lin]
         if kind == "fp8" and K % 128:
             continue
-        gemm = _gemms(kind, N, K, g)
+        bias = torch.randn(N, device="cuda", generator=g).bfloat16() if with_bias else None
+        gemm = _gemms(kind, N, K, g, bias)
         x = torch.randn(64, K, device="cuda", generator=g).bfloat16()
         sq = torch.rand(64, K // 32, device="cuda", generator=g) * 40 + 1e-3           # [64, K / 32]
         full = gemm(x, RowRstd(sq, 1e-6))
         for M in MS:
             rr = RowRstd(sq[:M].clone(), 1e-6)
             got = gemm(x[:M].clone(), rr)
-            ref = gemm(x[:M].clone()).float() * rr.rstd(K)[:, None]
-            tag = (model, kind, lin, M)
+            ref = gemm(x[:M].clone()).float()
+            if bias is not None:                  # the bias comes after the scaling
+                ref = ref - bias.float()
+            ref = ref * rr.rstd(K)[:, None] + (bias.float() if bias is not None else 0.0)
+            tag = (model, kind, lin, with_bias, M)
             assert ((got.float() - ref).norm() / ref.norm()).item() < 1e-2, tag
             assert torch.equal(got, full[:M]), (tag, "rows depend on M")
 
