@@ -20,7 +20,6 @@ from turbospec.kernels.microbench_gemm import model_shapes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-# (producer [N = hidden, K], consumer [N, K = hidden]) pairs of each model
 PAIRS = [pytest.param(model, id=model) for model in ("qwen3-8b", "codelm-12m")]
 MS = (1, 2, 5, 8, 16, 17, 33, 64)
 
@@ -32,8 +31,8 @@ class _Norm(torch.nn.Module):
 
 
 def _shapes(model):
-    s = {lin: (N, K) for m, lin, N, K, _ in model_shapes() if m == model}
-    return s
+    """{linear: (N, K)} of the model's dense linears."""
+    return {lin: (N, K) for m, lin, N, K, _ in model_shapes() if m == model}
 
 
 def _gemms(kind, N, K, g, bias=None):

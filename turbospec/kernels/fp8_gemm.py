@@ -284,6 +284,7 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: 
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     if x2.shape[0] > FP8_TRITON_MAX_M and act is None:
-        return reference_linear(x2, dequantize(w, scale_inv, block, x.dtype), bias, epi)
-    out = fp8_gemm(x2, w, scale_inv, bias, block, silu_mul=act == "silu_mul", epi=epi)
+        out = reference_linear(x2, dequantize(w, scale_inv, block, x.dtype), bias, epi)
+    else:
+        out = fp8_gemm(x2, w, scale_inv, bias, block, silu_mul=act == "silu_mul", epi=epi)
     return out if epi is not None else out.view(*x.shape[:-1], w.shape[0])

@@ -27,7 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-CHUNK = 32                  # columns per partial sum of squares (a producer's BLOCK_N is a multiple)
+from turbospec.layers.norm_epilogue import CHUNK, AddNorm, NormedRows, RowRstd   # CHUNK: columns per sum
+
 EPI_NONE, EPI_ROW_RSTD, EPI_ADD_NORM = 0, 1, 2
 
 
@@ -95,7 +96,6 @@ def launch_args(epi, x: torch.Tensor, out: torch.Tensor, cfg: dict) -> tuple[tup
     of `out`) for a launch writing out [M, N] from x [M, K] with `epi` (None, `RowRstd` or
     `AddNorm` of `turbospec.layers.norm_epilogue`). For ADD_NORM the launch config's BLOCK_N is made
     a multiple of 32 (a row's bits do not depend on BLOCK_N: the K loop is the same)."""
-    from turbospec.layers.norm_epilogue import AddNorm, NormedRows, RowRstd
     M, N = out.shape
     if epi is None:
         return (out, out, out, out, 1, 0.0), dict(EPI=EPI_NONE, NP=1, NPP=1), out

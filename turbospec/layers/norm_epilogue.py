@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from turbospec.layers.linear import INVARIANT_MAX_M
+from turbospec.layers.linear import INVARIANT_GEMMS, INVARIANT_MAX_M
 
 ENABLED = os.environ.get("TURBOSPEC_NORM_EPILOGUE", "0") == "1"
 CPU_REFERENCE = False       # tests: fold the norms on the CPU too (the reference arithmetic)
-CHUNK = 32                  # columns per chunk sum of r^2 (kernels.norm_epilogue.CHUNK)
+CHUNK = 32                  # columns per chunk sum of r^2 (a producer kernel's BLOCK_N is a multiple)
 MAX_ROWS = INVARIANT_MAX_M  # the rows the batch-invariant Triton GEMMs take
 
 
@@ -117,7 +117,6 @@ def applies(hidden: torch.Tensor) -> bool:
     on the CPU only when a test asks for the reference (CPU_REFERENCE). Not fp16: the folded GEMM
     input round(r * weight) is not normalised, and fp16's range would turn small residual streams
     into subnormals and large ones into inf (bf16 has float32's range)."""
-    from turbospec.layers.linear import INVARIANT_GEMMS
     if not ENABLED or not 0 < hidden.shape[0] <= MAX_ROWS or hidden.shape[-1] % CHUNK:
         return False
     if hidden.is_cuda:

@@ -147,10 +147,9 @@ class _SamplingFields(StructuredOptions):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         defaults = dict(defaults or {})
-        if max_tokens is not None or "max_tokens" not in defaults:    # the file's max_new_tokens: when unset
-            defaults.pop("max_tokens", None)
-        else:
-            kwargs.pop("max_tokens")
+        file_max = defaults.pop("max_tokens", None)                   # the file's max_new_tokens
+        if max_tokens is None and file_max is not None:
+            kwargs["max_tokens"] = file_max
         kwargs = apply_defaults(kwargs, defaults)
         kwargs["structured_outputs"] = self.structured_outputs_params()
         try:
