@@ -170,6 +170,21 @@ def test_lossless_warning_only_where_outputs_must_be_identical():
     assert lossless_warning(11, 16, False, "batch 16") is None
 
 
+def test_timing_warning_flags_numbers_that_cannot_both_be_right():
+    """A busy CPU once gave a 32.11x oracle speedup at acceptance length 2.54 (plain 6.5 tok/s where
+    the verify-cost table's k=0 step said 145): one timed run cannot tell that from a result, so
+    bench spec says the timings disagree; plausible rows print nothing."""
+    from turbospec.benchmarks.spec_cli import timing_warning
+    line = timing_warning(32.11, 2.54, "batch 1", plain_ms=153.8, decode_ms=6.9)
+    assert line is not None and "batch 1" in line and "32.11x" in line and "153.800 ms" in line
+    assert "k=0 step 6.900 ms" in line and "rerun" in line
+    slow = timing_warning(2.4, 2.54, "b", plain_ms=10.0, decode_ms=16.0)      # only the step times disagree
+    assert slow is not None and "above the acceptance length" not in slow and "10.000 ms" in slow
+    assert timing_warning(2.4, 2.54, "b", plain_ms=10.0, decode_ms=9.0) is None
+    assert timing_warning(2.7, 2.54, "b") is None              # within 10%: verify ~ decode at batch 1
+    assert timing_warning(1.0, None, "b") is None               # no draft step: nothing to compare
+
+
 def test_rows_without_a_draft_step_print_a_dash():
     """An automatic draft length that stayed plain has no acceptance length: '-', not '0.00'."""
     from turbospec.benchmarks.spec_cli import _num

@@ -103,6 +103,7 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
         typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | acceptance length {m['acceptance_length']:.3f} | "
                    f"acceptance rate {m['acceptance_rate']:.3f} | drafts {m['num_drafts']}")
         typer.echo("per-position acceptance: " + " ".join(f"{p:.3f}" for p in m["per_position_acceptance"]))
+        _warn_timing(timing_warning(sp.tok_s / plain.tok_s, m["acceptance_length"], "the prompts"))
     else:                                 # it printed 'acceptance length None' and an empty per-position line
         typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | drafts 0: the proposer drafted nothing for these "
                    "prompts, so there is no acceptance to report")
@@ -126,6 +127,31 @@ def lossless_warning(same: int, total: int, exact: bool, where: str) -> str | No
 
 def _check_lossless(same: int, total: int, exact: bool, where: str) -> None:
     line = lossless_warning(same, total, exact, where)
+    if line:
+        typer.echo(line, err=True)
+
+
+def timing_warning(speedup: float, acceptance_length: float | None, where: str,
+                   plain_ms: float | None = None, decode_ms: float | None = None) -> str | None:
+    """The line to print when the timings cannot both be right: a speedup above the acceptance
+    length (a verify reads every weight a decode step reads, so it costs at least one step), or
+    the plain run's time per step off by more than 1.5x from the verify-cost table's k = 0 step
+    measured in the same run. Both point at a disturbed measurement (a busy CPU, another job on
+    the GPU), which one timed run cannot tell from a real result."""
+    why = []
+    if acceptance_length and speedup > 1.1 * acceptance_length:
+        why.append(f"speedup {speedup:.2f}x above the acceptance length {acceptance_length:.2f}, which "
+                   "no verify can give (it costs at least one decode step)")
+    if plain_ms and decode_ms and not 1 / 1.5 <= plain_ms / decode_ms <= 1.5:
+        why.append(f"plain decoding took {plain_ms:.3f} ms per step but the verify-cost table's k=0 step "
+                   f"{decode_ms:.3f} ms")
+    if not why:
+        return None
+    return (f"WARNING ({where}): the timings disagree: {'; '.join(why)}. The machine was probably busy "
+            "during one of the runs; rerun on an idle machine before reading these numbers")
+
+
+def _warn_timing(line: str | None) -> None:
     if line:
         typer.echo(line, err=True)
 
@@ -171,6 +197,9 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     for r in rows:
         same, total = (int(x) for x in r.identical.split("/"))
         _check_lossless(same, total, exact and dev.type == "cuda", f"batch {r.batch}")
+        _warn_timing(timing_warning(r.speedup, r.acceptance_length, f"batch {r.batch}",
+                                    r.batch / r.plain_tok_s * 1e3 if r.plain_tok_s else None,
+                                    costs.get(r.batch, {}).get(0)))
     typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():
