@@ -9,7 +9,9 @@
 #            graphs = CPU tokens, bf16 n-gram = plain) and the FP8 / skinny-GEMM tests with a bias
 #   norm     (session 28) tests/gpu/test_norm_epilogue_gpu.py after the review fixes (bf16 only,
 #            folds_norms, the qkv-bias case, never run), then test_engine_gpu.py with the norms folded
-#   OUT=/path bash bench/gpu_pending.sh draw engine archs norm
+#   targets  (session 29) the issues' target rows as they stand: #8's qwen3-8b bf16 decode at batch
+#            1 / 16 / 64, #4's qwen3-8b FP8 and qwen3-30b-a3b FP8 / bf16 at batch 1
+#   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
@@ -28,6 +30,14 @@ for part in "$@"; do
     norm)   PYTHONPATH=. timeout 300 $T tests/gpu/test_norm_epilogue_gpu.py > "$OUT/norm_tests.txt" 2>&1
             PYTHONPATH=. TURBOSPEC_NORM_EPILOGUE=1 timeout 240 $T tests/gpu/test_engine_gpu.py >> "$OUT/norm_tests.txt" 2>&1
             grep -E "passed|failed" "$OUT/norm_tests.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm)"; exit 2 ;;
+    targets) TS="python3 -m turbospec.cli bench decode"
+            for a in "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"; do
+              echo "### bench decode $a" >> "$OUT/targets.txt"
+              PYTHONPATH=. timeout 150 $TS $a >> "$OUT/targets.txt" 2>&1; done
+            grep -E "^###|roofline|tok/s" "$OUT/targets.txt" | tail -30 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets)"; exit 2 ;;
   esac
 done
