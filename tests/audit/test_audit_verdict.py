@@ -106,7 +106,7 @@ def test_a_model_config_of_another_size_than_the_served_name_is_a_caveat(scripte
     from turbospec.audit.roofline import load_model_bytes
     res, _ = run_audit_here([f"{scripted_base}/s/{FAST},nometrics=1,tag=namecheck"], num_prompts=2, warmup=0,
                             max_tokens=7, model="Qwen/Qwen3-8B", model_config="qwen3-30b-a3b")
-    caveat = res["verdict"]["caveats"][-1]
+    caveat = next(c for c in res["verdict"]["caveats"] if c.startswith("the endpoint serves"))
     assert caveat.startswith("the endpoint serves 'Qwen/Qwen3-8B', whose name says qwen3-8b (8.19B parameters in "
                              "bfloat16), but --model-config describes 30.53B parameters in bfloat16") and \
         "pass --model-config qwen3-8b" in caveat, caveat

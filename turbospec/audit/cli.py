@@ -14,17 +14,23 @@ from typing import Optional
 import typer
 
 from turbospec.audit.client import RequestSettings
-from turbospec.audit.config import LoadConfig, LoadLevel, parse_concurrency, parse_rates
+from turbospec.audit.config import (
+    LoadConfig,
+    LoadLevel,
+    check_target,
+    parse_concurrency,
+    parse_rates,
+)
 from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
 from turbospec.audit.endpoint import Endpoint, api_of
-from turbospec.audit.gpus import DEFAULT_GPU, get_gpu
+from turbospec.audit.gpus import DEFAULT_GPU, get_gpu, gpu_names
 from turbospec.audit.keys import ENV_VAR, choose_keys, describe
 from turbospec.audit.outdir import check_out_dir
 from turbospec.audit.preflight import PreflightError, preflight, resolve_models
 from turbospec.audit.projection import SpecAssumption
 from turbospec.audit.request_body import parse_extra_body
 from turbospec.audit.results import Economics
-from turbospec.audit.roofline import load_model_bytes
+from turbospec.audit.roofline import WEIGHT_DTYPES, load_model_bytes
 from turbospec.audit.stats import SLO
 from turbospec.audit.tokens import find_token_counter
 from turbospec.audit.workload import load_workload
@@ -86,8 +92,8 @@ def audit(
     slo_e2e_ms: Optional[float] = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on e2e latency"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer",
         help="tokenizer.json (or model dir) for counting when the server sends no usage"),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="h100-sxm | h100-pcie | h200 | b200 | a100 | l40s: the "
-                                      "endpoint's GPU (default: h200, marked as assumed in the report)"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help=f"The endpoint's GPU: {gpu_names()} (default: h200, "
+                                      "marked as assumed in the report and the verdict)"),
     num_gpus: int = typer.Option(1, "--num-gpus", help="GPUs behind each endpoint"),
     gpu_price: Optional[float] = typer.Option(None, "--gpu-price",
         help="Price of one GPU-hour in --currency (default: the GPU table)"),
@@ -101,13 +107,18 @@ def audit(
         help="Annual cost from this load instead of the fleet's hours"),
     model_config: Optional[str] = typer.Option(None, "--model-config",
         help="HF config.json, model dir, or preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b, sarvam-30b; -fp8 suffix)"),
+    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype",
+        help=f"The dtype the server serves the weights in ({', '.join(WEIGHT_DTYPES)}), when it is not the one "
+             "the model config names (default: the config's, which the report says)"),
     acceptance_length: float = typer.Option(3.0, "--acceptance-length",
         help="Assumed tokens per verify step where not measured"),
     num_speculative_tokens: int = typer.Option(4, "--num-speculative-tokens", help="Assumed draft length k"),
     verify_overhead: float = typer.Option(0.3, "--verify-overhead",
         help="Extra cost of a speculative step over a plain one at batch 1"),
     target_concurrency: Optional[float] = typer.Option(None, "--target-concurrency",
-        help="Load the verdict is decided at, alone (default: highest measured; then every level's failures count)"),
+        help="Load the verdict is decided at, alone: one of the --concurrency levels (or, with --request-rate, "
+             "the Poisson level nearest in effective concurrency). Default: highest measured; then every level's "
+             "failures count"),
     telemetry: str = typer.Option("auto", "--telemetry",
         help="auto (local endpoints) | on | off: NVML sampling"),
     out: str = typer.Option("audit-out", "--out", help="Output directory"),
@@ -197,10 +208,14 @@ def _build(a: dict, models: list[str]) -> tuple[LoadConfig, Economics, list, dic
         gpu=g, cost=CostModel.for_gpu(g, a["currency"], a["num_gpus"], a["gpu_price"], a["usd_to_inr"],
                                       hours_per_day=a["hours_per_day"],
                                       daily_output_tokens=a["daily_output_tokens"]),
-        model=load_model_bytes(a["model_config"], models[0]),
+        model=load_model_bytes(a["model_config"], models[0], a["weight_dtype"]),
         assumed=SpecAssumption(a["acceptance_length"], f"assumed (--acceptance-length {a['acceptance_length']:g})",
                                a["num_speculative_tokens"], a["verify_overhead"]),
         target_concurrency=a["target_concurrency"])
+    check_target(a["target_concurrency"], levels)
+    if a["weight_dtype"] and econ.model is None and models[0] != "?":     # "?": the model is not resolved yet
+        raise ValueError(f"--weight-dtype {a['weight_dtype']} needs a model shape: pass --model-config (the "
+                         "served model's config.json or a preset)")
     return cfg, econ, prompts, counters
 
 

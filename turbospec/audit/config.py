@@ -48,6 +48,20 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
     return values
 
 
+def check_target(target: float | None, levels: tuple[LoadLevel, ...]) -> None:
+    """--target-concurrency must be a measured --concurrency level. With --request-rate levels it may
+    also mean a Poisson level's effective concurrency, known only once measured: then the verdict says
+    which level it was decided at (results.target_caveat)."""
+    closed = sorted({lv.concurrency for lv in levels if lv.concurrency})
+    if target is None or not target > 0 or target in closed or any(lv.request_rate for lv in levels):
+        return
+    measured = ",".join(map(str, closed))
+    fix = (f"add it to --concurrency (e.g. --concurrency {','.join(map(str, sorted(closed + [int(target)])))})"
+           if target == int(target) else "levels are whole numbers of requests in flight")
+    raise ValueError(f"--target-concurrency {target:g} is not a measured level: this audit measures concurrency "
+                     f"{measured}; {fix}, or pass one of {measured}")
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     endpoints: tuple[Endpoint, ...]

@@ -22,6 +22,7 @@ class GPU:
     price_inr_per_hour: float | None  # None: convert the USD price
     price_source: str
     assumed: bool = False             # not stated (--gpu left out): the report says so
+    alias: str | None = None          # the --gpu name as given when it was an alias ("h100" for h100-sxm)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -48,13 +49,19 @@ ALIASES = {"h100": "h100-sxm", "h100sxm": "h100-sxm", "h100pcie": "h100-pcie", "
            "a100-sxm": "a100", "h200-sxm": "h200", "l40": "l40s"}
 
 
+def gpu_names() -> str:
+    """Every --gpu name with its aliases: 'h100-sxm (or h100, h100sxm), h100-pcie (or h100pcie), ...'."""
+    return ", ".join(k + (f" (or {', '.join(a)})" if a else "")
+                     for k, a in ((k, [a for a, c in ALIASES.items() if c == k]) for k in GPUS))
+
+
 def get_gpu(key: str, bandwidth_tbs: float | None = None, memory_gb: float | None = None) -> GPU:
-    k = key.lower().strip()
-    k = ALIASES.get(k, ALIASES.get(k.replace("-", ""), k))
+    given = key.lower().strip()
+    k = ALIASES.get(given, ALIASES.get(given.replace("-", ""), given))
     if k not in GPUS:
-        raise ValueError(f"unknown --gpu {key!r}: use one of {', '.join(GPUS)} "
+        raise ValueError(f"unknown --gpu {key!r}: use one of {gpu_names()} "
                          "(or the closest one with --gpu-bandwidth-tbs and --gpu-price set)")
-    gpu = GPUS[k]
+    gpu = GPUS[k] if k == given else replace(GPUS[k], alias=key.strip())
     if bandwidth_tbs is not None:
         if bandwidth_tbs <= 0:
             raise ValueError("--gpu-bandwidth-tbs must be positive, e.g. 4.8 for an H200")

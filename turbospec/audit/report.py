@@ -121,7 +121,8 @@ def _speculation(res: dict) -> Section:
 def _ceiling(res: dict) -> Section:
     m, g = res["model"], res["gpu"]
     s = Section("Ceiling (HBM roofline)")
-    s.blocks.append(("p", f"GPU: {g['name']}, {g['mem_bandwidth_tbs']} TB/s, {g['memory_gb']} GB, "
+    alias = f" (--gpu {g['alias']}, read as {g['key']})" if g.get("alias") else ""
+    s.blocks.append(("p", f"GPU: {g['name']}{alias}, {g['mem_bandwidth_tbs']} TB/s, {g['memory_gb']} GB, "
                           f"{g['bf16_tflops']} bf16 TFLOPS (vendor peaks)."
                           + (" **Assumed**: --gpu was not given; pass the endpoint's GPU (--gpu) for a "
                              "ceiling and prices that are its own." if g.get("assumed") else "")))
@@ -129,7 +130,7 @@ def _ceiling(res: dict) -> Section:
         s.blocks.append(("p", "No model shape: pass --model-config config.json (or a preset such as qwen3-8b) "
                               "to get the ceiling and a batch-aware projection."))
         return s
-    s.blocks.append(("p", f"Model: {m['name']} ({m['source']}), {m['weight_dtype']} weights, "
+    s.blocks.append(("p", f"Model: {m['name']} ({m['source']}), {_dtype(m)}, "
                           f"{_size(m['weight_bytes_per_token'], 'B')} read per decoded token at batch 1, "
                           f"{m['kv_bytes_per_token_of_context'] / 1e3:.1f} kB of KV cache per token of context, "
                           f"{_size(m['active_params'], 'p')} active of {_size(m['total_params'], 'p')} parameters. "
@@ -145,6 +146,19 @@ def _ceiling(res: dict) -> Section:
         s.blocks.append(("p", f"The {res['cost_model']['num_gpus']} GPUs are taken as one tensor-parallel group: "
                               "their bandwidth adds up; communication is not modelled."))
     return s
+
+
+_SERVED_UNKNOWN = "the served dtype is not known to the audit: --weight-dtype states it"
+
+
+def _dtype(m: dict) -> str:
+    """The weights' dtype and where it came from: the server may serve another than its config names."""
+    src, dtype = m.get("weight_dtype_source", "config.json"), m["weight_dtype"]
+    if src == "--weight-dtype":
+        return f"{dtype} weights (the served dtype, as --weight-dtype states)"
+    if src == "default":
+        return f"{dtype} weights (assumed: the config names no dtype; {_SERVED_UNKNOWN})"
+    return f"{dtype} weights (per {'the preset' if src == 'preset' else 'config.json'}; {_SERVED_UNKNOWN})"
 
 
 def _money(res: dict) -> Section:

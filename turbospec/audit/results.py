@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from turbospec.audit.config import LoadConfig
 from turbospec.audit.cost import CostModel
+from turbospec.audit.endpoint import Endpoint
 from turbospec.audit.gpus import GPU
+from turbospec.audit.hardware import hardware_caveats
 from turbospec.audit.projection import SpecAssumption, ceiling, projected_speedup
 from turbospec.audit.promscrape import speculation_result
 from turbospec.audit.roofline import ModelBytes
@@ -58,7 +60,7 @@ class Economics:
 
 def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: dict) -> dict:
     runs = [_run_entry(r, cfg, econ) for r in audit.runs]
-    verdicts = [_verdict(ep.url, [r for r in runs if r["endpoint"] == ep.url], econ) for ep in cfg.endpoints]
+    verdicts = [_verdict(ep, [r for r in runs if r["endpoint"] == ep.url], econ) for ep in cfg.endpoints]
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": f"turbospec audit {_version()}",
@@ -213,12 +215,24 @@ def _load(r: dict) -> float:
 
 
 def _target_run(runs: list[dict], target: float | None) -> dict | None:
-    """--target-concurrency: the level nearest to it, healthy or not (the verdict is about that load);
-    else the highest level with a successful request."""
+    """--target-concurrency: that --concurrency level, healthy or not (the verdict is about that load);
+    else (only with Poisson levels: the CLI refuses it otherwise) the level nearest to it, which
+    target_caveat names; without a target the highest level with a successful request."""
     if target is not None and runs:
-        return min(runs, key=lambda r: abs(_load(r) - target))
+        exact = [r for r in runs if r["concurrency"] == target]
+        return exact[0] if exact else min(runs, key=lambda r: abs(_load(r) - target))
     usable = [r for r in runs if r["num_ok"] > 0]
     return max(usable, key=_load) if usable else None
+
+
+def target_caveat(run: dict, target: float | None) -> str | None:
+    """The verdict was decided at another load than --target-concurrency names: say which."""
+    if target is None or run["concurrency"] == target:
+        return None
+    why = ("a Poisson level's load is known only once measured" if run["request_rate"] else
+           f"concurrency {target:g} was not measured" + (f": add {target:g} to --concurrency to decide at that load"
+                                                         if target == int(target) else ""))
+    return f"decided at {target_label(run)}, the measured level nearest to --target-concurrency {target:g} ({why})"
 
 
 def target_label(run: dict) -> str:
@@ -234,7 +248,8 @@ def _failed_levels(runs: list[dict], target: dict | None) -> tuple[str, ...]:
                  for r in runs if r["num_failed"] and r is not target)
 
 
-def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
+def _verdict(ep: Endpoint, runs: list[dict], econ: Economics) -> dict:
+    url = ep.url
     num_ok = sum(r["num_ok"] for r in runs)
     num_failed = sum(r["num_failed"] for r in runs)
     num_cancelled = sum(r["num_cancelled"] for r in runs)
@@ -254,8 +269,10 @@ def _verdict(url: str, runs: list[dict], econ: Economics) -> dict:
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
         annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
         target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled,
-        caveats=(tuple(caveats(run)) if run["num_ok"] else ()) + ((econ.model.mismatch,) if econ.model and
-                                                                     econ.model.mismatch else ()),
+        caveats=tuple(c for c in [target_caveat(run, econ.target_concurrency)] if c)
+        + (tuple(caveats(run)) if run["num_ok"] else ())
+        + ((econ.model.mismatch,) if econ.model and econ.model.mismatch else ())
+        + hardware_caveats(econ.gpu, econ.cost, url, ep.is_local, runs),
         annual_cost=annual["annual_cost"],
         verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
         other_failures=_failed_levels(runs, run), num_not_sent=num_not_sent,

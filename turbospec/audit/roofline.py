@@ -17,7 +17,8 @@ one sequence route alike, so verified positions count as (1 - reuse) of an indep
 
 Bytes per weight: the config's dtype (bf16/fp16 2, fp32 4); FP8 checkpoints (`quantization_config`
 quant_method fp8, or 8-bit weights) read 1 byte per linear weight, the LM head stays 16-bit;
-4-bit methods read 0.5.
+4-bit methods read 0.5. A server may serve another dtype than its config.json names (the audit cannot
+see it): --weight-dtype states the served one, and `weight_dtype_source` says where the dtype came from.
 """
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ from turbospec.audit.presets import guess_preset, preset_config
 from turbospec.hub import is_hub_id, resolve_model
 
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
+# --weight-dtype: the served dtype, as config.json fields (torch_dtype, quantization_config)
+WEIGHT_DTYPES = {"bfloat16": ("bfloat16", None), "bf16": ("bfloat16", None), "float16": ("float16", None),
+                 "fp16": ("float16", None), "float32": ("float32", None), "fp32": ("float32", None),
+                 "fp8": ("bfloat16", {"quant_method": "fp8"}), "int8": ("bfloat16", {"bits": 8}),
+                 "int4": ("bfloat16", {"bits": 4})}
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class ModelBytes:
     notes: tuple[str, ...] = field(default=())
     mismatch: str | None = None       # the served model's name names another model: a verdict caveat
     bytes_per_weight: float = 2.0     # a linear weight's storage (1 for FP8 / 8-bit, 0.5 for 4-bit)
+    weight_dtype_source: str = "config.json"   # config.json | preset | --weight-dtype | default (none named)
 
     @property
     def weight_bytes_per_token(self) -> float:
@@ -71,6 +78,7 @@ class ModelBytes:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "source": self.source, "weight_dtype": self.weight_dtype,
+                "weight_dtype_source": self.weight_dtype_source,
                 "weight_bytes_per_token": self.weight_bytes_per_token,
                 "kv_bytes_per_token_of_context": self.kv_bytes_per_token,
                 "active_params": self.active_params, "total_params": self.total_params,
@@ -101,11 +109,32 @@ def _weight_bytes(cfg: dict) -> tuple[float, str]:
     return float(_DTYPE_BYTES[dtype]), dtype
 
 
-def model_bytes(raw: dict, name: str = "model", source: str = "config.json") -> ModelBytes:
+def with_weight_dtype(raw: dict, dtype: str | None) -> dict:
+    """`raw` with its weights stated as `dtype` (--weight-dtype, the served dtype); unchanged for None."""
+    if dtype is None:
+        return raw
+    if dtype.lower() not in WEIGHT_DTYPES:
+        raise ValueError(f"--weight-dtype {dtype!r}: use one of {', '.join(WEIGHT_DTYPES)} (the dtype the server "
+                         "serves the weights in)")
+    torch_dtype, quant = WEIGHT_DTYPES[dtype.lower()]
+    out = {k: v for k, v in raw.items() if k not in ("quantization_config", "dtype")}
+    out["torch_dtype"] = torch_dtype
+    if quant:
+        out["quantization_config"] = dict(quant)
+    if isinstance(raw.get("text_config"), dict):     # multimodal: the language model's own fields too
+        out["text_config"] = {k: v for k, v in raw["text_config"].items() if k not in ("quantization_config", "dtype")}
+        out["text_config"]["torch_dtype"] = torch_dtype
+    return out
+
+
+def model_bytes(raw: dict, name: str = "model", source: str = "config.json",
+                dtype_from: str = "config.json") -> ModelBytes:
+    """`dtype_from`: where the dtype comes from (config.json, preset, --weight-dtype), for the report."""
     q = raw.get("quantization_config")
     cfg = dict(raw.get("text_config") or raw)        # multimodal configs nest the language model
     if q and "quantization_config" not in cfg:
         cfg["quantization_config"] = q
+    stated = dtype_from == "--weight-dtype" or any(cfg.get(k) for k in ("torch_dtype", "dtype", "quantization_config"))
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if k not in cfg]
     if missing:
         raise ValueError(f"model config is missing {missing}: pass a full Hugging Face config.json or a preset")
@@ -151,6 +180,7 @@ def model_bytes(raw: dict, name: str = "model", source: str = "config.json") -> 
         name=name, source=source, weight_dtype=label, bytes_per_weight=wb, dense_bytes=dense_bytes,
         expert_bytes=expert * wb, num_moe_layers=n_moe, num_experts=E if n_moe else 0,
         experts_per_tok=k if n_moe else 0, kv_bytes_per_token=kv_per_token,
+        weight_dtype_source=dtype_from if stated else "default",
         active_params=dense_params + head + n_moe * k * expert,
         total_params=dense_params + head + n_moe * E * expert + (0 if cfg.get("tie_word_embeddings") else V * H),
         notes=tuple(notes))
@@ -165,9 +195,12 @@ def _is_moe_layer(cfg: dict, i: int) -> bool:
     return (i + 1) % step == 0 if "decoder_sparse_step" in cfg else i % step == 0
 
 
-def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
+def load_model_bytes(spec: str | None, model_name: str, weight_dtype: str | None = None) -> ModelBytes | None:
     """From --model-config (a config.json, a model directory, a Hugging Face id: its config.json
-    alone, or a preset name); else a preset guessed from the served model's name; else None (no ceiling)."""
+    alone, or a preset name); else a preset guessed from the served model's name; else None (no ceiling).
+    `weight_dtype` (--weight-dtype): the served dtype, in place of the one the config names."""
+    with_weight_dtype({}, weight_dtype)                          # an unknown --weight-dtype fails first
+    src = "--weight-dtype" if weight_dtype else None
     if spec:
         if is_hub_id(spec):
             spec = resolve_model(spec, "--model-config", files="config")
@@ -180,12 +213,14 @@ def load_model_bytes(spec: str | None, model_name: str) -> ModelBytes | None:
                     raise ValueError(f"--model-config {path} is not valid JSON ({e})") from e
             if not isinstance(raw, dict):
                 raise ValueError(f"--model-config {path} is not a JSON object: pass a Hugging Face config.json")
-            return _check_name(model_bytes(raw, name=model_name, source=path), model_name)
+            return _check_name(model_bytes(with_weight_dtype(raw, weight_dtype), name=model_name, source=path,
+                                           dtype_from=src or "config.json"), model_name)
         if os.path.isdir(spec) or spec.endswith(".json") or os.sep in spec:
             raise ValueError(f"--model-config {spec!r}: no such file {path}: pass a Hugging Face config.json, the "
                              "model directory that holds one, a Hugging Face id, or a preset (e.g. qwen3-8b)")
-        return _check_name(model_bytes(preset_config(spec), name=spec, source=f"preset {spec}"), model_name)
-    named = _named_model(model_name)
+        return _check_name(model_bytes(with_weight_dtype(preset_config(spec), weight_dtype), name=spec,
+                                       source=f"preset {spec}", dtype_from=src or "preset"), model_name)
+    named = _named_model(model_name, weight_dtype)
     return None if named is None else named[1]
 
 
@@ -195,21 +230,24 @@ NAME_MISMATCH_RATIO = 1.25
 QUANT_MARKERS = re.compile(r"awq|gptq|int4|int8|w4a|w8a|4bit|8bit|4-bit|8-bit|nf4|bnb|gguf|exl2|mxfp4|nvfp4")
 
 
-def _named_model(model_name: str) -> tuple[str, ModelBytes] | None:
+def _named_model(model_name: str, weight_dtype: str | None = None) -> tuple[str, ModelBytes] | None:
     """(what names it, its shape) for the model a served name names: a preset the name matches, else
     the name's own config.json when it is a Hugging Face id (vLLM serves under the id by default;
     fetched through the Hub cache, config.json alone; a gated or unknown id, or no network: None)."""
+    src = "--weight-dtype" if weight_dtype else None
     guess = guess_preset(model_name)
     if guess is not None:
-        return "whose name says", model_bytes(preset_config(guess), name=guess,
-                                                          source=f"preset {guess} (guessed from the model name)")
+        return "whose name says", model_bytes(with_weight_dtype(preset_config(guess), weight_dtype), name=guess,
+                                              source=f"preset {guess} (guessed from the model name)",
+                                              dtype_from=src or "preset")
     if not is_hub_id(model_name):
         return None
     try:
         with open(os.path.join(resolve_model(model_name, "served model", files="config"), "config.json")) as f:
             raw = json.load(f)
         return ("whose config.json on the Hugging Face Hub describes",
-                model_bytes(raw, name=model_name, source=f"{model_name}'s config.json (Hugging Face Hub)"))
+                model_bytes(with_weight_dtype(raw, weight_dtype), name=model_name,
+                            source=f"{model_name}'s config.json (Hugging Face Hub)", dtype_from=src or "config.json"))
     except (ValueError, OSError):        # not on the Hub, gated, offline, or an architecture not modelled
         return None
 
@@ -227,6 +265,7 @@ def _check_name(mb: ModelBytes, model_name: str) -> ModelBytes:
     # a name that says how it is quantized (AWQ, GPTQ, 4-bit, ...) names no preset's weights: sizes only
     quantized_name = QUANT_MARKERS.search(model_name.lower()) is not None and named.source.startswith("preset")
     same_bytes = quantized_name or mb.bytes_per_weight == named.bytes_per_weight     # fp16 = bf16, 8-bit = fp8
+    same_bytes = same_bytes or mb.weight_dtype_source == "--weight-dtype"    # the served dtype, as stated
     if 1 / NAME_MISMATCH_RATIO <= ratio <= NAME_MISMATCH_RATIO and same_bytes:
         return mb
     return replace(mb, mismatch=(

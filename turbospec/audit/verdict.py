@@ -16,7 +16,7 @@ the production-like one):
 Reasons say where the acceptance length came from (a chunk-based estimate is reported but never
 decides), that an already-speculating endpoint's gain over plain decoding rests on the assumed
 verify overhead, what the money figure is (a cut of the bill, or what plain decoding would cost
-more), and what else the numbers show. Caveats (hidden tokens, tokens counted per chunk) come first.
+more), and what else the numbers show. Caveats (results.caveats, target_caveat, hardware.py) come first.
 """
 from __future__ import annotations
 
