@@ -36,6 +36,11 @@ def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, t
     assert "greedy outputs identical to plain: 2/2" in r.output
     al = float(re.search(r"acceptance length ([0-9.]+)", r.output).group(1))
     assert 1.0 <= al <= 4.0
+    # the ceiling: codelm-12m's float32 weights (12.6M parameters, the embedding table excluded) once per step
+    mb, ceil, frac = re.search(r"reads ([0-9.]+) MB per step; .* that is ([0-9.]+) tok/s: plain reached "
+                               r"([0-9.]+)% of it", r.output).groups()
+    plain = float(re.search(r"plain: .* = ([0-9.]+) tok/s", r.output).group(1))
+    assert 30 < float(mb) < 60 and abs(float(frac) - 100 * plain / float(ceil)) < 0.2
     r = runner.invoke(app, ["bench", "spec", "--model", str(codelm_dir), "--prompts", str(prompts),    # online FP8
                             "--device", "cpu", "--max-tokens", "8", "--quantization", "fp8", "--speculative-config",
                             '{"method": "ngram", "num_speculative_tokens": 3}'])

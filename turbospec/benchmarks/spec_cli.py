@@ -83,8 +83,10 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
         raise typer.BadParameter(f"{model} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...): "
                                  "bench spec --model encodes the text of --prompts with them")
     from turbospec.engine.request_input import prompt_to_ids
+    lens = []
     for i, p in enumerate(ps, 1):
         n = len(prompt_to_ids(p, eng.tokenizer, eng.model_config.vocab_size)[1])   # the engine's tokenization
+        lens.append(n)
         if n + max_tokens > eng.max_model_len:
             fix = (f"lower --max-tokens to {eng.max_model_len - n} or shorten that prompt"
                    if n < eng.max_model_len else "shorten that prompt")
@@ -107,11 +109,28 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     else:                                 # it printed 'acceptance length None' and an empty per-position line
         typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | drafts 0: the proposer drafted nothing for these "
                    "prompts, so there is no acceptance to report")
+    typer.echo(model_ceiling(eng, concurrency, sum(lens) / len(lens) + max_tokens / 2, plain.tok_s))
     echo_compiles((f"{name} run", r.compiles) for name, r in (("plain", plain), ("speculative", sp)))
     if temperature == 0:
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
         # trees verify through the prefill attention kernel: not bit-identical yet (README)
         _check_lossless(same, len(ps), eng.bitwise_exact and "tree" not in spec_cfg, "the prompts")
+
+
+def model_ceiling(eng, concurrency: int, mean_context: float, plain_tok_s: float) -> str:
+    """The HBM roofline of plain decoding for this run: a step at `concurrency` sequences reads the
+    weights once and every sequence's KV (at the run's mean context), at the copy bandwidth measured
+    now; and the share of it the plain run reached (its tok/s include prefills and the batch
+    draining at the end, so this is a lower bound of a decode step's efficiency)."""
+    from turbospec.benchmarks.roofline import kv_bytes_per_step, measure_copy_bandwidth, weight_bytes_per_step
+    bw = measure_copy_bandwidth(eng.device)
+    ctx = [round(mean_context)] * concurrency
+    nbytes = weight_bytes_per_step(eng.model, eng.model_config, concurrency) + kv_bytes_per_step(
+        eng.model_config, eng.dtype, ctx)
+    ceiling = concurrency * bw / nbytes
+    return (f"ceiling: plain decoding at concurrency {concurrency}, mean context {ctx[0]} tokens, reads "
+            f"{nbytes / 1e6:.1f} MB per step; at {bw / 1e12:.2f} TB/s copy bandwidth (measured now) that is "
+            f"{ceiling:.1f} tok/s: plain reached {plain_tok_s / ceiling:.1%} of it (prefills included)")
 
 
 def lossless_warning(same: int, total: int, exact: bool, where: str) -> str | None:
