@@ -1,9 +1,10 @@
 """`turbospec generate` as a newcomer runs it: a wrong path, a directory without config.json, an
 unsupported architecture, a corrupt checkpoint, no tokenizer, `--device cuda` without a GPU and bad
-flags each end in one `error: ...` line (exit 2, no traceback); `--stop` and `--tokenizer` give
+flags each end in one `error: ...` line that names the flag as typed (exit 2, no traceback); `--stop` and `--tokenizer` give
 what `LLM` gives; `turbospec --version` and bare `turbospec` work."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from turbospec import LLM, SamplingParams, __version__
 from turbospec.cli import app
+from turbospec.generate_cli import COMPLETION_MARK
 
 runner = CliRunner()
 
@@ -64,13 +66,37 @@ def test_device_cuda_without_a_gpu(tiny_qwen3):
     (["--speculative-config", "{method"], "--speculative-config is not valid JSON"),
     (["--speculative-config", "[4]"], "must be a JSON object"),
     (["--speculative-config", '{"method": "medusa"}'], "method 'medusa'"),
-    (["--top-p", "0"], "top_p=0.0 must be in (0, 1]"),
-    (["--dtype", "fp12"], "unknown dtype 'fp12'"),
-    (["--frequency-penalty", "3"], "frequency_penalty=3.0 must be a number in [-2, 2]"),
-    (["--repetition-penalty", "0"], "repetition_penalty=0.0 must be a number in [1e-30, 1e30]"),
+    # an empty shell variable ran plain decoding without a word
+    (["--speculative-config", ""], "--speculative-config '' is empty: leave the flag out for plain decoding"),
+    (["--speculative-config", "  "], "is empty: leave the flag out for plain decoding"),
+    # the flags as typed, not SamplingParams' / LLM's parameter names (max_tokens=0 ... or None)
+    (["--top-p", "0"], "--top-p 0.0 must be in (0, 1]"),
+    (["--dtype", "fp12"], "--dtype fp12: use one of float32, bfloat16, float16 (or auto)"),
+    (["--frequency-penalty", "3"], "--frequency-penalty 3.0 must be a number in [-2, 2]"),
+    (["--repetition-penalty", "0"], "--repetition-penalty 0.0 must be a number in [1e-30, 1e30]"),
+    (["--max-tokens", "0"], "--max-tokens 0: give a positive number of tokens"),
+    (["--max-tokens", "-3"], "--max-tokens -3: give a positive number of tokens"),
+    (["--quantization", "int4"], "--quantization int4: the only value is fp8 (leave it out for the checkpoint's own "
+                                 "weights)"),
+    (["--max-model-len", "1"], "--max-model-len 1: give at least 2 tokens"),
+    (["--top-k", "-2"], "--top-k -2 must be -1 or 0 (disabled) or a positive integer"),
+    (["--stop", ""], "--stop '': give a non-empty stop string"),
+    (["--device", "xpu"], "--device xpu: this engine runs on 'cpu' or 'cuda'"),
+    (["--seed", str(2**64)], f"--seed {2**64} is outside the 64-bit range"),
 ])
 def test_bad_flags(tiny_qwen3, args, fragment):
-    assert fragment in one_error_line(gen(tiny_qwen3, *args))
+    line = one_error_line(gen(tiny_qwen3, *args))
+    assert fragment in line, line
+    assert not re.search(r"\b[a-z]+(_[a-z]+)+=|\bNone\b", line), line     # no Python names or values
+
+
+def test_top_k_zero_is_no_top_k_as_the_help_says(tiny_qwen3):
+    """--top-k 0 ran as no top-k while the help said only "-1 = no top-k" (SamplingParams: -1 or 0)."""
+    r = runner.invoke(app, ["generate", "--help"])
+    assert "-1 or 0 = no top-k" in " ".join(r.output.split()), r.output
+    args = ["--temperature", "1", "--seed", "7", "--max-tokens", "12", "--ignore-eos"]
+    outs = [gen(tiny_qwen3, *args, "--top-k", k) for k in ("0", "-1")]
+    assert outs[0].exit_code == 0 and outs[0].stdout == outs[1].stdout, outs[0].output
 
 
 def test_stop_and_tokenizer_flags_match_the_python_api(tiny_qwen3, codelm_dir, tmp_path):
@@ -82,7 +108,8 @@ def test_stop_and_tokenizer_flags_match_the_python_api(tiny_qwen3, codelm_dir, t
     r = runner.invoke(app, ["generate", str(tiny_qwen3), "--prompt", prompt, "--device", "cpu", "--max-tokens",
                             "24", "--ignore-eos", "--stop", stop])
     assert r.exit_code == 0, r.output
-    assert r.output.split("\n" + "-" * 40)[0] == prompt + full[:full.index(stop)]
+    assert r.stdout.startswith(f"{prompt}\n{COMPLETION_MARK}\n{full[:full.index(stop)]}\n"
+                               f"[finish_reason: stop (stop string {stop!r}), "), r.stdout
     # weights without tokenizer files, the tokenizer from another directory
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -92,7 +119,7 @@ def test_stop_and_tokenizer_flags_match_the_python_api(tiny_qwen3, codelm_dir, t
     r = runner.invoke(app, ["generate", str(bare), "--tokenizer", str(codelm_dir), "--prompt", prompt,
                             "--device", "cpu", "--max-tokens", "24", "--ignore-eos"])
     assert r.exit_code == 0, r.output
-    assert r.output.startswith(prompt + full)
+    assert r.stdout.startswith(f"{prompt}\n{COMPLETION_MARK}\n{full}\n"), r.stdout
 
 
 def test_penalty_flags_match_the_python_api(tiny_qwen3):
@@ -108,7 +135,7 @@ def test_penalty_flags_match_the_python_api(tiny_qwen3):
                             "24", "--ignore-eos", "--repetition-penalty", "1.5", "--frequency-penalty", "1",
                             "--presence-penalty", "0.5", "--min-p", "0.0"])
     assert r.exit_code == 0, r.output
-    assert r.output.startswith(prompt + want.outputs[0].text)
+    assert r.stdout.startswith(f"{prompt}\n{COMPLETION_MARK}\n{want.outputs[0].text}\n"), r.stdout
 
 
 def test_a_tree_that_is_not_an_object_is_refused(codelm_dir):

@@ -2,6 +2,7 @@
 that names the fix, no traceback; `--help` whole at 80 columns."""
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -49,3 +50,21 @@ def test_help_reads_whole_at_80_columns():
     out = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}).output
     commands = out.split("Commands:")[1].splitlines()[1:]
     assert [line.split()[0] for line in commands if line.strip()] == list(_root().list_commands(None))
+
+
+def test_help_names_values_like_a_cli():
+    """Help read `turbospec generate [OPTIONS] {model}` and `-p, --prompt <list[str]>`: typer's Python
+    types. Every command (serve's and bench's too) names them TEXT / INT / FLOAT, arguments in capitals."""
+    from typer.testing import CliRunner
+    for path, _ in _leaves(_root()):
+        out = CliRunner().invoke(app, [*path, "--help"]).output
+        assert not re.search(r"<(str|int|float|bool|list\[\w+\])>", out), (path, out)
+        assert not re.search(r"\{[a-z_]+\}", out.splitlines()[0]), (path, out)       # the usage line
+    out = " ".join(CliRunner().invoke(app, ["generate", "--help"]).output.split())
+    for words in ("Usage: root generate [OPTIONS] MODEL", "MODEL Hugging Face model directory",
+                  "-p, --prompt TEXT (repeatable)", "--max-tokens INT", "--temperature FLOAT", "--stop TEXT (repeatable)"):
+        assert words in out, (words, out)
+    out = " ".join(CliRunner().invoke(app, ["recipe", "run", "--help"]).output.split())
+    assert "[OPTIONS] NAME STEP [EXTRA]..." in out and "--set TEXT (repeatable)" in out, out
+    out = " ".join(CliRunner().invoke(app, ["serve", "--help"]).output.split())
+    assert "serve [OPTIONS] MODEL" in out and "--port INT" in out, out

@@ -1,6 +1,6 @@
 """`--quantization fp8` on `turbospec generate` and `turbospec serve`: a bf16/fp32 checkpoint is
 quantized at load, as `LLM(quantization="fp8")` does (the same output), and a value other than fp8
-stops with the supported values named."""
+stops with the supported values named (by `generate` in its flag's words)."""
 from __future__ import annotations
 
 from typer.testing import CliRunner
@@ -20,14 +20,15 @@ def test_generate_quantizes_at_load(codelm_dir):
     want = LLM(str(codelm_dir), device="cpu", dtype="float32", quantization="fp8").generate([prompt], params)[0]
     plain = LLM(str(codelm_dir), device="cpu", dtype="float32").generate([prompt], params)[0]
     assert want.outputs[0].text != plain.outputs[0].text          # FP8 weights change this continuation
-    assert prompt + want.outputs[0].text in r.output
+    assert f"{prompt}\n--- completion ---\n{want.outputs[0].text}\n" in r.stdout
     assert ("weights: 24 linear / expert modules quantized to block-FP8 [128, 128] at load (weights only, lossy); "
             "router, embeddings, norms and LM head kept") in r.output           # 6 layers x qkv, o, gate_up, down
 
 
 def test_bad_quantization_is_refused(codelm_dir):
-    for cmd in (["generate", str(codelm_dir), "--prompt", "x", "--device", "cpu"],
-                ["serve", str(codelm_dir), "--device", "cpu", "--port", "1"]):
-        r = runner.invoke(app, cmd + ["--quantization", "int4"])
-        assert r.exit_code == 2, r.output
-        assert "quantization='int4': supported values are None and 'fp8'" in r.output
+    r = runner.invoke(app, ["generate", str(codelm_dir), "--prompt", "x", "--device", "cpu", "--quantization", "int4"])
+    assert r.exit_code == 2, r.output            # in the command line's words (it said "None and 'fp8'")
+    assert r.output == "error: --quantization int4: the only value is fp8 (leave it out for the checkpoint's own weights)\n"
+    r = runner.invoke(app, ["serve", str(codelm_dir), "--device", "cpu", "--port", "1", "--quantization", "int4"])
+    assert r.exit_code == 2, r.output
+    assert "quantization='int4': supported values are None and 'fp8'" in r.output

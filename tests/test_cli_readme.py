@@ -64,13 +64,14 @@ def test_readme_python_block_runs_as_written(monkeypatch, plain_fib):
 
 
 def test_readme_generate_line_runs(monkeypatch, plain_fib):
-    """The generate line as shown (n-gram speculation) prints the prompt and plain decoding's text."""
+    """The generate line as shown (n-gram speculation) prints the prompt, the completion mark and plain
+    decoding's text; the summary names the setting."""
     monkeypatch.chdir(REPO)
     argv = _readme_line("generate") + ["--device", "cpu"]          # CPU float32 even where CUDA is
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 0, r.output
-    assert r.stdout.startswith("def fib(n):" + plain_fib.text + "\n"), r.stdout
-    assert re.search(r"64 tokens in .* tok/s, acceptance length \d", r.stderr), r.stderr
+    assert r.stdout.startswith("def fib(n):\n--- completion ---\n" + plain_fib.text + "\n[finish_reason: "), r.stdout
+    assert re.search(r"64 tokens in .* tok/s, acceptance length \d.* \| cpu, float32, ngram k=4", r.stderr), r.stderr
 
 
 def test_readme_recipe_lines_run(monkeypatch):

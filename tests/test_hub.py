@@ -180,7 +180,7 @@ def test_generate_and_serve_take_an_id(hub_cache, tmp_path):
     r = _cli("generate", "acme/codelm", "--revision", "v1", "--tokenizer", "acme/codelm", "--tokenizer-revision",
              "v1", "--download-dir", str(hub_cache), "--device", "cpu", "--prompt", PROMPT, "--max-tokens", "12",
              cache=hub_cache.parent / "elsewhere")                  # the cache given by --download-dir
-    assert r.returncode == 0 and r.stdout.startswith(PROMPT + want + "\n" + "-" * 40), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith(f"{PROMPT}\n--- completion ---\n{want}\n[finish_reason: "), r.stderr
     server = ServerProcess("acme/codelm", tmp_path / "serve.log", "--download-dir", str(hub_cache),
                            name="acme/codelm")
     try:

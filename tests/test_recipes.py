@@ -168,6 +168,49 @@ def test_check_says_how_to_get_a_missing_model(tmp_path, monkeypatch):
         r = runner.invoke(app, ["recipe", "check", "qwen3-8b-h200"] + (["--model", model] if model else []))
         line = next(x for x in r.output.splitlines() if x.startswith("WARN  model"))
         assert f"`hf download Qwen/Qwen3-8B --local-dir {local}`" in line and f"--model {local}" in line
-    r = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu"])
+    (tmp_path / "r").mkdir()
+    f = tmp_path / "r" / "mine.toml"               # a recipe whose own model path exists nowhere
+    f.write_text('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "models/none"\n[[steps]]\n'
+                 'name = "a"\nargv = ["generate", "{model}"]\n')
+    r = runner.invoke(app, ["recipe", "check", str(f)])
     line = next(x for x in r.output.splitlines() if x.startswith("WARN  model"))
-    assert "run from the repository root" in line and "download" not in line
+    assert line == (f"WARN  model         'models/none' is not a local directory (relative to the current directory "
+                    f"{tmp_path}; not under the recipe file's directory {tmp_path / 'r'} either): pass --model DIR"), line
+
+
+def test_a_recipes_paths_are_read_under_its_base_from_another_directory(tmp_path, monkeypatch):
+    """From another directory, `check` warned that models/codelm-12m-eagle3 etc. "do not exist": they
+    were looked up in the current directory only. Now under the repository root, and each line says
+    which base it used; `show` and `run` give the same paths, so the step runs from there too."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu", "--model", str(ROOT / "models/codelm-12m")])
+    assert r.exit_code == 0, r.output
+    found = {line.split()[1]: line for line in r.output.splitlines()}
+    for key, rel in (("eagle3", "models/codelm-12m-eagle3"), ("dflash", "models/codelm-12m-dflash"),
+                     ("prompts", "bench/prompts/heldout_code.jsonl")):
+        assert found[key] == (f"OK    {key:<13} {ROOT / rel} (the recipe's {rel}, under the repository root "
+                              f"{ROOT})"), found[key]
+    assert found["trained"].startswith("WARN  trained       drafters/codelm-12m-eagle3 does not exist yet (relative "
+                                       f"to the current directory {tmp_path}; not under the repository root {ROOT} "
+                                       "either): step 'train' makes it"), found["trained"]
+    assert "does not exist:" not in r.output
+    dry = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "generate", "--dry-run"])
+    assert dry.exit_code == 0 and f"generate {ROOT / 'models/codelm-12m'} " in dry.output, dry.output
+    assert f'"model": "{ROOT / "models/codelm-12m-eagle3"}"' in dry.output, dry.output
+    monkeypatch.chdir(ROOT)                        # from the repository root: the paths as the recipe writes them
+    r = runner.invoke(app, ["recipe", "check", "codelm-12m-cpu"])
+    assert f"OK    eagle3        models/codelm-12m-eagle3 (relative to the current directory {ROOT})" in r.output
+    dry = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "generate", "--dry-run"])
+    assert '"model": "models/codelm-12m-eagle3"' in dry.output, dry.output
+
+
+def test_a_recipe_files_paths_are_read_under_its_directory(tmp_path, monkeypatch):
+    (tmp_path / "r" / "data").mkdir(parents=True)
+    (tmp_path / "r" / "data" / "d.jsonl").write_text("{}\n")
+    f = tmp_path / "r" / "mine.toml"
+    f.write_text('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[placeholders]\n'
+                 'd = "data/d.jsonl"\n[[steps]]\nname = "a"\nargv = ["train", "regenerate", "--data", "{d}"]\n')
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["recipe", "check", str(f)])
+    assert (f"OK    d             {tmp_path / 'r/data/d.jsonl'} (the recipe's data/d.jsonl, under the recipe "
+            f"file's directory {tmp_path / 'r'})") in r.output, r.output

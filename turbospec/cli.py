@@ -1,13 +1,12 @@
 """The `turbospec` command. Each subcommand family lives beside its code and registers itself
-through a `register(app)` function, so this file stays a table of contents."""
+through a `register(app)` function, so this file stays a table of contents (plus how `--help`
+names the values of every subcommand's flags: `ReadableHelpGroup`)."""
 from __future__ import annotations
 
 import importlib
 
 import typer
-
-app = typer.Typer(rich_markup_mode=None, add_completion=False, no_args_is_help=True,
-                  help="turbospec: fast, lossless speculative decoding for open LLMs.")
+from typer.core import TyperArgument, TyperGroup
 
 _SUBCOMMAND_MODULES = (
     "turbospec.generate_cli",      # turbospec generate
@@ -17,6 +16,58 @@ _SUBCOMMAND_MODULES = (
     "turbospec.train.cli",         # turbospec train eagle3|dflash
     "turbospec.recipes.cli",       # turbospec recipe list|show|check|run
 )
+# --help's name for a value of each Python type (typer printed `<int>`, `<list[str]>`, `{model}`)
+_METAVARS = {str: "TEXT", int: "INT", float: "FLOAT"}
+
+
+class _ReadableArgument(TyperArgument):
+    """A positional argument named as in usual CLI help: `MODEL`, `[EXTRA]...`, no `<str>`."""
+
+    def _usage_display_name(self) -> str:
+        name = self.metavar if self.required else f"[{self.metavar}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def _rich_display_name(self) -> str:
+        return self.metavar + ("..." if self.nargs != 1 else "")
+
+    def display_type_rich(self, ctx) -> None:
+        return None
+
+
+def readable_metavars(command) -> None:
+    """Name the values of `command`'s flags and arguments (and its subcommands') like usual CLI
+    help: `--max-tokens INT`, `-p, --prompt TEXT (repeatable)`, `turbospec generate [OPTIONS] MODEL`.
+    A metavar that a command sets itself is kept."""
+    for sub in getattr(command, "commands", {}).values():
+        readable_metavars(sub)
+    for p in command.params:
+        desc = getattr(p, "type_descriptor", None)
+        if p.metavar is not None or getattr(p, "is_flag", False) or desc is None:
+            continue
+        one = desc.annotation.__args__[0] if desc.is_list else desc.annotation
+        if one not in _METAVARS:
+            continue                                   # a type of its own: typer's name for it
+        if isinstance(p, TyperArgument):
+            p.metavar = p.name.upper()
+            p.__class__ = _ReadableArgument
+        else:
+            repeat = desc.is_list and "repeatable" not in (p.help or "")
+            p.metavar = _METAVARS[one] + (" (repeatable)" if repeat else "")
+
+
+class ReadableHelpGroup(TyperGroup):
+    """The root group: typer builds every subcommand before it, so it names their values here."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        try:                            # typer's internals it reads may change: help is cosmetic,
+            readable_metavars(self)     # the commands must keep working whatever typer is installed
+        except (AttributeError, TypeError, IndexError):
+            pass
+
+
+app = typer.Typer(cls=ReadableHelpGroup, rich_markup_mode=None, add_completion=False, no_args_is_help=True,
+                  help="turbospec: fast, lossless speculative decoding for open LLMs.")
 
 
 def _show_version(value: bool) -> None:

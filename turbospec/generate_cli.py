@@ -1,21 +1,32 @@
-"""`turbospec generate MODEL --prompt ...`: one-off generation from the command line."""
+"""`turbospec generate MODEL --prompt ...`: one-off generation from the command line.
+
+stdout: per prompt, the prompt, a `--- completion ---` line, the completion and its
+`[finish_reason: ...]` (the prompt and the marks dimmed on a terminal, plain text in a pipe);
+stderr: one summary line (tokens/s, device, dtype, method, k)."""
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import time
 
 import typer
 
+COMPLETION_MARK = "--- completion ---"
+_EXAMPLE = '\'{"method": "ngram", "num_speculative_tokens": 4}\''
+
 
 def generate(
-    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors) or Hugging Face id"),
-    prompt: list[str] = typer.Option(..., "--prompt", "-p", help="prompt text (repeat for a batch)"),
-    max_tokens: int = typer.Option(128, help="tokens to generate per prompt"),
+    model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors) or "
+                                "Hugging Face id"),
+    prompt: list[str] = typer.Option(..., "--prompt", "-p", help="prompt text (each -p one prompt of the batch)"),
+    max_tokens: int = typer.Option(128, help="tokens to generate per prompt (at most)"),
     temperature: float = typer.Option(0.0, help="0 = greedy"),
-    top_p: float = typer.Option(1.0, help="(0, 1]: sample from the smallest set of tokens with this probability; 1 = off"),
-    top_k: int = typer.Option(-1, help="-1 = no top-k"),
+    top_p: float = typer.Option(1.0, help="(0, 1]: sample from the smallest set of tokens with this probability; "
+                                "1 = off"),
+    top_k: int = typer.Option(-1, help="sample from the k most likely tokens; -1 or 0 = no top-k"),
     seed: int = typer.Option(None, help="per-request seed (same seed, same output)"),
-    stop: list[str] = typer.Option([], "--stop", help="stop string, left out of the text (repeatable)"),
+    stop: list[str] = typer.Option([], "--stop", help="stop string, left out of the text"),
     ignore_eos: bool = typer.Option(False, help="keep generating past the end-of-sequence token"),
     repetition_penalty: float = typer.Option(1.0, help="> 1 discourages tokens already in the prompt or output"),
     frequency_penalty: float = typer.Option(0.0, help="[-2, 2], per occurrence among the generated tokens"),
@@ -24,7 +35,7 @@ def generate(
     device: str = typer.Option(None, help="cuda or cpu (default: cuda if available)"),
     dtype: str = typer.Option(None, help="auto (default: on a GPU the checkpoint's dtype, a float32 checkpoint in bfloat16; on CPU float32), bfloat16, float16 or float32"),
     speculative_config: str = typer.Option(None, "--speculative-config",
-                                           help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\''),
+                                           help=f"JSON, e.g. {_EXAMPLE}; leave it out for plain decoding"),
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself"),
     tokenizer: str = typer.Option(None, help="tokenizer directory or Hugging Face id (default: MODEL)"),
     revision: str = typer.Option(None, help="branch, tag or commit of MODEL when it is a Hugging Face id"),
@@ -32,25 +43,18 @@ def generate(
     download_dir: str = typer.Option(None, help="Hugging Face cache directory for ids (default: HF_HUB_CACHE)"),
     max_model_len: int = typer.Option(None, help="context length cap (default: the model's)"),
 ) -> None:
-    """Generate text and print it with tokens/s."""
+    """Generate text: each prompt, its completion and why it stopped; tokens/s on stderr."""
     from turbospec import LLM, SamplingParams
 
-    spec = None
-    if speculative_config:
-        try:
-            spec = json.loads(speculative_config)
-        except json.JSONDecodeError as e:
-            _fail(f"--speculative-config is not valid JSON ({e}): write e.g. "
-                  '\'{"method": "ngram", "num_speculative_tokens": 4}\'')
-        if not isinstance(spec, dict):
-            _fail('--speculative-config must be a JSON object, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
+    spec = _speculative_config(speculative_config)
+    _check_flags(max_tokens, max_model_len, quantization, stop)
     try:
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
                                 seed=seed, stop=stop or None, ignore_eos=ignore_eos,
                                 repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty, min_p=min_p)
     except ValueError as e:
-        _fail(str(e))
+        _fail(_as_flags(str(e)))
     if device is not None and device.startswith("cuda"):
         import torch
         if not torch.cuda.is_available():
@@ -62,7 +66,7 @@ def generate(
                   tokenizer=tokenizer, max_model_len=max_model_len, revision=revision,
                   tokenizer_revision=tokenizer_revision, download_dir=download_dir)
     except ValueError as e:
-        _fail(str(e))
+        _fail(_as_flags(str(e), dtype))
     except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback
         _fail(f"could not load {model!r}: {type(e).__name__}: {e}")
     note = getattr(llm.llm_engine.model, "quant_note", None)
@@ -77,16 +81,86 @@ def generate(
         outs = llm.generate(prompt, params)
         dt = time.perf_counter() - t0
     except (ValueError, RuntimeError) as e:
-        _fail(str(e))
-    n = sum(len(o.outputs[0].token_ids) for o in outs)
-    for o in outs:
-        typer.echo(o.prompt + o.outputs[0].text)
-        typer.echo("-" * 40)
+        _fail(_as_flags(str(e)))
+    for i, o in enumerate(outs):
+        if i:
+            typer.echo()
+        typer.secho(o.prompt, dim=True)                  # click drops the style when stdout is no terminal
+        typer.secho(COMPLETION_MARK, dim=True)
+        typer.echo(o.outputs[0].text)
+        why = finish_reason(o.outputs[0], max_tokens, llm.llm_engine.max_model_len)
+        typer.secho(f"[finish_reason: {why}]", dim=True)
+    typer.echo(summary(llm, spec, sum(len(o.outputs[0].token_ids) for o in outs), dt), err=True)
+
+
+def finish_reason(out, max_tokens: int, max_model_len: int) -> str:
+    """`length (--max-tokens 40 reached), 40 tokens`: the reason and what caused it."""
+    n, why = len(out.token_ids), None
+    if out.finish_reason == "stop":
+        why = ("end-of-sequence token" if out.stop_reason is None else f"stop string {out.stop_reason!r}"
+               if isinstance(out.stop_reason, str) else f"stop token {out.stop_reason}")
+    elif out.finish_reason == "length":
+        why = (f"--max-tokens {max_tokens} reached" if n >= max_tokens else
+               f"the context length {max_model_len} reached: raise --max-model-len or shorten the prompt")
+    return f"{out.finish_reason}{f' ({why})' if why else ''}, {n} token{'s' * (n != 1)}"
+
+
+def summary(llm, spec: dict | None, n: int, dt: float) -> str:
+    """`120 tokens in 0.58 s: 205.1 tok/s, acceptance length 3.25 | cpu, float32, ngram k=4`."""
+    engine = llm.llm_engine
     line = f"{n} tokens in {dt:.2f} s: {n / dt:.1f} tok/s"
     m = llm.get_metrics()
     if m.get("acceptance_length"):
         line += f", acceptance length {m['acceptance_length']:.2f}"
-    typer.echo(line, err=True)
+    method = "plain decoding"
+    if spec is not None and engine.proposer is not None:
+        k = engine.proposer.k
+        method = (f"{spec['method']} tree (budget {k})" if getattr(engine.proposer, "tree", None) else
+                  f"{spec['method']} k=auto (up to {k})" if getattr(engine, "adaptive", None) else
+                  f"{spec['method']} k={k}")
+    return f"{line} | {engine.device}, {str(engine.dtype).removeprefix('torch.')}, {method}"
+
+
+def _speculative_config(raw: str | None) -> dict | None:
+    if raw is None:
+        return None
+    if not raw.strip():                  # an empty shell variable: not a silent plain run
+        _fail(f"--speculative-config {raw!r} is empty: leave the flag out for plain decoding, or give a JSON "
+              f"object, e.g. {_EXAMPLE}")
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as e:
+        _fail(f"--speculative-config is not valid JSON ({e}): write e.g. {_EXAMPLE}")
+    if not isinstance(spec, dict):
+        _fail(f"--speculative-config must be a JSON object, e.g. {_EXAMPLE}")
+    return spec
+
+
+def _check_flags(max_tokens: int, max_model_len: int | None, quantization: str | None, stop: list[str]) -> None:
+    """The flags whose Python-API errors speak of None: checked here in the command line's words."""
+    if max_tokens < 1:
+        _fail(f"--max-tokens {max_tokens}: give a positive number of tokens (the most each prompt generates)")
+    if max_model_len is not None and max_model_len < 2:
+        _fail(f"--max-model-len {max_model_len}: give at least 2 tokens (a prompt token and a generated one), "
+              "or leave it out for the model's own context length")
+    if quantization is not None and quantization != "fp8":
+        _fail(f"--quantization {quantization}: the only value is fp8 (leave it out for the checkpoint's own weights)")
+    if any(not s for s in stop):
+        _fail("--stop '': give a non-empty stop string")
+
+
+def _as_flags(message: str, dtype: str | None = None) -> str:
+    """SamplingParams' / LLM's error in the command line's words: `top_p=0.0 must ...` ->
+    `--top-p 0.0 must ...` (the Python API's messages name its parameters)."""
+    if dtype is not None and message.startswith(f"unknown dtype {dtype!r}"):
+        return f"--dtype {dtype}: " + message.split(": ", 1)[-1] + " (or auto)"
+    m = re.match(r"(\w+)=('[^']*'|\S+?)(:? )", message)
+    if m and m.group(1) in _FLAGS:
+        return f"--{m.group(1).replace('_', '-')} {m.group(2).strip(chr(39))}{m.group(3)}{message[m.end():]}"
+    return message
+
+
+_FLAGS = set(inspect.signature(generate).parameters) - {"model", "prompt"}     # top_p -> --top-p, ...
 
 
 def _fail(message: str) -> None:

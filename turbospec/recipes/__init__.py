@@ -6,9 +6,12 @@ have, the GPU, the package versions the numbers were measured with (`[pinned]`),
 measured with which setting (`measured`), and ordered steps, each one `turbospec` command line
 with placeholders (`{model}`, and those declared under `[placeholders]`, such as `{drafter}` or
 `{data}`). `turbospec recipe show` prints the steps as shell lines, `check` compares this machine
-and the model directory with the recipe, `run` runs one step in-process. Every shipped step is
-parsed against the real command line in the tests, so a recipe never prints a flag that does not
-exist.
+and the model directory with the recipe, `run` runs one step in-process. A recipe's own relative
+paths (its model and placeholder defaults) are read from the current directory when they are there,
+else from the recipe's base when they are there (a shipped recipe: the repository root; a .toml
+path: the file's directory), else left relative to the current directory, where a step makes them;
+`--model` and `--set` values are taken as typed. Every shipped step is parsed against the real
+command line in the tests, so a recipe never prints a flag that does not exist.
 
     name = "..."            title = "..."           gpu = "H200" | "none"
     measured = "..."        (what was measured, its setting, the docs/benchmarks.md row)
@@ -21,6 +24,7 @@ exist.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +38,8 @@ except ModuleNotFoundError:                          # Python 3.10
         tomllib = None                               # type: ignore[assignment]
 
 RECIPE_DIR = Path(__file__).resolve().parent
+# the base of the shipped recipes' relative paths: the repository root, in a source checkout
+REPO_ROOT = RECIPE_DIR.parents[1] if (RECIPE_DIR.parents[1] / "pyproject.toml").is_file() else None
 _TOP_KEYS = {"name", "title", "gpu", "measured", "model", "pinned", "placeholders", "steps"}
 _STEP_KEYS = {"name", "about", "argv", "spec"}
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
@@ -58,6 +64,8 @@ class Recipe:
     placeholders: dict[str, str]
     steps: list[Step] = field(default_factory=list)
     source: str = ""
+    base: Path | None = None             # what its relative paths may be under (None: the current directory)
+    base_name: str = ""                  # "the repository root" | "the recipe file's directory"
 
     def step(self, name: str) -> Step:
         for s in self.steps:
@@ -68,7 +76,7 @@ class Recipe:
 
     def values(self, overrides: dict[str, str | None] | None = None) -> dict[str, str]:
         """Placeholder values: the recipe's defaults, then the caller's (None: keep the default)."""
-        vals = {"model": self.model["default"], **self.placeholders}
+        vals = {k: self.resolve(v) for k, v in self.defaults().items()}
         for k, v in (overrides or {}).items():
             if v is not None:
                 if k not in vals:
@@ -76,6 +84,17 @@ class Recipe:
                                      f"{', '.join('{' + p + '}' for p in vals)}")
                 vals[k] = v
         return vals
+
+    def defaults(self) -> dict[str, str]:
+        """Placeholder defaults as the recipe writes them."""
+        return {"model": self.model["default"], **self.placeholders}
+
+    def resolve(self, value: str) -> str:
+        """One of the recipe's own paths: as written when it exists here (or exists nowhere: a step
+        makes it here), the path under the recipe's base when only that exists."""
+        if self.base is None or os.path.isabs(value) or os.path.exists(value) or not (self.base / value).exists():
+            return value
+        return str(self.base / value)
 
     def argv(self, step: Step, values: dict[str, str]) -> list[str]:
         """The step's command line after `turbospec`, placeholders filled in."""
@@ -119,7 +138,12 @@ def load(name_or_path: str) -> Recipe:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid TOML ({e})") from None
-    return _parse(raw, str(path))
+    recipe = _parse(raw, str(path))
+    if path.resolve().parent == RECIPE_DIR:
+        recipe.base, recipe.base_name = REPO_ROOT, "the repository root"
+    else:
+        recipe.base, recipe.base_name = path.resolve().parent, "the recipe file's directory"
+    return recipe
 
 
 def _parse(raw: dict, where: str) -> Recipe:

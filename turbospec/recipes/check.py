@@ -6,6 +6,7 @@ a model directory of another architecture or shape)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +26,19 @@ class Finding:
 
 def check(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
     return _versions(recipe) + [_gpu(recipe)] + _model(recipe, values["model"]) + _paths(recipe, values)
+
+
+def _where(recipe: Recipe, key: str, value: str) -> str:
+    """Which base a path was read against: ` (the recipe's models/x, under the repository root /r)`."""
+    raw = recipe.defaults()[key]
+    if value != raw and value == recipe.resolve(raw):
+        return f" (the recipe's {raw}, under {recipe.base_name} {recipe.base})"
+    if os.path.isabs(value):
+        return ""
+    elsewhere = (f"; not under {recipe.base_name} {recipe.base} either"
+                 if value == raw and recipe.base not in (None, Path.cwd().resolve()) and not os.path.exists(value)
+                 else "")
+    return f" (relative to the current directory {os.getcwd()}{elsewhere})"
 
 
 def _installed(pkg: str) -> str | None:
@@ -64,7 +78,8 @@ def _gpu(recipe: Recipe) -> Finding:
 
 def _model(recipe: Recipe, model: str) -> list[Finding]:
     path = Path(model)
-    if not path.is_dir() and is_hub_id(model):       # a Hugging Face id: its config in the Hub cache
+    hub = not path.is_dir() and is_hub_id(model)
+    if hub:                                          # a Hugging Face id: its config in the Hub cache
         try:
             path = Path(resolve_model(model, files="config"))
         except ValueError:
@@ -89,7 +104,8 @@ def _model(recipe: Recipe, model: str) -> list[Finding]:
             wrong.append(f"{key} = {cfg.get(key)!r} (recipe: {val!r})")
     if wrong:
         return [Finding("FAIL", "model", f"{model} is not the recipe's model: " + "; ".join(wrong))]
-    return [Finding("OK", "model", f"{model}: {arch}" + "".join(
+    where = "" if hub else _where(recipe, "model", model)       # an id: no directory it is relative to
+    return [Finding("OK", "model", f"{model}{where}: {arch}" + "".join(
         f", {k} {want[k]}" for k in want if k not in _NOT_CONFIG))]
 
 
@@ -98,8 +114,7 @@ def _missing_model(recipe: Recipe, model: str) -> str:
     when MODEL is the id itself); a recipe whose model ships in the repository: the directory."""
     default = str(recipe.model.get("default", ""))
     if default.startswith(("models/", "./", "/")) or not default:
-        return (f"{model!r} is not a local directory: run from the repository root (the recipe's paths "
-                "are relative to it) or pass --model DIR")
+        return f"{model!r} is not a local directory{_where(recipe, 'model', model)}: pass --model DIR"
     local = f"models/{Path(default).name}" if model == default else model
     return (f"{model!r} is not a local directory: download {default} first (`hf download {default} "
             f"--local-dir {local}`) and pass --model {local}")
@@ -111,12 +126,13 @@ def _paths(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
     for key in recipe.placeholders:
         value = values[key]
         made_by = [s.name for s in recipe.steps if _writes(s.argv, key)]
+        where = _where(recipe, key, value)
         if Path(value).exists():
-            out.append(Finding("OK", key, value))
+            out.append(Finding("OK", key, value + where))
         elif made_by:
-            out.append(Finding("WARN", key, f"{value} does not exist yet: step {made_by[0]!r} makes it"))
+            out.append(Finding("WARN", key, f"{value} does not exist yet{where}: step {made_by[0]!r} makes it"))
         elif "/" in value or value.endswith((".jsonl", ".json")):
-            out.append(Finding("WARN", key, f"{value} does not exist: pass --set {key}=PATH"))
+            out.append(Finding("WARN", key, f"{value} does not exist{where}: pass --set {key}=PATH"))
     return out
 
 

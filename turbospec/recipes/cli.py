@@ -9,7 +9,7 @@ recipe_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, add_comple
                          help="Pinned recipes: a model, a GPU and the measured turbospec commands for them.")
 
 MODEL = typer.Option(None, "--model", help="the model directory (default: the recipe's model id)")
-SET = typer.Option([], "--set", help="a placeholder's value, KEY=VALUE (e.g. drafter=drafters/mine); repeatable")
+SET = typer.Option([], "--set", help="a placeholder's value, KEY=VALUE (e.g. drafter=drafters/mine)")
 
 
 def _load(name: str, model: str | None, sets: list[str]):

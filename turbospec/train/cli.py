@@ -5,6 +5,8 @@ import os
 
 import typer
 
+from turbospec.train.config import BLOCK_SIZE_RULE
+
 train_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, help="Train EAGLE-3 / DFlash drafters for a target and export them.")
 
 # options shared by `eagle3` and `dflash`
@@ -146,7 +148,7 @@ def dflash(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = 
            num_layers: int = typer.Option(3, "--num-layers", help="drafter decoder layers"),
            intermediate_size: int = INTER, num_attention_heads: int = HEADS,
            num_key_value_heads: int = KV_HEADS, head_dim: int = HEAD_DIM, target_layers: str = TLAYERS,
-           block_size: int = typer.Option(16, help="block size B (1 anchor + B-1 drafts): 8 or 16"),
+           block_size: int = typer.Option(16, help=f"block size B (1 anchor + B-1 drafts): {BLOCK_SIZE_RULE}"),
            anchors_per_seq: int = typer.Option(32, help="random blocks per sequence per step"),
            loss_decay: float = typer.Option(0.0, help="slot weight exp(-(p-1)/decay); 0: block_size/2"),
            mask_token_id: int = typer.Option(None, help="id fed at masked slots (default: an unused row, else pad)"),
@@ -161,7 +163,8 @@ def dflash(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = 
 
 
 @train_app.command("stdlib-corpus")
-def stdlib_corpus(target: str = typer.Option(..., help="target directory (its tokenizer cuts the chunks)"),
+def stdlib_corpus(target: str = typer.Option(..., help="target model directory or Hugging Face id (its tokenizer "
+                                              "cuts the chunks)"),
                   out: str = typer.Option(..., help="output JSONL"),
                   chunk_tokens: int = typer.Option(1024, help="max tokens per chunk (use the training --max-seq-len)"),
                   include_tests: bool = typer.Option(False, help="also the stdlib's test suites"),
@@ -186,7 +189,7 @@ def stdlib_corpus(target: str = typer.Option(..., help="target directory (its to
 
 
 @train_app.command("regenerate")
-def regenerate(target: str = typer.Option(..., help="target directory"),
+def regenerate(target: str = TARGET,
                data: str = typer.Option(..., help="JSONL whose prompts the target continues"),
                out: str = typer.Option(..., help="output JSONL (prompt_token_ids + completion_token_ids)"),
                num_samples: int = typer.Option(2048, help="prompts to continue"),
@@ -198,8 +201,13 @@ def regenerate(target: str = typer.Option(..., help="target directory"),
                device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED,
                overwrite: bool = OVERWRITE_FILE) -> None:
     """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs."""
+    from turbospec.hub import resolve_model
     from turbospec.train.regenerate import regenerate as run
     _check_files(data, out, overwrite)
+    try:
+        target = resolve_model(target, "--target")          # a Hugging Face id: its cached snapshot
+    except ValueError as e:
+        _fail(str(e))
     try:
         stats = run(target, data, out, num_samples, max_new_tokens, min_prompt, max_prompt, temperature,
                     device, dtype, batch_size, max_seconds, seed)

@@ -7,12 +7,16 @@ convert them to each format's own convention.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
 METHODS = ("eagle3", "dflash")
 STATE_FILE = "train_state.pt"                                  # under TrainConfig.state_dir
 EXPORT_FILES = ("config.json", "model.safetensors", "training_info.json")   # what --out receives
+BLOCK_SIZES = (2, 4, 8, 16, 32)                               # DFlash --block-size (the help says the same)
+BLOCK_SIZE_RULE = "a power of two from 2 to 32 (8 or 16 usually)"
+_PATHS = ("target", "data", "out", "checkpoint_dir", "init_from", "chat_template", "feature_cache", "eval_prompts")
 
 
 @dataclass
@@ -38,8 +42,8 @@ class DFlashOptions:
     mask_token_id: int | None = None   # None: an unused embedding row, else the pad token
 
     def validate(self) -> None:
-        if self.block_size not in (2, 4, 8, 16, 32):
-            raise ValueError(f"--block-size {self.block_size}: use 8 or 16 (2..32, a power of two)")
+        if self.block_size not in BLOCK_SIZES:
+            raise ValueError(f"--block-size {self.block_size}: use {BLOCK_SIZE_RULE}")
         if self.anchors_per_seq < 1:
             raise ValueError(f"--anchors-per-seq {self.anchors_per_seq}: use >= 1 (e.g. 32)")
         if self.loss_decay < 0:
@@ -181,6 +185,7 @@ class TrainConfig:
         for flag, path in (("--out", self.out), ("--checkpoint-dir", self.state_dir)):
             if os.path.exists(path) and not os.path.isdir(path):
                 raise ValueError(f"{flag} {path!r} is a file: pass a directory (it is created if missing)")
+            _check_creatable(flag, path)
         state = os.path.join(self.state_dir, STATE_FILE)
         if self.resume:
             if self.overwrite:
@@ -201,3 +206,36 @@ class TrainConfig:
     @property
     def state_dir(self) -> str:
         return self.checkpoint_dir or os.path.join(self.out, "checkpoint")
+
+    def recorded(self, draft_config, target_layers, device, target_dtype) -> dict:
+        """The setting as training_info.json records it: every path absolute, the values the run
+        resolved (the drafter's shape as built, not 0 = "the target's"; device, dtype, DFlash's mask
+        token and loss decay, the captured layers) and the options of this run's method only."""
+        d = dataclasses.asdict(self)
+        d.update({k: os.path.abspath(d[k]) for k in _PATHS if d[k] is not None})
+        d.update(checkpoint_dir=os.path.abspath(self.state_dir), device=str(device),
+                 target_dtype=str(target_dtype).removeprefix("torch."))
+        dc = draft_config
+        d["shape"] = dict(num_layers=dc.num_hidden_layers, hidden_size=dc.hidden_size,
+                          intermediate_size=dc.intermediate_size, num_attention_heads=dc.num_attention_heads,
+                          num_key_value_heads=dc.num_key_value_heads, head_dim=dc.head_dim,
+                          target_layers=list(target_layers))             # input-of-layer ids captured
+        if self.method == "eagle3":
+            d["eagle3"]["draft_vocab_size"] = dc.draft_vocab_size        # capped at the target's vocabulary
+        else:
+            d["dflash"].update(mask_token_id=dc.mask_token_id, loss_decay=self.dflash.decay)
+        del d["dflash" if self.method == "eagle3" else "eagle3"]
+        return d
+
+
+def _check_creatable(flag: str, path: str) -> None:
+    """--out / --checkpoint-dir can be created (or written): the nearest existing directory above
+    it is writable. Nothing is created here: the run makes them once the data has passed."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    if not os.path.isdir(p):
+        raise ValueError(f"{flag} {path!r} cannot be created: {p!r} is a file; pass a writable directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path!r} cannot be created or written: {p!r} is not writable; pass a "
+                         "writable directory")

@@ -1,7 +1,7 @@
 """The training loop shared by EAGLE-3 and DFlash.
 
-Order of work: validate config -> validate and tokenize the whole data file -> load the target ->
-build the drafter -> train (online target features each step) -> evaluate -> export.
+Order of work: validate config -> validate and tokenize the whole data file -> create --out ->
+load the target -> build the drafter -> train (online target features each step) -> evaluate -> export.
 Nothing heavy starts until the data has passed validation.
 
 - AdamW, warm-up + cosine (state.py), gradient clipping, bf16 autocast on CUDA.
@@ -30,7 +30,7 @@ from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
 from turbospec.train.recipes import build_recipe, capture_layers
 from turbospec.train.state import (check_init_from_target, init_from_export, load_state, lr_at, make_optimizer,
-                                   resume_differences, save_state, set_lr)
+                                   resume_differences, save_state, set_lr, warmup_warning)
 
 
 def _setup_distributed(cfg: TrainConfig) -> tuple[torch.device, int, int]:
@@ -93,8 +93,9 @@ def _al(m: dict) -> str:
 
 
 def _make_writable_dirs(cfg: TrainConfig) -> None:
-    """Create --out and the checkpoint directory now: a path that cannot be written fails before
-    training, not when the first checkpoint or the export is due."""
+    """Create --out and the checkpoint directory once the data has passed (TrainConfig checked that
+    they can be), so that a path that cannot be written fails before training, not when the first
+    checkpoint or the export is due."""
     for flag, path in (("--out", cfg.out), ("--checkpoint-dir", cfg.state_dir)):
         try:
             os.makedirs(path, exist_ok=True)
@@ -121,11 +122,11 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--max-seq-len {cfg.max_seq_len} exceeds the target's context "
                          f"{tcfg.max_position_embeddings}: lower it")
     layers = capture_layers(cfg, tcfg)
-    if rank == 0:
-        _make_writable_dirs(cfg)
     tokenizer = load_tokenizer(cfg.target, cfg.chat_template)
     ds, report = load_dataset(cfg.data, tokenizer, tcfg.vocab_size, cfg.max_seq_len, cfg.truncate,
                               cfg.loss_on_prompt)
+    if rank == 0:                        # after the data passed: a bad line leaves no empty --out behind
+        _make_writable_dirs(cfg)
     train_ds, heldout = split_heldout(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
     per_epoch = batches_per_epoch(train_ds, cfg.batch_size, world)
     budget = cfg.max_minutes * 60 if cfg.max_minutes else None
@@ -135,6 +136,8 @@ def train(cfg: TrainConfig) -> dict:
     log = _Log(rank, total_steps, f"train {cfg.method}")
     log.print(f"data: {report.describe()}; train {len(train_ds)} / held-out {len(heldout)} samples; "
               f"{per_epoch} steps per epoch at batch {cfg.batch_size} x {world} process(es)")
+    if total_steps is not None and cfg.warmup_steps > total_steps:
+        log.print(warmup_warning(total_steps, cfg))
 
     target = TargetModel(cfg.target, layers, device, parse_dtype(cfg.target_dtype) if cfg.target_dtype else None)
     recipe = build_recipe(cfg, target, tokenizer, train_ds)
@@ -179,7 +182,8 @@ def train(cfg: TrainConfig) -> dict:
     autocast = autocast_for(device)
     params = [p for p in draft.parameters() if p.requires_grad]
     info = {**recipe.info, "target": os.path.abspath(cfg.target), "data": os.path.abspath(cfg.data),
-            "config": dataclasses.asdict(cfg), "data_report": dataclasses.asdict(report)}
+            "config": cfg.recorded(draft.config, layers, device, target.dtype),
+            "data_report": dataclasses.asdict(report)}
 
     def export(metrics: dict) -> None:
         if rank == 0:

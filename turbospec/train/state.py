@@ -38,6 +38,14 @@ def lr_at(step: int, progress: float, lr: float, warmup_steps: int, min_lr_ratio
     return lr * warm * (min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
 
 
+def warmup_warning(total_steps: int, cfg) -> str:
+    """One line for a run shorter than its warm-up, whose learning rate never reaches --lr."""
+    peak = max(lr_at(s, s / total_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio) for s in range(total_steps))
+    return (f"warning: --warmup-steps {cfg.warmup_steps} is more than the run's {total_steps} steps: the learning "
+            f"rate never reaches --lr {cfg.lr:g} (at most {peak:.2g}); pass --warmup-steps {max(1, total_steps // 10)} "
+            "or so (about a tenth of the steps)")
+
+
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
     for g in opt.param_groups:
         g["lr"] = lr

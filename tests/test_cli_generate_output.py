@@ -1,0 +1,60 @@
+"""What `turbospec generate` prints: per prompt the prompt, a `--- completion ---` line, the
+completion and `[finish_reason: ...]` with its cause (the prompt and completion were glued together,
+and a stop at the context length was silent); on stderr a summary that names the device, dtype,
+method and k. Piped, the text is plain; on a terminal the prompt and the marks are dimmed."""
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+from turbospec import LLM, SamplingParams
+from turbospec.cli import app
+from turbospec.generate_cli import COMPLETION_MARK
+
+runner = CliRunner()
+PROMPTS = ["def fib(n):", "import os\nx = os.pa"]          # a code prompt may end mid-line
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 3}'
+
+
+def gen(model, *args: str, color: bool = False):
+    argv = ["generate", str(model), "--device", "cpu", "--dtype", "float32"]
+    for p in PROMPTS:
+        argv += ["-p", p]
+    return runner.invoke(app, argv + list(args), color=color)
+
+
+def test_each_prompt_its_completion_and_why_it_stopped(codelm_dir):
+    llm = LLM(str(codelm_dir), device="cpu", dtype="float32")
+    want = [o.outputs[0].text for o in llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=12))]
+    r = gen(codelm_dir, "--max-tokens", "12")
+    assert r.exit_code == 0, r.output
+    blocks = [f"{p}\n{COMPLETION_MARK}\n{w}\n[finish_reason: length (--max-tokens 12 reached), 12 tokens]\n"
+              for p, w in zip(PROMPTS, want)]
+    assert r.stdout == "\n".join(blocks), r.stdout               # plain text: no escape codes in a pipe
+    assert "\x1b[" not in r.stdout
+    line, = r.stderr.splitlines()
+    assert re.fullmatch(r"24 tokens in \d+\.\d\d s: \d+\.\d tok/s \| cpu, float32, plain decoding", line), line
+
+
+def test_a_stop_at_the_context_length_is_named(codelm_dir):
+    r = runner.invoke(app, ["generate", str(codelm_dir), "-p", "h", "--device", "cpu", "--max-model-len", "3",
+                            "--max-tokens", "8", "--ignore-eos"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"^\[finish_reason: length \(the context length 3 reached: raise --max-model-len or shorten "
+                     r"the prompt\), 2 tokens\]$", r.stdout, re.M), r.stdout
+
+
+def test_the_summary_names_method_and_k(codelm_dir):
+    r = gen(codelm_dir, "--max-tokens", "16", "--speculative-config", NGRAM)
+    assert r.exit_code == 0, r.output
+    assert re.fullmatch(r"32 tokens in .* tok/s, acceptance length \d\.\d\d \| cpu, float32, ngram k=3",
+                        r.stderr.strip()), r.stderr
+
+
+def test_on_a_terminal_the_prompt_and_marks_are_dimmed(codelm_dir):
+    r = gen(codelm_dir, "--max-tokens", "4", color=True)
+    assert r.exit_code == 0, r.output
+    dim = "\x1b[2m"
+    assert r.stdout.startswith(f"{dim}{PROMPTS[0]}\x1b[0m\n{dim}{COMPLETION_MARK}\x1b[0m\n"), repr(r.stdout)
+    assert f"{dim}[finish_reason: length (--max-tokens 4 reached), 4 tokens]" in r.stdout
