@@ -103,8 +103,9 @@ def test_applies_only_where_switched_on(monkeypatch):
 
 def test_folded_decode_matches_unfolded_and_never_imports_a_kernel(monkeypatch, codelm_dir):
     """codelm-12m float32 on the CPU: greedy tokens with the norms folded (the reference
-    arithmetic) equal the unfolded model's, plain and with EAGLE-3 (aux hidden states read from the
-    folded residual stream); the folded path ran; no Triton module was imported."""
+    arithmetic) equal the unfolded model's; the folded path ran; no Triton module was imported.
+    With EAGLE-3 (captured residual streams) nothing is folded (its CUDA-graph capture failed on
+    an H100) and the tokens are the same."""
     from turbospec import LLM, SamplingParams
     for name in KERNEL_MODULES:
         monkeypatch.setitem(sys.modules, name, None)
@@ -125,7 +126,9 @@ def test_folded_decode_matches_unfolded_and_never_imports_a_kernel(monkeypatch, 
     eagle = LLM(codelm_dir, device="cpu", dtype="float32",
                 speculative_config={"method": "eagle3", "model": f"{codelm_dir}-eagle3",
                                     "num_speculative_tokens": 3})
+    calls.clear()
     assert [o.outputs[0].token_ids for o in eagle.generate(prompts, sp)] == base
+    assert calls == []
 
 
 def test_models_that_cannot_fold_keep_their_norms(monkeypatch):

@@ -135,10 +135,12 @@ class LlamaModel(nn.Module):
         hidden = self.embed_tokens(input_ids)                          # [T, H]
         residual, rstd = None, None
         captured: dict[int, torch.Tensor] = {}
-        fold = norm_epilogue.applies(hidden) and self.folds_norms()
+        # not with captured streams (EAGLE-3): that pairing failed a CUDA-graph capture on an H100
+        # (tests/gpu/test_engine_gpu.py, 2026-12-06, cause not found: bench/fold_capture_diag.py)
+        fold = not aux_layers and norm_epilogue.applies(hidden) and self.folds_norms()
         for i, layer in enumerate(self.layers):
-            if i in aux_layers:                # the stream: r itself once a norm was folded into it
-                captured[i] = hidden if residual is None else residual if rstd is not None else hidden + residual
+            if i in aux_layers:
+                captured[i] = hidden if residual is None else hidden + residual
             if fold:
                 next_norm = self.layers[i + 1].input_layernorm if i + 1 < self.num_layers else None
                 hidden, residual, rstd = layer.forward_folded(positions, hidden, residual, rstd, next_norm)
