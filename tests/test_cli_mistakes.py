@@ -68,3 +68,19 @@ def test_help_names_values_like_a_cli():
     assert "[OPTIONS] NAME STEP [EXTRA]..." in out and "--set TEXT (repeatable)" in out, out
     out = " ".join(CliRunner().invoke(app, ["serve", "--help"]).output.split())
     assert "serve [OPTIONS] MODEL" in out and "--port INT" in out, out
+
+
+def test_ctrl_c_while_the_subcommands_import_is_one_line_and_exit_130():
+    """Ctrl-C in the first second or two of any command (turbospec.cli importing torch with the
+    subcommands) printed a KeyboardInterrupt traceback; now one line and exit 130."""
+    import subprocess
+    import sys
+    code = ("import importlib; real = importlib.import_module\n"
+            "def fake(name, *a):\n"
+            "    if name == 'turbospec.benchmarks.cli':\n"
+            "        raise KeyboardInterrupt\n"
+            "    return real(name, *a)\n"
+            "importlib.import_module = fake\n"
+            "import turbospec.cli\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130 and r.stderr.strip() == "turbospec: interrupted", r.stderr

@@ -134,6 +134,14 @@ def test_stop_token_ids_and_min_tokens(llm):
     assert out.token_ids == ref[:first + 1] and out.stop_reason == t and out.finish_reason == "stop"
 
 
+def test_stop_token_ids_outside_the_vocabulary_are_refused(llm):
+    """An id past the vocabulary could never stop anything: refused as one in logit_bias is (the
+    server's 400 comes from this message: param stop_token_ids)."""
+    V = llm.llm_engine.model_config.vocab_size
+    with pytest.raises(ValueError, match=rf"stop_token_ids \[{V}, 999999\] are outside the vocabulary \[0, {V}\)"):
+        llm.generate(PROMPT, greedy(stop_token_ids=[3, 999999, V]))
+
+
 def test_n_samples_are_seeded_and_reproducible(llm):
     p = SamplingParams(temperature=1.0, n=3, seed=11, max_tokens=12, ignore_eos=True)
     a, b = llm.generate(PROMPT, p)[0], llm.generate(PROMPT, p)[0]

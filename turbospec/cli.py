@@ -4,6 +4,7 @@ names the values of every subcommand's flags: `ReadableHelpGroup`)."""
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 from typer.core import TyperArgument, TyperGroup
@@ -83,14 +84,22 @@ def _main(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """turbospec: fast, lossless speculative decoding for open LLMs."""
 
 
-for _name in _SUBCOMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as e:      # a family not built yet; any other missing import is a bug
-        if e.name != _name:
-            raise
-        continue
-    _mod.register(app)
+def _register_subcommands() -> None:
+    for name in _SUBCOMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:      # a family not built yet; any other missing import is a bug
+            if e.name != name:
+                raise
+            continue
+        mod.register(app)
+
+
+try:                                      # importing them (torch) takes a second or two: a Ctrl-C
+    _register_subcommands()               # there ends the command as one anywhere else does
+except KeyboardInterrupt:
+    print("turbospec: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 if __name__ == "__main__":
     app()

@@ -157,7 +157,8 @@ def test_n_choices_each_parse_their_calls(client, engine):
     ({"tools": {"type": "function"}}, "tools", "valid list"),
     ({"parallel_tool_calls": "yes"}, "parallel_tool_calls", "parallel_tool_calls"),
     ({"messages": [*ASK, {"role": "assistant", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}, "messages", "not valid JSON"),
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}, "messages.1.tool_calls",
+     "not valid JSON"),
 ])
 def test_what_cannot_be_served_is_a_400_naming_the_field(client, engine, extra, param, fragment):
     with pytest.raises(openai.BadRequestError) as e:

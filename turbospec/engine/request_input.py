@@ -105,4 +105,8 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
     bad = sorted(t for t in params.logit_bias or {} if t >= config.vocab_size)
     if bad:
         raise ValueError(f"logit_bias token ids {bad[:5]} are outside the vocabulary [0, {config.vocab_size})")
+    bad = sorted(t for t in params.stop_token_ids or () if t >= config.vocab_size)
+    if bad:
+        raise ValueError(f"stop_token_ids {bad[:5]} are outside the vocabulary [0, {config.vocab_size}): use ids "
+                         f"from 0 to {config.vocab_size - 1}")
     return Sequence(request_id, text, ids, params, device, max_model_len)

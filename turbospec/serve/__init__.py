@@ -5,9 +5,11 @@
     async_engine.py   engine thread, inbox, per-request queues
     inbox.py          what the event loop posts to the engine thread (add, abort, call, fail)
     deltas.py         cumulative outputs -> what a client has not seen yet
+    token_bytes.py    logprob tokens as OpenAI shows them (their bytes; "bytes:\\xe8" for a piece of a character)
     metrics.py        Prometheus under vLLM's names          errors.py     OpenAI error bodies
     request_body.py   size limit, UTF-8, JSON                streaming.py  disconnect handling
     startup.py        engine build, warm-up, cold-start report   cli.py    the `serve` command
+    listen.py         --host / --port checked before the model loads, the fix for each bind failure
     chat.py           chat messages, template options, --chat-template
     tool_calls.py     tools / tool_choice, Hermes tool calls in responses (turbospec/tool_parser.py)
 """

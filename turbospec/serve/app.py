@@ -36,6 +36,22 @@ def _auth_dependency(api_key: str | None):
     return check
 
 
+class _TrailingSlash:
+    """`/v1/completions/` is `/v1/completions` (and so on for every route): served, not a 307 to
+    the other spelling (a client may not follow a redirect of a POST, or may turn it into a GET)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if scope["type"] == "http" and len(path) > 1 and path.endswith("/"):
+            raw = scope.get("raw_path")
+            scope = {**scope, "path": path.rstrip("/") or "/",
+                     **({"raw_path": raw.rstrip(b"/") or b"/"} if raw else {})}
+        await self.app(scope, receive, send)
+
+
 def build_app(engine, served_model_name: str | list[str], api_key: str | None = None, *,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
               shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None,
@@ -74,7 +90,8 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
         finally:
             await async_engine.shutdown(shutdown_timeout_s)
 
-    app = FastAPI(title="turbospec", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="turbospec", version=__version__, lifespan=lifespan, redirect_slashes=False)
+    app.add_middleware(_TrailingSlash)
     app.state.engine = async_engine
     app.state.think_gate = think_gate
     app.state.metrics = metrics

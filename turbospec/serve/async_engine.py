@@ -19,10 +19,11 @@ from typing import Any, Callable
 from turbospec.sampling_params import SamplingParams
 from turbospec.chat_template import render_chat
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
-from turbospec.serve.inbox import AbortRequest, AddRequest, EngineCall, FailInFlight, InboxItem
+from turbospec.serve.inbox import AbortRequest, AddBatch, AddRequest, EngineCall, FailInFlight, InboxItem
 from turbospec.serve.loop_bridge import deliver, resolve, settle
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
+from turbospec.serve.token_bytes import TokenStrings
 
 logger = logging.getLogger("turbospec.serve")
 
@@ -43,6 +44,8 @@ class AsyncEngine:
         self.metrics = metrics
         self.tokenizer = getattr(engine, "tokenizer", None)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self._token_strings = TokenStrings(self.tokenizer)       # logprob tokens, cached (engine thread)
+        self.vocab_size = getattr(getattr(engine, "model_config", None), "vocab_size", None)
         self.max_model_len = int(getattr(engine, "max_model_len", 0) or
                                  engine.model_config.max_position_embeddings)
         self._cond = threading.Condition()
@@ -70,35 +73,32 @@ class AsyncEngine:
         return (self._thread is not None and self._thread.is_alive() and not self._stopping
                 and self.dead_reason is None and self._refusing is None)
 
-    async def add_request(self, request_id: str, params: SamplingParams, *,
-                          prompt: str | list[int] | None = None,
-                          messages: list[dict] | None = None,
-                          template_kwargs: dict | None = None,
-                          add_special_tokens: bool | None = None,
-                          cap_to_context: bool = False) -> RequestStream:
+    async def add_request(self, request_id: str, params: SamplingParams, **prompt) -> RequestStream:
         """Queue a request; returns once the engine accepted it. Raises RequestFailed (400 for
         bad input such as a prompt over the context length, 503 when the engine is down).
-        `add_special_tokens` (vLLM's): None is vLLM's default, true for a text prompt and false for
-        chat, whose template renders the BOS itself. `cap_to_context`: max_tokens is a default
-        (generation_config's max_new_tokens), so prompt + max_tokens past the context stops at the
-        context instead of a 400."""
+        `prompt`: add_requests' keywords."""
+        return (await self.add_requests([(request_id, params, prompt)]))[0]
+
+    async def add_requests(self, requests: list[tuple[str, SamplingParams, dict[str, Any]]]) -> list[RequestStream]:
+        """Queue several requests (id, params, AddRequest.of's keywords), admitted together between
+        two steps, all or none: if the engine refuses one, it takes none of them (nothing ran, no
+        metric moved), and the first refusal in order is raised."""
         if self._refusing is not None:
             raise RequestFailed(503, self._refusing, "server_shutting_down")
         if not self.is_healthy:
             raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
                                 "engine_unavailable")
         loop = asyncio.get_running_loop()
-        if add_special_tokens is None:
-            add_special_tokens = messages is None
-        item = AddRequest(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
-                          loop.create_future(), asyncio.Queue(), cap_to_context)
-        self._post(item)
+        batch = AddBatch([AddRequest.of(loop, rid, params, **kw) for rid, params, kw in requests], loop,
+                         loop.create_future())
+        self._post(batch)
         try:
-            await item.future
+            await batch.future
         except asyncio.CancelledError:
-            self.abort(request_id)                  # the client left while we were queued
+            for item in batch.requests:             # the client left while we were queued
+                self.abort(item.request_id)
             raise
-        return RequestStream(request_id, item.queue, self)
+        return [RequestStream(item.request_id, item.queue, self) for item in batch.requests]
 
     async def call(self, fn: Callable[[], Any]) -> Any:
         """fn() run on the engine thread between two steps: its result, or its exception raised
@@ -187,24 +187,36 @@ class AsyncEngine:
         if self._refusing is not None:
             resolve(item, RequestFailed(503, self._refusing, "server_shutting_down"))
             return
+        admitted: list[AddRequest] = []
+        for add in item.requests:
+            error = self._admit(add)
+            if error is not None:                   # none of the batch runs: no step has seen them
+                for taken in admitted:
+                    self._safe_abort(taken.request_id)
+                resolve(item, error)
+                return
+            admitted.append(add)
+        for add in admitted:
+            self._live[add.request_id] = _Live(add, DeltaTracker(add.params.stop or [], add.params.logprobs,
+                                                                  self.tokenizer, add.params.include_stop_str_in_output,
+                                                                  self._token_strings))
+        resolve(item, None)
+
+    def _admit(self, add: AddRequest) -> RequestFailed | None:
+        """Hand one request to the engine; why it was refused, or None."""
         try:
-            prompt = (render_chat(self.tokenizer, item.messages, item.template_kwargs)
-                      if item.messages is not None else item.prompt)
-            capped = {"cap_to_context": True} if item.cap_to_context else {}      # only when it applies
-            self.engine.add_request(item.request_id, prompt, item.params, add_special_tokens=item.add_special_tokens,
+            prompt = (render_chat(self.tokenizer, add.messages, add.template_kwargs)
+                      if add.messages is not None else add.prompt)
+            capped = {"cap_to_context": True} if add.cap_to_context else {}      # only when it applies
+            self.engine.add_request(add.request_id, prompt, add.params, add_special_tokens=add.add_special_tokens,
                                     **capped)
         except ValueError as e:
-            resolve(item, RequestFailed(400, str(e), _code_for(str(e))))
-            return
+            return RequestFailed(400, str(e), _code_for(str(e)))
         except Exception as e:  # noqa: BLE001 - a bug in one request must not stop the server
-            logger.exception("add_request failed for %s", item.request_id)
-            self._safe_abort(item.request_id)
-            resolve(item, RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error"))
-            return
-        self._live[item.request_id] = _Live(item, DeltaTracker(item.params.stop or [], item.params.logprobs,
-                                                                self.tokenizer,
-                                                                item.params.include_stop_str_in_output))
-        resolve(item, None)
+            logger.exception("add_request failed for %s", add.request_id)
+            self._safe_abort(add.request_id)
+            return RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error")
+        return None
 
     def _step(self) -> None:
         try:
@@ -266,7 +278,7 @@ class AsyncEngine:
         with self._cond:
             pending, self._inbox = self._inbox, []
         for item in pending:
-            if isinstance(item, AddRequest):
+            if isinstance(item, AddBatch):
                 resolve(item, RequestFailed(503, message, "engine_unavailable"))
             elif isinstance(item, EngineCall):
                 settle(item, None, RequestFailed(503, message, "engine_unavailable"))

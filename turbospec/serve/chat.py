@@ -41,6 +41,20 @@ class ChatMessage(BaseModel):
         return message_for_template(self.model_dump(exclude_none=True))
 
 
+def messages_for_template(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as the template gets them; an error names the message by its path, as the
+    request's other message errors do (`messages.1.content`, not `content`)."""
+    out = []
+    for i, m in enumerate(messages):
+        try:
+            out.append(m.for_template())
+        except ChatTemplateError as e:
+            field = e.param if e.param not in (None, "messages") else \
+                "tool_calls" if m.tool_calls is not None else None      # the one list left to check there
+            raise ChatTemplateError(str(e), f"messages.{i}" + (f".{field}" if field else "")) from None
+    return out
+
+
 class ChatTemplateOptions(BaseModel):
     """The request fields that shape the rendered prompt (vLLM's names and defaults)."""
     add_generation_prompt: bool = True
@@ -53,7 +67,7 @@ class ChatTemplateOptions(BaseModel):
         message the template cannot take (e.g. tool call arguments that are not JSON)."""
         explicit = "add_generation_prompt" in self.model_fields_set     # else implied by continuing
         try:
-            return template_kwargs([m.for_template() for m in messages],
+            return template_kwargs(messages_for_template(messages),
                                    self.add_generation_prompt if explicit else None,
                                    self.continue_final_message, self.chat_template_kwargs, tools)
         except ChatTemplateError as e:

@@ -17,35 +17,19 @@ from turbospec.serve.deltas import StreamDelta
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.responses import UsageInfo
 
-Start = Callable[..., Awaitable[RequestStream]]
+Start = Callable[[list[tuple[str, SamplingParams, dict]]], Awaitable[list[RequestStream]]]
 
 
 async def start_choices(start: Start, request_id: str, params: SamplingParams,
                         prompts: list[dict], n: int) -> list[RequestStream]:
     """One engine request per (prompt, sample), in choice order; `prompts` are add_request keyword
-    sets (`prompt=...` or `messages=...`). All are queued at once, so that the engine accepts them
-    in one pass between two steps (one at a time, a busy engine took one step per choice: n = 64
-    waited 64 steps before its first token). If any is refused, the others are aborted and the
-    first refusal in choice order is raised."""
+    sets (`prompt=...` or `messages=...`); `start`: AsyncEngine.add_requests (or a wrapper). They
+    are admitted together, in one pass between two steps (one at a time, a busy engine took one
+    step per choice: n = 64 waited 64 steps before its first token), and all or none: a refused
+    prompt fails the request before any choice ran, so no choice is aborted and no metric moves."""
     many = len(prompts) * n > 1
-    starts = [start(f"{request_id}-{p * n + j}" if many else request_id, params.for_sample(j), **prompt)
-              for p, prompt in enumerate(prompts) for j in range(n)]
-    if not many:
-        return [await starts[0]]
-    # tasks run in creation order up to their first await: the adds reach the inbox in choice order
-    tasks = [asyncio.ensure_future(s) for s in starts]
-    try:
-        await asyncio.wait(tasks)
-    except asyncio.CancelledError:           # the client left: a pending start aborts its own request
-        for t in tasks:
-            t.cancel()
-        abort_all([t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None])
-        raise
-    failed = [t.exception() for t in tasks if t.exception() is not None]
-    if failed:
-        abort_all([t.result() for t in tasks if t.exception() is None])
-        raise failed[0]
-    return [t.result() for t in tasks]
+    return await start([(f"{request_id}-{p * n + j}" if many else request_id, params.for_sample(j), prompt)
+                        for p, prompt in enumerate(prompts) for j in range(n)])
 
 
 def abort_all(streams: list[RequestStream]) -> None:

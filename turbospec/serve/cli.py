@@ -6,20 +6,26 @@ SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests fini
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import socket
 import sys
 
 import typer
+
+from turbospec.serve.listen import bind_error, port_error
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")     # uvicorn's
 
 
 def _parse_spec_config(raw: str | None) -> dict | None:
-    if raw is None or not raw.strip():
+    if raw is None:
         return None
+    if not raw.strip():                   # an unset shell variable: plain decoding was not what was asked
+        raise typer.BadParameter("is empty: leave the flag out for plain decoding, or give a JSON object such as "
+                                 "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'",
+                                 param_hint="--speculative-config")
     try:
         cfg = json.loads(raw)
     except json.JSONDecodeError as e:
@@ -32,13 +38,27 @@ def _parse_spec_config(raw: str | None) -> dict | None:
     return cfg
 
 
+def _quiet_interrupt(fn):
+    """Ctrl-C during start-up (imports, model load; uvicorn handles it once listening): one line
+    and exit 130, not a KeyboardInterrupt traceback. typer reads the wrapped signature."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            typer.echo("turbospec serve: interrupted during start-up; nothing was served", err=True)
+            raise typer.Exit(130) from None
+    return wrapper
+
+
+@_quiet_interrupt
 def serve(
     model: str = typer.Argument(..., help="Hugging Face model directory (config.json + *.safetensors), or a "
                                 "Hugging Face id such as Qwen/Qwen3-8B (fetched through the Hub cache)."),
     speculative_config: str = typer.Option(None, "--speculative-config",
                                            help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'.'),
     host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 exposes the server)."),
-    port: int = typer.Option(8000, help="TCP port."),
+    port: int = typer.Option(8000, help="TCP port (0-65535; 0: any free port)."),
     device: str = typer.Option(None, help="cuda or cpu (default: cuda when available)."),
     dtype: str = typer.Option("auto", help="auto, float32, bfloat16, float16. auto (vLLM's): on GPU the checkpoint's "
                               "torch_dtype (a float32 checkpoint runs in bfloat16); on CPU float32."),
@@ -53,7 +73,7 @@ def serve(
     enable_auto_tool_choice: bool = typer.Option(
         False, "--enable-auto-tool-choice",
         help="Accepted for vLLM launch lines: tool calling is always on here when a chat request sends "
-             "`tools` (tool_choice auto or none; docs/serving.md)."),
+             "`tools` (tool_choice auto, none, required or a named function; docs/serving.md)."),
     tool_call_parser: str = typer.Option("hermes", help="How tool calls are read from the output: hermes "
                                          "(<tool_call>{json}</tool_call>, Qwen2.5/Qwen3), the one parser."),
     reasoning_parser: str = typer.Option(
@@ -102,6 +122,9 @@ def serve(
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
     /v1/models, /health, /metrics)."""
+    if port_error(port) is not None:     # before the imports and the model load
+        typer.echo(f"turbospec serve: {port_error(port)}", err=True)
+        raise typer.Exit(2)
     import uvicorn
 
     from turbospec.config import EngineConfig
@@ -141,10 +164,9 @@ def serve(
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e), param_hint="--chat-template")
     names = list(served_model_name or []) or [model]
-    busy = _bind_error(host, port)
-    if busy is not None:                 # before a model that may take minutes to load
-        typer.echo(f"turbospec serve: cannot listen on {host}:{port}: {busy}; stop what holds the port or "
-                   "pass another --port", err=True)
+    unusable = bind_error(host, port)
+    if unusable is not None:             # before a model that may take minutes to load
+        typer.echo(f"turbospec serve: {unusable}", err=True)
         raise typer.Exit(2)
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(levelname)s %(name)s: %(message)s")
@@ -194,19 +216,6 @@ def serve(
     if not server.started:            # e.g. the port was taken: uvicorn logged why
         sys.exit(1)
     print("turbospec serve: shut down cleanly", flush=True)
-
-
-def _bind_error(host: str, port: int) -> str | None:
-    """Why the server could not bind (host, port), as uvicorn binds it (SO_REUSEADDR), or None."""
-    try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                          flags=socket.AI_PASSIVE)[0]
-        with socket.socket(family, kind, proto) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(addr)
-    except OSError as e:
-        return e.strerror or str(e)
-    return None
 
 
 def register(app: typer.Typer) -> None:

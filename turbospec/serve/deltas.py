@@ -12,12 +12,14 @@ from dataclasses import dataclass, field, replace
 
 from turbospec.engine.detokenizer import StopHoldBack
 from turbospec.engine.sequence import RequestMetrics
+from turbospec.serve.token_bytes import TokenStrings, TokenText
 
 logger = logging.getLogger("turbospec.serve")
 
 
 def token_str(tokenizer, token_id: int) -> str:
-    """One token's text as logprobs show it (special tokens included)."""
+    """One token decoded alone (special tokens included): vLLM's `decoded_token` of prompt
+    logprobs. Logprob entries show TokenStrings' text instead (serve/token_bytes.py)."""
     if tokenizer is None:
         return f"token_id:{token_id}"
     return tokenizer.decode([token_id], skip_special_tokens=False)
@@ -25,10 +27,11 @@ def token_str(tokenizer, token_id: int) -> str:
 
 @dataclass
 class TokenLogprob:
-    token: str
+    token: str                             # TokenText.text: "bytes:\\xe8\\xaa" for a piece of a character
     token_id: int
     logprob: float
-    top: list[tuple[str, float]]           # the requested top-k, most likely first
+    top: list[tuple[str, float, bytes]]    # the requested top-k, most likely first: (token, logprob, bytes)
+    token_bytes: bytes = b""               # the token's own bytes
 
 
 @dataclass
@@ -48,6 +51,7 @@ class StreamDelta:
     prompt: tuple[str | None, list[int]] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None
     prompt_logprob_dicts: list[dict | None] | None = None
+    prompt_tokens: list[TokenText] | None = None       # with prompt_logprobs: each prompt token's text and bytes
 
     @property
     def finished(self) -> bool:
@@ -60,7 +64,8 @@ class StreamDelta:
         return replace(later, text=self.text + later.text, token_ids=self.token_ids + later.token_ids,
                        logprobs=lps, prompt=self.prompt or later.prompt,
                        prompt_logprobs=_first(self.prompt_logprobs, later.prompt_logprobs),
-                       prompt_logprob_dicts=_first(self.prompt_logprob_dicts, later.prompt_logprob_dicts))
+                       prompt_logprob_dicts=_first(self.prompt_logprob_dicts, later.prompt_logprob_dicts),
+                       prompt_tokens=_first(self.prompt_tokens, later.prompt_tokens))
 
 
 def _first(a, b):
@@ -75,13 +80,16 @@ def held_back_len(text: str, stops: list[str]) -> int:
 class DeltaTracker:
     """Per request: remembers what was already sent and produces the next StreamDelta."""
 
-    def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer, include_stop: bool = False):
+    def __init__(self, stops: list[str], num_logprobs: int | None, tokenizer, include_stop: bool = False,
+                 token_strings: TokenStrings | None = None):
+        """`token_strings`: the server's cache of logprob token strings (one per tokenizer)."""
         self.stops = stops
         self._hold = StopHoldBack(stops)
         self.include_stop = include_stop
         self.num_logprobs = num_logprobs
         self.prompt_sent = False
         self.tokenizer = tokenizer
+        self.tokens = token_strings if token_strings is not None else TokenStrings(tokenizer)
         self.sent_text = ""
         self.sent_tokens = 0
         self.num_prompt_tokens = 0
@@ -115,7 +123,7 @@ class DeltaTracker:
             return None
         self.spec = replace(out.metrics)          # the engine thread keeps mutating the original
         self.num_prompt_tokens = len(out.prompt_token_ids)
-        prompt = prompt_lps = prompt_dicts = None
+        prompt = prompt_lps = prompt_dicts = prompt_tokens = None
         if not self.prompt_sent:                  # the prompt is computed once anything is generated
             self.prompt_sent = True
             prompt = (out.prompt, list(out.prompt_token_ids))
@@ -124,9 +132,10 @@ class DeltaTracker:
                 if self.num_logprobs is not None:         # the echo's logprobs (/v1/completions)
                     prompt_lps = [None if e is None else self._logprob(t, e)
                                   for t, e in zip(out.prompt_token_ids, prompt_dicts)]
+                    prompt_tokens = [self.tokens(t) for t in out.prompt_token_ids]
         return StreamDelta(new_text, new_ids, logprobs, comp.finish_reason, comp.stop_reason,
                            self.num_prompt_tokens, len(comp.token_ids), self.spec, prompt, prompt_lps,
-                           prompt_dicts)
+                           prompt_dicts, prompt_tokens)
 
     def final_delta(self, reason: str) -> StreamDelta:
         """The closing delta of a request ended outside the engine's outputs (an abort)."""
@@ -156,6 +165,6 @@ class DeltaTracker:
         chosen = lp(entry[token_id]) if token_id in entry else float("nan")
         ranked = sorted(entry.items(), key=lambda kv: (getattr(kv[1], "rank", None) or 1 << 30, -lp(kv[1])))
         k = (self.num_logprobs if k is None else k) or 0
-        top = [(self._token_str(t), lp(v)) for t, v in ranked
-               if getattr(v, "rank", None) is None or v.rank <= k][:k]
-        return TokenLogprob(self._token_str(token_id), token_id, chosen, top)
+        kept = [(self.tokens(t), lp(v)) for t, v in ranked if getattr(v, "rank", None) is None or v.rank <= k][:k]
+        s = self.tokens(token_id)
+        return TokenLogprob(s.text, token_id, chosen, [(t.text, p, t.bytes) for t, p in kept], s.bytes)

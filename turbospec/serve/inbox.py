@@ -13,7 +13,7 @@ from turbospec.sampling_params import SamplingParams
 
 @dataclass
 class AddRequest:
-    """A new request; `future` settles once the engine accepted (None) or refused it."""
+    """A new request (one of an AddBatch)."""
     request_id: str
     prompt: str | list[int] | None
     messages: list[dict] | None              # chat: rendered with the template in the engine thread
@@ -21,10 +21,34 @@ class AddRequest:
     params: SamplingParams
     add_special_tokens: bool                 # the tokenizer's BOS etc. before the (rendered) prompt
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
     queue: asyncio.Queue                     # the request's deltas, read by its RequestStream
     cap_to_context: bool = False             # max_tokens past the context stops there ("length")
     arrival: float = field(default_factory=time.time)
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop, request_id: str, params: SamplingParams, *,
+           prompt: str | list[int] | None = None, messages: list[dict] | None = None,
+           template_kwargs: dict | None = None, add_special_tokens: bool | None = None,
+           cap_to_context: bool = False) -> "AddRequest":
+        """`prompt` (a string or token ids) or chat `messages` with `template_kwargs`.
+        `add_special_tokens` (vLLM's): None is true for a text prompt and false for chat, whose
+        template renders the BOS itself. `cap_to_context`: max_tokens is a default
+        (generation_config's max_new_tokens), so prompt + max_tokens past the context stops at
+        the context instead of a 400."""
+        if add_special_tokens is None:
+            add_special_tokens = messages is None
+        return cls(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
+                   asyncio.Queue(), cap_to_context)
+
+
+@dataclass
+class AddBatch:
+    """Requests admitted together, all or none (the choices of one response: if the engine refuses
+    one, the others it took are dropped before any step, so nothing ran or was counted); `future`
+    settles once the engine accepted them all (None) or with the first refusal."""
+    requests: list[AddRequest]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
 
 
 @dataclass
@@ -46,4 +70,4 @@ class FailInFlight:
     message: str
 
 
-InboxItem = AddRequest | AbortRequest | EngineCall | FailInFlight
+InboxItem = AddBatch | AbortRequest | EngineCall | FailInFlight

@@ -18,12 +18,12 @@ import json
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from turbospec.chat_template import ChatTemplateError
 from turbospec.generation_defaults import apply_defaults
 from turbospec.sampling_params import SamplingParams, is_one_of
-from turbospec.serve.chat import ChatMessage, ChatTemplateOptions
+from turbospec.serve.chat import ChatMessage, ChatTemplateOptions, messages_for_template
 from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.reasoning import ReasoningOptions
 from turbospec.serve.request_fields import HARMLESS_FIELDS, NEUTRAL_VALUES, UNSUPPORTED_HINTS
@@ -159,6 +159,21 @@ class _SamplingFields(StructuredOptions):
             raise bad_request(str(e), param=named.group(1) if named and named.group(1) in kwargs else None)
 
 
+_JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
+               type(None): "null"}
+
+
+def _shape(v: Any) -> str:
+    """What a malformed prompt is, in JSON's words: `a list of string and array items`."""
+    def kinds(xs) -> str:
+        return " and ".join(dict.fromkeys(_JSON_NAMES.get(type(x), type(x).__name__) for x in xs))
+    if not isinstance(v, list):
+        return f"a JSON {kinds([v])}"
+    if v and all(isinstance(x, list) for x in v):
+        return f"a list of arrays holding {kinds(y for x in v for y in x)} items"
+    return f"a list of {kinds(v)} items"
+
+
 def _show(values: tuple[Any, ...]) -> str:
     return " or ".join(json.dumps(v) for v in values)
 
@@ -174,6 +189,16 @@ class CompletionRequest(_SamplingFields):
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: NullableBool = False                    # the prompt before the completion (with logprobs: its logprobs too)
     add_special_tokens: bool = True               # vLLM's: the tokenizer's BOS (a Llama's) before the prompt
+
+    @field_validator("prompt", mode="wrap")
+    @classmethod
+    def _prompt_shape(cls, v, handler):
+        """One sentence for a prompt of no accepted shape, not pydantic's error per union member."""
+        try:
+            return handler(v)
+        except ValidationError:
+            raise ValueError("a prompt is a string, a list of strings, a list of token ids or a list of such "
+                             f"lists (a batch), all of one kind; got {_shape(v)}") from None
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts: a string, a list of token ids, or a batch of either (one choice per prompt
@@ -228,7 +253,7 @@ class ChatCompletionRequest(_SamplingFields, ChatTemplateOptions, ToolOptions, R
 
     def template_messages(self) -> list[dict[str, Any]]:
         try:
-            return [m.for_template() for m in self.messages]
+            return messages_for_template(self.messages)
         except ChatTemplateError as e:              # e.g. tool call arguments that are not JSON
             raise bad_request(str(e), param=e.param)
 

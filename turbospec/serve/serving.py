@@ -14,7 +14,7 @@ from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.chat_output import ChatChoiceOutput
 from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, start_choices, usage
 from turbospec.serve.request_stream import RequestFailed, RequestStream
-from turbospec.serve.deltas import StreamDelta, TokenLogprob, token_str
+from turbospec.serve.deltas import StreamDelta, TokenLogprob
 from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.forced_tool_calls import ForcedToolCalls, forced_tool_schema
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, resolve_model_name
@@ -27,6 +27,7 @@ from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, Ch
                                        SpeculativeDecodingInfo, TopLogprob, UsageInfo, prompt_logprobs_json, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.structured import compile_constraint
+from turbospec.serve.token_bytes import TextOffsets, TokenText
 from turbospec.serve.tool_calls import ChoiceToolCalls
 from turbospec.structured_outputs import StructuredOutputsParams
 
@@ -49,13 +50,15 @@ class OpenAIServing:
         unset): then it is capped to the context, as vLLM caps it, instead of refused."""
         return req.max_tokens_unset and "max_tokens" in (self.sampling_defaults or {})
 
-    async def _start(self, request_id: str, params, max_tokens_name: str = "max_tokens", **prompt) -> RequestStream:
-        """`max_tokens_name`: the field the client set (chat: `max_completion_tokens`), which an
-        error about the room it asks for names instead of the engine's `max_tokens`."""
+    async def _start(self, requests: list[tuple[str, object, dict]],
+                     max_tokens_name: str = "max_tokens") -> list[RequestStream]:
+        """The choices' engine requests (serve/choices.py), admitted all or none. `max_tokens_name`:
+        the field the client set (chat: `max_completion_tokens`), which an error about the room it
+        asks for names instead of the engine's `max_tokens`."""
         try:
-            return await self.engine.add_request(request_id, params, **prompt)
+            return await self.engine.add_requests(requests)
         except RequestFailed as e:
-            param, message = _param_of(e, prompt), e.message
+            param, message = _param_of(e, requests[0][2]), e.message
             if param == "max_tokens" and max_tokens_name != "max_tokens":
                 param, message = max_tokens_name, message.replace("max_tokens", max_tokens_name)
             raise APIError(e.status, message, code=e.code, param=param) from None
@@ -91,7 +94,7 @@ class OpenAIServing:
             finals = [_prompt_only(d) for d in finals]
         choices = []
         for i, d in enumerate(finals):
-            text, logprobs, _ = self._echoed(req, d, d.text, d.logprobs)
+            text, logprobs = self._echoed(req, d, d.text, d.logprobs, TextOffsets())
             choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
                                             stop_reason=d.stop_reason, logprobs=logprobs,
                                             prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts)))
@@ -101,7 +104,8 @@ class OpenAIServing:
 
     async def _completion_events(self, rid: str, req: CompletionRequest,
                                  streams: list[RequestStream]) -> AsyncIterator[str]:
-        created, offsets, finals = int(time.time()), [0] * len(streams), [None] * len(streams)
+        created, finals = int(time.time()), [None] * len(streams)
+        offsets = [TextOffsets() for _ in streams]
 
         def chunk(choices, usage_info=None, spec=None) -> str:
             return sse(CompletionResponse(id=rid, created=created, model=req.model, choices=choices,
@@ -114,10 +118,9 @@ class OpenAIServing:
                 if req.echo_only:
                     d = _prompt_only(d)
                 if d.prompt is not None:              # the choice's first chunk: the echo goes first
-                    text, logprobs, offsets[i] = self._echoed(req, d, d.text, d.logprobs)
+                    text, logprobs = self._echoed(req, d, d.text, d.logprobs, offsets[i])
                 else:
-                    text = d.text
-                    logprobs, offsets[i] = _completion_logprobs(d.logprobs, offsets[i])
+                    text, logprobs = d.text, _completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
                 choice = CompletionStreamChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
                                                 stop_reason=d.stop_reason)
@@ -134,32 +137,30 @@ class OpenAIServing:
             await events.aclose()
             abort_all(streams)             # no-op once finished; frees KV when the client left
 
-    def _echoed(self, req: CompletionRequest, d: StreamDelta, text: str, lps) -> tuple[str, object, int]:
+    def _echoed(self, req: CompletionRequest, d: StreamDelta, text: str, lps,
+                offsets: TextOffsets) -> tuple[str, CompletionLogprobs | None]:
         """A choice's text and logprobs from its start, with the prompt in front when `echo` (its
         text as given, or the ids decoded; with logprobs, one entry per prompt token, the first
-        with none). Returns (text, CompletionLogprobs | None, the next text offset)."""
+        with none). `offsets`: the choice's text offsets, advanced past what is returned."""
         if not req.echo or d.prompt is None:
-            logprobs, offset = _completion_logprobs(lps, 0)
-            return text, logprobs, offset
+            return text, _completion_logprobs(lps, offsets)
         prompt_text, prompt_ids = d.prompt
         tok = self.engine.tokenizer
         if prompt_text is None:
             prompt_text = tok.decode(prompt_ids, skip_special_tokens=False) if tok is not None else ""
         if lps is None:
-            return prompt_text + text, None, len(prompt_text)
+            return prompt_text + text, None
         echo = CompletionLogprobs()
-        offset = 0
-        for t, e in zip(prompt_ids, d.prompt_logprobs or [None] * len(prompt_ids)):
-            token = e.token if e is not None else token_str(tok, t)
-            echo.tokens.append(token)
+        shown = d.prompt_tokens or [TokenText(f"token_id:{t}", b"") for t in prompt_ids]
+        for s, e in zip(shown, d.prompt_logprobs or [None] * len(prompt_ids)):
+            echo.tokens.append(s.text)
             echo.token_logprobs.append(e.logprob if e is not None else None)
             echo.top_logprobs.append(None if e is None else _top_with_chosen(e))
-            echo.text_offset.append(offset)
-            offset += len(token)
-        rest, offset = _completion_logprobs(lps, offset)      # offsets count token strings throughout
+            echo.text_offset.append(offsets.next(s.bytes))
+        rest = _completion_logprobs(lps, offsets)             # offsets run on from the prompt's
         for f in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
             getattr(echo, f).extend(getattr(rest, f))
-        return prompt_text + text, echo, offset
+        return prompt_text + text, echo
 
     # ---- /v1/chat/completions ------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
@@ -265,7 +266,7 @@ def _param_of(e: RequestFailed, prompt: dict) -> str | None:
         return None
     if e.code == "context_length_exceeded" and "max_tokens" in e.message:
         return "max_tokens"
-    if e.message.startswith(("logit_bias", "min_tokens")):     # an id outside the vocabulary, or no room
+    if e.message.startswith(("logit_bias", "stop_token_ids", "min_tokens")):     # an id outside the vocabulary, or no room
         return e.message.split(" ", 1)[0]
     return "messages" if "messages" in prompt else "prompt"
 
@@ -281,30 +282,31 @@ def _running_usage(req, d: StreamDelta) -> UsageInfo | None:
     return UsageInfo.of(d.num_prompt_tokens, d.num_output_tokens) if req.usage_in_every_chunk else None
 
 
-def _completion_logprobs(lps: list[TokenLogprob] | None, offset: int) -> tuple[CompletionLogprobs | None, int]:
+def _completion_logprobs(lps: list[TokenLogprob] | None, offsets: TextOffsets) -> CompletionLogprobs | None:
+    """Token strings as OpenAI shows them ("bytes:\\xe8\\xaa" for a piece of a character:
+    serve/token_bytes.py); `offsets` advanced past these tokens."""
     if lps is None:
-        return None, offset
+        return None
     out = CompletionLogprobs()
     for t in lps:
         out.tokens.append(t.token)
         out.token_logprobs.append(t.logprob)
         out.top_logprobs.append(_top_with_chosen(t))
-        out.text_offset.append(offset)
-        offset += len(t.token)
-    return out, offset
+        out.text_offset.append(offsets.next(t.token_bytes))
+    return out
 
 
 def _top_with_chosen(t: TokenLogprob) -> dict[str, float]:
     """A completions `top_logprobs` entry as OpenAI and vLLM give it: the chosen token first (even
     outside the top k: up to k + 1 entries; logprobs=0: it alone), then the top k."""
-    return {t.token: t.logprob, **{tok: lp for tok, lp in t.top if tok != t.token}}
+    return {t.token: t.logprob, **{tok: lp for tok, lp, _ in t.top if tok != t.token}}
 
 
 def _chat_logprobs(lps: list[TokenLogprob] | None) -> ChatLogprobs | None:
+    """`bytes`: each token's own bytes (they rebuild a character split over tokens)."""
     if lps is None:
         return None
     return ChatLogprobs(content=[
-        ChatTokenLogprob(token=t.token, logprob=t.logprob, bytes=list(t.token.encode("utf-8", "replace")),
-                         top_logprobs=[TopLogprob(token=tok, logprob=lp, bytes=list(tok.encode("utf-8", "replace")))
-                                       for tok, lp in t.top])
+        ChatTokenLogprob(token=t.token, logprob=t.logprob, bytes=list(t.token_bytes),
+                         top_logprobs=[TopLogprob(token=tok, logprob=lp, bytes=list(raw)) for tok, lp, raw in t.top])
         for t in lps])
