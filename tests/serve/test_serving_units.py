@@ -197,3 +197,14 @@ def test_cold_start_kv_line_counts_the_reserved_block():
     assert "300 blocks (299 usable, 1 reserved for padding) x 16 tokens = 4784 tokens" in line
     assert "reserved" not in next(x for x in ColdStart(kv_blocks=2, block_size=16, total_s=1.0).lines()
                                   if "KV cache" in x)
+
+
+def test_cold_start_names_the_engine_init_parts_apart_from_the_warm_up_request():
+    """It printed `warm-up 0.49 s (one 2-token request)` and then `warmup_seconds 0.00 s`, which read
+    as two answers to one question: the engine's parts are indented under engine init, named."""
+    from turbospec.serve.startup import ColdStart
+    cs = ColdStart(total_s=1.0, warmup_s=0.49, extra={"warmup_seconds": "0.00 s", "decode_burst_steps": 8})
+    lines = cs.lines()
+    assert "  warm-up request     0.49 s (one 2-token request)" in lines
+    assert "    kernel warm-up    0.00 s" in lines and "    decode burst      8" in lines
+    assert not any("warmup_seconds" in x or "decode_burst_steps" in x for x in lines)

@@ -36,12 +36,17 @@ class ColdStart:
         out = [f"  weights loaded      {f(self.weights_gb, '.3f')} GB in {f(self.weights_s, '.2f')} s",
                f"  engine init         {f(self.init_s, '.2f')} s (tokenizer, drafter, KV allocation, "
                "graph capture, kernel warm-up)",
-               f"  warm-up             {f(self.warmup_s, '.2f')} s (one 2-token request)",
+               f"  warm-up request     {f(self.warmup_s, '.2f')} s (one 2-token request)",
                f"  KV cache            {f(self.kv_blocks, 'd')} blocks{self._reserved()} x {f(self.block_size, 'd')} "
                f"tokens = {f(self.kv_tokens, 'd')} tokens; max_model_len {f(self.max_model_len, 'd')}"]
-        out += [f"  {k:<19} {v}" for k, v in self.extra.items()]
+        out += [f"  {_LABELS.get(k, k):<19} {v}" for k, v in self.extra.items()]
         out.append(f"  total               {self.total_s:.2f} s")
         return out
+
+
+# engine.startup's keys as the cold start prints them (the seconds are parts of engine init)
+_LABELS = {"graph_capture_seconds": "  graph capture", "decode_burst_steps": "  decode burst", "warmup_seconds":
+           "  kernel warm-up", "num_cuda_graphs": "  CUDA graphs"}
 
 
 def build_engine(model: str, *, device: str | None, dtype: str | None,
