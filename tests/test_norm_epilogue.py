@@ -104,8 +104,8 @@ def test_applies_only_where_switched_on(monkeypatch):
 def test_folded_decode_matches_unfolded_and_never_imports_a_kernel(monkeypatch, codelm_dir):
     """codelm-12m float32 on the CPU: greedy tokens with the norms folded (the reference
     arithmetic) equal the unfolded model's; the folded path ran; no Triton module was imported.
-    With EAGLE-3 (captured residual streams) nothing is folded (its CUDA-graph capture failed on
-    an H100) and the tokens are the same."""
+    With EAGLE-3 (captured residual streams) nothing is folded and the tokens are the same (on
+    CUDA such an engine is refused: `test_a_drafter_reading_hidden_states_is_refused_on_cuda`)."""
     from turbospec import LLM, SamplingParams
     for name in KERNEL_MODULES:
         monkeypatch.setitem(sys.modules, name, None)
@@ -129,6 +129,29 @@ def test_folded_decode_matches_unfolded_and_never_imports_a_kernel(monkeypatch, 
     calls.clear()
     assert [o.outputs[0].token_ids for o in eagle.generate(prompts, sp)] == base
     assert calls == []
+
+
+def test_a_drafter_reading_hidden_states_is_refused_on_cuda(monkeypatch, codelm_dir):
+    """With the switch on, an EAGLE-3 / DFlash engine would keep its norms (it captures residual
+    streams) and so round unlike the same model served plain: speculation would no longer equal
+    plain decoding token for token. On CUDA it is refused, with the fix; an n-gram drafter and
+    the switch off are not."""
+    from turbospec import LLM
+    from turbospec.engine import llm_engine
+    from turbospec.layers.norm_epilogue import check_norm_fold
+    llm = LLM(codelm_dir, device="cpu", dtype="float32")
+    model = llm.llm_engine.model
+    check_norm_fold(model, torch.device("cuda"), "Eagle3Proposer")          # off: nothing to refuse
+    monkeypatch.setattr(norm_epilogue, "ENABLED", True)
+    with pytest.raises(ValueError, match="TURBOSPEC_NORM_EPILOGUE=1 .* does not run with Eagle3Proposer.*unset"):
+        check_norm_fold(model, torch.device("cuda"), "Eagle3Proposer")
+    check_norm_fold(model, torch.device("cpu"), "Eagle3Proposer")           # the CPU folds nothing
+    seen = []                                        # the engine asks before it turns capture on
+    monkeypatch.setattr(llm_engine, "check_norm_fold", lambda m, dev, name: seen.append((dev.type, name)))
+    LLM(codelm_dir, device="cpu", dtype="float32",
+        speculative_config={"method": "eagle3", "model": f"{codelm_dir}-eagle3", "num_speculative_tokens": 2})
+    LLM(codelm_dir, device="cpu", dtype="float32", speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    assert seen == [("cpu", "Eagle3Proposer")]
 
 
 def test_models_that_cannot_fold_keep_their_norms(monkeypatch):

@@ -28,6 +28,7 @@ from turbospec.engine.scheduler import Scheduler, split_mixed
 from turbospec.engine.sequence import Sequence, SequenceStatus
 from turbospec.engine.spec_step import SpecDecodeStats, accept_step
 from turbospec.layers.linear import INVARIANT_GEMMS, INVARIANT_MAX_M
+from turbospec.layers.norm_epilogue import check_norm_fold
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 
@@ -90,6 +91,7 @@ class LLMEngine:
                         "kv_tokens": pool_tokens,
                         "weights_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9}
         if proposer is not None and proposer.aux_hidden_state_layers:
+            check_norm_fold(model, device, type(proposer).__name__)
             model.aux_hidden_state_layers = tuple(proposer.aux_hidden_state_layers)
         self._flight = None                    # the next decode burst, launched, tokens not read yet
         self._step_k = None                    # the draft length chosen in this step, once

@@ -110,6 +110,19 @@ def _check_rows(x: torch.Tensor) -> None:
         raise ValueError(f"a GEMM with a norm epilogue takes rows [M, K]; got {tuple(x.shape)}")
 
 
+def check_norm_fold(model, device: torch.device, drafter: str) -> None:
+    """Refuse the switch for an engine whose drafter reads the target's residual streams (EAGLE-3,
+    DFlash): such a model would keep its norms (`LlamaModel.forward`), and so round unlike the
+    same model served without the drafter, breaking speculation's token-for-token equality with
+    plain decoding. (Folded with captured streams, a CUDA-graph capture failed on an H100,
+    2026-12-06, cause not found: bench/fold_capture_diag.py.)"""
+    folds = getattr(getattr(model, "model", None), "folds_norms", None)
+    if ENABLED and torch.device(device).type == "cuda" and folds is not None and folds():
+        raise ValueError(f"TURBOSPEC_NORM_EPILOGUE=1 (RMSNorm folded into the GEMMs) does not run with {drafter}, "
+                         "which reads the target's hidden states: unset TURBOSPEC_NORM_EPILOGUE, or use an n-gram "
+                         "or draft-model drafter")
+
+
 def applies(hidden: torch.Tensor) -> bool:
     """Whether a dense layer folds its norms for this step's rows [T, H]: switched on, at most
     MAX_ROWS rows (decode and verify: the batch-invariant GEMMs, so every such step rounds alike),

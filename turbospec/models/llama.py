@@ -135,8 +135,7 @@ class LlamaModel(nn.Module):
         hidden = self.embed_tokens(input_ids)                          # [T, H]
         residual, rstd = None, None
         captured: dict[int, torch.Tensor] = {}
-        # not with captured streams (EAGLE-3): that pairing failed a CUDA-graph capture on an H100
-        # (tests/gpu/test_engine_gpu.py, 2026-12-06, cause not found: bench/fold_capture_diag.py)
+        # not with captured streams (EAGLE-3, DFlash: the engine refuses the switch, check_norm_fold)
         fold = not aux_layers and norm_epilogue.applies(hidden) and self.folds_norms()
         for i, layer in enumerate(self.layers):
             if i in aux_layers:
