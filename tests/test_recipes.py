@@ -190,9 +190,8 @@ def test_a_recipes_paths_are_read_under_its_base_from_another_directory(tmp_path
                      ("prompts", "bench/prompts/heldout_code.jsonl")):
         assert found[key] == (f"OK    {key:<13} {ROOT / rel} (the recipe's {rel}, under the repository root "
                               f"{ROOT})"), found[key]
-    assert found["trained"].startswith("WARN  trained       drafters/codelm-12m-eagle3 does not exist yet (relative "
-                                       f"to the current directory {tmp_path}; not under the repository root {ROOT} "
-                                       "either): step 'train' makes it"), found["trained"]
+    assert found["trained"] == ("WARN  trained       drafters/codelm-12m-eagle3 does not exist yet (relative "
+                                f"to the current directory {tmp_path}): step 'train' makes it"), found["trained"]
     assert "does not exist:" not in r.output
     dry = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "generate", "--dry-run"])
     assert dry.exit_code == 0 and f"generate {ROOT / 'models/codelm-12m'} " in dry.output, dry.output
@@ -202,6 +201,26 @@ def test_a_recipes_paths_are_read_under_its_base_from_another_directory(tmp_path
     assert f"OK    eagle3        models/codelm-12m-eagle3 (relative to the current directory {ROOT})" in r.output
     dry = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "generate", "--dry-run"])
     assert '"model": "models/codelm-12m-eagle3"' in dry.output, dry.output
+
+
+def test_a_path_a_step_writes_stays_in_the_current_directory(tmp_path, monkeypatch):
+    """Review of 2026-12-06: a placeholder a step writes (after --out) was read under the recipe's
+    base when a copy existed there, so a step with --overwrite run from elsewhere replaced the
+    repository's file. Inputs still resolve under the base; outputs never do."""
+    from turbospec.recipes import load
+    (tmp_path / "r" / "data").mkdir(parents=True)
+    (tmp_path / "r" / "data" / "in.jsonl").write_text("{}\n")
+    (tmp_path / "r" / "data" / "out.jsonl").write_text("{}\n")              # made by an earlier run there
+    f = tmp_path / "r" / "mine.toml"
+    f.write_text('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[placeholders]\n'
+                 'src = "data/in.jsonl"\nout = "data/out.jsonl"\n[[steps]]\nname = "a"\n'
+                 'argv = ["train", "regenerate", "--data", "{src}", "--out", "{out}", "--overwrite"]\n')
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    recipe = load(str(f))
+    argv = recipe.argv(recipe.step("a"), recipe.values())
+    assert argv[argv.index("--data") + 1] == str(tmp_path / "r" / "data" / "in.jsonl")
+    assert argv[argv.index("--out") + 1] == "data/out.jsonl"
 
 
 def test_a_recipe_files_paths_are_read_under_its_directory(tmp_path, monkeypatch):

@@ -75,8 +75,11 @@ class Recipe:
                          f"{', '.join(s.name for s in self.steps)}")
 
     def values(self, overrides: dict[str, str | None] | None = None) -> dict[str, str]:
-        """Placeholder values: the recipe's defaults, then the caller's (None: keep the default)."""
-        vals = {k: self.resolve(v) for k, v in self.defaults().items()}
+        """Placeholder values: the recipe's defaults, then the caller's (None: keep the default). A
+        path a step writes (after --out) stays relative to the current directory, where that step
+        makes it: under the base it would overwrite the repository's copy."""
+        written = {k for k in self.defaults() if any(writes(s.argv, k) for s in self.steps)}
+        vals = {k: v if k in written else self.resolve(v) for k, v in self.defaults().items()}
         for k, v in (overrides or {}).items():
             if v is not None:
                 if k not in vals:
@@ -102,6 +105,11 @@ class Recipe:
         if step.spec is not None:
             out += ["--speculative-config", json.dumps(_fill_obj(step.spec, values))]
         return out
+
+
+def writes(argv: list[str], key: str) -> bool:
+    """Whether a step's command writes the placeholder's path (it follows --out)."""
+    return any(a == "--out" and i + 1 < len(argv) and argv[i + 1] == f"{{{key}}}" for i, a in enumerate(argv))
 
 
 def _fill(text: str, values: dict[str, str]) -> str:

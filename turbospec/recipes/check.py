@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from turbospec.hub import is_hub_id, resolve_model
-from turbospec.recipes import Recipe
+from turbospec.recipes import Recipe, writes
 
 _NOT_CONFIG = {"default", "architecture", "quant_method"}
 
@@ -31,6 +31,8 @@ def check(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
 def _where(recipe: Recipe, key: str, value: str) -> str:
     """Which base a path was read against: ` (the recipe's models/x, under the repository root /r)`."""
     raw = recipe.defaults()[key]
+    if any(writes(s.argv, key) for s in recipe.steps) and not os.path.isabs(value):   # made here, never there
+        return f" (relative to the current directory {os.getcwd()})"
     if value != raw and value == recipe.resolve(raw):
         return f" (the recipe's {raw}, under {recipe.base_name} {recipe.base})"
     if os.path.isabs(value):
@@ -125,7 +127,7 @@ def _paths(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
     out = []
     for key in recipe.placeholders:
         value = values[key]
-        made_by = [s.name for s in recipe.steps if _writes(s.argv, key)]
+        made_by = [s.name for s in recipe.steps if writes(s.argv, key)]
         where = _where(recipe, key, value)
         if Path(value).exists():
             out.append(Finding("OK", key, value + where))
@@ -134,8 +136,3 @@ def _paths(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
         elif "/" in value or value.endswith((".jsonl", ".json")):
             out.append(Finding("WARN", key, f"{value} does not exist{where}: pass --set {key}=PATH"))
     return out
-
-
-def _writes(argv: list[str], key: str) -> bool:
-    """Whether a step's command writes the placeholder's path (it follows --out)."""
-    return any(a == "--out" and i + 1 < len(argv) and argv[i + 1] == f"{{{key}}}" for i, a in enumerate(argv))
