@@ -175,6 +175,12 @@ def test_lossless_warning_only_where_outputs_must_be_identical():
     assert lossless_warning(11, 16, False, "batch 16") is None
 
 
+def test_an_empty_speculative_config_says_what_bench_spec_needs():
+    """An unset shell variable ($SPEC) gave "not valid JSON (Expecting value: line 1 column 1)"."""
+    r = runner.invoke(app, ["bench", "spec", "--shape", "qwen3-8b", "--speculative-config", " "])
+    assert r.exit_code == 2 and "--speculative-config is empty: bench spec compares a drafter" in r.output, r.output
+
+
 def test_timing_warning_flags_numbers_that_cannot_both_be_right():
     """A busy CPU once gave a 32.11x oracle speedup at acceptance length 2.54 (plain 6.5 tok/s where
     the verify-cost table's k=0 step said 145): one timed run cannot tell that from a result, so

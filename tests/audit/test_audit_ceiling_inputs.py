@@ -65,11 +65,13 @@ def test_a_named_gpu_alias_and_the_served_dtype_are_reported(scripted_base, tmp_
 
 def test_no_local_gpu_is_said_only_of_a_local_endpoint_whose_telemetry_found_none():
     gpu = get_gpu("h200")
-    none_here = [{"telemetry": {"sampled": False, "reason": f"{telemetry.NOT_SAMPLED_NO_GPU} (nvidia-ml-py is not "
-                                                              "installed)"}}]
+    none_here = [{"telemetry": {"sampled": False, "reason": f"{telemetry.NOT_SAMPLED_NO_GPU} (NVML Shared Library "
+                                                              "Not Found)"}}]
     text = no_local_gpu(gpu, "http://localhost:8000/v1", True, none_here)
     assert text.startswith("the endpoint is on this machine (localhost), but no NVIDIA GPU is visible here (GPU "
-                           "telemetry: no local NVIDIA GPU (nvidia-ml-py is not installed))")
+                           "telemetry: no local NVIDIA GPU (NVML Shared Library Not Found))")
+    no_nvml = [{"telemetry": {"sampled": False, "reason": telemetry.NOT_SAMPLED_NO_NVML}}]   # an H200 without pynvml
+    assert no_local_gpu(gpu, "http://localhost:8000/v1", True, no_nvml) is None
     assert no_local_gpu(gpu, "http://gpu-a:8000", False, none_here) is None                  # remote
     assert no_local_gpu(gpu, "http://127.0.0.1:8000", True,
                         [{"telemetry": {"sampled": False, "reason": "not sampled: --telemetry off"}}]) is None

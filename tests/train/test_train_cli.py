@@ -39,10 +39,10 @@ def test_regenerate_target_takes_a_hugging_face_id(tmp_path, code_jsonl):
     """The help said "target directory"; an id was refused as "has no config.json"."""
     assert "--target TEXT target model directory (config.json + *.safetensors + tokenizer) or Hugging Face id" \
         in _flat(runner.invoke(app, ["train", "regenerate", "--help"]).output)
-    r = runner.invoke(app, ["train", "regenerate", "--target", "Qwen/Qwen3-8B", "--data", str(code_jsonl),
+    r = runner.invoke(app, ["train", "regenerate", "--target", "nobody-turbospec/no-such-model", "--data", str(code_jsonl),
                             "--out", str(tmp_path / "regen.jsonl")])
     assert r.exit_code == 2 and "no config.json" not in r.output, r.output
-    assert "hf download Qwen/Qwen3-8B" in r.output, r.output              # offline: how to fetch it
+    assert "hf download nobody-turbospec/no-such-model" in r.output, r.output   # offline: how to fetch it
     r = runner.invoke(app, ["train", "regenerate", "--target", str(tmp_path / "none"), "--data", str(code_jsonl),
                             "--out", str(tmp_path / "regen.jsonl")])
     assert r.exit_code == 2 and "does not exist" in r.output, r.output

@@ -15,6 +15,7 @@ from types import ModuleType
 import numpy as np
 
 NOT_SAMPLED_NO_GPU = "not sampled: no local NVIDIA GPU"
+NOT_SAMPLED_NO_NVML = "not sampled: nvidia-ml-py is not installed (pip install nvidia-ml-py)"
 
 
 def load_nvml() -> tuple[ModuleType | None, str | None]:
@@ -22,7 +23,7 @@ def load_nvml() -> tuple[ModuleType | None, str | None]:
     try:
         import pynvml
     except ImportError:
-        return None, f"{NOT_SAMPLED_NO_GPU} (nvidia-ml-py is not installed)"
+        return None, NOT_SAMPLED_NO_NVML                 # says nothing about whether a GPU is here
     try:
         pynvml.nvmlInit()
         if pynvml.nvmlDeviceGetCount() == 0:

@@ -27,6 +27,9 @@ def spec(
                                       "what the run needs); CUDA graphs are captured for length buckets up to it"),
 ) -> None:
     """Plain vs speculative decoding in the same process: acceptance, tok/s of each, speedup."""
+    if not speculative_config.strip():
+        raise typer.BadParameter("--speculative-config is empty: bench spec compares a drafter with plain decoding, "
+                                 'e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
     try:
         spec_cfg = json.loads(speculative_config)
     except json.JSONDecodeError as e:
@@ -109,21 +112,24 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     else:                                 # it printed 'acceptance length None' and an empty per-position line
         typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | drafts 0: the proposer drafted nothing for these "
                    "prompts, so there is no acceptance to report")
-    typer.echo(model_ceiling(eng, concurrency, sum(lens) / len(lens) + max_tokens / 2, plain.tok_s))
     echo_compiles((f"{name} run", r.compiles) for name, r in (("plain", plain), ("speculative", sp)))
     if temperature == 0:
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
         # trees verify through the prefill attention kernel: not bit-identical yet (README)
         _check_lossless(same, len(ps), eng.bitwise_exact and "tree" not in spec_cfg, "the prompts")
+    typer.echo(model_ceiling(eng, min(concurrency, len(ps)), sum(lens) / len(lens) + max_tokens / 2, plain.tok_s))
 
 
 def model_ceiling(eng, concurrency: int, mean_context: float, plain_tok_s: float) -> str:
-    """The HBM roofline of plain decoding for this run: a step at `concurrency` sequences reads the
-    weights once and every sequence's KV (at the run's mean context), at the copy bandwidth measured
-    now; and the share of it the plain run reached (its tok/s include prefills and the batch
-    draining at the end, so this is a lower bound of a decode step's efficiency)."""
+    """The HBM roofline of plain decoding for this run: a step at `concurrency` sequences (at most
+    the number of prompts) reads the weights once and every sequence's KV (at the run's mean
+    context), at the copy bandwidth measured now; and the share of it the plain run reached (its
+    tok/s include prefills and the batch draining at the end: a lower bound of a step's efficiency)."""
     from turbospec.benchmarks.roofline import kv_bytes_per_step, measure_copy_bandwidth, weight_bytes_per_step
-    bw = measure_copy_bandwidth(eng.device)
+    try:
+        bw = measure_copy_bandwidth(eng.device)
+    except RuntimeError as e:            # out of memory beside the model (the probe copies 1 GiB)
+        return f"ceiling: not measured (the copy-bandwidth probe failed: {str(e).splitlines()[0]})"
     ctx = [round(mean_context)] * concurrency
     nbytes = weight_bytes_per_step(eng.model, eng.model_config, concurrency) + kv_bytes_per_step(
         eng.model_config, eng.dtype, ctx)
