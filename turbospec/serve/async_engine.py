@@ -45,7 +45,6 @@ class AsyncEngine:
         self.tokenizer = getattr(engine, "tokenizer", None)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         self._token_strings = TokenStrings(self.tokenizer)       # logprob tokens, cached (engine thread)
-        self.vocab_size = getattr(getattr(engine, "model_config", None), "vocab_size", None)
         self.max_model_len = int(getattr(engine, "max_model_len", 0) or
                                  engine.model_config.max_position_embeddings)
         self._cond = threading.Condition()

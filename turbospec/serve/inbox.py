@@ -44,7 +44,8 @@ class AddRequest:
 @dataclass
 class AddBatch:
     """Requests admitted together, all or none (the choices of one response: if the engine refuses
-    one, the others it took are dropped before any step, so nothing ran or was counted); `future`
+    one, the others it took are dropped before any step: nothing ran, no /metrics counter moved,
+    no KV block is held; only LLMEngine.get_metrics' prompt-token count keeps them); `future`
     settles once the engine accepted them all (None) or with the first refusal."""
     requests: list[AddRequest]
     loop: asyncio.AbstractEventLoop
