@@ -56,6 +56,11 @@ def test_cuda_fp32_spec_lossless(cpu_ref, cfg):
 def test_cuda_bf16_spec_bitwise_equal_plain(cfg):
     """bf16 on the GPU: the batch-invariant GEMM (<= 64 rows) and attention (decode = chain verify)
     make speculative greedy output equal plain output, including ragged verify steps (padded)."""
+    from turbospec.layers import norm_epilogue
+    if cfg["method"] == "eagle3" and norm_epilogue.ENABLED:   # TURBOSPEC_NORM_EPILOGUE=1: refused, with the fix
+        with pytest.raises(ValueError, match="unset TURBOSPEC_NORM_EPILOGUE"):
+            LLM(MODEL, device="cuda", dtype="bfloat16", speculative_config=cfg)
+        return
     prompts = PROMPTS * 2                                  # batch 8: verify rows 8 x 5 / 8 x 8 <= 64
     plain = _ids(LLM(MODEL, device="cuda", dtype="bfloat16"), prompts)
     llm = LLM(MODEL, device="cuda", dtype="bfloat16", speculative_config=cfg)
