@@ -6,14 +6,14 @@ stderr: one summary line (tokens/s, device, dtype, method, k)."""
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import time
 
 import typer
 
+from turbospec.spec.config_arg import EXAMPLE, parse_speculative_config
+
 COMPLETION_MARK = "--- completion ---"
-_EXAMPLE = '\'{"method": "ngram", "num_speculative_tokens": 4}\''
 
 
 def generate(
@@ -35,7 +35,7 @@ def generate(
     device: str = typer.Option(None, help="cuda or cpu (default: cuda if available)"),
     dtype: str = typer.Option(None, help="auto (default: on a GPU the checkpoint's dtype, a float32 checkpoint in bfloat16; on CPU float32), bfloat16, float16 or float32"),
     speculative_config: str = typer.Option(None, "--speculative-config",
-                                           help=f"JSON, e.g. {_EXAMPLE}; leave it out for plain decoding"),
+                                           help=f"JSON, e.g. {EXAMPLE}; leave it out for plain decoding"),
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself"),
     tokenizer: str = typer.Option(None, help="tokenizer directory or Hugging Face id (default: MODEL)"),
     revision: str = typer.Option(None, help="branch, tag or commit of MODEL when it is a Hugging Face id"),
@@ -122,18 +122,10 @@ def summary(llm, spec: dict | None, n: int, dt: float) -> str:
 
 
 def _speculative_config(raw: str | None) -> dict | None:
-    if raw is None:
-        return None
-    if not raw.strip():                  # an empty shell variable: not a silent plain run
-        _fail(f"--speculative-config {raw!r} is empty: leave the flag out for plain decoding, or give a JSON "
-              f"object, e.g. {_EXAMPLE}")
     try:
-        spec = json.loads(raw)
-    except json.JSONDecodeError as e:
-        _fail(f"--speculative-config is not valid JSON ({e}): write e.g. {_EXAMPLE}")
-    if not isinstance(spec, dict):
-        _fail(f"--speculative-config must be a JSON object, e.g. {_EXAMPLE}")
-    return spec
+        return parse_speculative_config(raw)
+    except ValueError as e:
+        _fail(str(e))
 
 
 def _check_flags(max_tokens: int, max_model_len: int | None, quantization: str | None, stop: list[str]) -> None:

@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from turbospec.spec.config_arg import parse_speculative_config
 from turbospec.benchmarks.cli_args import check_fits, device_name, echo_compiles, env_setting, shape_setting
 
 
@@ -31,12 +32,9 @@ def spec(
         raise typer.BadParameter("--speculative-config is empty: bench spec compares a drafter with plain decoding, "
                                  'e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
     try:
-        spec_cfg = json.loads(speculative_config)
-    except json.JSONDecodeError as e:
-        raise typer.BadParameter(f"--speculative-config is not valid JSON ({e})") from e
-    if not isinstance(spec_cfg, dict):
-        raise typer.BadParameter('--speculative-config must be a JSON object, e.g. '
-                                 '\'{"method": "ngram", "num_speculative_tokens": 4}\'')
+        spec_cfg = parse_speculative_config(speculative_config)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
     if (model is None) == (shape is None):
         raise typer.BadParameter("pass exactly one of --model DIR (with --prompts) or --shape NAME (oracle)")
     for flag, v in (("--max-tokens", max_tokens), ("--concurrency", concurrency)):     # --num-prompts: load_prompts

@@ -7,35 +7,23 @@ SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests fini
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 
 import typer
 
 from turbospec.serve.listen import bind_error, port_error
+from turbospec.spec.config_arg import parse_speculative_config
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")     # uvicorn's
 
 
 def _parse_spec_config(raw: str | None) -> dict | None:
-    if raw is None:
-        return None
-    if not raw.strip():                   # an unset shell variable: plain decoding was not what was asked
-        raise typer.BadParameter("is empty: leave the flag out for plain decoding, or give a JSON object such as "
-                                 "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'",
-                                 param_hint="--speculative-config")
     try:
-        cfg = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise typer.BadParameter(f"not valid JSON ({e.msg}); example: "
-                                 "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'",
-                                 param_hint="--speculative-config")
-    if not isinstance(cfg, dict):
-        raise typer.BadParameter("must be a JSON object, e.g. '{\"method\": \"ngram\"}'",
-                                 param_hint="--speculative-config")
-    return cfg
+        return parse_speculative_config(raw)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
 
 
 def _quiet_interrupt(fn):

@@ -12,17 +12,9 @@ from dataclasses import dataclass, field, replace
 
 from turbospec.engine.detokenizer import StopHoldBack
 from turbospec.engine.sequence import RequestMetrics
-from turbospec.serve.token_bytes import TokenStrings, TokenText
+from turbospec.serve.token_bytes import TokenStrings, TokenText, token_str
 
 logger = logging.getLogger("turbospec.serve")
-
-
-def token_str(tokenizer, token_id: int) -> str:
-    """One token decoded alone (special tokens included): vLLM's `decoded_token` of prompt
-    logprobs. Logprob entries show TokenStrings' text instead (serve/token_bytes.py)."""
-    if tokenizer is None:
-        return f"token_id:{token_id}"
-    return tokenizer.decode([token_id], skip_special_tokens=False)
 
 
 @dataclass

@@ -64,6 +64,14 @@ def byte_level_table(tokenizer) -> dict[str, int] | None:
     return gpt2_unicode_to_bytes() if _has_byte_level(state) else None
 
 
+def token_str(tokenizer, token_id: int) -> str:
+    """One token decoded alone (special tokens included): vLLM's `decoded_token` of prompt
+    logprobs, and TokenStrings' text where no byte mapping is known."""
+    if tokenizer is None:
+        return f"token_id:{token_id}"
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
 class TokenStrings:
     """token id -> TokenText for one tokenizer (None: "token_id:N"), cached. Engine thread only."""
 
@@ -80,12 +88,9 @@ class TokenStrings:
         return t
 
     def _make(self, token_id: int) -> TokenText:
-        if self.tokenizer is None:
-            text = f"token_id:{token_id}"
-            return TokenText(text, text.encode())
-        raw = self._raw_bytes(token_id)
+        raw = self._raw_bytes(token_id) if self.tokenizer is not None else None
         if raw is None:                                   # no byte mapping known: the token decoded alone
-            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            text = token_str(self.tokenizer, token_id)
             return TokenText(text, text.encode("utf-8", "replace"))
         return TokenText(shown(raw), raw)
 
