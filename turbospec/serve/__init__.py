@@ -1,8 +1,11 @@
 """OpenAI-compatible serving: `turbospec serve MODEL`, or `build_app(engine, name)` in code.
 
     app.py            routes, auth, /health, /metrics        protocol.py   request bodies, validation
+    sampling_fields.py  the fields both endpoints share, their SamplingParams
     serving.py        completions + chat, SSE or whole       responses.py  response bodies
+    logprob_output.py logprobs (and echo's prompt entries) in OpenAI's response shapes
     async_engine.py   engine thread, inbox, per-request queues
+    admission.py      a batch of new requests handed to the engine, all or none
     inbox.py          what the event loop posts to the engine thread (add, abort, call, fail)
     deltas.py         cumulative outputs -> what a client has not seen yet
     token_bytes.py    logprob tokens as OpenAI shows them (their bytes; "bytes:\\xe8" for a piece of a character)

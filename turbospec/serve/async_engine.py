@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from turbospec.sampling_params import SamplingParams
-from turbospec.chat_template import render_chat
+from turbospec.serve.admission import admit_batch
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
 from turbospec.serve.inbox import AbortRequest, AddBatch, AddRequest, EngineCall, FailInFlight, InboxItem
 from turbospec.serve.loop_bridge import deliver, resolve, settle
@@ -186,36 +186,13 @@ class AsyncEngine:
         if self._refusing is not None:
             resolve(item, RequestFailed(503, self._refusing, "server_shutting_down"))
             return
-        admitted: list[AddRequest] = []
-        for add in item.requests:
-            error = self._admit(add)
-            if error is not None:                   # none of the batch runs: no step has seen them
-                for taken in admitted:
-                    self._safe_abort(taken.request_id)
-                resolve(item, error)
-                return
-            admitted.append(add)
-        for add in admitted:
-            self._live[add.request_id] = _Live(add, DeltaTracker(add.params.stop or [], add.params.logprobs,
-                                                                  self.tokenizer, add.params.include_stop_str_in_output,
-                                                                  self._token_strings))
-        resolve(item, None)
-
-    def _admit(self, add: AddRequest) -> RequestFailed | None:
-        """Hand one request to the engine; why it was refused, or None."""
-        try:
-            prompt = (render_chat(self.tokenizer, add.messages, add.template_kwargs)
-                      if add.messages is not None else add.prompt)
-            capped = {"cap_to_context": True} if add.cap_to_context else {}      # only when it applies
-            self.engine.add_request(add.request_id, prompt, add.params, add_special_tokens=add.add_special_tokens,
-                                    **capped)
-        except ValueError as e:
-            return RequestFailed(400, str(e), _code_for(str(e)))
-        except Exception as e:  # noqa: BLE001 - a bug in one request must not stop the server
-            logger.exception("add_request failed for %s", add.request_id)
-            self._safe_abort(add.request_id)
-            return RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error")
-        return None
+        error = admit_batch(self.engine, self.tokenizer, item.requests, self._safe_abort)
+        if error is None:
+            for add in item.requests:
+                self._live[add.request_id] = _Live(add, DeltaTracker(add.params.stop or [], add.params.logprobs,
+                                                                      self.tokenizer, add.params.include_stop_str_in_output,
+                                                                      self._token_strings))
+        resolve(item, error)
 
     def _step(self) -> None:
         try:
@@ -303,6 +280,3 @@ class AsyncEngine:
         if self.metrics is not None:
             self.metrics.set_engine_stats(self.last_stats)
 
-
-def _code_for(message: str) -> str:
-    return "context_length_exceeded" if "context length" in message else "invalid_value"

@@ -14,20 +14,20 @@ from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.chat_output import ChatChoiceOutput
 from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, start_choices, usage
 from turbospec.serve.request_stream import RequestFailed, RequestStream
-from turbospec.serve.deltas import StreamDelta, TokenLogprob
+from turbospec.serve.deltas import StreamDelta
 from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.forced_tool_calls import ForcedToolCalls, forced_tool_schema
+from turbospec.serve.logprob_output import chat_logprobs, completion_logprobs, with_echo
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, resolve_model_name
 from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
 from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
-                                       ChatCompletionResponse, ChatLogprobs,
-                                       ChatTokenLogprob, CompletionChoice, CompletionLogprobs,
-                                       CompletionResponse, CompletionStreamChoice, DeltaMessage,
-                                       SpeculativeDecodingInfo, TopLogprob, UsageInfo, prompt_logprobs_json, sse)
+                                       ChatCompletionResponse, CompletionChoice, CompletionResponse,
+                                       CompletionStreamChoice, DeltaMessage, SpeculativeDecodingInfo,
+                                       UsageInfo, prompt_logprobs_json, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.structured import compile_constraint
-from turbospec.serve.token_bytes import TextOffsets, TokenText
+from turbospec.serve.token_bytes import TextOffsets
 from turbospec.serve.tool_calls import ChoiceToolCalls
 from turbospec.structured_outputs import StructuredOutputsParams
 
@@ -94,7 +94,7 @@ class OpenAIServing:
             finals = [_prompt_only(d) for d in finals]
         choices = []
         for i, d in enumerate(finals):
-            text, logprobs = self._echoed(req, d, d.text, d.logprobs, TextOffsets())
+            text, logprobs = with_echo(req, d, d.text, d.logprobs, TextOffsets(), self.engine.tokenizer)
             choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
                                             stop_reason=d.stop_reason, logprobs=logprobs,
                                             prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts)))
@@ -118,9 +118,9 @@ class OpenAIServing:
                 if req.echo_only:
                     d = _prompt_only(d)
                 if d.prompt is not None:              # the choice's first chunk: the echo goes first
-                    text, logprobs = self._echoed(req, d, d.text, d.logprobs, offsets[i])
+                    text, logprobs = with_echo(req, d, d.text, d.logprobs, offsets[i], self.engine.tokenizer)
                 else:
-                    text, logprobs = d.text, _completion_logprobs(d.logprobs, offsets[i])
+                    text, logprobs = d.text, completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
                 choice = CompletionStreamChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
                                                 stop_reason=d.stop_reason)
@@ -136,31 +136,6 @@ class OpenAIServing:
         finally:
             await events.aclose()
             abort_all(streams)             # no-op once finished; frees KV when the client left
-
-    def _echoed(self, req: CompletionRequest, d: StreamDelta, text: str, lps,
-                offsets: TextOffsets) -> tuple[str, CompletionLogprobs | None]:
-        """A choice's text and logprobs from its start, with the prompt in front when `echo` (its
-        text as given, or the ids decoded; with logprobs, one entry per prompt token, the first
-        with none). `offsets`: the choice's text offsets, advanced past what is returned."""
-        if not req.echo or d.prompt is None:
-            return text, _completion_logprobs(lps, offsets)
-        prompt_text, prompt_ids = d.prompt
-        tok = self.engine.tokenizer
-        if prompt_text is None:
-            prompt_text = tok.decode(prompt_ids, skip_special_tokens=False) if tok is not None else ""
-        if lps is None:
-            return prompt_text + text, None
-        echo = CompletionLogprobs()
-        shown = d.prompt_tokens or [TokenText(f"token_id:{t}", b"") for t in prompt_ids]
-        for s, e in zip(shown, d.prompt_logprobs or [None] * len(prompt_ids)):
-            echo.tokens.append(s.text)
-            echo.token_logprobs.append(e.logprob if e is not None else None)
-            echo.top_logprobs.append(None if e is None else _top_with_chosen(e))
-            echo.text_offset.append(offsets.next(s.bytes))
-        rest = _completion_logprobs(lps, offsets)             # offsets run on from the prompt's
-        for f in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
-            getattr(echo, f).extend(getattr(rest, f))
-        return prompt_text + text, echo
 
     # ---- /v1/chat/completions ------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
@@ -197,7 +172,7 @@ class OpenAIServing:
         for i, d in enumerate(finals):
             out = self._chat_output(req)
             choices.append(ChatChoice(index=i, message=out.message(d), finish_reason=out.finish_reason(d.finish_reason),
-                                      stop_reason=d.stop_reason, logprobs=_chat_logprobs(d.logprobs)))
+                                      stop_reason=d.stop_reason, logprobs=chat_logprobs(d.logprobs)))
         body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
                                       prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
                                       speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
@@ -227,7 +202,7 @@ class OpenAIServing:
                 for k, delta in enumerate(deltas):
                     first, last = k == 0, k == len(deltas) - 1
                     yield chunk([ChatChunkChoice(index=i, delta=delta,
-                                                 logprobs=_chat_logprobs(d.logprobs) if first else None,
+                                                 logprobs=chat_logprobs(d.logprobs) if first else None,
                                                  finish_reason=finish_reason if last else None,
                                                  stop_reason=d.stop_reason if last else None)],
                                 _running_usage(req, d) if last else None, spec if last else None)
@@ -280,33 +255,3 @@ def _prompt_only(d: StreamDelta) -> StreamDelta:
 def _running_usage(req, d: StreamDelta) -> UsageInfo | None:
     """vLLM's continuous_usage_stats: this choice's prompt and completion tokens so far."""
     return UsageInfo.of(d.num_prompt_tokens, d.num_output_tokens) if req.usage_in_every_chunk else None
-
-
-def _completion_logprobs(lps: list[TokenLogprob] | None, offsets: TextOffsets) -> CompletionLogprobs | None:
-    """Token strings as OpenAI shows them ("bytes:\\xe8\\xaa" for a piece of a character:
-    serve/token_bytes.py); `offsets` advanced past these tokens."""
-    if lps is None:
-        return None
-    out = CompletionLogprobs()
-    for t in lps:
-        out.tokens.append(t.token)
-        out.token_logprobs.append(t.logprob)
-        out.top_logprobs.append(_top_with_chosen(t))
-        out.text_offset.append(offsets.next(t.token_bytes))
-    return out
-
-
-def _top_with_chosen(t: TokenLogprob) -> dict[str, float]:
-    """A completions `top_logprobs` entry as OpenAI and vLLM give it: the chosen token first (even
-    outside the top k: up to k + 1 entries; logprobs=0: it alone), then the top k."""
-    return {t.token: t.logprob, **{tok: lp for tok, lp, _ in t.top if tok != t.token}}
-
-
-def _chat_logprobs(lps: list[TokenLogprob] | None) -> ChatLogprobs | None:
-    """`bytes`: each token's own bytes (they rebuild a character split over tokens)."""
-    if lps is None:
-        return None
-    return ChatLogprobs(content=[
-        ChatTokenLogprob(token=t.token, logprob=t.logprob, bytes=list(t.token_bytes),
-                         top_logprobs=[TopLogprob(token=tok, logprob=lp, bytes=list(raw)) for tok, lp, raw in t.top])
-        for t in lps])
