@@ -179,6 +179,37 @@ def test_interrupted_generate_frees_everything(llm, monkeypatch):
     assert [o.outputs[0].token_ids for o in again] == [o.outputs[0].token_ids for o in want]
 
 
+
+def test_a_refused_prompt_of_a_batch_is_named_and_nothing_moves(llm):
+    """One bad prompt refuses the whole call: the error names it (`prompt[2]: ...`, its index
+    among the prompts, not among the n x prompts sequences), and nothing was taken: no sequence,
+    no KV block, and get_metrics as it was (the earlier prompts' tokens used to be counted)."""
+    eng, V = llm.llm_engine, llm.llm_engine.model_config.vocab_size
+    llm.generate(PROMPT, greedy(max_tokens=2))
+    before = llm.get_metrics()
+    long_ids = {"prompt_token_ids": [5] * 120}
+    with pytest.raises(ValueError, match=r"^prompt\[2\]: the prompt has 120 tokens but the context length is 96"):
+        llm.generate([PROMPT, "class A:", long_ids, "import os"], greedy())
+    with pytest.raises(ValueError, match=r"^prompt\[1\]: the prompt is empty"):
+        llm.generate([PROMPT, {"prompt_token_ids": []}], greedy(n=3))
+    with pytest.raises(ValueError, match=rf"^prompt\[1\]: stop_token_ids \[{V}\] are outside the vocabulary"):
+        llm.generate([PROMPT, PROMPT], [greedy(), greedy(stop_token_ids=[V])])
+    with pytest.raises(ValueError, match=r"^the prompt has 120 tokens"):        # one prompt: nothing to name
+        llm.generate(long_ids, greedy())
+    assert llm.get_metrics() == before
+    assert not eng.seqs and not eng.has_unfinished_requests()
+    assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
+
+
+def test_a_refused_conversation_of_a_batch_is_named(llm):
+    long = [{"role": "user", "content": "x " * 200}]
+    before = llm.get_metrics()
+    with pytest.raises(ValueError, match=r"^conversation 1: the prompt has \d+ tokens but the context length is 96"):
+        llm.chat([[{"role": "user", "content": "hi"}], long], greedy(),
+                 chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    assert llm.get_metrics() == before
+
+
 # ---- construction ----------------------------------------------------------------------------
 
 def test_model_path_errors(tiny_qwen3, tmp_path):

@@ -9,6 +9,7 @@ from typing import Any
 
 from turbospec.config import EngineConfig
 from turbospec.engine.llm_engine import LLMEngine
+from turbospec.engine.request_input import BatchRefused, NewRequest
 from turbospec.generation_defaults import read_sampling_defaults
 from turbospec.hub import resolve_model
 from turbospec.outputs import CompletionOutput, RequestOutput
@@ -69,7 +70,8 @@ class LLM:
                  ) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
         engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
-        work starts, so a bad one fails the call without running the others (prompt + max_tokens
+        work starts, so a bad one fails the call without running the others or moving a counter
+        (a ValueError naming it, `prompt[3]: ...`, among several prompts; prompt + max_tokens
         past the context is not an error: that request stops at the context with finish_reason
         "length", as vLLM's LLM does; a min_tokens the context cannot hold still is); if the call is
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
@@ -78,7 +80,9 @@ class LLM:
         _check_vllm_call_args(lora_request, priority)
         return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True)
 
-    def _generate(self, prompts, sampling_params, use_tqdm: bool, add_special_tokens: bool) -> list[RequestOutput]:
+    def _generate(self, prompts, sampling_params, use_tqdm: bool, add_special_tokens: bool,
+                  label: str = "prompt[{}]") -> list[RequestOutput]:
+        """`label`: how a refusal names the prompt it is about, when there are several."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         if not hasattr(prompts, "__iter__"):
@@ -104,9 +108,14 @@ class LLM:
         finals: dict[str, RequestOutput] = {}
         bar = None
         try:
-            for g, prompt, p in zip(groups, prompts, params):
-                for j, rid in enumerate(g):
-                    eng.add_request(rid, prompt, p.for_sample(j), add_special_tokens, cap_to_context=True)
+            try:                               # all or none: a refusal takes nothing, moves no counter
+                eng.add_requests([NewRequest(rid, prompt, p.for_sample(j), add_special_tokens, cap_to_context=True)
+                                  for g, prompt, p in zip(groups, prompts, params) for j, rid in enumerate(g)])
+            except BatchRefused as e:
+                if len(prompts) == 1:
+                    raise
+                owner = next(k for k, g in enumerate(groups) if ids[e.index] in g)
+                raise ValueError(f"{label.format(owner)}: {e}") from e
             if use_tqdm:
                 from tqdm.auto import tqdm
                 bar = tqdm(total=len(ids), desc="generate", unit="req")
@@ -154,7 +163,7 @@ class LLM:
                                         add_generation_prompt, continue_final_message, chat_template_kwargs,
                                         tools)
         # the template renders the BOS itself: its text is tokenized without special tokens (vLLM)
-        return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=False)
+        return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=False, label="conversation {}")
 
     def get_metrics(self) -> dict[str, Any]:
         return self.llm_engine.get_metrics()

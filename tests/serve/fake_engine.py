@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import httpx
 
+from turbospec.engine.request_input import BatchRefused
 from turbospec.engine.sequence import RequestMetrics
 from turbospec.outputs import CompletionOutput, RequestOutput
 
@@ -41,6 +42,16 @@ class FakeEngine:
         if len(ids) + (params.max_tokens or 1) > self.max_model_len:
             raise ValueError(f"prompt + max_tokens exceeds the context length {self.max_model_len}")
         self.reqs[request_id] = dict(text=text or "", ids=ids, params=params, out=[], metrics=RequestMetrics())
+
+    def add_requests(self, requests) -> None:
+        """All or none, as LLMEngine's: a refusal is a BatchRefused giving the request's index."""
+        for i, r in enumerate(requests):
+            try:
+                self.add_request(r.request_id, r.prompt, r.params, r.add_special_tokens)
+            except ValueError as e:
+                for taken in requests[:i]:
+                    self.abort_request(taken.request_id)
+                raise BatchRefused(i, e) from e
 
     def abort_request(self, request_id) -> None:
         self.reqs.pop(request_id, None)

@@ -6,6 +6,7 @@ logit_bias keys are."""
 from __future__ import annotations
 
 import httpx
+import openai
 import pytest
 
 from .server_process import API_KEY, CODELM, MODEL_NAME, ServerProcess
@@ -68,3 +69,40 @@ def test_stop_token_ids_outside_the_vocabulary_are_refused(request, fixture, pat
         r = c.post("/v1/completions", json={"model": MODEL_NAME, "prompt": "def f():", "max_tokens": 4,
                                             "stop_token_ids": [VOCAB - 1]})
         assert r.status_code == 200, r.text                   # the last id of the vocabulary is one
+
+
+@pytest.mark.parametrize("kw, param, start", [
+    (dict(prompt=["def f():", "import os", "x " * 3000]), "prompt.2", "prompt[2]: the prompt has 3001 tokens"),
+    (dict(prompt=[[1, 2, 3], [4, VOCAB + 5]], n=2), "prompt.1",              # choice 3 is prompt 1's
+     f"prompt[1]: prompt token ids [{VOCAB + 5}] are outside the vocabulary"),
+    (dict(prompt=["def f():", "def g():", "x " * 1000], max_tokens=1500, n=3), "max_tokens",   # the room it asks
+     "prompt[2]: prompt (1001 tokens) + max_tokens (1500) exceeds the context length 2048"),
+    (dict(prompt=["x " * 3000]), "prompt", "the prompt has 3001 tokens"),            # one prompt: nothing to name
+])
+def test_a_refused_batch_names_the_prompt(plain_server, kw, param, start):
+    with openai.OpenAI(base_url=f"{plain_server.url}/v1", api_key="unused", timeout=60, max_retries=0) as c:
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model=MODEL_NAME, **{"max_tokens": 4, **kw})
+    assert e.value.body["param"] == param and e.value.body["message"].startswith(start), e.value.body
+
+
+def test_a_refused_batch_moves_no_engine_counter():
+    """In process, on the real engine: LLMEngine.get_metrics as it was after a batch whose third
+    prompt is refused (its first two prompts' tokens were counted, then aborted)."""
+    if not (CODELM / "config.json").is_file():
+        pytest.skip(f"codelm-12m not found at {CODELM}")
+    from turbospec.config import EngineConfig
+    from turbospec.engine.llm_engine import LLMEngine
+
+    from .fake_engine import run_app
+    engine = LLMEngine.from_config(str(CODELM), device="cpu", dtype="float32",
+                                   engine_config=EngineConfig(max_model_len=256))
+    before = engine.get_metrics()
+
+    async def scenario(c):
+        return await c.post("/v1/completions", json={"model": "fake", "max_tokens": 4, "n": 2,
+                                                     "prompt": [[7, 8, 9], [10, 11], [5] * 300]})
+    r = run_app(engine, scenario)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt.2", r.text
+    assert engine.get_metrics() == before
+    assert not engine.seqs and not engine.has_unfinished_requests()

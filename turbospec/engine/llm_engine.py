@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from turbospec.config import EngineConfig, ModelConfig, parse_dtype, resolve_dtype
+from turbospec.config import EngineConfig, ModelConfig
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
@@ -23,7 +23,7 @@ from turbospec.engine.fast_paths import MAX_GRAPH_BATCH, setup_fast_paths  # noq
 from turbospec.engine.grammar import GrammarCompiler
 from turbospec.engine.kv_sizing import capped_len_message, choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
-from turbospec.engine.request_input import build_sequence, load_tokenizer
+from turbospec.engine.request_input import BatchRefused, NewRequest, build_sequence
 from turbospec.engine.scheduler import Scheduler, split_mixed
 from turbospec.engine.sequence import Sequence, SequenceStatus
 from turbospec.engine.spec_step import SpecDecodeStats, accept_step
@@ -105,64 +105,50 @@ class LLMEngine:
                     tokenizer_revision: str | None = None, download_dir: str | None = None) -> "LLMEngine":
         """`model`, `tokenizer` and speculative_config's `model`: local directories or Hugging Face
         ids (turbospec/hub.py; `revision` / `tokenizer_revision` / `download_dir` as vLLM's)."""
-        from turbospec.hub import resolve_model
-        from turbospec.model_loader import load_model
-        from turbospec.spec.factory import build_proposer, check_speculative_config
-
-        try:
-            device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        except (RuntimeError, TypeError) as e:
-            raise ValueError(f"device={device!r}: use 'cpu' or 'cuda' (or 'cuda:N')") from e
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device={str(device)!r}: this engine runs on 'cpu' or 'cuda' (or 'cuda:N')")
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu' (on the command "
-                             "line: --device cpu)")
-        parse_dtype(dtype)                 # an unknown dtype is refused before anything is read
-        if quantization not in (None, "fp8"):
-            raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
-        engine_config = engine_config or EngineConfig()
-        engine_config.validate()
-        if speculative_config is not None:
-            check_speculative_config(speculative_config)              # a typo: before any download or load
-        model = resolve_model(model, revision=revision, download_dir=download_dir)
-        if tokenizer is not None:
-            tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,
-                                      download_dir=download_dir, files="tokenizer")
-        config = ModelConfig.from_pretrained(model)
-        torch_dtype = resolve_dtype(dtype, config.dtype, device)
-        t0 = time.perf_counter()
-        net = load_model(model, device, torch_dtype, quantization=quantization)
-        load_s = time.perf_counter() - t0
-        tok = load_tokenizer(tokenizer or model)
-        proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype, download_dir) \
-            if speculative_config is not None else None
-        spec = speculative_config or {}
-        return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s,
-                   auto_draft_length=spec.get("draft_length") == "auto",
-                   bitwise_exact=spec.get("bitwise_exact", True))
+        from turbospec.engine.engine_factory import build_engine
+        return build_engine(cls, model, device, dtype, speculative_config, engine_config, quantization, tokenizer,
+                            revision, tokenizer_revision, download_dir)
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt, params: SamplingParams | None = None,
                     add_special_tokens: bool = True, cap_to_context: bool = False) -> None:
         """`add_special_tokens`: a text prompt gets the tokenizer's BOS (as transformers and vLLM's
         generate / completions do); False for text a chat template rendered, which holds its own.
-        `cap_to_context`: max_tokens past the context stops there (request_input.build_sequence)."""
-        params = params or SamplingParams()
-        if params.n != 1:
-            raise ValueError(f"n={params.n}: the engine runs one sequence per request; LLM.generate and the "
-                             "server fan n out (SamplingParams.for_sample(j) gives sample j's parameters)")
-        if request_id in self.seqs:
-            raise ValueError(f"request_id {request_id!r} is already in use: pass a unique id")
-        seq = build_sequence(request_id, prompt, params, self.tokenizer, self.model_config,
-                             self.device, self.max_model_len, add_special_tokens, cap_to_context)
-        if params.structured_outputs is not None:
-            seq.grammar = self.grammars.state(params.structured_outputs, seq.prompt_token_ids)
-        self.seqs[request_id] = seq
-        self.detok[request_id] = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens,
-                                                        params.stop)
-        self.counters["num_prompt_tokens"] += seq.num_prompt_tokens
-        self.scheduler.add(seq)
+        `cap_to_context`: max_tokens past the context stops there (request_input.build_sequence).
+        A refused request is a ValueError that says how to fix it."""
+        self._take([self._sequence(NewRequest(request_id, prompt, params, add_special_tokens, cap_to_context))])
+
+    def add_requests(self, requests: list[NewRequest]) -> None:
+        """Several requests, all or none: each is validated before any is taken, so a refused one
+        leaves the engine as it was (no sequence, no KV block, no counter moved). The refusal is a
+        BatchRefused (a ValueError) giving the refused request's index in `requests`."""
+        seqs: dict[str, Sequence] = {}
+        for i, r in enumerate(requests):
+            try:
+                if r.request_id in seqs:
+                    raise ValueError(f"request_id {r.request_id!r} is given twice: pass a unique id")
+                seqs[r.request_id] = self._sequence(r)
+            except ValueError as e:
+                raise BatchRefused(i, e) from e
+        self._take(list(seqs.values()))
+
+    def _sequence(self, r: NewRequest) -> Sequence:
+        """r's validated Sequence (its grammar state too); the engine is not changed."""
+        if r.request_id in self.seqs:
+            raise ValueError(f"request_id {r.request_id!r} is already in use: pass a unique id")
+        seq = build_sequence(r.request_id, r.prompt, r.params or SamplingParams(), self.tokenizer, self.model_config,
+                             self.device, self.max_model_len, r.add_special_tokens, r.cap_to_context)
+        if seq.params.structured_outputs is not None:
+            seq.grammar = self.grammars.state(seq.params.structured_outputs, seq.prompt_token_ids)
+        return seq
+
+    def _take(self, seqs: list[Sequence]) -> None:
+        """Validated sequences in, their prompt tokens counted (detokenizers built first: none half-taken)."""
+        detoks = [IncrementalDetokenizer(self.tokenizer, s.params.skip_special_tokens, s.params.stop) for s in seqs]
+        for seq, detok in zip(seqs, detoks):
+            self.seqs[seq.request_id], self.detok[seq.request_id] = seq, detok
+            self.counters["num_prompt_tokens"] += seq.num_prompt_tokens
+            self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> None:
         seq = self.seqs.get(request_id)

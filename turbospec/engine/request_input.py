@@ -1,8 +1,11 @@
-"""Turning a user's prompt into a validated Sequence, and finding the tokenizer."""
+"""Turning a user's prompt into a validated Sequence (one request, or a batch taken all or none),
+and finding the tokenizer."""
 from __future__ import annotations
 
 import glob
 import os
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -11,6 +14,26 @@ from turbospec.engine.sequence import Sequence
 from turbospec.sampling_params import SamplingParams
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    """One request of `LLMEngine.add_requests`: `add_request`'s arguments."""
+    request_id: str
+    prompt: Any                              # a string, token ids or {"prompt_token_ids": [...]}
+    params: SamplingParams | None = None
+    add_special_tokens: bool = True
+    cap_to_context: bool = False
+
+
+class BatchRefused(ValueError):
+    """`LLMEngine.add_requests` took none of its requests: the one at `index` was refused, for the
+    reason this error's message gives (that request's ValueError, unchanged). Callers name the
+    prompt: `prompt[3]: ...`."""
+
+    def __init__(self, index: int, error: ValueError):
+        super().__init__(str(error))
+        self.index = index
 
 
 def load_tokenizer(model_dir: str):
@@ -84,6 +107,9 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
     context with finish_reason "length" (vLLM's offline LLM) instead of a ValueError (its server's 400)."""
     if not isinstance(params, SamplingParams):
         raise ValueError(f"sampling params must be a SamplingParams, not {type(params).__name__}")
+    if params.n != 1:
+        raise ValueError(f"n={params.n}: the engine runs one sequence per request; LLM.generate and the "
+                         "server fan n out (SamplingParams.for_sample(j) gives sample j's parameters)")
     text, ids = prompt_to_ids(prompt, tokenizer, config.vocab_size, add_special_tokens)
     if not ids:
         raise ValueError("the prompt is empty: pass at least one token (or a non-empty string)")

@@ -1,13 +1,15 @@
 """A batch of new requests (serve/inbox.py's AddBatch) handed to the engine on the engine thread:
-chat prompts rendered with the template, then each request added, all or none. A refusal is a
-RequestFailed: 400 for bad input (a prompt over the context length, ...), 500 for a bug in the
-engine, which must not stop the server."""
+chat prompts rendered with the template, then `engine.add_requests`, which takes all of them or
+none (a refused batch leaves no sequence, KV block or counter behind). A refusal is a
+RequestFailed: 400 for bad input (a prompt over the context length, ...) with the refused
+request's index, 500 for a bug in the engine, which must not stop the server."""
 from __future__ import annotations
 
 import logging
 from typing import Callable
 
 from turbospec.chat_template import render_chat
+from turbospec.engine.request_input import BatchRefused, NewRequest
 from turbospec.serve.inbox import AddRequest
 from turbospec.serve.request_stream import RequestFailed
 
@@ -16,33 +18,27 @@ logger = logging.getLogger("turbospec.serve")
 
 def admit_batch(engine, tokenizer, requests: list[AddRequest],
                 safe_abort: Callable[[str], None]) -> RequestFailed | None:
-    """Hand the requests to the engine, in order; the first refusal, or None. On a refusal the
-    ones already taken are aborted before any step has seen them. `safe_abort`: the engine
-    thread's abort, which marks the engine dead if freeing fails."""
-    admitted: list[AddRequest] = []
-    for add in requests:
-        error = _admit(engine, tokenizer, add, safe_abort)
-        if error is not None:                   # none of the batch runs: no step has seen them
-            for taken in admitted:
-                safe_abort(taken.request_id)
-            return error
-        admitted.append(add)
-    return None
-
-
-def _admit(engine, tokenizer, add: AddRequest, safe_abort: Callable[[str], None]) -> RequestFailed | None:
-    """Hand one request to the engine; why it was refused, or None."""
+    """Hand the requests to the engine, all or none; the first refusal in order, or None.
+    `safe_abort`: the engine thread's abort (it marks the engine dead if freeing fails), for
+    what an engine error may have left behind."""
+    new: list[NewRequest] = []
+    for i, add in enumerate(requests):
+        try:
+            prompt = (render_chat(tokenizer, add.messages, add.template_kwargs)
+                      if add.messages is not None else add.prompt)
+        except ValueError as e:                 # the template rejected the messages
+            return RequestFailed(400, str(e), _code_for(str(e)), index=i)
+        new.append(NewRequest(add.request_id, prompt, add.params, add.add_special_tokens, add.cap_to_context))
     try:
-        prompt = (render_chat(tokenizer, add.messages, add.template_kwargs)
-                  if add.messages is not None else add.prompt)
-        capped = {"cap_to_context": True} if add.cap_to_context else {}      # only when it applies
-        engine.add_request(add.request_id, prompt, add.params, add_special_tokens=add.add_special_tokens,
-                           **capped)
+        engine.add_requests(new)
+    except BatchRefused as e:
+        return RequestFailed(400, str(e), _code_for(str(e)), index=e.index)
     except ValueError as e:
         return RequestFailed(400, str(e), _code_for(str(e)))
     except Exception as e:  # noqa: BLE001 - a bug in one request must not stop the server
-        logger.exception("add_request failed for %s", add.request_id)
-        safe_abort(add.request_id)
+        logger.exception("add_requests failed for %s", ", ".join(r.request_id for r in new))
+        for r in new:
+            safe_abort(r.request_id)
         return RequestFailed(500, f"engine error: {type(e).__name__}: {e}", "engine_error")
     return None
 

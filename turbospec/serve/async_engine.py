@@ -81,7 +81,7 @@ class AsyncEngine:
     async def add_requests(self, requests: list[tuple[str, SamplingParams, dict[str, Any]]]) -> list[RequestStream]:
         """Queue several requests (id, params, AddRequest.of's keywords), admitted together between
         two steps, all or none: if the engine refuses one, it takes none of them (nothing ran, no
-        metric moved), and the first refusal in order is raised."""
+        metric moved), and the first refusal in order is raised (its `index` the refused request's)."""
         if self._refusing is not None:
             raise RequestFailed(503, self._refusing, "server_shutting_down")
         if not self.is_healthy:

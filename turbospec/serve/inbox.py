@@ -44,9 +44,9 @@ class AddRequest:
 @dataclass
 class AddBatch:
     """Requests admitted together, all or none (the choices of one response: if the engine refuses
-    one, the others it took are dropped before any step: nothing ran, no /metrics counter moved,
-    no KV block is held; only LLMEngine.get_metrics' prompt-token count keeps them); `future`
-    settles once the engine accepted them all (None) or with the first refusal."""
+    one, it takes none of them: nothing runs, no counter moves, /metrics' or LLMEngine.get_metrics',
+    and no KV block is held); `future` settles once the engine accepted them all (None) or with the
+    first refusal, which carries the refused request's index."""
     requests: list[AddRequest]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future

@@ -12,11 +12,12 @@ if TYPE_CHECKING:
 
 
 class RequestFailed(Exception):
-    """A request the engine refused (400) or could not finish (500/503)."""
+    """A request the engine refused (400) or could not finish (500/503). `index`: which request of
+    a refused batch (AsyncEngine.add_requests' order), when one was."""
 
-    def __init__(self, status: int, message: str, code: str | None = None):
+    def __init__(self, status: int, message: str, code: str | None = None, index: int | None = None):
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.index = status, message, code, index
 
 
 class RequestStream:

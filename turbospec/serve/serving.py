@@ -20,6 +20,7 @@ from turbospec.serve.forced_tool_calls import ForcedToolCalls, forced_tool_schem
 from turbospec.serve.logprob_output import chat_logprobs, completion_logprobs, with_echo
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, resolve_model_name
 from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
+from turbospec.serve.refusals import refusal_error
 from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                        ChatCompletionResponse, CompletionChoice, CompletionResponse,
@@ -50,18 +51,15 @@ class OpenAIServing:
         unset): then it is capped to the context, as vLLM caps it, instead of refused."""
         return req.max_tokens_unset and "max_tokens" in (self.sampling_defaults or {})
 
-    async def _start(self, requests: list[tuple[str, object, dict]],
-                     max_tokens_name: str = "max_tokens") -> list[RequestStream]:
-        """The choices' engine requests (serve/choices.py), admitted all or none. `max_tokens_name`:
-        the field the client set (chat: `max_completion_tokens`), which an error about the room it
-        asks for names instead of the engine's `max_tokens`."""
+    async def _start(self, requests: list[tuple[str, object, dict]], max_tokens_name: str = "max_tokens",
+                     num_samples: int = 1) -> list[RequestStream]:
+        """The choices' engine requests (serve/choices.py: `num_samples` per prompt), admitted all or
+        none; a refusal is the client's error (serve/refusals.py)."""
         try:
             return await self.engine.add_requests(requests)
         except RequestFailed as e:
-            param, message = _param_of(e, requests[0][2]), e.message
-            if param == "max_tokens" and max_tokens_name != "max_tokens":
-                param, message = max_tokens_name, message.replace("max_tokens", max_tokens_name)
-            raise APIError(e.status, message, code=e.code, param=param) from None
+            raise refusal_error(e, requests[0][2], len(requests) // num_samples, num_samples,
+                                max_tokens_name) from None
 
     async def _collect(self, request: Request, streams: list[RequestStream]) -> list[StreamDelta]:
         try:
@@ -81,7 +79,7 @@ class OpenAIServing:
         await compile_constraint(self.engine.engine, params, req)
         rid = f"cmpl-{uuid.uuid4().hex}"
         cap = self._default_max_tokens(req)
-        streams = await start_choices(self._start, rid, params, [
+        streams = await start_choices(partial(self._start, num_samples=req.num_samples), rid, params, [
             {"prompt": p, "add_special_tokens": req.add_special_tokens, "cap_to_context": cap} for p in prompts],
             req.num_samples)
         if req.stream:
@@ -160,7 +158,7 @@ class OpenAIServing:
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
                   "add_special_tokens": req.add_special_tokens, "cap_to_context": self._default_max_tokens(req)}
-        start = partial(self._start, max_tokens_name=req.max_tokens_name)
+        start = partial(self._start, max_tokens_name=req.max_tokens_name, num_samples=req.num_samples)
         streams = await start_choices(start, rid, params, [prompt], req.num_samples)
         if req.stream:
             return SSEResponse(self._chat_events(rid, req, streams))
@@ -231,19 +229,6 @@ class OpenAIServing:
             named = req.tool_choice["function"]["name"] if isinstance(req.tool_choice, dict) else None
             return ChatChoiceOutput(reasoning, ForcedToolCalls(named))
         return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls) if req.parses_tool_calls else None)
-
-
-def _param_of(e: RequestFailed, prompt: dict) -> str | None:
-    """The request field a refused prompt points at: the prompt, or max_tokens when only the
-    room it asks for is too much, or logit_bias when one of its ids is outside the vocabulary, or
-    min_tokens when the context cannot hold them (max_tokens unset)."""
-    if e.status != 400:
-        return None
-    if e.code == "context_length_exceeded" and "max_tokens" in e.message:
-        return "max_tokens"
-    if e.message.startswith(("logit_bias", "stop_token_ids", "min_tokens")):     # an id outside the vocabulary, or no room
-        return e.message.split(" ", 1)[0]
-    return "messages" if "messages" in prompt else "prompt"
 
 
 def _prompt_only(d: StreamDelta) -> StreamDelta:
