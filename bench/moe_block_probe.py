@@ -44,12 +44,13 @@ def _grid_sync(ctr_ptr, err_ptr, NPROG: tl.constexpr):
 
 @triton.jit
 def _moe_block_kernel(x_ptr, res_ptr, nw_ptr, eps, rw_ptr, w13_ptr, s13_ptr, w2_ptr, s2_ptr,
-                      xn_ptr, res_out_ptr, logit_ptr, ids_ptr, tw_ptr, inter_ptr, out_ptr, ctr_ptr, err_ptr,
+                      xn_ptr, res_out_ptr, logit_ptr, ids_ptr, tw_ptr, inter_ptr, y_ptr, out_ptr, ctr_ptr, err_ptr,
                       s13_e, s13_n, s2_e, s2_n,
                       H: tl.constexpr, I: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr,
                       TOP_K: tl.constexpr, K_POW2: tl.constexpr, BN1: tl.constexpr, BN2: tl.constexpr,
                       BLOCK_K: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr,
-                      PHASE: tl.constexpr, NPROG: tl.constexpr, PREFETCH: tl.constexpr):
+                      PHASE: tl.constexpr, NPROG: tl.constexpr, PREFETCH: tl.constexpr,
+                      SLOT_SPLIT: tl.constexpr):
     pid = tl.program_id(0)
     NB1: tl.constexpr = I // BN1
     LINE: tl.constexpr = 128 if FP8 else 64                     # elements per 128-byte line
@@ -116,45 +117,88 @@ def _moe_block_kernel(x_ptr, res_ptr, nw_ptr, eps, rw_ptr, w13_ptr, s13_ptr, w2_
             h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
             tl.store(inter_ptr + j * I + r16[:, None] * 0 + offs_n[None, :], h.to(DT),
                      mask=(r16 == 0)[:, None])
-        if PREFETCH:
-            if pid < NB2:          # this program's GEMM2 rows of every selected expert, into L2
-                offs_n2 = pid * BN2 + tl.arange(0, BN2)
-                for j2 in tl.static_range(TOP_K):
-                    e2 = tl.sum(tl.where(kk == j2, ids, 0)).to(tl.int64)
-                    rows = w2_ptr + e2 * (H * I) + offs_n2.to(tl.int64) * I
-                    lines = rows[:, None] + tl.minimum(tl.arange(0, NL), I // LINE - 1)[None, :] * LINE
-                    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.u32 $0, 0;", "=r,l", [lines],
-                                              dtype=tl.int32, is_pure=False, pack=1)
+        if PREFETCH:               # this program's GEMM2 weight rows (phase 2's unit) into L2
+            if SLOT_SPLIT:
+                if pid < TOP_K * NB2:
+                    e2 = tl.sum(tl.where(kk == pid // NB2, ids, 0)).to(tl.int64)
+                    offs_p = (pid % NB2) * BN2 + tl.arange(0, BN2)
+                    _prefetch_rows(w2_ptr + e2 * (H * I) + offs_p.to(tl.int64) * I, I, LINE, NL)
+            else:
+                if pid < NB2:
+                    offs_p = pid * BN2 + tl.arange(0, BN2)
+                    for j2 in tl.static_range(TOP_K):
+                        e2 = tl.sum(tl.where(kk == j2, ids, 0)).to(tl.int64)
+                        _prefetch_rows(w2_ptr + e2 * (H * I) + offs_p.to(tl.int64) * I, I, LINE, NL)
     if PHASE == -1:
         _grid_sync(ctr_ptr, err_ptr, NPROG)
     # ---- phase 2: GEMM2 x routing weight, the k slots summed in slot order (moe_sum's operations)
+    # SLOT_SPLIT: one (slot, column block) per program as the engine's GEMM2 (y to scratch), a third
+    # barrier, then the combine; else one column block per program walking all k slots.
     if (PHASE == -1) | (PHASE == 2):
-        if pid < NB2:
-            ids2 = tl.load(ids_ptr + kk, mask=kk < TOP_K, other=0, cache_modifier=".cg")
-            ws2 = tl.load(tw_ptr + kk, mask=kk < TOP_K, other=0.0, cache_modifier=".cg")
-            offs_n = pid * BN2 + tl.arange(0, BN2)
-            total = tl.zeros((16, BN2), dtype=tl.float32)
-            acc = tl.zeros((16, BN2), dtype=tl.float32)
-            for it in range(0, TOP_K * KB2):
-                j = it // KB2
-                kb = it % KB2
+        ids2 = tl.load(ids_ptr + kk, mask=kk < TOP_K, other=0, cache_modifier=".cg")
+        ws2 = tl.load(tw_ptr + kk, mask=kk < TOP_K, other=0.0, cache_modifier=".cg")
+        if SLOT_SPLIT:
+            if pid < TOP_K * NB2:
+                j = pid // NB2
+                offs_n = (pid % NB2) * BN2 + tl.arange(0, BN2)
                 expert = tl.sum(tl.where(kk == j, ids2, 0)).to(tl.int64)
-                a = tl.load(inter_ptr + j * I + kb * BLOCK_K + r16[:, None] * 0 + offs_k[None, :],
-                            mask=(r16 == 0)[:, None], other=0.0, cache_modifier=".cg")
-                w = tl.load(w2_ptr + expert * (H * I) + offs_n[:, None].to(tl.int64) * I + kb * BLOCK_K
-                            + offs_k[None, :])
-                if FP8:
-                    sc = tl.load(s2_ptr + expert * s2_e + (offs_n // BLOCK_K) * s2_n + kb)
-                    if FAST_CVT:
-                        sc = sc * 72057594037927936.0
-                    acc += _wtile_dot(a, w, FAST_CVT) * sc[None, :]
-                else:
-                    acc += tl.dot(a, tl.trans(w))
-                last = kb == KB2 - 1
+                acc = tl.zeros((16, BN2), dtype=tl.float32)
+                for kb in range(0, KB2):
+                    acc += _expert_kblock(inter_ptr + j * I, w2_ptr + expert * (H * I), s2_ptr + expert * s2_e,
+                                          s2_n, offs_n, offs_k, r16, kb, I, BLOCK_K, FP8, FAST_CVT)
                 twj = tl.sum(tl.where(kk == j, ws2, 0.0))
-                total = tl.where(last, total + (acc * twj).to(DT).to(tl.float32), total)
-                acc = tl.where(last, 0.0, acc)
-            tl.store(out_ptr + r16[:, None] * 0 + offs_n[None, :], total.to(DT), mask=(r16 == 0)[:, None])
+                tl.store(y_ptr + j * H + r16[:, None] * 0 + offs_n[None, :], (acc * twj).to(DT),
+                         mask=(r16 == 0)[:, None])
+        else:
+            if pid < NB2:
+                offs_n = pid * BN2 + tl.arange(0, BN2)
+                total = tl.zeros((16, BN2), dtype=tl.float32)
+                acc = tl.zeros((16, BN2), dtype=tl.float32)
+                for it in range(0, TOP_K * KB2):
+                    j = it // KB2
+                    kb = it % KB2
+                    expert = tl.sum(tl.where(kk == j, ids2, 0)).to(tl.int64)
+                    acc += _expert_kblock(inter_ptr + j * I, w2_ptr + expert * (H * I), s2_ptr + expert * s2_e,
+                                          s2_n, offs_n, offs_k, r16, kb, I, BLOCK_K, FP8, FAST_CVT)
+                    last = kb == KB2 - 1
+                    twj = tl.sum(tl.where(kk == j, ws2, 0.0))
+                    total = tl.where(last, total + (acc * twj).to(DT).to(tl.float32), total)
+                    acc = tl.where(last, 0.0, acc)
+                tl.store(out_ptr + r16[:, None] * 0 + offs_n[None, :], total.to(DT), mask=(r16 == 0)[:, None])
+    if SLOT_SPLIT:
+        if PHASE == -1:
+            _grid_sync(ctr_ptr, err_ptr, NPROG)
+        if (PHASE == -1) | (PHASE == 3):                 # the combine: 16 columns per program
+            if pid < H // 16:
+                cols = pid * 16 + tl.arange(0, 16)
+                total16 = tl.zeros((16,), dtype=tl.float32)
+                for j3 in tl.static_range(TOP_K):
+                    total16 += tl.load(y_ptr + j3 * H + cols, cache_modifier=".cg").to(tl.float32)
+                tl.store(out_ptr + cols, total16.to(DT))
+
+
+@triton.jit
+def _prefetch_rows(rows, K: tl.constexpr, LINE: tl.constexpr, NL: tl.constexpr):
+    """prefetch.global.L2 of every 128-byte line of the rows [R] (row starts, K elements each)."""
+    lines = rows[:, None] + tl.minimum(tl.arange(0, NL), K // LINE - 1)[None, :] * LINE
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\nmov.u32 $0, 0;", "=r,l", [lines],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _expert_kblock(a_row_ptr, w_ptr, s_ptr, s_n, offs_n, offs_k, r16, kb, K: tl.constexpr,
+                   BLOCK_K: tl.constexpr, FP8: tl.constexpr, FAST_CVT: tl.constexpr):
+    """K block kb of one expert's rows offs_n against one activation row (a [16, BK] tile, row 0 live)."""
+    a = tl.load(a_row_ptr + kb * BLOCK_K + r16[:, None] * 0 + offs_k[None, :], mask=(r16 == 0)[:, None],
+                other=0.0, cache_modifier=".cg")
+    w = tl.load(w_ptr + offs_n[:, None].to(tl.int64) * K + kb * BLOCK_K + offs_k[None, :])
+    if FP8:
+        sc = tl.load(s_ptr + (offs_n // BLOCK_K) * s_n + kb)
+        if FAST_CVT:
+            sc = sc * 72057594037927936.0
+        return _wtile_dot(a, w, FAST_CVT) * sc[None, :]
+    else:
+        return tl.dot(a, tl.trans(w))
 
 
 class Layer:
@@ -197,6 +241,7 @@ class Scratch:
         self.ids = torch.zeros(top_k, dtype=torch.int32, **f)
         self.tw = torch.zeros(top_k, dtype=torch.float32, **f)
         self.inter = torch.zeros(top_k, I, dtype=dtype, **f)
+        self.y = torch.zeros(top_k, H, dtype=dtype, **f)
         self.ctr = torch.zeros(64, dtype=torch.int32, **f)
         self.err = torch.zeros(1, dtype=torch.int32, **f)
 
@@ -205,20 +250,21 @@ def probe_block(x, res, L: Layer, S: Scratch, cfg: dict, phases=(-1,), top_k=8):
     out, res_out = torch.empty_like(x), torch.empty_like(x)
     H, I, E = L.H, L.I, L.E
     nb1, nb2 = top_k * I // cfg["BN1"], H // cfg["BN2"]
-    nprog = max(nb1, nb2, E)
+    split = cfg.get("SLOT_SPLIT", False)
+    nprog = max(nb1, nb2 * (top_k if split else 1), E)
     fp8 = L.fp8
     dummy = S.logits
     for ph in phases:
         _moe_block_kernel[(nprog,)](
             x, res, L.nw, 1e-6, L.rw, L.w13.view(torch.uint8) if fp8 else L.w13, L.s13 if fp8 else dummy,
             L.w2.view(torch.uint8) if fp8 else L.w2, L.s2 if fp8 else dummy,
-            S.xn, res_out, S.logits, S.ids, S.tw, S.inter, out, S.ctr, S.err,
+            S.xn, res_out, S.logits, S.ids, S.tw, S.inter, S.y, out, S.ctr, S.err,
             L.s13.stride(0) if fp8 else 0, L.s13.stride(1) if fp8 else 0,
             L.s2.stride(0) if fp8 else 0, L.s2.stride(1) if fp8 else 0,
             H=H, I=I, E=E, E_POW2=triton.next_power_of_2(E), TOP_K=top_k, K_POW2=triton.next_power_of_2(top_k),
             BN1=cfg["BN1"], BN2=cfg["BN2"], BLOCK_K=128 if fp8 else 64, FP8=fp8,
             FAST_CVT=fp8 and cfg.get("FAST_CVT", False), PHASE=ph, NPROG=nprog,
-            PREFETCH=cfg.get("PREFETCH", False) and ph == -1, num_warps=cfg.get("num_warps", 4),
+            PREFETCH=cfg.get("PREFETCH", False) and ph == -1, SLOT_SPLIT=split, num_warps=cfg.get("num_warps", 4),
             num_stages=cfg.get("num_stages", 3))
     return out, res_out
 
@@ -233,6 +279,8 @@ def check_cpu():
         x, res = torch.randn(1, H) * 0.5, torch.randn(1, H)
         S = Scratch(dev, H, I, E, k, torch.float32)
         out, res_out = probe_block(x, res, L, S, dict(BN1=64, BN2=64), phases=(0, 1, 2), top_k=k)
+        out3, _ = probe_block(x, res, L, S, dict(BN1=64, BN2=64, SLOT_SPLIT=True), phases=(0, 1, 2, 3), top_k=k)
+        assert torch.equal(out, out3), "slot-split GEMM2 + combine = one program per column block"
         s = x + res
         xn = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * L.nw
         logits = xn @ L.rw.T
@@ -290,6 +338,9 @@ def bench(args):
             ("persist bn1=32 bn2=32", dict(BN1=32, BN2=32)),
             ("persist bn1=16 bn2=16", dict(BN1=16, BN2=16)),
             ("persist bn1=32 bn2=16 8 warps", dict(BN1=32, BN2=16, num_warps=8)),
+            ("persist split bn1=32 bn2=64", dict(BN1=32, BN2=64, SLOT_SPLIT=True)),
+            ("persist split bn1=32 bn2=64 prefetch", dict(BN1=32, BN2=64, SLOT_SPLIT=True, PREFETCH=True)),
+            ("persist split bn1=32 bn2=32", dict(BN1=32, BN2=32, SLOT_SPLIT=True)),
         )] + [("engine", None)]
         print(f"\n## {dt} experts, qwen3-30b-a3b MoE block at T = 1, {args.layers} layers of distinct weights; "
               f"bytes per layer {layer_bytes / 1e6:.1f} MB (8 experts + router) = {ideal_us:.1f} us at copy")
