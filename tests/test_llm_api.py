@@ -80,6 +80,18 @@ def test_fields_set_after_construction_are_validated_by_generate(llm):
     assert (got.text, got.token_ids, got.stop_reason) == (want.text, want.token_ids, want.stop_reason)
 
 
+
+def test_seed_minus_one_is_no_seed(llm):
+    """vLLM's SamplingParams: seed -1 is None (a random draw); it was seed 2**64 - 1. Sample j of
+    a seed is seed + j even where that is -1 (seed -2, n = 2), so a seeded call still repeats."""
+    assert SamplingParams(seed=-1).seed is None and not SamplingParams(temperature=1.0, seed=-1).reproducible
+    p = SamplingParams(temperature=1.0, seed=-2, n=2, max_tokens=12, ignore_eos=True)
+    assert p.for_sample(1).seed == -1 and p.for_sample(1).reproducible
+    a, b = llm.generate(PROMPT, p)[0], llm.generate(PROMPT, p)[0]
+    assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+    unseeded = SamplingParams(temperature=1.5, seed=-1, max_tokens=12, ignore_eos=True)
+    assert len({tuple(llm.generate(PROMPT, unseeded)[0].outputs[0].token_ids) for _ in range(3)}) > 1
+
 # ---- outputs ---------------------------------------------------------------------------------
 
 def test_request_output_fields(llm):

@@ -88,3 +88,17 @@ def test_chat_renders_tools_and_the_tool_turns(llm):
         llm.chat(conv[:1], greedy(), chat_template=CHAT_TEMPLATE, tools=tools)
     with pytest.raises(ValueError, match=r"tools\[0\]\.type must be 'function'"):
         llm.chat(conv[:1], greedy(), chat_template=TOOLS_TEMPLATE, tools=[{"type": "x", "function": {"name": "f"}}])
+
+
+def test_a_tool_message_needs_its_id_only_where_the_template_reads_it(llm):
+    """A template that renders `tool_call_id` (Mistral's do) refuses a tool message without one,
+    naming it; one that never reads it renders the message as sent (vLLM's)."""
+    reads_id = ("{% for m in messages %}{% if m['role'] == 'tool' %}[{{ m['tool_call_id'] }}] {% endif %}"
+                "{{ m['content'] }}\n{% endfor %}")
+    conv = [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42"}]
+    with pytest.raises(ValueError, match=r"^conversation 0: message 1 is a 'tool' message without a tool_call_id"):
+        llm.chat(conv, greedy(max_tokens=2), chat_template=reads_id)
+    out = llm.chat([*conv[:1], {**conv[1], "tool_call_id": "c1"}], greedy(max_tokens=2), chat_template=reads_id)
+    assert out[0].prompt == "hi\n[c1] 42\n"
+    out = llm.chat(conv, greedy(max_tokens=2), chat_template=CHAT_TEMPLATE)
+    assert out[0].prompt.endswith("# tool: 42\ndef ") and len(out[0].outputs[0].token_ids) == 2

@@ -9,6 +9,8 @@ server's /v1/chat/completions (vLLM's semantics for both).
   keys are not rendered.
 - `tools` (OpenAI's function schemas, checked by turbospec/tools.py) reach the template as its
   `tools` variable; a template that does not read it is refused (it would drop them silently).
+- A `tool` message's `tool_call_id` may be left out unless the template reads it
+  (`check_tool_call_ids`).
 - `add_generation_prompt` (default true) opens a new assistant turn; `continue_final_message`
   continues the last message instead (it must be the assistant's) and implies
   `add_generation_prompt=False`; both true is a contradiction.
@@ -119,6 +121,21 @@ def template_kwargs(messages: list[dict[str, Any]], add_generation_prompt: bool 
     if continue_final_message:
         kwargs["continue_final_message"] = True
     return kwargs
+
+
+def check_tool_call_ids(messages: list[dict[str, Any]], template: str | dict | None) -> None:
+    """A `tool` message without `tool_call_id`: OpenAI requires the id, but most templates (Qwen's,
+    Llama's) never read it, so it is accepted there, as vLLM accepts it. A template that reads it
+    (Mistral's) would render the reply as answering no call: refused, naming the message."""
+    if isinstance(template, dict):             # named templates: the one transformers picks for a conversation
+        template = template.get("tool_use") or template.get("default")
+    if not isinstance(template, str) or "tool_call_id" not in template:
+        return
+    for i, m in enumerate(messages):
+        if m.get("role") == "tool" and m.get("tool_call_id") is None:
+            raise ChatTemplateError(f"message {i} is a 'tool' message without a tool_call_id, which this model's chat "
+                                    "template reads: send the id of the call it answers (the assistant message's "
+                                    "tool_calls[k].id)", f"messages.{i}.tool_call_id")
 
 
 def load_chat_template(value: str, what: str = "chat template") -> str:

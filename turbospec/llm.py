@@ -254,7 +254,8 @@ def _render_conversations(tokenizer, model: str, messages, chat_template: str | 
     """Each conversation's prompt text, rendered by the chat template (turbospec/chat_template.py:
     the server's rules). ValueError, with the fix, for a model without a tokenizer or template, a
     malformed conversation or tools, tools with a template that ignores them, or a template error."""
-    from turbospec.chat_template import load_chat_template, message_for_template, render_chat, template_kwargs
+    from turbospec.chat_template import (check_tool_call_ids, load_chat_template, message_for_template, render_chat,
+                                         template_kwargs)
     from turbospec.tools import check_tools, template_uses_tools
     if tokenizer is None:
         raise ValueError(f"{model!r} has no tokenizer, so it has no chat template: add tokenizer files "
@@ -285,6 +286,7 @@ def _render_conversations(tokenizer, model: str, messages, chat_template: str | 
             raise ValueError(f"conversation {i} is empty: pass at least one message")
         try:
             msgs = [message_for_template(m) for m in conv]
+            check_tool_call_ids(msgs, template)
             kwargs = template_kwargs(msgs, add_generation_prompt, continue_final_message, chat_template_kwargs,
                                      tools)
             prompts.append(render_chat(tokenizer, msgs, kwargs, template))

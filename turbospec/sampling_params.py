@@ -23,7 +23,7 @@ class SamplingParams:
     top_k: int = -1                      # -1 or 0: no top-k
     max_tokens: int | None = 16          # None: up to the context length
     min_tokens: int = 0
-    seed: int | None = None
+    seed: int | None = None              # -1: None, a random draw (vLLM's)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False   # keep the matched stop string at the end of the text
@@ -46,6 +46,8 @@ class SamplingParams:
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.seed == -1 and _is_int(self.seed):     # vLLM's: -1 is no seed (a random draw), not a seed
+            self.seed = None
         self._validate()
         self.logit_bias = _checked_logit_bias(self.logit_bias)
 
@@ -106,7 +108,9 @@ class SamplingParams:
         if self.n == 1 and (j == 0 or self.seed is None):
             return self
         seed = None if self.seed is None else (self.seed + j + 2**63) % 2**64 - 2**63
-        return replace(self, n=1, seed=seed)
+        sample = replace(self, n=1, seed=seed)
+        sample.seed = seed                   # -1 here is seed + j, not the unseeded -1 of __post_init__
+        return sample
 
     @property
     def greedy(self) -> bool:

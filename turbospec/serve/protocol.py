@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from turbospec.chat_template import ChatTemplateError
+from turbospec.chat_template import ChatTemplateError, check_tool_call_ids
 from turbospec.sampling_params import SamplingParams
 from turbospec.serve.chat import ChatMessage, ChatTemplateOptions, messages_for_template
 from turbospec.serve.errors import APIError, bad_request
@@ -118,6 +118,13 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateOptions, ToolOptions, Re
         try:
             return messages_for_template(self.messages)
         except ChatTemplateError as e:              # e.g. tool call arguments that are not JSON
+            raise bad_request(str(e), param=e.param)
+
+    def check_tool_call_ids(self, template: str | dict | None) -> None:
+        """400 `messages.N.tool_call_id` for a tool message without one, if the template reads it."""
+        try:
+            check_tool_call_ids(self.template_messages(), template)
+        except ChatTemplateError as e:
             raise bad_request(str(e), param=e.param)
 
     def template_kwargs(self, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -146,7 +146,9 @@ class OpenAIServing:
             raise APIError(400, f"the model {req.model!r} has no chat template (its tokenizer_config.json "
                            "sets no `chat_template`): use /v1/completions, or start the server with "
                            "`--chat-template FILE.jinja`", code="no_chat_template")
-        tools = req.checked_tools(getattr(self.engine.tokenizer, "chat_template", None))
+        template = getattr(self.engine.tokenizer, "chat_template", None)
+        tools = req.checked_tools(template)
+        req.check_tool_call_ids(template)
         if req.forced_tool_choice:                # the output is held to the call's JSON
             if params.structured_outputs is not None:
                 raise bad_request("tool_choice 'required' or a named function holds the output to the call's JSON; "
