@@ -31,6 +31,7 @@ def test_existing_work_is_refused_unless_resume_or_overwrite(tiny_target, code_j
     out.mkdir()
     TrainConfig(**_kw(tiny_target, code_jsonl, out))                     # an empty directory: fine
     (out / "model.safetensors").write_bytes(b"x")
+    (out / "training_info.json").write_text(json.dumps({"method": "dflash", "config": {}}))   # our export
     with pytest.raises(ValueError, match=r"model.safetensors already exists.*--resume.*--overwrite"):
         TrainConfig(**_kw(tiny_target, code_jsonl, out))
     TrainConfig(**_kw(tiny_target, code_jsonl, out, overwrite=True))
@@ -38,7 +39,7 @@ def test_existing_work_is_refused_unless_resume_or_overwrite(tiny_target, code_j
         TrainConfig(**_kw(tiny_target, code_jsonl, out, resume=True))
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    (ckpt / "train_state.pt").write_bytes(b"x")
+    torch.save({"config": {"method": "dflash"}}, ckpt / "train_state.pt")   # read (its method) when resumed
     with pytest.raises(ValueError, match="train_state.pt already exists"):   # a state alone counts too
         TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "new", checkpoint_dir=str(ckpt)))
     TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "new", checkpoint_dir=str(ckpt), resume=True))

@@ -203,6 +203,11 @@ def regenerate(target: str = TARGET,
     """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs."""
     from turbospec.hub import resolve_model
     from turbospec.train.regenerate import regenerate as run
+    from turbospec.train.target_checks import check_device
+    try:
+        check_device(device)                                # before any file is read or model loaded
+    except ValueError as e:
+        _fail(str(e))
     _check_files(data, out, overwrite)
     try:
         target = resolve_model(target, "--target")          # a Hugging Face id: its cached snapshot

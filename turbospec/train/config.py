@@ -11,9 +11,9 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from turbospec.train.out_dirs import EXPORT_FILES, STATE_FILE, check_out  # noqa: F401 (re-exported)
+
 METHODS = ("eagle3", "dflash")
-STATE_FILE = "train_state.pt"                                  # under TrainConfig.state_dir
-EXPORT_FILES = ("config.json", "model.safetensors", "training_info.json")   # what --out receives
 BLOCK_SIZES = (2, 4, 8, 16, 32)                               # DFlash --block-size (the help says the same)
 BLOCK_SIZE_RULE = "a power of two from 2 to 32 (8 or 16 usually)"
 _PATHS = ("target", "data", "out", "checkpoint_dir", "init_from", "chat_template", "feature_cache", "eval_prompts")
@@ -75,6 +75,15 @@ class DraftShape:
         if self.target_layers is not None and (not self.target_layers or min(self.target_layers) < 1):
             raise ValueError(f"--target-layers {list(self.target_layers)}: give input-of-layer ids >= 1 "
                              "(id 0, the embedding output, cannot be exported), e.g. 1,3,5")
+
+    def heads(self, target_heads: int, target_kv_heads: int) -> tuple[int, int]:
+        """(attention heads, KV heads) of the drafter: 0 takes the target's (KV capped at the heads)."""
+        heads = self.num_attention_heads or target_heads
+        kv = self.num_key_value_heads or min(target_kv_heads, heads)
+        if heads % kv:
+            raise ValueError(f"--num-attention-heads {heads} is not a multiple of --num-key-value-heads {kv}: "
+                             "pick head counts that divide (0 takes the target's)")
+        return heads, kv
 
 
 @dataclass
@@ -169,7 +178,7 @@ class TrainConfig:
             if not os.path.isfile(os.path.join(self.init_from, "config.json")):
                 raise ValueError(f"--init-from {self.init_from!r} has no config.json: pass an exported drafter "
                                  "directory (the --out of an earlier run)")
-        self._check_out()
+        check_out(self)
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
             raise ValueError(f"--chat-template {self.chat_template!r} does not exist: pass a Jinja file")
         if self.method == "dflash" and self.dflash.block_size - 1 > (self.max_seq_len or 1024) // 2:
@@ -178,30 +187,8 @@ class TrainConfig:
         self.shape.validate()
         self.eagle3.validate()
         self.dflash.validate()
-
-    def _check_out(self) -> None:
-        """Never overwrite earlier work silently: an export or a training state already under --out /
-        --checkpoint-dir is continued (--resume) or replaced on request (--overwrite), nothing else."""
-        for flag, path in (("--out", self.out), ("--checkpoint-dir", self.state_dir)):
-            if os.path.exists(path) and not os.path.isdir(path):
-                raise ValueError(f"{flag} {path!r} is a file: pass a directory (it is created if missing)")
-            _check_creatable(flag, path)
-        state = os.path.join(self.state_dir, STATE_FILE)
-        if self.resume:
-            if self.overwrite:
-                raise ValueError("--resume and --overwrite exclude each other: --resume continues the training "
-                                 "state in --checkpoint-dir, --overwrite starts a new run over it")
-            if not os.path.isfile(state):
-                raise ValueError(f"--resume: no {STATE_FILE} in {self.state_dir!r}; start without --resume, or "
-                                 "pass --checkpoint-dir of the run to continue")
-            return
-        if self.overwrite:
-            return
-        found = [os.path.join(self.out, fn) for fn in EXPORT_FILES if os.path.isfile(os.path.join(self.out, fn))]
-        found += [state] if os.path.isfile(state) else []
-        if found:
-            raise ValueError(f"{found[0]} already exists (an earlier run's work): pass --resume to continue its "
-                             "training state, --overwrite to replace it, or another --out")
+        from turbospec.train.target_checks import check_target_options
+        check_target_options(self)              # device, dtypes, the target's weights and head counts
 
     @property
     def state_dir(self) -> str:
@@ -227,15 +214,3 @@ class TrainConfig:
         del d["dflash" if self.method == "eagle3" else "eagle3"]
         return d
 
-
-def _check_creatable(flag: str, path: str) -> None:
-    """--out / --checkpoint-dir can be created (or written): the nearest existing directory above
-    it is writable. Nothing is created here: the run makes them once the data has passed."""
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
-        p = os.path.dirname(p)
-    if not os.path.isdir(p):
-        raise ValueError(f"{flag} {path!r} cannot be created: {p!r} is a file; pass a writable directory")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {path!r} cannot be created or written: {p!r} is not writable; pass a "
-                         "writable directory")

@@ -57,10 +57,7 @@ def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFla
     if s.hidden_size not in (0, tc.hidden_size):
         raise ValueError(f"--hidden-size {s.hidden_size}: a DFlash drafter uses the target's embedding and "
                          f"lm_head, so its width must be the target's {tc.hidden_size} (leave it at 0)")
-    heads = s.num_attention_heads or tc.num_attention_heads
-    kv = s.num_key_value_heads or min(tc.num_key_value_heads, heads)
-    if heads % kv:
-        raise ValueError(f"--num-attention-heads {heads} is not a multiple of --num-key-value-heads {kv}")
+    heads, kv = s.heads(tc.num_attention_heads, tc.num_key_value_heads)
     mask_id = o.mask_token_id
     if mask_id is None:
         pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None

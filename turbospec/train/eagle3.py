@@ -56,10 +56,7 @@ def _draft_shape(cfg: TrainConfig, target: TargetModel) -> dict:
     if s.hidden_size not in (0, tc.hidden_size):
         raise ValueError(f"--hidden-size {s.hidden_size}: the drafter shares the target's embedding, so its "
                          f"width must equal the target hidden size {tc.hidden_size} (leave it at 0)")
-    heads = s.num_attention_heads or tc.num_attention_heads
-    kv = s.num_key_value_heads or min(tc.num_key_value_heads, heads)
-    if heads % kv:
-        raise ValueError(f"--num-attention-heads {heads} is not a multiple of --num-key-value-heads {kv}")
+    heads, kv = s.heads(tc.num_attention_heads, tc.num_key_value_heads)
     return dict(hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
                 head_dim=s.head_dim or tc.head_dim, intermediate_size=s.intermediate_size or tc.intermediate_size,
                 num_hidden_layers=s.num_layers, rms_norm_eps=tc.rms_norm_eps)

@@ -157,7 +157,7 @@ def train(cfg: TrainConfig) -> dict:
         init_from_export(cfg.init_from, draft, cfg.method)
         log.print(f"initialized the drafter from {cfg.init_from}")
     if cfg.resume:
-        step, elapsed0, saved, extra = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method)
+        step, elapsed0, saved, extra = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method, cfg.target)
         log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
         changed = resume_differences(saved, cfg)
         if changed:

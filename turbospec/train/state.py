@@ -67,7 +67,7 @@ def save_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, step
 
 
 def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anchor_gen: torch.Generator,
-               method: str) -> tuple[int, float, dict, dict]:
+               method: str, target: str | None = None) -> tuple[int, float, dict, dict]:
     """Restore in place; returns (step, elapsed seconds, the saved run's config, its `extra`: the
     last held-out metrics under "heldout")."""
     path = os.path.join(path_dir, STATE_FILE)
@@ -78,6 +78,11 @@ def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anch
     if state["config"].get("method") != method:
         raise ValueError(f"--resume: {path} is a {state['config'].get('method')} run, not {method}")
     diff = _differences(state["draft"], draft.state_dict())
+    saved_target = state["config"].get("target")
+    if diff and target is not None and saved_target and os.path.abspath(saved_target) != os.path.abspath(target):
+        raise ValueError(f"--resume: {path} was trained for the target {saved_target!r}, not --target {target!r} "
+                         f"(its drafter differs: {diff}): pass that run's --target, or start a new run without "
+                         "--resume")
     if diff:
         raise ValueError(f"--resume: the checkpoint's drafter does not match this configuration ({diff}): use the "
                          "same shape options as the original run (its training_info.json lists them)")

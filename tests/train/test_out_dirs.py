@@ -1,0 +1,79 @@
+"""`--overwrite` never destroys a model: an --out that is, holds or lies inside the target model
+directory, or that holds a checkpoint no turbospec training wrote, is refused outright (the user who
+followed the old advice "--overwrite to replace it" got the target's config.json replaced by the
+drafter's). A turbospec export is still replaced on request."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from turbospec.cli import app
+from turbospec.train import loop
+from turbospec.train.config import DFlashOptions, Eagle3Options, TrainConfig
+
+
+def _kw(target, data, out, **kw):
+    return dict(method="eagle3", target=str(target), data=str(data), out=str(out), batch_size=4, max_seq_len=256,
+                warmup_steps=1, eval_every=100, heldout_fraction=0.1, device="cpu",
+                eagle3=Eagle3Options(ttt_steps=2, draft_vocab_size=300), dflash=DFlashOptions(block_size=4)) | kw
+
+
+def _snapshot(d) -> dict:
+    return {os.path.relpath(os.path.join(r, f), d): open(os.path.join(r, f), "rb").read()
+            for r, _, fs in os.walk(d) for f in fs}
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_out_is_inside_or_contains_the_target_refused(tiny_target, code_jsonl, tmp_path, overwrite):
+    target = shutil.copytree(tiny_target, tmp_path / "models" / "t")
+    cases = {target: "is the target model directory", target / "draft": "is inside the target model directory",
+             tmp_path / "models": "contains the target model directory"}
+    for out, what in cases.items():
+        with pytest.raises(ValueError) as e:
+            TrainConfig(**_kw(target, code_jsonl, out, overwrite=overwrite))
+        assert f"--out {str(out)!r} {what}" in str(e.value) and "pick another --out" in str(e.value)
+    with pytest.raises(ValueError, match=r"--checkpoint-dir .* is the target model directory.*pick another "
+                                         r"--checkpoint-dir"):
+        TrainConfig(**_kw(target, code_jsonl, tmp_path / "ok", checkpoint_dir=str(target), overwrite=overwrite))
+
+
+def test_the_cli_refuses_to_write_a_drafter_over_the_target(tiny_target, code_jsonl, tmp_path):
+    target = shutil.copytree(tiny_target, tmp_path / "t")
+    before = _snapshot(target)
+    r = CliRunner().invoke(app, ["train", "eagle3", "--target", str(target), "--data", str(code_jsonl),
+                                 "--out", str(target), "--overwrite", "--steps", "1", "--device", "cpu"])
+    assert r.exit_code == 2, r.output
+    assert r.output == (f"error: --out {str(target)!r} is the target model directory: writing there would replace "
+                        "the target's own files (its config.json); pick another --out\n")
+    assert _snapshot(target) == before                                  # nothing written, nothing replaced
+
+
+def test_another_model_directory_is_refused_even_with_overwrite(tiny_target, code_jsonl, tmp_path):
+    other = shutil.copytree(tiny_target, tmp_path / "other-model")         # a model, not this run's target
+    before = _snapshot(other)
+    for overwrite in (False, True):
+        with pytest.raises(ValueError) as e:
+            TrainConfig(**_kw(tiny_target, code_jsonl, other, overwrite=overwrite))
+        msg = str(e.value)
+        assert msg.startswith(f"--out {str(other)!r} holds a model checkpoint that turbospec's training did not "
+                              "write (config.json, model.safetensors; no training_info.json")
+        assert msg.endswith("pick another --out (a new or empty directory)")
+    loose = tmp_path / "loose"                                              # weights alone count too
+    loose.mkdir()
+    (loose / "pytorch_model.bin").write_bytes(b"x")
+    with pytest.raises(ValueError, match="pytorch_model.bin; no training_info.json"):
+        TrainConfig(**_kw(tiny_target, code_jsonl, loose, overwrite=True))
+    assert _snapshot(other) == before
+
+
+def test_an_earlier_turbospec_export_is_still_replaced_on_request(tiny_target, code_jsonl, tmp_path):
+    out = tmp_path / "e3"
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=1)))
+    with pytest.raises(ValueError, match=r"config.json already exists \(an earlier run's work\).*--overwrite"):
+        TrainConfig(**_kw(tiny_target, code_jsonl, out))
+    r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2, overwrite=True)))
+    assert r["step"] == 2 and "interrupted" not in r
+
