@@ -80,7 +80,7 @@ def test_a_signal_saves_the_state_and_exports_then_resume_continues(sig, tiny_ta
 def test_held_out_metrics_survive_a_resume(tiny_target, code_jsonl, tmp_path, monkeypatch):
     """A resumed run interrupted before its first evaluation exports the saved run's last held-out
     metrics (they were lost: the export then said `"heldout": {}` and the log `heldout AL -`)."""
-    set_lr, steps = loop.set_lr, {"n": 0, "stop_at": 3}
+    set_lr, steps = loop.set_lr, {"n": 0, "stop_at": 4}
 
     def set_lr_then_signal(opt, lr):
         steps["n"] += 1
@@ -91,10 +91,10 @@ def test_held_out_metrics_survive_a_resume(tiny_target, code_jsonl, tmp_path, mo
     monkeypatch.setattr(loop, "set_lr", set_lr_then_signal)
     out = tmp_path / "run"
     first = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=50, eval_every=3)))
-    assert first["step"] == 3 and "loss" in first["heldout"]                # evaluated at step 3, then stopped
+    assert first["step"] == 4 and "loss" in first["heldout"]                # evaluated at step 3, stopped at 4
     steps.update(n=0, stop_at=1)
     again = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=50, eval_every=3, resume=True)))
-    assert again["step"] == 4 and again["heldout"] == first["heldout"]      # step 4: no evaluation of its own
+    assert again["step"] == 5 and again["heldout"] == first["heldout"]      # step 5: no evaluation of its own
     assert json.load(open(out / "training_info.json"))["heldout"] == first["heldout"]
 
 

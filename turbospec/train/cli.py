@@ -91,18 +91,18 @@ def _check_files(data: str | None, out: str, overwrite: bool) -> None:
 
 def _run(method: str, shape: dict, eagle3: dict, dflash: dict, **kw) -> None:
     from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
+    from turbospec.train.interrupt import stopped_message
     from turbospec.train.loop import train
-    cfg = None
+    cfg, progress = None, {}
     try:
         cfg = TrainConfig(method=method, shape=DraftShape(**shape), eagle3=Eagle3Options(**eagle3),
                           dflash=DFlashOptions(**dflash), **kw)
-        result = train(cfg)
+        result = train(cfg, progress)
     except (ValueError, OSError) as e:       # OSError: a disk that filled up, a file that vanished
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    except KeyboardInterrupt:                # a second Ctrl-C: stopped at once
-        where = f": the last saved training state is in {cfg.state_dir}" if cfg is not None else ""
-        typer.echo(f"interrupted{where}", err=True)
+    except KeyboardInterrupt:                # a second Ctrl-C (or one before the handlers): stopped at once
+        typer.echo(stopped_message(cfg, progress), err=True)
         raise typer.Exit(130) from None
     if result.get("interrupted"):            # stopped by a signal after saving: not a finished run
         raise typer.Exit(130)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,11 @@ from turbospec.train.metrics import summarize
 
 @torch.no_grad()
 def evaluate_heldout(recipe, target: TargetModel, heldout: TokenDataset, batch_size: int,
-                     autocast, rank: int = 0, world: int = 1, seed: int = 0) -> dict:
+                     autocast, rank: int = 0, world: int = 1, seed: int = 0,
+                     stop: Callable[[], bool] | None = None) -> dict | None:
+    """Held-out metrics ({} without held-out samples). `stop` is asked before every batch (the
+    same number of times on every rank: under DDP it may be a collective); when it says True the
+    evaluation ends at once and returns None (a Ctrl-C must not wait for minutes of evaluation)."""
     if len(heldout) == 0:
         return {}
     trainer = recipe.trainer
@@ -30,20 +35,27 @@ def evaluate_heldout(recipe, target: TargetModel, heldout: TokenDataset, batch_s
     trainer.eval()
     gen = torch.Generator().manual_seed(seed + 999)          # same anchors at every evaluation
     order = sorted(range(len(heldout)), key=lambda i: int(heldout.offsets[i + 1] - heldout.offsets[i]))
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)][rank::world]
+    every = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = every[rank::world]
     total = None
-    for idx in batches:
-        host = collate(heldout, idx)
-        b = host.to(target.device)
-        feats = target.features(b.input_ids, host.lengths)
-        with autocast():
-            packed = recipe.heldout(b, feats, gen, host)
-        total = packed if total is None else total + packed
+    try:
+        for r in range(-(-len(every) // world)):             # rounds: equal on every rank
+            if stop is not None and stop():
+                return None
+            if r >= len(batches):
+                continue
+            host = collate(heldout, batches[r])
+            b = host.to(target.device)
+            feats = target.features(b.input_ids, host.lengths)
+            with autocast():
+                packed = recipe.heldout(b, feats, gen, host)
+            total = packed if total is None else total + packed
+    finally:
+        trainer.train(was_training)
     if total is None:
         total = torch.zeros(6 + 2 * recipe.k, dtype=torch.float64, device=target.device)
     if world > 1:
         dist.all_reduce(total)
-    trainer.train(was_training)
     return summarize(total, recipe.k)
 
 

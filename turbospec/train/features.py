@@ -11,7 +11,6 @@ The forward needs attention metadata, so each sequence gets its own blocks in a 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -112,49 +111,3 @@ class TargetModel:
         out = torch.cat([self.logits(flat[i:i + chunk]).argmax(-1) for i in range(0, flat.shape[0], chunk)]) \
             if flat.shape[0] else flat.new_zeros(0, dtype=torch.long)
         return out.view(hidden.shape[:-1])
-
-
-class FeatureCache:
-    """Optional disk cache: one file per sample (aux and hidden in the target dtype). Prints the
-    size it will take before the first write; never required."""
-
-    def __init__(self, path: str, num_tokens: int, width: int, itemsize: int):
-        self.path = path
-        os.makedirs(path, exist_ok=True)
-        self.estimate_bytes = num_tokens * width * itemsize
-        print(f"feature cache {path}: about {self.estimate_bytes / 2**30:.2f} GiB for {num_tokens} tokens "
-              f"x {width} values x {itemsize} bytes (delete the directory to reclaim it)", flush=True)
-
-    def _file(self, key: str) -> str:
-        return os.path.join(self.path, f"{key}.pt")
-
-    def get(self, key: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-        f = self._file(key)
-        return torch.load(f, weights_only=True) if os.path.isfile(f) else None
-
-    def put(self, key: str, aux: torch.Tensor, hidden: torch.Tensor) -> None:
-        tmp = self._file(key) + ".tmp"
-        torch.save((aux.cpu(), hidden.cpu()), tmp)
-        os.replace(tmp, self._file(key))
-
-
-def cached_features(target: TargetModel, cache: FeatureCache | None, batch, sample_keys: list[str],
-                    host_lengths: torch.Tensor | None = None) -> Features:
-    """Features of a batch through the cache (per sample), computing only the missing ones."""
-    lengths = host_lengths if host_lengths is not None else batch.lengths.cpu()
-    if cache is None:
-        return target.features(batch.input_ids, lengths)
-    got = [cache.get(k) for k in sample_keys]
-    if any(g is None for g in got):
-        feats = target.features(batch.input_ids, lengths)
-        for r, (k, g) in enumerate(zip(sample_keys, got)):
-            if g is None:
-                n = int(lengths[r])
-                cache.put(k, feats.aux[r, :n], feats.hidden[r, :n])
-        return feats
-    B, S = batch.input_ids.shape
-    aux = got[0][0].new_zeros(B, S, got[0][0].shape[-1])
-    hid = got[0][1].new_zeros(B, S, got[0][1].shape[-1])
-    for r, (a, h) in enumerate(got):
-        aux[r, :a.shape[0]], hid[r, :h.shape[0]] = a, h
-    return Features(aux.to(target.device), hid.to(target.device))

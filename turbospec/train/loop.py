@@ -8,26 +8,30 @@ Nothing heavy starts until the data has passed validation.
 - DDP when launched by torchrun (LOCAL_RANK set): one process per GPU, data sharded by rank.
 - `max_minutes`: the loop stops at the budget (all ranks together), then evaluates and exports.
 - Periodic training-state checkpoints (+ an export) every `save_every` steps; `resume` continues.
+- A signal (Ctrl-C, SIGTERM) stops after the step in progress, or aborts an evaluation, then saves
+  the state and exports, with no final evaluation (interrupt.py).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-from turbospec.config import ModelConfig, parse_dtype
+from turbospec.config import ModelConfig, parse_dtype, resolve_dtype
 from turbospec.train.batches import batches_per_epoch, iterate, split_heldout
 from turbospec.train.config import TrainConfig
 from turbospec.train.data import load_dataset, load_tokenizer
 from turbospec.train.evaluate import autocast_for, evaluate_heldout, measure_acceptance
 from turbospec.train.export import export_drafter
-from turbospec.train.features import FeatureCache, TargetModel, cached_features
+from turbospec.train.feature_cache import FeatureCache, cache_key, cached_features, check_cache_dir
+from turbospec.train.features import TargetModel
 from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
+from turbospec.train.out_dirs import make_writable_dirs
+from turbospec.train.progress import Log, al_text, fmt, line_due
 from turbospec.train.recipes import build_recipe, capture_layers
 from turbospec.train.state import (check_init_from_target, init_from_export, load_state, lr_at, make_optimizer,
                                    resume_differences, save_state, set_lr, warmup_warning)
@@ -47,66 +51,11 @@ def _setup_distributed(cfg: TrainConfig) -> tuple[torch.device, int, int]:
     return torch.device(f"cuda:{local}" if use_cuda else "cpu"), dist.get_rank(), dist.get_world_size()
 
 
-class _Log:
-    """Progress: a tqdm bar on a terminal, plain lines otherwise (logs, CI). Rank 0 only."""
-
-    def __init__(self, rank: int, total: int | None, prefix: str):
-        self.on = rank == 0
-        self.tty = sys.stderr.isatty()
-        self.bar = None
-        if self.on and self.tty:
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=total, desc=prefix, dynamic_ncols=True)
-            except ImportError:
-                pass
-
-    def print(self, msg: str) -> None:
-        if self.on:
-            (self.bar.write if self.bar else print)(msg, **({} if self.bar else {"flush": True}))
-
-    def step(self, n: int, postfix: dict, line: str | None) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-            self.bar.set_postfix(postfix, refresh=False)
-        elif line is not None:
-            self.print(line)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _fmt(m: dict) -> str:
-    if not m:
-        return "-"
-    acc = " ".join(f"{a:.2f}" for a in m["acc"])
-    return f"loss {m['loss']:.3f} | acc/draft {acc} | {_al(m)}"
-
-
-def _al(m: dict) -> str:
-    """The acceptance length decoding would measure; DFlash's training steps score random anchors
-    only, so they show the mean over those starts (higher: metrics.py says why)."""
-    if m["accept_len"] == m["accept_len"]:
-        return f"accept_len {m['accept_len']:.2f}"
-    return f"accept_len per start {m['accept_len_per_start']:.2f}"
-
-
-def _make_writable_dirs(cfg: TrainConfig) -> None:
-    """Create --out and the checkpoint directory once the data has passed (TrainConfig checked that
-    they can be), so that a path that cannot be written fails before training, not when the first
-    checkpoint or the export is due."""
-    for flag, path in (("--out", cfg.out), ("--checkpoint-dir", cfg.state_dir)):
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as e:
-            raise ValueError(f"{flag} {path!r} cannot be created ({e.strerror}): pass a writable directory") from None
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise ValueError(f"{flag} {path!r} is not writable: pass a writable directory")
-
-
-def train(cfg: TrainConfig) -> dict:
-    """Run one training; returns the final metrics (rank 0 also exported the drafter to cfg.out)."""
+def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
+    """Run one training; returns the final metrics (rank 0 also exported the drafter to cfg.out).
+    `progress` (optional) records "resumed_step" and "saved_step" (the last training state this run
+    saved), for a caller that reports a second Ctrl-C (KeyboardInterrupt out of this function)."""
+    progress = {} if progress is None else progress
     t_setup = time.perf_counter()
     device, rank, world = _setup_distributed(cfg)
     torch.manual_seed(cfg.seed + rank)
@@ -122,24 +71,31 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--max-seq-len {cfg.max_seq_len} exceeds the target's context "
                          f"{tcfg.max_position_embeddings}: lower it")
     layers = capture_layers(cfg, tcfg)
+    tdtype = resolve_dtype(parse_dtype(cfg.target_dtype) if cfg.target_dtype else None, tcfg.dtype, device)
+    key = cache_key(cfg, layers, tdtype) if cfg.feature_cache else None
+    if key is not None:                  # another run's cache: refused before the data pass
+        check_cache_dir(cfg.feature_cache, key)
     tokenizer = load_tokenizer(cfg.target, cfg.chat_template)
     ds, report = load_dataset(cfg.data, tokenizer, tcfg.vocab_size, cfg.max_seq_len, cfg.truncate,
                               cfg.loss_on_prompt)
     if rank == 0:                        # after the data passed: a bad line leaves no empty --out behind
-        _make_writable_dirs(cfg)
+        make_writable_dirs(cfg)
     train_ds, heldout = split_heldout(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
     per_epoch = batches_per_epoch(train_ds, cfg.batch_size, world)
     budget = cfg.max_minutes * 60 if cfg.max_minutes else None
     # steps: given, or from epochs; with only a time budget, as many as fit in it
     total_steps = cfg.steps or (max(1, int(round((cfg.epochs or 1.0) * per_epoch)))
                                 if cfg.epochs or budget is None else None)
-    log = _Log(rank, total_steps, f"train {cfg.method}")
+    log = Log(rank, total_steps, f"train {cfg.method}")
     log.print(f"data: {report.describe()}; train {len(train_ds)} / held-out {len(heldout)} samples; "
               f"{per_epoch} steps per epoch at batch {cfg.batch_size} x {world} process(es)")
     if total_steps is not None and cfg.warmup_steps > total_steps:
         log.print(warmup_warning(total_steps, cfg))
 
-    target = TargetModel(cfg.target, layers, device, parse_dtype(cfg.target_dtype) if cfg.target_dtype else None)
+    if len(heldout) == 0:
+        log.print(f"warning: no held-out samples ({len(ds)} in all, --heldout-fraction {cfg.heldout_fraction:g}): "
+                  "nothing is evaluated during or after training")
+    target = TargetModel(cfg.target, layers, device, tdtype)
     recipe = build_recipe(cfg, target, tokenizer, train_ds)
     draft = recipe.draft
     n_params = sum(p.numel() for p in draft.parameters() if p.requires_grad)
@@ -158,6 +114,7 @@ def train(cfg: TrainConfig) -> dict:
         log.print(f"initialized the drafter from {cfg.init_from}")
     if cfg.resume:
         step, elapsed0, saved, extra = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method, cfg.target)
+        progress["resumed_step"] = step
         log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
         changed = resume_differences(saved, cfg)
         if changed:
@@ -177,8 +134,8 @@ def train(cfg: TrainConfig) -> dict:
             recipe.trainer, device_ids=[device.index] if device.type == "cuda" else None)
     cache = None
     if cfg.feature_cache:
-        width = (len(layers) + 1) * tcfg.hidden_size
-        cache = FeatureCache(cfg.feature_cache, train_ds.num_tokens, width, torch.finfo(target.dtype).bits // 8)
+        cache = FeatureCache(cfg.feature_cache, key, train_ds.num_tokens, len(layers) * tcfg.hidden_size,
+                             tcfg.hidden_size, torch.finfo(target.dtype).bits // 8, log.print)
     autocast = autocast_for(device)
     params = [p for p in draft.parameters() if p.requires_grad]
     info = {**recipe.info, "target": os.path.abspath(cfg.target), "data": os.path.abspath(cfg.data),
@@ -199,8 +156,27 @@ def train(cfg: TrainConfig) -> dict:
     running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
     heldout_m: dict = dict(extra.get("heldout") or {})     # resumed: the saved run's last evaluation
     stop = torch.zeros(3, device=device)
-    interrupted = None
+    interrupted, first_step = None, step
+
+    def save() -> None:
+        if rank == 0:
+            save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg,
+                       {"heldout": heldout_m})
+            progress["saved_step"] = step
+
+    def evaluate() -> dict | None:
+        """Held-out metrics; None when a signal (to any rank) stopped the evaluation."""
+        return evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed,
+                                stop=signalled_anywhere)
+
     with StopRequest() as signals:           # Ctrl-C / SIGTERM: leave after the step, save, export
+        def signalled_anywhere() -> bool:    # a collective under DDP: every rank calls it together
+            if world == 1:
+                return signals.requested is not None
+            flag = torch.tensor([float(signals.requested is not None)], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            return bool(flag.item())
+
         while total_steps is None or step < total_steps:
             elapsed = elapsed0 + time.perf_counter() - t0
             if world > 1:                        # all ranks stop together and share the schedule clock
@@ -217,8 +193,8 @@ def train(cfg: TrainConfig) -> dict:
             if over:
                 log.print(f"time budget of {cfg.max_minutes:g} min reached at step {step}")
                 break
-            progress = max(step / total_steps if total_steps else 0.0, elapsed / budget if budget else 0.0)
-            set_lr(opt, lr_at(step, progress, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
+            frac = max(step / total_steps if total_steps else 0.0, elapsed / budget if budget else 0.0)
+            set_lr(opt, lr_at(step, frac, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
             host = next(stream)
             batch = host.to(device)
             keys = [f"train-{i}" for i in host.indices] if cache else []
@@ -234,44 +210,55 @@ def train(cfg: TrainConfig) -> dict:
             tokens += int(host.lengths.sum())
             running = packed if running is None else running + packed
             line, postfix, now = None, {}, time.perf_counter()
-            evaluated = step % cfg.eval_every == 0        # first: this step's log line shows its held-out AL
+            evaluated = step % cfg.eval_every == 0 and len(heldout) > 0   # first: the line shows its held-out AL
             if evaluated:
-                heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
-            if step % cfg.log_every == 0 or step == total_steps:
+                m_eval = evaluate()
+                evaluated = m_eval is not None       # None: a signal stopped it; the loop leaves next
+                heldout_m = m_eval if m_eval is not None else heldout_m
+            if line_due(log, step, first_step, total_steps, cfg.log_every, now - t_log):
                 m = summarize(running, recipe.k)
                 rate = tokens / (now - t_log)                # training time only, not the evaluation's
                 held = f"{heldout_m['accept_len']:.2f}" if "accept_len" in heldout_m else "-"   # none yet
                 postfix = {"loss": f"{m['loss']:.3f}", "acc0": f"{m['acc'][0]:.2f}",
-                           ("AL" if m["accept_len"] == m["accept_len"] else "AL/start"): _al(m).split()[-1],
+                           ("AL" if m["accept_len"] == m["accept_len"] else "AL/start"): al_text(m).split()[-1],
                            "heldout_AL": held, "tok/s": f"{rate:.0f}"}
-                line = (f"step {step}{end} | train {_fmt(m)} | heldout AL {held} | "
+                line = (f"step {step}{end} | train {fmt(m)} | heldout AL {held} | "
                         f"lr {opt.param_groups[0]['lr']:.2e} | {rate:.0f} tok/s | {elapsed:.0f} s")
                 running, tokens, t_log = None, 0, time.perf_counter()
             if evaluated:
-                line = (line or f"step {step}") + f"\n  held-out: {_fmt(heldout_m)}"
+                line = (line or f"step {step}") + f"\n  held-out: {fmt(heldout_m)}"
             log.step(1, postfix, line)
             if step % cfg.save_every == 0 and step != total_steps:
-                if rank == 0:
-                    save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg,
-                               {"heldout": heldout_m})
+                save()
                 export(heldout_m)
         log.close()
-        # the state first: the final evaluation can take a while
-        if rank == 0:
-            save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg,
-                       {"heldout": heldout_m})
+        if interrupted is None and signalled_anywhere():    # during the last step: no final evaluation
+            interrupted = signals.requested or "a signal to another rank"
+            log.print(f"stopped by {interrupted} at step {step}")
+        save()                               # the state first: the final evaluation can take a while
+        if interrupted is None and len(heldout):
+            log.print(f"final held-out evaluation: {len(heldout)} samples (Ctrl-C skips it; the state is saved)")
+            final = evaluate()
+            if final is None:
+                interrupted = signals.requested or "a signal to another rank"
+                log.print(f"stopped by {interrupted} during the final held-out evaluation: exporting with the "
+                          "last periodic held-out metrics")
+            else:
+                heldout_m = final
         if interrupted is None:
-            heldout_m = evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed)
             log.print(f"final held-out ({step} steps, {elapsed0 + time.perf_counter() - t0:.0f} s): "
-                      f"{_fmt(heldout_m)}")
+                      f"{fmt(heldout_m) if len(heldout) else '- (no held-out samples)'}")
         export(heldout_m)                    # interrupted: with the last periodic held-out metrics
+        if interrupted is None and signals.requested is not None:      # during the export: no --eval-prompts
+            interrupted = signals.requested
     result = {"step": step, "heldout": heldout_m, "out": cfg.out}
+    if interrupted is not None:
+        result["interrupted"] = interrupted
     if rank == 0:
         log.print(f"exported {cfg.method} drafter to {cfg.out}")
         if interrupted is not None:
-            result["interrupted"] = interrupted
-            log.print(f"interrupted at step {step}: training state in {cfg.state_dir}; continue the run with the "
-                      "same command plus --resume")
+            again = "the same command" if cfg.resume else "the same command plus --resume"
+            log.print(f"interrupted at step {step}: training state in {cfg.state_dir}; {again} continues the run")
         elif cfg.eval_prompts:
             result["acceptance"] = _true_acceptance(cfg, recipe, device, log)
     if world > 1:
@@ -280,7 +267,7 @@ def train(cfg: TrainConfig) -> dict:
     return result
 
 
-def _true_acceptance(cfg: TrainConfig, recipe, device: torch.device, log: _Log) -> dict | str:
+def _true_acceptance(cfg: TrainConfig, recipe, device: torch.device, log: Log) -> dict | str:
     spec = recipe.spec_config(os.path.abspath(cfg.out))
     try:
         res = measure_acceptance(cfg.target, spec, cfg.eval_prompts, cfg.eval_num_prompts,
