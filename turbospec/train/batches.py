@@ -29,14 +29,28 @@ class Batch:
 
 def split_heldout(ds: TokenDataset, fraction: float, max_samples: int, seed: int
                   ) -> tuple[TokenDataset, TokenDataset]:
-    """A fixed random held-out subset (same for every rank and on resume)."""
+    """A fixed random held-out subset (same for every rank and on resume) of at most
+    min(max_samples, round(n * fraction)) samples, made of whole source records: samples that share
+    a source (regenerate's windows of one data record) fall on one side, so no held-out sample
+    overlaps a trained one. Records are taken in a seeded random order, skipping any that would
+    overshoot the size. Data without sources: every sample is its own record."""
     n = len(ds)
     k = min(max_samples, max(1, int(round(n * fraction)))) if fraction > 0 else 0
     if n - k < 1:
         k = n - 1
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 12345)).tolist()
-    held, train = sorted(perm[:k]), sorted(perm[k:])
-    return ds.subset(train), ds.subset(held)
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(ds.group_ids()):
+        members.setdefault(g, []).append(i)
+    records = list(members.values())
+    perm = torch.randperm(len(records), generator=torch.Generator().manual_seed(seed + 12345)).tolist()
+    held: list[int] = []
+    for j in perm:
+        if len(held) >= k:
+            break
+        if len(held) + len(records[j]) <= k:
+            held += records[j]
+    chosen = set(held)
+    return ds.subset([i for i in range(n) if i not in chosen]), ds.subset(sorted(held))
 
 
 def collate(ds: TokenDataset, indices: list[int], pad_to: int = 16) -> Batch:

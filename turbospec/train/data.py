@@ -17,70 +17,13 @@ is a label": the drafter learns the target's distribution for it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-import torch
+from turbospec.train.dataset import DataReport, TokenDataset
 
 SCHEMAS = "text | prompt (+completion) | prompt_token_ids (+completion_token_ids) | messages | conversations"
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                    "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "model": "assistant",
                    "system": "system", "tool": "tool", "function": "tool"}
-
-
-@dataclass
-class TokenDataset:
-    """Samples concatenated: sample i is tokens[offsets[i]:offsets[i+1]]."""
-    tokens: torch.Tensor        # [N] int32
-    loss_mask: torch.Tensor     # [N] bool: the token at this position is a label
-    offsets: torch.Tensor       # [num_samples + 1] int64
-
-    def __len__(self) -> int:
-        return self.offsets.numel() - 1
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.offsets[1:] - self.offsets[:-1]                  # [num_samples]
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.offsets[-1])
-
-    def sample(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.tokens[a:b], self.loss_mask[a:b]
-
-    def subset(self, indices: list[int]) -> "TokenDataset":
-        parts = [self.sample(i) for i in indices]
-        lens = torch.tensor([0] + [len(p[0]) for p in parts], dtype=torch.long)
-        if not parts:
-            return TokenDataset(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.bool), lens)
-        return TokenDataset(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
-                            lens.cumsum(0))
-
-    @classmethod
-    def from_lists(cls, samples: list[tuple[list[int], list[bool]]]) -> "TokenDataset":
-        lens = torch.tensor([0] + [len(ids) for ids, _ in samples], dtype=torch.long)
-        toks = [t for ids, _ in samples for t in ids]
-        mask = [m for _, ms in samples for m in ms]
-        return cls(torch.tensor(toks, dtype=torch.int32), torch.tensor(mask, dtype=torch.bool),
-                   lens.cumsum(0))
-
-
-@dataclass
-class DataReport:
-    num_records: int
-    num_samples: int
-    num_tokens: int
-    num_label_tokens: int
-    num_truncated: int
-    num_skipped: int             # fewer than 3 tokens or no trained position
-    schemas: dict[str, int]
-
-    def describe(self) -> str:
-        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.schemas.items()))
-        return (f"{self.num_samples} samples from {self.num_records} records ({kinds}); "
-                f"{self.num_tokens} tokens, {self.num_label_tokens} trained; truncated "
-                f"{self.num_truncated}, skipped {self.num_skipped} (too short / nothing to train)")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -141,10 +84,12 @@ def _chat_messages(path, n, row) -> list[dict]:
     return out
 
 
-def parse_records(path: str, vocab_size: int) -> list[tuple[int, str, object]]:
+def parse_records(path: str, vocab_size: int, sources: dict[int, str] | None = None
+                  ) -> list[tuple[int, str, object]]:
     """Every line checked (JSON, schema, types) before anything is tokenized; every bad line is
     counted and the first few are named, so one pass over the file finds them all.
-    Returns (line number, schema, payload)."""
+    Returns (line number, schema, payload); `sources`, when given, receives {line: the record's
+    string `source` field} (regenerate writes the record its prompt came from)."""
     out, errors, bad_lines = [], [], []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
@@ -156,7 +101,7 @@ def parse_records(path: str, vocab_size: int) -> list[tuple[int, str, object]]:
                 except UnicodeDecodeError as e:
                     raise _fail(path, n, f"not UTF-8 text (byte {e.start} of the line): convert the file to "
                                 "UTF-8") from None
-                out.append(_parse_line(path, n, line, vocab_size))
+                out.append(_parse_line(path, n, line, vocab_size, sources))
             except ValueError as e:
                 bad_lines.append(n)
                 if len(errors) < _MAX_ERRORS:
@@ -174,13 +119,16 @@ def parse_records(path: str, vocab_size: int) -> list[tuple[int, str, object]]:
 _MAX_ERRORS = 5
 
 
-def _parse_line(path: str, n: int, line: str, vocab_size: int) -> tuple[int, str, object]:
+def _parse_line(path: str, n: int, line: str, vocab_size: int, sources: dict[int, str] | None = None
+                ) -> tuple[int, str, object]:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise _fail(path, n, f"not valid JSON ({e.msg} at column {e.colno}): one JSON object per line") from None
     if not isinstance(row, dict):
         raise _fail(path, n, f"expected a JSON object with one of: {SCHEMAS}")
+    if sources is not None and isinstance(row.get("source"), str):
+        sources[n] = row["source"]
     if "messages" in row or "conversations" in row:
         return n, "chat", _chat_messages(path, n, row)
     if "prompt_token_ids" in row:
@@ -266,7 +214,8 @@ def tokenize_records(records, tokenizer, path: str, loss_on_prompt: bool
 def load_dataset(path: str, tokenizer, vocab_size: int, max_seq_len: int, truncate: bool = False,
                  loss_on_prompt: bool = False) -> tuple[TokenDataset, DataReport]:
     """Validate and tokenize the whole file. Too-long samples are an error unless `truncate`."""
-    records = parse_records(path, vocab_size)
+    sources: dict[int, str] = {}
+    records = parse_records(path, vocab_size, sources)
     tokenized, counts = tokenize_records(records, tokenizer, path, loss_on_prompt)
     too_long = [(line, len(ids)) for line, ids, _ in tokenized if len(ids) > max_seq_len]
     if too_long and not truncate:
@@ -275,18 +224,20 @@ def load_dataset(path: str, tokenizer, vocab_size: int, max_seq_len: int, trunca
                          f"--max-seq-len {max_seq_len} tokens (longest: line {worst[0]}, {worst[1]} tokens): "
                          "pass --truncate to cut them, raise --max-seq-len (up to the target's context), "
                          "or split the documents (`turbospec train stdlib-corpus` shows how)")
-    samples, skipped = [], 0
-    for _, ids, mask in tokenized:
+    samples, groups, skipped = [], [], 0
+    for line, ids, mask in tokenized:
         ids, mask = ids[:max_seq_len], mask[:max_seq_len]
         if len(ids) < 3 or not any(mask[1:]):
             skipped += 1
             continue
         mask[0] = False                         # nothing precedes the first token: never a label
         samples.append((ids, mask))
+        # the held-out split keeps samples of one source record together (split_heldout)
+        groups.append(("source", sources[line]) if line in sources else ("line", line))
     if not samples:
         raise ValueError(f"{path}: every record is shorter than 3 tokens or has no trained position "
                          "(chat without assistant text?): nothing to train on")
-    ds = TokenDataset.from_lists(samples)
+    ds = TokenDataset.from_lists(samples, groups)
     report = DataReport(len(records), len(ds), ds.num_tokens, int(ds.loss_mask.sum()), len(too_long),
                         skipped, counts)
     return ds, report

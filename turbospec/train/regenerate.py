@@ -7,7 +7,9 @@ which `turbospec train eagle3|dflash --data` reads directly (no re-tokenization 
 
 Prompts: for text / code records a window of whole lines (`min_prompt`..`max_prompt` tokens, as the
 held-out prompts are cut); for prompt+completion and token-id records a prefix of the prompt; for
-chat the conversation up to the first assistant turn. Generation runs in chunks of `batch_size`
+chat the conversation up to the first assistant turn. Records are drawn without replacement (each
+once while `num_samples` allows, then in further shuffled passes, said in the log); every sample's
+`source` names its record, by which training splits off its held-out samples. Generation runs in chunks of `batch_size`
 requests and stops starting new chunks after `max_seconds`, keeping what is done (written as it goes).
 
 Throughput: the chunk (= the engine's `max_num_seqs`) is capped at `MAX_GRAPH_BATCH` (256), the
@@ -71,11 +73,30 @@ def _line_window(text: str, target_chars: int, rng: random.Random) -> str:
     return "".join(out)
 
 
-def make_prompts(records, tokenizer, num: int, min_prompt: int, max_prompt: int, seed: int
+def draw_records(records: list, num: int, rng: random.Random) -> list:
+    """`num` records without replacement: a shuffled pass over all of them; only when `num` exceeds
+    them, further shuffled passes (each record then serves several prompt windows)."""
+    picks: list = []
+    while len(picks) < num:
+        order = list(records)
+        rng.shuffle(order)
+        picks += order[:num - len(picks)]
+    return picks
+
+
+def make_prompts(records, tokenizer, num: int, min_prompt: int, max_prompt: int, seed: int, log=None
                  ) -> list[tuple[list[int], str, bool]]:
-    """-> [(prompt ids, source, is_chat)], `num` of them drawn uniformly over records."""
+    """-> [(prompt ids, source, is_chat)], `num` of them, each record used once while there are
+    enough (with replacement, a greedy target wrote the same sample twice and the held-out split
+    shared source records with training); `source` names the record ("line N" of the data)."""
     rng = random.Random(seed)
-    picks = [records[rng.randrange(len(records))] for _ in range(num)]
+    picks = draw_records(records, num, rng)
+    if num > len(records) and log is not None:
+        q, r = divmod(num, len(records))
+        times = f"{q}" if r == 0 else f"{q} or {q + 1}"
+        log(f"regenerate: --num-samples {num} exceeds the {len(records)} records of the data: each record is "
+            f"used {times} times (other prompt windows of it); the training's held-out split keeps the "
+            "samples of one record together")
     texts, idx_text, out = [], [], [None] * num
     tok_recs = [p for p in picks if p[1] != "text"]
     tokenized = {id(p): t for p, t in zip(tok_recs, tokenize_records(tok_recs, tokenizer, "data", False)[0])} \
@@ -122,7 +143,7 @@ def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int,
                          f"context {cfg.max_position_embeddings}: lower one of them")
     tokenizer = load_tokenizer(target_dir)
     records = parse_records(data_path, cfg.vocab_size)               # validates the whole file first
-    prompts = make_prompts(records, tokenizer, num_samples, min_prompt, max_prompt, seed)
+    prompts = make_prompts(records, tokenizer, num_samples, min_prompt, max_prompt, seed, log)
     batch = effective_batch(batch_size)
     if batch < batch_size:
         log(f"regenerate: --batch-size {batch_size} exceeds {batch}, the largest batch the engine runs "
