@@ -4,6 +4,7 @@ followed the old advice "--overwrite to replace it" got the target's config.json
 drafter's). A turbospec export is still replaced on request."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -77,3 +78,19 @@ def test_an_earlier_turbospec_export_is_still_replaced_on_request(tiny_target, c
     r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2, overwrite=True)))
     assert r["step"] == 2 and "interrupted" not in r
 
+
+def test_dflash_export_advertises_no_remote_code_it_does_not_ship(tiny_target, code_jsonl, tmp_path):
+    """config.json said `"auto_map": {"AutoModel": "dflash.DFlashDraftModel"}` with no dflash.py next
+    to it: transformers' trust_remote_code path failed with "does not appear to have a file named
+    dflash.py". The docs now say which loaders read the export and what z-lab's transformers path needs."""
+    from tests.conftest import REPO
+    out = tmp_path / "df"
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, method="dflash", steps=1)))
+    config = json.load(open(out / "config.json"))
+    assert config["architectures"] == ["DFlashDraftModel"] and "auto_map" not in config
+    assert not [f for f in os.listdir(out) if f.endswith(".py")]
+    assert "auto_map" not in json.load(open(REPO / "models" / "codelm-12m-dflash" / "config.json"))
+    doc = " ".join((REPO / "docs" / "training.md").read_text().split())
+    assert ("| vLLM, SGLang, turbospec (`load_dflash`); z-lab's transformers loader only with its own modeling "
+            "file added (below) |") in doc
+    assert "put their modeling file (under their license) in the export directory as `dflash.py`" in doc

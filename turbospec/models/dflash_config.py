@@ -113,9 +113,11 @@ class DFlashConfig:
         return tuple(sorted(i + 1 for i in self.target_layer_ids))
 
     def to_dict(self, dtype: torch.dtype) -> dict[str, Any]:
+        # No `auto_map`: z-lab's published configs point AutoModel at a remote-code `dflash.py` that
+        # this writer does not ship (transformers' trust_remote_code path then failed with "does not
+        # appear to have a file named dflash.py"). vLLM and SGLang load it with their own DFlash code.
         d = {
             "architectures": [ARCHITECTURE], "model_type": "qwen3",
-            "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
             "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
             "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
             "head_dim": self.head_dim, "num_hidden_layers": self.num_hidden_layers,

@@ -5,7 +5,8 @@
   captured layers written as output-of-layer ids in `eagle_config` (SGLang, SpecForge) and as
   input-of-layer ids at the top level (`eagle_aux_hidden_state_layer_ids`, vLLM).
 - DFlash: z-lab `DFlashDraftModel`: config.json + model.safetensors, no embed_tokens / lm_head,
-  `dflash_config.{mask_token_id, target_layer_ids}` (output-of-layer), `block_size`.
+  `dflash_config.{mask_token_id, target_layer_ids}` (output-of-layer), `block_size`; no `auto_map`
+  (it would point transformers at a remote-code `dflash.py` we do not ship; vLLM / SGLang need none).
 
 Both go through the draft modules' own exporters (`save_eagle3` / `save_dflash`) and are read back
 with the strict loaders the proposers use (`load_eagle3` / `load_dflash`), which name any missing
@@ -26,8 +27,7 @@ import torch
 from turbospec.config import ModelConfig
 from turbospec.models.dflash_draft import load_dflash, save_dflash
 from turbospec.models.eagle3_draft import load_eagle3, save_eagle3
-
-INFO_FILE = "training_info.json"
+from turbospec.train.out_dirs import INFO_FILE     # the marker out_dirs.check_out looks for
 
 
 def export_drafter(method: str, draft: torch.nn.Module, out_dir: str, target_config: ModelConfig,
