@@ -55,7 +55,7 @@ def dflash_target_layers(num_target_layers: int, num_draft_layers: int,
 def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFlashDraftModel:
     tc, s, o = target.config, cfg.shape, cfg.dflash
     if s.hidden_size not in (0, tc.hidden_size):
-        raise ValueError(f"--hidden-size {s.hidden_size}: a DFlash drafter uses the target's embedding and "
+        raise ValueError(f"DraftShape.hidden_size={s.hidden_size}: a DFlash drafter uses the target's embedding and "
                          f"lm_head, so its width must be the target's {tc.hidden_size} (leave it at 0)")
     heads, kv = s.heads(tc.num_attention_heads, tc.num_key_value_heads)
     mask_id = o.mask_token_id

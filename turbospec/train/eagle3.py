@@ -54,7 +54,7 @@ def eagle3_target_layers(num_target_layers: int, requested: tuple[int, ...] | No
 def _draft_shape(cfg: TrainConfig, target: TargetModel) -> dict:
     tc, s = target.config, cfg.shape
     if s.hidden_size not in (0, tc.hidden_size):
-        raise ValueError(f"--hidden-size {s.hidden_size}: the drafter shares the target's embedding, so its "
+        raise ValueError(f"DraftShape.hidden_size={s.hidden_size}: the drafter shares the target's embedding, so its "
                          f"width must equal the target hidden size {tc.hidden_size} (leave it at 0)")
     heads, kv = s.heads(tc.num_attention_heads, tc.num_key_value_heads)
     return dict(hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
