@@ -51,8 +51,8 @@ def test_bench_decode_sampled_names_its_setting(codelm_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "greedy, 3 logprobs per token" in r.output.splitlines()[0]
     assert json.loads(out.read_text())["sampling"]["logprobs"] == 3
-    r = runner.invoke(app, args + ["--logprobs", "-1"])
-    assert r.exit_code == 2 and "logprobs=-1 must be a non-negative integer" in " ".join(r.output.replace("│", " ").split())
+    r = runner.invoke(app, args + ["--logprobs", "-2"])          # -1 is vLLM's "every token"
+    assert r.exit_code == 2 and "logprobs=-2 must be a non-negative integer" in " ".join(r.output.replace("│", " ").split())
 
 
 def test_bench_decode_max_model_len(codelm_dir, tmp_path):

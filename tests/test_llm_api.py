@@ -57,7 +57,7 @@ def test_vllm_fields_at_their_neutral_value_are_accepted():
     (dict(stop_token_ids=["x"]), "stop_token_ids"), (dict(stop=[""]), "stop="), (dict(n=0), "n=0"),
     (dict(seed=1.5), "seed=1.5"), (dict(seed=2**64), "outside the 64-bit range"),
     (dict(seed=-2**63 - 1), "pass a smaller seed"),
-    (dict(ignore_eos="yes"), "ignore_eos='yes'"), (dict(logprobs=-1), "logprobs=-1"),
+    (dict(ignore_eos="yes"), "ignore_eos='yes'"), (dict(logprobs=-2), "logprobs=-2"),
 ])
 def test_bad_values_name_the_field(kw, fragment):
     with pytest.raises(ValueError, match=None) as e:
@@ -239,7 +239,7 @@ def test_model_path_errors(tiny_qwen3, tmp_path):
 def test_vllm_constructor_arguments(tiny_qwen3):
     for kw, fragment in ((dict(tensor_parallel_size=2), "LLM(tensor_parallel_size=2) is not supported (turbospec "
                           "runs a model on one GPU); accepted: 1"),
-                         (dict(enable_prefix_caching=True), "accepted: None or False"),
+                         (dict(cpu_offload_gb=8), "accepted: 0"),
                          (dict(max_num_seq=4), "unknown argument 'max_num_seq': it takes model, device"),
                          (dict(seed="1"), "seed='1' must be an integer")):
         with pytest.raises(ValueError) as e:

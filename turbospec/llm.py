@@ -14,6 +14,7 @@ from turbospec.generation_defaults import read_sampling_defaults
 from turbospec.hub import resolve_model
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
+from turbospec.vllm_args import check_call_args, check_llm_kwargs, normalize_prompts, override_generation_defaults
 
 
 class LLM:
@@ -23,24 +24,41 @@ class LLM:
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 256,
                  max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                  enforce_eager: bool = False, num_scheduler_steps: int | None = None,
-                 seed: int | None = None, generation_config: str = "auto", revision: str | None = None,
-                 tokenizer_revision: str | None = None, download_dir: str | None = None, **vllm_kwargs):
+                 seed: int | None = 0, generation_config: str = "auto", revision: str | None = None,
+                 tokenizer_revision: str | None = None, download_dir: str | None = None,
+                 max_logprobs: int | None = None, override_generation_config: dict[str, Any] | None = None,
+                 **vllm_kwargs):
         """`model` / `tokenizer`: a local directory or a Hugging Face id (fetched through the Hub
         cache, vLLM's `revision`, `tokenizer_revision` and `download_dir`: turbospec/hub.py).
-        `dtype` "auto" (vLLM's default): config.resolve_dtype. `seed` (vLLM's): seeds the random
-        draws of requests without their own SamplingParams.seed (unseeded samples repeat per run).
+        `dtype` "auto" (vLLM's default): config.resolve_dtype. `seed` (vLLM's, default 0 as in
+        vLLM V1): seeds the random draws of requests without their own SamplingParams.seed, so a
+        script's samples repeat from run to run; None: fresh randomness each run.
         `generation_config` (vLLM's): "auto" makes the model's generation_config.json sampling
         settings the defaults of `generate` / `chat` called without SamplingParams
-        (`get_default_sampling_params`); "vllm" ignores them."""
-        _check_vllm_kwargs(vllm_kwargs)
+        (`get_default_sampling_params`); "vllm" ignores them; `override_generation_config` (vLLM's)
+        sets or overrides them. `max_logprobs` (vLLM's): the most `logprobs` / `prompt_logprobs` a
+        request may ask for (-1 or None: no cap; vLLM's default is 20). Other vLLM arguments:
+        turbospec/vllm_args.py."""
+        import inspect
+        known = [p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "vllm_kwargs")]
+        for name, value in check_llm_kwargs(vllm_kwargs, known).items():       # vLLM's names for ours
+            if name == "num_kv_blocks" and num_kv_blocks is not None and value != num_kv_blocks:
+                raise ValueError(f"num_gpu_blocks_override={value} and num_kv_blocks={num_kv_blocks} disagree: "
+                                 "pass one of them")
+            num_kv_blocks = value if name == "num_kv_blocks" else num_kv_blocks
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"seed={seed!r} must be an integer (or None)")
+        if max_logprobs is not None and (not isinstance(max_logprobs, int) or isinstance(max_logprobs, bool)
+                                         or max_logprobs < -1):
+            raise ValueError(f"max_logprobs={max_logprobs!r} must be a non-negative integer, or -1 / None for no cap")
+        self._max_logprobs = None if max_logprobs == -1 else max_logprobs
         model = os.fspath(model) if isinstance(model, os.PathLike) else model          # a pathlib.Path too
         if speculative_config is not None:
             from turbospec.spec.factory import check_speculative_config
             check_speculative_config(speculative_config)              # a typo: before any download or load
         model_dir = resolve_model(model, revision=revision, download_dir=download_dir)
-        self._sampling_defaults = read_sampling_defaults(model_dir, generation_config)
+        self._sampling_defaults = override_generation_defaults(read_sampling_defaults(model_dir, generation_config),
+                                                               override_generation_config)
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
@@ -60,6 +78,10 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
+    def reset_prefix_cache(self, device=None) -> bool:
+        """vLLM's: turbospec keeps no prefix cache, so there is nothing to reset (True: done)."""
+        return True
+
     def get_default_sampling_params(self) -> SamplingParams:
         """What `generate` / `chat` use without SamplingParams: the model's generation_config.json
         sampling settings (generation_config="auto"), else SamplingParams()'s defaults."""
@@ -77,7 +99,7 @@ class LLM:
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
         prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do.
         vLLM's `lora_request` and `priority` are accepted at their neutral values (None; zeros)."""
-        _check_vllm_call_args(lora_request, priority)
+        check_call_args(lora_request, priority)
         return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True)
 
     def _generate(self, prompts, sampling_params, use_tqdm: bool, add_special_tokens: bool,
@@ -88,7 +110,7 @@ class LLM:
         if not hasattr(prompts, "__iter__"):
             raise ValueError(f"prompts must be a string, a {{'prompt_token_ids': [...]}} dict or a list of them, "
                              f"not {type(prompts).__name__}")
-        prompts = list(prompts)
+        prompts, texts = normalize_prompts(list(prompts), label)
         if sampling_params is None:
             sampling_params = self.get_default_sampling_params()
         params = list(sampling_params) if isinstance(sampling_params, (list, tuple)) \
@@ -102,6 +124,8 @@ class LLM:
                                  f"{type(p).__name__}: e.g. SamplingParams(temperature=0.0, max_tokens=64)")
         checked = {id(p): replace(p) for p in params}   # validated again (a field set after construction
         params = [checked[id(p)] for p in params]       # too), once per distinct object: [sp] * 10k is one
+        for p in checked.values():
+            self._resolve_logprobs(p)
         eng = self.llm_engine
         groups = [[f"gen-{next(self._ids)}" for _ in range(p.n)] for p in params]     # per prompt: its n ids
         ids = [rid for g in groups for rid in g]
@@ -136,7 +160,20 @@ class LLM:
             if bar is not None:
                 bar.close()
         tokenizer = self.get_tokenizer()
-        return [_finalize([finals[r] for r in g], p, tokenizer) for g, p in zip(groups, params)]
+        outs = [_finalize([finals[r] for r in g], p, tokenizer) for g, p in zip(groups, params)]
+        return [o if text is None else replace(o, prompt=text) for o, text in zip(outs, texts)]
+
+    def _resolve_logprobs(self, p: SamplingParams) -> None:
+        """vLLM's logprobs / prompt_logprobs -1 (every token of the vocabulary) as the vocabulary
+        size, and LLM(max_logprobs=...)'s cap (vLLM's refusal, with what to do)."""
+        for name in ("logprobs", "prompt_logprobs"):
+            k = getattr(p, name)
+            if k == -1:
+                k = self.llm_engine.model_config.vocab_size
+                setattr(p, name, k)
+            if k is not None and self._max_logprobs is not None and k > self._max_logprobs:
+                raise ValueError(f"{name}={k} is more than LLM(max_logprobs={self._max_logprobs}) allows: ask for "
+                                 "fewer, or construct the LLM with a larger max_logprobs (-1: no cap)")
 
     def chat(self, messages, sampling_params: SamplingParams | list[SamplingParams] | None = None,
              use_tqdm: bool = False, chat_template: str | None = None, add_generation_prompt: bool = True,
@@ -152,7 +189,7 @@ class LLM:
         the output is not parsed: `turbospec.tool_parser.extract_tool_calls(text)` does that.
         Text content parts reach the template joined into one string (vLLM's
         `chat_template_content_format="string"`, which "auto" picks for text-only templates)."""
-        _check_vllm_call_args(lora_request, None)
+        check_call_args(lora_request, None)
         if chat_template_content_format not in ("auto", "string"):
             raise ValueError(f"chat_template_content_format={chat_template_content_format!r} is not supported: "
                              "turbospec renders message content as one string (text parts joined); use "
@@ -167,51 +204,6 @@ class LLM:
 
     def get_metrics(self) -> dict[str, Any]:
         return self.llm_engine.get_metrics()
-
-
-# vLLM's LLM(...) arguments that turbospec does not implement: the values accepted (they change
-# nothing here); anything else is refused by name.
-_VLLM_LLM_ARGS: dict[str, tuple] = {
-    "tensor_parallel_size": (1,), "pipeline_parallel_size": (1,), "data_parallel_size": (1,),
-    "trust_remote_code": (False, True),     # turbospec never runs a checkpoint's own code
-    "tokenizer_mode": ("auto",),
-    "kv_cache_dtype": ("auto",), "enable_prefix_caching": (None, False),
-    "disable_log_stats": (False, True), "max_seq_len_to_capture": None,   # None: any value
-    # prefills over max_num_batched_tokens are always chunked, and a preempted request recomputes
-    # (no CPU swap): these change scheduling only, never the tokens
-    "enable_chunked_prefill": None, "swap_space": None, "disable_custom_all_reduce": None,
-    "cpu_offload_gb": (0,), "load_format": ("auto", "safetensors"),
-    "task": ("auto", "generate"), "runner": ("auto", "generate"), "enable_lora": (False,),
-}
-_HINTS = {"tensor_parallel_size": "turbospec runs a model on one GPU",
-          "pipeline_parallel_size": "turbospec runs a model on one GPU",
-          "data_parallel_size": "start one server per GPU instead",
-          "enable_lora": "merge the adapter into the base weights and load that directory"}
-
-
-def _check_vllm_kwargs(kwargs: dict[str, Any]) -> None:
-    import inspect
-    for name, value in kwargs.items():
-        if name not in _VLLM_LLM_ARGS:
-            known = [p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "vllm_kwargs")]
-            raise ValueError(f"LLM() got an unknown argument {name!r}: it takes {', '.join(known)}")
-        allowed = _VLLM_LLM_ARGS[name]
-        if allowed is not None and not any(value == v and type(value) is type(v) for v in allowed):
-            hint = _HINTS.get(name, "turbospec does not implement it")
-            raise ValueError(f"LLM({name}={value!r}) is not supported ({hint}); accepted: "
-                             f"{' or '.join(repr(v) for v in allowed)}")
-
-
-def _check_vllm_call_args(lora_request, priority) -> None:
-    """vLLM's per-call `lora_request` / `priority`: turbospec has neither LoRA adapters nor priority
-    scheduling, so only their neutral values pass (a wrapper forwarding None runs unchanged)."""
-    if lora_request is not None:
-        raise ValueError("lora_request is not supported: turbospec serves no LoRA adapters; merge the adapter "
-                         "into the base weights (peft's merge_and_unload, then save_pretrained) and load that "
-                         "directory")
-    if priority is not None and any(p != 0 for p in priority):
-        raise ValueError(f"priority={priority!r} is not supported: turbospec schedules requests first come, first "
-                         "served; leave it out (or pass zeros)")
 
 
 def _finalize(outs: list[RequestOutput], params: SamplingParams, tokenizer) -> RequestOutput:

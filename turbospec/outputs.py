@@ -1,9 +1,13 @@
-"""What generate() and the engine return: vLLM's RequestOutput / CompletionOutput shapes."""
+"""What generate() and the engine return: vLLM's RequestOutput / CompletionOutput shapes (and its
+`Logprob`, the entries of `logprobs` / `prompt_logprobs`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from turbospec.engine.sequence import RequestMetrics
+from turbospec.layers.sampler import Logprob
+
+__all__ = ["CompletionOutput", "Logprob", "RequestOutput"]
 
 
 @dataclass
@@ -26,6 +30,11 @@ class CompletionOutput:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def lora_request(self) -> None:
+        """vLLM's field: turbospec serves no LoRA adapters."""
+        return None
+
 
 @dataclass
 class RequestOutput:
@@ -38,3 +47,28 @@ class RequestOutput:
     # per prompt token {token_id: Logprob} (None for the first) once the prompt is computed, when
     # SamplingParams.prompt_logprobs asked for them (vLLM's field)
     prompt_logprobs: list[dict | None] | None = None
+
+    # vLLM's RequestOutput fields that have one value here, read by scripts written for it
+    @property
+    def lora_request(self) -> None:
+        """turbospec serves no LoRA adapters (LLM.generate refuses a lora_request)."""
+        return None
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens served from a prefix cache: turbospec has none, every prompt is prefilled."""
+        return 0
+
+    @property
+    def encoder_prompt(self) -> None:
+        """Decoder-only models only."""
+        return None
+
+    @property
+    def encoder_prompt_token_ids(self) -> None:
+        return None
+
+    @property
+    def kv_transfer_params(self) -> None:
+        """No disaggregated prefill."""
+        return None

@@ -6,11 +6,23 @@ value, or a name that is no field at all, is a ValueError that names it and list
 """
 from __future__ import annotations
 
+import copy
 import difflib
+import enum
 import functools
 from dataclasses import dataclass, fields, replace
 
-from turbospec.structured_outputs import StructuredOutputsParams
+from turbospec.structured_outputs import GuidedDecodingParams, StructuredOutputsParams
+
+__all__ = ["GuidedDecodingParams", "RequestOutputKind", "SamplingParams", "StructuredOutputsParams"]
+
+
+class RequestOutputKind(enum.IntEnum):
+    """vLLM's `SamplingParams.output_kind`. `LLM.generate` / `LLM.chat` return each request's final
+    output whatever it says (vLLM's LLM sets FINAL_ONLY itself), so any value is accepted there."""
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
 
 
 _INT32_MAX = 2**31 - 1
@@ -28,8 +40,8 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False   # keep the matched stop string at the end of the text
     ignore_eos: bool = False
-    logprobs: int | None = None          # top-k logprobs per generated token (plus the chosen one)
-    prompt_logprobs: int | None = None   # the same for every prompt token but the first (vLLM's field)
+    logprobs: int | None = None          # top-k logprobs per generated token (plus the chosen one); -1: all
+    prompt_logprobs: int | None = None   # the same for every prompt token but the first (vLLM's field); -1: all
     skip_special_tokens: bool = True
     n: int = 1                           # completions per prompt (LLM.generate; one engine sequence each)
     # logits processing before temperature (vLLM's semantics, layers/penalties.py); min_p after it
@@ -68,10 +80,11 @@ class SamplingParams:
             raise ValueError(f"min_tokens={self.min_tokens!r} must be a non-negative integer")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens} must be <= max_tokens={self.max_tokens}")
-        if self.logprobs is not None and (not _is_int(self.logprobs) or self.logprobs < 0):
-            raise ValueError(f"logprobs={self.logprobs!r} must be a non-negative integer (or None)")
-        if self.prompt_logprobs is not None and (not _is_int(self.prompt_logprobs) or self.prompt_logprobs < 0):
-            raise ValueError(f"prompt_logprobs={self.prompt_logprobs!r} must be a non-negative integer (or None)")
+        for name in ("logprobs", "prompt_logprobs"):        # -1: the whole vocabulary (vLLM's; LLM resolves it)
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < -1):
+                raise ValueError(f"{name}={v!r} must be a non-negative integer, -1 (every token of the "
+                                 "vocabulary) or None")
         if self.seed is not None and not _is_int(self.seed):
             raise ValueError(f"seed={self.seed!r} must be an integer (or None)")
         if self.seed is not None and not -2**63 <= self.seed < 2**64:       # what torch.Generator takes
@@ -101,6 +114,18 @@ class SamplingParams:
         if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
             raise ValueError(f"structured_outputs={self.structured_outputs!r} must be a StructuredOutputsParams "
                              "(or a dict of its fields, e.g. {'json': schema}) or None")
+
+    def clone(self) -> "SamplingParams":
+        """A deep copy (vLLM's SamplingParams.clone)."""
+        return copy.deepcopy(self)
+
+    @classmethod
+    def from_optional(cls, **kwargs) -> "SamplingParams":
+        """vLLM's constructor that takes None for "the default": fields passed as None get their
+        default value (max_tokens=None too, as in vLLM, is "up to the context length")."""
+        keep_none = ("max_tokens", "seed", "logprobs", "prompt_logprobs", "stop", "stop_token_ids",
+                     "logit_bias", "structured_outputs")
+        return cls(**{k: v for k, v in kwargs.items() if v is not None or k in keep_none})
 
     def for_sample(self, j: int) -> "SamplingParams":
         """The parameters of sample j of n (one engine sequence): n = 1, and seed + j (wrapped to
@@ -173,7 +198,7 @@ NEUTRAL_VALUES: dict[str, tuple] = {
     "bad_words": (None, []),
     "logits_processors": (None, []),
     "truncate_prompt_tokens": (None,),
-    "guided_decoding": (None,),
+    "guided_decoding": (None,),          # any other value: structured_outputs (vLLM's older name)
     "detokenize": (True,),
     "spaces_between_special_tokens": (True,),
     "extra_args": (None, {}),
@@ -192,19 +217,41 @@ def _is_neutral(name: str, value, n) -> bool:
     return is_one_of(value, NEUTRAL_VALUES[name])
 
 
+def _guided_decoding(value, structured_outputs):
+    """vLLM's older `guided_decoding` (a GuidedDecodingParams or a dict of its fields) as
+    `structured_outputs`; both given must agree."""
+    if isinstance(value, dict):
+        value = GuidedDecodingParams(**value)
+    if not isinstance(value, StructuredOutputsParams):
+        raise ValueError(f"guided_decoding={value!r} must be a GuidedDecodingParams (or a dict of its fields, "
+                         "e.g. {'json': schema}) or None; the current name is structured_outputs")
+    if structured_outputs is not None:
+        raise ValueError("SamplingParams got both guided_decoding and structured_outputs (its newer name): "
+                         "pass one of them")
+    return value
+
+
 def _checked_init(init):
     """Refuse, by name, fields that SamplingParams does not have; drop vLLM's at their neutral value."""
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
+        if args:          # vLLM's fields come in another order (its first is n): by name only
+            raise ValueError(f"SamplingParams takes its fields by name (vLLM's positional order differs: its "
+                             f"first field is n, here temperature): got {len(args)} positional argument(s); "
+                             "write e.g. SamplingParams(temperature=0.8, max_tokens=64)")
         for name in [k for k in kwargs if k not in SUPPORTED_FIELDS]:
             value = kwargs.pop(name)
+            if name == "output_kind":       # LLM.generate returns final outputs whatever it says (as vLLM's LLM)
+                if not isinstance(value, int) or value not in tuple(RequestOutputKind):
+                    raise ValueError(f"output_kind={value!r} must be a RequestOutputKind (CUMULATIVE, DELTA or "
+                                     "FINAL_ONLY); LLM.generate returns each request's final output either way")
+                continue
             if name in NEUTRAL_VALUES:
                 if _is_neutral(name, value, kwargs.get("n", 1)):
                     continue
                 if name == "guided_decoding":
-                    raise ValueError("SamplingParams(guided_decoding=...) is vLLM's older name: pass "
-                                     "structured_outputs=StructuredOutputsParams(json=... | regex=... | choice=... | "
-                                     "grammar=... | json_object=True)")
+                    kwargs["structured_outputs"] = _guided_decoding(value, kwargs.get("structured_outputs"))
+                    continue
                 neutral = " or ".join(repr(v) for v in NEUTRAL_VALUES[name]) + (" or n" if name == "best_of" else "")
                 raise ValueError(f"SamplingParams({name}={value!r}): turbospec does not implement {name} "
                                  f"(only its neutral value {neutral} is accepted); supported fields: "

@@ -16,6 +16,8 @@ to a grammar take no decode bursts (their masks are computed on the host, token 
 """
 from __future__ import annotations
 
+import difflib
+import functools
 import json
 from dataclasses import dataclass, fields
 from typing import Any
@@ -125,15 +127,81 @@ class StructuredOutputsParams:
     @classmethod
     def from_dict(cls, d: dict) -> "StructuredOutputsParams":
         """From a request's `structured_outputs` object ({"json": {...}} and so on), its keys checked."""
-        if isinstance(d, cls):
+        if isinstance(d, StructuredOutputsParams):
             return d
         if not isinstance(d, dict):
             raise ValueError(f"structured_outputs must be an object such as {{\"json\": {{...}}}}, not {d!r}")
         names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
+        unknown = sorted(set(d) - names - set(_VLLM_NEUTRAL))
         if unknown:
             raise ValueError(f"structured_outputs has no field {unknown[0]!r}; it takes {', '.join(sorted(names))}")
         return cls(**d)
+
+
+# vLLM's grammar backends: turbospec's is llguidance (vLLM's "guidance"); the constraint, not the
+# backend, defines what is allowed, so a named backend is accepted (as the server accepts
+# guided_decoding_backend). vLLM's "backend:option" strings set what the fields below set.
+BACKENDS = (None, "auto", "guidance", "llguidance", "xgrammar", "outlines", "lm-format-enforcer")
+
+
+def check_backend(backend, where: str = "backend") -> None:
+    if backend in BACKENDS:
+        return
+    if isinstance(backend, str) and backend.split(":", 1)[0] in BACKENDS:
+        raise ValueError(f"{where}={backend!r}: backend options are not read here; set them as fields "
+                         "(disable_any_whitespace=True, disable_additional_properties=True) and leave the "
+                         "backend out (turbospec's is llguidance)")
+    raise ValueError(f"{where}={backend!r}: turbospec's structured-output backend is llguidance; pass one of "
+                     f"{', '.join(repr(b) for b in BACKENDS[1:])} or leave it out")
+
+
+# vLLM fields that turbospec does not implement, accepted at these values only
+_VLLM_NEUTRAL = {"structural_tag": (None,), "backend": BACKENDS, "backend_was_auto": (False, True),
+                 "_backend": BACKENDS, "_backend_was_auto": (False, True)}
+
+
+def _checked_init(cls):
+    """A ValueError naming the field (the dataclass's TypeError named no fix) for a keyword that is
+    no field; vLLM's `backend` accepted (any backend it names), `structural_tag` refused by name."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        names = [f.name for f in fields(cls)]
+        for name in [k for k in kwargs if k not in names]:
+            value = kwargs.pop(name)
+            if name in ("backend", "_backend"):
+                check_backend(value, name)
+                continue
+            if name in _VLLM_NEUTRAL and value in _VLLM_NEUTRAL[name]:
+                continue
+            if name == "structural_tag":
+                raise ValueError("structured outputs: structural_tag is not supported (turbospec holds the whole "
+                                 "output to one json / regex / choice / grammar); express the format as a Lark "
+                                 "grammar (grammar=...) instead")
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"{cls.__name__} has no field {name!r}: {hint}it takes {', '.join(names)}")
+        init(self, *args, **kwargs)
+    cls.__init__ = __init__
+    return cls
+
+
+_checked_init(StructuredOutputsParams)
+
+
+@_checked_init
+@dataclass
+class GuidedDecodingParams(StructuredOutputsParams):
+    """vLLM's older name (`vllm.sampling_params.GuidedDecodingParams`, before 0.11), passed as
+    `SamplingParams(guided_decoding=...)`: the same constraint fields, plus `backend` (checked by
+    check_backend; turbospec's is llguidance)."""
+    backend: str | None = None
+    backend_was_auto: bool = False
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend)
+        super().__post_init__()
 
 
 def _closed_objects(schema: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -124,6 +124,10 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
     if params.min_tokens > room:                                    # (max_tokens in the context: min_tokens <= it)
         raise ValueError(f"min_tokens ({params.min_tokens}) is more than the prompt ({len(ids)} tokens) leaves "
                          f"of the context length {max_model_len}: lower min_tokens to at most {room}")
+    if -1 in (params.logprobs, params.prompt_logprobs):      # vLLM's -1: every token of the vocabulary
+        resolved = replace(params, **{k: config.vocab_size for k in ("logprobs", "prompt_logprobs")
+                                      if getattr(params, k) == -1})
+        resolved.seed, params = params.seed, resolved           # a sample's seed -1 is a seed (for_sample)
     if params.logprobs is not None and params.logprobs > config.vocab_size:
         raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {config.vocab_size}")
     if params.prompt_logprobs is not None and params.prompt_logprobs > config.vocab_size:

@@ -16,9 +16,19 @@ COMMON_KEYS = ("method", "model", "num_speculative_tokens", "draft_length", "bit
 # `revision`: of `model` when it is a Hugging Face id (turbospec/hub.py)
 METHOD_KEYS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": ("revision",),
                "eagle3": ("tree", "revision"), "dflash": ("revision",), "mtp": ("tree", "revision")}
-# vLLM keys a copied config may carry: accepted at these values (they change nothing here)
+# vLLM keys a copied config may carry: accepted at these values (they change nothing here; None as
+# the accepted set: any value). disable_by_batch_size turns drafting off above a batch size in vLLM:
+# speculation is lossless, so that changes speed only (turbospec's own rule: draft_length "auto").
 VLLM_NEUTRAL = {"draft_tensor_parallel_size": (1, None), "quantization": (None,), "revision": (None,),
-                "code_revision": (None,), "disable_by_batch_size": (None,), "disable_logprobs": (True, False)}
+                "code_revision": (None,), "disable_by_batch_size": None, "disable_logprobs": (True, False)}
+_NEUTRAL_HINTS = {"draft_tensor_parallel_size": "turbospec runs the drafter on the target's GPU",
+                  "quantization": "turbospec runs the drafter in the target's dtype",
+                  "code_revision": "turbospec never runs a checkpoint's own code"}
+# vLLM's other method names, and what to use here
+_METHOD_HINTS = {"eagle": "EAGLE-1/2 heads are not supported; for an EAGLE-3 head use 'eagle3'",
+                 "medusa": "Medusa heads are not supported; train an EAGLE-3 or DFlash drafter (turbospec train)",
+                 "mlp_speculator": "MLP speculators are not supported; train an EAGLE-3 or DFlash drafter",
+                 "suffix": "suffix decoding is not implemented; 'ngram' is the model-free method here"}
 
 
 def bitwise_exact(spec: dict[str, Any]) -> bool:
@@ -38,10 +48,13 @@ def _check_keys(spec: dict[str, Any], method: str) -> None:
         if key in known:
             continue
         if key in VLLM_NEUTRAL:
-            if spec[key] not in VLLM_NEUTRAL[key]:
+            if key == "disable_by_batch_size" and spec[key] is not None and (
+                    not isinstance(spec[key], int) or isinstance(spec[key], bool) or spec[key] < 1):
+                raise ValueError(f"speculative_config disable_by_batch_size={spec[key]!r} must be a positive "
+                                 "integer (or null)")
+            if VLLM_NEUTRAL[key] is not None and spec[key] not in VLLM_NEUTRAL[key]:
                 raise ValueError(f"speculative_config {key}={spec[key]!r} is not supported (accepted: "
-                                 f"{', '.join(map(repr, VLLM_NEUTRAL[key]))}; turbospec runs the drafter on the "
-                                 "target's GPU, in its dtype)")
+                                 f"{', '.join(map(repr, VLLM_NEUTRAL[key]))}; {_NEUTRAL_HINTS.get(key, 'it changes nothing else here')})")
         else:
             near = difflib.get_close_matches(str(key), known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -60,6 +73,13 @@ def check_speculative_config(spec: dict[str, Any]) -> tuple[dict[str, Any], str,
                          '{"method": "ngram", "num_speculative_tokens": 4}, or leave it out for plain decoding')
     spec = dict(spec)
     method = spec.get("method")
+    if method in ("ngram", "[ngram]", None) and spec.get("model") in ("ngram", "[ngram]"):
+        spec.pop("model")                  # vLLM's older spelling of the n-gram method: model "[ngram]"
+        method = "ngram"
+    if method == "[ngram]":
+        method = "ngram"
+    if method is not None:
+        spec["method"] = method
     if method is None and spec.get("model"):
         method = "eagle3" if "eagle3" in str(spec["model"]).lower() else "draft_model"
     if method == "oracle":
@@ -67,7 +87,10 @@ def check_speculative_config(spec: dict[str, Any]) -> tuple[dict[str, Any], str,
                          "own greedy continuation, which `turbospec bench spec --shape NAME` computes first; run "
                          "it there")
     if method not in METHODS:
-        raise ValueError(f"speculative_config method {method!r} is not one of {', '.join(METHODS)}")
+        hint = _METHOD_HINTS.get(method) or ("the target's own MTP layers are method 'mtp'"
+                                             if str(method).endswith("_mtp") else None)
+        raise ValueError(f"speculative_config method {method!r} is not one of {', '.join(METHODS)}"
+                         + (f" ({hint})" if hint else ""))
     _check_keys(spec, method)
     k = spec.get("num_speculative_tokens")
     if method != "dflash" and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K):
