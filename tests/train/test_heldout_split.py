@@ -51,3 +51,13 @@ def test_heldout_split_keeps_each_source_record_on_one_side(tiny_target, tmp_pat
     assert plain.group_ids() == list(range(20))
     train, held = split_heldout(plain, 0.25, 256, seed=0)
     assert (len(train), len(held)) == (15, 5)
+
+
+def test_a_text_or_chat_sets_source_field_does_not_group_the_split(tiny_target, tmp_path):
+    # public SFT sets use "source" for a whole sub-dataset (e.g. 3 names over 20 rows): grouping
+    # by it would hold out one sub-dataset or nothing; only regenerate's token-id records group
+    rows = [{"text": CODE + f"x{i} = {i}\n", "source": ["big", "big", "small"][i % 3]} for i in range(20)]
+    ds, _ = load_dataset(str(write_jsonl(tmp_path / "sft.jsonl", rows)), load_tokenizer(str(tiny_target)), 8192, 256)
+    assert ds.group_ids() == list(range(20))
+    train, held = split_heldout(ds, 0.25, 256, seed=0)
+    assert (len(train), len(held)) == (15, 5)

@@ -89,7 +89,7 @@ def parse_records(path: str, vocab_size: int, sources: dict[int, str] | None = N
     """Every line checked (JSON, schema, types) before anything is tokenized; every bad line is
     counted and the first few are named, so one pass over the file finds them all.
     Returns (line number, schema, payload); `sources`, when given, receives {line: the record's
-    string `source` field} (regenerate writes the record its prompt came from)."""
+    string `source` field} for token-id records (regenerate writes the record its prompt came from)."""
     out, errors, bad_lines = [], [], []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
@@ -127,8 +127,9 @@ def _parse_line(path: str, n: int, line: str, vocab_size: int, sources: dict[int
         raise _fail(path, n, f"not valid JSON ({e.msg} at column {e.colno}): one JSON object per line") from None
     if not isinstance(row, dict):
         raise _fail(path, n, f"expected a JSON object with one of: {SCHEMAS}")
-    if sources is not None and isinstance(row.get("source"), str):
-        sources[n] = row["source"]
+    if sources is not None and "prompt_token_ids" in row and isinstance(row.get("source"), str):
+        sources[n] = row["source"]          # regenerate's records only: a text / chat set's "source"
+                                            # often names a whole sub-dataset, not one record
     if "messages" in row or "conversations" in row:
         return n, "chat", _chat_messages(path, n, row)
     if "prompt_token_ids" in row:
