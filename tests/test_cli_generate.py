@@ -99,6 +99,17 @@ def test_top_k_zero_is_no_top_k_as_the_help_says(tiny_qwen3):
     assert outs[0].exit_code == 0 and outs[0].stdout == outs[1].stdout, outs[0].output
 
 
+
+def test_sampling_without_seed_differs_between_runs_and_seed_repeats(tiny_qwen3):
+    """LLM's default seed became 0 (vLLM V1's: a script's samples repeat); the CLI passes seed=None,
+    so `generate --temperature 1` without --seed draws afresh each run, and --seed still repeats."""
+    args = ["--temperature", "1", "--max-tokens", "24", "--ignore-eos"]
+    free = [gen(tiny_qwen3, *args) for _ in range(2)]
+    assert all(r.exit_code == 0 for r in free), free[0].output
+    assert free[0].stdout != free[1].stdout
+    seeded = [gen(tiny_qwen3, *args, "--seed", "3") for _ in range(2)]
+    assert seeded[0].exit_code == 0 and seeded[0].stdout == seeded[1].stdout
+
 def test_stop_and_tokenizer_flags_match_the_python_api(tiny_qwen3, codelm_dir, tmp_path):
     prompt = "def add(a, b):"
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)

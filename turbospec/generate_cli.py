@@ -64,7 +64,8 @@ def generate(
     try:
         llm = LLM(model, device=device, dtype=dtype, speculative_config=spec, quantization=quantization,
                   tokenizer=tokenizer, max_model_len=max_model_len, revision=revision,
-                  tokenizer_revision=tokenizer_revision, download_dir=download_dir)
+                  tokenizer_revision=tokenizer_revision, download_dir=download_dir,
+                  seed=None)          # without --seed a sampled run differs from the last (LLM's default is 0)
     except ValueError as e:
         _fail(_as_flags(str(e), dtype))
     except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback

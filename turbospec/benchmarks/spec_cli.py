@@ -76,7 +76,8 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     try:
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
         ps = load_prompts(prompts, num_prompts)
-        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg, quantization=quantization)
+        llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg, quantization=quantization,
+                  seed=None)          # unseeded sampled requests draw afresh each run, as before LLM's seed 0
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     eng = llm.llm_engine
