@@ -62,9 +62,15 @@ def test_prompt_dict_keys_that_would_be_ignored_are_refused(llm, prompt, words):
     assert not llm.llm_engine.has_unfinished_requests()
 
 
-def test_logprobs_minus_one_is_the_whole_vocabulary(llm):
-    """vLLM's -1: every token's logprob (was refused as negative)."""
+def test_logprobs_minus_one_is_the_whole_vocabulary(llm, tiny_qwen3):
+    """vLLM's -1: every token's logprob (was refused as negative), allowed as in vLLM only by an
+    LLM(max_logprobs=-1): a dict of the whole vocabulary per token is tens of MB of host memory."""
     V = llm.llm_engine.model_config.vocab_size
+    for name in ("logprobs", "prompt_logprobs"):
+        with pytest.raises(ValueError, match=rf"{name}=-1 asks for all {V:,} tokens' logprobs .* max_logprobs=-1"):
+            llm.generate([PROMPT], greedy(max_tokens=2, **{name: -1}))
+    assert not llm.llm_engine.has_unfinished_requests()
+    llm = LLM(str(tiny_qwen3), device="cpu", dtype="float32", max_model_len=96, max_logprobs=-1)
     full = llm.generate([PROMPT], greedy(max_tokens=2, logprobs=-1, prompt_logprobs=-1))[0]
     top = llm.generate([PROMPT], greedy(max_tokens=2, logprobs=3, prompt_logprobs=3))[0]
     assert [len(d) for d in full.outputs[0].logprobs] == [V, V]
@@ -113,7 +119,7 @@ def test_vllm_arguments_that_change_nothing_are_accepted(llm, tiny_qwen3):
     assert other.llm_engine.block_manager.num_usable_blocks == 39
     with pytest.raises(ValueError, match=r"logprobs=3 is more than LLM\(max_logprobs=2\) allows"):
         other.generate([PROMPT], greedy(logprobs=3))
-    with pytest.raises(ValueError, match=r"prompt_logprobs=8192 is more than LLM\(max_logprobs=2\)"):
+    with pytest.raises(ValueError, match=r"prompt_logprobs=-1 asks for all 8,192 tokens' .* max_logprobs=-1"):
         other.generate([PROMPT], greedy(prompt_logprobs=-1))
 
 

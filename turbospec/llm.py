@@ -37,7 +37,8 @@ class LLM:
         settings the defaults of `generate` / `chat` called without SamplingParams
         (`get_default_sampling_params`); "vllm" ignores them; `override_generation_config` (vLLM's)
         sets or overrides them. `max_logprobs` (vLLM's): the most `logprobs` / `prompt_logprobs` a
-        request may ask for (-1 or None: no cap; vLLM's default is 20). Other vLLM arguments:
+        request may ask for (None: no cap, vLLM's default is 20; -1: no cap, and a request may
+        ask for -1, every token of the vocabulary, as vLLM allows only then). Other vLLM arguments:
         turbospec/vllm_args.py."""
         import inspect
         known = [p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "vllm_kwargs")]
@@ -52,6 +53,7 @@ class LLM:
                                          or max_logprobs < -1):
             raise ValueError(f"max_logprobs={max_logprobs!r} must be a non-negative integer, or -1 / None for no cap")
         self._max_logprobs = None if max_logprobs == -1 else max_logprobs
+        self._all_logprobs = max_logprobs == -1          # vLLM's rule: a request's -1 needs max_logprobs=-1
         model = os.fspath(model) if isinstance(model, os.PathLike) else model          # a pathlib.Path too
         if speculative_config is not None:
             from turbospec.spec.factory import check_speculative_config
@@ -170,6 +172,10 @@ class LLM:
             k = getattr(p, name)
             if k == -1:
                 k = self.llm_engine.model_config.vocab_size
+                if not self._all_logprobs:
+                    raise ValueError(f"{name}=-1 asks for all {k:,} tokens' logprobs at every position (a dict of "
+                                     f"{k:,} entries per token): construct the LLM with max_logprobs=-1 to allow it, "
+                                     "as vLLM requires, or ask for a number of top logprobs")
                 setattr(p, name, k)
             if k is not None and self._max_logprobs is not None and k > self._max_logprobs:
                 raise ValueError(f"{name}={k} is more than LLM(max_logprobs={self._max_logprobs}) allows: ask for "
