@@ -94,3 +94,35 @@ def test_dflash_export_advertises_no_remote_code_it_does_not_ship(tiny_target, c
     assert ("| vLLM, SGLang, turbospec (`load_dflash`); z-lab's transformers loader only with its own modeling "
             "file added (below) |") in doc
     assert "put their modeling file (under their license) in the export directory as `dflash.py`" in doc
+
+
+def test_an_export_cut_short_between_renames_is_still_ours(tiny_target, code_jsonl, tmp_path, monkeypatch):
+    """Each file lands by a rename; if the export stops after the first (a kill, a full disk), --out
+    must still read as a turbospec export so that --overwrite may replace it: the marker lands first
+    (before, model.safetensors could land alone and --out was refused as someone else's model)."""
+    from turbospec.train.out_dirs import foreign_checkpoint_files, is_turbospec_export
+    real, landed = os.replace, []
+
+    def replace_once(src, dst):                    # the export's renames only (not the state's)
+        if ".export-" in str(src):
+            if landed:
+                raise OSError(28, "No space left on device")
+            landed.append(os.path.basename(dst))
+        real(src, dst)
+
+    real_listdir = os.listdir                      # the export's files in name order, whatever the file system's
+
+    def listdir(path="."):
+        return sorted(real_listdir(path)) if ".export-" in str(path) else real_listdir(path)
+
+    monkeypatch.setattr(os, "replace", replace_once)
+    monkeypatch.setattr(os, "listdir", listdir)
+    out = tmp_path / "cut"
+    with pytest.raises(OSError):
+        loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=1)))
+    monkeypatch.setattr(os, "replace", real)
+    monkeypatch.setattr(os, "listdir", real_listdir)
+    assert landed == ["training_info.json"]
+    assert is_turbospec_export(str(out)) and foreign_checkpoint_files(str(out)) == []
+    r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=1, overwrite=True)))
+    assert r["step"] == 1 and {"config.json", "model.safetensors", "training_info.json"} <= set(os.listdir(out))

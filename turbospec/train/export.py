@@ -49,7 +49,9 @@ def export_drafter(method: str, draft: torch.nn.Module, out_dir: str, target_con
         if verify:
             check_export(method, tmp, target_config)
         mode = _default_file_mode(tmp)    # safetensors writes 0600: a server running as another user could not read it
-        for fn in sorted(os.listdir(tmp), key=lambda n: n == "config.json"):   # config.json last
+        # training_info.json (our marker) first, config.json last: an export cut short between two
+        # renames is still recognised as ours, so --overwrite may replace it (train/out_dirs.py)
+        for fn in sorted(os.listdir(tmp), key=lambda n: (n == "config.json", n != INFO_FILE)):
             os.chmod(os.path.join(tmp, fn), mode)
             os.replace(os.path.join(tmp, fn), os.path.join(out_dir, fn))
     finally:
