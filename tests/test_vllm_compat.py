@@ -117,6 +117,9 @@ def test_vllm_arguments_that_change_nothing_are_accepted(llm, tiny_qwen3):
     got = other.generate([PROMPT], greedy(logprobs=2))[0].outputs[0]
     assert got.token_ids == want.token_ids and got.logprobs == want.logprobs
     assert other.llm_engine.block_manager.num_usable_blocks == 39
+    unset = LLM(str(tiny_qwen3), device="cpu", dtype="float32", max_model_len=96, num_gpu_blocks_override=None,
+                num_kv_blocks=40)                                    # vLLM's default None: no disagreement
+    assert unset.llm_engine.block_manager.num_usable_blocks == 39
     with pytest.raises(ValueError, match=r"logprobs=3 is more than LLM\(max_logprobs=2\) allows"):
         other.generate([PROMPT], greedy(logprobs=3))
     with pytest.raises(ValueError, match=r"prompt_logprobs=-1 asks for all 8,192 tokens' .* max_logprobs=-1"):
