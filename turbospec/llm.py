@@ -43,8 +43,6 @@ class LLM:
         import inspect
         known = [p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "vllm_kwargs")]
         for name, value in check_llm_kwargs(vllm_kwargs, known).items():       # vLLM's names for ours
-            if name == "num_kv_blocks" and value is None:                      # vLLM's default: unset
-                continue
             if name == "num_kv_blocks" and num_kv_blocks is not None and value != num_kv_blocks:
                 raise ValueError(f"num_gpu_blocks_override={value} and num_kv_blocks={num_kv_blocks} disagree: "
                                  "pass one of them")

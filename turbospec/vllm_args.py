@@ -76,7 +76,8 @@ def check_llm_kwargs(kwargs: dict[str, Any], known: list[str]) -> dict[str, Any]
         raise ValueError(_old_spec_message(old_spec))
     for name, value in kwargs.items():
         if name in RENAMED:
-            renamed[RENAMED[name]] = value
+            if value is not None:                       # None: vLLM's default, unset
+                renamed[RENAMED[name]] = value
             continue
         if name not in LLM_ARGS:
             raise ValueError(f"LLM() got an unknown argument {name!r}: it takes {', '.join(known)}, and vLLM's "
