@@ -328,7 +328,6 @@ def bench(args):
         ideal_us = layer_bytes / copy_bw / 1e6
         # correctness on one layer: same routing, outputs within bf16 noise
         want, want_res = engine_block(x0, r0, L0)
-        from turbospec.kernels.fused_moe import fused_experts  # noqa: F401  (compiled above)
         from turbospec.kernels.fp8_gemm import fast_cvt_enabled
         fast = fp8 and fast_cvt_enabled(dev)                     # as the engine's experts
         variants = [("engine", None)] + [(name, dict(cfg, FAST_CVT=fast)) for name, cfg in (
