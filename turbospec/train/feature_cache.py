@@ -4,7 +4,9 @@ A cached feature belongs to the run setting that wrote it. Which sample the key 
 depends on the data file, its tokenization (chat template, --max-seq-len, --truncate,
 --loss-on-prompt) and the held-out split (--seed, --heldout-fraction, the held-out cap); its values
 depend on the target's weights, its dtype and the captured layers. `manifest.json` records all of
-them (files by path, size and modification time; the target's config.json by hash). A directory
+them (files by path, size and modification time; the target's config.json, its tokenizer files
+and the --chat-template file by content hash: a new tokenizer.json or chat template tokenizes the
+same data into other samples, with the same size and modification time of the data). A directory
 written for another setting is refused before the data is read: it used to be reused silently
 (stale features of other samples) or to fail with a shape traceback. Each entry read is also
 checked against the sample's length and the feature widths.
@@ -20,7 +22,18 @@ import torch
 from turbospec.train.features import Features, TargetModel
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2                      # 2: the tokenizer files and the chat template by content hash
+# what `load_tokenizer` (transformers' AutoTokenizer) reads from a model directory, and *.tiktoken
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
+                   "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json")
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _file_id(path: str) -> dict:
@@ -38,18 +51,33 @@ def target_identity(target_dir: str) -> dict:
     return {"path": os.path.realpath(target_dir), "config_sha256": config_hash, "weights": weights}
 
 
+def tokenizer_identity(target_dir: str, chat_template: str | None) -> dict:
+    """Content hash of each tokenizer file of the target that exists, and of the --chat-template file:
+    they decide how the data is tokenized, so which sample `train-i` is and how long."""
+    names = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(target_dir, n))]
+    names += sorted(n for n in os.listdir(target_dir) if n.endswith(".tiktoken"))
+    files = {n: _sha256(os.path.join(target_dir, n)) for n in names}
+    if chat_template is not None:
+        files["--chat-template"] = _sha256(chat_template)
+    return {"path": os.path.realpath(target_dir), "files": files}
+
+
 def cache_key(cfg, layers: tuple[int, ...], target_dtype: torch.dtype) -> dict:
     """Everything the cached features of sample `train-i` depend on (cfg: a TrainConfig whose
     max_seq_len is resolved)."""
     key = {"format": FORMAT, "method": cfg.method, "target": target_identity(cfg.target),
            "target_dtype": str(target_dtype).removeprefix("torch."), "capture_layers": list(layers),
-           "data": _file_id(cfg.data), "chat_template": _file_id(cfg.chat_template) if cfg.chat_template else None,
+           "data": _file_id(cfg.data), "tokenizer": tokenizer_identity(cfg.target, cfg.chat_template),
+           "chat_template": os.path.realpath(cfg.chat_template) if cfg.chat_template else None,
            "max_seq_len": cfg.max_seq_len, "truncate": cfg.truncate, "loss_on_prompt": cfg.loss_on_prompt,
            "seed": cfg.seed, "heldout_fraction": cfg.heldout_fraction, "heldout_max": cfg.heldout_max}
     return json.loads(json.dumps(key))          # as the manifest reads back (lists, not tuples)
 
 
 def _differences(saved: dict, now: dict) -> list[str]:
+    if saved.get("format") != now.get("format"):
+        return [f"cache format {saved.get('format')!r} -> {now.get('format')!r}: written by another turbospec "
+                "version"]
     out = []
     for k in sorted(set(saved) | set(now)):
         a, b = saved.get(k), now.get(k)
@@ -58,6 +86,10 @@ def _differences(saved: dict, now: dict) -> list[str]:
         if isinstance(a, dict) and isinstance(b, dict):
             if a.get("path") != b.get("path"):
                 out.append(f"{k} {a.get('path')!r} -> {b.get('path')!r}")
+            elif isinstance(a.get("files"), dict) and isinstance(b.get("files"), dict):
+                fa, fb = a["files"], b["files"]
+                changed = sorted(n for n in set(fa) | set(fb) if fa.get(n) != fb.get(n))
+                out.append(f"{k} {b.get('path')!r}: {', '.join(changed)} changed since (content hash)")
             else:
                 out.append(f"{k} {b.get('path')!r} changed since (size, modification time or config)")
         else:
