@@ -139,7 +139,8 @@ def test_captured_layers_are_distinct_and_refused_where_engines_would_collapse_t
 def test_a_failing_acceptance_check_after_export_keeps_the_run(tiny_target, code_jsonl, tmp_path, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("engine bug")
-    monkeypatch.setattr(loop, "measure_acceptance", broken)
+    from turbospec.train import evaluate
+    monkeypatch.setattr(evaluate, "measure_acceptance", broken)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "def f():\\n"}\n')
     r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "run", steps=1, eval_prompts=str(prompts))))
@@ -150,7 +151,7 @@ def test_a_failing_acceptance_check_after_export_keeps_the_run(tiny_target, code
 def test_a_bad_eval_prompts_file_is_refused_before_training(tiny_target, code_jsonl, tmp_path):
     bad = tmp_path / "prompts.jsonl"
     bad.write_text('{"text": "def f():"}\n')             # no 'prompt': found only after training before
-    with pytest.raises(ValueError, match=r"--eval-prompts: .*prompts.jsonl:1 needs a string field 'prompt'"):
+    with pytest.raises(ValueError, match=r"--eval-prompts .*prompts.jsonl:1: no field \"prompt\" \(it has 'text'"):
         TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "run", eval_prompts=str(bad)))
     bad.write_text('{"prompt": "def f():"}\n')
     TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "run", eval_prompts=str(bad)))

@@ -27,17 +27,19 @@ class Batch:
         return torch.arange(S, device=self.lengths.device)[None, :] < self.lengths[:, None]
 
 
-def split_heldout(ds: TokenDataset, fraction: float, max_samples: int, seed: int
-                  ) -> tuple[TokenDataset, TokenDataset]:
-    """A fixed random held-out subset (same for every rank and on resume) of at most
-    min(max_samples, round(n * fraction)) samples, made of whole source records: samples that share
-    a source (regenerate's windows of one data record) fall on one side, so no held-out sample
-    overlaps a trained one. Records are taken in a seeded random order, skipping any that would
-    overshoot the size. Data without sources: every sample is its own record."""
-    n = len(ds)
+# the held-out split's scheme, recorded in the training state: samples of one source record stay on
+# one side. A state without it was saved by the per-sample split before (`per_sample_heldout`).
+SPLIT_SCHEME = "source-record"
+
+
+def _heldout_size(n: int, fraction: float, max_samples: int) -> int:
     k = min(max_samples, max(1, int(round(n * fraction)))) if fraction > 0 else 0
-    if n - k < 1:
-        k = n - 1
+    return n - 1 if n - k < 1 else k
+
+
+def heldout_indices(ds: TokenDataset, fraction: float, max_samples: int, seed: int) -> list[int]:
+    """The held-out samples (sorted) of `split_heldout`."""
+    k = _heldout_size(len(ds), fraction, max_samples)
     members: dict[int, list[int]] = {}
     for i, g in enumerate(ds.group_ids()):
         members.setdefault(g, []).append(i)
@@ -49,8 +51,26 @@ def split_heldout(ds: TokenDataset, fraction: float, max_samples: int, seed: int
             break
         if len(held) + len(records[j]) <= k:
             held += records[j]
+    return sorted(held)
+
+
+def per_sample_heldout(n: int, fraction: float, max_samples: int, seed: int) -> list[int]:
+    """The held-out samples the split chose before SPLIT_SCHEME (each sample on its own; the same
+    as `heldout_indices` for data without shared sources)."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 12345)).tolist()
+    return sorted(perm[:_heldout_size(n, fraction, max_samples)])
+
+
+def split_heldout(ds: TokenDataset, fraction: float, max_samples: int, seed: int
+                  ) -> tuple[TokenDataset, TokenDataset]:
+    """A fixed random held-out subset (same for every rank and on resume) of at most
+    min(max_samples, round(n * fraction)) samples, made of whole source records: samples that share
+    a source (regenerate's windows of one data record) fall on one side, so no held-out sample
+    overlaps a trained one. Records are taken in a seeded random order, skipping any that would
+    overshoot the size. Data without sources: every sample is its own record."""
+    held = heldout_indices(ds, fraction, max_samples, seed)
     chosen = set(held)
-    return ds.subset([i for i in range(n) if i not in chosen]), ds.subset(sorted(held))
+    return ds.subset([i for i in range(len(ds)) if i not in chosen]), ds.subset(held)
 
 
 def collate(ds: TokenDataset, indices: list[int], pad_to: int = 16) -> Batch:

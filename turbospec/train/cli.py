@@ -15,7 +15,10 @@ DATA = typer.Option(..., help="JSONL: text | prompt(+completion) | prompt_token_
 OUT = typer.Option(..., help="export directory for the drafter (config.json + model.safetensors)")
 STEPS = typer.Option(None, help="optimizer steps (default: from --epochs)")
 EPOCHS = typer.Option(None, help="passes over the training split (default 1 when --steps is not given)")
-MAX_MINUTES = typer.Option(None, help="wall-clock budget; stops cleanly, evaluates and exports")
+MAX_MINUTES = typer.Option(None, help="wall-clock budget for training, the final held-out evaluation, the export and "
+                           "--eval-prompts (not the setup): training stops early enough to leave their measured "
+                           "time; the final evaluation takes at most a quarter of it (a fixed subset of the "
+                           "held-out split when the whole would not fit; the log says so)")
 BATCH = typer.Option(8, help="sequences per step per process")
 MAX_SEQ = typer.Option(None, help="tokens per training sequence (default: min(1024, the target's context))")
 TRUNCATE = typer.Option(False, help="cut sequences longer than --max-seq-len instead of failing")
@@ -39,8 +42,11 @@ DEVICE = typer.Option(None, help="cuda (default when available) or cpu")
 TDTYPE = typer.Option(None, help="target dtype (default: what serve --dtype auto runs: on a GPU the checkpoint's dtype, a float32 checkpoint in bfloat16; float32 on CPU): train against what you serve")
 CHAT = typer.Option(None, help="Jinja chat template file (overrides the tokenizer's)")
 CACHE = typer.Option(None, help="optional on-disk feature cache directory (size printed first)")
-EVAL_PROMPTS = typer.Option(None, help="JSONL of held-out prompts: true acceptance via turbospec.LLM at the end")
-EVAL_N = typer.Option(8, help="prompts for the true-acceptance check")
+EVAL_PROMPTS = typer.Option(None, help='JSONL, one JSON object per line with a non-empty string field "prompt" '
+                            '(other fields ignored; the format of `bench spec --prompts`), e.g. {"prompt": "def '
+                            'fib(n):"}: at the end, its first --eval-num-prompts are generated greedily by '
+                            "turbospec.LLM with the exported drafter and without, for the true acceptance length")
+EVAL_N = typer.Option(8, help="prompts of --eval-prompts for the true-acceptance check")
 EVAL_TOK = typer.Option(64, help="tokens per prompt for the true-acceptance check")
 EXPORT_DTYPE = typer.Option("bfloat16", help="bfloat16 | float16 | float32")
 LAYERS = typer.Option(1, "--num-layers", help="drafter decoder layers")
@@ -65,10 +71,11 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _check_files(data: str | None, out: str, overwrite: bool) -> None:
+def _check_files(data: str | None, out: str, overwrite: bool, resumable: bool = False) -> None:
     """What the corpus and regeneration steps read and write, checked before any model is loaded
     (a missing --data or an --out that cannot be written was a traceback after minutes of work;
-    an existing --out, perhaps hours of regeneration, was replaced without a word)."""
+    an existing --out, perhaps hours of regeneration, was replaced without a word). `resumable`:
+    regenerate continues an --out of its own setting, or refuses it (regen_output.py)."""
     if data is not None and not os.path.isfile(data):
         what = "is a directory" if os.path.isdir(data) else "does not exist"
         _fail(f"--data {data!r} {what}: pass a JSONL file (see docs/training.md)")
@@ -77,7 +84,7 @@ def _check_files(data: str | None, out: str, overwrite: bool) -> None:
               f"e.g. {os.path.join(out, 'corpus.jsonl')!r}")
     if data is not None and os.path.exists(out) and os.path.samefile(data, out):
         _fail(f"--out {out!r} is the --data file: writing it would destroy the prompts; pass another --out")
-    if os.path.exists(out) and not overwrite:
+    if os.path.exists(out) and not overwrite and not resumable:
         _fail(f"--out {out!r} already exists ({os.path.getsize(out):,} bytes): pass --overwrite to replace it, "
               "or another --out")
     parent = os.path.dirname(os.path.abspath(out))
@@ -191,16 +198,25 @@ def stdlib_corpus(target: str = typer.Option(..., help="target model directory o
 @train_app.command("regenerate")
 def regenerate(target: str = TARGET,
                data: str = typer.Option(..., help="JSONL whose prompts the target continues"),
-               out: str = typer.Option(..., help="output JSONL (prompt_token_ids + completion_token_ids)"),
-               num_samples: int = typer.Option(2048, help="prompts to continue"),
-               max_new_tokens: int = typer.Option(256), min_prompt: int = typer.Option(64),
-               max_prompt: int = typer.Option(512), temperature: float = typer.Option(0.0, help="0 = greedy"),
+               out: str = typer.Option(..., help="output JSONL (prompt_token_ids, completion_token_ids, "
+                                       "source), its setting beside it in OUT.regen.json"),
+               num_samples: int = typer.Option(2048, help="prompts to continue (at temperature 0 a repeated "
+                                               "prompt is continued once)"),
+               max_new_tokens: int = typer.Option(256),
+               min_prompt: int = typer.Option(64, help="every prompt has at least this many tokens: records whose "
+                                              "prompt is shorter are dropped (the start-up line counts them)"),
+               max_prompt: int = typer.Option(512, help="prompts are cut to at most this many tokens"),
+               temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples, each request its own seed"),
                batch_size: int = typer.Option(256, help="requests per engine batch (its max_num_seqs); capped "
                                                "at 256, the largest batch with CUDA graphs / decode bursts"),
-               max_seconds: float = typer.Option(None, help="stop starting new batches after this"),
+               max_seconds: float = typer.Option(None, help="stop starting new batches after this (the same "
+                                                "command continues)"),
                device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED,
-               overwrite: bool = OVERWRITE_FILE) -> None:
-    """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs."""
+               overwrite: bool = typer.Option(False, help="start --out over (an --out of the same setting is "
+                                              "continued, of another setting refused, without it)")) -> None:
+    """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs.
+
+    The output is written as it goes; run the same command again to continue a stopped run."""
     from turbospec.hub import resolve_model
     from turbospec.train.regenerate import regenerate as run
     from turbospec.train.target_checks import check_device
@@ -208,18 +224,19 @@ def regenerate(target: str = TARGET,
         check_device(device)                                # before any file is read or model loaded
     except ValueError as e:
         _fail(str(e))
-    _check_files(data, out, overwrite)
+    _check_files(data, out, overwrite, resumable=True)
     try:
         target = resolve_model(target, "--target")          # a Hugging Face id: its cached snapshot
     except ValueError as e:
         _fail(str(e))
     try:
         stats = run(target, data, out, num_samples, max_new_tokens, min_prompt, max_prompt, temperature,
-                    device, dtype, batch_size, max_seconds, seed)
+                    device, dtype, batch_size, max_seconds, seed, overwrite=overwrite)
     except (ValueError, OSError) as e:       # OSError: a disk that filled up
         _fail(str(e))
     except KeyboardInterrupt:                # Ctrl-C: the chunks already written stay
-        typer.echo(f"interrupted: {out} holds the samples of the chunks finished before the stop", err=True)
+        typer.echo(f"interrupted: {out} holds the samples of the chunks finished before the stop; the same command "
+                   "continues it", err=True)
         raise typer.Exit(130) from None
     typer.echo(f"wrote {out}: {stats.describe()}")
 

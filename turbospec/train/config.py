@@ -94,7 +94,7 @@ class TrainConfig:
     out: str                            # export directory (config.json + model.safetensors)
     steps: int | None = None            # optimizer steps; None: from epochs
     epochs: float | None = None         # passes over the training split (default 1 if steps unset)
-    max_minutes: float | None = None    # wall-clock budget: stop cleanly, then evaluate and export
+    max_minutes: float | None = None    # budget for training + final evaluation + export + eval-prompts (budget.py)
     batch_size: int = 8                 # sequences per optimizer step per process
     max_seq_len: int | None = None      # tokens per training sequence; None: min(1024, target context)
     truncate: bool = False              # too-long sequences: error (False) or cut to max_seq_len
@@ -118,7 +118,7 @@ class TrainConfig:
     target_dtype: str | None = None     # default: as `serve --dtype auto` runs the target (train against what you serve)
     chat_template: str | None = None    # a Jinja file overriding the tokenizer's template
     feature_cache: str | None = None    # optional on-disk cache of target features
-    eval_prompts: str | None = None     # JSONL with 'prompt': true acceptance via turbospec.LLM at the end
+    eval_prompts: str | None = None     # JSONL, a string "prompt" per line: true acceptance via turbospec.LLM at the end
     eval_num_prompts: int = 8
     eval_max_tokens: int = 64
     export_dtype: str = "bfloat16"
@@ -163,13 +163,8 @@ class TrainConfig:
         if self.export_dtype not in ("bfloat16", "float16", "float32"):
             raise ValueError(f"--export-dtype {self.export_dtype!r}: use bfloat16, float16 or float32")
         if self.eval_prompts is not None:          # read now: a bad file found after training loses the measurement
-            from turbospec.benchmarks.spec import load_prompts
-            if not os.path.isfile(self.eval_prompts):
-                raise ValueError(f"--eval-prompts {self.eval_prompts!r} does not exist")
-            try:
-                load_prompts(self.eval_prompts, self.eval_num_prompts)
-            except ValueError as e:
-                raise ValueError(f"--eval-prompts: {e} (one JSON object with a string 'prompt' per line)") from None
+            from turbospec.train.eval_prompts import load_eval_prompts
+            load_eval_prompts(self.eval_prompts, self.eval_num_prompts)
         if self.init_from is not None:
             if self.resume:
                 raise ValueError("--init-from and --resume exclude each other: --resume continues a training "

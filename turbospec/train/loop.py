@@ -6,7 +6,8 @@ Nothing heavy starts until the data has passed validation.
 
 - AdamW, warm-up + cosine (state.py), gradient clipping, bf16 autocast on CUDA.
 - DDP when launched by torchrun (LOCAL_RANK set): one process per GPU, data sharded by rank.
-- `max_minutes`: the loop stops at the budget (all ranks together), then evaluates and exports.
+- `max_minutes`: one budget for training, the final evaluation, the export and --eval-prompts:
+  training stops early enough to leave their (measured) time (budget.py; all ranks together).
 - Periodic training-state checkpoints (+ an export) every `save_every` steps; `resume` continues.
 - A signal (Ctrl-C, SIGTERM) stops after the step in progress, or aborts an evaluation, then saves
   the state and exports, with no final evaluation (interrupt.py).
@@ -21,10 +22,13 @@ import torch
 import torch.distributed as dist
 
 from turbospec.config import ModelConfig, parse_dtype, resolve_dtype
-from turbospec.train.batches import batches_per_epoch, iterate, split_heldout
+from turbospec.train.batches import SPLIT_SCHEME, batches_per_epoch, iterate, split_heldout
+from turbospec.train.budget import TimeBudget, eval_prompts_estimate_s
 from turbospec.train.config import TrainConfig
 from turbospec.train.data import load_dataset, load_tokenizer
-from turbospec.train.evaluate import autocast_for, evaluate_heldout, measure_acceptance
+from turbospec.train.distributed import setup_distributed
+from turbospec.train.evaluate import (autocast_for, evaluate_heldout, report_true_acceptance, time_longest_batch,
+                                      time_target_step)
 from turbospec.train.export import export_drafter
 from turbospec.train.feature_cache import FeatureCache, cache_key, cached_features, check_cache_dir
 from turbospec.train.features import TargetModel
@@ -34,21 +38,8 @@ from turbospec.train.out_dirs import make_writable_dirs
 from turbospec.train.progress import Log, al_text, fmt, line_due
 from turbospec.train.recipes import build_recipe, capture_layers
 from turbospec.train.state import (check_init_from_target, init_from_export, load_state, lr_at, make_optimizer,
-                                   resume_differences, save_state, set_lr, warmup_warning)
-
-
-def _setup_distributed(cfg: TrainConfig) -> tuple[torch.device, int, int]:
-    if "LOCAL_RANK" not in os.environ:
-        dev = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--device cuda but no CUDA GPU is visible: pass --device cpu")
-        return dev, 0, 1
-    local = int(os.environ["LOCAL_RANK"])
-    use_cuda = torch.cuda.is_available() and cfg.device != "cpu"
-    if use_cuda:
-        torch.cuda.set_device(local)
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    return torch.device(f"cuda:{local}" if use_cuda else "cpu"), dist.get_rank(), dist.get_world_size()
+                                   resume_warnings, save_state, set_lr, split_scheme_note, split_scheme_warning,
+                                   warmup_warning)
 
 
 def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
@@ -57,7 +48,7 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     saved), for a caller that reports a second Ctrl-C (KeyboardInterrupt out of this function)."""
     progress = {} if progress is None else progress
     t_setup = time.perf_counter()
-    device, rank, world = _setup_distributed(cfg)
+    device, rank, world = setup_distributed(cfg)
     torch.manual_seed(cfg.seed + rank)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -95,7 +86,9 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     if len(heldout) == 0:
         log.print(f"warning: no held-out samples ({len(ds)} in all, --heldout-fraction {cfg.heldout_fraction:g}): "
                   "nothing is evaluated during or after training")
+    t_load = time.perf_counter()
     target = TargetModel(cfg.target, layers, device, tdtype)
+    t_load = time.perf_counter() - t_load
     recipe = build_recipe(cfg, target, tokenizer, train_ds)
     draft = recipe.draft
     n_params = sum(p.numel() for p in draft.parameters() if p.requires_grad)
@@ -112,20 +105,16 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     if cfg.init_from:
         init_from_export(cfg.init_from, draft, cfg.method)
         log.print(f"initialized the drafter from {cfg.init_from}")
+    note = None                          # why the held-out metrics may read high (an old split's state)
     if cfg.resume:
         step, elapsed0, saved, extra = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method, cfg.target)
         progress["resumed_step"] = step
         log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
-        changed = resume_differences(saved, cfg)
-        if changed:
-            log.print(f"warning: resuming with other settings than the saved run ({'; '.join(changed)}): the "
-                      "batches and the held-out split are not the ones an uninterrupted run would have seen")
-        if total_steps is not None and step >= total_steps:
-            log.print(f"warning: the saved run is at step {step}, --steps / --epochs give {total_steps}: raise "
-                      "them to train further")
-        if budget is not None and elapsed0 >= budget:
-            log.print(f"warning: the saved run already trained {elapsed0 / 60:.1f} min, the whole --max-minutes "
-                      f"{cfg.max_minutes:g}: raise --max-minutes to train further")
+        for line in resume_warnings(saved, cfg, step, elapsed0, total_steps):
+            log.print(line)
+        note = split_scheme_note(extra, ds, cfg)
+        if note:
+            log.print(split_scheme_warning(note, cfg))
     if (cfg.resume or cfg.init_from) and cfg.method == "eagle3":      # the loaded draft vocabulary
         recipe.trainer.used.copy_(draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device))
     module = recipe.trainer
@@ -140,7 +129,11 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     params = [p for p in draft.parameters() if p.requires_grad]
     info = {**recipe.info, "target": os.path.abspath(cfg.target), "data": os.path.abspath(cfg.data),
             "config": cfg.recorded(draft.config, layers, device, target.dtype),
-            "data_report": dataclasses.asdict(report)}
+            "data_report": dataclasses.asdict(report), "heldout_split": SPLIT_SCHEME}
+    if note:
+        info["heldout_note"] = note
+    # --max-minutes: what training must leave for the final evaluation, export and --eval-prompts
+    tb = TimeBudget.for_run(budget, heldout, cfg.batch_size, world, draft) if budget is not None else None
 
     def export(metrics: dict) -> None:
         if rank == 0:
@@ -155,19 +148,27 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     stream = iterate(train_ds, cfg.batch_size, cfg.seed, step, rank, world)
     running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
     heldout_m: dict = dict(extra.get("heldout") or {})     # resumed: the saved run's last evaluation
-    stop = torch.zeros(3, device=device)
-    interrupted, first_step = None, step
+    interrupted, first_step, eval_step = None, step, None
 
     def save() -> None:
         if rank == 0:
             save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg,
-                       {"heldout": heldout_m})
+                       {"heldout": heldout_m, "heldout_split": SPLIT_SCHEME, "heldout_note": note})
             progress["saved_step"] = step
 
-    def evaluate() -> dict | None:
+    def evaluate(split=heldout) -> dict | None:
         """Held-out metrics; None when a signal (to any rank) stopped the evaluation."""
-        return evaluate_heldout(recipe, target, heldout, cfg.batch_size, autocast, rank, world, cfg.seed,
+        return evaluate_heldout(recipe, target, split, cfg.batch_size, autocast, rank, world, cfg.seed,
                                 stop=signalled_anywhere)
+
+    def probe() -> None:
+        """After the first step: time one held-out batch and a target step (--eval-prompts)."""
+        if len(heldout):
+            dt, toks = time_longest_batch(recipe, target, heldout, cfg.batch_size, autocast, cfg.seed)
+            tb.eval_s_per_token = dt / max(toks, 1)
+        if cfg.eval_prompts:
+            tb.eval_prompts_s = eval_prompts_estimate_s(t_load, time_target_step(target, cfg.eval_num_prompts),
+                                                        cfg.eval_max_tokens, device.type)
 
     with StopRequest() as signals:           # Ctrl-C / SIGTERM: leave after the step, save, export
         def signalled_anywhere() -> bool:    # a collective under DDP: every rank calls it together
@@ -178,22 +179,24 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
             return bool(flag.item())
 
         while total_steps is None or step < total_steps:
-            elapsed = elapsed0 + time.perf_counter() - t0
-            if world > 1:                        # all ranks stop together and share the schedule clock
-                stop[0], stop[1] = float(budget is not None and elapsed >= budget), elapsed
-                stop[2] = float(signals.requested is not None)
+            elapsed, signalled = elapsed0 + time.perf_counter() - t0, signals.requested is not None
+            if world > 1:                        # all ranks stop together, share the clock and the estimates
+                stop = torch.tensor([elapsed, float(signalled)] + (tb.measured() if tb else []),
+                                    dtype=torch.float64, device=device)
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX)
-                over, elapsed, signalled = bool(stop[0]), float(stop[1]), bool(stop[2])
-            else:
-                over, signalled = budget is not None and elapsed >= budget, signals.requested is not None
+                elapsed, signalled = float(stop[0]), bool(stop[1])
+                if tb:
+                    tb.set_measured(stop[2:].tolist())
+            train_end = tb.train_end() if tb else None
             if signalled:
                 interrupted = signals.requested or "a signal to another rank"
                 log.print(f"stopped by {interrupted} at step {step}")
                 break
-            if over:
-                log.print(f"time budget of {cfg.max_minutes:g} min reached at step {step}")
+            if train_end is not None and elapsed >= train_end:
+                log.print(f"time budget: training stops at step {step} ({elapsed / 60:.1f} min), leaving "
+                          f"~{tb.reserve():.0f} s of --max-minutes {cfg.max_minutes:g} for what follows")
                 break
-            frac = max(step / total_steps if total_steps else 0.0, elapsed / budget if budget else 0.0)
+            frac = max(step / total_steps if total_steps else 0.0, elapsed / train_end if train_end else 0.0)
             set_lr(opt, lr_at(step, frac, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
             host = next(stream)
             batch = host.to(device)
@@ -207,14 +210,22 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
                 torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
             step += 1
+            if tb is not None and step == first_step + 1:      # measure what the final phase will take
+                probe()
+                log.print(tb.describe())
             tokens += int(host.lengths.sum())
             running = packed if running is None else running + packed
             line, postfix, now = None, {}, time.perf_counter()
             evaluated = step % cfg.eval_every == 0 and len(heldout) > 0   # first: the line shows its held-out AL
             if evaluated:
+                t_eval = time.perf_counter()
                 m_eval = evaluate()
                 evaluated = m_eval is not None       # None: a signal stopped it; the loop leaves next
                 heldout_m = m_eval if m_eval is not None else heldout_m
+                if evaluated:
+                    eval_step = step
+                    if tb is not None:               # re-measured on the whole split
+                        tb.eval_s_per_token = (time.perf_counter() - t_eval) / max(tb.heldout_tokens, 1)
             if line_due(log, step, first_step, total_steps, cfg.log_every, now - t_log):
                 m = summarize(running, recipe.k)
                 rate = tokens / (now - t_log)                # training time only, not the evaluation's
@@ -229,16 +240,27 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
                 line = (line or f"step {step}") + f"\n  held-out: {fmt(heldout_m)}"
             log.step(1, postfix, line)
             if step % cfg.save_every == 0 and step != total_steps:
+                t_save = time.perf_counter()
                 save()
                 export(heldout_m)
+                if tb is not None:
+                    tb.save_s = time.perf_counter() - t_save
         log.close()
         if interrupted is None and signalled_anywhere():    # during the last step: no final evaluation
             interrupted = signals.requested or "a signal to another rank"
             log.print(f"stopped by {interrupted} at step {step}")
+        t_save = time.perf_counter()
         save()                               # the state first: the final evaluation can take a while
-        if interrupted is None and len(heldout):
-            log.print(f"final held-out evaluation: {len(heldout)} samples (Ctrl-C skips it; the state is saved)")
-            final = evaluate()
+        phases = {"training": elapsed0 + t_save - t0, "save + export": time.perf_counter() - t_save}
+        if interrupted is None and len(heldout) and eval_step == step:
+            log.print(f"final held-out = the evaluation at step {step} (no step since)")
+        elif interrupted is None and len(heldout):
+            split, line = tb.final_split(heldout, cfg.seed) if tb else (heldout, f"final held-out evaluation: "
+                                                                               f"{len(heldout)} samples")
+            log.print(f"{line} (Ctrl-C skips it; the state is saved)")
+            t_eval = time.perf_counter()
+            final = evaluate(split)
+            phases["final held-out evaluation"] = time.perf_counter() - t_eval
             if final is None:
                 interrupted = signals.requested or "a signal to another rank"
                 log.print(f"stopped by {interrupted} during the final held-out evaluation: exporting with the "
@@ -248,7 +270,9 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
         if interrupted is None:
             log.print(f"final held-out ({step} steps, {elapsed0 + time.perf_counter() - t0:.0f} s): "
                       f"{fmt(heldout_m) if len(heldout) else '- (no held-out samples)'}")
+        t_export = time.perf_counter()
         export(heldout_m)                    # interrupted: with the last periodic held-out metrics
+        phases["save + export"] += time.perf_counter() - t_export
         if interrupted is None and signals.requested is not None:      # during the export: no --eval-prompts
             interrupted = signals.requested
     result = {"step": step, "heldout": heldout_m, "out": cfg.out}
@@ -260,27 +284,12 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
             again = "the same command" if cfg.resume else "the same command plus --resume"
             log.print(f"interrupted at step {step}: training state in {cfg.state_dir}; {again} continues the run")
         elif cfg.eval_prompts:
-            result["acceptance"] = _true_acceptance(cfg, recipe, device, log)
+            t_acc = time.perf_counter()
+            result["acceptance"] = report_true_acceptance(cfg, recipe, device, log)
+            phases["--eval-prompts"] = time.perf_counter() - t_acc
+        if tb is not None and interrupted is None:
+            log.print(tb.summary(elapsed0 + time.perf_counter() - t0, phases))
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
     return result
-
-
-def _true_acceptance(cfg: TrainConfig, recipe, device: torch.device, log: Log) -> dict | str:
-    spec = recipe.spec_config(os.path.abspath(cfg.out))
-    try:
-        res = measure_acceptance(cfg.target, spec, cfg.eval_prompts, cfg.eval_num_prompts,
-                                 cfg.eval_max_tokens, str(device))
-    except (ImportError, ValueError, NotImplementedError) as e:
-        log.print(f"true acceptance not measured: {e}")
-        return f"not measured: {e}"
-    except Exception as e:                   # the drafter is exported already: report, do not lose the run
-        log.print(f"true acceptance not measured: the engine failed ({type(e).__name__}: {e}); the exported "
-                  f"drafter in {cfg.out} is complete: measure it with `turbospec bench spec`")
-        return f"not measured: {type(e).__name__}: {e}"
-    log.print(f"true acceptance on {res['num_prompts']} prompts of {cfg.eval_prompts} (greedy, "
-              f"{cfg.eval_max_tokens} tokens, k={recipe.k}): acceptance length "
-              f"{res['acceptance_length'] and round(res['acceptance_length'], 3)}; plain {res['plain_tok_s']:.1f} "
-              f"tok/s, speculative {res['spec_tok_s']:.1f} tok/s; identical {res['identical']}/{res['num_prompts']}")
-    return res

@@ -113,6 +113,53 @@ def resume_differences(saved: dict, config) -> list[str]:
     return out
 
 
+def resume_warnings(saved: dict, cfg, step: int, elapsed: float, total_steps: int | None) -> list[str]:
+    """What a resumed run must say before it trains: other stream settings, a used-up run."""
+    out = []
+    changed = resume_differences(saved, cfg)
+    if changed:
+        out.append(f"warning: resuming with other settings than the saved run ({'; '.join(changed)}): the "
+                   "batches and the held-out split are not the ones an uninterrupted run would have seen")
+    if total_steps is not None and step >= total_steps:
+        out.append(f"warning: the saved run is at step {step}, --steps / --epochs give {total_steps}: raise "
+                   "them to train further")
+    if cfg.max_minutes is not None and elapsed >= cfg.max_minutes * 60:
+        out.append(f"warning: the saved run already trained {elapsed / 60:.1f} min, the whole --max-minutes "
+                   f"{cfg.max_minutes:g}: raise --max-minutes to train further")
+    return out
+
+
+def split_scheme_note(extra: dict, ds, cfg) -> str | None:
+    """None when the saved run held out the samples this run holds out; else why its held-out
+    metrics read high. A state without extra["heldout_split"] was saved by the per-sample split
+    (before SPLIT_SCHEME): for data whose samples share source records (regenerate's windows) that
+    split differs, and some of this run's held-out samples were trained on. A note an earlier
+    resume recorded is carried on (the saved weights saw those samples whatever comes next)."""
+    from turbospec.train.batches import SPLIT_SCHEME, heldout_indices, per_sample_heldout
+    if extra.get("heldout_note"):
+        return extra["heldout_note"]
+    scheme = extra.get("heldout_split")
+    if scheme == SPLIT_SCHEME:
+        return None
+    now = set(heldout_indices(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed))
+    if scheme is None:
+        old = set(per_sample_heldout(len(ds), cfg.heldout_fraction, cfg.heldout_max, cfg.seed))
+        if old == now:                   # no held-out sample shares a source record: the same split
+            return None
+        return (f"the training state was saved before the held-out split kept source records together (it split "
+                f"per sample): {len(now - old)} of the {len(now)} held-out samples were trained on by the saved "
+                f"run, so held-out loss and acceptance read high, and {len(old - now)} samples it held out are "
+                "trained on from now on")
+    return (f"the training state was saved with held-out split {scheme!r}, this turbospec splits by {SPLIT_SCHEME!r}: "
+            "the held-out samples may include ones the saved run trained on, so its metrics may read high")
+
+
+def split_scheme_warning(note: str, cfg) -> str:
+    return (f"warning: --resume from {cfg.state_dir}: {note}. For clean held-out numbers start a new run from its "
+            f"weights instead: --init-from {cfg.out} --out NEW_DIR (without --resume); training_info.json records "
+            "this note")
+
+
 def check_init_from_target(draft_dir: str, method: str, target: str, target_config) -> None:
     """Refuse, before any data is read or the target loaded, an --init-from drafter trained for
     another target: its config.json records the target's vocabulary, the width of the target

@@ -1,0 +1,94 @@
+"""--resume of a training state saved before the held-out split kept source records together: that
+run held out samples per sample, so for regenerate's data (several windows of one record) some of
+this run's held-out samples were trained on. It resumed without a word and reported held-out
+numbers that read high. Now the state records its split scheme; a state without it (or with
+another) is warned about, with the counts and the fix, and training_info.json carries the note."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from tests.train.conftest import write_jsonl
+from turbospec.train import loop
+from turbospec.train.batches import SPLIT_SCHEME, heldout_indices, per_sample_heldout
+from turbospec.train.config import Eagle3Options, TrainConfig
+from turbospec.train.data import load_dataset, load_tokenizer
+
+
+def _regen_rows() -> list[dict]:
+    """What regenerate writes: 3 windows of each of 12 source records."""
+    return [{"prompt_token_ids": [100 + src, 7, 8 + w, 9, 30 + src], "completion_token_ids": [10, 11, 12 + w, 40],
+             "source": f"line {src}"} for src in range(12) for w in range(3)]
+
+
+def _cfg(target, data, out, **kw) -> TrainConfig:
+    return TrainConfig(**(dict(method="eagle3", target=str(target), data=str(data), out=str(out), device="cpu",
+                               batch_size=4, max_seq_len=64, warmup_steps=1, eval_every=100, heldout_fraction=0.25,
+                               steps=2, eagle3=Eagle3Options(ttt_steps=2, draft_vocab_size=300)) | kw))
+
+
+def _mark_state(out, scheme) -> None:
+    """Rewrite the saved state as a run of another split scheme (None: before schemes were recorded)."""
+    path = out / "checkpoint" / "train_state.pt"
+    state = torch.load(path, weights_only=False)
+    assert state["extra"]["heldout_split"] == SPLIT_SCHEME                # what this version records
+    if scheme is None:
+        del state["extra"]["heldout_split"]
+    else:
+        state["extra"]["heldout_split"] = scheme
+    torch.save(state, path)
+
+
+def test_resuming_a_per_sample_split_state_warns_with_counts_and_the_fix(tiny_target, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "regen.jsonl", _regen_rows())
+    out = tmp_path / "run"
+    loop.train(_cfg(tiny_target, data, out))
+    _mark_state(out, None)
+    capsys.readouterr()
+    loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))
+    log = capsys.readouterr().out
+    ds, _ = load_dataset(str(data), load_tokenizer(str(tiny_target)), 8192, 64)
+    now, old = set(heldout_indices(ds, 0.25, 256, 0)), set(per_sample_heldout(len(ds), 0.25, 256, 0))
+    leaked, freed = len(now - old), len(old - now)
+    assert len(now) == 9 and leaked > 0 and freed > 0
+    note = (f"the training state was saved before the held-out split kept source records together (it split per "
+            f"sample): {leaked} of the 9 held-out samples were trained on by the saved run, so held-out loss and "
+            f"acceptance read high, and {freed} samples it held out are trained on from now on")
+    assert (f"warning: --resume from {out / 'checkpoint'}: {note}. For clean held-out numbers start a new run "
+            f"from its weights instead: --init-from {out} --out NEW_DIR (without --resume); training_info.json "
+            "records this note") in log, log
+    info = json.loads((out / "training_info.json").read_text())
+    assert info["heldout_split"] == SPLIT_SCHEME and info["heldout_note"] == note
+    capsys.readouterr()                                                    # the note stays with the weights
+    loop.train(_cfg(tiny_target, data, out, steps=4, resume=True))
+    assert note in capsys.readouterr().out
+    assert json.loads((out / "training_info.json").read_text())["heldout_note"] == note
+
+
+def test_a_state_of_this_split_or_of_sourceless_data_resumes_quietly(tiny_target, code_jsonl, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "regen.jsonl", _regen_rows())
+    out = tmp_path / "run"
+    loop.train(_cfg(tiny_target, data, out))
+    capsys.readouterr()
+    loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))        # saved by this version
+    log = capsys.readouterr().out
+    assert "held-out split" not in log and "resumed from" in log
+    assert "heldout_note" not in json.loads((out / "training_info.json").read_text())
+    plain = tmp_path / "plain"                                             # no sources: the split never changed
+    loop.train(_cfg(tiny_target, code_jsonl, plain, heldout_fraction=0.1, max_seq_len=256))
+    _mark_state(plain, None)
+    capsys.readouterr()
+    loop.train(_cfg(tiny_target, code_jsonl, plain, heldout_fraction=0.1, max_seq_len=256, steps=3, resume=True))
+    assert "held-out split" not in capsys.readouterr().out
+
+
+def test_a_state_of_another_scheme_is_warned_about(tiny_target, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "regen.jsonl", _regen_rows())
+    out = tmp_path / "run"
+    loop.train(_cfg(tiny_target, data, out))
+    _mark_state(out, "by-length")
+    capsys.readouterr()
+    loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))
+    assert (f"warning: --resume from {out / 'checkpoint'}: the training state was saved with held-out split "
+            f"'by-length', this turbospec splits by '{SPLIT_SCHEME}'") in capsys.readouterr().out
