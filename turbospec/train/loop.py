@@ -258,6 +258,8 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
             split, line = tb.final_split(heldout, cfg.seed) if tb else (heldout, f"final held-out evaluation: "
                                                                                f"{len(heldout)} samples")
             log.print(f"{line} (Ctrl-C skips it; the state is saved)")
+            if len(split) < len(heldout):        # training_info.json says so too, not only the log
+                info["final_heldout_samples"] = f"{len(split)} of {len(heldout)} (a fixed random subset: --max-minutes)"
             t_eval = time.perf_counter()
             final = evaluate(split)
             phases["final held-out evaluation"] = time.perf_counter() - t_eval
