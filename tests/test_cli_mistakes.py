@@ -84,3 +84,18 @@ def test_ctrl_c_while_the_subcommands_import_is_one_line_and_exit_130():
             "import turbospec.cli\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 130 and r.stderr.strip() == "turbospec: interrupted", r.stderr
+
+
+def test_python_m_turbospec_serve_is_the_serve_command():
+    """`python -m turbospec.serve` ran `typer.run(serve)`: vLLM's several-value flags
+    (`--served-model-name a b`) were refused and its help was typer's raw layout. Now the same command:
+    it parses them and stops at the next mistake (the port) with serve's own line, before any model loads."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "turbospec.serve", "models/codelm-12m", "--served-model-name", "a",
+                        "b", "--device", "cpu", "--port", "70000"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "--port 70000 is not a TCP port" in r.stderr + r.stdout, (r.stdout, r.stderr)
+    h = subprocess.run([sys.executable, "-m", "turbospec.serve", "--help"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert h.returncode == 0 and "serve [OPTIONS] MODEL" in h.stdout and "{model}" not in h.stdout, h.stdout

@@ -1,7 +1,8 @@
-"""`python -m turbospec.serve MODEL ...`, the same as `turbospec serve MODEL ...`."""
-import typer
+"""`python -m turbospec.serve MODEL ...`, the same as `turbospec serve MODEL ...` (the same command
+object: vLLM's several-value flags, readable help, the same errors)."""
+import sys
 
-from turbospec.serve.cli import serve
+from turbospec.cli import app
 
 if __name__ == "__main__":
-    typer.run(serve)
+    app(["serve", *sys.argv[1:]], prog_name="python -m turbospec.cli")
