@@ -58,3 +58,28 @@ def test_on_a_terminal_the_prompt_and_marks_are_dimmed(codelm_dir):
     dim = "\x1b[2m"
     assert r.stdout.startswith(f"{dim}{PROMPTS[0]}\x1b[0m\n{dim}{COMPLETION_MARK}\x1b[0m\n"), repr(r.stdout)
     assert f"{dim}[finish_reason: length (--max-tokens 4 reached), 4 tokens]" in r.stdout
+
+
+def test_at_the_models_own_limit_the_hint_does_not_say_raise_max_model_len():
+    """At max_position_embeddings raising --max-model-len cannot help (the engine caps it there and warns),
+    so the hint says whose limit it is."""
+    from types import SimpleNamespace
+
+    from turbospec.generate_cli import finish_reason
+    out = SimpleNamespace(token_ids=[7] * 2045, finish_reason="length", stop_reason=None)
+    assert finish_reason(out, 4000, 2048, 2048) == ("length (the model's context length 2048 reached (its "
+                                                    "max_position_embeddings): shorten the prompt), 2045 tokens")
+    assert "raise --max-model-len" in finish_reason(out, 4000, 1024, 2048)
+
+
+def test_a_warning_is_one_line_on_the_commands_stderr(codelm_dir):
+    """Python's own format put `.../engine_factory.py:53: UserWarning:` and a line of our source on the CLI."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "turbospec.cli", "generate", str(codelm_dir), "-p", "x", "--device",
+                        "cpu", "--max-tokens", "1", "--max-model-len", "4096"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0] == ("turbospec: warning: max_model_len=4096 is over the model's "
+                                        "max_position_embeddings (2048): requests are limited to 2048 tokens"), r.stderr
+    assert "UserWarning" not in r.stderr and "return cls(" not in r.stderr, r.stderr

@@ -82,6 +82,16 @@ def _show_version(value: bool) -> None:
 def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
                                        help="Print the version and exit.")) -> None:
     """turbospec: fast, lossless speculative decoding for open LLMs."""
+    import warnings
+    warnings.formatwarning = one_line_warning      # not `file.py:53: UserWarning: ...` + a source line
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning on a command's stderr: one line, `turbospec: warning: ...` (a library's warning keeps its
+    category and origin, so that it is not taken for ours)."""
+    if category is UserWarning and "turbospec" in filename:
+        return f"turbospec: warning: {message}\n"
+    return f"warning ({category.__name__}, {filename.rsplit('/', 1)[-1]}:{lineno}): {message}\n"
 
 
 def _register_subcommands() -> None:

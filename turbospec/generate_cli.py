@@ -89,19 +89,23 @@ def generate(
         typer.secho(o.prompt, dim=True)                  # click drops the style when stdout is no terminal
         typer.secho(COMPLETION_MARK, dim=True)
         typer.echo(o.outputs[0].text)
-        why = finish_reason(o.outputs[0], max_tokens, llm.llm_engine.max_model_len)
+        why = finish_reason(o.outputs[0], max_tokens, llm.llm_engine.max_model_len,
+                            llm.llm_engine.model_config.max_position_embeddings)
         typer.secho(f"[finish_reason: {why}]", dim=True)
     typer.echo(summary(llm, spec, sum(len(o.outputs[0].token_ids) for o in outs), dt), err=True)
 
 
-def finish_reason(out, max_tokens: int, max_model_len: int) -> str:
-    """`length (--max-tokens 40 reached), 40 tokens`: the reason and what caused it."""
+def finish_reason(out, max_tokens: int, max_model_len: int, model_limit: int | None = None) -> str:
+    """`length (--max-tokens 40 reached), 40 tokens`: the reason and what caused it. model_limit: the
+    model's max_position_embeddings (at it, raising --max-model-len cannot help)."""
     n, why = len(out.token_ids), None
     if out.finish_reason == "stop":
         why = ("end-of-sequence token" if out.stop_reason is None else f"stop string {out.stop_reason!r}"
                if isinstance(out.stop_reason, str) else f"stop token {out.stop_reason}")
     elif out.finish_reason == "length":
         why = (f"--max-tokens {max_tokens} reached" if n >= max_tokens else
+               f"the model's context length {max_model_len} reached (its max_position_embeddings): shorten the "
+               "prompt" if model_limit is not None and max_model_len >= model_limit else
                f"the context length {max_model_len} reached: raise --max-model-len or shorten the prompt")
     return f"{out.finish_reason}{f' ({why})' if why else ''}, {n} token{'s' * (n != 1)}"
 
