@@ -83,3 +83,11 @@ def test_a_warning_is_one_line_on_the_commands_stderr(codelm_dir):
     assert r.stderr.splitlines()[0] == ("turbospec: warning: max_model_len=4096 is over the model's "
                                         "max_position_embeddings (2048): requests are limited to 2048 tokens"), r.stderr
     assert "UserWarning" not in r.stderr and "return cls(" not in r.stderr, r.stderr
+
+
+def test_the_summary_names_fp8_weights(codelm_dir):
+    """`--quantization fp8` printed `cpu, float32, plain decoding`: the summary did not say the weights were FP8."""
+    r = gen(codelm_dir, "--max-tokens", "2", "--quantization", "fp8")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.strip().splitlines()[-1].endswith(
+        "| cpu, float32 activations, fp8 weights (quantized at load), plain decoding"), r.stderr

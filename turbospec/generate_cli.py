@@ -32,7 +32,7 @@ def generate(
     frequency_penalty: float = typer.Option(0.0, help="[-2, 2], per occurrence among the generated tokens"),
     presence_penalty: float = typer.Option(0.0, help="[-2, 2], once for a token already generated"),
     min_p: float = typer.Option(0.0, help="[0, 1]: drop tokens below min_p x the top token's probability"),
-    device: str = typer.Option(None, help="cuda or cpu (default: cuda if available)"),
+    device: str = typer.Option(None, help="cuda, cuda:N or cpu (default: cuda if available)"),
     dtype: str = typer.Option(None, help="auto (default: on a GPU the checkpoint's dtype, a float32 checkpoint in bfloat16; on CPU float32), bfloat16, float16 or float32"),
     speculative_config: str = typer.Option(None, "--speculative-config",
                                            help=f"JSON, e.g. {EXAMPLE}; leave it out for plain decoding"),
@@ -92,7 +92,7 @@ def generate(
         why = finish_reason(o.outputs[0], max_tokens, llm.llm_engine.max_model_len,
                             llm.llm_engine.model_config.max_position_embeddings)
         typer.secho(f"[finish_reason: {why}]", dim=True)
-    typer.echo(summary(llm, spec, sum(len(o.outputs[0].token_ids) for o in outs), dt), err=True)
+    typer.echo(summary(llm, spec, sum(len(o.outputs[0].token_ids) for o in outs), dt, quantization), err=True)
 
 
 def finish_reason(out, max_tokens: int, max_model_len: int, model_limit: int | None = None) -> str:
@@ -110,8 +110,9 @@ def finish_reason(out, max_tokens: int, max_model_len: int, model_limit: int | N
     return f"{out.finish_reason}{f' ({why})' if why else ''}, {n} token{'s' * (n != 1)}"
 
 
-def summary(llm, spec: dict | None, n: int, dt: float) -> str:
-    """`120 tokens in 0.58 s: 205.1 tok/s, acceptance length 3.25 | cpu, float32, ngram k=4`."""
+def summary(llm, spec: dict | None, n: int, dt: float, quantization: str | None = None) -> str:
+    """`120 tokens in 0.58 s: 205.1 tok/s, acceptance length 3.25 | cpu, float32, ngram k=4` (and the FP8
+    weights after the dtype: `float32 activations, fp8 weights (quantized at load)`)."""
     engine = llm.llm_engine
     line = f"{n} tokens in {dt:.2f} s: {n / dt:.1f} tok/s"
     m = llm.get_metrics()
@@ -123,7 +124,13 @@ def summary(llm, spec: dict | None, n: int, dt: float) -> str:
         method = (f"{spec['method']} tree (budget {k})" if getattr(engine.proposer, "tree", None) else
                   f"{spec['method']} k=auto (up to {k})" if getattr(engine, "adaptive", None) else
                   f"{spec['method']} k={k}")
-    return f"{line} | {engine.device}, {str(engine.dtype).removeprefix('torch.')}, {method}"
+    dtype = str(engine.dtype).removeprefix("torch.")
+    qc = engine.model_config.quantization_config or {}
+    if quantization:
+        dtype += f" activations, {quantization} weights (quantized at load)"
+    elif qc.get("quant_method"):
+        dtype += f" activations, {qc['quant_method']} weights (the checkpoint's)"
+    return f"{line} | {engine.device}, {dtype}, {method}"
 
 
 def _speculative_config(raw: str | None) -> dict | None:

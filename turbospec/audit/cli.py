@@ -106,7 +106,8 @@ def audit(
     daily_output_tokens: Optional[float] = typer.Option(None, "--daily-output-tokens",
         help="Annual cost from this load instead of the fleet's hours"),
     model_config: Optional[str] = typer.Option(None, "--model-config",
-        help="HF config.json, model dir, or preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b, sarvam-30b; -fp8 suffix)"),
+        help="HF config.json, model dir, Hugging Face id, or preset (qwen3-8b, qwen3-30b-a3b, llama-3.1-8b, "
+             "sarvam-30b; -fp8 suffix)"),
     weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype",
         help=f"The dtype the server serves the weights in ({', '.join(WEIGHT_DTYPES)}), when it is not the one "
              "the model config names (default: the config's, which the report says)"),

@@ -47,7 +47,7 @@ def serve(
                                            help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'.'),
     host: str = typer.Option("127.0.0.1", help="Interface to bind (0.0.0.0 exposes the server)."),
     port: int = typer.Option(8000, help="TCP port (0-65535; 0: any free port)."),
-    device: str = typer.Option(None, help="cuda or cpu (default: cuda when available)."),
+    device: str = typer.Option(None, help="cuda, cuda:N or cpu (default: cuda when available)."),
     dtype: str = typer.Option("auto", help="auto, float32, bfloat16, float16. auto (vLLM's): on GPU the checkpoint's "
                               "torch_dtype (a float32 checkpoint runs in bfloat16); on CPU float32."),
     quantization: str = typer.Option(None, help="fp8: quantize the checkpoint's linear weights to block-FP8 (128 x 128) at load; an FP8 checkpoint (quantization_config) is detected by itself."),
