@@ -1,9 +1,10 @@
 """Rotary position embedding (neox style: the two halves of each head rotate together, as in HF
 Llama/Qwen3 `rotate_half`), from a cos/sin cache precomputed over all positions.
 
-Rope scaling changes only the inverse frequencies: `linear` divides them all by `factor`;
+Rope scaling changes the inverse frequencies: `linear` divides them all by `factor`;
 `llama3` (Llama 3.1) divides the low frequencies by `factor`, keeps the high ones and blends in
-between. The cache is float32; it is cast to the query dtype on use, as HF does. On CUDA one
+between; `yarn` ramps likewise by rotations over the original context and also scales cos / sin.
+The cache is float32; it is cast to the query dtype on use, as HF does. On CUDA one
 Triton kernel (`turbospec.kernels.rope`) applies the optional per-head q/k norm and the rotation.
 """
 from __future__ import annotations
@@ -34,9 +35,35 @@ def compute_inv_freq(rotary_dim: int, rope: RopeConfig) -> torch.Tensor:
         smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
         is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
         inv_freq = torch.where(is_medium, smoothed, scaled)
+    elif rope.rope_type == "yarn":
+        # the dims that turn fewer than beta_slow times over the original context are interpolated
+        # (divided by factor), those that turn more than beta_fast times kept, a linear ramp between
+        def dim_at(rotations: float) -> float:
+            return (rotary_dim * math.log(rope.original_max_position_embeddings / (rotations * 2 * math.pi))
+                    / (2 * math.log(rope.theta)))
+        low, high = dim_at(rope.beta_fast), dim_at(rope.beta_slow)
+        if rope.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, rotary_dim - 1)
+        ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float32) - low) / max(high - low, 1e-3)).clamp(0, 1)
+        inv_freq = inv_freq / rope.factor * ramp + inv_freq * (1 - ramp)
     elif rope.rope_type != "default":
         raise ValueError(f"rope type {rope.rope_type!r} is not supported")
     return inv_freq
+
+
+def attention_scale(rope: RopeConfig) -> float:
+    """The factor yarn puts on cos and sin (so on every q.k logit, squared); 1 for the other ropes."""
+    if rope.rope_type != "yarn":
+        return 1.0
+    if rope.attention_factor is not None:
+        return rope.attention_factor
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+    if rope.mscale and rope.mscale_all_dim:
+        return mscale(rope.factor, rope.mscale) / mscale(rope.factor, rope.mscale_all_dim)
+    return mscale(rope.factor)
 
 
 class RotaryEmbedding(nn.Module):
@@ -46,9 +73,10 @@ class RotaryEmbedding(nn.Module):
         inv_freq = compute_inv_freq(head_dim, rope)                      # [D/2]
         t = torch.arange(max_position, dtype=torch.float32)              # [max_position]
         freqs = torch.outer(t, inv_freq.to(t.device))                    # [max_position, D/2]
+        scale = attention_scale(rope)                                    # yarn's; 1 otherwise
         # not checkpoint tensors: excluded from state_dict and from the loader's bookkeeping
-        self.register_buffer("cos_cache", freqs.cos(), persistent=False)  # [max_position, D/2]
-        self.register_buffer("sin_cache", freqs.sin(), persistent=False)  # [max_position, D/2]
+        self.register_buffer("cos_cache", freqs.cos() * scale, persistent=False)  # [max_position, D/2]
+        self.register_buffer("sin_cache", freqs.sin() * scale, persistent=False)  # [max_position, D/2]
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                 q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # the config's names stay importable from here, where they lived before models/dflash_config.py
+from turbospec.layers.rotary import attention_scale
 from turbospec.models.dflash_config import (ARCHITECTURE, DFlashConfig, choose_mask_token_id,  # noqa: F401
                                             default_target_layer_ids)
 from turbospec.models.draft_layers import (KV, GatedMLP, RMSNorm, apply_rope, attend, load_state,
@@ -86,6 +87,7 @@ class DFlashDraftModel(nn.Module):
         self.layers = nn.ModuleList([DFlashDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+        self.rope_scale = attention_scale(cfg.rope)            # yarn's cos / sin factor; 1 otherwise
         # a draft's own tables / mask row (vLLM uses them when shipped); None: the target's / its row
         self.embed_tokens: nn.Embedding | None = None
         self.lm_head: nn.Linear | None = None
@@ -109,7 +111,7 @@ class DFlashDraftModel(nn.Module):
         """KV injection: features [B, C, n*T] of committed tokens at positions [B, C] -> per layer
         (k, v) [B, nkv, C, D]. Depends only on the context, so it can be computed once and cached."""
         ctx = self.hidden_norm(self.fc(features))                                      # [B, C, H]
-        cos, sin = rope_cos_sin(self.inv_freq, positions)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, self.rope_scale)
         return [layer.self_attn.project_kv(ctx, cos, sin) for layer in self.layers]
 
     def attention_masks(self, key_pos: torch.Tensor, key_valid: torch.Tensor, query_pos: torch.Tensor
@@ -134,7 +136,7 @@ class DFlashDraftModel(nn.Module):
         """noise_embeds [B, S, H] (embedded [anchor, mask, ...] blocks), positions [B, S], ctx_kv
         per layer [B, nkv, C, D] (from `context_kv`, or a cache), attn_mask [B, 1, S, C+S] bool or
         one per layer (None: every key visible). Returns final-normed hidden [B, S, H]."""
-        cos, sin = rope_cos_sin(self.inv_freq, positions)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, self.rope_scale)
         x = noise_embeds
         for i, layer in enumerate(self.layers):
             m = attn_mask[i] if isinstance(attn_mask, list) else attn_mask

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob
 import json
-import math
 import os
 from typing import Any, Callable
 
@@ -36,25 +35,19 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(head_dim: int, rope: RopeConfig) -> torch.Tensor:
-    """[D/2] float32 inverse frequencies (default / linear / llama3 scaling)."""
-    inv = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    if rope.rope_type == "linear":
-        inv = inv / rope.factor
-    elif rope.rope_type == "llama3":
-        old = rope.original_max_position_embeddings
-        wavelen = 2 * math.pi / inv
-        smooth = (old / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
-        low = wavelen > old / rope.low_freq_factor
-        high = wavelen < old / rope.high_freq_factor
-        mid = (1 - smooth) * inv / rope.factor + smooth * inv
-        inv = torch.where(low, inv / rope.factor, torch.where(high, inv, mid))
-    return inv
+    """[D/2] float32 inverse frequencies (default / linear / llama3 / yarn scaling: the target's)."""
+    from turbospec.layers.rotary import compute_inv_freq
+    return compute_inv_freq(head_dim, rope)
 
 
-def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [B, S] -> cos, sin [B, 1, S, D/2] float32 (broadcast over heads)."""
+def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor,
+                 scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [B, S] -> cos, sin [B, 1, S, D/2] float32 (broadcast over heads); scale: yarn's
+    attention factor (layers.rotary.attention_scale), 1 for the other ropes."""
     freqs = positions.float()[..., None] * inv_freq.to(positions.device)   # [B, S, D/2]
-    return freqs.cos()[:, None], freqs.sin()[:, None]
+    if scale == 1.0:
+        return freqs.cos()[:, None], freqs.sin()[:, None]
+    return (freqs.cos() * scale)[:, None], (freqs.sin() * scale)[:, None]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from turbospec.layers.rotary import attention_scale
 from turbospec.models.draft_layers import (KV, GatedMLP, RMSNorm, apply_rope, attend, causal_mask,
                                            load_state, read_checkpoint, read_config, rope_cos_sin,
                                            rope_inv_freq)
@@ -100,6 +101,7 @@ class Eagle3DraftModel(nn.Module):
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope), persistent=False)
+        self.rope_scale = attention_scale(cfg.rope)            # yarn's cos / sin factor; 1 otherwise
         self._shared: dict[str, nn.Module] = {}      # target modules, kept out of state_dict
 
     def share_target_modules(self, embed: nn.Module, lm_head: nn.Module | None) -> None:
@@ -132,7 +134,7 @@ class Eagle3DraftModel(nn.Module):
         [B, nkv, P, D] prepended to the new keys; attn_mask [B, 1, S, P+S] bool (None: all past
         visible, causal among new). Returns pre-norm output [B, S, H] and the new K/V per layer
         (rotated, [B, nkv, S, D]) for the caller to cache."""
-        cos, sin = rope_cos_sin(self.inv_freq, positions)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, self.rope_scale)
         x, new_kv = hidden, []
         for i, layer in enumerate(self.layers):
             x, kv = layer(x, embeds if i == 0 else None, cos, sin, attn_mask,

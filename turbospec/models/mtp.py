@@ -47,6 +47,7 @@ from torch import nn
 
 from turbospec.config import ModelConfig
 from turbospec.layers.moe import fused_experts, fused_experts_torch, select_experts
+from turbospec.layers.rotary import attention_scale
 from turbospec.models.draft_layers import (KV, GatedMLP, RMSNorm, apply_rope, attend, causal_mask,
                                            rope_cos_sin, rope_inv_freq)
 
@@ -150,6 +151,7 @@ class MTPModule(nn.Module):
         self.head = nn.Linear(H, t.vocab_size, bias=False) if cfg.own_head else None
         self.embed_tokens = nn.Embedding(t.vocab_size, H) if cfg.own_embed else None
         self.register_buffer("inv_freq", rope_inv_freq(t.head_dim, t.rope), persistent=False)
+        self.rope_scale = attention_scale(t.rope)            # yarn's cos / sin factor; 1 otherwise
         self._shared: dict[str, nn.Module] = {}      # target modules, kept out of state_dict
 
     def share_target_modules(self, embed: nn.Module, lm_head: nn.Module) -> None:
@@ -182,7 +184,7 @@ class MTPModule(nn.Module):
         if self.config.zero_embed_at_pos0:
             embeds = embeds.masked_fill((positions == 0)[..., None], 0.0)
         x = self.fc(torch.cat([self.embed_norm(embeds), self.hidden_norm(hidden)], dim=-1))  # [B, S, H]
-        cos, sin = rope_cos_sin(self.inv_freq, positions)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, self.rope_scale)
         y, kv = self.layer(x, cos, sin, attn_mask, past_kv[0] if past_kv else None)
         return self.norm(y), [kv]
 
