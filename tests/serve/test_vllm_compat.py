@@ -56,6 +56,8 @@ def test_vllm_extras_at_their_defaults_are_served(server):
     ("truncate_prompt_tokens", 8, "shorten the prompt"),
     ("spaces_between_special_tokens", False, "accepted only as true"),
     ("priority", 5, "accepted only as 0"),
+    ("reasoning_effort", "low", '{"enable_thinking": false}'),       # OpenAI's: what to send instead
+    ("verbosity", "low", "accepted only as null"),
 ])
 def test_vllm_extras_it_does_not_implement_are_refused_by_name(server, field, value, words):
     """Not 'unknown parameter' (they are vLLM's documented fields) but unsupported, with what to do."""

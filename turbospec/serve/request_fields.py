@@ -27,6 +27,7 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "prediction": (None,),
     "reasoning_effort": (None,),
     "web_search_options": (None,),
+    "verbosity": (None,),                         # OpenAI's GPT-5 length control: no open-model meaning
     # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
     "spaces_between_special_tokens": (True, None),
     "truncate_prompt_tokens": (None,),
@@ -49,4 +50,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 UNSUPPORTED_HINTS: dict[str, str] = {
     "chat_template": "start the server with --chat-template FILE instead",
     "truncate_prompt_tokens": "shorten the prompt on the client",
+    "reasoning_effort": ("for a Qwen3-style template send chat_template_kwargs: {\"enable_thinking\": false} "
+                         "to turn thinking off"),
 }
