@@ -27,7 +27,9 @@
 #
 # Options (environment): ONLY=eagle3|dflash trains one drafter alone (the whole GPU); INIT_EAGLE3=DIR /
 # INIT_DFLASH=DIR continue from an exported drafter (`--init-from`: new optimizer and schedule);
-# LR (peak, default 6e-4), TRAIN_MIN (minutes per drafter), DFLASH_LAYERS (default 4);
+# LR (peak, default 6e-4; dry run 3e-3), WARMUP (--warmup-steps, default 100; dry run 5), TRAIN_MIN
+# (minutes per drafter), DFLASH_LAYERS (default 4); PY (the Python that runs every stage; default the
+# repo's .venv/bin/python, which `make venv` / `make demo` / `make test` build, else python3);
 # DFLASH_DATA=regen trains DFlash on the regenerated continuations only, loss on the completions
 # (default `all`: regenerated + raw stdlib, every position). Deep block slots are labeled with the
 # target's prediction after the true prefix; on raw code that prefix is a human's, not the target's
@@ -41,13 +43,26 @@
 # for the committed DFlash drafter's last run; EXTRA_CORPUS= for the library alone);
 # the dry run defaults it to `--root <the json package's directory>` (a small corpus).
 #
-# CPU dry run of the very same path with tiny budgets (checks every stage end to end):
+# CPU dry run of the very same path with tiny budgets (checks every stage end to end), with the
+# quick-learning settings of docs/training.md (--warmup-steps 5 --lr 3e-3):
 #   DRY_RUN=1 OUT=/tmp/dry bash bench/gpu_train.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the output directory}"
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
-PY=${PY:-python3}
+# the interpreter: the repo's venv (README's `make demo` / `make test` install into it and never
+# activate it) unless PY is set; every stage needs turbospec's dependencies, checked before anything runs
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY="$PWD/.venv/bin/python"; else PY=python3; fi
+fi
+PYINFO=$("$PY" -c 'import importlib.util as u, sys
+print(sys.version.split()[0] + ":" + ", ".join(m for m in ("torch", "typer", "transformers", "tokenizers", "safetensors") if u.find_spec(m) is None))' 2>/dev/null) || {
+  echo "FATAL: PY=$PY does not run ($("$PY" -V 2>&1 | tail -n 1)): run \`make venv\` (the repo's .venv, used by default when it exists) or set PY=/path/to/python"
+  exit 1; }
+if [ -n "${PYINFO#*:}" ]; then
+  echo "FATAL: $PY (Python ${PYINFO%%:*}) lacks ${PYINFO#*:}, which every stage needs: run \`make venv\` (the repo's .venv, used by default when it exists), or set PY=/path/to/python of an environment with turbospec installed (pip install -e .)"
+  exit 1
+fi
 MODEL=models/codelm-12m
 PROMPTS=bench/prompts/heldout_code.jsonl
 WORK=${WORK:-$(mktemp -d /tmp/turbospec-train.XXXXXX)}
@@ -61,32 +76,35 @@ if [ "${DRY_RUN:-0}" = 1 ]; then      # same commands, CPU-sized
   DEVICE=${DEVICE:-cpu}; REGEN_SAMPLES=${REGEN_SAMPLES:-8}; REGEN_SECONDS=${REGEN_SECONDS:-60}
   REGEN_BATCH=${REGEN_BATCH:-8}; REGEN_TOKENS=${REGEN_TOKENS:-16}; TRAIN_MIN=${TRAIN_MIN:-0.3}
   BATCH=${BATCH:-2}; RAW_LIMIT=${RAW_LIMIT:-24}; SEQ=${SEQ:-256}; EVAL_EVERY=${EVAL_EVERY:-5}
-  BENCH_PROMPTS=${BENCH_PROMPTS:-2}; BENCH_TOKENS=${BENCH_TOKENS:-16}; EXTRA_CORPUS=${EXTRA_CORPUS:---root $(dirname "$($PY -c 'import json; print(json.__file__)')")}
+  BENCH_PROMPTS=${BENCH_PROMPTS:-2}; BENCH_TOKENS=${BENCH_TOKENS:-16}; EXTRA_CORPUS=${EXTRA_CORPUS:---root $(dirname "$("$PY" -c 'import json; print(json.__file__)')")}
+  LR=${LR:-3e-3}; WARMUP=${WARMUP:-5}      # quick learning: a few steps reach the peak (docs/training.md)
 else
   DEVICE=${DEVICE:-cuda}; REGEN_SAMPLES=${REGEN_SAMPLES:-49152}; REGEN_SECONDS=${REGEN_SECONDS:-150}
   REGEN_BATCH=${REGEN_BATCH:-256}; REGEN_TOKENS=${REGEN_TOKENS:-256}; TRAIN_MIN=${TRAIN_MIN:-4}
   BATCH=${BATCH:-32}; RAW_LIMIT=${RAW_LIMIT:-0}; SEQ=${SEQ:-1024}; EVAL_EVERY=${EVAL_EVERY:-250}
   BENCH_PROMPTS=${BENCH_PROMPTS:-32}; BENCH_TOKENS=${BENCH_TOKENS:-128}; EXTRA_CORPUS=${EXTRA_CORPUS---include-tests}
+  LR=${LR:-6e-4}; WARMUP=${WARMUP:-100}
 fi
-ONLY=${ONLY:-both}; LR=${LR:-6e-4}; DFLASH_LAYERS=${DFLASH_LAYERS:-4}
+ONLY=${ONLY:-both}; DFLASH_LAYERS=${DFLASH_LAYERS:-4}
 INIT_E3=(); [ -n "${INIT_EAGLE3:-}" ] && INIT_E3=(--init-from "$INIT_EAGLE3")
 INIT_DF=(); [ -n "${INIT_DFLASH:-}" ] && INIT_DF=(--init-from "$INIT_DFLASH")
 DF_ALSO=${DFLASH_ALSO_INIT:-}; [ "$ONLY" = eagle3 ] && DF_ALSO=
 TRAIN_TIMEOUT=$(awk "BEGIN{print int($TRAIN_MIN*60 + 150)}")
 
-# the root CLI imports every subcommand family; fall back to bench+train alone if one cannot import here
-if $PY -c "import turbospec.cli" 2>/dev/null; then
+# the root CLI imports every subcommand family; fall back to bench+train alone if one of the others
+# cannot import with this interpreter (its dependencies were checked above: the fallback needs the same)
+if "$PY" -c "import turbospec.cli" 2>/dev/null; then
   TSCLI=("$PY" -m turbospec.cli)
 else
-  echo "note: 'import turbospec.cli' fails on this machine:"; $PY -c "import turbospec.cli" 2>&1 | tail -n 1
-  echo "      using a CLI with only the bench and train commands"
+  echo "note: 'import turbospec.cli' fails with $PY ($("$PY" -c "import turbospec.cli" 2>&1 | tail -n 1)):" \
+       "using a CLI with only the bench and train commands"
   TSCLI=("$PY" -c 'import sys, typer
 from turbospec.benchmarks.cli import register as bench
 from turbospec.train.cli import register as train
 app = typer.Typer(add_completion=False); bench(app); train(app); app(sys.argv[1:], prog_name="turbospec")')
 fi
 
-stamp "setting: device $DEVICE | $($PY -c 'import torch; print("torch", torch.__version__, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")') | OUT=$OUT WORK=$WORK"
+stamp "setting: device $DEVICE | $PY | $("$PY" -c 'import torch; print("torch", torch.__version__, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")') | OUT=$OUT WORK=$WORK"
 git log -1 --format='commit %h %s' 2>/dev/null || true
 
 stamp "1. stdlib corpus"
@@ -100,7 +118,7 @@ timeout $(( REGEN_SECONDS + 120 )) "${TSCLI[@]}" train regenerate --target $MODE
   --min-prompt 64 --max-prompt $(( SEQ / 2 )) --batch-size "$REGEN_BATCH" --max-seconds "$REGEN_SECONDS" \
   --device "$DEVICE" || echo "WARNING: regenerate failed or timed out; training on what exists"
 # training data: regenerated samples (complete lines only, in case the stage was cut) + the raw corpus
-$PY - "$WORK" <<'EOF'
+"$PY" - "$WORK" <<'EOF'
 import json, sys
 w = sys.argv[1]
 n_regen = 0
@@ -126,7 +144,7 @@ stamp "3. train ($ONLY${DF_ALSO:+ + DFlash from $DF_ALSO}; ${TRAIN_MIN} min each
 DATA_E3=(--data "$WORK/train.jsonl" --loss-on-prompt)
 DATA_DF=("${DATA_E3[@]}")
 if [ "${DFLASH_DATA:-all}" = regen ] && [ -s "$WORK/regen.jsonl" ]; then
-  grep -v '^$' "$WORK/regen.jsonl" | $PY -c 'import json,sys
+  grep -v '^$' "$WORK/regen.jsonl" | "$PY" -c 'import json,sys
 for l in sys.stdin:
     try: json.loads(l); sys.stdout.write(l)
     except ValueError: pass' > "$WORK/regen_clean.jsonl"
@@ -134,7 +152,7 @@ for l in sys.stdin:
   echo "DFlash data: $(wc -l < "$WORK/regen_clean.jsonl") regenerated continuations, loss on completions only"
 fi
 COMMON=(--target $MODEL --max-seq-len "$SEQ" --batch-size "$BATCH"
-        --max-minutes "$TRAIN_MIN" --lr "$LR" --warmup-steps 100 --min-lr-ratio 0.05
+        --max-minutes "$TRAIN_MIN" --lr "$LR" --warmup-steps "$WARMUP" --min-lr-ratio 0.05
         --target-layers 1,3,5 --eval-every "$EVAL_EVERY" --log-every 50 --save-every 500 --device "$DEVICE")
 PID_E3=; PID_DF=; PID_DF2=
 [ "$ONLY" != dflash ] && { (OMP_NUM_THREADS=4 timeout "$TRAIN_TIMEOUT" "${TSCLI[@]}" train eagle3 "${COMMON[@]}" "${DATA_E3[@]}" "${INIT_E3[@]}" --out "$OUT/codelm-12m-eagle3" \

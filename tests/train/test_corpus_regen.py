@@ -32,6 +32,24 @@ def test_stdlib_corpus_chunks_cover_files_within_budget(tiny_target, tmp_path):
     assert int(ds.lengths.max()) <= 128
 
 
+def test_stdlib_corpus_says_why_chunks_were_dropped(tiny_target, tmp_path):
+    # "(22 chunks dropped)" said no reason: they are small files and the short tails of files
+    root = tmp_path / "lib"
+    (root / "pkg").mkdir(parents=True)
+    (root / "a.py").write_text(LONG + "x = 1\n")                 # its last chunk: a short tail
+    (root / "pkg" / "__init__.py").write_text("from .a import *\n")          # a small file
+    (root / "latin1.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))   # not UTF-8: skipped
+    stats = build_stdlib_corpus(str(tmp_path / "c.jsonl"), load_tokenizer(str(tiny_target)), 128, root=str(root),
+                                min_tokens=32)
+    assert stats.short >= 1 and stats.long == 0 and stats.dropped == stats.short and stats.unreadable == 1
+    assert stats.describe().endswith(
+        f"({stats.dropped} chunks dropped: {stats.short} shorter than 32 tokens (small files and the short tails "
+        "of files: too little to train on); 1 files skipped: not UTF-8)"), stats.describe()
+    clean = build_stdlib_corpus(str(tmp_path / "d.jsonl"), load_tokenizer(str(tiny_target)), 128,
+                                root=str(root / "pkg"), min_tokens=1)
+    assert clean.describe().endswith("(no chunk dropped)")
+
+
 def test_stdlib_corpus_of_long_files_prints_no_tokenizer_warning(codelm_dir, tmp_path, capfd):
     # whole files are tokenized before they are cut: transformers' "longer than the specified maximum
     # sequence length ... indexing errors" warning was printed for every run on the real stdlib

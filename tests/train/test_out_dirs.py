@@ -126,3 +126,58 @@ def test_an_export_cut_short_between_renames_is_still_ours(tiny_target, code_jso
     assert is_turbospec_export(str(out)) and foreign_checkpoint_files(str(out)) == []
     r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=1, overwrite=True)))
     assert r["step"] == 1 and {"config.json", "model.safetensors", "training_info.json"} <= set(os.listdir(out))
+
+
+def test_overwrite_refuses_an_export_of_another_method_or_target(tiny_target, code_jsonl, tmp_path):
+    """`train eagle3 --out models/codelm-12m-dflash --overwrite` replaced the shipped DFlash drafter with an
+    EAGLE-3 head without a word: an export of another method, or for another target, is refused outright."""
+    df = tmp_path / "df"
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, df, method="dflash", steps=1)))
+    before = _snapshot(df)
+    for overwrite in (False, True):
+        r = CliRunner().invoke(app, ["train", "eagle3", "--target", str(tiny_target), "--data", str(code_jsonl),
+                                     "--out", str(df), "--steps", "1", "--device", "cpu"]
+                               + ["--overwrite"] * overwrite)
+        assert r.exit_code == 2, r.output
+        assert r.output == (f"error: --out {str(df)!r} holds a dflash drafter, not this run's eagle3 (training_info.json: "
+                            f"method dflash, target {tiny_target}, 1 steps; config.json: DFlashDraftModel): this run "
+                            "would replace it, so it is refused, --overwrite or not; choose another --out, or delete "
+                            "that directory yourself to replace it\n"), r.output
+    assert _snapshot(df) == before
+    other = shutil.copytree(tiny_target, tmp_path / "other-target")       # another model of another name
+    with pytest.raises(ValueError) as e:
+        TrainConfig(**_kw(other, code_jsonl, df, method="dflash", overwrite=True))
+    assert str(e.value).startswith(f"--out {str(df)!r} holds a dflash drafter for another target than this run's "
+                                   f"--target {other} (training_info.json: method dflash, target {tiny_target}, ")
+    assert _snapshot(df) == before
+
+
+def test_the_same_target_elsewhere_counts_as_the_same(tiny_target, tmp_path):
+    """An export made in another clone records that clone's path: a copy of the same name and config.json,
+    or a path that is gone, is the same target; another name or another config.json is not."""
+    from turbospec.train.out_dirs import same_target
+    copy = shutil.copytree(tiny_target, tmp_path / "clone" / tiny_target.name)
+    assert same_target(str(tiny_target), str(copy)) and same_target(str(tmp_path / "gone" / copy.name), str(copy))
+    assert not same_target(str(tmp_path / "gone" / "other"), str(copy))
+    cfg = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**cfg, "hidden_size": 128}))
+    assert not same_target(str(tiny_target), str(copy))
+    hub = str(tmp_path / "{}" / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "{}")     # Hub cache snapshots
+    assert same_target(hub.format("elsewhere", "aaa"), hub.format("here", "bbb"))          # by the repo id
+    assert not same_target(hub.format("elsewhere", "aaa"), hub.format("here", "bbb").replace("8B", "4B"))
+
+
+def test_overwrite_of_the_same_method_and_target_says_what_it_replaces(tiny_target, code_jsonl, tmp_path):
+    out = tmp_path / "e3"
+    args = ["train", "eagle3", "--target", str(tiny_target), "--data", str(code_jsonl), "--out", str(out),
+            "--device", "cpu", "--batch-size", "4", "--max-seq-len", "256", "--warmup-steps", "1",
+            "--heldout-fraction", "0.1", "--draft-length", "2", "--draft-vocab-size", "300"]
+    r = CliRunner().invoke(app, args + ["--steps", "1"])
+    assert r.exit_code == 0 and "--overwrite:" not in r.output, r.output
+    r = CliRunner().invoke(app, args + ["--steps", "2", "--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0] == (
+        f"--overwrite: this run replaces the eagle3 drafter in {str(out)!r} (training_info.json: method eagle3, "
+        f"target {tiny_target}, 1 steps; config.json: LlamaForCausalLMEagle3) and the training state "
+        f"{str(out / 'checkpoint' / 'train_state.pt')!r}"), r.output
+    assert json.loads((out / "training_info.json").read_text())["step"] == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from typer.testing import CliRunner
 
@@ -93,3 +94,46 @@ def test_dflash_run_records_its_own_options_resolved(tiny_target, code_jsonl, tm
     assert cfg["shape"] == {"num_layers": 1, "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
                             "num_key_value_heads": 2, "head_dim": 16,
                             "target_layers": info["target_layers_input_of_layer"]}
+
+
+def test_a_time_bounded_run_that_ends_inside_its_warm_up_says_so(tiny_target, code_jsonl, tmp_path):
+    """`--max-minutes` with the default warm-up of 100 steps trained a few steps at a tiny learning rate
+    without a word (the start-up warning needs --steps to know the run's length)."""
+    from types import SimpleNamespace
+
+    from turbospec.train.cli import warmup_unfinished_warning
+    r = _train("eagle3", tiny_target, code_jsonl, tmp_path / "e3", "--max-minutes", "0.05", "--draft-length", "2",
+               "--draft-vocab-size", "300", "--warmup-steps", "100000")      # (a fast host: ~100 steps in 3 s)
+    assert r.exit_code == 0, r.output
+    step = int(re.search(r"^time budget: training stops at step (\d+)", r.output, re.M).group(1))
+    assert 0 < step < 100000, r.output
+    assert r.output.rstrip().splitlines()[-1] == (
+        f"warning: training stopped at step {step}, inside its --warmup-steps 100000: the learning rate never "
+        f"reached --lr 0.0003 (at most {3e-4 * step / 100000:.2g}); lower --warmup-steps (about a tenth of the "
+        f"steps, e.g. {max(1, step // 10)} for this run's {step}) or raise --max-minutes 0.05"), r.output
+    cfg = SimpleNamespace(max_minutes=0.05, warmup_steps=100, lr=3e-4, steps=None)
+    assert warmup_unfinished_warning(cfg, 100) is None                  # warm-up done
+    assert warmup_unfinished_warning(SimpleNamespace(**{**vars(cfg), "max_minutes": None}), 5) is None
+    assert warmup_unfinished_warning(SimpleNamespace(**{**vars(cfg), "steps": 5}), 5) is None   # said at the start
+
+
+def test_regenerate_takes_target_dtype_like_the_train_commands(tmp_path, code_jsonl, monkeypatch):
+    """docs/training.md told regenerate users to pass --target-dtype, which only eagle3 / dflash had."""
+    from types import SimpleNamespace
+
+    from turbospec.train import regenerate as regen_module
+    seen = []
+
+    def fake(target, data, out, num_samples, max_new_tokens, min_prompt, max_prompt, temperature, device, dtype,
+             *a, **kw):
+        seen.append(dtype)
+        return SimpleNamespace(describe=lambda: "done")
+    monkeypatch.setattr(regen_module, "regenerate", fake)
+    from tests.train.conftest import CODELM
+    for flag in ("--target-dtype", "--dtype"):
+        r = runner.invoke(app, ["train", "regenerate", "--target", str(CODELM), "--data", str(code_jsonl),
+                                "--out", str(tmp_path / f"r{flag}.jsonl"), flag, "float32", "--device", "cpu"])
+        assert r.exit_code == 0, r.output
+    assert seen == ["float32", "float32"]
+    assert "--dtype, --target-dtype TEXT target dtype; --target-dtype is the same flag, as `train eagle3 | dflash` " \
+        "name it" in _flat(runner.invoke(app, ["train", "regenerate", "--help"]).output)

@@ -96,14 +96,32 @@ def _check_files(data: str | None, out: str, overwrite: bool, resumable: bool = 
         _fail(f"--out {out!r}: the directory {parent!r} is not writable: pass a path you can write")
 
 
+def warmup_unfinished_warning(cfg, step: int) -> str | None:
+    """After a --max-minutes run that stopped still inside its warm-up: its learning rate never
+    reached --lr (the start-up warning only knows a run's steps when --steps / --epochs give them)."""
+    if not cfg.max_minutes or step >= cfg.warmup_steps:
+        return None
+    if cfg.steps is not None and cfg.steps < cfg.warmup_steps:
+        return None                          # said at the start (loop.py: warmup_warning)
+    return (f"warning: training stopped at step {step}, inside its --warmup-steps {cfg.warmup_steps}: the learning "
+            f"rate never reached --lr {cfg.lr:g} (at most {cfg.lr * step / cfg.warmup_steps:.2g}); lower "
+            f"--warmup-steps (about a tenth of the steps, e.g. {max(1, step // 10)} for this run's {step}) or raise "
+            f"--max-minutes {cfg.max_minutes:g}")
+
+
 def _run(method: str, shape: dict, eagle3: dict, dflash: dict, **kw) -> None:
     from turbospec.train.config import DFlashOptions, DraftShape, Eagle3Options, TrainConfig
     from turbospec.train.interrupt import stopped_message
     from turbospec.train.loop import train
+    from turbospec.train.out_dirs import replaced_line
     cfg, progress = None, {}
+    rank0 = os.environ.get("RANK", "0") == "0"          # torchrun: one line, not one per process
     try:
         cfg = TrainConfig(method=method, shape=DraftShape(**shape), eagle3=Eagle3Options(**eagle3),
                           dflash=DFlashOptions(**dflash), **kw)
+        replaced = replaced_line(cfg)
+        if replaced and rank0:
+            typer.echo(replaced)
         result = train(cfg, progress)
     except (ValueError, OSError) as e:       # OSError: a disk that filled up, a file that vanished
         typer.echo(f"error: {e}", err=True)
@@ -113,6 +131,9 @@ def _run(method: str, shape: dict, eagle3: dict, dflash: dict, **kw) -> None:
         raise typer.Exit(130) from None
     if result.get("interrupted"):            # stopped by a signal after saving: not a finished run
         raise typer.Exit(130)
+    warning = warmup_unfinished_warning(cfg, result["step"])
+    if warning and rank0:
+        typer.echo(warning)
 
 
 @train_app.command("eagle3")
@@ -211,7 +232,13 @@ def regenerate(target: str = TARGET,
                                                "at 256, the largest batch with CUDA graphs / decode bursts"),
                max_seconds: float = typer.Option(None, help="stop starting new batches after this (the same "
                                                 "command continues)"),
-               device: str = DEVICE, dtype: str = TDTYPE, seed: int = SEED,
+               device: str = DEVICE,
+               dtype: str = typer.Option(None, "--dtype", "--target-dtype",
+                                         help="target dtype; --target-dtype is the same flag, as `train eagle3 | "
+                                         "dflash` name it (default: what serve --dtype auto runs: on a GPU the "
+                                         "checkpoint's dtype, a float32 checkpoint in bfloat16; float32 on CPU): "
+                                         "generate with what you serve"),
+               seed: int = SEED,
                overwrite: bool = typer.Option(False, help="start --out over (an --out of the same setting is "
                                               "continued, of another setting refused, without it)")) -> None:
     """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs.

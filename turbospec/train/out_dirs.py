@@ -5,8 +5,12 @@ Never overwrite earlier work silently, and never someone else's model at all:
   refused outright (`--overwrite` replaced the target's config.json with the drafter's);
 - an --out holding a model checkpoint that no turbospec training wrote (config.json / weights without
   our `training_info.json`) is refused outright, `--overwrite` or not;
-- a turbospec export or training state already there is continued (--resume) or replaced on request
-  (--overwrite), nothing else.
+- a turbospec export of ANOTHER method or another target is refused outright too (`train eagle3
+  --out models/codelm-12m-dflash --overwrite` replaced the shipped DFlash drafter with an EAGLE-3
+  head): its training_info.json (and config.json) say what it is;
+- a turbospec export of this method and target, or a training state, already there is continued
+  (--resume) or replaced on request (--overwrite, which says what it replaces: `replaced_line`),
+  nothing else.
 Nothing is created here: the run creates the directories once the data has passed validation.
 """
 from __future__ import annotations
@@ -32,6 +36,8 @@ def check_out(cfg) -> None:
         raise ValueError(f"--out {cfg.out!r} holds a model checkpoint that turbospec's training did not write "
                          f"({', '.join(foreign[:3])}; no {INFO_FILE} of an earlier run): --overwrite would replace "
                          "its files, so it is refused; pick another --out (a new or empty directory)")
+    if not cfg.resume:                  # --resume: checked against its training state (method, target) instead
+        _check_same_drafter(cfg)
     state = os.path.join(cfg.state_dir, STATE_FILE)
     if cfg.resume:
         if cfg.overwrite:
@@ -48,6 +54,96 @@ def check_out(cfg) -> None:
     if found:
         raise ValueError(f"{found[0]} already exists (an earlier run's work): pass --resume to continue "
                          "its training state, --overwrite to replace it, or another --out")
+
+
+def export_info(directory: str) -> dict | None:
+    """The training_info.json of the turbospec export in `directory`; None when there is none."""
+    if not is_turbospec_export(directory):
+        return None
+    with open(os.path.join(directory, INFO_FILE)) as f:
+        return json.load(f)
+
+
+def _architecture(directory: str) -> str | None:
+    try:
+        with open(os.path.join(directory, "config.json")) as f:
+            arch = json.load(f).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return ", ".join(map(str, arch)) if isinstance(arch, list) and arch else None
+
+
+def _target_name(path: str) -> str:
+    """A model's name from its directory: a Hub cache snapshot (.../models--Org--Name/snapshots/REV)
+    gives Org/Name, a local directory its own name."""
+    parts = os.path.normpath(path).split(os.sep)
+    for part in reversed(parts):
+        if part.startswith("models--"):
+            return part[len("models--"):].replace("--", "/")
+    return parts[-1]
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def same_target(recorded: str, target: str) -> bool:
+    """Whether an export's recorded target (an absolute path, perhaps of another machine or clone) is
+    this run's --target: the same directory, or one of the same name whose config.json is the same
+    (a copy in another clone) or that no longer exists here (the export was made elsewhere)."""
+    if _real(recorded) == _real(target):
+        return True
+    if _target_name(recorded) != _target_name(target):
+        return False
+    if not os.path.isdir(recorded):
+        return True
+    return _read_bytes(os.path.join(recorded, "config.json")) == _read_bytes(os.path.join(target, "config.json"))
+
+
+def _describe_export(info: dict, directory: str) -> str:
+    """What an export is, from its training_info.json and config.json: method, target, steps."""
+    what = [f"method {info['method']}"]
+    if isinstance(info.get("target"), str):
+        what.append(f"target {info['target']}")
+    if isinstance(info.get("step"), int):
+        what.append(f"{info['step']} steps")
+    arch = _architecture(directory)
+    return f"{INFO_FILE}: {', '.join(what)}" + (f"; config.json: {arch}" if arch else "")
+
+
+def _check_same_drafter(cfg) -> None:
+    """An export of another method or target in --out is never replaced, --overwrite or not."""
+    info = export_info(cfg.out)
+    if info is None:
+        return
+    recorded = info.get("target")
+    if info["method"] != cfg.method:
+        why = f"a {info['method']} drafter, not this run's {cfg.method}"
+    elif isinstance(recorded, str) and not same_target(recorded, cfg.target):
+        why = f"a {info['method']} drafter for another target than this run's --target {cfg.target}"
+    else:
+        return
+    raise ValueError(f"--out {cfg.out!r} holds {why} ({_describe_export(info, cfg.out)}): this run would "
+                     "replace it, so it is refused, --overwrite or not; choose another --out, or delete that "
+                     "directory yourself to replace it")
+
+
+def replaced_line(cfg) -> str | None:
+    """With --overwrite: one line saying what this run replaces in --out / --checkpoint-dir (None: nothing)."""
+    if not cfg.overwrite:
+        return None
+    info = export_info(cfg.out)
+    state = os.path.join(cfg.state_dir, STATE_FILE)
+    what = []
+    if info is not None:
+        what.append(f"the {info['method']} drafter in {cfg.out!r} ({_describe_export(info, cfg.out)})")
+    if os.path.isfile(state):
+        what.append(f"the training state {state!r}")
+    return f"--overwrite: this run replaces {' and '.join(what)}" if what else None
 
 
 def _real(path: str) -> str:

@@ -6,6 +6,10 @@ suites unless asked, and cuts each file into chunks of at most `chunk_tokens` ta
 boundaries. Each chunk is re-tokenized on its own to check the bound (a few tokens of slack are
 kept because tokenization at a cut can differ from tokenization in context). Output: JSONL records
 `{"text": chunk, "source": "stdlib/<relative path>"}`, in sorted file order (deterministic).
+A chunk is dropped when it has fewer than `min_tokens` tokens (a small file such as an
+`__init__.py`, or the short tail of a file after its last full chunk: too little to train on) or,
+rarely, when re-tokenized on its own it has more than `chunk_tokens`; files that are not UTF-8 are
+skipped. The summary line counts each reason.
 """
 from __future__ import annotations
 
@@ -23,12 +27,25 @@ class CorpusStats:
     files: int
     chunks: int
     tokens: int
-    dropped: int
+    dropped: int                        # short + long
     root: str
+    short: int = 0                      # chunks under min_tokens tokens (small files, files' short tails)
+    long: int = 0                       # chunks over chunk_tokens once re-tokenized on their own
+    unreadable: int = 0                 # files skipped: not UTF-8 (or unreadable)
+    min_tokens: int = 32
+    chunk_tokens: int = 0
 
     def describe(self) -> str:
+        why = []
+        if self.short:
+            why.append(f"{self.short} shorter than {self.min_tokens} tokens (small files and the short tails of "
+                       "files: too little to train on)")
+        if self.long:
+            why.append(f"{self.long} longer than --chunk-tokens {self.chunk_tokens} once re-tokenized on their own")
+        dropped = f"{self.dropped} chunks dropped: {'; '.join(why)}" if self.dropped else "no chunk dropped"
+        skipped = f"; {self.unreadable} files skipped: not UTF-8" if self.unreadable else ""
         return (f"{self.chunks} chunks, {self.tokens} tokens from {self.files} files under {self.root} "
-                f"({self.dropped} chunks dropped)")
+                f"({dropped}{skipped})")
 
 
 def stdlib_files(root: str | None = None, include_tests: bool = False) -> list[str]:
@@ -81,8 +98,10 @@ def build_stdlib_corpus(out_path: str, tokenizer, chunk_tokens: int, include_tes
         raise ValueError(f"no .py files under {root!r}: pass --root pointing at a Python library directory")
     budget = max(16, chunk_tokens - 16)
     chunks: list[tuple[str, str]] = []
+    unreadable = 0
     for i in range(0, len(files), 64):
         group = [(f, _read(f)) for f in files[i:i + 64]]
+        unreadable += sum(t is None for _, t in group)
         group = [(f, t) for f, t in group if t and t.strip()]
         if not group:
             continue
@@ -91,11 +110,14 @@ def build_stdlib_corpus(out_path: str, tokenizer, chunk_tokens: int, include_tes
         for (f, text), offs in zip(group, enc["offset_mapping"]):
             rel = os.path.relpath(f, root)
             chunks += [(text[a:b], rel) for a, b in _cuts(text, [tuple(o) for o in offs], budget)]
-    kept, dropped, tokens = [], 0, 0
+    kept, short, long, tokens = [], 0, 0, 0
     lens = [len(x) for x in tokenizer([c for c, _ in chunks], add_special_tokens=False)["input_ids"]] if chunks else []
     for (text, rel), n in zip(chunks, lens):
-        if n < min_tokens or n > chunk_tokens or not text.strip():
-            dropped += 1
+        if n < min_tokens or not text.strip():
+            short += 1
+            continue
+        if n > chunk_tokens:
+            long += 1
             continue
         kept.append({"text": text, "source": f"stdlib/{rel}"})
         tokens += n
@@ -105,4 +127,5 @@ def build_stdlib_corpus(out_path: str, tokenizer, chunk_tokens: int, include_tes
     with open(out_path, "w", encoding="utf-8") as f:
         for r in kept:
             f.write(json.dumps(r) + "\n")
-    return CorpusStats(len(files), len(kept), tokens, dropped, root)
+    return CorpusStats(len(files), len(kept), tokens, short + long, root, short=short, long=long,
+                       unreadable=unreadable, min_tokens=min_tokens, chunk_tokens=chunk_tokens)
