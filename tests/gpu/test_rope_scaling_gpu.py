@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 from turbospec import LLM, SamplingParams  # noqa: E402
 
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}
-PROMPTS = [[(5 * i) % 900 + 3 for i in range(150)], [11, 12, 13], [(7 * i) % 500 + 3 for i in range(90)]]
+PROMPTS = [[(5 * i) % 500 + 3 for i in range(150)], [11, 12, 13], [(7 * i) % 500 + 3 for i in range(90)]]
 PARAMS = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
 
 
