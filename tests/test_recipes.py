@@ -88,6 +88,8 @@ def test_run_a_step(monkeypatch):
     r = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "generate"])
     assert r.exit_code == 0, r.output
     assert "turbospec generate models/codelm-12m" in r.output and "def fibonacci(n):" in r.output
+    assert r.stderr.startswith("turbospec generate models/codelm-12m ")         # the step's stdout is its own
+    assert "turbospec generate" not in r.stdout
     dry = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "train", "--dry-run", "--set", "data=d.jsonl"])
     assert dry.exit_code == 0 and "--data d.jsonl" in dry.output
     redo = runner.invoke(app, ["recipe", "run", "codelm-12m-cpu", "audit", "--dry-run", "--", "--overwrite"])
@@ -164,18 +166,23 @@ def test_a_missing_recipe_file_is_named_as_such(tmp_path):
 
 def test_check_says_how_to_get_a_missing_model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)                     # not the repository root: models/... is missing
-    for model, local in ((None, "models/Qwen3-8B"), ("models/Qwen3-8B", "models/Qwen3-8B"), ("/data/q8", "/data/q8")):
+    # the recipe's id: a WARN (the step downloads it); a local path that is not there: a FAIL (the
+    # step cannot download into it), with the same fix
+    for model, local, status in ((None, "models/Qwen3-8B", "WARN"), ("models/Qwen3-8B", "models/Qwen3-8B", "FAIL"),
+                                 ("/data/q8", "/data/q8", "FAIL")):
         r = runner.invoke(app, ["recipe", "check", "qwen3-8b-h200"] + (["--model", model] if model else []))
-        line = next(x for x in r.output.splitlines() if x.startswith("WARN  model"))
+        line = next(x for x in r.output.splitlines() if x.startswith(f"{status}  model"))
         assert f"`hf download Qwen/Qwen3-8B --local-dir {local}`" in line and f"--model {local}" in line
     (tmp_path / "r").mkdir()
     f = tmp_path / "r" / "mine.toml"               # a recipe whose own model path exists nowhere
     f.write_text('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "models/none"\n[[steps]]\n'
                  'name = "a"\nargv = ["generate", "{model}"]\n')
     r = runner.invoke(app, ["recipe", "check", str(f)])
-    line = next(x for x in r.output.splitlines() if x.startswith("WARN  model"))
-    assert line == (f"WARN  model         'models/none' is not a local directory (relative to the current directory "
-                    f"{tmp_path}; not under the recipe file's directory {tmp_path / 'r'} either): pass --model DIR"), line
+    line = next(x for x in r.output.splitlines() if x.startswith("FAIL  model"))
+    assert line == (f"FAIL  model         'models/none' is not a local directory (relative to the current directory "
+                    f"{tmp_path}; not under the recipe file's directory {tmp_path / 'r'} either): pass --model DIR, "
+                    "the directory of the recipe's model (models/none)"), line
+    assert r.exit_code == 1
 
 
 def test_a_recipes_paths_are_read_under_its_base_from_another_directory(tmp_path, monkeypatch):
@@ -225,7 +232,7 @@ def test_a_path_a_step_writes_stays_in_the_current_directory(tmp_path, monkeypat
 
 def test_a_recipe_files_paths_are_read_under_its_directory(tmp_path, monkeypatch):
     (tmp_path / "r" / "data").mkdir(parents=True)
-    (tmp_path / "r" / "data" / "d.jsonl").write_text("{}\n")
+    (tmp_path / "r" / "data" / "d.jsonl").write_text('{"text": "def f(): pass"}\n')    # `check` reads it
     f = tmp_path / "r" / "mine.toml"
     f.write_text('name = "x"\ntitle = "t"\ngpu = "none"\n[model]\ndefault = "m"\n[placeholders]\n'
                  'd = "data/d.jsonl"\n[[steps]]\nname = "a"\nargv = ["train", "regenerate", "--data", "{d}"]\n')

@@ -99,6 +99,10 @@ class Recipe:
             return value
         return str(self.base / value)
 
+    def about(self, step: Step, values: dict[str, str]) -> str:
+        """The step's description, placeholders filled in (it may name the path a rerun continues)."""
+        return _fill(step.about, values)
+
     def argv(self, step: Step, values: dict[str, str]) -> list[str]:
         """The step's command line after `turbospec`, placeholders filled in."""
         out = [_fill(a, values) for a in step.argv]
@@ -188,6 +192,7 @@ def _parse(raw: dict, where: str) -> Recipe:
         step = Step(need(s, "name", str, ctx), s.get("about", ""), argv, s.get("spec"))
         used = {m for a in argv for m in _PLACEHOLDER.findall(a)}
         used |= set(_PLACEHOLDER.findall(json.dumps(step.spec))) if step.spec is not None else set()
+        used |= set(_PLACEHOLDER.findall(step.about)) if isinstance(step.about, str) else set()
         if used - known:
             raise ValueError(f"{where}: step {step.name!r} uses undeclared placeholder(s) "
                              f"{sorted('{' + u + '}' for u in used - known)}: declare them under [placeholders]")

@@ -51,7 +51,8 @@ def show(name: str = typer.Argument(..., help="a shipped recipe's name or a .tom
     for line in recipe.measured.strip().splitlines():
         typer.echo(f"# {line}")
     for step in recipe.steps:
-        typer.echo(f"\n# {step.name}: {step.about}" if step.about else f"\n# {step.name}")
+        about = recipe.about(step, values)
+        typer.echo(f"\n# {step.name}: {about}" if about else f"\n# {step.name}")
         typer.echo("turbospec " + " ".join(shlex.quote(a) for a in recipe.argv(step, values)))
 
 
@@ -71,20 +72,27 @@ def check_cmd(name: str = typer.Argument(..., help="a shipped recipe's name or a
 @recipe_app.command("run")
 def run(name: str = typer.Argument(..., help="a shipped recipe's name or a .toml path"),
         step: str = typer.Argument(..., help="the step to run (`turbospec recipe show` lists them)"),
-        extra: list[str] = typer.Argument(None, help="more flags for the step's command, after `--` "
-                                          "(e.g. `-- --overwrite` to redo an audit or a training run)"),
+        extra: list[str] = typer.Argument(None, help="more flags for the step's command, after `--`: "
+                                          "appended to it, so they override the step's own (`-- --max-tokens 8` "
+                                          "wins over its --max-tokens 48; a repeatable flag such as --prompt gets "
+                                          "both); `-- --overwrite` starts a step's output over (an audit, a "
+                                          "training run, the corpus; without it a regeneration continues)"),
         model: str = MODEL, sets: list[str] = SET,
-        dry_run: bool = typer.Option(False, help="print the command instead of running it")) -> None:
-    """Run one step of the recipe, in this process, exactly as `show` prints it (plus any flags
-    given after `--`)."""
+        dry_run: bool = typer.Option(False, help="print the command on stdout instead of running it "
+                                     "(`--dry-run > cmd.sh` saves it)")) -> None:
+    """Run one step of the recipe, in this process, exactly as `show` prints it, plus any flags
+    given after `--` (appended: they override the step's own). The command is printed first, on
+    stderr (on stdout with --dry-run)."""
     recipe, values = _load(name, model, sets)
     try:
         argv = recipe.argv(recipe.step(step), values) + list(extra or [])
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    typer.echo("turbospec " + " ".join(shlex.quote(a) for a in argv), err=True)
-    if dry_run:
+    line = "turbospec " + " ".join(shlex.quote(a) for a in argv)
+    if dry_run:                                  # the command is the output: `--dry-run > cmd.sh`
+        typer.echo(line)
         return
+    typer.echo(line, err=True)                   # the step's own stdout stays its own
     from turbospec.cli import app
     code = app(argv, prog_name="turbospec", standalone_mode=False)   # not standalone: an exit is returned
     if isinstance(code, int) and code:          # a command that returns a value: not an exit code
