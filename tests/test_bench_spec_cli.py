@@ -29,13 +29,31 @@ def test_bench_spec_model_reports_acceptance_and_identical_outputs(codelm_dir, t
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "def add(a, b):\\n    return a + b\\n\\n\\ndef sub(a, b):\\n"}\n'
                        '{"prompt": "for i in range(10):\\n    print(i)\\n"}\n')
+    out = tmp_path / "spec.json"
     r = runner.invoke(app, ["bench", "spec", "--model", str(codelm_dir), "--prompts", str(prompts),
                             "--device", "cpu", "--max-tokens", "24", "--speculative-config",
-                            '{"method": "ngram", "num_speculative_tokens": 3}'])
+                            '{"method": "ngram", "num_speculative_tokens": 3}', "--json-out", str(out)])
     assert r.exit_code == 0, r.output
     assert "greedy outputs identical to plain: 2/2" in r.output
     al = float(re.search(r"acceptance length ([0-9.]+)", r.output).group(1))
     assert 1.0 <= al <= 4.0
+    head = r.stdout.splitlines()[0]
+    assert "| dtype float32 |" in head and "torch." not in head
+    assert re.search(r"^plain: +48 tokens in [0-9.]+ s = [0-9.]+ tok/s \(prefills included\)$", r.stdout, re.M)
+    assert re.search(r"^speculative: 48 tokens .* tok/s \(prefills included; draft [0-9.]+ s, verify", r.stdout, re.M)
+    # the default --num-prompts (32) over a 2-prompt file: said on stderr, not an error
+    assert f"note: {prompts} holds 2 prompts (--num-prompts default 32): running 2" in r.stderr, r.stderr
+    # --json-out: the header's setting, each run's numbers, acceptance, identical outputs (it had none)
+    js = json.loads(out.read_text())
+    assert (js["mode"], js["method"], js["k"], js["dtype"], js["num_prompts"], js["max_tokens"]) == \
+        ("model", "ngram", 3, "float32", 2, 24)
+    from turbospec.benchmarks.cli_args import env_vars
+    assert js["identical"] == {"same": 2, "total": 2} and js["env"] == env_vars()
+    assert round(js["acceptance_length"], 3) == al and len(js["per_position_acceptance"]) == 3
+    assert js["plain"]["tokens"] == js["speculative"]["tokens"] == 48
+    assert js["copy_bandwidth_Bps"] > 0 and js["ceiling"]["copy_bandwidth_Bps"] == js["copy_bandwidth_Bps"]
+    assert js["plain"]["bare_forward_ms"] > 0 and js["plain"]["decode_ms_per_token"] > 0
+    assert abs(js["speedup"] - js["speculative"]["tok_s"] / js["plain"]["tok_s"]) < 1e-9
     # the ceiling: codelm-12m's float32 weights (12.6M parameters, the embedding table excluded) once per step
     mb, ceil, frac = re.search(r"reads ([0-9.]+) MB per step; .* that is ([0-9.]+) tok/s: plain reached "
                                r"([0-9.]+)% of it", r.output).groups()
@@ -140,12 +158,22 @@ def test_bench_spec_oracle_fp8_shape(codelm_dir, tmp_path):
     cfg.update(hidden_size=256, intermediate_size=256, num_hidden_layers=1, num_attention_heads=2,
                num_key_value_heads=1, head_dim=128, layer_types=["full_attention"])
     (tmp_path / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "oracle.json"
     r = runner.invoke(app, ["bench", "spec", "--shape", str(tmp_path), "--device", "cpu", "--dtype", "fp32",
                             "--quantization", "fp8", "--batch-sizes", "1,2", "--prompt-len", "16",
                             "--max-tokens", "16", "--speculative-config",
-                            '{"method": "oracle", "num_speculative_tokens": 3, "acceptance_length": 2}'])
+                            '{"method": "oracle", "num_speculative_tokens": 3, "acceptance_length": 2}',
+                            "--json-out", str(out)])
     assert r.exit_code == 0, r.output
     assert "weights block-FP8 (128x128)" in r.output.splitlines()[0]
+    assert "| dtype float32 |" in r.output.splitlines()[0]
+    assert re.search(r"^batch +plain tok/s total +spec tok/s total +speedup", r.stdout, re.M), r.stdout
+    js = json.loads(out.read_text())
+    assert (js["mode"], js["method"], js["k"], js["dtype"], js["prompt_len"], js["max_model_len"]) == \
+        ("shape", "oracle", 3, "float32", 16, 52)
+    assert [row["batch"] for row in js["results"]] == [1, 2]
+    assert [row["identical"] for row in js["results"]] == [{"same": 1, "total": 1}, {"same": 2, "total": 2}]
+    assert set(js["verify_cost_ms"]) == {"1", "2"} and set(js["verify_cost_ms"]["1"]) == {"0", "1", "2", "3"}
     rows = [l.split() for l in r.output.splitlines() if re.match(r"^\s+[12]\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x", l)]
     assert [row[0] for row in rows] == ["1", "2"] and [row[-3] for row in rows] == ["1/1", "2/2"], r.output
     assert [row[-1] for row in rows] == ["3", "3"]                 # k next (no cap on the CPU)

@@ -6,8 +6,9 @@ import json
 
 import typer
 
-from turbospec.benchmarks.cli_args import (check_fits, check_out_path, device_name, echo_compiles, env_setting,
-                                           env_vars, shape_setting)
+from turbospec.benchmarks.cli_args import (BANDWIDTH_NOTE, bandwidth_text, check_fits, check_max_model_len,
+                                           check_out_path, device_name, dtype_name, echo_compiles, env_setting,
+                                           env_vars, forward_warning, shape_setting, warn_unknown_env)
 from turbospec.benchmarks.spec_cli import spec
 
 bench_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, help="Engine benchmarks (settings and roofline printed).")
@@ -43,6 +44,7 @@ def decode(
 
     dev, name, cfg, dt, bss = shape_setting(shape, dtype, device, batch_sizes)
     check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--gen-len")
+    check_max_model_len(max_model_len, cfg.max_position_embeddings)
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
     if profile_batch != 1 and not profile:                # it was ignored: no profile, no word
@@ -56,6 +58,7 @@ def decode(
     if prompt_len < 1 or gen_len < 1:
         raise typer.BadParameter(f"--prompt-len {prompt_len} and --gen-len {gen_len} must be at least 1")
     check_out_path(json_out, "--json-out")
+    warn_unknown_env()
     sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p)
     if logprobs is not None:
         sampling["logprobs"] = logprobs
@@ -66,30 +69,36 @@ def decode(
     how = "greedy" if temperature == 0 else \
         f"sampled: temperature {temperature}, top-p {top_p}, top-k {top_k}, min-p {min_p}"
     if logprobs is not None:
-        how += f", {logprobs} logprobs per token"
+        how += ", all-vocabulary logprobs" if logprobs == -1 else f", {logprobs} logprobs per token"
     try:
         bw, results, engine = bench_decode(cfg, dev, dt, bss, prompt_len, gen_len, quantization, max_model_len,
                                            sampling)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    typer.echo(f"# bench decode | device {device_name(dev)} | shape {name} | dtype {dt} | "
-               f"weights {'block-FP8 (128x128)' if quantization else dt} | "
+    burst = engine.burst.n if engine.burst is not None else 1
+    typer.echo(f"# bench decode | device {device_name(dev)} | shape {name} | dtype {dtype_name(dt)} | "
+               f"weights {'block-FP8 (128x128)' if quantization else dtype_name(dt)} | "
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, {how}) | max model len "
-               f"{engine.max_model_len} | copy bandwidth {bw / 1e12:.2f} TB/s (measured now) | CUDA graphs "
-               f"{'on' if engine.runner.graphs is not None else 'off'} | decode bursts of "
-               f"{engine.burst.n if engine.burst is not None else 1} steps{env_setting()}")
+               f"{engine.max_model_len} | copy bandwidth {bandwidth_text(bw)} ({BANDWIDTH_NOTE}) | CUDA graphs "
+               f"{'on' if engine.runner.graphs is not None else 'off'} | "
+               f"{f'decode bursts of {burst} steps' if burst > 1 else 'no decode bursts'}{env_setting()}")
     typer.echo(f"{'batch':>5} {'ms/step':>9} {'tok/s/seq':>10} {'tok/s total':>12} {'MB/step':>9} "
                f"{'roofline ms':>12} {'of roofline':>12}")
     for r in results:
         typer.echo(f"{r.batch:>5} {r.step_ms:>9.3f} {r.tok_s_per_seq:>10.1f} {r.tok_s_total:>12.1f} "
                    f"{r.bytes_per_step / 1e6:>9.1f} {r.roofline_ms:>12.3f} {100 * r.roofline_frac:>11.1f}%")
     echo_compiles((f"batch {r.batch}", r.compiles) for r in results)
+    if logprobs is None:        # with logprobs a step also builds them on the host, which a bare forward does not
+        for r in results:
+            line = forward_warning(r.step_ms, r.forward_ms, f"batch {r.batch}", "decoding")
+            if line:
+                typer.echo(line, err=True)
     if profile:
         from turbospec.benchmarks.decode import profile_step
         typer.echo(profile_step(engine, profile_batch, prompt_len, cfg.vocab_size, sampling=sampling))
     if json_out:
         with open(json_out, "w") as f:
-            json.dump({"device": device_name(dev), "shape": name, "dtype": str(dt), "quantization": quantization,
+            json.dump({"device": device_name(dev), "shape": name, "dtype": dtype_name(dt), "quantization": quantization,
                        "prompt_len": prompt_len, "max_model_len": engine.max_model_len,
                        "gen_len": gen_len, "sampling": sampling, "copy_bandwidth_Bps": bw, "env": env_vars(),
                        "results": [r.__dict__ | {"roofline_frac": r.roofline_frac} for r in results]}, f, indent=1)

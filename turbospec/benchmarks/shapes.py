@@ -49,5 +49,13 @@ def resolve_shape(name_or_dir: str) -> tuple[str, ModelConfig]:
     if not os.path.isfile(path):
         raise ValueError(f"--shape {name_or_dir!r} is neither a preset ({', '.join(SHAPES)}) nor a "
                          "model directory / config.json / Hugging Face id")
-    with open(path) as f:
-        return name or os.path.basename(os.path.dirname(os.path.abspath(path))), ModelConfig.from_dict(json.load(f))
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:     # a .jsonl, a weights file: a bare JSON error
+        raise ValueError(f"--shape {name_or_dir}: not a config.json ({e}): give a preset name, a model directory "
+                         "or its config.json") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"--shape {name_or_dir}: not a config.json (a JSON {type(cfg).__name__}, not an object): "
+                         "give a preset name, a model directory or its config.json")
+    return name or os.path.basename(os.path.dirname(os.path.abspath(path))), ModelConfig.from_dict(cfg)

@@ -46,10 +46,18 @@ class RunResult:
     outputs: list[list[int]]
     metrics: dict = field(default_factory=dict)
     compiles: str = ""                   # Triton compilations inside the timed run ('' if none)
+    decode_s: float = 0.0                # time of the engine steps in which no sequence prefilled
+    decode_positions: float = 0.0        # tokens per running sequence those steps produced, summed
 
     @property
     def tok_s(self) -> float:
         return self.tokens / self.seconds
+
+    @property
+    def decode_ms(self) -> float | None:
+        """Milliseconds per token of a sequence over the steps without a prefill (at the run's
+        batch, lower while the last requests drain): a decode step's time for plain decoding."""
+        return self.decode_s / self.decode_positions * 1e3 if self.decode_positions else None
 
 
 def run(engine: LLMEngine, prompts, params: SamplingParams, concurrency: int) -> RunResult:
@@ -60,6 +68,8 @@ def run(engine: LLMEngine, prompts, params: SamplingParams, concurrency: int) ->
     pending = list(enumerate(prompts))
     outs: dict[int, list[int]] = {}
     in_flight = 0
+    sched = engine.scheduler
+    decode_s, positions = 0.0, 0.0
     sync()
     t0 = time.perf_counter()
     with watch_jit() as jit:
@@ -68,23 +78,38 @@ def run(engine: LLMEngine, prompts, params: SamplingParams, concurrency: int) ->
                 i, p = pending.pop(0)
                 engine.add_request(f"p{i}-{time.monotonic_ns()}", p, params)
                 in_flight += 1
+            # a step without a prefill: its time and tokens per sequence (the cross-check with a bare forward)
+            running = [] if sched.waiting else list(sched.running)
+            if any(s.num_computed_tokens < s.num_prompt_tokens for s in running):
+                running = []
+            before = sum(s.num_output_tokens for s in running)
+            ts = time.perf_counter()
             for o in engine.step():
                 if o.finished:
                     outs[int(o.request_id[1:].split("-")[0])] = o.outputs[0].token_ids
                     in_flight -= 1
+            if running:
+                decode_s += time.perf_counter() - ts
+                positions += (sum(s.num_output_tokens for s in running) - before) / len(running)
         sync()
     dt = time.perf_counter() - t0
     return RunResult(dt, sum(len(v) for v in outs.values()), [outs[i] for i in range(len(prompts))],
-                     compiles=jit.summary())
+                     compiles=jit.summary(), decode_s=decode_s, decode_positions=positions)
 
 
 def compare(engine: LLMEngine, proposer, prompts, params: SamplingParams, concurrency: int,
-            warmup: int = 2) -> tuple[RunResult, RunResult]:
-    """Plain first, then speculative, on the same engine and weights."""
+            warmup: int = 2, forward_prompt_len: int | None = None) -> tuple[RunResult, RunResult]:
+    """Plain first, then speculative, on the same engine and weights. forward_prompt_len: also time
+    bare decode forwards (at the run's batch, on random prompts of this length) just after the
+    plain run, into plain.metrics["forward_ms"]."""
+    from turbospec.benchmarks.oracle import verify_cost
     layers = tuple(proposer.aux_hidden_state_layers) if proposer.aux_hidden_state_layers else ()
     engine.proposer, engine.model.aux_hidden_state_layers = None, ()
     run(engine, prompts[:warmup], params, concurrency)
     plain = run(engine, prompts, params, concurrency)
+    if forward_prompt_len:
+        plain.metrics["forward_ms"] = verify_cost(engine, min(concurrency, len(prompts)), [0], forward_prompt_len,
+                                                  engine.model_config.vocab_size, iters=8)[0]
     engine.proposer, engine.model.aux_hidden_state_layers = proposer, layers
     run(engine, prompts[:warmup], params, concurrency)
     before = engine.get_metrics()

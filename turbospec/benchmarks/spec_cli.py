@@ -7,15 +7,20 @@ import json
 import typer
 
 from turbospec.spec.config_arg import parse_speculative_config
-from turbospec.benchmarks.cli_args import check_fits, device_name, echo_compiles, env_setting, shape_setting
+from turbospec.benchmarks.cli_args import (BANDWIDTH_NOTE, bandwidth_text, check_fits, check_max_model_len,
+                                           check_out_path, device_name, dtype_name, echo_compiles, env_setting,
+                                           env_vars, forward_warning, shape_setting, warn_unknown_env)
+
+DEFAULT_NUM_PROMPTS = 32
 
 
 def spec(
+    ctx: typer.Context,
     speculative_config: str = typer.Option(..., "--speculative-config", help="JSON, vLLM's keys"),
     model: str = typer.Option(None, help="target model directory (real weights; needs --prompts)"),
     shape: str = typer.Option(None, help="or a model shape with random weights (oracle proposer only)"),
     prompts: str = typer.Option(None, help="JSONL file with a 'prompt' field per line (with --model)"),
-    num_prompts: int = typer.Option(32, help="with --model: the first N prompts of the file"),
+    num_prompts: int = typer.Option(DEFAULT_NUM_PROMPTS, help="with --model: the first N prompts of the file"),
     max_tokens: int = typer.Option(128, help="generated tokens per request"),
     concurrency: int = typer.Option(1, help="requests in flight (batch size), with --model"),
     batch_sizes: str = typer.Option("1,4,16,64", help="with --shape"),
@@ -26,6 +31,8 @@ def spec(
     quantization: str = typer.Option(None, help="fp8 = block-FP8 weights (128x128, quantized at load; with --model, of a bf16 checkpoint)"),
     max_model_len: int = typer.Option(None, help="with --shape: the engine's context limit, as a server's (default: "
                                       "what the run needs); CUDA graphs are captured for length buckets up to it"),
+    json_out: str = typer.Option(None, help="also write the results as JSON here (the header's setting, each "
+                                 "row's numbers, acceptance, identical outputs, the verify-cost table)"),
 ) -> None:
     """Plain vs speculative decoding in the same process: acceptance, tok/s of each, speedup."""
     if not speculative_config.strip():
@@ -42,8 +49,11 @@ def spec(
             raise typer.BadParameter(f"{flag} {v}: give a positive integer")
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
+    source = ctx.get_parameter_source("num_prompts")
+    asked = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")     # --num-prompts given
     # a flag of the other mode would be ignored: the run and its header would not be the ones asked for
-    other = ((("--prompts", prompts is not None), ("--num-prompts", num_prompts != 32), ("--concurrency", concurrency
+    other = ((("--prompts", prompts is not None), ("--num-prompts", asked or num_prompts != DEFAULT_NUM_PROMPTS),
+              ("--concurrency", concurrency
              != 1), ("--temperature", temperature != 0)) if shape is not None else
              (("--batch-sizes", batch_sizes != "1,4,16,64"), ("--prompt-len", prompt_len != 512)))
     for flag, given in other:
@@ -52,21 +62,28 @@ def spec(
                                      "at --batch-sizes on --prompt-len random ids, --model the --prompts file")
     if shape is not None and prompt_len < 1:
         raise typer.BadParameter(f"--prompt-len {prompt_len}: give a positive integer")
+    if shape is None and max_model_len is not None:
+        raise typer.BadParameter("--max-model-len goes with --shape; with --model the engine's context "
+                                 "limit is the model's")
+    if shape is None and prompts is None:
+        raise typer.BadParameter("--model needs --prompts FILE.jsonl")
+    check_out_path(json_out, "--json-out")
+    warn_unknown_env()
     if shape is not None:
-        _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device, quantization,
-                    max_model_len)
+        result = _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, max_tokens, dtype or "bf16", device,
+                             quantization, max_model_len)
     else:
-        if max_model_len is not None:
-            raise typer.BadParameter("--max-model-len goes with --shape; with --model the engine's context "
-                                     "limit is the model's")
-        if prompts is None:
-            raise typer.BadParameter("--model needs --prompts FILE.jsonl")
-        _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype,
-                    quantization)
+        result = _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device,
+                             dtype, quantization, asked)
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, temperature, device, dtype,
-                quantization=None):
+                quantization=None, asked=False) -> dict:
+    """Run --model; print the header and results; return them for --json-out. asked: --num-prompts
+    was given (not the default)."""
     from turbospec import LLM, SamplingParams
     from turbospec.benchmarks.spec import compare, load_prompts
 
@@ -76,6 +93,12 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     try:
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True)
         ps = load_prompts(prompts, num_prompts)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    if len(ps) < num_prompts:            # the file holds fewer: it ran them all, silently
+        typer.echo(f"note: {prompts} holds {len(ps)} prompts ({'asked' if asked else '--num-prompts default'} "
+                   f"{num_prompts}): running {len(ps)}", err=True)
+    try:
         llm = LLM(model, device=device, dtype=dtype, speculative_config=spec_cfg, quantization=quantization,
                   seed=None)          # unseeded sampled requests draw afresh each run, as before LLM's seed 0
     except ValueError as e:
@@ -94,15 +117,19 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
                    if n < eng.max_model_len else "shorten that prompt")
             raise typer.BadParameter(f"prompt {i} of {prompts} has {n} tokens: with --max-tokens {max_tokens} "
                                      f"it exceeds the context length {eng.max_model_len}; {fix}")
-    plain, sp = compare(eng, eng.proposer, ps, params, concurrency)
+    mean_len = sum(lens) / len(lens)
+    batch = min(concurrency, len(ps))
+    plain, sp = compare(eng, eng.proposer, ps, params, concurrency,
+                        forward_prompt_len=max(1, min(round(mean_len), eng.max_model_len - 9)))
     same = sum(a == b for a, b in zip(plain.outputs, sp.outputs))
     m = sp.metrics
-    typer.echo(f"# bench spec | device {device_name(eng.device)} | model {model} | dtype {eng.dtype} | "
+    typer.echo(f"# bench spec | device {device_name(eng.device)} | model {model} | dtype {dtype_name(eng.dtype)} | "
                f"speculative_config {json.dumps(spec_cfg)} | prompts {prompts} x{len(ps)} | "
                f"max_tokens {max_tokens} | concurrency {concurrency} | temperature {temperature}{env_setting()}")
-    typer.echo(f"plain:       {plain.tokens} tokens in {plain.seconds:.2f} s = {plain.tok_s:.1f} tok/s")
+    typer.echo(f"plain:       {plain.tokens} tokens in {plain.seconds:.2f} s = {plain.tok_s:.1f} tok/s "
+               "(prefills included)")
     typer.echo(f"speculative: {sp.tokens} tokens in {sp.seconds:.2f} s = {sp.tok_s:.1f} tok/s "
-               f"(draft {m['draft_time_s']:.2f} s, verify {m['verify_time_s']:.2f} s)")
+               f"(prefills included; draft {m['draft_time_s']:.2f} s, verify {m['verify_time_s']:.2f} s)")
     if m["num_drafts"]:
         typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | acceptance length {m['acceptance_length']:.3f} | "
                    f"acceptance rate {m['acceptance_rate']:.3f} | drafts {m['num_drafts']}")
@@ -111,31 +138,57 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     else:                                 # it printed 'acceptance length None' and an empty per-position line
         typer.echo(f"speedup {sp.tok_s / plain.tok_s:.2f}x | drafts 0: the proposer drafted nothing for these "
                    "prompts, so there is no acceptance to report")
+    forward_ms = plain.metrics.get("forward_ms")
+    _warn_timing(forward_warning(plain.decode_ms or 0.0, forward_ms, "plain",
+                                 f"plain decoding (its steps without a prefill, batch up to {batch})"))
     echo_compiles((f"{name} run", r.compiles) for name, r in (("plain", plain), ("speculative", sp)))
     if temperature == 0:
         typer.echo(f"greedy outputs identical to plain: {same}/{len(ps)}")
         # trees verify through the prefill attention kernel: not bit-identical yet (README)
         _check_lossless(same, len(ps), eng.bitwise_exact and "tree" not in spec_cfg, "the prompts")
-    typer.echo(model_ceiling(eng, min(concurrency, len(ps)), sum(lens) / len(lens) + max_tokens / 2, plain.tok_s))
+    else:                                 # the line just disappeared
+        typer.echo(f"sampled (temperature {temperature}): outputs not compared token for token")
+    line, ceiling = model_ceiling(eng, batch, mean_len + max_tokens / 2, plain.tok_s)
+    typer.echo(line)
+    return {"mode": "model", "device": device_name(eng.device), "model": model, "dtype": dtype_name(eng.dtype),
+            "quantization": quantization, "speculative_config": spec_cfg, "method": spec_cfg.get("method"),
+            "k": spec_cfg.get("num_speculative_tokens"), "prompts": prompts, "num_prompts": len(ps),
+            "prompt_tokens": lens, "max_tokens": max_tokens, "concurrency": concurrency, "temperature": temperature,
+            "env": env_vars(), "copy_bandwidth_Bps": ceiling.get("copy_bandwidth_Bps"),
+            "plain": _run_json(plain) | {"bare_forward_ms": forward_ms},
+            "speculative": _run_json(sp) | {k: v for k, v in m.items()},
+            "speedup": sp.tok_s / plain.tok_s,
+            "acceptance_length": m["acceptance_length"], "per_position_acceptance": m["per_position_acceptance"],
+            "identical": {"same": same, "total": len(ps)} if temperature == 0 else None,
+            "ceiling": ceiling}
 
 
-def model_ceiling(eng, concurrency: int, mean_context: float, plain_tok_s: float) -> str:
+def _run_json(r) -> dict:
+    """A timed run's numbers for --json-out (prefills included in seconds and tok_s)."""
+    return {"seconds": r.seconds, "tokens": r.tokens, "tok_s": r.tok_s, "decode_ms_per_token": r.decode_ms,
+            "compiles": r.compiles}
+
+
+def model_ceiling(eng, concurrency: int, mean_context: float, plain_tok_s: float) -> tuple[str, dict]:
     """The HBM roofline of plain decoding for this run: a step at `concurrency` sequences (at most
     the number of prompts) reads the weights once and every sequence's KV (at the run's mean
     context), at the copy bandwidth measured now; and the share of it the plain run reached (its
-    tok/s include prefills and the batch draining at the end: a lower bound of a step's efficiency)."""
+    tok/s include prefills and the batch draining at the end: a lower bound of a step's efficiency).
+    Returns the line and its numbers (for --json-out)."""
     from turbospec.benchmarks.roofline import kv_bytes_per_step, measure_copy_bandwidth, weight_bytes_per_step
     try:
         bw = measure_copy_bandwidth(eng.device)
     except RuntimeError as e:            # out of memory beside the model (the probe copies 1 GiB)
-        return f"ceiling: not measured (the copy-bandwidth probe failed: {str(e).splitlines()[0]})"
+        return f"ceiling: not measured (the copy-bandwidth probe failed: {str(e).splitlines()[0]})", {}
     ctx = [round(mean_context)] * concurrency
     nbytes = weight_bytes_per_step(eng.model, eng.model_config, concurrency) + kv_bytes_per_step(
         eng.model_config, eng.dtype, ctx)
     ceiling = concurrency * bw / nbytes
     return (f"ceiling: plain decoding at concurrency {concurrency}, mean context {ctx[0]} tokens, reads "
-            f"{nbytes / 1e6:.1f} MB per step; at {bw / 1e12:.2f} TB/s copy bandwidth (measured now) that is "
-            f"{ceiling:.1f} tok/s: plain reached {plain_tok_s / ceiling:.1%} of it (prefills included)")
+            f"{nbytes / 1e6:.1f} MB per step; at {bandwidth_text(bw)} copy bandwidth ({BANDWIDTH_NOTE}) that is "
+            f"{ceiling:.1f} tok/s: plain reached {plain_tok_s / ceiling:.1%} of it (prefills included)"), \
+        {"copy_bandwidth_Bps": bw, "concurrency": concurrency, "mean_context": ctx[0], "bytes_per_step": nbytes,
+         "tok_s": ceiling, "plain_frac": plain_tok_s / ceiling}
 
 
 def lossless_warning(same: int, total: int, exact: bool, where: str) -> str | None:
@@ -195,6 +248,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
         raise typer.BadParameter(str(e)) from e
     dev, name, cfg, dt, bss = shape_setting(shape, dtype, device, batch_sizes)
     check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--max-tokens", k)
+    check_max_model_len(max_model_len, cfg.max_position_embeddings)
     need = prompt_len + gen_len + k + 1
     if max_model_len is not None and max_model_len < need:
         raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + max tokens + k + 1 "
@@ -207,15 +261,17 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
                                    quantization, exact, max_model_len)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    typer.echo(f"# bench spec (oracle) | device {device_name(dev)} | shape {name} (random weights) | dtype {dt} | "
-               f"weights {'block-FP8 (128x128)' if quantization else dt} | k {k}{' (auto)' if auto else ''} | "
+    model_len = min(max_model_len or need + 16, cfg.max_position_embeddings)
+    typer.echo(f"# bench spec (oracle) | device {device_name(dev)} | shape {name} (random weights) | "
+               f"dtype {dtype_name(dt)} | weights {'block-FP8 (128x128)' if quantization else dtype_name(dt)} | "
+               f"k {k}{' (auto)' if auto else ''} | "
                f"bitwise_exact {exact}{' (verify rows <= 64 per step)' if exact and dev.type == 'cuda' else ''} | "
                f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy | "
-               f"max model len {min(max_model_len or need + 16, cfg.max_position_embeddings)}{env_setting()}")
-    typer.echo(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'speedup':>8} {'accept len':>11} "
+               f"max model len {model_len}{env_setting()}")
+    typer.echo(f"{'batch':>5} {'plain tok/s total':>18} {'spec tok/s total':>17} {'speedup':>8} {'accept len':>11} "
                f"{'same as plain':>14} {'mean k':>7} {'k next':>7}")
     for r in rows:
-        typer.echo(f"{r.batch:>5} {r.plain_tok_s:>12.1f} {r.spec_tok_s:>11.1f} {r.speedup:>7.2f}x "
+        typer.echo(f"{r.batch:>5} {r.plain_tok_s:>18.1f} {r.spec_tok_s:>17.1f} {r.speedup:>7.2f}x "
                    f"{_num(r.acceptance_length, 11)} {r.identical:>14} {_num(r.mean_k, 7)} {r.chosen_k:>7}")
     echo_compiles((f"batch {r.batch}", r.compiles) for r in rows)
     for r in rows:
@@ -224,10 +280,38 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
         _warn_timing(timing_warning(r.speedup, r.acceptance_length, f"batch {r.batch}",
                                     r.batch / r.plain_tok_s * 1e3 if r.plain_tok_s else None,
                                     costs.get(r.batch, {}).get(0)))
+        _warn_timing(verify_cost_warning(costs.get(r.batch, {}), f"batch {r.batch}"))
     typer.echo("verify cost: ms per target forward with k drafts per sequence (ratio to k=0 decode)")
     typer.echo(f"{'batch':>5} " + " ".join(f"{'k=' + str(kk):>14}" for kk in cost_ks))
     for b, c in costs.items():
         typer.echo(f"{b:>5} " + " ".join(f"{c[kk]:>7.3f} ({c[kk] / c[0]:.2f})" for kk in cost_ks))
+    return {"mode": "shape", "device": device_name(dev), "shape": name, "dtype": dtype_name(dt),
+            "quantization": quantization, "speculative_config": spec_cfg, "method": "oracle", "k": k,
+            "draft_length": "auto" if auto else "fixed", "bitwise_exact": exact, "target_acceptance_length": al,
+            "prompts": "random ids", "prompt_len": prompt_len, "gen_len": gen_len, "max_model_len": model_len,
+            "env": env_vars(), "copy_bandwidth_Bps": None,         # the oracle prints no roofline
+            "results": [{"batch": r.batch, "plain_tok_s_total": r.plain_tok_s, "spec_tok_s_total": r.spec_tok_s,
+                         "speedup": r.speedup, "acceptance_length": r.acceptance_length,
+                         "identical": dict(zip(("same", "total"), (int(x) for x in r.identical.split("/")))),
+                         "mean_k": r.mean_k, "k_next": r.chosen_k, "compiles": r.compiles} for r in rows],
+            "verify_cost_ms": {str(b): {str(kk): c[kk] for kk in cost_ks} for b, c in costs.items()}}
+
+
+# a verify (k >= 1 drafts) reads every weight a decode step (k = 0) reads: below this ratio the timings are off
+MIN_VERIFY_RATIO = 0.9
+
+
+def verify_cost_warning(costs: dict[int, float], where: str) -> str | None:
+    """The line to print when the verify-cost table has a verify cheaper than its decode step (a
+    busy CPU once gave k=1 at 0.28x k=0): the table was timed on a disturbed machine."""
+    base = costs.get(0)
+    low = [(kk, ms) for kk, ms in sorted(costs.items()) if kk >= 1 and base and ms / base < MIN_VERIFY_RATIO]
+    if not low:
+        return None
+    return (f"WARNING ({where}): the timings disagree: the verify-cost table's "
+            + ", ".join(f"k={kk} {ms:.3f} ms ({ms / base:.2f})" for kk, ms in low)
+            + f" below its k=0 decode step {base:.3f} ms, although a verify reads every weight a decode step "
+            "reads. The machine was probably busy; rerun on an idle machine before reading these numbers")
 
 
 def _num(x: float | None, width: int) -> str:
