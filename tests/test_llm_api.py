@@ -200,13 +200,13 @@ def test_a_refused_prompt_of_a_batch_is_named_and_nothing_moves(llm):
     llm.generate(PROMPT, greedy(max_tokens=2))
     before = llm.get_metrics()
     long_ids = {"prompt_token_ids": [5] * 120}
-    with pytest.raises(ValueError, match=r"^prompt\[2\]: the prompt has 120 tokens but the context length is 96"):
+    with pytest.raises(ValueError, match=r"^prompt\[2\]: This model's maximum context length is 96 tokens, and the prompt has 120"):
         llm.generate([PROMPT, "class A:", long_ids, "import os"], greedy())
     with pytest.raises(ValueError, match=r"^prompt\[1\]: the prompt is empty"):
         llm.generate([PROMPT, {"prompt_token_ids": []}], greedy(n=3))
     with pytest.raises(ValueError, match=rf"^prompt\[1\]: stop_token_ids \[{V}\] are outside the vocabulary"):
         llm.generate([PROMPT, PROMPT], [greedy(), greedy(stop_token_ids=[V])])
-    with pytest.raises(ValueError, match=r"^the prompt has 120 tokens"):        # one prompt: nothing to name
+    with pytest.raises(ValueError, match=r"^This model.s maximum context length is 96 tokens, and the prompt has 120"):   # one prompt: no name
         llm.generate(long_ids, greedy())
     assert llm.get_metrics() == before
     assert not eng.seqs and not eng.has_unfinished_requests()
@@ -216,7 +216,7 @@ def test_a_refused_prompt_of_a_batch_is_named_and_nothing_moves(llm):
 def test_a_refused_conversation_of_a_batch_is_named(llm):
     long = [{"role": "user", "content": "x " * 200}]
     before = llm.get_metrics()
-    with pytest.raises(ValueError, match=r"^conversation 1: the prompt has \d+ tokens but the context length is 96"):
+    with pytest.raises(ValueError, match=r"^conversation 1: This model's maximum context length is 96 tokens, and the prompt has \d+"):
         llm.chat([[{"role": "user", "content": "hi"}], long], greedy(),
                  chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}")
     assert llm.get_metrics() == before

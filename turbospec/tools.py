@@ -27,7 +27,9 @@ from turbospec.chat_template import ChatTemplateError
 MAX_TOOLS = 128
 # OpenAI allows [a-zA-Z0-9_-]{1,64}; '.' and ':' are accepted too (namespaced tools, as vLLM lets through)
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
-_TOOL_KEYS = frozenset({"type", "function"})
+# plus keys clients add that change nothing here: Anthropic-style `cache_control` (prompt-caching
+# passthroughs), OpenAI's `defer_loading` (tool search: every tool is rendered anyway; vLLM takes it)
+_TOOL_KEYS = frozenset({"type", "function", "cache_control", "defer_loading"})
 _FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
 
 
@@ -75,7 +77,8 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         strict = fn.get("strict")
         if strict is not None and not isinstance(strict, bool):
             raise _tools_error(f"{where}.function.strict must be a boolean")
-    return [dict(t) for t in tools]
+    return [{k: v for k, v in t.items() if k in ("type", "function")} for t in tools]   # not the extras: a
+    # template renders a tool with `tojson`, and cache_control / defer_loading are no part of it
 
 
 def _no_unknown_keys(obj: dict, allowed: frozenset, where: str, hint: str) -> None:

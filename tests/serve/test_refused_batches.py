@@ -72,12 +72,12 @@ def test_stop_token_ids_outside_the_vocabulary_are_refused(request, fixture, pat
 
 
 @pytest.mark.parametrize("kw, param, start", [
-    (dict(prompt=["def f():", "import os", "x " * 3000]), "prompt.2", "prompt[2]: the prompt has 3001 tokens"),
+    (dict(prompt=["def f():", "import os", "x " * 3000]), "prompt.2", "prompt[2]: This model's maximum context length is 2048 tokens, and the prompt has 3001"),
     (dict(prompt=[[1, 2, 3], [4, VOCAB + 5]], n=2), "prompt.1",              # choice 3 is prompt 1's
      f"prompt[1]: prompt token ids [{VOCAB + 5}] are outside the vocabulary"),
     (dict(prompt=["def f():", "def g():", "x " * 1000], max_tokens=1500, n=3), "max_tokens",   # the room it asks
-     "prompt[2]: prompt (1001 tokens) + max_tokens (1500) exceeds the context length 2048"),
-    (dict(prompt=["x " * 3000]), "prompt", "the prompt has 3001 tokens"),            # one prompt: nothing to name
+     "prompt[2]: This model's maximum context length is 2048 tokens, and the prompt (1001 tokens) + max_tokens (1500) exceeds it"),
+    (dict(prompt=["x " * 3000]), "prompt", "This model's maximum context length is 2048 tokens, and the prompt has 3001"),            # one prompt: nothing to name
 ])
 def test_a_refused_batch_names_the_prompt(plain_server, kw, param, start):
     with openai.OpenAI(base_url=f"{plain_server.url}/v1", api_key="unused", timeout=60, max_retries=0) as c:

@@ -56,8 +56,6 @@ def test_vllm_extras_at_their_defaults_are_served(server):
     ("truncate_prompt_tokens", 8, "shorten the prompt"),
     ("spaces_between_special_tokens", False, "accepted only as true"),
     ("priority", 5, "accepted only as 0"),
-    ("reasoning_effort", "low", '{"enable_thinking": false}'),       # OpenAI's: what to send instead
-    ("verbosity", "low", "accepted only as null"),
 ])
 def test_vllm_extras_it_does_not_implement_are_refused_by_name(server, field, value, words):
     """Not 'unknown parameter' (they are vLLM's documented fields) but unsupported, with what to do."""
@@ -141,3 +139,30 @@ def test_top_logprobs_zero_without_logprobs_is_accepted(server):
         r = c.post("/v1/chat/completions", json={"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2,
                                                  "top_logprobs": 1})
         assert r.status_code == 400 and r.json()["error"]["param"] == "top_logprobs"
+
+
+def test_client_extras_inside_messages_and_tools_are_accepted_and_not_rendered():
+    """Prompt-caching clients put `cache_control` on a message (it was 'unknown field'), tool-search
+    clients `defer_loading` on a tool ('unknown key'): accepted, and no part of the rendered prompt."""
+    from turbospec.serve.chat import ChatMessage
+    from turbospec.tools import check_tools
+    m = ChatMessage(role="user", content="hi", cache_control={"type": "ephemeral"})
+    assert m.for_template() == {"role": "user", "content": "hi"}
+    fn = {"name": "f", "parameters": {"type": "object"}}
+    tools = check_tools([{"type": "function", "function": fn, "defer_loading": True,
+                          "cache_control": {"type": "ephemeral"}}])
+    assert tools == [{"type": "function", "function": fn}]
+    with pytest.raises(Exception, match="unknown key"):                 # a misspelt key still is a 400
+        check_tools([{"type": "function", "function": fn, "defer_loadin": True}])
+
+
+@pytest.mark.parametrize("field,value", [("reasoning_effort", "low"), ("verbosity", "low")])
+def test_openai_reasoning_options_are_accepted_and_ignored(server, field, value):
+    """vLLM accepts them (a model without Harmony ignores them); agent frameworks send them when a user
+    sets a reasoning option. The tokens are those of the request without them."""
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
+        body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 4, "temperature": 0}
+        plain = c.post("/v1/chat/completions", json=body)
+        r = c.post("/v1/chat/completions", json={**body, field: value})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == plain.json()["choices"][0]["message"]["content"]

@@ -114,12 +114,12 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
     if not ids:
         raise ValueError("the prompt is empty: pass at least one token (or a non-empty string)")
     if len(ids) >= max_model_len:
-        raise ValueError(f"the prompt has {len(ids)} tokens but the context length is {max_model_len}: "
-                         "shorten the prompt (it needs room for at least one generated token)")
+        raise ValueError(f"This model's maximum context length is {max_model_len} tokens, and the prompt has "
+                         f"{len(ids)}: shorten the prompt (it needs room for at least one generated token)")
     if params.max_tokens is not None and len(ids) + params.max_tokens > max_model_len and not cap_to_context:
-        raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
-                         f"context length {max_model_len}: lower max_tokens to at most "
-                         f"{max_model_len - len(ids)}")
+        raise ValueError(f"This model's maximum context length is {max_model_len} tokens, and the prompt "
+                         f"({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds it: lower max_tokens "
+                         f"to at most {max_model_len - len(ids)}")
     room = max_model_len - len(ids)
     if params.min_tokens > room:                                    # (max_tokens in the context: min_tokens <= it)
         raise ValueError(f"min_tokens ({params.min_tokens}) is more than the prompt ({len(ids)} tokens) leaves "

@@ -4,7 +4,8 @@ clients send, validated, and vLLM's `add_generation_prompt`, `continue_final_mes
 `LLM.chat`; an earlier turn's `reasoning` / `reasoning_content` is rendered); here their errors
 become 400s naming the field. Fields that the `openai` client or
 agent frameworks echo back from an earlier response (`refusal`, `annotations`, null `audio` /
-`function_call`) are accepted and not rendered.
+`function_call`) are accepted and not rendered, as is a message's `cache_control` (prompt-caching
+clients; its content parts may carry one too).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class ChatMessage(BaseModel):
     annotations: list[Any] | None = None
     audio: None = None
     function_call: None = None
+    cache_control: dict[str, Any] | None = None       # Anthropic-style prompt caching (Cline, litellm passthrough)
 
     @field_validator("content")
     @classmethod

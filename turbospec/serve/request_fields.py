@@ -10,7 +10,10 @@ from typing import Any
 # Fields accepted and ignored: they do not change the generated tokens.
 HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safety_identifier",
                              "prompt_cache_key", "parallel_tool_calls", "request_id",
-                             "cache_salt", "session_id"})     # vLLM's: prefix-cache salt, routing key
+                             "cache_salt", "session_id",     # vLLM's: prefix-cache salt, routing key
+                             # accepted and ignored, as vLLM does for a model without OpenAI's Harmony
+                             # format (Qwen3's thinking switch is chat_template_kwargs.enable_thinking)
+                             "reasoning_effort", "verbosity"})
 
 # Fields accepted only at their neutral value(s); anything else is a 400.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -25,9 +28,7 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "modalities": (None, ["text"]),
     "audio": (None,),
     "prediction": (None,),
-    "reasoning_effort": (None,),
     "web_search_options": (None,),
-    "verbosity": (None,),                         # OpenAI's GPT-5 length control: no open-model meaning
     # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
     "spaces_between_special_tokens": (True, None),
     "truncate_prompt_tokens": (None,),
@@ -50,6 +51,4 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 UNSUPPORTED_HINTS: dict[str, str] = {
     "chat_template": "start the server with --chat-template FILE instead",
     "truncate_prompt_tokens": "shorten the prompt on the client",
-    "reasoning_effort": ("for a Qwen3-style template send chat_template_kwargs: {\"enable_thinking\": false} "
-                         "to turn thinking off"),
 }
