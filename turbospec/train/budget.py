@@ -48,6 +48,16 @@ class TimeBudget:
     def set_measured(self, values: list[float]) -> None:
         self.eval_s_per_token, self.save_s, self.eval_prompts_s = values
 
+    def agree(self, device) -> None:
+        """Under torchrun: every rank takes the ranks' largest measurements (all_reduce MAX), so that they
+        cap the final evaluation alike (a rank's own timings differ: different subsets = a collective
+        mismatch). The loop does this at each step; the final phase may come before another step."""
+        import torch
+        import torch.distributed as dist
+        shared = torch.tensor(self.measured(), dtype=torch.float64, device=device)
+        dist.all_reduce(shared, op=dist.ReduceOp.MAX)
+        self.set_measured(shared.tolist())
+
     def full_eval_s(self) -> float:
         return max(self.eval_s_per_token, 0.0) * self.heldout_tokens
 

@@ -255,6 +255,8 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
         if interrupted is None and len(heldout) and eval_step == step:
             log.print(f"final held-out = the evaluation at step {step} (no step since)")
         elif interrupted is None and len(heldout):
+            if tb is not None and world > 1:             # the probe after a last (first) step: not yet shared
+                tb.agree(device)
             split, line = tb.final_split(heldout, cfg.seed) if tb else (heldout, f"final held-out evaluation: "
                                                                                f"{len(heldout)} samples")
             log.print(f"{line} (Ctrl-C skips it; the state is saved)")
