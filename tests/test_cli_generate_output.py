@@ -91,3 +91,13 @@ def test_the_summary_names_fp8_weights(codelm_dir):
     assert r.exit_code == 0, r.output
     assert r.stderr.strip().splitlines()[-1].endswith(
         "| cpu, float32 activations, fp8 weights (quantized at load), plain decoding"), r.stderr
+
+
+def test_a_librarys_warning_keeps_its_origin_even_under_a_turbospec_clone():
+    """`git clone .../turbospec && python -m venv .venv` puts every library under a path holding
+    'turbospec': their warnings must not read as ours."""
+    from turbospec.cli import _PACKAGE_DIR, one_line_warning
+    lib = "/home/u/turbospec/.venv/lib/python3.11/site-packages/transformers/x.py"
+    assert one_line_warning("old", UserWarning, lib, 7) == "warning (UserWarning, x.py:7): old\n"
+    assert one_line_warning("capped", UserWarning, _PACKAGE_DIR + "engine/llm_engine.py", 9) == \
+        "turbospec: warning: capped\n"

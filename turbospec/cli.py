@@ -4,6 +4,7 @@ names the values of every subcommand's flags: `ReadableHelpGroup`)."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -86,10 +87,13 @@ def _main(version: bool = typer.Option(False, "--version", is_eager=True, callba
     warnings.formatwarning = one_line_warning      # not `file.py:53: UserWarning: ...` + a source line
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep   # not a library under a clone's .venv/
+
+
 def one_line_warning(message, category, filename, lineno, line=None) -> str:
     """A warning on a command's stderr: one line, `turbospec: warning: ...` (a library's warning keeps its
     category and origin, so that it is not taken for ours)."""
-    if category is UserWarning and "turbospec" in filename:
+    if category is UserWarning and os.path.abspath(filename).startswith(_PACKAGE_DIR):
         return f"turbospec: warning: {message}\n"
     return f"warning ({category.__name__}, {filename.rsplit('/', 1)[-1]}:{lineno}): {message}\n"
 
