@@ -165,6 +165,7 @@ def test_the_same_target_elsewhere_counts_as_the_same(tiny_target, tmp_path):
     hub = str(tmp_path / "{}" / "hub" / "models--Qwen--Qwen3-8B" / "snapshots" / "{}")     # Hub cache snapshots
     assert same_target(hub.format("elsewhere", "aaa"), hub.format("here", "bbb"))          # by the repo id
     assert not same_target(hub.format("elsewhere", "aaa"), hub.format("here", "bbb").replace("8B", "4B"))
+    assert same_target(hub.format("elsewhere", "aaa"), str(tmp_path / "data" / "Qwen3-8B"))   # id, then a local copy
 
 
 def test_overwrite_of_the_same_method_and_target_says_what_it_replaces(tiny_target, code_jsonl, tmp_path):

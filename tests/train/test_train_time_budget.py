@@ -93,7 +93,7 @@ def test_the_run_ends_within_max_minutes_with_a_capped_final_evaluation(tiny_tar
     assert re.search(r"^--max-minutes 0.2: [\d.]+ min on the run's clock \(training \d+ s, save \+ export \d+ s, "
                      r"final held-out evaluation \d+ s\)$", log, re.M), log
     # the whole run after setup ends near the budget (it ran 6 s past it: the final evaluation on top)
-    assert wall - setup <= 12 + 5, (wall, setup, log)        # (6 s over it before; slack for a loaded CI host)
+    assert wall - setup <= 12 + 6, (wall, setup, log)        # (19.6 s before; slack for a loaded 2-core CI host)
     info = json.loads((out / "training_info.json").read_text())
     assert info["final_heldout_samples"] == f"{capped.group(1)} of 40 (a fixed random subset: --max-minutes)"
     assert result["step"] > 0 and result["heldout"]["loss"] > 0

@@ -97,8 +97,8 @@ def same_target(recorded: str, target: str) -> bool:
     (a copy in another clone) or that no longer exists here (the export was made elsewhere)."""
     if _real(recorded) == _real(target):
         return True
-    if _target_name(recorded) != _target_name(target):
-        return False
+    if _target_name(recorded).split("/")[-1] != _target_name(target).split("/")[-1]:
+        return False            # (Org/Name from the Hub cache and a local copy named Name: the same model)
     if not os.path.isdir(recorded):
         return True
     return _read_bytes(os.path.join(recorded, "config.json")) == _read_bytes(os.path.join(target, "config.json"))
