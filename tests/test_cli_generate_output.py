@@ -67,8 +67,8 @@ def test_at_the_models_own_limit_the_hint_does_not_say_raise_max_model_len():
 
     from turbospec.generate_cli import finish_reason
     out = SimpleNamespace(token_ids=[7] * 2045, finish_reason="length", stop_reason=None)
-    assert finish_reason(out, 4000, 2048, 2048) == ("length (the model's context length 2048 reached (its "
-                                                    "max_position_embeddings): shorten the prompt), 2045 tokens")
+    assert finish_reason(out, 4000, 2048, 2048) == ("length (the model's own context length 2048 reached: "
+                                                    "shorten the prompt), 2045 tokens")
     assert "raise --max-model-len" in finish_reason(out, 4000, 1024, 2048)
 
 

@@ -94,3 +94,31 @@ def test_the_drafters_rope_takes_the_factor():
     emb = RotaryEmbedding(32, 10, rope)
     torch.testing.assert_close(cos[0, 0], emb.cos_cache)
     torch.testing.assert_close(sin[0, 0], emb.sin_cache)
+
+
+def test_what_transformers_would_compute_otherwise_is_refused_or_followed():
+    """A top-level original_max_position_embeddings is used (transformers gives it priority);
+    partial_rotary_factor and beta_fast <= beta_slow are refused (transformers' table would differ)."""
+    raw = {"max_position_embeddings": 32768, "original_max_position_embeddings": 4096, "rope_theta": 1e6,
+           "rope_scaling": {"rope_type": "yarn", "factor": 8.0}}
+    rope = RopeConfig.from_hf(raw)
+    assert rope.original_max_position_embeddings == 4096 and rope.context_len(32768) == 32768
+    ref_inv, _ = _hf_yarn({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}, 1e6, 128,
+                          32768)
+    torch.testing.assert_close(compute_inv_freq(128, rope), ref_inv.float(), rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="partial_rotary_factor 0.5 is not supported"):
+        RopeConfig.from_hf({**raw, "partial_rotary_factor": 0.5})
+    with pytest.raises(ValueError, match="beta_fast > beta_slow"):
+        RopeConfig.from_hf({**raw, "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "beta_fast": 1,
+                                                    "beta_slow": 32}})
+
+
+def test_linear_scaling_serves_max_position_embeddings_times_factor():
+    """As vLLM derives it: vicuna-13b-v1.5-16k states 4096 with linear x4 and serves 16384."""
+    base = {"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "max_position_embeddings": 4096,
+            "rope_scaling": {"type": "linear", "factor": 4.0}}
+    cfg = ModelConfig.from_dict(base)
+    assert cfg.max_position_embeddings == 16384
+    assert cfg.rope.limit_text(16384) == "context length (16384: linear rope scaling x4)"
+    assert RopeConfig().limit_text(2048) == "max_position_embeddings (2048)"

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from turbospec.rope_config import RopeConfig  # noqa: F401  (re-exported)
+
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM",
                            "MistralForCausalLM", "SarvamMoEForCausalLM")
 MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM")
@@ -77,85 +79,6 @@ def _sliding_window(arch: str, raw: dict[str, Any]) -> int | None:
     if not arch.startswith(("Qwen", "Mistral")):
         return None
     return int(window) if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
-
-
-@dataclass
-class RopeConfig:
-    theta: float = 10000.0
-    rope_type: str = "default"            # "default" | "llama3" | "linear" | "yarn"
-    factor: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
-    # yarn (Qwen3 / Qwen2.5 long context, DeepSeek): frequencies ramp from kept (fast) to divided by
-    # `factor` (slow) between beta_fast and beta_slow rotations over the original context; cos / sin
-    # scaled by attention_factor (None: 0.1 ln(factor) + 1, or the mscale / mscale_all_dim ratio)
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    truncate: bool = True
-
-    @classmethod
-    def from_hf(cls, raw: dict[str, Any], default_theta: float = 10000.0) -> "RopeConfig":
-        """`default_theta`: when the config gives none (transformers' default 10000; vLLM's DFlash
-        drafter loader uses 1e6)."""
-        # transformers >= 4.56 writes `rope_parameters` (holding rope_theta); older configs write
-        # `rope_theta` plus an optional `rope_scaling` dict. Accept both, and both at once.
-        params = dict(raw.get("rope_parameters") or {})
-        scaling = dict(raw.get("rope_scaling") or {})
-        merged = {**scaling, **params}
-        theta = merged.get("rope_theta", raw.get("rope_theta", default_theta))
-        rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
-        if rope_type not in ("default", "llama3", "linear", "yarn"):
-            raise ValueError(
-                f"rope type {rope_type!r} is not supported: turbospec implements 'default', 'linear', "
-                "'llama3' and 'yarn' rotary embeddings")
-        original = merged.get("original_max_position_embeddings")
-        if original is None:              # yarn without it: the config's own context (as transformers)
-            original = raw.get("max_position_embeddings", 8192) if rope_type == "yarn" else 8192
-        factor = merged.get("factor")
-        if factor is None:                # yarn without a factor: the context ratio (DeepSeek's rule)
-            factor = raw.get("max_position_embeddings", original) / original if rope_type == "yarn" else 1.0
-
-        def opt(key: str) -> float | None:
-            return None if merged.get(key) is None else float(merged[key])
-        return cls(
-            theta=float(theta), rope_type=rope_type, factor=float(factor),
-            low_freq_factor=float(merged.get("low_freq_factor", 1.0)),
-            high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
-            original_max_position_embeddings=int(original),
-            beta_fast=float(merged.get("beta_fast") or 32.0), beta_slow=float(merged.get("beta_slow") or 1.0),
-            attention_factor=opt("attention_factor"), mscale=opt("mscale"), mscale_all_dim=opt("mscale_all_dim"),
-            truncate=bool(merged.get("truncate", True)),
-        )
-
-    def context_len(self, max_position_embeddings: int) -> int:
-        """The context the model serves: yarn's original context x factor, as vLLM derives it (Qwen3's
-        config keeps max_position_embeddings 40960 beside yarn x4 over 32768: 131072), or the config's
-        own when larger; other ropes state theirs in max_position_embeddings."""
-        if self.rope_type == "yarn":
-            return max(max_position_embeddings, int(self.original_max_position_embeddings * self.factor))
-        return max_position_embeddings
-
-    def to_hf(self) -> dict[str, Any]:
-        """config.json's keys for this rope: `rope_theta`, plus `rope_scaling` when scaled (the
-        pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back)."""
-        d: dict[str, Any] = {"rope_theta": self.theta}
-        if self.rope_type == "linear":
-            d["rope_scaling"] = {"rope_type": "linear", "factor": self.factor}
-        elif self.rope_type == "yarn":
-            y = {"rope_type": "yarn", "factor": self.factor, "beta_fast": self.beta_fast, "beta_slow": self.beta_slow,
-                 "original_max_position_embeddings": self.original_max_position_embeddings}
-            y.update({k: getattr(self, k) for k in ("attention_factor", "mscale", "mscale_all_dim")
-                      if getattr(self, k) is not None})
-            d["rope_scaling"] = y if self.truncate else {**y, "truncate": False}
-        elif self.rope_type != "default":
-            d["rope_scaling"] = {"rope_type": self.rope_type, "factor": self.factor,
-                                 "low_freq_factor": self.low_freq_factor, "high_freq_factor": self.high_freq_factor,
-                                 "original_max_position_embeddings": self.original_max_position_embeddings}
-        return d
 
 
 @dataclass

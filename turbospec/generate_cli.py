@@ -97,15 +97,16 @@ def generate(
 
 def finish_reason(out, max_tokens: int, max_model_len: int, model_limit: int | None = None) -> str:
     """`length (--max-tokens 40 reached), 40 tokens`: the reason and what caused it. model_limit: the
-    model's max_position_embeddings (at it, raising --max-model-len cannot help)."""
+    model's own context (max_position_embeddings, or what its rope scaling serves): at it, raising
+    --max-model-len cannot help."""
     n, why = len(out.token_ids), None
     if out.finish_reason == "stop":
         why = ("end-of-sequence token" if out.stop_reason is None else f"stop string {out.stop_reason!r}"
                if isinstance(out.stop_reason, str) else f"stop token {out.stop_reason}")
     elif out.finish_reason == "length":
         why = (f"--max-tokens {max_tokens} reached" if n >= max_tokens else
-               f"the model's context length {max_model_len} reached (its max_position_embeddings): shorten the "
-               "prompt" if model_limit is not None and max_model_len >= model_limit else
+               f"the model's own context length {max_model_len} reached: shorten the prompt"
+               if model_limit is not None and max_model_len >= model_limit else
                f"the context length {max_model_len} reached: raise --max-model-len or shorten the prompt")
     return f"{out.finish_reason}{f' ({why})' if why else ''}, {n} token{'s' * (n != 1)}"
 

@@ -44,7 +44,7 @@ def decode(
 
     dev, name, cfg, dt, bss = shape_setting(shape, dtype, device, batch_sizes)
     check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--gen-len")
-    check_max_model_len(max_model_len, cfg.max_position_embeddings)
+    check_max_model_len(max_model_len, cfg.max_position_embeddings, cfg.rope.limit_text(cfg.max_position_embeddings))
     if quantization not in (None, "fp8"):
         raise typer.BadParameter("--quantization must be fp8 (or omitted)")
     if profile_batch != 1 and not profile:                # it was ignored: no profile, no word

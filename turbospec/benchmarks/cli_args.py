@@ -135,12 +135,14 @@ def bandwidth_text(bps: float) -> str:
 BANDWIDTH_NOTE = "read + write bytes, measured now"
 
 
-def check_max_model_len(max_model_len: int | None, context: int) -> None:
-    """--max-model-len over the model's max_position_embeddings: refused in one line before any work
-    (the engine capped it with a warning after sizing its KV pool for the larger length)."""
+def check_max_model_len(max_model_len: int | None, context: int, limit: str | None = None) -> None:
+    """--max-model-len over the model's context: refused in one line before any work (the engine
+    capped it with a warning after sizing its KV pool for the larger length). limit: how the message
+    names it (ModelConfig.rope.limit_text; default `max_position_embeddings (N)`)."""
     if max_model_len is not None and max_model_len > context:
-        raise typer.BadParameter(f"--max-model-len {max_model_len} is over the model's max_position_embeddings "
-                                 f"({context}): give at most {context}, or leave it out")
+        raise typer.BadParameter(f"--max-model-len {max_model_len} is over the model's "
+                                 f"{limit or f'max_position_embeddings ({context})'}: give at most {context}, "
+                                 "or leave it out")
 
 
 # a measured step this many times a bare forward's time was disturbed (the review's busy CPU: 15x)

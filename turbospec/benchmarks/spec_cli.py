@@ -248,7 +248,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
         raise typer.BadParameter(str(e)) from e
     dev, name, cfg, dt, bss = shape_setting(shape, dtype, device, batch_sizes)
     check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--max-tokens", k)
-    check_max_model_len(max_model_len, cfg.max_position_embeddings)
+    check_max_model_len(max_model_len, cfg.max_position_embeddings, cfg.rope.limit_text(cfg.max_position_embeddings))
     need = prompt_len + gen_len + k + 1
     if max_model_len is not None and max_model_len < need:
         raise typer.BadParameter(f"--max-model-len {max_model_len} is shorter than prompt + max tokens + k + 1 "

@@ -36,8 +36,9 @@ def capped_len_message(ec: EngineConfig, config: ModelConfig, got: int, pool_tok
     if got == config.max_position_embeddings:
         window = (", its sliding attention window: contexts up to it are exact with full attention"
                   if config.sliding_window == got else "")
-        return (f"max_model_len={ec.max_model_len} is over the model's max_position_embeddings "
-                f"({config.max_position_embeddings}{window}): requests are limited to {got} tokens")
+        limit = config.rope.limit_text(config.max_position_embeddings)
+        return (f"max_model_len={ec.max_model_len} is over the model's {limit[:-1]}{window}): requests are "
+                f"limited to {got} tokens")
     need = -(-(ec.max_model_len + k + 1) // ec.block_size) + 1
     return (f"max_model_len={ec.max_model_len} does not fit the KV cache ({pool_tokens} tokens): requests are "
             f"limited to {got} tokens; raise num_kv_blocks to at least {need} or lower max_model_len")

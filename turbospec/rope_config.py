@@ -1,0 +1,128 @@
+"""Rotary position embedding settings as config.json states them (`rope_theta` plus `rope_scaling`,
+or transformers >= 4.56's `rope_parameters`): default, linear, llama3 (Llama 3.1) and yarn (Qwen3 /
+Qwen2.5 long context, DeepSeek's mscale). layers/rotary.py turns them into frequencies and tables."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class RopeConfig:
+    theta: float = 10000.0
+    rope_type: str = "default"            # "default" | "llama3" | "linear" | "yarn"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+    # yarn (Qwen3 / Qwen2.5 long context, DeepSeek): frequencies ramp from kept (fast) to divided by
+    # `factor` (slow) between beta_fast and beta_slow rotations over the original context; cos / sin
+    # scaled by attention_factor (None: 0.1 ln(factor) + 1, or the mscale / mscale_all_dim ratio)
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+    @classmethod
+    def from_hf(cls, raw: dict[str, Any], default_theta: float = 10000.0) -> "RopeConfig":
+        """`default_theta`: when the config gives none (transformers' default 10000; vLLM's DFlash
+        drafter loader uses 1e6)."""
+        # transformers >= 4.56 writes `rope_parameters` (holding rope_theta); older configs write
+        # `rope_theta` plus an optional `rope_scaling` dict. Accept both, and both at once.
+        params = dict(raw.get("rope_parameters") or {})
+        scaling = dict(raw.get("rope_scaling") or {})
+        merged = {**scaling, **params}
+        theta = merged.get("rope_theta", raw.get("rope_theta", default_theta))
+        rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
+        if rope_type not in ("default", "llama3", "linear", "yarn"):
+            raise ValueError(
+                f"rope type {rope_type!r} is not supported: turbospec implements 'default', 'linear', "
+                "'llama3' and 'yarn' rotary embeddings")
+        original = merged.get("original_max_position_embeddings") or raw.get("original_max_position_embeddings")
+        if original is None:              # yarn without it: the config's own context (as transformers)
+            original = raw.get("max_position_embeddings", 8192) if rope_type == "yarn" else 8192
+        if rope_type == "yarn":
+            _check_yarn(merged, raw)
+        factor = merged.get("factor")
+        if factor is None:                # yarn without a factor: the context ratio (DeepSeek's rule)
+            factor = raw.get("max_position_embeddings", original) / original if rope_type == "yarn" else 1.0
+
+        def opt(key: str) -> float | None:
+            return None if merged.get(key) is None else float(merged[key])
+        return cls(
+            theta=float(theta), rope_type=rope_type, factor=float(factor),
+            low_freq_factor=float(merged.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
+            original_max_position_embeddings=int(original),
+            beta_fast=float(merged.get("beta_fast") or 32.0), beta_slow=float(merged.get("beta_slow") or 1.0),
+            attention_factor=opt("attention_factor"), mscale=opt("mscale"), mscale_all_dim=opt("mscale_all_dim"),
+            truncate=bool(merged.get("truncate", True)),
+        )
+
+    def context_len(self, max_position_embeddings: int) -> int:
+        """The context the model serves, as vLLM derives it: yarn's original context x factor (Qwen3's
+        config keeps max_position_embeddings 40960 beside yarn x4 over 32768: 131072; here the config's
+        own when larger), linear's max_position_embeddings x factor (vicuna-13b-v1.5-16k: 4096 x 4);
+        llama3 and default ropes state theirs in max_position_embeddings."""
+        if self.rope_type == "yarn":
+            return max(max_position_embeddings, int(self.original_max_position_embeddings * self.factor))
+        if self.rope_type == "linear" and self.factor > 1:
+            return int(max_position_embeddings * self.factor)
+        return max_position_embeddings
+
+    def limit_text(self, context_len: int) -> str:
+        """How a message names the model's context limit: `max_position_embeddings (2048)`, or for a
+        scaled rope (config.json says a smaller number) `context length (131072: yarn rope scaling x4)`."""
+        if self.rope_type == "yarn" or (self.rope_type == "linear" and self.factor > 1):
+            return f"context length ({context_len}: {self.rope_type} rope scaling x{self.factor:g})"
+        return f"max_position_embeddings ({context_len})"
+
+    def to_hf(self) -> dict[str, Any]:
+        """config.json's keys for this rope: `rope_theta`, plus `rope_scaling` when scaled (the
+        pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back)."""
+        d: dict[str, Any] = {"rope_theta": self.theta}
+        if self.rope_type == "linear":
+            d["rope_scaling"] = {"rope_type": "linear", "factor": self.factor}
+        elif self.rope_type == "yarn":
+            y = {"rope_type": "yarn", "factor": self.factor, "beta_fast": self.beta_fast, "beta_slow": self.beta_slow,
+                 "original_max_position_embeddings": self.original_max_position_embeddings}
+            y.update({k: getattr(self, k) for k in ("attention_factor", "mscale", "mscale_all_dim")
+                      if getattr(self, k) is not None})
+            d["rope_scaling"] = y if self.truncate else {**y, "truncate": False}
+        elif self.rope_type != "default":
+            d["rope_scaling"] = {"rope_type": self.rope_type, "factor": self.factor,
+                                 "low_freq_factor": self.low_freq_factor, "high_freq_factor": self.high_freq_factor,
+                                 "original_max_position_embeddings": self.original_max_position_embeddings}
+        return d
+
+
+def _check_yarn(merged: dict[str, Any], raw: dict[str, Any]) -> None:
+    """What transformers' yarn would compute differently from the full-width table built here."""
+    prf = merged.get("partial_rotary_factor", raw.get("partial_rotary_factor"))
+    if prf not in (None, 1, 1.0):
+        raise ValueError(f"yarn rope scaling with partial_rotary_factor {prf} is not supported: turbospec rotates "
+                         "the whole head dimension")
+    fast, slow = merged.get("beta_fast") or 32.0, merged.get("beta_slow") or 1.0
+    if float(fast) <= float(slow):
+        raise ValueError(f"yarn rope scaling needs beta_fast > beta_slow (got {fast} and {slow}; the defaults "
+                         "are 32 and 1): fix rope_scaling in config.json")
+
+    def to_hf(self) -> dict[str, Any]:
+        """config.json's keys for this rope: `rope_theta`, plus `rope_scaling` when scaled (the
+        pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back)."""
+        d: dict[str, Any] = {"rope_theta": self.theta}
+        if self.rope_type == "linear":
+            d["rope_scaling"] = {"rope_type": "linear", "factor": self.factor}
+        elif self.rope_type == "yarn":
+            y = {"rope_type": "yarn", "factor": self.factor, "beta_fast": self.beta_fast, "beta_slow": self.beta_slow,
+                 "original_max_position_embeddings": self.original_max_position_embeddings}
+            y.update({k: getattr(self, k) for k in ("attention_factor", "mscale", "mscale_all_dim")
+                      if getattr(self, k) is not None})
+            d["rope_scaling"] = y if self.truncate else {**y, "truncate": False}
+        elif self.rope_type != "default":
+            d["rope_scaling"] = {"rope_type": self.rope_type, "factor": self.factor,
+                                 "low_freq_factor": self.low_freq_factor, "high_freq_factor": self.high_freq_factor,
+                                 "original_max_position_embeddings": self.original_max_position_embeddings}
+        return d
