@@ -52,8 +52,9 @@ def test_resuming_a_per_sample_split_state_warns_with_counts_and_the_fix(tiny_ta
     now, old = set(heldout_indices(ds, 0.25, 256, 0)), set(per_sample_heldout(len(ds), 0.25, 256, 0))
     leaked, freed = len(now - old), len(old - now)
     assert len(now) == 9 and leaked > 0 and freed > 0
-    note = (f"the training state was saved before the held-out split kept source records together (it split per "
-            f"sample): {leaked} of the 9 held-out samples were trained on by the saved run, so held-out loss and "
+    note = ("the training state records no held-out split; if it was saved by a turbospec from before 2026-12-06, "
+            "when the split began to keep source records together (it split per sample before), "
+            f"{leaked} of the 9 held-out samples were trained on by the saved run, so held-out loss and "
             f"acceptance read high, and {freed} samples it held out are trained on from now on")
     assert (f"warning: --resume from {out / 'checkpoint'}: {note}. For clean held-out numbers start a new run "
             f"from its weights instead: --init-from {out} --out NEW_DIR (without --resume); training_info.json "

@@ -146,10 +146,11 @@ def split_scheme_note(extra: dict, ds, cfg) -> str | None:
         old = set(per_sample_heldout(len(ds), cfg.heldout_fraction, cfg.heldout_max, cfg.seed))
         if old == now:                   # no held-out sample shares a source record: the same split
             return None
-        return (f"the training state was saved before the held-out split kept source records together (it split "
-                f"per sample): {len(now - old)} of the {len(now)} held-out samples were trained on by the saved "
-                f"run, so held-out loss and acceptance read high, and {len(old - now)} samples it held out are "
-                "trained on from now on")
+        return (f"the training state records no held-out split; if it was saved by a turbospec from before "
+                f"2026-12-06, when the split began to keep source records together (it split per sample before), "
+                f"{len(now - old)} of the {len(now)} held-out samples were trained on by the saved run, so "
+                f"held-out loss and acceptance read high, and {len(old - now)} samples it held out are trained "
+                "on from now on")
     return (f"the training state was saved with held-out split {scheme!r}, this turbospec splits by {SPLIT_SCHEME!r}: "
             "the held-out samples may include ones the saved run trained on, so its metrics may read high")
 
