@@ -454,3 +454,11 @@ def test_exports_keep_the_targets_rope_scaling(tmp_path, rope):
     assert load_eagle3(str(tmp_path / "e3")).config.rope == rc
     unscaled = replace(rc, rope_type="default")
     assert unscaled.to_hf() == {"rope_theta": rc.theta}           # no rope_scaling key when unscaled
+
+
+def test_one_rule_names_a_drafters_kind():
+    """The loaders, the draft-model proposer and `recipe check` share it (four spellings disagreed on case)."""
+    from turbospec.models.draft_layers import drafter_kind
+    assert drafter_kind(["LlamaForCausalLMEagle3"]) == drafter_kind(["Eagle3LlamaForCausalLM"]) == "eagle3"
+    assert drafter_kind(["DFlashDraftModel"]) == drafter_kind(["dflashDraftModel"]) == "dflash"
+    assert drafter_kind(["Qwen3ForCausalLM"]) is drafter_kind([]) is drafter_kind(None) is None

@@ -30,7 +30,7 @@ from torch import nn
 from turbospec.layers.rotary import attention_scale
 from turbospec.models.dflash_config import (ARCHITECTURE, DFlashConfig, choose_mask_token_id,  # noqa: F401
                                             default_target_layer_ids)
-from turbospec.models.draft_layers import (KV, GatedMLP, RMSNorm, apply_rope, attend, load_state,
+from turbospec.models.draft_layers import (KV, drafter_kind, GatedMLP, RMSNorm, apply_rope, attend, load_state,
                                            read_checkpoint, read_config, rope_cos_sin, rope_inv_freq)
 
 
@@ -157,7 +157,7 @@ def load_dflash(draft_dir: str, device: torch.device | str = "cpu",
     the draft ships its own `embed_tokens.weight` / `lm_head.weight` or a `mask_embedding.pt`."""
     raw = read_config(draft_dir)
     archs = raw.get("architectures") or []
-    if archs and not any("DFlash" in a for a in archs):
+    if archs and drafter_kind(archs) != "dflash":
         raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not a DFlash draft ({ARCHITECTURE})")
     cfg = DFlashConfig.from_dict(raw)
     # vLLM's renames: a single-layer draft may name its layer `midlayer.`; a `model.` prefix (as

@@ -85,6 +85,14 @@ class GatedMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def drafter_kind(architectures: list | None) -> str | None:
+    """"eagle3" / "dflash" when config.json's `architectures` names a learned drafter of that kind
+    (case-insensitive: `LlamaForCausalLMEagle3`, `Eagle3LlamaForCausalLM`, `DFlashDraftModel`), else None.
+    The one rule the loaders, the draft-model proposer and `recipe check` share."""
+    names = " ".join(str(a) for a in architectures or []).lower()
+    return "eagle3" if "eagle3" in names else "dflash" if "dflash" in names else None
+
+
 def read_config(model_dir: str) -> dict[str, Any]:
     path = os.path.join(model_dir, "config.json")
     if not os.path.isfile(path):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbospec.layers.rotary import attention_scale
-from turbospec.models.draft_layers import (KV, GatedMLP, RMSNorm, apply_rope, attend, causal_mask,
+from turbospec.models.draft_layers import (KV, drafter_kind, GatedMLP, RMSNorm, apply_rope, attend, causal_mask,
                                            load_state, read_checkpoint, read_config, rope_cos_sin,
                                            rope_inv_freq)
 
@@ -187,7 +187,7 @@ def load_eagle3(draft_dir: str, device: torch.device | str = "cpu",
     pytorch_model.bin). A ValueError names any missing, unexpected or misshapen tensor."""
     raw = read_config(draft_dir)
     archs = raw.get("architectures") or []
-    if archs and not any("Eagle3" in a or "eagle3" in a.lower() for a in archs):
+    if archs and drafter_kind(archs) != "eagle3":
         raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not an EAGLE-3 draft ({ARCHITECTURE})")
     cfg = Eagle3Config.from_dict(raw)
     tensors = read_checkpoint(draft_dir)

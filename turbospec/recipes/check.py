@@ -153,10 +153,10 @@ def _paths(recipe: Recipe, values: dict[str, str]) -> list[Finding]:
     return out
 
 
-# what a drafter's config.json `architectures` must name for each method, as the engine's loaders
-# test it (models/eagle3_draft.load_eagle3, models/dflash_draft.load_dflash, spec/draft_model.py)
-_DRAFT_KIND = {"eagle3": ("eagle3", "an EAGLE-3 draft", "LlamaForCausalLMEagle3"),
-               "dflash": ("dflash", "a DFlash draft", "DFlashDraftModel")}
+# what each method's drafter is called in messages; whether config.json's `architectures` names it
+# is the engine's own rule (models.draft_layers.drafter_kind, which the loaders use)
+_DRAFT_KIND = {"eagle3": ("an EAGLE-3 draft", "LlamaForCausalLMEagle3"),
+               "dflash": ("a DFlash draft", "DFlashDraftModel")}
 
 
 def _drafter_problem(recipe: Recipe, key: str, value: str, made_by: list[str]) -> Finding | None:
@@ -181,9 +181,10 @@ def _drafter_problem(recipe: Recipe, key: str, value: str, made_by: list[str]) -
         archs = [str(a) for a in (raw.get("architectures") or [])]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
         return Finding("FAIL", key, f"{cfg_path} is not a JSON object ({e}): {fix}")
-    learned = [m for m, (marker, _, _) in _DRAFT_KIND.items() if any(marker in a.lower() for a in archs)]
+    from turbospec.models.draft_layers import drafter_kind
+    learned = [drafter_kind(archs)] if drafter_kind(archs) else []
     if method in _DRAFT_KIND:
-        marker, kind, arch = _DRAFT_KIND[method]
+        kind, arch = _DRAFT_KIND[method]
         if not archs:
             return Finding("WARN", key, f"{value}: its config.json names no architectures, so it cannot be told "
                                         f"whether it is {kind} ({arch}), as step {step!r} needs")

@@ -45,12 +45,12 @@ class DraftModelProposer(Proposer):
     def from_dir(cls, draft_dir: str, k: int, target_config: ModelConfig, device: torch.device,
                  dtype: torch.dtype, engine_config: EngineConfig | None = None) -> "DraftModelProposer":
         from turbospec.model_loader import load_model
-        from turbospec.models.draft_layers import read_config
-        archs = " ".join(read_config(draft_dir).get("architectures") or [])
-        for marker, method in (("Eagle3", "eagle3"), ("DFlash", "dflash")):
-            if marker.lower() in archs.lower():         # a learned drafter, not a causal LM of its own
-                raise ValueError(f"{draft_dir!r} is a {archs!r} drafter, not a standalone model: use "
-                                 f"speculative_config {json.dumps({'method': method, 'model': draft_dir})}")
+        from turbospec.models.draft_layers import drafter_kind, read_config
+        archs = read_config(draft_dir).get("architectures") or []
+        method = drafter_kind(archs)
+        if method is not None:                          # a learned drafter, not a causal LM of its own
+            raise ValueError(f"{draft_dir!r} is a {' '.join(map(str, archs))!r} drafter, not a standalone model: "
+                             f"use speculative_config {json.dumps({'method': method, 'model': draft_dir})}")
         cfg = ModelConfig.from_pretrained(draft_dir)
         if abs(cfg.vocab_size - target_config.vocab_size) > 1024:
             raise ValueError(f"draft vocab_size {cfg.vocab_size} differs from the target's "
