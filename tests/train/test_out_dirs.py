@@ -178,7 +178,7 @@ def test_overwrite_of_the_same_method_and_target_says_what_it_replaces(tiny_targ
     r = CliRunner().invoke(app, args + ["--steps", "2", "--overwrite"])
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[0] == (
-        f"--overwrite: this run replaces the eagle3 drafter in {str(out)!r} (training_info.json: method eagle3, "
+        f"--overwrite: this run will replace the eagle3 drafter in {str(out)!r} (training_info.json: method eagle3, "
         f"target {tiny_target}, 1 steps; config.json: LlamaForCausalLMEagle3) and the training state "
         f"{str(out / 'checkpoint' / 'train_state.pt')!r}"), r.output
     assert json.loads((out / "training_info.json").read_text())["step"] == 2

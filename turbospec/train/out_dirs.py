@@ -143,7 +143,7 @@ def replaced_line(cfg) -> str | None:
         what.append(f"the {info['method']} drafter in {cfg.out!r} ({_describe_export(info, cfg.out)})")
     if os.path.isfile(state):
         what.append(f"the training state {state!r}")
-    return f"--overwrite: this run replaces {' and '.join(what)}" if what else None
+    return f"--overwrite: this run will replace {' and '.join(what)}" if what else None
 
 
 def _real(path: str) -> str:
