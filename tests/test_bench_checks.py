@@ -81,7 +81,7 @@ def test_forward_warning_flags_a_step_far_above_a_bare_forward():
 
 def test_verify_cost_warning_flags_a_verify_cheaper_than_decode():
     """k=1 at 0.28x the k=0 step (batch 2, busy CPU) printed no warning."""
-    from turbospec.benchmarks.spec_cli import verify_cost_warning
+    from turbospec.benchmarks.spec_checks import verify_cost_warning
     line = verify_cost_warning({0: 41.1, 1: 11.521, 2: 42.0, 3: 36.0}, "batch 2")
     assert line is not None and "WARNING (batch 2): the timings disagree" in line
     assert "k=1 11.521 ms (0.28), k=3 36.000 ms (0.88) below its k=0 decode step 41.100 ms" in line

@@ -196,7 +196,7 @@ def test_lossless_warning_only_where_outputs_must_be_identical():
     """bench spec flags greedy outputs that left plain decoding while bitwise_exact holds (the
     batch-16 bug of 2026-11-30 showed only as "11/16" in a column); elsewhere a difference is
     expected rounding and nothing is printed."""
-    from turbospec.benchmarks.spec_cli import lossless_warning
+    from turbospec.benchmarks.spec_checks import lossless_warning
     line = lossless_warning(11, 16, True, "batch 16")
     assert line is not None and "5 of 16" in line and "batch 16" in line and "bug" in line
     assert lossless_warning(16, 16, True, "batch 16") is None
@@ -213,7 +213,7 @@ def test_timing_warning_flags_numbers_that_cannot_both_be_right():
     """A busy CPU once gave a 32.11x oracle speedup at acceptance length 2.54 (plain 6.5 tok/s where
     the verify-cost table's k=0 step said 145): one timed run cannot tell that from a result, so
     bench spec says the timings disagree; plausible rows print nothing."""
-    from turbospec.benchmarks.spec_cli import timing_warning
+    from turbospec.benchmarks.spec_checks import timing_warning
     line = timing_warning(32.11, 2.54, "batch 1", plain_ms=153.8, decode_ms=6.9)
     assert line is not None and "batch 1" in line and "32.11x" in line and "153.800 ms" in line
     assert "k=0 step 6.900 ms" in line and "rerun" in line
