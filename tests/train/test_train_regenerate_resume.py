@@ -121,3 +121,12 @@ def test_the_cli_continues_an_out_of_the_same_setting(tiny_target, code_jsonl, t
     assert out.read_text() == "".join(first)
     r = CliRunner().invoke(app, argv[:-2] + ["--batch-size", "1", "--max-new-tokens", "4"])
     assert r.exit_code == 2 and "was written with another setting (max_new_tokens 3 -> 4)" in r.output, r.output
+
+
+def test_a_smaller_num_samples_keeps_the_file_and_says_so(tiny_target, code_jsonl, tmp_path):
+    out = tmp_path / "out.jsonl"
+    full = _regen(tiny_target, code_jsonl, out, num_samples=30)
+    before, logs = out.read_bytes(), []
+    _regen(tiny_target, code_jsonl, out, logs=logs, num_samples=10)
+    assert out.read_bytes() == before
+    assert any(f"holds {full.samples} samples of this setting (more than the 10 asked: all kept" in m for m in logs), logs

@@ -100,8 +100,10 @@ def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int,
     log(f"regenerate: {plan.describe(min_prompt)}{rep}; chunks of {batch} (engine max_num_seqs {batch})")
     if done.done or done.dropped_partial:
         cut = "; dropped its last line, cut short by the stop" if done.dropped_partial else ""
-        log(f"regenerate: {out_path} holds {done.done} samples of this setting (skipped, not regenerated){cut}; "
-            f"{max(0, len(prompts) - done.done)} to go")
+        more = (f" (more than the {len(prompts)} asked: all kept, and training reads all of them; pass a new "
+                "--out for fewer)" if done.done > len(prompts) else "")
+        log(f"regenerate: {out_path} holds {done.done} samples of this setting{more} (skipped, not regenerated)"
+            f"{cut}; {max(0, len(prompts) - done.done)} to go")
     stats = RegenStats(len(prompts), done.done, done.prompt_tokens, done.completion_tokens, 0.0, batch,
                        skipped=done.done, dropped_records=plan.dropped, repeats=repeats,
                        skipped_tokens=done.completion_tokens)
