@@ -18,6 +18,7 @@ from turbospec.serve.metrics import CONTENT_TYPE, ServerMetrics
 from turbospec.serve.protocol import check_model_name
 from turbospec.serve.request_body import DEFAULT_MAX_BODY_BYTES
 from turbospec.serve.responses import ModelCard, ModelList
+from turbospec.serve.responses_api import ResponsesServing
 from turbospec.serve.serving import OpenAIServing
 from turbospec.serve.tokenize import Tokenization
 
@@ -80,6 +81,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     think_gate = reasoning_parser is not None and grammars is not None and grammars.set_reasoning()
     serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults)
     tokenization = Tokenization(async_engine, names, max_body_bytes)
+    responses = ResponsesServing(serving)
     require_key = _auth_dependency(api_key)
 
     @asynccontextmanager
@@ -139,6 +141,11 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     async def chat_completions(request: Request) -> Response:
         await require_key(request)
         return await serving.chat(request)
+
+    @app.post("/v1/responses")                        # OpenAI's Responses API, on the chat path; nothing stored
+    async def create_response(request: Request) -> Response:
+        await require_key(request)
+        return await responses.create(request)
 
     @app.post("/tokenize")                             # vLLM's; behind the API key like /v1
     async def tokenize(request: Request) -> Response:

@@ -10,6 +10,7 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import Response
 
+from turbospec.sampling_params import SamplingParams
 from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.chat_output import ChatChoiceOutput
 from turbospec.serve.choices import abort_all, collect_all, merged, spec_total, start_choices, usage
@@ -138,6 +139,29 @@ class OpenAIServing:
     # ---- /v1/chat/completions ------------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
         req = await read_request(request, ChatCompletionRequest, self.max_body_bytes)
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        streams, _ = await self.start_chat(req, rid)
+        if req.stream:
+            return SSEResponse(self._chat_events(rid, req, streams))
+        try:
+            finals = await self._collect(request, streams)
+        except ClientGone:
+            return Response(status_code=499)
+        choices = []
+        for i, d in enumerate(finals):
+            out = self._chat_output(req)
+            choices.append(ChatChoice(index=i, message=out.message(d), finish_reason=out.finish_reason(d.finish_reason),
+                                      stop_reason=d.stop_reason, logprobs=chat_logprobs(d.logprobs)))
+        body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
+                                      prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
+                                      speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
+        return Response(body.model_dump_json(), media_type="application/json")
+
+    async def start_chat(self, req: ChatCompletionRequest, rid: str, max_tokens_name: str | None = None
+                         ) -> tuple[list[RequestStream], SamplingParams]:
+        """A parsed chat request checked, rendered and admitted: its choices' engine streams, and
+        its sampling parameters. /v1/responses maps onto this too (serve/responses_api.py), naming
+        its own length field (`max_tokens_name`) in a refusal."""
         req.model = resolve_model_name(req.model, self.served_model_names)
         params = req.to_sampling_params(self.sampling_defaults)
         req.check_num_choices(1)
@@ -157,26 +181,11 @@ class OpenAIServing:
             params.structured_outputs = StructuredOutputsParams(
                 json=forced_tool_schema(tools, req.tool_choice, req.parallel_tool_calls))
         await compile_constraint(self.engine.engine, params, req, tools)
-        rid = f"chatcmpl-{uuid.uuid4().hex}"
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
                   "add_special_tokens": req.add_special_tokens, "cap_to_context": self._default_max_tokens(req)}
-        start = partial(self._start, max_tokens_name=req.max_tokens_name, num_samples=req.num_samples)
-        streams = await start_choices(start, rid, params, [prompt], req.num_samples)
-        if req.stream:
-            return SSEResponse(self._chat_events(rid, req, streams))
-        try:
-            finals = await self._collect(request, streams)
-        except ClientGone:
-            return Response(status_code=499)
-        choices = []
-        for i, d in enumerate(finals):
-            out = self._chat_output(req)
-            choices.append(ChatChoice(index=i, message=out.message(d), finish_reason=out.finish_reason(d.finish_reason),
-                                      stop_reason=d.stop_reason, logprobs=chat_logprobs(d.logprobs)))
-        body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
-                                      prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
-                                      speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
-        return Response(body.model_dump_json(), media_type="application/json")
+        start = partial(self._start, max_tokens_name=max_tokens_name or req.max_tokens_name,
+                        num_samples=req.num_samples)
+        return await start_choices(start, rid, params, [prompt], req.num_samples), params
 
     async def _chat_events(self, rid: str, req: ChatCompletionRequest,
                            streams: list[RequestStream]) -> AsyncIterator[str]:
