@@ -141,7 +141,8 @@ def test_text_format_json_schema_gives_schema_valid_json(client):
                                              {"type": "input_image", "image_url": "https://example.com/a.png"}]}]},
      "input[0].content[1]", "'input_image' part: this server serves text only"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type", "runs no built-in tools"),
-    ({"include": ["reasoning.encrypted_content"]}, "include", "is not served"),
+    ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include",
+     "['message.output_text.logprobs'] is not served"),
     ({"extra_body": {"frobnicate": 1}}, "frobnicate", "unknown parameter"),
     ({"extra_body": {"best_of": 3}}, "best_of", "unsupported parameter"),
     ({"max_output_tokens": 5000}, "max_output_tokens", "lower max_output_tokens"),        # the engine's refusal

@@ -94,7 +94,7 @@ def test_the_request_maps_onto_the_chat_body():
                            tool_choice={"type": "function", "name": "f"}, parallel_tool_calls=False,
                            text={"format": {"type": "json_schema", "name": "n", "schema": {"type": "object"},
                                             "strict": True}, "verbosity": "low"},
-                           store=True, metadata={"k": "v"}, user="u", include=[], truncation="disabled",
+                           store=True, metadata={"k": "v"}, user="u", include=["reasoning.encrypted_content"], truncation="disabled",
                            reasoning={"effort": "high", "summary": "auto"}, top_k=5, seed=3,
                            prompt_cache_key="p", top_logprobs=0)
     assert req.chat_body() == {

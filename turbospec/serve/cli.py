@@ -109,7 +109,7 @@ def serve(
     log_level: str = typer.Option("info", help="uvicorn log level: critical, error, warning, info, debug or trace."),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
-    /v1/models, /health, /metrics)."""
+    /v1/responses, /v1/models, /health, /metrics)."""
     if port_error(port) is not None:     # before the imports and the model load
         typer.echo(f"turbospec serve: {port_error(port)}", err=True)
         raise typer.Exit(2)

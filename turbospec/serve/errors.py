@@ -92,7 +92,7 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(exc.detail)
         if exc.status_code == 404:
             message = (f"no such endpoint: {request.url.path}. This server has /v1/completions, "
-                       "/v1/chat/completions, /v1/models, /v1/models/{model}, /tokenize, /detokenize, /health, /metrics "
+                       "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{model}, /tokenize, /detokenize, /health, /metrics "
                        "and /version")
         return APIError(exc.status_code, message, code=code).response()
 

@@ -10,7 +10,8 @@ path's sampling extras (`top_k`, `min_p`, `seed`, `stop`, ...: FORWARDED), which
 
 Accepted and not acted on: `store` (nothing is stored; the response says `store: false`),
 `metadata` and `user` (echoed), `reasoning.effort` / `.summary` (as vLLM for a model without
-OpenAI's Harmony format; no summaries are written), `text.verbosity`, `include: []`,
+OpenAI's Harmony format; no summaries are written), `text.verbosity`, `include: []` and
+`["reasoning.encrypted_content"]` (Codex-style clients; none comes back),
 `truncation: "disabled"`, `stream_options.include_obfuscation` (nothing is obfuscated).
 Refused with a 400 naming the field: `previous_response_id`, `conversation` and `background: true`
 (they need stored responses), any other `include`, `truncation: "auto"`, built-in tools, a chat
@@ -52,6 +53,11 @@ def _refused(message: str, param: str) -> APIError:
     return bad_request(message, param=param, code="unsupported_parameter")
 
 
+# include values that ask for nothing this server could add: Codex-style clients send
+# "reasoning.encrypted_content" with store false (no reasoning is encrypted here: none comes back)
+_HARMLESS_INCLUDE = frozenset({"reasoning.encrypted_content"})
+
+
 class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -85,10 +91,10 @@ class ResponsesRequest(BaseModel):
         if self.background:
             raise _refused(f"background: true is not served: {_NO_STORE}; send background: false or leave it out",
                            "background")
-        if self.include:
-            raise _refused(f"include {self.include!r} is not served: this server adds nothing to a response on "
-                           "request (no logprobs, encrypted reasoning or tool results); send [] or leave it out",
-                           "include")
+        extra = [v for v in self.include or [] if v not in _HARMLESS_INCLUDE]
+        if extra:
+            raise _refused(f"include {extra!r} is not served: this server adds nothing to a response on "
+                           "request (no logprobs or tool results); send [] or leave it out", "include")
         if self.truncation not in (None, "disabled"):
             raise _refused(f"truncation {self.truncation!r} is not served: an input over the context is a 400, "
                            "never cut; send \"disabled\" or leave it out", "truncation")
