@@ -53,6 +53,16 @@ def test_head_health(server):
     assert r.status_code == 200 and r.content == b""
 
 
+def test_ping_is_health_and_a_405_says_what_is_allowed(server):
+    """vLLM's /ping (SageMaker-style probes, GET or POST) answers as /health; a wrong method's 405
+    carries the Allow header RFC 9110 requires."""
+    for r in (httpx.get(f"{server.url}/ping", timeout=10), httpx.post(f"{server.url}/ping", timeout=10)):
+        assert r.status_code == 200 and r.json() == {"status": "ok"}, r.text
+    r = httpx.get(f"{server.url}/v1/chat/completions", headers=server.headers, timeout=10)
+    assert r.status_code == 405 and r.headers["allow"] == "POST", (r.headers, r.text)
+    assert r.json()["error"]["code"] == "method_not_allowed"
+
+
 def test_body_with_a_utf8_bom(server):
     """`curl -d @body.json` with a file that Notepad or Windows PowerShell saved: the BOM is ignored
     (RFC 8259 allows it; vLLM accepts it), and the body is served as without it."""

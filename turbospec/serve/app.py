@@ -103,6 +103,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
                            allow_headers=["*"], allow_credentials=False)
 
     @app.api_route("/health", methods=["GET", "HEAD"])          # load balancers probe with HEAD too
+    @app.api_route("/ping", methods=["GET", "POST"])            # vLLM's SageMaker-style probe: the same
     async def health() -> Response:
         if async_engine.is_healthy:
             return JSONResponse({"status": "ok"})

@@ -92,9 +92,11 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(exc.detail)
         if exc.status_code == 404:
             message = (f"no such endpoint: {request.url.path}. This server has /v1/completions, "
-                       "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{model}, /tokenize, /detokenize, /health, /metrics "
-                       "and /version")
-        return APIError(exc.status_code, message, code=code).response()
+                       "/v1/chat/completions, /v1/responses, /v1/models, /v1/models/{model}, /tokenize, /detokenize, /health, /ping, "
+                       "/metrics and /version")
+        response = APIError(exc.status_code, message, code=code).response()
+        response.headers.update(getattr(exc, "headers", None) or {})     # a 405's Allow (RFC 9110)
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
