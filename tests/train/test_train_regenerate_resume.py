@@ -130,3 +130,12 @@ def test_a_smaller_num_samples_keeps_the_file_and_says_so(tiny_target, code_json
     _regen(tiny_target, code_jsonl, out, logs=logs, num_samples=10)
     assert out.read_bytes() == before
     assert any(f"holds {full.samples} samples of this setting (more than the 10 asked: all kept" in m for m in logs), logs
+
+
+def test_an_explicit_dtype_equal_to_the_default_is_the_same_setting(tiny_target, code_jsonl, tmp_path):
+    """The settings key held the raw flag: None and an explicit float32 on the CPU (what None runs in)
+    were refused as two settings."""
+    out = tmp_path / "out.jsonl"
+    first = _regen(tiny_target, code_jsonl, out, num_samples=4, dtype=None)
+    stats = _regen(tiny_target, code_jsonl, out, num_samples=4, dtype="float32")
+    assert stats.skipped == first.samples == 4

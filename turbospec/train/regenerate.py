@@ -93,7 +93,7 @@ def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int,
         log(f"regenerate: --batch-size {batch_size} exceeds {batch}, the largest batch the engine runs "
             f"with CUDA graphs / decode bursts: using chunks of {batch}")
     settings = regen_settings(target_dir, data_path, max_new_tokens, min_prompt, max_prompt, temperature, seed,
-                              dtype)
+                              _run_dtype(dtype, cfg, device))
     done = start_output(out_path, settings, prompts, overwrite)
     rep = (f"; {repeats} repeat an earlier prompt and are generated once (temperature 0 would write the same "
            "continuation)" if repeats else "")
@@ -150,3 +150,16 @@ def _generate(target_dir: str, out_path: str, prompts: list, start: int, stats: 
     stats.seconds = time.perf_counter() - t0
     if stats.samples == 0:
         raise ValueError("regenerate produced nothing: raise --max-seconds")
+
+
+def _run_dtype(dtype: str | None, cfg, device: str | None) -> str:
+    """The dtype the engine will run in (`--target-dtype` resolved as LLM resolves it), for the settings
+    key: an explicit dtype equal to the default is the same setting, not another one."""
+    import torch
+
+    from turbospec.config import resolve_dtype
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        return str(resolve_dtype(dtype, cfg.dtype, dev)).removeprefix("torch.")
+    except ValueError:
+        return str(dtype)                      # a bad value: LLM refuses it with its own message
