@@ -108,21 +108,3 @@ def _check_yarn(merged: dict[str, Any], raw: dict[str, Any]) -> None:
     if float(fast) <= float(slow):
         raise ValueError(f"yarn rope scaling needs beta_fast > beta_slow (got {fast} and {slow}; the defaults "
                          "are 32 and 1): fix rope_scaling in config.json")
-
-    def to_hf(self) -> dict[str, Any]:
-        """config.json's keys for this rope: `rope_theta`, plus `rope_scaling` when scaled (the
-        pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back)."""
-        d: dict[str, Any] = {"rope_theta": self.theta}
-        if self.rope_type == "linear":
-            d["rope_scaling"] = {"rope_type": "linear", "factor": self.factor}
-        elif self.rope_type == "yarn":
-            y = {"rope_type": "yarn", "factor": self.factor, "beta_fast": self.beta_fast, "beta_slow": self.beta_slow,
-                 "original_max_position_embeddings": self.original_max_position_embeddings}
-            y.update({k: getattr(self, k) for k in ("attention_factor", "mscale", "mscale_all_dim")
-                      if getattr(self, k) is not None})
-            d["rope_scaling"] = y if self.truncate else {**y, "truncate": False}
-        elif self.rope_type != "default":
-            d["rope_scaling"] = {"rope_type": self.rope_type, "factor": self.factor,
-                                 "low_freq_factor": self.low_freq_factor, "high_freq_factor": self.high_freq_factor,
-                                 "original_max_position_embeddings": self.original_max_position_embeddings}
-        return d
