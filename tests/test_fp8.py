@@ -95,8 +95,7 @@ def test_config_parsing():
     assert cfg.block == (128, 128) and cfg.from_checkpoint and cfg.ignored_layers == ("lm_head",)
     assert resolve_fp8_config(None, "fp8") == Fp8Config(from_checkpoint=False)
     assert resolve_fp8_config(None, None) is None
-    with pytest.raises(ValueError, match="per-tensor FP8"):
-        resolve_fp8_config({"quant_method": "fp8"}, None)
+    assert resolve_fp8_config({"quant_method": "fp8"}, None).per_row        # per-tensor: tests/test_fp8_formats.py
     with pytest.raises(ValueError, match="'awq' is not supported"):
         resolve_fp8_config({"quant_method": "awq"}, None)
     with pytest.raises(ValueError, match="supported values"):

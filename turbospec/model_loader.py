@@ -77,6 +77,15 @@ def iterate_weights(model_dir_or_files: str | list[str], device: torch.device | 
                              "download it again)") from e
 
 
+def _fp8_names(weights: Iterable[tuple[str, torch.Tensor]], fp8) -> Iterator[tuple[str, torch.Tensor]]:
+    """A checkpoint's FP8 tensors under turbospec's names (`Fp8Config.checkpoint_name`); input and
+    KV-cache scales dropped."""
+    for name, tensor in weights:
+        ours = fp8.checkpoint_name(name)
+        if ours is not None:
+            yield ours, tensor
+
+
 def _is_skipped(name: str, num_layers: int) -> bool:
     if name.startswith("mtp.") or name.endswith(IGNORED_SUFFIXES):
         return True
@@ -121,9 +130,9 @@ def _check_fp8(name: str, tensor: torch.Tensor, param: torch.Tensor | None) -> N
     # FP8 tensors go only into the FP8 parameters that layers/quant/fp8.py created from config.json
     if (tensor.dtype in _FP8_DTYPES or name.endswith("_scale_inv")) and \
             (param is None or (param.dtype != FP8_DTYPE and not name.endswith("_scale_inv"))):
-        raise ValueError(f"checkpoint tensor {name} is {tensor.dtype} (block-FP8) but no FP8 parameter takes "
-                         "it: FP8 needs quantization_config (quant_method 'fp8') in config.json and a "
-                         "`weight_scale_inv` beside each FP8 weight; or use the bf16 checkpoint")
+        raise ValueError(f"checkpoint tensor {name} is {tensor.dtype} (FP8) but no FP8 parameter takes "
+                         "it: FP8 needs quantization_config (quant_method 'fp8' or 'compressed-tensors') in "
+                         "config.json and a scale beside each FP8 weight; or use the bf16 checkpoint")
 
 
 def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]],
@@ -183,7 +192,8 @@ def load_model(model_dir: str | os.PathLike, device: torch.device | str = "cpu",
                dtype: torch.dtype | str | None = None, quantization: str | None = None) -> nn.Module:
     """config.json + *.safetensors -> model in eval mode on `device` in `dtype` (default "auto": the
     checkpoint's dtype on CUDA, bfloat16 for a float32 one; float32 on CPU: config.resolve_dtype).
-    Block-FP8 checkpoints load as published; `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block (layers/quant/fp8.py)."""
+    FP8 checkpoints load as published (block-FP8, per-tensor FP8, compressed-tensors FP8:
+    layers/quant/fp8_formats.py); `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block."""
     model_dir = os.fspath(model_dir)
     cfg = ModelConfig.from_pretrained(model_dir)
     device = torch.device(device)
@@ -197,17 +207,21 @@ def load_model(model_dir: str | os.PathLike, device: torch.device | str = "cpu",
             model = model_cls(cfg)
     finally:
         torch.set_default_dtype(prev_dtype)
+    weights = iterate_weights(model_dir, device)
     if fp8 is not None and fp8.from_checkpoint:
-        dtypes = checkpoint_tensor_dtypes(model_dir)
-        check_fp8_scales(dtypes)
+        dtypes = {fp8.checkpoint_name(n): dt for n, dt in checkpoint_tensor_dtypes(model_dir).items()}
+        dtypes.pop(None, None)            # input / KV-cache scales: weight-only compute reads past them
+        check_fp8_scales(dtypes, fp8.scale_suffix)
         scaled = {_resolve(model, n.removesuffix("_scale_inv"))[0]      # `x.weight_scale_inv` scales `x.weight`
                   for n in dtypes if n.endswith("_scale_inv")}
         prepare_fp8_from_checkpoint(model, fp8, scaled)
-    load_weights(model, iterate_weights(model_dir, device), num_layers=cfg.num_hidden_layers,
-                 tied_lm_head=cfg.tie_word_embeddings)
+        weights = _fp8_names(weights, fp8)
+    load_weights(model, weights, num_layers=cfg.num_hidden_layers, tied_lm_head=cfg.tie_word_embeddings)
     model.quant_note = None               # what quantization did, for start-up lines (serve, generate)
     if fp8 is not None and fp8.from_checkpoint:
-        model.quant_note = f"block-FP8 weights {list(fp8.block)} from the checkpoint"
+        model.quant_note = (f"block-FP8 weights {list(fp8.block)} from the checkpoint" if not fp8.per_row else
+                            f"{fp8.fmt} weights (one scale per output row) from the checkpoint; activations in "
+                            f"{str(dtype).removeprefix('torch.')} (weight-only FP8)")
     elif fp8 is not None:
         n = quantize_model_fp8(model, fp8)
         model.quant_note = (f"{n} linear / expert modules quantized to block-FP8 {list(fp8.block)} at load (weights "

@@ -53,7 +53,8 @@ def check_fits(config: ModelConfig, device: torch.device, dtype: torch.dtype) ->
 def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0,
                  quantization: str | None = None):
     """Build the architecture directly on the device with small random weights (never zeros);
-    `quantization="fp8"`: then quantize them per 128x128 block (layers/quant/fp8.py)."""
+    `quantization="fp8"`: then quantize them per 128x128 block (layers/quant/fp8.py); "fp8-channel":
+    one scale per output row, as per-channel / per-tensor FP8 checkpoints load (bench decode only)."""
     check_fits(config, device, dtype)
     torch.manual_seed(seed)
     prev = torch.get_default_dtype()
@@ -70,8 +71,9 @@ def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
             else:
                 p.normal_(0.0, 0.02)
     if quantization is not None:
-        from turbospec.layers.quant.fp8 import quantize_model_fp8, resolve_fp8_config
-        quantize_model_fp8(model, resolve_fp8_config(None, quantization))
+        from turbospec.layers.quant.fp8 import Fp8Config, quantize_model_fp8, resolve_fp8_config
+        quantize_model_fp8(model, Fp8Config(from_checkpoint=False, per_row=True) if quantization == "fp8-channel"
+                           else resolve_fp8_config(None, quantization))
     return model.eval()
 
 

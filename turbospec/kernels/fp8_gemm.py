@@ -102,7 +102,7 @@ def _load_kblock(x_ptrs, w_ptrs, s_ptrs, kb, K, offs_k, m_ok, n_ok,
 
 @triton.jit(do_not_specialize=["M"])
 def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
-                     M, N, K, stride_xm, stride_om, stride_sn, kb_per_split,
+                     M, N, K, stride_xm, stride_om, stride_sn, stride_sk, kb_per_split,
                      res_ptr, g_ptr, r_ptr, sq_ptr, norm_k, eps,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -123,7 +123,7 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
     offs_m, offs_n, offs_k, kb0, kb1, x_ptrs, w_ptrs = program_tiles(
         x_ptr, w_ptr, K, stride_xm, K, kb_per_split, BLOCK_M, BLOCK_N, BLOCK_K)
     m_ok, n_ok = offs_m < M, offs_n < N
-    s_ptrs = s_ptr + (offs_n // GROUP_N) * stride_sn + kb0
+    s_ptrs = s_ptr + (offs_n // GROUP_N) * stride_sn + kb0 * stride_sk      # stride_sk 0: per-row scales
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
@@ -138,7 +138,7 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
             acc += _wtile_dot(x, w, FAST_CVT) * s[None, :]                       # [BM, BN]
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-        s_ptrs += 1
+        s_ptrs += stride_sk
     if SWAP_AB:
         acc = tl.trans(acc)                                                      # [BM, BN]
     store_split_k(acc, out_ptr, b_ptr, ws_ptr, lock_ptr, offs_m, offs_n, M, N, stride_om, SPLIT_K, HAS_BIAS,
@@ -146,14 +146,14 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, b_ptr, out_ptr, ws_ptr, lock_ptr,
 
 
 @triton.jit
-def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, stride_sn, GROUP_N: tl.constexpr,
+def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, stride_sn, stride_sk, GROUP_N: tl.constexpr,
                     GROUP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (offs_n < N)[:, None] & (offs_k < K)[None, :]
     idx = offs_n[:, None].to(tl.int64) * K + offs_k[None, :]
     w = tl.load(w_ptr + idx, mask=mask, other=0).to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    s = tl.load(s_ptr + (offs_n // GROUP_N)[:, None] * stride_sn + (offs_k // GROUP_K)[None, :],
+    s = tl.load(s_ptr + (offs_n // GROUP_N)[:, None] * stride_sn + (offs_k // GROUP_K)[None, :] * stride_sk,
                 mask=mask, other=0.0)
     tl.store(out_ptr + idx, (w * s).to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -165,6 +165,12 @@ def _cvt_check_kernel(w_ptr, out_ptr):
 
 
 # ------------------------------------------------------------------ host side
+
+
+def scale_k_stride(scale: torch.Tensor) -> int:
+    """The scale's step from one K block to the next: 0 for per-row scales ([..., N, 1], one
+    scale for every K block of a row: per-channel and per-tensor checkpoints), else its stride."""
+    return 0 if scale.shape[-1] == 1 else scale.stride(-1)
 
 _FAST_CVT: dict = {}
 
@@ -229,7 +235,8 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]), split)
     ws, locks = split_buffers(M, N, grid, x.device)
     args = (x, w.view(torch.uint8), scale_inv, bias if bias is not None else x, out, ws, locks,
-            M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), cfg.pop("kb_per_split"), *ep_args)
+            M, N, K, x.stride(0), out.stride(0), scale_inv.stride(0), scale_k_stride(scale_inv),
+            cfg.pop("kb_per_split"), *ep_args)
     launch(_fp8_gemm_kernel, grid, args, dict(BLOCK_K=block[1], GROUP_N=block[0], SPLIT_K=split,
                                               HAS_BIAS=bias is not None, FAST_CVT=fast_cvt,
                                               EVEN_K=K % block[1] == 0, **ep_consts, **cfg,
@@ -270,7 +277,7 @@ def dequantize(w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int],
     N, K = w.shape
     out = torch.empty(N, K, dtype=dtype, device=w.device)
     grid = (triton.cdiv(N, 64), triton.cdiv(K, 128))
-    _dequant_kernel[grid](w.view(torch.uint8), scale_inv, out, N, K, scale_inv.stride(0),
+    _dequant_kernel[grid](w.view(torch.uint8), scale_inv, out, N, K, scale_inv.stride(0), scale_k_stride(scale_inv),
                           GROUP_N=block[0], GROUP_K=block[1], BLOCK_N=64, BLOCK_K=128)
     return out
 

@@ -37,7 +37,7 @@ import os
 import torch
 import triton
 
-from turbospec.kernels.fp8_gemm import fast_cvt_enabled, launch
+from turbospec.kernels.fp8_gemm import fast_cvt_enabled, launch, scale_k_stride
 from turbospec.kernels.moe_align import max_blocks, moe_align
 from turbospec.kernels.moe_gemm import _moe_gemm_kernel
 from turbospec.kernels.moe_sum import moe_sum
@@ -109,13 +109,14 @@ def _launch(a, w, s, out, tw, layout, N, K, a_div, gated, mul_weight, fp8, block
     """One grouped GEMM; sum_out [T, N] (slot mode's GEMM2): the last slot of a token sums into it."""
     sorted_ids, blk_expert, blk_rows, num_blocks, slot_mode = layout
     grid = (triton.cdiv(N, cfg["BLOCK_N"]), num_blocks)
-    stride_se, stride_sn = (s.stride(0), s.stride(1)) if fp8 else (0, 0)
+    stride_se, stride_sn, stride_sk = (s.stride(0), s.stride(1), scale_k_stride(s)) if fp8 else (0, 0, 0)
     sum_args, top_k = (out, out, 0), 1                                   # unused without sum_out
     if sum_out is not None:
         locks = split_buffers(1, 1, (grid[0] * sum_out.shape[0], 1, 1), a.device)[1]   # [T, N tiles] counters
         sum_args, top_k = (sum_out, locks, sum_out.stride(0)), num_blocks // sum_out.shape[0]
     args = (a, w.view(torch.uint8) if fp8 else w, s if fp8 else a, out, tw, sorted_ids, blk_expert, blk_rows,
-            N, K, a_div, a.stride(0), w.stride(0), w.stride(1), stride_se, stride_sn, out.stride(0), *sum_args)
+            N, K, a_div, a.stride(0), w.stride(0), w.stride(1), stride_se, stride_sn, stride_sk, out.stride(0),
+            *sum_args)
     launch(_moe_gemm_kernel, grid, args, dict(
         cfg, TOP_K=top_k, SUM_LAST=sum_out is not None,
         GROUP_N=block[0] if fp8 else 1, GATED=gated, MUL_WEIGHT=mul_weight, SLOT_MODE=slot_mode, FP8=fp8,

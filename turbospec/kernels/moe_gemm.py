@@ -16,7 +16,7 @@ from turbospec.kernels.pdl import pdl_wait
 
 @triton.jit
 def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_expert_ptr, blk_rows_ptr,
-                     N, K, a_div, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_om,
+                     N, K, a_div, stride_am, stride_we, stride_wn, stride_se, stride_sn, stride_sk, stride_om,
                      sum_ptr, lock_ptr, stride_sum,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_N: tl.constexpr, GATED: tl.constexpr, MUL_WEIGHT: tl.constexpr,
@@ -61,12 +61,12 @@ def _moe_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, tw_ptr, sorted_ptr, blk_exper
         if GATED:
             wu = tl.load(u_ptrs, mask=w_mask, other=0)
         if FP8:
-            sg = tl.load(sg_ptrs + kb, mask=n_ok, other=0.0)
+            sg = tl.load(sg_ptrs + kb * stride_sk, mask=n_ok, other=0.0)       # stride_sk 0: per-row scales
             if FAST_CVT:
                 sg = sg * 72057594037927936.0
             acc_g += _wtile_dot(a, wg, FAST_CVT) * sg[None, :]
             if GATED:
-                su = tl.load(su_ptrs + kb, mask=n_ok, other=0.0)
+                su = tl.load(su_ptrs + kb * stride_sk, mask=n_ok, other=0.0)
                 if FAST_CVT:
                     su = su * 72057594037927936.0
                 acc_u += _wtile_dot(a, wu, FAST_CVT) * su[None, :]

@@ -16,13 +16,13 @@ Format (FORMATS.md §3): `<mod>.weight` float8_e4m3fn [N, K] and `<mod>.weight_s
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from turbospec.layers.linear import (ColumnLinear, InputAct, LinearBase, RowLinear, _ShardedOutputLinear,
                                      apply_input_act, copy_checked, fuses_input_act, linear)
+from turbospec.layers.quant.fp8_formats import Fp8Config, resolve_fp8_config  # noqa: F401  (re-exported)
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0                           # largest finite float8_e4m3fn
@@ -32,56 +32,16 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@dataclass(frozen=True)
-class Fp8Config:
-    block_n: int = 128
-    block_k: int = 128
-    from_checkpoint: bool = True          # False: quantize a bf16 checkpoint at load (online)
-    ignored_layers: tuple[str, ...] = ()  # online mode: modules left unquantized
-
-    @property
-    def block(self) -> tuple[int, int]:
-        return self.block_n, self.block_k
-
-    @classmethod
-    def from_hf(cls, qc: dict) -> "Fp8Config":
-        method = qc.get("quant_method")
-        if method != "fp8":
-            raise ValueError(f"quantization_config quant_method {method!r} is not supported: turbospec "
-                             "loads block-FP8 checkpoints (quant_method 'fp8'); use the bf16 checkpoint")
-        fmt = qc.get("fmt", "e4m3")
-        if fmt != "e4m3":
-            raise ValueError(f"FP8 format {fmt!r} is not supported: turbospec loads float8_e4m3fn weights")
-        block = qc.get("weight_block_size")
-        if not block or len(block) != 2:
-            raise ValueError("quantization_config has no weight_block_size: per-tensor FP8 checkpoints "
-                             "are not supported; use a block-FP8 one (weight_block_size [128, 128])")
-        scheme = qc.get("activation_scheme", "dynamic")
-        if scheme != "dynamic":
-            raise ValueError(f"quantization_config activation_scheme {scheme!r} is not supported: turbospec (like "
-                             "vLLM) runs block-FP8 with dynamic activation scales; use a checkpoint with "
-                             "activation_scheme 'dynamic' (the published block-FP8 ones) or the bf16 checkpoint")
-        ignored = tuple(qc.get("ignored_layers") or qc.get("modules_to_not_convert") or ())
-        return cls(int(block[0]), int(block[1]), True, ignored)
-
-
-def resolve_fp8_config(quantization_config: dict | None, quantization: str | None) -> Fp8Config | None:
-    """The checkpoint's own FP8 config wins (auto-detected); `quantization="fp8"` on an unquantized
-    checkpoint means online per-block quantization; None and no config: unquantized."""
-    if quantization not in (None, "fp8"):
-        raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
-    if quantization_config:
-        return Fp8Config.from_hf(quantization_config)
-    return Fp8Config(from_checkpoint=False) if quantization == "fp8" else None
-
-
 # ------------------------------------------------------------------ quantize / dequantize (reference)
 
 
 def _expand_scale(scale_inv: torch.Tensor, shape: torch.Size, block: tuple[int, int]) -> torch.Tensor:
-    """[..., ceil(N/bn), ceil(K/bk)] -> [..., N, K] float32."""
+    """[..., ceil(N/bn), ceil(K/bk)] -> [..., N, K] float32; a last dimension of 1 (per-row
+    scales) broadcasts along K."""
     n, k = shape[-2:]
     s = scale_inv.to(torch.float32).repeat_interleave(block[0], dim=-2)[..., :n, :]
+    if s.shape[-1] == 1:
+        return s.expand(*s.shape[:-1], k)
     return s.repeat_interleave(block[1], dim=-1)[..., :k]
 
 
@@ -152,8 +112,15 @@ def _scale_param(shape: tuple[int, ...], device, views: dict, shard_ids) -> nn.P
         return views[shard_id](p.data)
 
     def load(param, loaded, shard_id=None):
+        dst = view(shard_id)
+        loaded = loaded.to(torch.float32)                              # some exporters store bf16 scales
+        if dst.shape[-1] == 1 and dst.dim() >= 1:                      # per-row scales
+            if loaded.numel() == 1:                                    # per-tensor: every row of this shard
+                loaded = loaded.reshape(()).expand(dst.shape)
+            elif loaded.dim() == dst.dim() - 1:                        # [N] per-channel without its K axis
+                loaded = loaded.unsqueeze(-1)
         with torch.no_grad():
-            copy_checked(view(shard_id), loaded.to(torch.float32))    # some exporters store bf16 scales
+            copy_checked(dst, loaded)
     p.weight_loader, p.shard_ids = load, tuple(shard_ids)
     p.shard_shape = lambda shard_id: view(shard_id).shape
     return p
@@ -166,8 +133,9 @@ def _release(param: nn.Parameter) -> None:
         param.__dict__.pop(attr, None)
 
 
-def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
-    """Swap `layer.weight` for an empty FP8 weight plus `weight_scale_inv`, loaders included."""
+def make_linear_fp8(layer: LinearBase, block: tuple[int, int], per_row: bool = False) -> None:
+    """Swap `layer.weight` for an empty FP8 weight plus `weight_scale_inv` ([N, 1] when `per_row`),
+    loaders included."""
     bn, bk = block
     n, k, dev = layer.output_size, layer.input_size, layer.weight.device
     views = {}
@@ -184,21 +152,23 @@ def make_linear_fp8(layer: LinearBase, block: tuple[int, int]) -> None:
     layer.weight = nn.Parameter(torch.empty(n, k, dtype=FP8_DTYPE, device=dev), requires_grad=False)
     layer._set_loader(layer.weight)
     layer.weight.weight_loader = _fp8_loader(layer.weight.weight_loader)
-    layer.weight_scale_inv = _scale_param((cdiv(n, bn), cdiv(k, bk)), dev, views, layer.weight.shard_ids)
+    layer.weight_scale_inv = _scale_param((cdiv(n, bn), 1 if per_row else cdiv(k, bk)), dev, views,
+                                          layer.weight.shard_ids)
     layer.quant_method = Fp8LinearMethod(block)
 
 
-def make_moe_fp8(moe: nn.Module, block: tuple[int, int]) -> None:
+def make_moe_fp8(moe: nn.Module, block: tuple[int, int], per_row: bool = False) -> None:
     """Same for a `FusedMoE`: gate_up_proj [E, 2I, H] / down_proj [E, H, I] become FP8 with
-    `gate_up_proj_scale_inv` [E, 2*ceil(I/bn), ceil(H/bk)] and `down_proj_scale_inv`."""
+    `gate_up_proj_scale_inv` [E, 2*ceil(I/bn), ceil(H/bk)] and `down_proj_scale_inv` (last
+    dimension 1 when `per_row`)."""
     bn, bk = block
     E, H, I = moe.num_experts, moe.hidden_size, moe.intermediate_size
     if I % bn:
         raise ValueError(f"moe_intermediate_size={I} is not a multiple of the FP8 block size {bn}: gate "
                          "and up blocks would share scales; this layout cannot be block-quantized")
     dev, ib = moe.gate_up_proj.device, I // bn
-    for name, shape, sshape in (("gate_up_proj", (E, 2 * I, H), (E, 2 * ib, cdiv(H, bk))),
-                                ("down_proj", (E, H, I), (E, cdiv(H, bn), cdiv(I, bk)))):
+    for name, shape, sshape in (("gate_up_proj", (E, 2 * I, H), (E, 2 * ib, 1 if per_row else cdiv(H, bk))),
+                                ("down_proj", (E, H, I), (E, cdiv(H, bn), 1 if per_row else cdiv(I, bk)))):
         old = getattr(moe, name)
         p = nn.Parameter(torch.empty(shape, dtype=FP8_DTYPE, device=dev), requires_grad=False)
         p.weight_loader, p.shard_ids = _fp8_loader(moe.weight_loader), old.shard_ids
@@ -233,8 +203,8 @@ def quantizable_modules(model: nn.Module) -> Iterable[tuple[str, nn.Module]]:
             yield name, m
 
 
-def _convert(m: nn.Module, block) -> None:
-    (make_moe_fp8 if isinstance(m, _fused_moe_cls()) else make_linear_fp8)(m, block)
+def _convert(m: nn.Module, cfg: Fp8Config) -> None:
+    (make_moe_fp8 if isinstance(m, _fused_moe_cls()) else make_linear_fp8)(m, cfg.block, cfg.per_row)
 
 
 def prepare_fp8_from_checkpoint(model: nn.Module, cfg: Fp8Config, scaled_params: set[str]) -> int:
@@ -244,17 +214,17 @@ def prepare_fp8_from_checkpoint(model: nn.Module, cfg: Fp8Config, scaled_params:
     converted = set()
     for name, m in quantizable_modules(model):
         if name in owners:
-            _convert(m, cfg.block)
+            _convert(m, cfg)
             converted.add(name)
     modules = dict(model.named_modules())
     kept = sorted(o for o in owners - converted if o in modules)   # other names: skipped (MTP) or unknown
     if kept:                # e.g. an FP8 lm_head: published checkpoints keep it in bf16, and so does turbospec
-        raise ValueError(f"the checkpoint quantizes {', '.join(kept)} ({kept[0]}.weight_scale_inv), which turbospec "
-                         "runs unquantized (as published block-FP8 checkpoints leave embeddings, the LM head and "
-                         "routers in bf16): dequantize those weights to bf16 in the checkpoint")
+        raise ValueError(f"the checkpoint quantizes {', '.join(kept)} ({kept[0]}.{cfg.scale_suffix}), which "
+                         "turbospec runs unquantized (as published FP8 checkpoints leave embeddings, the LM head "
+                         "and routers in bf16): dequantize those weights to bf16 in the checkpoint")
     if not converted:
-        raise ValueError("config.json declares block-FP8 (quant_method 'fp8') but no checkpoint weight has "
-                         "a *.weight_scale_inv: the checkpoint is not FP8; drop quantization_config")
+        raise ValueError(f"config.json declares {cfg.fmt} but no checkpoint weight has a *.{cfg.scale_suffix}: "
+                         "the checkpoint is not FP8; drop quantization_config")
     return len(converted)
 
 
@@ -271,8 +241,9 @@ def quantize_model_fp8(model: nn.Module, cfg: Fp8Config) -> int:
         if _is_ignored(name, cfg.ignored_layers):
             continue
         params = ("gate_up_proj", "down_proj") if isinstance(m, _fused_moe_cls()) else ("weight",)
-        qs = [quantize_fp8(getattr(m, p).data, cfg.block) for p in params]
-        _convert(m, cfg.block)
+        qs = [quantize_fp8(getattr(m, p).data, (1, getattr(m, p).shape[-1]) if cfg.per_row else cfg.block)
+              for p in params]                                  # per row: one block as wide as K
+        _convert(m, cfg)
         for p, (q, s) in zip(params, qs):
             getattr(m, p).data.copy_(q)
             getattr(m, p + "_scale_inv").data.copy_(s)       # weight_scale_inv / *_proj_scale_inv
@@ -293,11 +264,14 @@ def checkpoint_tensor_dtypes(model_dir: str) -> dict[str, str]:
     return dtypes
 
 
-def check_fp8_scales(dtypes: dict[str, str]) -> None:
-    """An FP8 weight needs its `<name>_scale_inv` (without it the values are off by the scale)."""
+def check_fp8_scales(dtypes: dict[str, str], scale_suffix: str = "weight_scale_inv") -> None:
+    """An FP8 weight needs its scale (`<w>.weight_scale_inv`, or the checkpoint format's
+    `scale_suffix`); without it the values are off by the scale. `dtypes`: the checkpoint's tensors,
+    names already in turbospec's layout (`Fp8Config.checkpoint_name`)."""
     unscaled = sorted(n for n, dt in dtypes.items() if dt.startswith("F8") and n + "_scale_inv" not in dtypes)
     if unscaled:
         more = f" and {len(unscaled) - 4} more" if len(unscaled) > 4 else ""
-        raise ValueError(f"checkpoint is missing {', '.join(n + '_scale_inv' for n in unscaled[:4])}{more}: every "
-                         f"float8 weight needs its block scales beside it ({unscaled[0]} has none), so the "
-                         "checkpoint is incomplete: download it again or fix its index")
+        named = [n.removesuffix("weight") + scale_suffix for n in unscaled[:4]]
+        raise ValueError(f"checkpoint is missing {', '.join(named)}{more}: every float8 weight needs its "
+                         f"scales beside it ({unscaled[0]} has none), so the checkpoint is incomplete: "
+                         "download it again or fix its index")
