@@ -11,6 +11,8 @@ from turbospec.benchmarks.cli_args import (BANDWIDTH_NOTE, bandwidth_text, check
                                            env_vars, forward_warning, shape_setting, warn_unknown_env)
 from turbospec.benchmarks.spec_cli import spec
 
+_WEIGHTS = {"fp8": "block-FP8 (128x128)", "fp8-channel": "FP8, one scale per row"}
+
 bench_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, help="Engine benchmarks (settings and roofline printed).")
 
 
@@ -26,7 +28,9 @@ def decode(
     profile: bool = typer.Option(False, help="also print the GPU kernels (on the CPU: the ops) of one decode "
                                              "step (at --profile-batch)"),
     profile_batch: int = typer.Option(1, help="with --profile: the batch size of the profiled step"),
-    quantization: str = typer.Option(None, help="fp8: block-FP8 weights (128x128 blocks, quantized at load)"),
+    quantization: str = typer.Option(None, help="fp8: block-FP8 weights (128x128 blocks, quantized at load); "
+                                     "fp8-channel: one scale per output row (as compressed-tensors / per-tensor "
+                                     "FP8 checkpoints load)"),
     max_model_len: int = typer.Option(None, help="the engine's context limit, as a server's (default: prompt + gen "
                                       "+ 16); CUDA graphs are captured for length buckets up to it (2048, 8192, ...)"),
     temperature: float = typer.Option(0.0, help="sampling temperature of every request (0: greedy)"),
@@ -45,8 +49,8 @@ def decode(
     dev, name, cfg, dt, bss = shape_setting(shape, dtype, device, batch_sizes)
     check_fits(cfg.max_position_embeddings, prompt_len, gen_len, "--gen-len")
     check_max_model_len(max_model_len, cfg.max_position_embeddings, cfg.rope.limit_text(cfg.max_position_embeddings))
-    if quantization not in (None, "fp8"):
-        raise typer.BadParameter("--quantization must be fp8 (or omitted)")
+    if quantization not in (None, "fp8", "fp8-channel"):
+        raise typer.BadParameter("--quantization must be fp8 or fp8-channel (or omitted)")
     if profile_batch != 1 and not profile:                # it was ignored: no profile, no word
         raise typer.BadParameter(f"--profile-batch {profile_batch} goes with --profile: add --profile")
     if not 1 <= profile_batch <= max(bss):
@@ -77,7 +81,7 @@ def decode(
         raise typer.BadParameter(str(e)) from e
     burst = engine.burst.n if engine.burst is not None else 1
     typer.echo(f"# bench decode | device {device_name(dev)} | shape {name} | dtype {dtype_name(dt)} | "
-               f"weights {'block-FP8 (128x128)' if quantization else dtype_name(dt)} | "
+               f"weights {_WEIGHTS.get(quantization, dtype_name(dt))} | "
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, {how}) | max model len "
                f"{engine.max_model_len} | copy bandwidth {bandwidth_text(bw)} ({BANDWIDTH_NOTE}) | CUDA graphs "
                f"{'on' if engine.runner.graphs is not None else 'off'} | "
