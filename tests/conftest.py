@@ -18,8 +18,8 @@ fixtures, 2 for `tiny_llama31` (token-id prompts only).
 
 Factories:
 - `tiny_checkpoint_factory(arch, name=None, tokenizer=True, max_shard_size=None, **config)` writes a
-  fresh checkpoint (arch in "qwen3" | "qwen3_moe" | "llama" | "qwen2" | "mistral"; `config` overrides
-  the defaults below).
+  fresh checkpoint (arch in "qwen3" | "qwen3_moe" | "llama" | "qwen2" | "mistral" | "mixtral" |
+  "qwen2_moe"; `config` overrides the defaults below; the last two: 2 layers, vocab 512, 8 experts top-2).
 - `tiny_dir_factory(src_dir, config_updates=None, config_drop=(), edit_tensors=None)` copies a
   checkpoint into a new dir, edits config.json (update / drop keys) and optionally rewrites the
   weights as one `model.safetensors` via `edit_tensors(dict[name, tensor]) -> dict`.
@@ -71,6 +71,16 @@ DEFAULTS["qwen2"] = dict(_COMMON, vocab_size=8192, tie_word_embeddings=True, bos
 DEFAULTS["mistral"] = dict(_COMMON, vocab_size=512, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                            sliding_window=64, max_position_embeddings=2048,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+# Mixtral: Llama's attention, MoE in every layer (experts intermediate_size wide), top-k renormalised
+DEFAULTS["mixtral"] = dict(_COMMON, num_hidden_layers=2, vocab_size=512, tie_word_embeddings=False, bos_token_id=1,
+                           eos_token_id=2, num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                           rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+# Qwen2-MoE: Qwen2's attention (q/k/v biases), routed experts + a sigmoid-gated shared expert
+DEFAULTS["qwen2_moe"] = dict(_COMMON, num_hidden_layers=2, vocab_size=512, tie_word_embeddings=False, bos_token_id=1,
+                             eos_token_id=2, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=48,
+                             shared_expert_intermediate_size=96, norm_topk_prob=False, decoder_sparse_step=1,
+                             mlp_only_layers=[], use_sliding_window=False,
+                             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
 MOE_VARIANTS = {
     "topk_norm": dict(norm_topk_prob=True),
     "mlp_only_no_norm": dict(norm_topk_prob=False, mlp_only_layers=[1]),
@@ -97,6 +107,8 @@ def write_tiny_checkpoint(path: Path, arch: str, tokenizer: bool = True, max_sha
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
+        "qwen2_moe": (transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM),
     }[arch]
     config = cfg_cls(**{**DEFAULTS[arch], **overrides})
     torch.manual_seed(seed)
@@ -193,7 +205,8 @@ def load_hf_model(model_dir: Path):
     """transformers reference in float32 with eager attention (and eager experts for MoE)."""
     import transformers
     with open(Path(model_dir) / "config.json") as f:
-        is_moe = "Moe" in json.load(f)["architectures"][0]
+        arch = json.load(f)["architectures"][0]
+    is_moe = "Moe" in arch or "Mixtral" in arch
     kwargs = {"experts_implementation": "eager"} if is_moe else {}
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(model_dir), dtype=torch.float32, attn_implementation="eager", **kwargs)

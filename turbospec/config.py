@@ -16,8 +16,8 @@ import torch
 from turbospec.rope_config import RopeConfig  # noqa: F401  (re-exported)
 
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM",
-                           "MistralForCausalLM", "SarvamMoEForCausalLM")
-MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM")
+                           "MistralForCausalLM", "SarvamMoEForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM")
+MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM")
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -70,13 +70,14 @@ def read_optional_json(path: str) -> dict[str, Any]:
 
 
 def _sliding_window(arch: str, raw: dict[str, Any]) -> int | None:
-    """The attention window the checkpoint was trained with, when one applies: Mistral's
-    `sliding_window` (null or absent: none); Qwen2 / Qwen3's only with `use_sliding_window` true
-    (their configs carry a `sliding_window` value that is off by default, as in transformers)."""
+    """The attention window the checkpoint was trained with, when one applies: Mistral's and
+    Mixtral's `sliding_window` (null or absent: none); Qwen2 / Qwen3 (-MoE)'s only with
+    `use_sliding_window` true (their configs carry a `sliding_window` value that is off by default,
+    as in transformers)."""
     window = raw.get("sliding_window")
     if arch.startswith("Qwen") and raw.get("use_sliding_window") is not True:
         return None
-    if not arch.startswith(("Qwen", "Mistral")):
+    if not arch.startswith(("Qwen", "Mistral", "Mixtral")):
         return None
     return int(window) if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
@@ -102,7 +103,8 @@ class ModelConfig:
     dtype: torch.dtype = torch.bfloat16       # the checkpoint's stored dtype
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None
-    # MoE (Qwen3-MoE); num_experts == 0 means dense
+    # MoE (Qwen3-MoE, Qwen2-MoE, Mixtral, SarvamMoE); num_experts == 0 means dense. moe_intermediate_size:
+    # each routed expert's width (Mixtral's config has none: its experts are intermediate_size wide)
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
@@ -148,12 +150,15 @@ class ModelConfig:
             num_experts = 0
         window = _sliding_window(arch, raw)
         rope = RopeConfig.from_hf(raw)
+        intermediate = int(raw.get("intermediate_size", 4 * hidden))
+        # Mixtral's experts are intermediate_size wide (transformers and vLLM read no other key)
+        moe_intermediate = intermediate if arch == "MixtralForCausalLM" else int(raw.get("moe_intermediate_size") or 0)
         cfg = cls(
             architecture=arch,
             model_type=raw.get("model_type", ""),
             vocab_size=int(raw["vocab_size"]),
             hidden_size=hidden,
-            intermediate_size=int(raw.get("intermediate_size", 4 * hidden)),
+            intermediate_size=intermediate,
             num_hidden_layers=int(raw["num_hidden_layers"]),
             num_attention_heads=n_heads,
             num_key_value_heads=int(raw.get("num_key_value_heads") or n_heads),
@@ -171,7 +176,7 @@ class ModelConfig:
             bos_token_id=raw.get("bos_token_id"),
             num_experts=num_experts,
             num_experts_per_tok=int(raw.get("num_experts_per_tok", 0) or 0),
-            moe_intermediate_size=int(raw.get("moe_intermediate_size", 0) or 0),
+            moe_intermediate_size=moe_intermediate,
             norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
             decoder_sparse_step=int(raw.get("decoder_sparse_step", 1) or 1),
             mlp_only_layers=tuple(int(i) for i in (raw.get("mlp_only_layers") or ())),

@@ -161,14 +161,17 @@ def model_bytes(raw: dict, name: str = "model", source: str = "config.json",
     moe_layers = [i for i in range(L) if E and _is_moe_layer(cfg, i)]
     if E and not k:
         raise ValueError("MoE config has experts but no num_experts_per_tok: add it to the config")
-    expert_inter = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 4 * H))
+    # Mixtral's experts are intermediate_size wide (it has no moe_intermediate_size; transformers reads no other key)
+    mixtral = "MixtralForCausalLM" in (cfg.get("architectures") or ())
+    expert_inter = int((None if mixtral else cfg.get("moe_intermediate_size")) or cfg.get("intermediate_size", 4 * H))
     # shared experts: Qwen2-MoE gives their total width; DeepSeek / Bailing / Sarvam a count, each of
     # moe_intermediate_size unless `moe_shared_expert_intermediate_size` says otherwise (as the model reads it)
     n_shared = int(cfg.get("n_shared_experts") or cfg.get("num_shared_experts") or 0)
     shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0) or \
         n_shared * int(cfg.get("moe_shared_expert_intermediate_size") or expert_inter)
     expert = 3 * H * expert_inter
-    per_moe_layer_fixed = 3 * H * shared_inter + H * E     # shared experts + router
+    # shared experts + router (+ Qwen2-MoE's shared_expert_gate [1, H], which goes with its total width)
+    per_moe_layer_fixed = 3 * H * shared_inter + H * E + (H if cfg.get("shared_expert_intermediate_size") else 0)
     n_moe, n_dense = len(moe_layers), L - len(moe_layers)
     dense_params = L * attn + n_dense * dense_mlp + n_moe * per_moe_layer_fixed
     head = V * H

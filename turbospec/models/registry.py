@@ -13,6 +13,8 @@ _MODELS = {
     "MistralForCausalLM": ("turbospec.models.llama", "LlamaForCausalLM"),   # Llama's layers (window: config.py)
     "Qwen2ForCausalLM": ("turbospec.models.qwen2", "Qwen2ForCausalLM"),
     "SarvamMoEForCausalLM": ("turbospec.models.sarvam_moe", "SarvamMoEForCausalLM"),
+    "MixtralForCausalLM": ("turbospec.models.mixtral", "MixtralForCausalLM"),
+    "Qwen2MoeForCausalLM": ("turbospec.models.qwen2_moe", "Qwen2MoeForCausalLM"),
 }
 
 

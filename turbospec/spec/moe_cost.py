@@ -93,11 +93,13 @@ def analytic_step_table(config, batch_sizes: Sequence[int], qs: Sequence[int], b
     dense_mlp = 3 * H * config.intermediate_size
     expert = 3 * H * config.moe_intermediate_size
     # read by every sparse layer whatever the routing: the router [E, H] and the shared experts (SarvamMoE:
-    # num_shared_experts of moe_shared_expert_intermediate_size or moe_intermediate_size; Qwen2-MoE's total width)
+    # num_shared_experts of moe_shared_expert_intermediate_size or moe_intermediate_size; Qwen2-MoE's total
+    # width, with its shared_expert_gate [1, H]). Mixtral's experts: moe_intermediate_size is set from intermediate_size
     raw = config.raw
-    shared = int(raw.get("shared_expert_intermediate_size") or 0) or int(raw.get("num_shared_experts") or 0) * int(
+    qwen2_shared = int(raw.get("shared_expert_intermediate_size") or 0)
+    shared = qwen2_shared or int(raw.get("num_shared_experts") or 0) * int(
         raw.get("moe_shared_expert_intermediate_size") or config.moe_intermediate_size)
-    per_sparse = H * config.num_experts + 3 * H * shared
+    per_sparse = H * config.num_experts + 3 * H * shared + (H if qwen2_shared else 0)
     kv_per_token = 2 * L * config.num_key_value_heads * config.head_dim * kv_bytes
     out = {}
     for b in batch_sizes:
