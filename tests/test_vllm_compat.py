@@ -171,6 +171,23 @@ def test_guided_decoding_is_vllms_older_structured_outputs(llm):
     assert texts[0] in ("True", "False") and texts == [texts[0]] * 3
     with pytest.raises(ValueError, match="both guided_decoding and structured_outputs"):
         SamplingParams(guided_decoding={"choice": ["a"]}, structured_outputs={"choice": ["b"]})
+    # set after construction, as vLLM scripts also do: honoured, not dropped (it was silently ignored:
+    # LLM.generate re-checks the params with dataclasses.replace, which copies fields only)
+    late = SamplingParams(temperature=0.0, max_tokens=8)
+    late.guided_decoding = GuidedDecodingParams(choice=["True", "False"])
+    assert llm.generate([PROMPT], late)[0].outputs[0].text == texts[0]
+
+
+def test_vllm_fields_set_after_construction_follow_the_constructors_rule():
+    sp = SamplingParams(temperature=0.0, max_tokens=8)
+    sp.best_of, sp.allowed_token_ids, sp.output_kind = 1, None, RequestOutputKind.FINAL_ONLY   # neutral: dropped
+    assert not {"best_of", "allowed_token_ids", "output_kind"} & set(vars(sp))
+    with pytest.raises(ValueError, match=r"SamplingParams\(allowed_token_ids=\[66\]\): turbospec does not implement"):
+        sp.allowed_token_ids = [66]
+    with pytest.raises(ValueError, match="has no field 'max_token': did you mean 'max_tokens'"):
+        sp.max_token = 3
+    sp.temperature = 0.5                                       # fields assign as before
+    assert copy.deepcopy(sp).temperature == 0.5 and sp.max_tokens == 8
 
 
 @pytest.mark.parametrize("kw,words", [

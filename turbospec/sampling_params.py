@@ -231,6 +231,30 @@ def _guided_decoding(value, structured_outputs):
     return value
 
 
+def _foreign_field(name: str, value, n, structured_outputs):
+    """A name SamplingParams has no field for: None to drop it (vLLM's field at its neutral value,
+    output_kind), a StructuredOutputsParams for vLLM's older `guided_decoding`; else ValueError by
+    name. The constructor's rule and attribute assignment's alike."""
+    if name == "output_kind":           # LLM.generate returns final outputs whatever it says (as vLLM's LLM)
+        if not isinstance(value, int) or value not in tuple(RequestOutputKind):
+            raise ValueError(f"output_kind={value!r} must be a RequestOutputKind (CUMULATIVE, DELTA or "
+                             "FINAL_ONLY); LLM.generate returns each request's final output either way")
+        return None
+    if name in NEUTRAL_VALUES:
+        if _is_neutral(name, value, n):
+            return None
+        if name == "guided_decoding":
+            return _guided_decoding(value, structured_outputs)
+        neutral = " or ".join(repr(v) for v in NEUTRAL_VALUES[name]) + (" or n" if name == "best_of" else "")
+        raise ValueError(f"SamplingParams({name}={value!r}): turbospec does not implement {name} "
+                         f"(only its neutral value {neutral} is accepted); supported fields: "
+                         f"{', '.join(SUPPORTED_FIELDS)}")
+    close = difflib.get_close_matches(name, SUPPORTED_FIELDS, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"SamplingParams has no field {name!r}: {hint}supported fields: "
+                     f"{', '.join(SUPPORTED_FIELDS)}")
+
+
 def _checked_init(init):
     """Refuse, by name, fields that SamplingParams does not have; drop vLLM's at their neutral value."""
     @functools.wraps(init)
@@ -240,28 +264,24 @@ def _checked_init(init):
                              f"first field is n, here temperature): got {len(args)} positional argument(s); "
                              "write e.g. SamplingParams(temperature=0.8, max_tokens=64)")
         for name in [k for k in kwargs if k not in SUPPORTED_FIELDS]:
-            value = kwargs.pop(name)
-            if name == "output_kind":       # LLM.generate returns final outputs whatever it says (as vLLM's LLM)
-                if not isinstance(value, int) or value not in tuple(RequestOutputKind):
-                    raise ValueError(f"output_kind={value!r} must be a RequestOutputKind (CUMULATIVE, DELTA or "
-                                     "FINAL_ONLY); LLM.generate returns each request's final output either way")
-                continue
-            if name in NEUTRAL_VALUES:
-                if _is_neutral(name, value, kwargs.get("n", 1)):
-                    continue
-                if name == "guided_decoding":
-                    kwargs["structured_outputs"] = _guided_decoding(value, kwargs.get("structured_outputs"))
-                    continue
-                neutral = " or ".join(repr(v) for v in NEUTRAL_VALUES[name]) + (" or n" if name == "best_of" else "")
-                raise ValueError(f"SamplingParams({name}={value!r}): turbospec does not implement {name} "
-                                 f"(only its neutral value {neutral} is accepted); supported fields: "
-                                 f"{', '.join(SUPPORTED_FIELDS)}")
-            close = difflib.get_close_matches(name, SUPPORTED_FIELDS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(f"SamplingParams has no field {name!r}: {hint}supported fields: "
-                             f"{', '.join(SUPPORTED_FIELDS)}")
+            structured = _foreign_field(name, kwargs.pop(name), kwargs.get("n", 1), kwargs.get("structured_outputs"))
+            if structured is not None:
+                kwargs["structured_outputs"] = structured
         init(self, *args, **kwargs)
     return __init__
 
 
+def _checked_setattr(self, name: str, value) -> None:
+    """`sp.<name> = value` after construction: the constructor's rule for names that are not
+    fields (a vLLM script setting `sp.guided_decoding` or `sp.allowed_token_ids` must not be
+    silently dropped: `LLM.generate` re-checks fields only)."""
+    if name not in SUPPORTED_FIELDS and not name.startswith("_"):
+        structured = _foreign_field(name, value, getattr(self, "n", 1), getattr(self, "structured_outputs", None))
+        if structured is None:
+            return
+        name, value = "structured_outputs", structured
+    object.__setattr__(self, name, value)
+
+
 SamplingParams.__init__ = _checked_init(SamplingParams.__init__)
+SamplingParams.__setattr__ = _checked_setattr
