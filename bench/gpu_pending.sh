@@ -11,6 +11,9 @@
 #            folds_norms, the qkv-bias case, never run), then test_engine_gpu.py with the norms folded
 #   targets  (session 29) the issues' target rows as they stand: #8's qwen3-8b bf16 decode at batch
 #            1 / 16 / 64, #4's qwen3-8b FP8 and qwen3-30b-a3b FP8 / bf16 at batch 1
+#   fp8rows  (session 32) per-row FP8 scales (compressed-tensors / per-tensor checkpoints): their GPU
+#            tests, the FP8 kernel tests after the kernels' new scale stride, Mixtral / Qwen2-MoE
+#   fp8bench (session 32) bench decode, block-FP8 against one scale per row (fp8-channel), same call
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -38,6 +41,17 @@ for part in "$@"; do
               echo "### bench decode $a" >> "$OUT/targets.txt"
               PYTHONPATH=. timeout 150 $TS $a >> "$OUT/targets.txt" 2>&1; done
             grep -E "^###|roofline|tok/s" "$OUT/targets.txt" | tail -30 ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets)"; exit 2 ;;
+    fp8rows) PYTHONPATH=. timeout 420 $T tests/gpu/test_fp8_row_scale_gpu.py tests/gpu/test_moe_archs_gpu.py \
+              tests/gpu/test_fp8_moe_kernels.py tests/gpu/test_fp8_large_config.py > "$OUT/fp8rows_tests.txt" 2>&1
+            tail -8 "$OUT/fp8rows_tests.txt" ;;
+    fp8bench) TS="python3 -m turbospec.cli bench decode"
+            for a in "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-8b --dtype bf16 --quantization fp8-channel --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8-channel --batch-sizes 1 --prompt-len 256 --gen-len 64"; do
+              echo "### bench decode $a" >> "$OUT/fp8bench.txt"
+              PYTHONPATH=. timeout 140 $TS $a >> "$OUT/fp8bench.txt" 2>&1; done
+            grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/fp8bench.txt" | tail -30 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench)"; exit 2 ;;
   esac
 done

@@ -164,7 +164,8 @@ def make_moe_fp8(moe: nn.Module, block: tuple[int, int], per_row: bool = False) 
     bn, bk = block
     E, H, I = moe.num_experts, moe.hidden_size, moe.intermediate_size
     if I % bn:
-        raise ValueError(f"moe_intermediate_size={I} is not a multiple of the FP8 block size {bn}: gate "
+        raise ValueError(f"the experts' width {I} (moe_intermediate_size; Mixtral: intermediate_size) is not a "
+                         f"multiple of the FP8 block size {bn}: gate "
                          "and up blocks would share scales; this layout cannot be block-quantized")
     dev, ib = moe.gate_up_proj.device, I // bn
     for name, shape, sshape in (("gate_up_proj", (E, 2 * I, H), (E, 2 * ib, 1 if per_row else cdiv(H, bk))),
