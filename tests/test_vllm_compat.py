@@ -240,3 +240,31 @@ def test_vllm_ngram_spellings_and_disable_by_batch_size(llm, tiny_qwen3):
                        ({"method": "ngram", "num_speculative_tokens": 3, "quantization": "fp8"}, "target's dtype")):
         with pytest.raises(ValueError, match=words):
             check_speculative_config(cfg)
+
+
+def test_numpy_scalars_are_taken_as_the_numbers_they_hold(llm):
+    """np.float32 / np.int64 values (a sweep over np.linspace, ids from an array) were refused as
+    if out of range; now taken as their Python values; a bare int for stop_token_ids is a named error."""
+    import numpy as np
+    sp = SamplingParams(temperature=np.float32(0.0), max_tokens=np.int64(6), seed=np.int64(3),
+                        stop_token_ids=np.array([7, 9]), top_k=np.int32(5))
+    assert (type(sp.max_tokens), type(sp.temperature), sp.stop_token_ids) == (int, float, [7, 9])
+    ids = list(np.array([1, 2, 3, 4], dtype=np.int64))
+    out = llm.generate([{"prompt_token_ids": ids}], sp)[0]
+    assert out.prompt_token_ids == [1, 2, 3, 4] and len(out.outputs[0].token_ids) <= 6
+    assert out.outputs[0].token_ids == llm.generate([[1, 2, 3, 4]], sp)[0].outputs[0].token_ids
+    with pytest.raises(ValueError, match=r"stop_token_ids=5 must be a list of token ids, e.g. stop_token_ids=\[5\]"):
+        SamplingParams(stop_token_ids=5)
+    with pytest.raises(ValueError, match=r"prompt_token_ids must be a list of integers \(got 1.5, a float\)"):
+        llm.generate([{"prompt_token_ids": [1, 1.5]}], sp)
+
+
+def test_cpu_speculation_in_bf16_warns_that_it_is_not_bitwise(tiny_qwen3):
+    import warnings
+    spec = {"method": "ngram", "num_speculative_tokens": 3}
+    with pytest.warns(UserWarning, match=r"speculative decoding on the CPU in bfloat16.*dtype='float32'"):
+        LLM(str(tiny_qwen3), device="cpu", dtype="bfloat16", speculative_config=spec)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="speculative decoding on the CPU")
+        LLM(str(tiny_qwen3), device="cpu", dtype="float32", speculative_config=spec)
+        LLM(str(tiny_qwen3), device="cpu", dtype="bfloat16")

@@ -10,6 +10,7 @@ import copy
 import difflib
 import enum
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
 from turbospec.structured_outputs import GuidedDecodingParams, StructuredOutputsParams
@@ -54,6 +55,13 @@ class SamplingParams:
     structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
+        for f in _NUMERIC_FIELDS:                        # np.float32(0.7), np.int64(8): their Python values
+            setattr(self, f, _python_scalar(getattr(self, f)))
+        if self.stop_token_ids is not None:
+            if not isinstance(self.stop_token_ids, Iterable) or isinstance(self.stop_token_ids, (str, bytes, dict)):
+                raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of token ids, "
+                                 f"e.g. stop_token_ids=[{self.stop_token_ids!r}]")
+            self.stop_token_ids = [_python_scalar(t) for t in self.stop_token_ids]
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
@@ -179,6 +187,18 @@ def _checked_logit_bias(bias) -> dict[int, float] | None:
             raise ValueError(f"logit_bias[{tok}]={v!r} must be a number in [-100, 100]")
         out[tok] = float(v)
     return out or None
+
+
+_NUMERIC_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "min_tokens", "seed", "logprobs",
+                   "prompt_logprobs", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
+
+
+def _python_scalar(x):
+    """A NumPy scalar (np.float32, np.int64, np.bool_) as the Python value it holds; anything else
+    as it is (then validated as usual)."""
+    if type(x).__module__ == "numpy" and getattr(x, "shape", None) == ():
+        return x.item()
+    return x
 
 
 def _is_int(x) -> bool:

@@ -50,6 +50,12 @@ def build_engine(cls, model: str, device: str | torch.device | None, dtype: str 
     proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype, download_dir) \
         if speculative_config is not None else None
     spec = speculative_config or {}
+    if proposer is not None and device.type == "cpu" and torch_dtype != torch.float32:
+        import warnings
+        warnings.warn(f"speculative decoding on the CPU in {str(torch_dtype).removeprefix('torch.')}: "
+                      "a verify step rounds differently from a decode step there, so greedy output may "
+                      "differ from plain decoding after a near tie; dtype='float32' (the CPU default) "
+                      "keeps it token for token", stacklevel=3)
     return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s,
                auto_draft_length=spec.get("draft_length") == "auto",
                bitwise_exact=spec.get("bitwise_exact", True))
