@@ -15,8 +15,9 @@ SARVAM_WIDE_SHARED = {**preset_config("sarvam-30b"), "num_shared_experts": 2,
                       "moe_shared_expert_intermediate_size": 1536}
 
 
-@pytest.mark.parametrize("raw", [preset_config("qwen3-30b-a3b"), preset_config("sarvam-30b"), SARVAM_WIDE_SHARED],
-                         ids=["qwen3-30b-a3b", "sarvam-30b", "sarvam-wide-shared"])
+@pytest.mark.parametrize("raw", [preset_config("qwen3-30b-a3b"), preset_config("sarvam-30b"), SARVAM_WIDE_SHARED,
+                                 preset_config("mixtral-8x7b")],
+                         ids=["qwen3-30b-a3b", "sarvam-30b", "sarvam-wide-shared", "mixtral-8x7b"])
 def test_engine_table_and_audit_roofline_count_the_same_bytes(raw):
     cfg = ModelConfig.from_dict(raw)
     # bandwidth 1 B/s: seconds are bytes; one sequence, one token, one token of KV
@@ -36,3 +37,10 @@ def test_moe_note_names_a_shared_expert_only_when_there_is_one():
     qwen, sarvam = model_bytes(preset_config("qwen3-30b-a3b")), model_bytes(preset_config("sarvam-30b"))
     assert qwen.notes == ("MoE: 48 of 48 layers read 8 of 128 experts per token",)
     assert sarvam.notes == ("MoE: 18 of 19 layers read 6 of 128 experts per token plus a shared MLP of width 1024",)
+
+
+def test_mixtral_preset_reads_at_its_published_size():
+    """mixtral-8x7b: 46.7B parameters, ~12.9B active per token (2 of 8 experts of intermediate_size)."""
+    b = model_bytes(preset_config("mixtral-8x7b"))
+    active = b.bytes_per_step(1, 1, context=1) / 2                 # bf16: 2 bytes per parameter
+    assert 12.5e9 < active < 13.2e9, active

@@ -27,6 +27,13 @@ PRESETS: dict[str, dict] = {
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False,
     },
+    # mistralai/Mixtral-8x7B-v0.1's config.json: 8 experts of intermediate_size, top-2 (no shared expert)
+    "mixtral-8x7b": {
+        "architectures": ["MixtralForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 32000,
+        "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False,
+        "num_local_experts": 8, "num_experts_per_tok": 2,
+    },
     # transformers' SarvamMoeConfig defaults (checkpoint sarvamai/sarvam-30b-fp8): 128 routed experts,
     # top-6, one shared expert, first layer dense.
     "sarvam-30b": {

@@ -32,8 +32,11 @@ _SARVAM_30B = dict(PRESETS["sarvam-30b"], model_type="sarvam_moe", hidden_act="s
                    norm_topk_prob=True, use_qk_norm=True, use_qkv_bias=False, use_bias=False,
                    router_dtype="fp32", pad_token_id=0, eos_token_id=1)
 
+_MIXTRAL_8X7B = dict(PRESETS["mixtral-8x7b"], model_type="mixtral", rms_norm_eps=1e-5, max_position_embeddings=32768,
+                     rope_theta=1000000.0, sliding_window=None, eos_token_id=2)
+
 SHAPES = {"qwen3-8b": _QWEN3_8B, "qwen3-30b-a3b": _QWEN3_30B_A3B, "llama-3.1-8b": _LLAMA31_8B,
-          "sarvam-30b": _SARVAM_30B}
+          "sarvam-30b": _SARVAM_30B, "mixtral-8x7b": _MIXTRAL_8X7B}
 
 
 def resolve_shape(name_or_dir: str) -> tuple[str, ModelConfig]:
