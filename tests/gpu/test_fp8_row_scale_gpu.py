@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from turbospec import LLM, SamplingParams
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
@@ -60,22 +62,32 @@ def test_fused_moe_row_scales():
         assert _rel(out, ref) < 1e-2, (T, _rel(out, ref))
 
 
+def _prompt_logprobs(llm, ids: list[int]) -> torch.Tensor:
+    """The logprob of each prompt token after the first, teacher-forced (no greedy cascade)."""
+    out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
+    return torch.tensor([row[t].logprob for row, t in zip(out.prompt_logprobs[1:], ids[1:])])
+
+
 def test_compressed_tensors_checkpoint_on_cuda(tiny_qwen3, tiny_dir_factory):
-    from turbospec import LLM, SamplingParams
+    """Per-channel FP8 on CUDA (fp8_gemm with stride-0 scales, bf16) against its dequantized bf16
+    twin: teacher-forced logprobs within bf16 rounding (not the greedy sequences: a random tiny model
+    flips a near tie within a few tokens, measured on an H100: 34 of 48 positions equal); n-gram
+    speculation = plain bit for bit."""
     from tests.conftest import read_checkpoint
     from tests.test_fp8_formats import ct_config, exported
     ckpt, ref = exported(read_checkpoint(tiny_qwen3), "channel")
     sp = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     prompts = [[1, 2, 3, 4, 5, 6, 7, 8] * 3, [9, 8, 7, 6]]
+    ids = list(range(200, 260))
     d_fp8 = tiny_dir_factory(tiny_qwen3, ct_config(), edit_tensors=lambda t: ckpt)
     d_ref = tiny_dir_factory(tiny_qwen3, edit_tensors=lambda t: {n: v.to(torch.bfloat16) for n, v in ref.items()})
     llm = LLM(model=str(d_fp8), device="cuda", dtype="bfloat16", max_model_len=128)
     plain = [o.outputs[0].token_ids for o in llm.generate(prompts, sp)]
+    got = _prompt_logprobs(llm, ids)
     del llm
-    twin = [o.outputs[0].token_ids for o in LLM(model=str(d_ref), device="cuda", dtype="bfloat16",
-                                                 max_model_len=128).generate(prompts, sp)]
-    same = sum(a == b for p, q in zip(plain, twin) for a, b in zip(p, q))
-    assert same >= 0.75 * sum(map(len, plain)), (plain, twin)       # bf16 rounding apart, not more
+    want = _prompt_logprobs(LLM(model=str(d_ref), device="cuda", dtype="bfloat16", max_model_len=128), ids)
+    diff = (got - want).abs()
+    assert diff.mean().item() < 0.05 and diff.max().item() < 0.3, diff
     spec = LLM(model=str(d_fp8), device="cuda", dtype="bfloat16", max_model_len=128,
                speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})
     assert [o.outputs[0].token_ids for o in spec.generate(prompts, sp)] == plain
