@@ -7,6 +7,9 @@ Captured with `max_seq_len` = the pool's capacity so that one graph serves any c
 """
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import torch
 
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
@@ -15,6 +18,28 @@ BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 # graphs are captured per context-length bucket: the decode kernel sizes its split-K grid from
 # max_seq_len, so a graph for long contexts would waste launches on short ones
 SEQ_LEN_BUCKETS = (2048, 8192, 32768)
+
+
+@contextlib.contextmanager
+def capturing(collect: bool = False):
+    """Around CUDA-graph capture: Python's garbage collector paused (`collect`: one collection
+    first, as `torch.cuda.graph` itself did before torch made it opt-in). A dead engine's CUDA
+    graphs (an LLM dropped in a reference cycle, then another built in the same process) freed by a
+    collection that runs mid-capture would call CUDA graph APIs that are not permitted while a
+    stream captures, invalidating the new capture. A failure of that form ('operation failed due to
+    a previous error during capture', with 'operation not permitted when stream is capturing
+    (function reset)' warnings) was seen once on an H100 (2026-12-06), building a third engine of a
+    model in one process; a forced-collection rerun did not reproduce it on the code before this
+    guard, so the cause is not confirmed (tests/gpu/test_graphs_after_dead_engine_gpu.py)."""
+    if collect:
+        gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class CUDAGraphRunner:
@@ -54,6 +79,10 @@ class CUDAGraphRunner:
 
     @torch.inference_mode()
     def capture(self) -> None:
+        with capturing(collect=True):
+            self._capture_all()
+
+    def _capture_all(self) -> None:
         # a valid dummy state: every row sees q positions of the null block, writes nothing
         for q in self.query_lens:
             self.seq_lens.fill_(q)

@@ -27,9 +27,11 @@ into its own blocks, which are freed after that launch (stream order keeps any r
 """
 from __future__ import annotations
 
+import gc
+
 import torch
 
-from turbospec.engine.cuda_graph import BATCH_BUCKETS, SEQ_LEN_BUCKETS
+from turbospec.engine.cuda_graph import BATCH_BUCKETS, SEQ_LEN_BUCKETS, capturing
 from turbospec.engine.forward_context import AttentionMetadata, forward_context
 from turbospec.engine.burst_flight import BurstFlight
 from turbospec.engine.burst_penalties import BurstPenalties
@@ -155,6 +157,7 @@ class DecodeBurst:
         first = list(dict.fromkeys(base + list(extra)))          # the first length bucket's variants
         if any(pen for _, pen in first) and self.penalties is None:
             self.penalties = BurstPenalties(self.buckets[-1], self.vocab_size, self.device)
+        gc.collect()                      # a dead engine's graphs, freed now, not mid-capture (`capturing`)
         for L in reversed(self.len_buckets):
             for b in reversed(self.buckets):
                 for mode, pen in first if L == self.len_buckets[0] else base:
@@ -176,7 +179,7 @@ class DecodeBurst:
         torch.cuda.synchronize(self.device)
         self._reset_dummy(b)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
+        with capturing(), torch.cuda.graph(g, pool=self.pool):
             self._burst(b, L, mode, pen)
         if self.pool is None:
             self.pool = g.pool()
