@@ -7,6 +7,8 @@ Format (FORMATS.md §3): `<mod>.weight` float8_e4m3fn [N, K] and `<mod>.weight_s
 - A checkpoint that declares `quantization_config: {quant_method: fp8, weight_block_size: [..]}`
   loads as published: exactly the modules whose weights come with a `weight_scale_inv` become FP8
   (routers, norms, embeddings and the LM head stay in the model dtype, as the exporter left them).
+- Per-channel and per-tensor checkpoints (compressed-tensors, AutoFP8: `fp8_formats.py`) keep one
+  scale per output row, `weight_scale_inv` [N, 1], which broadcasts along K (here and in the kernels).
 - `quantization="fp8"` on a bf16 checkpoint quantizes at load, **per block of 128 x 128** (not per
   channel), so that one kernel serves both: scale_inv = amax(|block|) / 448.
 - Compute: activations stay in the model dtype. On CUDA `turbospec.kernels.fp8_gemm` dequantizes in
