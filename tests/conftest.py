@@ -19,7 +19,7 @@ fixtures, 2 for `tiny_llama31` (token-id prompts only).
 Factories:
 - `tiny_checkpoint_factory(arch, name=None, tokenizer=True, max_shard_size=None, **config)` writes a
   fresh checkpoint (arch in "qwen3" | "qwen3_moe" | "llama" | "qwen2" | "mistral" | "mixtral" |
-  "qwen2_moe"; `config` overrides the defaults below; the last two: 2 layers, vocab 512, 8 experts top-2).
+  "qwen2_moe" | "phi3"; `config` overrides the defaults below; the last two: 2 layers, vocab 512, 8 experts top-2).
 - `tiny_dir_factory(src_dir, config_updates=None, config_drop=(), edit_tensors=None)` copies a
   checkpoint into a new dir, edits config.json (update / drop keys) and optionally rewrites the
   weights as one `model.safetensors` via `edit_tensors(dict[name, tensor]) -> dict`.
@@ -81,6 +81,10 @@ DEFAULTS["qwen2_moe"] = dict(_COMMON, num_hidden_layers=2, vocab_size=512, tie_w
                              shared_expert_intermediate_size=96, norm_topk_prob=False, decoder_sparse_step=1,
                              mlp_only_layers=[], use_sliding_window=False,
                              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+# Phi-3 / Phi-4: Llama's layers stored fused (qkv_proj, gate_up_proj), untied; no window, default rope
+DEFAULTS["phi3"] = dict(_COMMON, vocab_size=512, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                        pad_token_id=0, sliding_window=None, original_max_position_embeddings=2048,
+                        rope_parameters={"rope_type": "default", "rope_theta": 250000.0})
 MOE_VARIANTS = {
     "topk_norm": dict(norm_topk_prob=True),
     "mlp_only_no_norm": dict(norm_topk_prob=False, mlp_only_layers=[1]),
@@ -109,6 +113,7 @@ def write_tiny_checkpoint(path: Path, arch: str, tokenizer: bool = True, max_sha
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
         "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
         "qwen2_moe": (transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM),
+        "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
     }[arch]
     config = cfg_cls(**{**DEFAULTS[arch], **overrides})
     torch.manual_seed(seed)

@@ -73,8 +73,8 @@ def test_the_context_is_the_original_times_factor():
 
 
 def test_unsupported_rope_types_name_the_supported_ones():
-    with pytest.raises(ValueError, match="'default', 'linear', 'llama3' and 'yarn'"):
-        RopeConfig.from_hf({"rope_scaling": {"rope_type": "longrope", "factor": 4.0}})
+    with pytest.raises(ValueError, match="'default', 'linear', 'llama3', 'yarn' and 'longrope'"):
+        RopeConfig.from_hf({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}})
 
 
 def test_qwen3_with_yarn_generates_transformers_tokens(tiny_checkpoint_factory, hf_model_factory):

@@ -16,7 +16,8 @@ import torch
 from turbospec.rope_config import RopeConfig  # noqa: F401  (re-exported)
 
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM",
-                           "MistralForCausalLM", "SarvamMoEForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM")
+                           "MistralForCausalLM", "SarvamMoEForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
+                           "Phi3ForCausalLM")
 MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "SarvamMoEForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM")
 
 _DTYPES = {
@@ -70,16 +71,26 @@ def read_optional_json(path: str) -> dict[str, Any]:
 
 
 def _sliding_window(arch: str, raw: dict[str, Any]) -> int | None:
-    """The attention window the checkpoint was trained with, when one applies: Mistral's and
-    Mixtral's `sliding_window` (null or absent: none); Qwen2 / Qwen3 (-MoE)'s only with
+    """The attention window the checkpoint was trained with, when one applies: Mistral's, Mixtral's
+    and Phi-3's `sliding_window` (null or absent: none; Phi-3-mini-4k: 2047); Qwen2 / Qwen3 (-MoE)'s only with
     `use_sliding_window` true (their configs carry a `sliding_window` value that is off by default,
     as in transformers)."""
     window = raw.get("sliding_window")
     if arch.startswith("Qwen") and raw.get("use_sliding_window") is not True:
         return None
-    if not arch.startswith(("Qwen", "Mistral", "Mixtral")):
+    if not arch.startswith(("Qwen", "Mistral", "Mixtral", "Phi3")):
         return None
     return int(window) if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
+def _check_partial_rotary(arch: str, raw: dict[str, Any]) -> None:
+    """Phi-4-mini rotates 3/4 of each head (`partial_rotary_factor` 0.75): not implemented; refused
+    rather than rotating all of it. (SarvamMoE's key is read past: its model rotates the whole head.)"""
+    params = raw.get("rope_parameters") or {}
+    prf = params.get("partial_rotary_factor", raw.get("partial_rotary_factor"))
+    if arch == "Phi3ForCausalLM" and prf not in (None, 1, 1.0):
+        raise ValueError(f"partial_rotary_factor {prf} (Phi-4-mini's rotary layout) is not supported: turbospec "
+                         "rotates the whole head dimension; Phi-3 / Phi-3.5 / Phi-4 (factor 1) load")
 
 
 @dataclass
@@ -149,6 +160,7 @@ class ModelConfig:
         if arch not in MOE_ARCHITECTURES:                                 # SarvamMoE keys: models/sarvam_moe.py
             num_experts = 0
         window = _sliding_window(arch, raw)
+        _check_partial_rotary(arch, raw)
         rope = RopeConfig.from_hf(raw)
         intermediate = int(raw.get("intermediate_size", 4 * hidden))
         # Mixtral's experts are intermediate_size wide (transformers and vLLM read no other key)

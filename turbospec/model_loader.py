@@ -189,13 +189,16 @@ def _listing(names: list[str], limit: int = 8) -> str:
 
 
 def load_model(model_dir: str | os.PathLike, device: torch.device | str = "cpu",
-               dtype: torch.dtype | str | None = None, quantization: str | None = None) -> nn.Module:
+               dtype: torch.dtype | str | None = None, quantization: str | None = None,
+               max_model_len: int | None = None) -> nn.Module:
     """config.json + *.safetensors -> model in eval mode on `device` in `dtype` (default "auto": the
     checkpoint's dtype on CUDA, bfloat16 for a float32 one; float32 on CPU: config.resolve_dtype).
     FP8 checkpoints load as published (block-FP8, per-tensor FP8, compressed-tensors FP8:
-    layers/quant/fp8_formats.py); `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block."""
+    layers/quant/fp8_formats.py); `quantization="fp8"` quantizes a bf16 checkpoint per 128x128 block.
+    `max_model_len`: the context the engine will serve (longrope picks its factors by it)."""
     model_dir = os.fspath(model_dir)
     cfg = ModelConfig.from_pretrained(model_dir)
+    cfg.rope = cfg.rope.for_max_model_len(max_model_len)
     device = torch.device(device)
     dtype = resolve_dtype(dtype, cfg.dtype, device)
     fp8 = resolve_fp8_config(cfg.quantization_config, quantization)

@@ -1,16 +1,17 @@
 """Rotary position embedding settings as config.json states them (`rope_theta` plus `rope_scaling`,
-or transformers >= 4.56's `rope_parameters`): default, linear, llama3 (Llama 3.1) and yarn (Qwen3 /
-Qwen2.5 long context, DeepSeek's mscale). layers/rotary.py turns them into frequencies and tables."""
+or transformers >= 4.56's `rope_parameters`): default, linear, llama3 (Llama 3.1), yarn (Qwen3 /
+Qwen2.5 long context, DeepSeek's mscale) and longrope (Phi-3 128k / Phi-3.5: per-dimension short and
+long factors). layers/rotary.py turns them into frequencies and tables."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
 @dataclass
 class RopeConfig:
     theta: float = 10000.0
-    rope_type: str = "default"            # "default" | "llama3" | "linear" | "yarn"
+    rope_type: str = "default"            # "default" | "llama3" | "linear" | "yarn" | "longrope"
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
@@ -24,6 +25,14 @@ class RopeConfig:
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+    # longrope (Phi-3 128k, Phi-3.5; "su" in older configs): inv_freq / factor per dimension, the
+    # short factors or the long ones for the whole model, as vLLM chooses: long when the served
+    # context (max_model_len, by default max_position_embeddings) exceeds the original context,
+    # so that a sequence never crosses a switch its cached keys were not rotated for. cos / sin
+    # scaled by attention_factor (None: sqrt(1 + ln(factor) / ln(original)), factor the context ratio)
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
+    use_long_factor: bool = False
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any], default_theta: float = 10000.0) -> "RopeConfig":
@@ -36,18 +45,23 @@ class RopeConfig:
         merged = {**scaling, **params}
         theta = merged.get("rope_theta", raw.get("rope_theta", default_theta))
         rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
-        if rope_type not in ("default", "llama3", "linear", "yarn"):
+        rope_type = "longrope" if rope_type == "su" else rope_type        # Phi-3's first configs
+        if rope_type not in ("default", "llama3", "linear", "yarn", "longrope"):
             raise ValueError(
                 f"rope type {rope_type!r} is not supported: turbospec implements 'default', 'linear', "
-                "'llama3' and 'yarn' rotary embeddings")
+                "'llama3', 'yarn' and 'longrope' rotary embeddings")
         original = merged.get("original_max_position_embeddings") or raw.get("original_max_position_embeddings")
         if original is None:              # yarn without it: the config's own context (as transformers)
             original = raw.get("max_position_embeddings", 8192) if rope_type == "yarn" else 8192
         if rope_type == "yarn":
             _check_yarn(merged, raw)
+        if rope_type == "longrope":
+            _check_longrope(merged, raw)
         factor = merged.get("factor")
-        if factor is None:                # yarn without a factor: the context ratio (DeepSeek's rule)
-            factor = raw.get("max_position_embeddings", original) / original if rope_type == "yarn" else 1.0
+        if factor is None:                # yarn / longrope without a factor: the context ratio (DeepSeek's,
+            # Phi-3's rule; vLLM's longrope takes the ratio even beside a factor: Phi-3 configs give none)
+            factor = (raw.get("max_position_embeddings", original) / original
+                      if rope_type in ("yarn", "longrope") else 1.0)
 
         def opt(key: str) -> float | None:
             return None if merged.get(key) is None else float(merged[key])
@@ -59,7 +73,18 @@ class RopeConfig:
             beta_fast=float(merged.get("beta_fast") or 32.0), beta_slow=float(merged.get("beta_slow") or 1.0),
             attention_factor=opt("attention_factor"), mscale=opt("mscale"), mscale_all_dim=opt("mscale_all_dim"),
             truncate=bool(merged.get("truncate", True)),
+            short_factor=tuple(float(f) for f in merged.get("short_factor") or ()),
+            long_factor=tuple(float(f) for f in merged.get("long_factor") or ()),
+            use_long_factor=rope_type == "longrope" and raw.get("max_position_embeddings", 0) > int(original),
         )
+
+    def for_max_model_len(self, max_model_len: int | None) -> "RopeConfig":
+        """This rope for an engine serving `max_model_len` tokens (None: the config's own context).
+        Only longrope depends on it: the long factors when max_model_len exceeds the original
+        context, else the short ones (vLLM's Phi3LongRoPEScaledRotaryEmbedding)."""
+        if self.rope_type != "longrope" or max_model_len is None:
+            return self
+        return replace(self, use_long_factor=max_model_len > self.original_max_position_embeddings)
 
     def context_len(self, max_position_embeddings: int) -> int:
         """The context the model serves, as vLLM derives it: yarn's original context x factor (Qwen3's
@@ -91,6 +116,13 @@ class RopeConfig:
             y.update({k: getattr(self, k) for k in ("attention_factor", "mscale", "mscale_all_dim")
                       if getattr(self, k) is not None})
             d["rope_scaling"] = y if self.truncate else {**y, "truncate": False}
+        elif self.rope_type == "longrope":
+            d["rope_scaling"] = {"rope_type": "longrope", "short_factor": list(self.short_factor),
+                                 "long_factor": list(self.long_factor),
+                                 "original_max_position_embeddings": self.original_max_position_embeddings,
+                                 "factor": self.factor}
+            if self.attention_factor is not None:
+                d["rope_scaling"]["attention_factor"] = self.attention_factor
         elif self.rope_type != "default":
             d["rope_scaling"] = {"rope_type": self.rope_type, "factor": self.factor,
                                  "low_freq_factor": self.low_freq_factor, "high_freq_factor": self.high_freq_factor,
@@ -108,3 +140,17 @@ def _check_yarn(merged: dict[str, Any], raw: dict[str, Any]) -> None:
     if float(fast) <= float(slow):
         raise ValueError(f"yarn rope scaling needs beta_fast > beta_slow (got {fast} and {slow}; the defaults "
                          "are 32 and 1): fix rope_scaling in config.json")
+
+
+def _check_longrope(merged: dict[str, Any], raw: dict[str, Any]) -> None:
+    """What longrope needs from config.json (Phi-3 128k: rope_scaling's short_factor / long_factor,
+    the top-level original_max_position_embeddings)."""
+    missing = [k for k in ("short_factor", "long_factor") if not merged.get(k)]
+    if not (merged.get("original_max_position_embeddings") or raw.get("original_max_position_embeddings")):
+        missing.append("original_max_position_embeddings")
+    if missing:
+        raise ValueError(f"longrope rope scaling needs {missing} in config.json (rope_scaling, or top level for "
+                         "original_max_position_embeddings): use the model's published config.json")
+    if len(merged["short_factor"]) != len(merged["long_factor"]):
+        raise ValueError(f"longrope short_factor and long_factor differ in length ({len(merged['short_factor'])} "
+                         f"and {len(merged['long_factor'])}): each has one entry per rotated dimension pair")

@@ -34,6 +34,12 @@ PRESETS: dict[str, dict] = {
         "num_attention_heads": 32, "num_key_value_heads": 8, "tie_word_embeddings": False,
         "num_local_experts": 8, "num_experts_per_tok": 2,
     },
+    # microsoft/phi-4's config.json (Phi3ForCausalLM): dense, GQA 40 / 10 (head 128), untied, 16384 positions
+    "phi-4": {
+        "architectures": ["Phi3ForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 100352,
+        "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+        "num_attention_heads": 40, "num_key_value_heads": 10, "tie_word_embeddings": False,
+    },
     # transformers' SarvamMoeConfig defaults (checkpoint sarvamai/sarvam-30b-fp8): 128 routed experts,
     # top-6, one shared expert, first layer dense.
     "sarvam-30b": {

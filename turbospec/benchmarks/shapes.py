@@ -35,8 +35,13 @@ _SARVAM_30B = dict(PRESETS["sarvam-30b"], model_type="sarvam_moe", hidden_act="s
 _MIXTRAL_8X7B = dict(PRESETS["mixtral-8x7b"], model_type="mixtral", rms_norm_eps=1e-5, max_position_embeddings=32768,
                      rope_theta=1000000.0, sliding_window=None, eos_token_id=2)
 
+# phi-4: microsoft/phi-4's config.json (no rope scaling, no sliding window; eos <|im_end|>, 100265)
+_PHI_4 = dict(PRESETS["phi-4"], model_type="phi3", rms_norm_eps=1e-5, max_position_embeddings=16384,
+              original_max_position_embeddings=16384, rope_theta=250000.0, rope_scaling=None, sliding_window=None,
+              eos_token_id=100265)
+
 SHAPES = {"qwen3-8b": _QWEN3_8B, "qwen3-30b-a3b": _QWEN3_30B_A3B, "llama-3.1-8b": _LLAMA31_8B,
-          "sarvam-30b": _SARVAM_30B, "mixtral-8x7b": _MIXTRAL_8X7B}
+          "sarvam-30b": _SARVAM_30B, "mixtral-8x7b": _MIXTRAL_8X7B, "phi-4": _PHI_4}
 
 
 def resolve_shape(name_or_dir: str) -> tuple[str, ModelConfig]:

@@ -42,9 +42,10 @@ def build_engine(cls, model: str, device: str | torch.device | None, dtype: str 
         tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,
                                   download_dir=download_dir, files="tokenizer")
     config = ModelConfig.from_pretrained(model)
+    config.rope = config.rope.for_max_model_len(engine_config.max_model_len)     # longrope's factors (drafters too)
     torch_dtype = resolve_dtype(dtype, config.dtype, device)
     t0 = time.perf_counter()
-    net = load_model(model, device, torch_dtype, quantization=quantization)
+    net = load_model(model, device, torch_dtype, quantization=quantization, max_model_len=engine_config.max_model_len)
     load_s = time.perf_counter() - t0
     tok = load_tokenizer(tokenizer or model)
     proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype, download_dir) \

@@ -3,7 +3,9 @@ Llama/Qwen3 `rotate_half`), from a cos/sin cache precomputed over all positions.
 
 Rope scaling changes the inverse frequencies: `linear` divides them all by `factor`;
 `llama3` (Llama 3.1) divides the low frequencies by `factor`, keeps the high ones and blends in
-between; `yarn` ramps likewise by rotations over the original context and also scales cos / sin.
+between; `yarn` ramps likewise by rotations over the original context and also scales cos / sin;
+`longrope` (Phi-3) divides each frequency by its own factor (the short or the long list) and
+scales cos / sin.
 The cache is float32; it is cast to the query dtype on use, as HF does. On CUDA one
 Triton kernel (`turbospec.kernels.rope`) applies the optional per-head q/k norm and the rotation.
 """
@@ -22,6 +24,13 @@ from turbospec.layers.layernorm import RMSNorm
 def compute_inv_freq(rotary_dim: int, rope: RopeConfig) -> torch.Tensor:
     """[rotary_dim // 2] float32 inverse frequencies, scaled as `rope.rope_type` says."""
     exponent = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(torch.float32) / rotary_dim
+    if rope.rope_type == "longrope":
+        factors = rope.long_factor if rope.use_long_factor else rope.short_factor
+        if len(factors) != rotary_dim // 2:
+            raise ValueError(f"longrope has {len(factors)} factors for a rotary dimension of {rotary_dim} (one per "
+                             f"pair: {rotary_dim // 2} expected): fix rope_scaling in config.json")
+        # transformers' order of operations: 1 / (factor * theta^(2i/d))
+        return 1.0 / (torch.tensor(factors, dtype=torch.float32) * rope.theta ** exponent)
     inv_freq = 1.0 / (rope.theta ** exponent)
     if rope.rope_type == "linear":
         inv_freq = inv_freq / rope.factor
@@ -53,7 +62,14 @@ def compute_inv_freq(rotary_dim: int, rope: RopeConfig) -> torch.Tensor:
 
 
 def attention_scale(rope: RopeConfig) -> float:
-    """The factor yarn puts on cos and sin (so on every q.k logit, squared); 1 for the other ropes."""
+    """The factor yarn and longrope put on cos and sin (so on every q.k logit, squared); 1 for the
+    other ropes."""
+    if rope.rope_type == "longrope":
+        if rope.attention_factor is not None:
+            return rope.attention_factor
+        if rope.factor <= 1.0:
+            return 1.0
+        return math.sqrt(1 + math.log(rope.factor) / math.log(rope.original_max_position_embeddings))
     if rope.rope_type != "yarn":
         return 1.0
     if rope.attention_factor is not None:

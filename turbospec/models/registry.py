@@ -15,6 +15,7 @@ _MODELS = {
     "SarvamMoEForCausalLM": ("turbospec.models.sarvam_moe", "SarvamMoEForCausalLM"),
     "MixtralForCausalLM": ("turbospec.models.mixtral", "MixtralForCausalLM"),
     "Qwen2MoeForCausalLM": ("turbospec.models.qwen2_moe", "Qwen2MoeForCausalLM"),
+    "Phi3ForCausalLM": ("turbospec.models.phi3", "Phi3ForCausalLM"),       # Phi-3, Phi-4
 }
 
 
