@@ -65,11 +65,16 @@ def preset_config(name: str) -> dict:
     return cfg
 
 
+# a word in a model's name that makes it another, smaller or larger model than the preset it contains
+_OTHER_SIZE = {"mini", "small", "medium", "tiny", "nano", "micro", "large"}
+
+
 def guess_preset(model_name: str) -> str | None:
     """The preset a served model name most likely refers to ('Qwen/Qwen3-8B-FP8' -> 'qwen3-8b-fp8')."""
     flat = re.sub(r"[^a-z0-9]", "", model_name.lower())
     hits = [p for p in PRESETS if re.sub(r"[^a-z0-9]", "", p) in flat]
-    if not hits:
+    words = set(re.split(r"[^a-z0-9]+", model_name.lower()))
+    if not hits or words & _OTHER_SIZE:            # 'Phi-4-mini-instruct' is not phi-4
         return None
     best = max(hits, key=len)
     return f"{best}-fp8" if "fp8" in flat else best
