@@ -31,4 +31,4 @@ def test_bad_quantization_is_refused(codelm_dir):
     assert r.output == "error: --quantization int4: the only value is fp8 (leave it out for the checkpoint's own weights)\n"
     r = runner.invoke(app, ["serve", str(codelm_dir), "--device", "cpu", "--port", "1", "--quantization", "int4"])
     assert r.exit_code == 2, r.output
-    assert "quantization='int4': supported values are None and 'fp8'" in r.output
+    assert "quantization='int4': supported values are None (the checkpoint's own weights) and 'fp8'" in r.output

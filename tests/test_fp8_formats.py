@@ -189,3 +189,28 @@ def test_quantize_model_per_row(tiny_qwen3):
     assert torch.allclose(down.weight_scale_inv[:, 0], w.abs().amax(1) / 448)
     deq = dequantize_fp8(down.weight, down.weight_scale_inv, (1, 128), torch.float32)
     assert ((deq - w).norm() / w.norm()) < 0.05
+
+
+def test_review_fixes_sparse_output_scales_and_the_method_by_name(tiny_qwen3, tiny_dir_factory):
+    """2:4-sparse checkpoints are refused by name (they failed with a garbled missing-scale error);
+    older exports' `k_proj.output_scale` / `v_proj.output_scale` (KV-cache scales) are read past;
+    `quantization` may name the checkpoint's own method, as vLLM's."""
+    from turbospec import LLM
+    from tests.conftest import read_checkpoint
+    qc = ct_config()["quantization_config"]
+    sparse = {**qc, "sparsity_config": {"format": "sparse-24-bitmask", "sparsity_structure": "2:4"}}
+    with pytest.raises(ValueError, match=r"'sparse-24-bitmask': sparse checkpoints .* not supported"):
+        resolve_fp8_config(sparse, None)
+    assert resolve_fp8_config({**qc, "sparsity_config": {"format": "dense"}}, None).per_row
+    ckpt, ref = exported(read_checkpoint(tiny_qwen3), "channel")
+    for name in [n for n in ckpt if n.endswith(("k_proj.weight", "v_proj.weight"))]:
+        ckpt[name.removesuffix("weight") + "output_scale"] = torch.tensor(0.5)
+    d = tiny_dir_factory(tiny_qwen3, ct_config(), edit_tensors=lambda t: ckpt)
+    model = load_model(str(d))
+    want = load_model(str(tiny_dir_factory(tiny_qwen3, edit_tensors=lambda t: ref)))
+    assert torch.allclose(_logits(model, 8192), _logits(want, 8192), atol=1e-5, rtol=1e-5)
+    LLM(str(d), device="cpu", dtype="float32", quantization="compressed-tensors")
+    with pytest.raises(ValueError, match=r"quantization='awq'.*a checkpoint's own method \('fp8', 'compressed-tensors'\)"):
+        LLM(str(d), device="cpu", dtype="float32", quantization="awq")
+    with pytest.raises(ValueError, match=r"quantization='compressed-tensors'.*this checkpoint's own 'fp8'"):
+        resolve_fp8_config({"quant_method": "fp8", "weight_block_size": [128, 128]}, "compressed-tensors")

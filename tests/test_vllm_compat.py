@@ -176,6 +176,12 @@ def test_guided_decoding_is_vllms_older_structured_outputs(llm):
     late = SamplingParams(temperature=0.0, max_tokens=8)
     late.guided_decoding = GuidedDecodingParams(choice=["True", "False"])
     assert llm.generate([PROMPT], late)[0].outputs[0].text == texts[0]
+    assert late.guided_decoding is late.structured_outputs                 # read back: the one constraint
+    late.guided_decoding = GuidedDecodingParams(choice=["maybe"])          # replaced, not "both given"
+    assert llm.generate([PROMPT], late)[0].outputs[0].text == "maybe"
+    late.guided_decoding = None                                            # removed (it stayed on)
+    free = llm.generate([PROMPT], late)[0].outputs[0].text
+    assert late.structured_outputs is None and free not in ("True", "False", "maybe")
 
 
 def test_vllm_fields_set_after_construction_follow_the_constructors_rule():
@@ -253,6 +259,8 @@ def test_numpy_scalars_are_taken_as_the_numbers_they_hold(llm):
     out = llm.generate([{"prompt_token_ids": ids}], sp)[0]
     assert out.prompt_token_ids == [1, 2, 3, 4] and len(out.outputs[0].token_ids) <= 6
     assert out.outputs[0].token_ids == llm.generate([[1, 2, 3, 4]], sp)[0].outputs[0].token_ids
+    flags = SamplingParams(ignore_eos=np.bool_(True), logit_bias={np.int64(5): np.float32(1.5)})
+    assert flags.ignore_eos is True and flags.logit_bias == {5: 1.5}
     with pytest.raises(ValueError, match=r"stop_token_ids=5 must be a list of token ids, e.g. stop_token_ids=\[5\]"):
         SamplingParams(stop_token_ids=5)
     with pytest.raises(ValueError, match=r"prompt_token_ids must be a list of integers \(got 1.5, a float\)"):

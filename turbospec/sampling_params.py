@@ -55,7 +55,7 @@ class SamplingParams:
     structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
-        for f in _NUMERIC_FIELDS:                        # np.float32(0.7), np.int64(8): their Python values
+        for f in SUPPORTED_FIELDS:                       # np.float32(0.7), np.int64(8), np.bool_: Python values
             setattr(self, f, _python_scalar(getattr(self, f)))
         if self.stop_token_ids is not None:
             if not isinstance(self.stop_token_ids, Iterable) or isinstance(self.stop_token_ids, (str, bytes, dict)):
@@ -179,6 +179,7 @@ def _checked_logit_bias(bias) -> dict[int, float] | None:
         raise ValueError(f"logit_bias={bias!r} must be a dict {{token_id: bias}} (or None)")
     out: dict[int, float] = {}
     for k, v in bias.items():
+        k, v = _python_scalar(k), _python_scalar(v)
         tok = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k
         if not _is_int(tok) or tok < 0:
             raise ValueError(f"logit_bias key {k!r} must be a token id: a non-negative integer (in JSON a "
@@ -187,10 +188,6 @@ def _checked_logit_bias(bias) -> dict[int, float] | None:
             raise ValueError(f"logit_bias[{tok}]={v!r} must be a number in [-100, 100]")
         out[tok] = float(v)
     return out or None
-
-
-_NUMERIC_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "min_tokens", "seed", "logprobs",
-                   "prompt_logprobs", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p")
 
 
 def _python_scalar(x):
@@ -294,14 +291,23 @@ def _checked_init(init):
 def _checked_setattr(self, name: str, value) -> None:
     """`sp.<name> = value` after construction: the constructor's rule for names that are not
     fields (a vLLM script setting `sp.guided_decoding` or `sp.allowed_token_ids` must not be
-    silently dropped: `LLM.generate` re-checks fields only)."""
-    if name not in SUPPORTED_FIELDS and not name.startswith("_"):
-        structured = _foreign_field(name, value, getattr(self, "n", 1), getattr(self, "structured_outputs", None))
-        if structured is None:
+    silently dropped: `LLM.generate` re-checks fields only). `guided_decoding` is another name for
+    `structured_outputs` here: assigning it replaces the constraint (None removes it)."""
+    if name == "guided_decoding":
+        name, value = "structured_outputs", None if value is None else _guided_decoding(value, None)
+    elif name not in SUPPORTED_FIELDS and not name.startswith("_"):
+        if _foreign_field(name, value, getattr(self, "n", 1), None) is None:
             return
-        name, value = "structured_outputs", structured
     object.__setattr__(self, name, value)
+
+
+def _getattr(self, name: str):
+    """`sp.guided_decoding` reads `structured_outputs` (vLLM before 0.11 named it so)."""
+    if name == "guided_decoding":
+        return self.structured_outputs
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 SamplingParams.__init__ = _checked_init(SamplingParams.__init__)
 SamplingParams.__setattr__ = _checked_setattr
+SamplingParams.__getattr__ = _getattr

@@ -31,8 +31,10 @@ def build_engine(cls, model: str, device: str | torch.device | None, dtype: str 
         raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu' (on the command "
                          "line: --device cpu)")
     parse_dtype(dtype)                 # an unknown dtype is refused before anything is read
-    if quantization not in (None, "fp8"):
-        raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
+    if quantization not in (None, "fp8", "compressed-tensors"):     # the checkpoint decides; checked at load
+        raise ValueError(f"quantization={quantization!r}: supported values are None (the checkpoint's own weights) "
+                         "and 'fp8' (quantize a bf16 checkpoint at load), or a checkpoint's own method "
+                         "('fp8', 'compressed-tensors')")
     engine_config = engine_config or EngineConfig()
     engine_config.validate()
     if speculative_config is not None:
@@ -55,8 +57,8 @@ def build_engine(cls, model: str, device: str | torch.device | None, dtype: str 
         import warnings
         warnings.warn(f"speculative decoding on the CPU in {str(torch_dtype).removeprefix('torch.')}: "
                       "a verify step rounds differently from a decode step there, so greedy output may "
-                      "differ from plain decoding after a near tie; dtype='float32' (the CPU default) "
-                      "keeps it token for token", stacklevel=3)
+                      "differ from plain decoding after a near tie; dtype='float32' (--dtype float32; the CPU "
+                      "default) keeps it token for token", stacklevel=3)
     return cls(model, net, config, tok, device, torch_dtype, engine_config, proposer, load_s,
                auto_draft_length=spec.get("draft_length") == "auto",
                bitwise_exact=spec.get("bitwise_exact", True))

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 SCALE = "weight_scale_inv"                     # the name of every FP8 scale parameter here
 # checkpoint tensors that W8A8 / FP8-KV checkpoints carry and weight-only compute does not use
-_UNUSED_SUFFIXES = (".input_scale", ".k_scale", ".v_scale", ".kv_scale", ".q_scale", ".prob_scale")
+_UNUSED_SUFFIXES = (".input_scale", ".k_scale", ".v_scale", ".kv_scale", ".q_scale", ".prob_scale",
+                    ".output_scale")          # older compressed-tensors exports: k_proj / v_proj.output_scale
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,11 @@ def _from_compressed_tensors(qc: dict) -> Fp8Config:
             "weights num_bits 8, type 'float', strategy channel / tensor / block); use the bf16 checkpoint")
     if fmt not in ("float-quantized", "naive-quantized") or not groups:
         raise ValueError(f"quantization_config format {fmt!r}: {what}")
+    sparsity = qc.get("sparsity_config") or {}
+    if sparsity.get("format") not in (None, "dense"):
+        raise ValueError(f"quantization_config sparsity_config format {sparsity.get('format')!r}: sparse "
+                         "checkpoints (e.g. 2:4-sparse FP8, '*-2of4-FP8-dynamic') are not supported; use the "
+                         "dense FP8 or the bf16 checkpoint")
     strategies = set()
     block = None
     for name, g in groups.items():
@@ -132,8 +138,11 @@ def _from_compressed_tensors(qc: dict) -> Fp8Config:
 def resolve_fp8_config(quantization_config: dict | None, quantization: str | None) -> Fp8Config | None:
     """The checkpoint's own FP8 config wins (auto-detected); `quantization="fp8"` on an unquantized
     checkpoint means online per-block quantization; None and no config: unquantized."""
-    if quantization not in (None, "fp8"):
-        raise ValueError(f"quantization={quantization!r}: supported values are None and 'fp8'")
+    method = (quantization_config or {}).get("quant_method")
+    if quantization not in (None, "fp8", method):         # vLLM's: the checkpoint's own method may be named
+        own = f", and this checkpoint's own {method!r}" if method else ""
+        raise ValueError(f"quantization={quantization!r}: supported values are None (the checkpoint's own weights) "
+                         f"and 'fp8' (quantize a bf16 checkpoint at load){own}")
     if quantization_config:
         return Fp8Config.from_hf(quantization_config)
     return Fp8Config(from_checkpoint=False) if quantization == "fp8" else None
