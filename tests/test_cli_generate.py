@@ -77,7 +77,7 @@ def test_device_cuda_without_a_gpu(tiny_qwen3):
     (["--max-tokens", "0"], "--max-tokens 0: give a positive number of tokens"),
     (["--max-tokens", "-3"], "--max-tokens -3: give a positive number of tokens"),
     (["--quantization", "int4"], "--quantization int4: the only value is fp8 (leave it out for the checkpoint's own "
-                                 "weights)"),
+                                 "weights, or name their method: compressed-tensors)"),
     (["--max-model-len", "1"], "--max-model-len 1: give at least 2 tokens"),
     (["--top-k", "-2"], "--top-k -2 must be -1 or 0 (disabled) or a positive integer"),
     (["--stop", ""], "--stop '': give a non-empty stop string"),

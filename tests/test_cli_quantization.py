@@ -28,7 +28,8 @@ def test_generate_quantizes_at_load(codelm_dir):
 def test_bad_quantization_is_refused(codelm_dir):
     r = runner.invoke(app, ["generate", str(codelm_dir), "--prompt", "x", "--device", "cpu", "--quantization", "int4"])
     assert r.exit_code == 2, r.output            # in the command line's words (it said "None and 'fp8'")
-    assert r.output == "error: --quantization int4: the only value is fp8 (leave it out for the checkpoint's own weights)\n"
+    assert r.output == ("error: --quantization int4: the only value is fp8 (leave it out for the checkpoint's own "
+                        "weights, or name their method: compressed-tensors)\n")
     r = runner.invoke(app, ["serve", str(codelm_dir), "--device", "cpu", "--port", "1", "--quantization", "int4"])
     assert r.exit_code == 2, r.output
     assert "quantization='int4': supported values are None (the checkpoint's own weights) and 'fp8'" in r.output

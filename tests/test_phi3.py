@@ -177,3 +177,53 @@ def test_longrope_config_errors():
     assert cfg.rope.use_long_factor and not cfg.rope.for_max_model_len(4096).use_long_factor
     with pytest.raises(ValueError, match=r"needs \['long_factor'\]"):
         ModelConfig.from_dict({**base, "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48}})
+
+
+def test_learned_drafters_take_the_target_engines_longrope_choice(tmp_path):
+    """A longrope EAGLE-3 drafter follows the factors the target engine picked by its max_model_len
+    (it kept its own config's default: long factors under a target on short ones, so the two rotated
+    differently); without a target it keeps its own choice."""
+    from dataclasses import replace
+
+    from turbospec.layers.rotary import compute_inv_freq
+    from turbospec.models.eagle3_config import Eagle3Config
+    from turbospec.models.eagle3_draft import Eagle3DraftModel, load_eagle3, save_eagle3
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": SHORT[:4], "long_factor": LONG[:4],
+            "original_max_position_embeddings": 32}
+    cfg = Eagle3Config.from_dict(dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                      intermediate_size=64, vocab_size=64, draft_vocab_size=64, target_hidden_size=32,
+                                      max_position_embeddings=128, rope_scaling=rope,
+                                      eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}))
+    assert cfg.rope.rope_type == "longrope" and cfg.rope.use_long_factor
+    save_eagle3(Eagle3DraftModel(cfg), str(tmp_path), {"num_hidden_layers": 3})
+    short = cfg.rope.for_max_model_len(32)                                    # a target engine at 32 tokens
+    assert not short.use_long_factor and cfg.rope.for_max_model_len(33).use_long_factor
+    own, following = load_eagle3(str(tmp_path)), load_eagle3(str(tmp_path), target_rope=short)
+    assert torch.equal(own.inv_freq, compute_inv_freq(8, cfg.rope))
+    assert torch.equal(following.inv_freq, compute_inv_freq(8, short))
+    assert not torch.equal(own.inv_freq, following.inv_freq)
+    plain = replace(short, rope_type="default")
+    assert cfg.rope.follow(plain) is cfg.rope                                 # only longrope follows
+
+
+def test_regenerate_keeps_a_longrope_targets_own_context(phi3_factory, monkeypatch, tmp_path):
+    """`train regenerate` sized its engine to the samples (prompt + new tokens + 8 = 776 by default),
+    which for a longrope target at or under the original context picks the short factors, while
+    training features and serving use the long ones: a longrope target now keeps its own context
+    (other ropes keep the small engine)."""
+    import turbospec
+    from turbospec.train import regenerate as regen
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_llm(model, **kw):
+        seen.append(kw["max_model_len"])
+        raise Stop
+    monkeypatch.setattr(turbospec, "LLM", fake_llm)
+    for d in (phi3_factory("longrope", **LONGROPE), phi3_factory("gqa", num_key_value_heads=2)):
+        with pytest.raises(Stop):
+            regen._generate(str(d), str(tmp_path / "out.jsonl"), [[1, 2, 3]], 0, regen.RegenStats(1, 0, 0, 0, 0.0, 1),
+                            16, 8, 0.0, "cpu", "float32", None, 0, print)
+    assert seen == [None, 8 + 16 + 8]

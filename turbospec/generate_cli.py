@@ -127,10 +127,10 @@ def summary(llm, spec: dict | None, n: int, dt: float, quantization: str | None 
                   f"{spec['method']} k={k}")
     dtype = str(engine.dtype).removeprefix("torch.")
     qc = engine.model_config.quantization_config or {}
-    if quantization:
-        dtype += f" activations, {quantization} weights (quantized at load)"
-    elif qc.get("quant_method"):
+    if qc.get("quant_method"):                        # the checkpoint's own wins over --quantization
         dtype += f" activations, {qc['quant_method']} weights (the checkpoint's)"
+    elif quantization:
+        dtype += f" activations, {quantization} weights (quantized at load)"
     return f"{line} | {engine.device}, {dtype}, {method}"
 
 
@@ -149,7 +149,8 @@ def _check_flags(max_tokens: int, max_model_len: int | None, quantization: str |
         _fail(f"--max-model-len {max_model_len}: give at least 2 tokens (a prompt token and a generated one), "
               "or leave it out for the model's own context length")
     if quantization not in (None, "fp8", "compressed-tensors"):
-        _fail(f"--quantization {quantization}: the only value is fp8 (leave it out for the checkpoint's own weights)")
+        _fail(f"--quantization {quantization}: the only value is fp8 (leave it out for the checkpoint's own weights, "
+              "or name their method: compressed-tensors)")
     if any(not s for s in stop):
         _fail("--stop '': give a non-empty stop string")
 

@@ -86,6 +86,13 @@ class RopeConfig:
             return self
         return replace(self, use_long_factor=max_model_len > self.original_max_position_embeddings)
 
+    def follow(self, target: "RopeConfig") -> "RopeConfig":
+        """A drafter's rope with the target engine's longrope choice (its factors were picked by the
+        engine's max_model_len: `for_max_model_len`), so drafter and target rotate alike."""
+        if self.rope_type != "longrope" or target.rope_type != "longrope":
+            return self
+        return replace(self, use_long_factor=target.use_long_factor)
+
     def context_len(self, max_position_embeddings: int) -> int:
         """The context the model serves, as vLLM derives it: yarn's original context x factor (Qwen3's
         config keeps max_position_embeddings 40960 beside yarn x4 over 32768: 131072; here the config's

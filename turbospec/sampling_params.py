@@ -55,8 +55,9 @@ class SamplingParams:
     structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
-        for f in SUPPORTED_FIELDS:                       # np.float32(0.7), np.int64(8), np.bool_: Python values
-            setattr(self, f, _python_scalar(getattr(self, f)))
+        for f, v in vars(self).items():                  # np.float32(0.7), np.int64(8), np.bool_: Python values
+            if type(v).__module__ == "numpy":
+                object.__setattr__(self, f, _python_scalar(v))
         if self.stop_token_ids is not None:
             if not isinstance(self.stop_token_ids, Iterable) or isinstance(self.stop_token_ids, (str, bytes, dict)):
                 raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of token ids, "
@@ -207,6 +208,7 @@ def _is_number(x) -> bool:
 
 
 SUPPORTED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SamplingParams))
+_FIELD_SET = frozenset(SUPPORTED_FIELDS)
 
 # vLLM's SamplingParams fields that turbospec does not implement: the values that mean "off".
 NEUTRAL_VALUES: dict[str, tuple] = {
@@ -293,9 +295,12 @@ def _checked_setattr(self, name: str, value) -> None:
     fields (a vLLM script setting `sp.guided_decoding` or `sp.allowed_token_ids` must not be
     silently dropped: `LLM.generate` re-checks fields only). `guided_decoding` is another name for
     `structured_outputs` here: assigning it replaces the constraint (None removes it)."""
+    if name in _FIELD_SET:                                 # the common case first: a field
+        object.__setattr__(self, name, value)
+        return
     if name == "guided_decoding":
         name, value = "structured_outputs", None if value is None else _guided_decoding(value, None)
-    elif name not in SUPPORTED_FIELDS and not name.startswith("_"):
+    elif not name.startswith("_"):
         if _foreign_field(name, value, getattr(self, "n", 1), None) is None:
             return
     object.__setattr__(self, name, value)

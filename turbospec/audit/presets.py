@@ -66,7 +66,7 @@ def preset_config(name: str) -> dict:
 
 
 # a word in a model's name that makes it another, smaller or larger model than the preset it contains
-_OTHER_SIZE = {"mini", "small", "medium", "tiny", "nano", "micro", "large"}
+_OTHER_SIZE = {"mini", "small", "medium", "tiny", "nano", "micro", "large", "multimodal"}
 
 
 def guess_preset(model_name: str) -> str | None:

@@ -50,7 +50,8 @@ def build_engine(cls, model: str, device: str | torch.device | None, dtype: str 
     net = load_model(model, device, torch_dtype, quantization=quantization, max_model_len=engine_config.max_model_len)
     load_s = time.perf_counter() - t0
     tok = load_tokenizer(tokenizer or model)
-    proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype, download_dir) \
+    proposer = build_proposer(speculative_config, net, config, model, device, torch_dtype, download_dir,
+                              engine_config.max_model_len) \
         if speculative_config is not None else None
     spec = speculative_config or {}
     if proposer is not None and device.type == "cpu" and torch_dtype != torch.float32:

@@ -151,7 +151,7 @@ class DFlashDraftModel(nn.Module):
 
 
 def load_dflash(draft_dir: str, device: torch.device | str = "cpu",
-                dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
+                dtype: torch.dtype = torch.float32, target_rope=None) -> DFlashDraftModel:
     """Load a z-lab `DFlashDraftModel` directory. A ValueError names any missing, unexpected or
     misshapen tensor. Embeddings and lm_head come from the target (`share_target_modules`) unless
     the draft ships its own `embed_tokens.weight` / `lm_head.weight` or a `mask_embedding.pt`."""
@@ -160,6 +160,8 @@ def load_dflash(draft_dir: str, device: torch.device | str = "cpu",
     if archs and drafter_kind(archs) != "dflash":
         raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not a DFlash draft ({ARCHITECTURE})")
     cfg = DFlashConfig.from_dict(raw)
+    if target_rope is not None:                     # longrope: the target engine's choice of factors
+        cfg.rope = cfg.rope.follow(target_rope)
     # vLLM's renames: a single-layer draft may name its layer `midlayer.`; a `model.` prefix (as
     # EAGLE-3 files may carry) is dropped
     tensors = {}

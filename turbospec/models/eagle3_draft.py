@@ -182,7 +182,7 @@ def check_vocab_map(d2t: torch.Tensor, t2d: torch.Tensor | None, vocab_size: int
 
 
 def load_eagle3(draft_dir: str, device: torch.device | str = "cpu",
-                dtype: torch.dtype = torch.float32) -> Eagle3DraftModel:
+                dtype: torch.dtype = torch.float32, target_rope=None) -> Eagle3DraftModel:
     """Load a `LlamaForCausalLMEagle3` directory (config.json + model.safetensors or
     pytorch_model.bin). A ValueError names any missing, unexpected or misshapen tensor."""
     raw = read_config(draft_dir)
@@ -190,6 +190,8 @@ def load_eagle3(draft_dir: str, device: torch.device | str = "cpu",
     if archs and drafter_kind(archs) != "eagle3":
         raise ValueError(f"{draft_dir!r} is a {archs[0]!r}, not an EAGLE-3 draft ({ARCHITECTURE})")
     cfg = Eagle3Config.from_dict(raw)
+    if target_rope is not None:                     # longrope: the target engine's choice of factors
+        cfg.rope = cfg.rope.follow(target_rope)
     tensors = read_checkpoint(draft_dir)
     names = {_to_param(n) for n in tensors}
     if not cfg.draft_vocab_given:     # then vLLM and SGLang size lm_head / d2t by vocab_size

@@ -35,7 +35,7 @@ class DFlashProposer(Proposer):
     def __init__(self, target_model, target_config: ModelConfig, draft_dir: str,
                  num_speculative_tokens: int | None, device: torch.device | str, dtype: torch.dtype):
         self.device, self.dtype = torch.device(device), dtype
-        self.draft = load_dflash(draft_dir, self.device, dtype).eval()
+        self.draft = load_dflash(draft_dir, self.device, dtype, target_config.rope).eval()
         cfg = self.draft.config
         k = cfg.block_size - 1 if num_speculative_tokens is None else num_speculative_tokens
         if not 1 <= k <= cfg.block_size - 1:

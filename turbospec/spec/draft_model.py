@@ -43,7 +43,8 @@ class DraftModelProposer(Proposer):
 
     @classmethod
     def from_dir(cls, draft_dir: str, k: int, target_config: ModelConfig, device: torch.device,
-                 dtype: torch.dtype, engine_config: EngineConfig | None = None) -> "DraftModelProposer":
+                 dtype: torch.dtype, engine_config: EngineConfig | None = None,
+                 max_model_len: int | None = None) -> "DraftModelProposer":
         from turbospec.model_loader import load_model
         from turbospec.models.draft_layers import drafter_kind, read_config
         archs = read_config(draft_dir).get("architectures") or []
@@ -55,7 +56,7 @@ class DraftModelProposer(Proposer):
         if abs(cfg.vocab_size - target_config.vocab_size) > 1024:
             raise ValueError(f"draft vocab_size {cfg.vocab_size} differs from the target's "
                              f"{target_config.vocab_size}: the draft model must share the target's tokenizer")
-        model = load_model(draft_dir, device, dtype)
+        model = load_model(draft_dir, device, dtype, max_model_len=max_model_len)     # longrope: the engine's choice
         ec = engine_config or EngineConfig()
         per_token = kv_bytes_per_token(cfg, dtype)
         if device.type == "cuda":

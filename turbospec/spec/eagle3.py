@@ -57,7 +57,7 @@ class Eagle3Proposer(Proposer):
                  device: torch.device | str, dtype: torch.dtype, tree: dict[str, Any] | None = None):
         super().__init__(num_speculative_tokens)
         self.device, self.dtype = torch.device(device), dtype
-        self.draft = load_eagle3(draft_dir, self.device, dtype).eval()
+        self.draft = load_eagle3(draft_dir, self.device, dtype, target_config.rope).eval()
         cfg = self.draft.config
         if cfg.vocab_size != target_config.vocab_size:
             raise ValueError(f"EAGLE-3 draft vocab_size {cfg.vocab_size} != target vocab_size "

@@ -112,9 +112,11 @@ def check_speculative_config(spec: dict[str, Any]) -> tuple[dict[str, Any], str,
 
 
 def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir: str,
-                   device: torch.device, dtype: torch.dtype, download_dir: str | None = None):
+                   device: torch.device, dtype: torch.dtype, download_dir: str | None = None,
+                   max_model_len: int | None = None):
     """`spec["model"]`: a drafter directory or a Hugging Face id (with `spec["revision"]`), fetched
-    through the Hub cache in `download_dir` (turbospec/hub.py)."""
+    through the Hub cache in `download_dir` (turbospec/hub.py). `max_model_len`: the engine's, which
+    picks a longrope drafter's factors as the target's (learned drafters follow `config.rope`)."""
     spec, method, k = check_speculative_config(spec)
     if spec.get("model"):
         from turbospec.hub import resolve_model
@@ -127,7 +129,7 @@ def build_proposer(spec: dict[str, Any], target, config: ModelConfig, model_dir:
         return NgramProposer(k, lookup["prompt_lookup_min"], lookup["prompt_lookup_max"])
     if method == "draft_model":
         from turbospec.spec.draft_model import DraftModelProposer
-        return DraftModelProposer.from_dir(spec["model"], k, config, device, dtype)
+        return DraftModelProposer.from_dir(spec["model"], k, config, device, dtype, max_model_len=max_model_len)
     if method == "eagle3":
         from turbospec.spec.eagle3 import build_eagle3_proposer
         return build_eagle3_proposer(target, config, spec, device, dtype)

@@ -119,8 +119,12 @@ def _generate(target_dir: str, out_path: str, prompts: list, start: int, stats: 
     """Prompts[start:] in chunks, each appended to `out_path` and flushed as it finishes."""
     from turbospec import LLM, SamplingParams
     batch = stats.batch
+    from turbospec.config import ModelConfig
+    # the context these samples need; but a longrope target keeps the model's own context, whose choice
+    # of factors (long past the original context) is what training and serving use (`for_max_model_len`)
+    longrope = ModelConfig.from_pretrained(target_dir).rope.rope_type == "longrope"
     llm = LLM(target_dir, device=device, dtype=dtype, max_num_seqs=batch,
-              max_model_len=max_prompt + max_new_tokens + 8)
+              max_model_len=None if longrope else max_prompt + max_new_tokens + 8)
     t0 = time.perf_counter()
     with open(out_path, "a", encoding="utf-8") as f:
         for c in range(start, len(prompts), batch):

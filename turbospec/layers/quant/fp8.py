@@ -96,7 +96,7 @@ def _fp8_loader(loader):
             fused = (f" It is shard {shard_id!r} of a fused weight (q/k/v, gate/up and the experts' gate/up "
                      "are one weight here): its parts must all be FP8, or all be left unquantized (listed "
                      "together in ignored_layers / modules_to_not_convert)" if shard_id is not None else "")
-            raise ValueError(f"got a {loaded.dtype} tensor for a block-FP8 weight (float8_e4m3fn expected): "
+            raise ValueError(f"got a {loaded.dtype} tensor for an FP8 weight (float8_e4m3fn expected): "
                              f"config.json declares FP8, so the checkpoint's weights must be FP8.{fused}")
         loader(param, loaded, shard_id)
     return load
