@@ -188,6 +188,7 @@ def test_vllm_fields_set_after_construction_follow_the_constructors_rule():
     sp = SamplingParams(temperature=0.0, max_tokens=8)
     sp.best_of, sp.allowed_token_ids, sp.output_kind = 1, None, RequestOutputKind.FINAL_ONLY   # neutral: dropped
     assert not {"best_of", "allowed_token_ids", "output_kind"} & set(vars(sp))
+    assert (sp.best_of, sp.allowed_token_ids, sp.output_kind) == (sp.n, None, RequestOutputKind.FINAL_ONLY)  # read back
     with pytest.raises(ValueError, match=r"SamplingParams\(allowed_token_ids=\[66\]\): turbospec does not implement"):
         sp.allowed_token_ids = [66]
     with pytest.raises(ValueError, match="has no field 'max_token': did you mean 'max_tokens'"):
