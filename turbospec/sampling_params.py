@@ -58,8 +58,10 @@ class SamplingParams:
                 object.__setattr__(self, f, _python_scalar(v))
         if self.stop_token_ids is not None:
             if not isinstance(self.stop_token_ids, Iterable) or isinstance(self.stop_token_ids, (str, bytes, dict)):
+                one = self.stop_token_ids
+                one = int(one) if isinstance(one, str) and one.isascii() and one.isdigit() else one
                 raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of token ids, "
-                                 f"e.g. stop_token_ids=[{self.stop_token_ids!r}]")
+                                 f"e.g. stop_token_ids=[{one!r}]")
             self.stop_token_ids = [_python_scalar(t) for t in self.stop_token_ids]
         if isinstance(self.stop, str):
             self.stop = [self.stop]
