@@ -227,3 +227,20 @@ def test_regenerate_keeps_a_longrope_targets_own_context(phi3_factory, monkeypat
             regen._generate(str(d), str(tmp_path / "out.jsonl"), [[1, 2, 3]], 0, regen.RegenStats(1, 0, 0, 0, 0.0, 1),
                             16, 8, 0.0, "cpu", "float32", None, 0, print)
     assert seen == [None, 8 + 16 + 8]
+
+
+def test_dflash_drafter_of_a_longrope_target_keeps_its_head_width(phi3_factory, tmp_path):
+    """A custom drafter head_dim under a longrope target failed deep in the rope with 'fix
+    rope_scaling in config.json' (the config was fine): refused up front with the reason."""
+    from turbospec.train.config import DraftShape, TrainConfig
+    from turbospec.train.dflash import build_dflash_draft
+    from turbospec.train.features import TargetModel
+    d = phi3_factory("longrope", **LONGROPE)
+    target = TargetModel(str(d), (1,), torch.device("cpu"))
+    (tmp_path / "d.jsonl").write_text('{"text": "def f(): pass"}\n')
+    cfg = TrainConfig(method="dflash", target=str(d), data=str(tmp_path / "d.jsonl"), out=str(tmp_path / "o"),
+                      shape=DraftShape(num_layers=1, head_dim=target.config.head_dim // 2))
+    with pytest.raises(ValueError, match=r"--head-dim \d+: the target's longrope rope has one factor per pair"):
+        build_dflash_draft(cfg, target, None)
+    cfg.shape.head_dim = 0
+    assert build_dflash_draft(cfg, target, None).inv_freq.numel() == target.config.head_dim // 2

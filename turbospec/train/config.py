@@ -76,6 +76,14 @@ class DraftShape:
             raise ValueError(f"--target-layers {list(self.target_layers)}: give input-of-layer ids >= 1 "
                              "(id 0, the embedding output, cannot be exported), e.g. 1,3,5")
 
+    def head_width(self, target) -> int:
+        """The drafter's head_dim for a target ModelConfig: its own, else the target's. A longrope
+        target's factors (one per pair of its head dimensions) fix the width."""
+        if target.rope.rope_type == "longrope" and self.head_dim not in (0, target.head_dim):
+            raise ValueError(f"--head-dim {self.head_dim}: the target's longrope rope has one factor per pair of its "
+                             f"{target.head_dim}-wide heads, so its drafter keeps that width (leave it at 0)")
+        return self.head_dim or target.head_dim
+
     def heads(self, target_heads: int, target_kv_heads: int) -> tuple[int, int]:
         """(attention heads, KV heads) of the drafter: 0 takes the target's (KV capped at the heads)."""
         heads = self.num_attention_heads or target_heads

@@ -68,7 +68,7 @@ def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFla
     n = s.num_layers
     dcfg = DFlashConfig(
         hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
-        head_dim=s.head_dim or tc.head_dim, intermediate_size=s.intermediate_size or tc.intermediate_size,
+        head_dim=s.head_width(tc), intermediate_size=s.intermediate_size or tc.intermediate_size,
         num_hidden_layers=n, rms_norm_eps=tc.rms_norm_eps, vocab_size=tc.vocab_size, rope=tc.rope,
         block_size=o.block_size, mask_token_id=int(mask_id),
         target_layer_ids=tuple(i - 1 for i in target.aux_layers), num_target_layers=tc.num_hidden_layers,

@@ -58,7 +58,7 @@ def _draft_shape(cfg: TrainConfig, target: TargetModel) -> dict:
                          f"width must equal the target hidden size {tc.hidden_size} (leave it at 0)")
     heads, kv = s.heads(tc.num_attention_heads, tc.num_key_value_heads)
     return dict(hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
-                head_dim=s.head_dim or tc.head_dim, intermediate_size=s.intermediate_size or tc.intermediate_size,
+                head_dim=s.head_width(tc), intermediate_size=s.intermediate_size or tc.intermediate_size,
                 num_hidden_layers=s.num_layers, rms_norm_eps=tc.rms_norm_eps)
 
 
