@@ -23,10 +23,10 @@ import torch
 from torch import nn
 
 from turbospec.config import ModelConfig
-from turbospec.layers.layernorm import RMSNorm
 from turbospec.layers.linear import ReplicatedLinear
 from turbospec.layers.moe import FusedMoE
-from turbospec.models.llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
+from turbospec.models.llama import LlamaAttention, LlamaMLP
+from turbospec.models.qwen3_moe import Qwen3MoeDecoderLayer, Qwen3MoeForCausalLM
 
 
 class Qwen2MoeSparseMoeBlock(nn.Module):
@@ -48,22 +48,15 @@ class Qwen2MoeSparseMoeBlock(nn.Module):
         return out
 
 
-class Qwen2MoeDecoderLayer(LlamaDecoderLayer):
-    def __init__(self, config: ModelConfig, layer_idx: int):
-        nn.Module.__init__(self)
-        self.self_attn = LlamaAttention(config, qkv_bias=bool(config.raw.get("qkv_bias", True)))
-        if config.is_sparse_layer(layer_idx):
-            self.mlp = Qwen2MoeSparseMoeBlock(config)
-        else:
-            self.mlp = LlamaMLP(config.hidden_size, config.intermediate_size)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+class Qwen2MoeDecoderLayer(Qwen3MoeDecoderLayer):
+    """Qwen3-MoE's layer with Qwen2's attention (q/k/v biases, no q/k norm) and the shared expert."""
+    sparse_block_cls = Qwen2MoeSparseMoeBlock
+
+    @staticmethod
+    def make_attention(config: ModelConfig) -> nn.Module:
+        return LlamaAttention(config, qkv_bias=bool(config.raw.get("qkv_bias", True)))
 
 
-class Qwen2MoeForCausalLM(LlamaForCausalLM):
+class Qwen2MoeForCausalLM(Qwen3MoeForCausalLM):
+    """Qwen3-MoE's model and checkpoint names (`expert_params_mapping`) with Qwen2-MoE's layers."""
     decoder_layer_cls = Qwen2MoeDecoderLayer
-    # `mlp.experts.{e}.<module>.weight` -> (`mlp.experts.<parameter>`, shard (e, <id>))
-    expert_params_mapping = {
-        "gate_proj": ("gate_up_proj", "w1"), "up_proj": ("gate_up_proj", "w3"),
-        "down_proj": ("down_proj", "w2"),
-    }

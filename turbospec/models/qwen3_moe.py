@@ -35,15 +35,23 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
 
 
 class Qwen3MoeDecoderLayer(LlamaDecoderLayer):
+    """Qwen-MoE's layer: sparse MLP blocks where `is_sparse_layer`, dense ones elsewhere. Qwen2-MoE
+    reuses it with its own attention and sparse block (`make_attention`, `sparse_block_cls`)."""
+    sparse_block_cls: type[nn.Module] = Qwen3MoeSparseMoeBlock
+
     def __init__(self, config: ModelConfig, layer_idx: int):
         nn.Module.__init__(self)
-        self.self_attn = Qwen3Attention(config)
+        self.self_attn = self.make_attention(config)
         if config.is_sparse_layer(layer_idx):
-            self.mlp = Qwen3MoeSparseMoeBlock(config)
+            self.mlp = self.sparse_block_cls(config)
         else:
             self.mlp = LlamaMLP(config.hidden_size, config.intermediate_size)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    @staticmethod
+    def make_attention(config: ModelConfig) -> nn.Module:
+        return Qwen3Attention(config)
 
 
 class Qwen3MoeForCausalLM(LlamaForCausalLM):
