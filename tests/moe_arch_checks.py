@@ -3,6 +3,8 @@ written by transformers' save_pretrained, loaded through the public `LLM`, again
 own model (float32, CPU, eager attention and experts)."""
 from __future__ import annotations
 
+import json
+
 import torch
 
 from tests.conftest import load_hf_model, prefill
@@ -53,3 +55,18 @@ def assert_ngram_speculation_is_lossless(model_dir, max_tokens: int = 24) -> Non
     assert got == want
     assert all(len(t) == max_tokens for t in got)
     assert spec.get_metrics()["spec_decode_num_drafts"] > 0
+
+
+def bench_bytes_per_step(tmp_path, raw: dict, prompt: int = 8, gen: int = 4) -> float:
+    """`turbospec bench decode --shape <dir>` of config `raw` on the CPU (float32, batch 1): the
+    bytes per step it counts (its --json-out)."""
+    from typer.testing import CliRunner
+
+    from turbospec.cli import app
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    out = tmp_path / "bench.json"
+    r = CliRunner().invoke(app, ["bench", "decode", "--shape", str(tmp_path), "--device", "cpu", "--dtype", "fp32",
+                                 "--batch-sizes", "1", "--prompt-len", str(prompt), "--gen-len", str(gen),
+                                 "--json-out", str(out)])
+    assert r.exit_code == 0, r.output
+    return json.loads(out.read_text())["results"][0]["bytes_per_step"]

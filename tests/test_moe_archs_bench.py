@@ -5,17 +5,16 @@ config (parameters equal transformers' own model's, on the meta device), `turbos
 roofline (which agree with each other). Qwen2-MoE adds the shared expert and its [1, H] gate."""
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from turbospec.audit.roofline import model_bytes
-from turbospec.cli import app
 from turbospec.config import ModelConfig
 from turbospec.models.registry import get_model_class
 from turbospec.spec.moe_cost import analytic_step_table
+
+from tests.moe_arch_checks import bench_bytes_per_step
 
 # the published config.json keys that shape the weights (read from the model repos' config.json)
 MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "torch_dtype": "bfloat16",
@@ -76,14 +75,8 @@ def test_bench_decode_reads_mixtral_experts_at_intermediate_size(tmp_path):
     raw = {**MIXTRAL_8X7B, "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
            "num_attention_heads": NH, "num_key_value_heads": NKV, "num_local_experts": E, "num_experts_per_tok": K,
            "max_position_embeddings": 256, "torch_dtype": "float32"}
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    out = tmp_path / "bench.json"
     prompt, gen = 8, 4
-    r = CliRunner().invoke(app, ["bench", "decode", "--shape", str(tmp_path), "--device", "cpu", "--dtype", "fp32",
-                                 "--batch-sizes", "1", "--prompt-len", str(prompt), "--gen-len", str(gen),
-                                 "--json-out", str(out)])
-    assert r.exit_code == 0, r.output
-    got = json.loads(out.read_text())["results"][0]["bytes_per_step"]
+    got = bench_bytes_per_step(tmp_path, raw, prompt, gen)
     attn = H * (NH + 2 * NKV) * D + NH * D * H
     layer = attn + 2 * H + E * H + K * 3 * H * I                       # norms, router, the experts one token reads
     weights = L * layer + H + V * H + H                                # final norm, LM head, one embedding row

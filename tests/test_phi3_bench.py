@@ -4,19 +4,18 @@ built from `bench decode --shape phi-4` (parameters equal transformers' own, on 
 `bench decode`'s bytes per step of a tiny Phi-3 config (fused qkv_proj / gate_up_proj read once)."""
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from turbospec.audit.presets import guess_preset, preset_config
 from turbospec.audit.roofline import model_bytes
 from turbospec.benchmarks.shapes import SHAPES, resolve_shape
-from turbospec.cli import app
 from turbospec.config import ModelConfig
 from turbospec.models.registry import get_model_class
 from turbospec.spec.moe_cost import analytic_step_table
+
+from tests.moe_arch_checks import bench_bytes_per_step
 
 H, L, NH, NKV, D, I, V = 5120, 40, 40, 10, 128, 17920, 100352
 ATTN = H * (NH + 2 * NKV) * D + NH * D * H                   # qkv_proj + o_proj: 65,536,000
@@ -61,14 +60,8 @@ def test_bench_decode_reads_a_phi3_config_by_hand(tmp_path):
     raw = {**SHAPES["phi-4"], "vocab_size": v, "hidden_size": h, "intermediate_size": i, "num_hidden_layers": l,
            "num_attention_heads": nh, "num_key_value_heads": nkv, "max_position_embeddings": 256,
            "original_max_position_embeddings": 256, "torch_dtype": "float32"}
-    (tmp_path / "config.json").write_text(json.dumps(raw))
-    out = tmp_path / "bench.json"
     prompt, gen = 8, 4
-    r = CliRunner().invoke(app, ["bench", "decode", "--shape", str(tmp_path), "--device", "cpu", "--dtype", "fp32",
-                                 "--batch-sizes", "1", "--prompt-len", str(prompt), "--gen-len", str(gen),
-                                 "--json-out", str(out)])
-    assert r.exit_code == 0, r.output
-    got = json.loads(out.read_text())["results"][0]["bytes_per_step"]
+    got = bench_bytes_per_step(tmp_path, raw, prompt, gen)
     layer = h * (nh + 2 * nkv) * d + nh * d * h + 3 * h * i + 2 * h          # qkv, o, gate_up + down, two norms
     weights = l * layer + h + v * h + h                                      # final norm, LM head, one embedding row
     kv = (prompt + gen // 2) * 2 * l * nkv * d * 4                           # the mean context over the run
