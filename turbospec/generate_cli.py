@@ -148,7 +148,8 @@ def _check_flags(max_tokens: int, max_model_len: int | None, quantization: str |
     if max_model_len is not None and max_model_len < 2:
         _fail(f"--max-model-len {max_model_len}: give at least 2 tokens (a prompt token and a generated one), "
               "or leave it out for the model's own context length")
-    if quantization not in (None, "fp8", "compressed-tensors"):
+    from turbospec.layers.quant.fp8_formats import QUANTIZATION_NAMES
+    if quantization is not None and quantization not in QUANTIZATION_NAMES:
         _fail(f"--quantization {quantization}: the only value is fp8 (leave it out for the checkpoint's own weights, "
               "or name their method: compressed-tensors)")
     if any(not s for s in stop):

@@ -11,6 +11,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
+from turbospec.sampling_vllm_fields import NEUTRAL_VALUES, install, is_one_of  # noqa: F401  (re-exported)
+from turbospec.scalars import is_int, is_number, python_scalar
 from turbospec.structured_outputs import GuidedDecodingParams, StructuredOutputsParams
 
 __all__ = ["GuidedDecodingParams", "RequestOutputKind", "SamplingParams", "StructuredOutputsParams"]
@@ -55,19 +57,19 @@ class SamplingParams:
     def __post_init__(self) -> None:
         for f, v in vars(self).items():                  # np.float32(0.7), np.int64(8), np.bool_: Python values
             if type(v).__module__ == "numpy":
-                object.__setattr__(self, f, _python_scalar(v))
+                object.__setattr__(self, f, python_scalar(v))
         if self.stop_token_ids is not None:
             if not isinstance(self.stop_token_ids, Iterable) or isinstance(self.stop_token_ids, (str, bytes, dict)):
                 one = self.stop_token_ids
                 one = int(one) if isinstance(one, str) and one.isascii() and one.isdigit() else one
                 raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of token ids, "
                                  f"e.g. stop_token_ids=[{one!r}]")
-            self.stop_token_ids = [_python_scalar(t) for t in self.stop_token_ids]
+            self.stop_token_ids = [python_scalar(t) for t in self.stop_token_ids]
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
-        if self.seed == -1 and _is_int(self.seed):     # vLLM's: -1 is no seed (a random draw), not a seed
+        if self.seed == -1 and is_int(self.seed):     # vLLM's: -1 is no seed (a random draw), not a seed
             self.seed = None
         self._validate()
         self.logit_bias = _checked_logit_bias(self.logit_bias)
@@ -75,48 +77,48 @@ class SamplingParams:
     def _validate(self) -> None:
         """Each field in a range the sampler's tensors hold (int32 / float32 on the device), so a
         request that passes never fails a batch's step."""
-        if not _is_number(self.temperature) or not 0 <= self.temperature <= 1e30:
+        if not is_number(self.temperature) or not 0 <= self.temperature <= 1e30:
             raise ValueError(f"temperature={self.temperature!r} must be a number in [0, 1e30] (0 means greedy)")
-        if not _is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
+        if not is_number(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]; use 1.0 to disable it")
-        if not _is_int(self.top_k) or not -1 <= self.top_k <= _INT32_MAX:
+        if not is_int(self.top_k) or not -1 <= self.top_k <= _INT32_MAX:
             raise ValueError(f"top_k={self.top_k!r} must be -1 or 0 (disabled) or a positive integer up to "
                              f"{_INT32_MAX} (any value of at least the vocabulary size keeps every token)")
-        if self.max_tokens is not None and (not _is_int(self.max_tokens) or self.max_tokens <= 0):
+        if self.max_tokens is not None and (not is_int(self.max_tokens) or self.max_tokens <= 0):
             raise ValueError(f"max_tokens={self.max_tokens!r} must be a positive integer (or None: up to "
                              "the context length)")
-        if not _is_int(self.min_tokens) or self.min_tokens < 0:
+        if not is_int(self.min_tokens) or self.min_tokens < 0:
             raise ValueError(f"min_tokens={self.min_tokens!r} must be a non-negative integer")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens} must be <= max_tokens={self.max_tokens}")
         for name in ("logprobs", "prompt_logprobs"):        # -1: the whole vocabulary (vLLM's; LLM resolves it)
             v = getattr(self, name)
-            if v is not None and (not _is_int(v) or v < -1):
+            if v is not None and (not is_int(v) or v < -1):
                 raise ValueError(f"{name}={v!r} must be a non-negative integer, -1 (every token of the "
                                  "vocabulary) or None")
-        if self.seed is not None and not _is_int(self.seed):
+        if self.seed is not None and not is_int(self.seed):
             raise ValueError(f"seed={self.seed!r} must be an integer (or None)")
         if self.seed is not None and not -2**63 <= self.seed < 2**64:       # what torch.Generator takes
             raise ValueError(f"seed={self.seed} is outside the 64-bit range [-2**63, 2**64): pass a smaller "
                              "seed (e.g. seed % 2**64)")
-        if not _is_int(self.n) or self.n < 1:
+        if not is_int(self.n) or self.n < 1:
             raise ValueError(f"n={self.n!r} must be a positive integer")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop={self.stop!r} must be a non-empty string or a list of non-empty strings")
-        if any(not _is_int(t) or t < 0 for t in self.stop_token_ids):
+        if any(not is_int(t) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of non-negative integers")
         for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         for name in ("presence_penalty", "frequency_penalty"):
             v = getattr(self, name)
-            if not _is_number(v) or not -2.0 <= v <= 2.0:
+            if not is_number(v) or not -2.0 <= v <= 2.0:
                 raise ValueError(f"{name}={v!r} must be a number in [-2, 2] (0 disables it)")
         rp = self.repetition_penalty
-        if not _is_number(rp) or not 1e-30 <= rp <= 1e30:
+        if not is_number(rp) or not 1e-30 <= rp <= 1e30:
             raise ValueError(f"repetition_penalty={rp!r} must be a number in [1e-30, 1e30] (1 disables it; "
                              "> 1 discourages repeats; the sampler divides float32 logits by it)")
-        if not _is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
+        if not is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0 disables it)")
         if isinstance(self.structured_outputs, dict):            # a dict of its fields, set here or later
             self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
@@ -180,36 +182,18 @@ def _checked_logit_bias(bias) -> dict[int, float] | None:
         raise ValueError(f"logit_bias={bias!r} must be a dict {{token_id: bias}} (or None)")
     out: dict[int, float] = {}
     for k, v in bias.items():
-        k, v = _python_scalar(k), _python_scalar(v)
+        k, v = python_scalar(k), python_scalar(v)
         tok = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k
-        if not _is_int(tok) or tok < 0:
+        if not is_int(tok) or tok < 0:
             raise ValueError(f"logit_bias key {k!r} must be a token id: a non-negative integer (in JSON a "
                              "string of digits, e.g. {\"50256\": -100})")
-        if not _is_number(v) or not -100.0 <= v <= 100.0:
+        if not is_number(v) or not -100.0 <= v <= 100.0:
             raise ValueError(f"logit_bias[{tok}]={v!r} must be a number in [-100, 100]")
         out[tok] = float(v)
     return out or None
 
 
-def _python_scalar(x):
-    """A NumPy scalar (np.float32, np.int64, np.bool_) as the Python value it holds; anything else
-    as it is (then validated as usual)."""
-    if type(x).__module__ == "numpy" and getattr(x, "shape", None) == ():
-        return x.item()
-    return x
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 SUPPORTED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SamplingParams))
 
-
-from turbospec.sampling_vllm_fields import NEUTRAL_VALUES, install, is_one_of  # noqa: E402,F401  (re-exported)
 
 install(SamplingParams, SUPPORTED_FIELDS)

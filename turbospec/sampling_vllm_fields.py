@@ -7,14 +7,11 @@ from __future__ import annotations
 import difflib
 import functools
 
+from turbospec.scalars import is_int
 from turbospec.structured_outputs import GuidedDecodingParams, StructuredOutputsParams
 
 SUPPORTED_FIELDS: tuple[str, ...] = ()          # SamplingParams' fields, set by `install`
 _FIELD_SET: frozenset = frozenset()
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 # vLLM's SamplingParams fields that turbospec does not implement: the values that mean "off".
@@ -38,7 +35,7 @@ def is_one_of(value, accepted) -> bool:
 
 
 def _is_neutral(name: str, value, n) -> bool:
-    if name == "best_of" and _is_int(value) and value == n:
+    if name == "best_of" and is_int(value) and value == n:
         return True
     return is_one_of(value, NEUTRAL_VALUES[name])
 

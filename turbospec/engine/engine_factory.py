@@ -31,7 +31,8 @@ def build_engine(cls, model: str, device: str | torch.device | None, dtype: str 
         raise ValueError("device='cuda' but no CUDA GPU is visible: pass device='cpu' (on the command "
                          "line: --device cpu)")
     parse_dtype(dtype)                 # an unknown dtype is refused before anything is read
-    if quantization not in (None, "fp8", "compressed-tensors"):     # the checkpoint decides; checked at load
+    from turbospec.layers.quant.fp8_formats import QUANTIZATION_NAMES
+    if quantization is not None and quantization not in QUANTIZATION_NAMES:     # checked against the checkpoint at load
         raise ValueError(f"quantization={quantization!r}: supported values are None (the checkpoint's own weights) "
                          "and 'fp8' (quantize a bf16 checkpoint at load), or a checkpoint's own method "
                          "('fp8', 'compressed-tensors')")

@@ -12,6 +12,7 @@ import torch
 from turbospec.config import ModelConfig
 from turbospec.engine.sequence import Sequence
 from turbospec.sampling_params import SamplingParams
+from turbospec.scalars import is_int, python_scalar
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
@@ -90,9 +91,9 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool =
                              "use the model's own tokenizer (LLM(tokenizer=...) / --tokenizer)")
         return prompt, ids
     if isinstance(prompt, (list, tuple)):
-        prompt = [t.item() if _numpy_int(t) else t for t in prompt]           # list(np_array): np.int64s
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            bad = next(t for t in prompt if not isinstance(t, int) or isinstance(t, bool))
+        prompt = [python_scalar(t) for t in prompt]                           # list(np_array): np.int64s
+        if not all(is_int(t) for t in prompt):
+            bad = next(t for t in prompt if not is_int(t))
             raise ValueError(f"prompt_token_ids must be a list of integers (got {bad!r}, a "
                              f"{type(bad).__name__})")
         bad = [t for t in prompt if not 0 <= t < vocab_size]
@@ -143,8 +144,3 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
         raise ValueError(f"stop_token_ids {bad[:5]} are outside the vocabulary [0, {config.vocab_size}): use ids "
                          f"from 0 to {config.vocab_size - 1}")
     return Sequence(request_id, text, ids, params, device, max_model_len)
-
-
-def _numpy_int(t) -> bool:
-    """A NumPy integer scalar (np.int64, ...: what iterating an integer array gives)."""
-    return type(t).__module__ == "numpy" and getattr(t, "dtype", None) is not None and t.dtype.kind in "iu"

@@ -116,7 +116,7 @@ def _scale_param(shape: tuple[int, ...], device, views: dict, shard_ids) -> nn.P
     def load(param, loaded, shard_id=None):
         dst = view(shard_id)
         loaded = loaded.to(torch.float32)                              # some exporters store bf16 scales
-        if dst.shape[-1] == 1 and dst.dim() >= 1:                      # per-row scales
+        if dst.shape[-1] == 1:                                         # per-row scales
             if loaded.numel() == 1:                                    # per-tensor: every row of this shard
                 loaded = loaded.reshape(()).expand(dst.shape)
             elif loaded.dim() == dst.dim() - 1:                        # [N] per-channel without its K axis

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# what `quantization=` may say: "fp8" (quantize a bf16 checkpoint at load, or the checkpoint's own fp8)
+# or the checkpoint's own method by name, as vLLM takes it (checked against config.json at load)
+QUANTIZATION_NAMES = ("fp8", "compressed-tensors")
 SCALE = "weight_scale_inv"                     # the name of every FP8 scale parameter here
 # checkpoint tensors that W8A8 / FP8-KV checkpoints carry and weight-only compute does not use
 _UNUSED_SUFFIXES = (".input_scale", ".k_scale", ".v_scale", ".kv_scale", ".q_scale", ".prob_scale",
