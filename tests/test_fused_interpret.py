@@ -17,7 +17,7 @@ import pytest
 
 from tests.triton_interpret import needs_triton, run_case
 
-CASES = ["rope", "silu_and_mul", "layers", "model_qwen3", "model_llama"]
+CASES = ["rope", "silu_and_mul", "layers", "model_qwen3", "model_llama", "model_phi4_mini"]
 TOL = {"float32": 1e-5, "float16": 2e-3}
 
 
@@ -57,7 +57,11 @@ def run_rope():
                              original_max_position_embeddings=64)
     cases = ((1, 4, 2, 16, True, RopeConfig()), (7, 8, 2, 64, True, RopeConfig()),
              (5, 4, 1, 48, False, rope_llama3), (3, 2, 2, 128, True, RopeConfig(1e6)),
-             (0, 4, 2, 16, True, RopeConfig()))                 # T, nh, nkv, D, q/k norm, rope
+             (0, 4, 2, 16, True, RopeConfig()),
+             # partial rotary: Phi-4-mini's 96 of 128; 24 of 32 under q/k norms; a non-power-of-two tail
+             (4, 6, 2, 128, False, RopeConfig(partial_rotary_factor=0.75)),
+             (3, 4, 2, 32, True, RopeConfig(partial_rotary_factor=0.75)),
+             (5, 4, 4, 40, True, RopeConfig(partial_rotary_factor=0.5)))   # T, nh, nkv, D, q/k norm, rope
     for T, nh, nkv, D, norm, rope in cases:
         emb = RotaryEmbedding(D, 256, rope)
         for dtype in (torch.float32, torch.float16):
@@ -132,6 +136,13 @@ TINY = {
                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
                   rope_theta=500000.0),
+    # Phi-4-mini's layout: 3/4 of each head rotates (12 of 16), longrope over those 12 dimensions
+    "phi4_mini": dict(architectures=["Phi3ForCausalLM"], vocab_size=256, hidden_size=64,
+                      intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
+                      partial_rotary_factor=0.75, original_max_position_embeddings=32, rope_theta=10000.0,
+                      rope_scaling={"type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
+                                    "long_factor": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0]}),
 }
 
 
@@ -168,6 +179,10 @@ def run_model_qwen3():
 
 def run_model_llama():
     _run_model("llama")
+
+
+def run_model_phi4_mini():
+    _run_model("phi4_mini")
 
 
 if __name__ == "__main__":

@@ -134,11 +134,6 @@ def test_sliding_window_caps_the_context(phi3_factory, hf_model_factory):
     assert out.token_ids == hf_greedy(hf_model_factory(d), [5, 17, 300, 42, 7, 9, 11, 13], 16)[0]
 
 
-def test_partial_rotary_factor_is_refused():
-    with pytest.raises(ValueError, match="partial_rotary_factor 0.75.*Phi-4-mini"):
-        ModelConfig.from_dict({**PHI3_MINI_4K, "partial_rotary_factor": 0.75})
-
-
 def _greedy_equals_transformers(llm: LLM, model_dir, hf_model_factory, prompt: list[int], steps: int = 16):
     out = llm.generate([{"prompt_token_ids": prompt}],
                        SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True))[0].outputs[0]

@@ -104,6 +104,8 @@ def run_kernel():
         (4, 8, 8, 32, True, bf16, f32, bf16, RopeConfig()),            # q, k promoted to fp32
         (3, 2, 2, 16, False, f32, None, bf16, RopeConfig()),           # fp32 in, bf16 cache
         (0, 4, 2, 16, True, f16, f16, f16, RopeConfig()),
+        (6, 6, 2, 128, False, f32, None, f32, RopeConfig(partial_rotary_factor=0.75)),   # Phi-4-mini's 96 of 128
+        (5, 4, 2, 40, True, f16, f16, f16, RopeConfig(partial_rotary_factor=0.5)),       # a 20-wide tail
     )
     bs, nblocks = 16, 6
     for T, nh, nkv, D, norm, dtype, w_dtype, c_dtype, rope in cases:

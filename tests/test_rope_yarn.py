@@ -26,13 +26,13 @@ YARN = [
 ]
 
 
-def _hf_yarn(scaling: dict, theta: float, head_dim: int, max_pos: int) -> tuple[torch.Tensor, float]:
+def _hf_yarn(scaling: dict, theta: float, head_dim: int, max_pos: int, **extra) -> tuple[torch.Tensor, float]:
     import transformers
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     cfg = transformers.Qwen3Config(hidden_size=64, num_attention_heads=4, head_dim=head_dim,
                                    max_position_embeddings=max_pos,
                                    rope_parameters={**{k.replace("type", "rope_type") if k == "type" else k: v
-                                                       for k, v in scaling.items()}, "rope_theta": theta})
+                                                       for k, v in scaling.items()}, "rope_theta": theta, **extra})
     return ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
 
 
@@ -98,7 +98,8 @@ def test_the_drafters_rope_takes_the_factor():
 
 def test_what_transformers_would_compute_otherwise_is_refused_or_followed():
     """A top-level original_max_position_embeddings is used (transformers gives it priority);
-    partial_rotary_factor and beta_fast <= beta_slow are refused (transformers' table would differ)."""
+    partial_rotary_factor spans the ramp over the rotated dimensions only (transformers' table);
+    beta_fast <= beta_slow is refused."""
     raw = {"max_position_embeddings": 32768, "original_max_position_embeddings": 4096, "rope_theta": 1e6,
            "rope_scaling": {"rope_type": "yarn", "factor": 8.0}}
     rope = RopeConfig.from_hf(raw)
@@ -106,8 +107,12 @@ def test_what_transformers_would_compute_otherwise_is_refused_or_followed():
     ref_inv, _ = _hf_yarn({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}, 1e6, 128,
                           32768)
     torch.testing.assert_close(compute_inv_freq(128, rope), ref_inv.float(), rtol=1e-6, atol=0)
-    with pytest.raises(ValueError, match="partial_rotary_factor 0.5 is not supported"):
-        RopeConfig.from_hf({**raw, "partial_rotary_factor": 0.5})
+    partial = RopeConfig.from_hf({**raw, "partial_rotary_factor": 0.5})
+    ref_half, _ = _hf_yarn({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}, 1e6, 128,
+                           32768, partial_rotary_factor=0.5)
+    assert partial.rotary_dim(128) == 64 and ref_half.shape == (32,)
+    torch.testing.assert_close(compute_inv_freq(64, partial), ref_half.float(), rtol=1e-6, atol=0)
+    assert not torch.equal(compute_inv_freq(64, partial), compute_inv_freq(128, rope)[:32])
     with pytest.raises(ValueError, match="beta_fast > beta_slow"):
         RopeConfig.from_hf({**raw, "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "beta_fast": 1,
                                                     "beta_slow": 32}})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -83,16 +83,6 @@ def _sliding_window(arch: str, raw: dict[str, Any]) -> int | None:
     return int(window) if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
-def _check_partial_rotary(arch: str, raw: dict[str, Any]) -> None:
-    """Phi-4-mini rotates 3/4 of each head (`partial_rotary_factor` 0.75): not implemented; refused
-    rather than rotating all of it. (SarvamMoE's key is read past: its model rotates the whole head.)"""
-    params = raw.get("rope_parameters") or {}
-    prf = params.get("partial_rotary_factor", raw.get("partial_rotary_factor"))
-    if arch == "Phi3ForCausalLM" and prf not in (None, 1, 1.0):
-        raise ValueError(f"partial_rotary_factor {prf} (Phi-4-mini's rotary layout) is not supported: turbospec "
-                         "rotates the whole head dimension; Phi-3 / Phi-3.5 / Phi-4 (factor 1) load")
-
-
 @dataclass
 class ModelConfig:
     """Architecture of a decoder-only target, normalised from config.json."""
@@ -160,8 +150,14 @@ class ModelConfig:
         if arch not in MOE_ARCHITECTURES:                                 # SarvamMoE keys: models/sarvam_moe.py
             num_experts = 0
         window = _sliding_window(arch, raw)
-        _check_partial_rotary(arch, raw)
         rope = RopeConfig.from_hf(raw)
+        if arch == "SarvamMoEForCausalLM":      # its modeling code rotates the whole head, whatever the key says
+            rope = replace(rope, partial_rotary_factor=1.0)
+        rot = rope.rotary_dim(head_dim)         # a rotated width that cannot split in halves: refused here
+        if rope.rope_type == "longrope" and len(rope.short_factor) != rot // 2:
+            raise ValueError(f"longrope has {len(rope.short_factor)} factors per list for the {rot} rotated dimensions "
+                             f"of each {head_dim}-wide head (one per pair: {rot // 2} expected): fix rope_scaling or "
+                             "partial_rotary_factor in config.json")
         intermediate = int(raw.get("intermediate_size", 4 * hidden))
         # Mixtral's experts are intermediate_size wide (transformers and vLLM read no other key)
         moe_intermediate = intermediate if arch == "MixtralForCausalLM" else int(raw.get("moe_intermediate_size") or 0)

@@ -1,7 +1,9 @@
 """Rotary position embedding settings as config.json states them (`rope_theta` plus `rope_scaling`,
 or transformers >= 4.56's `rope_parameters`): default, linear, llama3 (Llama 3.1), yarn (Qwen3 /
 Qwen2.5 long context, DeepSeek's mscale) and longrope (Phi-3 128k / Phi-3.5: per-dimension short and
-long factors). layers/rotary.py turns them into frequencies and tables."""
+long factors), each over the whole head or, with `partial_rotary_factor` < 1 (Phi-4-mini: 0.75), over
+its first `rotary_dim` dimensions, the rest passing through unrotated (transformers' and vLLM's
+layout). layers/rotary.py turns them into frequencies and tables."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -33,6 +35,18 @@ class RopeConfig:
     short_factor: tuple[float, ...] = ()
     long_factor: tuple[float, ...] = ()
     use_long_factor: bool = False
+    # the share of each head that rotates (Phi-4-mini: 0.75 of 128 = 96); the frequencies, the tables
+    # and yarn's ramp / longrope's factors span those dimensions only
+    partial_rotary_factor: float = 1.0
+
+    def rotary_dim(self, head_dim: int) -> int:
+        """The rotated width of a `head_dim`-wide head: int(head_dim x partial_rotary_factor), as
+        transformers and vLLM compute it; even, so that its two halves rotate together."""
+        dim = int(head_dim * self.partial_rotary_factor)
+        if dim < 2 or dim % 2:
+            raise ValueError(f"partial_rotary_factor {self.partial_rotary_factor:g} of a {head_dim}-wide head rotates "
+                             f"{dim} dimensions: it needs an even number >= 2 (fix partial_rotary_factor in config.json)")
+        return dim
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any], default_theta: float = 10000.0) -> "RopeConfig":
@@ -54,7 +68,7 @@ class RopeConfig:
         if original is None:              # yarn without it: the config's own context (as transformers)
             original = raw.get("max_position_embeddings", 8192) if rope_type == "yarn" else 8192
         if rope_type == "yarn":
-            _check_yarn(merged, raw)
+            _check_yarn(merged)
         if rope_type == "longrope":
             _check_longrope(merged, raw)
         factor = merged.get("factor")
@@ -65,6 +79,11 @@ class RopeConfig:
 
         def opt(key: str) -> float | None:
             return None if merged.get(key) is None else float(merged[key])
+        prf = merged.get("partial_rotary_factor", raw.get("partial_rotary_factor"))
+        prf = 1.0 if prf is None else prf
+        if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
+            raise ValueError(f"partial_rotary_factor {prf!r} must be a number in (0, 1] (the share of each head that "
+                             "rotates; 1 or absent: all of it): fix config.json")
         return cls(
             theta=float(theta), rope_type=rope_type, factor=float(factor),
             low_freq_factor=float(merged.get("low_freq_factor", 1.0)),
@@ -76,6 +95,7 @@ class RopeConfig:
             short_factor=tuple(float(f) for f in merged.get("short_factor") or ()),
             long_factor=tuple(float(f) for f in merged.get("long_factor") or ()),
             use_long_factor=rope_type == "longrope" and raw.get("max_position_embeddings", 0) > int(original),
+            partial_rotary_factor=float(prf),
         )
 
     def for_max_model_len(self, max_model_len: int | None) -> "RopeConfig":
@@ -113,8 +133,11 @@ class RopeConfig:
 
     def to_hf(self) -> dict[str, Any]:
         """config.json's keys for this rope: `rope_theta`, plus `rope_scaling` when scaled (the
-        pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back)."""
+        pre-4.56 layout every loader reads: vLLM, SGLang, transformers; from_hf reads it back), and a
+        top-level `partial_rotary_factor` when it is not 1 (where Phi-4-mini's config has it)."""
         d: dict[str, Any] = {"rope_theta": self.theta}
+        if self.partial_rotary_factor != 1.0:
+            d["partial_rotary_factor"] = self.partial_rotary_factor
         if self.rope_type == "linear":
             d["rope_scaling"] = {"rope_type": "linear", "factor": self.factor}
         elif self.rope_type == "yarn":
@@ -137,12 +160,8 @@ class RopeConfig:
         return d
 
 
-def _check_yarn(merged: dict[str, Any], raw: dict[str, Any]) -> None:
-    """What transformers' yarn would compute differently from the full-width table built here."""
-    prf = merged.get("partial_rotary_factor", raw.get("partial_rotary_factor"))
-    if prf not in (None, 1, 1.0):
-        raise ValueError(f"yarn rope scaling with partial_rotary_factor {prf} is not supported: turbospec rotates "
-                         "the whole head dimension")
+def _check_yarn(merged: dict[str, Any]) -> None:
+    """What yarn needs from config.json."""
     fast, slow = merged.get("beta_fast") or 32.0, merged.get("beta_slow") or 1.0
     if float(fast) <= float(slow):
         raise ValueError(f"yarn rope scaling needs beta_fast > beta_slow (got {fast} and {slow}; the defaults "

@@ -6,6 +6,8 @@ Rope scaling changes the inverse frequencies: `linear` divides them all by `fact
 between; `yarn` ramps likewise by rotations over the original context and also scales cos / sin;
 `longrope` (Phi-3) divides each frequency by its own factor (the short or the long list) and
 scales cos / sin.
+With `partial_rotary_factor` < 1 (Phi-4-mini) only the first `rotary_dim` dimensions of each head
+rotate (their two halves together); the rest pass through unchanged, as in transformers and vLLM.
 The cache is float32; it is cast to the query dtype on use, as HF does. On CUDA one
 Triton kernel (`turbospec.kernels.rope`) applies the optional per-head q/k norm and the rotation.
 """
@@ -86,13 +88,14 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, max_position: int, rope: RopeConfig):
         super().__init__()
         self.head_dim = head_dim
-        inv_freq = compute_inv_freq(head_dim, rope)                      # [D/2]
+        self.rotary_dim = rope.rotary_dim(head_dim)                      # R: D, or Phi-4-mini's 3/4 of it
+        inv_freq = compute_inv_freq(self.rotary_dim, rope)               # [R/2]
         t = torch.arange(max_position, dtype=torch.float32)              # [max_position]
-        freqs = torch.outer(t, inv_freq.to(t.device))                    # [max_position, D/2]
+        freqs = torch.outer(t, inv_freq.to(t.device))                    # [max_position, R/2]
         scale = attention_scale(rope)                                    # yarn's; 1 otherwise
         # not checkpoint tensors: excluded from state_dict and from the loader's bookkeeping
-        self.register_buffer("cos_cache", freqs.cos() * scale, persistent=False)  # [max_position, D/2]
-        self.register_buffer("sin_cache", freqs.sin() * scale, persistent=False)  # [max_position, D/2]
+        self.register_buffer("cos_cache", freqs.cos() * scale, persistent=False)  # [max_position, R/2]
+        self.register_buffer("sin_cache", freqs.sin() * scale, persistent=False)  # [max_position, R/2]
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                 q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None
@@ -115,15 +118,21 @@ class RotaryEmbedding(nn.Module):
         """The PyTorch path: CPU, and the reference for the kernel."""
         if q_norm is not None:
             q, k = q_norm.forward_native(q), k_norm.forward_native(k)
-        cos = self.cos_cache[positions].to(q.dtype)[:, None, :]          # [T, 1, D/2]
+        cos = self.cos_cache[positions].to(q.dtype)[:, None, :]          # [T, 1, R/2]
         sin = self.sin_cache[positions].to(q.dtype)[:, None, :]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+        return rotate_neox(q, cos, sin), rotate_neox(k, cos, sin)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x * cat(cos, cos) + rotate_half(x) * cat(sin, sin), written per half
-    x1, x2 = x.chunk(2, dim=-1)                                          # [T, heads, D/2] each
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+def rotate_neox(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [..., D] with cos / sin [..., R/2] (broadcast) -> x with its first R dimensions rotated,
+    neox style: x * cat(cos, cos) + rotate_half(x) * cat(sin, sin), written per half. R < D
+    (partial rotary): dimensions R.. pass through."""
+    half = cos.shape[-1]
+    if 2 * half == x.shape[-1]:
+        x1, x2 = x.chunk(2, dim=-1)                                      # [..., D/2] each
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    x1, x2, rest = x.split([half, half, x.shape[-1] - 2 * half], dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest), dim=-1)
 
 
 _ROPE_CACHE: dict[tuple, RotaryEmbedding] = {}

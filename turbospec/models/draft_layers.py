@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbospec.config import RopeConfig
+from turbospec.layers.rotary import compute_inv_freq, rotate_neox
 
 KV = tuple[torch.Tensor, torch.Tensor]        # (k, v), each [B, num_kv_heads, L, head_dim]
 
@@ -35,25 +36,25 @@ class RMSNorm(nn.Module):
 
 
 def rope_inv_freq(head_dim: int, rope: RopeConfig) -> torch.Tensor:
-    """[D/2] float32 inverse frequencies (default / linear / llama3 / yarn scaling: the target's)."""
-    from turbospec.layers.rotary import compute_inv_freq
-    return compute_inv_freq(head_dim, rope)
+    """[R/2] float32 inverse frequencies over the rotated width R (the head_dim D, or its
+    partial_rotary_factor share; default / linear / llama3 / yarn / longrope scaling: the target's)."""
+    return compute_inv_freq(rope.rotary_dim(head_dim), rope)
 
 
 def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor,
                  scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [B, S] -> cos, sin [B, 1, S, D/2] float32 (broadcast over heads); scale: yarn's
+    """positions [B, S] -> cos, sin [B, 1, S, R/2] float32 (broadcast over heads); scale: yarn's
     attention factor (layers.rotary.attention_scale), 1 for the other ropes."""
-    freqs = positions.float()[..., None] * inv_freq.to(positions.device)   # [B, S, D/2]
+    freqs = positions.float()[..., None] * inv_freq.to(positions.device)   # [B, S, R/2]
     if scale == 1.0:
         return freqs.cos()[:, None], freqs.sin()[:, None]
     return (freqs.cos() * scale)[:, None], (freqs.sin() * scale)[:, None]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, heads, S, D] rotated neox-style (the two halves rotate together, HF rotate_half)."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    """x [B, heads, S, D] rotated neox-style (the two halves rotate together, HF rotate_half) in
+    float32; cos / sin [B, 1, S, R/2]: with R < D (partial rotary) dimensions R.. pass through."""
+    return rotate_neox(x.float(), cos, sin).to(x.dtype)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

@@ -66,9 +66,16 @@ def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFla
     if not 0 <= mask_id < tc.vocab_size:
         raise ValueError(f"--mask-token-id {mask_id} is outside the target vocabulary [0, {tc.vocab_size})")
     n = s.num_layers
+    head_dim = s.head_width(tc)
+    try:                                        # the drafter takes the target's rope, partial share included
+        tc.rope.rotary_dim(head_dim)
+    except ValueError:
+        raise ValueError(f"--head-dim {head_dim}: the target rotates {tc.rope.partial_rotary_factor:g} of each head, "
+                         f"{head_dim * tc.rope.partial_rotary_factor:g} dimensions of this width, which do not split into "
+                         "two equal halves; pick a width whose rotated share is an even number") from None
     dcfg = DFlashConfig(
         hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
-        head_dim=s.head_width(tc), intermediate_size=s.intermediate_size or tc.intermediate_size,
+        head_dim=head_dim, intermediate_size=s.intermediate_size or tc.intermediate_size,
         num_hidden_layers=n, rms_norm_eps=tc.rms_norm_eps, vocab_size=tc.vocab_size, rope=tc.rope,
         block_size=o.block_size, mask_token_id=int(mask_id),
         target_layer_ids=tuple(i - 1 for i in target.aux_layers), num_target_layers=tc.num_hidden_layers,
