@@ -66,3 +66,23 @@ def test_bench_decode_reads_a_phi3_config_by_hand(tmp_path):
     weights = l * layer + h + v * h + h                                      # final norm, LM head, one embedding row
     kv = (prompt + gen // 2) * 2 * l * nkv * d * 4                           # the mean context over the run
     assert got == pytest.approx(weights * 4 + kv, rel=1e-9)
+
+
+def test_phi4_mini_preset_and_shape():
+    """microsoft/Phi-4-mini-instruct: 32 layers, hidden 3072, GQA 24 / 8, MLP 8192, tied 200064-token
+    embedding: 3,835,822,080 parameters without norms (3.84B published); 96 of each 128-wide head rotate."""
+    h, l, nh, nkv, d, i, v = 3072, 32, 24, 8, 128, 8192, 200064
+    layer = h * (nh + 2 * nkv) * d + nh * d * h + 3 * h * i
+    b = model_bytes(preset_config("phi-4-mini"))
+    assert b.total_params == l * layer + v * h == 3_835_822_080
+    assert guess_preset("microsoft/Phi-4-mini-instruct") == "phi-4-mini"
+    name, cfg = resolve_shape("phi-4-mini")
+    assert (cfg.head_dim, cfg.rope.rotary_dim(cfg.head_dim), cfg.max_position_embeddings, cfg.tie_word_embeddings) == \
+        (128, 96, 131072, True)
+    import transformers
+    keys = {k: v for k, v in SHAPES["phi-4-mini"].items() if k not in ("architectures", "model_type", "torch_dtype")}
+    with torch.device("meta"):
+        ours = get_model_class(cfg.architecture)(cfg)
+        hf = transformers.Phi3ForCausalLM(transformers.Phi3Config(**keys))
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters()) == \
+        l * layer + v * h + (2 * l + 1) * h

@@ -62,7 +62,9 @@ def test_model_config_sources(tmp_path):
     assert guess_preset("Qwen/Qwen3-30B-A3B-FP8") == "qwen3-30b-a3b-fp8"
     assert guess_preset("meta-llama/Llama-3.1-8B-Instruct") == "llama-3.1-8b"
     assert guess_preset("gpt-4o") is None
-    assert guess_preset("microsoft/Phi-4-mini-instruct") is None           # not phi-4's size
+    assert guess_preset("microsoft/Phi-4-mini-instruct") == "phi-4-mini"   # not phi-4's size
+    assert guess_preset("microsoft/Phi-4-multimodal-instruct") is None
+    assert guess_preset("microsoft/Phi-3-mini-4k-instruct") is None
     assert guess_preset("microsoft/phi-4") == "phi-4"
     assert "guessed" in load_model_bytes(None, "sarvamai/sarvam-30b").source
     with pytest.raises(ValueError, match="unknown model preset"):

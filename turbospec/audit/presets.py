@@ -40,6 +40,14 @@ PRESETS: dict[str, dict] = {
         "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
         "num_attention_heads": 40, "num_key_value_heads": 10, "tie_word_embeddings": False,
     },
+    # microsoft/Phi-4-mini-instruct's config.json: GQA 24 / 8 (head 128, 3/4 of it rotating), tied
+    # 200064-token embedding, 131072 positions (longrope)
+    "phi-4-mini": {
+        "architectures": ["Phi3ForCausalLM"], "torch_dtype": "bfloat16", "vocab_size": 200064,
+        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 24, "num_key_value_heads": 8, "tie_word_embeddings": True,
+        "partial_rotary_factor": 0.75,
+    },
     # transformers' SarvamMoeConfig defaults (checkpoint sarvamai/sarvam-30b-fp8): 128 routed experts,
     # top-6, one shared expert, first layer dense.
     "sarvam-30b": {
@@ -73,8 +81,10 @@ def guess_preset(model_name: str) -> str | None:
     """The preset a served model name most likely refers to ('Qwen/Qwen3-8B-FP8' -> 'qwen3-8b-fp8')."""
     flat = re.sub(r"[^a-z0-9]", "", model_name.lower())
     hits = [p for p in PRESETS if re.sub(r"[^a-z0-9]", "", p) in flat]
-    words = set(re.split(r"[^a-z0-9]+", model_name.lower()))
-    if not hits or words & _OTHER_SIZE:            # 'Phi-4-mini-instruct' is not phi-4
+    if not hits:
         return None
     best = max(hits, key=len)
+    words = set(re.split(r"[^a-z0-9]+", model_name.lower())) - set(re.split(r"[^a-z0-9]+", best))
+    if words & _OTHER_SIZE:                        # 'Phi-4-multimodal-instruct' is neither phi-4 nor phi-4-mini
+        return None
     return f"{best}-fp8" if "fp8" in flat else best

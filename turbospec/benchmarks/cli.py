@@ -18,7 +18,7 @@ bench_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True, help="Engin
 
 @bench_app.command("decode")
 def decode(
-    shape: str = typer.Option("qwen3-8b", help="qwen3-8b | qwen3-30b-a3b | llama-3.1-8b | sarvam-30b | mixtral-8x7b | phi-4 | a model DIR (config only)"),
+    shape: str = typer.Option("qwen3-8b", help="qwen3-8b | qwen3-30b-a3b | llama-3.1-8b | sarvam-30b | mixtral-8x7b | phi-4 | phi-4-mini | a model DIR (config only)"),
     dtype: str = typer.Option("bf16", help="bf16 | fp16 | fp32"),
     batch_sizes: str = typer.Option("1,4,16,64", help="comma-separated batch sizes"),
     prompt_len: int = typer.Option(512, help="prompt tokens per sequence"),

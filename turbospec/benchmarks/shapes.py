@@ -40,8 +40,15 @@ _PHI_4 = dict(PRESETS["phi-4"], model_type="phi3", rms_norm_eps=1e-5, max_positi
               original_max_position_embeddings=16384, rope_theta=250000.0, rope_scaling=None, sliding_window=None,
               eos_token_id=100265)
 
+# phi-4-mini: microsoft/Phi-4-mini-instruct's config.json (3/4 of each head rotating, sliding window
+# 262144 above the context); its longrope factors are left out: they change the rope table, not the
+# bytes read or the kernels run
+_PHI_4_MINI = dict(PRESETS["phi-4-mini"], model_type="phi3", rms_norm_eps=1e-5, max_position_embeddings=131072,
+                   original_max_position_embeddings=4096, rope_theta=10000.0, rope_scaling=None,
+                   sliding_window=262144, eos_token_id=199999)
+
 SHAPES = {"qwen3-8b": _QWEN3_8B, "qwen3-30b-a3b": _QWEN3_30B_A3B, "llama-3.1-8b": _LLAMA31_8B,
-          "sarvam-30b": _SARVAM_30B, "mixtral-8x7b": _MIXTRAL_8X7B, "phi-4": _PHI_4}
+          "sarvam-30b": _SARVAM_30B, "mixtral-8x7b": _MIXTRAL_8X7B, "phi-4": _PHI_4, "phi-4-mini": _PHI_4_MINI}
 
 
 def resolve_shape(name_or_dir: str) -> tuple[str, ModelConfig]:
