@@ -127,7 +127,7 @@ def test_sliding_window_caps_the_context(phi3_factory, hf_model_factory):
     assert ModelConfig.from_dict({**PHI3_MINI_4K, "sliding_window": None}).max_position_embeddings == 4096
     d = phi3_factory("window", sliding_window=24)
     llm = LLM(str(d), device="cpu", dtype="float32")
-    assert llm.llm_engine.max_model_len == 24
+    assert llm.llm_engine.max_model_len == llm.llm_engine.model_config.max_model_len == 24   # (vLLM's spelling)
     out = llm.generate([{"prompt_token_ids": [5, 17, 300, 42, 7, 9, 11, 13]}],
                        SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True))[0].outputs[0]
     assert len(out.token_ids) == 16 and out.finish_reason == "length"            # stopped at the window

@@ -116,6 +116,9 @@ class ModelConfig:
     # the checkpoint's sliding attention window, when it has one: max_position_embeddings is capped
     # to it, so every context fits the window and full attention computes exactly what it would
     sliding_window: int | None = None
+    # the context an engine serving this model gives each sequence (set by LLMEngine, as vLLM's
+    # llm.llm_engine.model_config.max_model_len reads it); None outside an engine
+    max_model_len: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

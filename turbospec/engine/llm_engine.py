@@ -78,6 +78,7 @@ class LLMEngine:
         if engine_config.max_model_len and self.max_model_len < engine_config.max_model_len:
             warnings.warn(capped_len_message(engine_config, config, self.max_model_len, pool_tokens, k),
                           stacklevel=2)
+        config.max_model_len = self.max_model_len          # vLLM's llm.llm_engine.model_config.max_model_len
         self.scheduler = Scheduler(self.block_manager, engine_config.max_num_seqs,
                                    max(engine_config.max_num_batched_tokens, self.max_model_len),
                                    on_preempt=self._on_preempt)
