@@ -13,7 +13,8 @@ import torch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-from tests.test_phi3 import LONGROPE, PARTIAL  # noqa: E402
+from tests.test_partial_rotary import PARTIAL  # noqa: E402
+from tests.test_phi3 import LONGROPE  # noqa: E402
 from tests.gpu.arch_checks import bf16_graphs_equal_eager_and_ngram, fp32_graphs_match_cpu  # noqa: E402
 
 PROMPTS = [{"prompt_token_ids": [5, 17, 300, 42, 7] * 8}, {"prompt_token_ids": list(range(100, 140))}]
