@@ -166,3 +166,36 @@ def test_dflash_drafter_of_a_partial_rotary_target(phi3_factory, tmp_path):
     cfg.shape.head_dim = 8
     draft = build_dflash_draft(cfg, target, None)
     assert draft.inv_freq.numel() == 3 and draft.config.rope.partial_rotary_factor == 0.75
+
+
+PRIORITY = {  # config.json's rope keys, at most one dict of them read: transformers 5's rule
+    "top level only": dict(partial_rotary_factor=0.75),
+    "rope_parameters only": dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                  "partial_rotary_factor": 0.5}),
+    "rope_parameters over top level": dict(partial_rotary_factor=0.75, rope_parameters={
+        "rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}),
+    "rope_scaling's own factor": dict(partial_rotary_factor=0.75, rope_scaling={"rope_type": "linear", "factor": 2.0,
+                                                                                 "partial_rotary_factor": 0.5}),
+    "rope_scaling over rope_parameters": dict(partial_rotary_factor=0.75, rope_scaling={"rope_type": "linear",
+                                                                                        "factor": 2.0},
+                                              rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                               "partial_rotary_factor": 0.5}),
+    "both dicts with a factor": dict(rope_scaling={"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.25},
+                                     rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                      "partial_rotary_factor": 0.5}),
+}
+
+
+@pytest.mark.parametrize("name", PRIORITY)
+def test_which_keys_win_as_in_transformers(name):
+    """rope type, factor, theta and partial factor as transformers 5 reads the same config.json:
+    `rope_scaling` when present, else `rope_parameters`; keys the dict lacks from the top level."""
+    import copy
+
+    import transformers
+    raw = dict(hidden_size=64, num_attention_heads=4, max_position_embeddings=4096, rope_theta=5e5,
+               **copy.deepcopy(PRIORITY[name]))
+    ref = transformers.LlamaConfig.from_dict(copy.deepcopy(raw)).rope_parameters
+    ours = RopeConfig.from_hf(raw)
+    assert (ours.rope_type, ours.factor, ours.theta, ours.partial_rotary_factor) == (
+        ref["rope_type"], ref.get("factor", 1.0), ref["rope_theta"], ref.get("partial_rotary_factor", 1.0))

@@ -53,10 +53,10 @@ class RopeConfig:
         """`default_theta`: when the config gives none (transformers' default 10000; vLLM's DFlash
         drafter loader uses 1e6)."""
         # transformers >= 4.56 writes `rope_parameters` (holding rope_theta); older configs write
-        # `rope_theta` plus an optional `rope_scaling` dict. Accept both, and both at once.
-        params = dict(raw.get("rope_parameters") or {})
-        scaling = dict(raw.get("rope_scaling") or {})
-        merged = {**scaling, **params}
+        # `rope_theta` plus an optional `rope_scaling` dict. Both present: `rope_scaling` alone, as
+        # transformers 5 reads it (`rope_scaling or rope_parameters`), and so vLLM on top of it; keys
+        # it lacks (rope_theta, partial_rotary_factor) come from the top level.
+        merged = dict(raw.get("rope_scaling") or raw.get("rope_parameters") or {})
         theta = merged.get("rope_theta", raw.get("rope_theta", default_theta))
         rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
         rope_type = "longrope" if rope_type == "su" else rope_type        # Phi-3's first configs
