@@ -123,6 +123,8 @@ def test_drafters_carry_and_use_the_factor(tmp_path):
                                       intermediate_size=64, vocab_size=64, draft_vocab_size=64, target_hidden_size=32,
                                       max_position_embeddings=128, partial_rotary_factor=0.5,
                                       eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}))
+    with pytest.raises(ValueError, match=r"rotates 5 dimensions.*fix partial_rotary_factor in the EAGLE-3 drafter's"):
+        Eagle3Config.from_dict({**cfg.raw, "partial_rotary_factor": 0.7})                # at read time, named
     draft = Eagle3DraftModel(cfg)
     assert cfg.rope.partial_rotary_factor == 0.5 and draft.inv_freq.shape == (2,)       # 4 of 8 rotate
     save_eagle3(draft, str(tmp_path), {"num_hidden_layers": 3})
@@ -199,3 +201,12 @@ def test_which_keys_win_as_in_transformers(name):
     ours = RopeConfig.from_hf(raw)
     assert (ours.rope_type, ours.factor, ours.theta, ours.partial_rotary_factor) == (
         ref["rope_type"], ref.get("factor", 1.0), ref["rope_theta"], ref.get("partial_rotary_factor", 1.0))
+
+
+def test_llama_family_rotates_the_share_as_vllm():
+    """vLLM's Llama / Qwen attention rotates int(head_dim x partial_rotary_factor) dimensions whatever the
+    architecture (transformers' Llama ignores the key): a Llama config with 0.5 rotates half its heads."""
+    raw = {"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "partial_rotary_factor": 0.5}
+    cfg = ModelConfig.from_dict(raw)
+    assert cfg.rope.rotary_dim(cfg.head_dim) == 8

@@ -235,7 +235,7 @@ def test_dflash_drafter_of_a_longrope_target_keeps_its_head_width(phi3_factory, 
     (tmp_path / "d.jsonl").write_text('{"text": "def f(): pass"}\n')
     cfg = TrainConfig(method="dflash", target=str(d), data=str(tmp_path / "d.jsonl"), out=str(tmp_path / "o"),
                       shape=DraftShape(num_layers=1, head_dim=target.config.head_dim // 2))
-    with pytest.raises(ValueError, match=r"--head-dim \d+: the target's longrope rope has one factor per pair"):
+    with pytest.raises(ValueError, match=r"--head-dim \d+: the target's longrope rope has one factor per rotated pair"):
         build_dflash_draft(cfg, target, None)
     cfg.shape.head_dim = 0
     assert build_dflash_draft(cfg, target, None).inv_freq.numel() == target.config.head_dim // 2

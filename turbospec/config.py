@@ -156,11 +156,7 @@ class ModelConfig:
         rope = RopeConfig.from_hf(raw)
         if arch == "SarvamMoEForCausalLM":      # its modeling code rotates the whole head, whatever the key says
             rope = replace(rope, partial_rotary_factor=1.0)
-        rot = rope.rotary_dim(head_dim)         # a rotated width that cannot split in halves: refused here
-        if rope.rope_type == "longrope" and len(rope.short_factor) != rot // 2:
-            raise ValueError(f"longrope has {len(rope.short_factor)} factors per list for the {rot} rotated dimensions "
-                             f"of each {head_dim}-wide head (one per pair: {rot // 2} expected): fix rope_scaling or "
-                             "partial_rotary_factor in config.json")
+        rope.check_head(head_dim)
         intermediate = int(raw.get("intermediate_size", 4 * hidden))
         # Mixtral's experts are intermediate_size wide (transformers and vLLM read no other key)
         moe_intermediate = intermediate if arch == "MixtralForCausalLM" else int(raw.get("moe_intermediate_size") or 0)

@@ -39,14 +39,24 @@ class RopeConfig:
     # and yarn's ramp / longrope's factors span those dimensions only
     partial_rotary_factor: float = 1.0
 
-    def rotary_dim(self, head_dim: int) -> int:
+    def rotary_dim(self, head_dim: int, where: str = "config.json") -> int:
         """The rotated width of a `head_dim`-wide head: int(head_dim x partial_rotary_factor), as
         transformers and vLLM compute it; even, so that its two halves rotate together."""
         dim = int(head_dim * self.partial_rotary_factor)
         if dim < 2 or dim % 2:
             raise ValueError(f"partial_rotary_factor {self.partial_rotary_factor:g} of a {head_dim}-wide head rotates "
-                             f"{dim} dimensions: it needs an even number >= 2 (fix partial_rotary_factor in config.json)")
+                             f"{dim} dimensions: it needs an even number >= 2 (fix partial_rotary_factor in {where})")
         return dim
+
+    def check_head(self, head_dim: int, where: str = "config.json") -> int:
+        """`rotary_dim`, and longrope's factors against it (one per rotated pair), checked when a
+        config is read rather than when its model is built; `where` names the file in errors."""
+        rot = self.rotary_dim(head_dim, where)
+        if self.rope_type == "longrope" and len(self.short_factor) != rot // 2:
+            raise ValueError(f"longrope has {len(self.short_factor)} factors per list for the {rot} rotated dimensions "
+                             f"of each {head_dim}-wide head (one per pair: {rot // 2} expected): fix rope_scaling or "
+                             f"partial_rotary_factor in {where}")
+        return rot
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any], default_theta: float = 10000.0) -> "RopeConfig":

@@ -64,6 +64,7 @@ def test_model_config_sources(tmp_path):
     assert guess_preset("gpt-4o") is None
     assert guess_preset("microsoft/Phi-4-mini-instruct") == "phi-4-mini"   # not phi-4's size
     assert guess_preset("microsoft/Phi-4-multimodal-instruct") is None
+    assert guess_preset("microsoft/Phi-4-mini-flash-reasoning") is None         # Phi4FlashForCausalLM
     assert guess_preset("microsoft/Phi-3-mini-4k-instruct") is None
     assert guess_preset("microsoft/phi-4") == "phi-4"
     assert "guessed" in load_model_bytes(None, "sarvamai/sarvam-30b").source

@@ -74,7 +74,8 @@ def preset_config(name: str) -> dict:
 
 
 # a word in a model's name that makes it another, smaller or larger model than the preset it contains
-_OTHER_SIZE = {"mini", "small", "medium", "tiny", "nano", "micro", "large", "multimodal"}
+_OTHER_SIZE = {"mini", "small", "medium", "tiny", "nano", "micro", "large", "multimodal",
+               "flash"}                    # Phi-4-mini-flash-reasoning: another architecture
 
 
 def guess_preset(model_name: str) -> str | None:

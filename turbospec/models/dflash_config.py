@@ -93,13 +93,15 @@ class DFlashConfig:
         window = raw.get("sliding_window") or get("swa_window_size")
         windows = tuple(int(window) if (t == "sliding_attention" or get("use_swa")) and window else None
                         for t in types)
+        head_dim, rope = int(raw.get("head_dim") or H // nh), RopeConfig.from_hf(raw, default_theta=DEFAULT_ROPE_THETA)
+        rope.check_head(head_dim, "the DFlash drafter's config.json")
         return cls(
             hidden_size=H, num_attention_heads=nh,
             num_key_value_heads=int(raw.get("num_key_value_heads") or nh),
-            head_dim=int(raw.get("head_dim") or H // nh),
+            head_dim=head_dim,
             intermediate_size=int(raw["intermediate_size"]), num_hidden_layers=n_layers,
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), vocab_size=int(raw["vocab_size"]),
-            rope=RopeConfig.from_hf(raw, default_theta=DEFAULT_ROPE_THETA), block_size=int(get("block_size", 16)),
+            rope=rope, block_size=int(get("block_size", 16)),
             mask_token_id=int(get("mask_token_id")), target_layer_ids=tuple(int(i) for i in ids),
             num_target_layers=int(L) if L is not None else None,
             target_hidden_size=int(raw.get("target_hidden_size") or H),

@@ -97,16 +97,18 @@ class Eagle3Config:
         H, nh = int(raw["hidden_size"]), int(raw["num_attention_heads"])
         V = int(raw["vocab_size"])
         dv = raw.get("draft_vocab_size")
+        head_dim, rope = int(raw.get("head_dim") or H // nh), RopeConfig.from_hf(raw)   # theta 10000 when absent
+        rope.check_head(head_dim, "the EAGLE-3 drafter's config.json")
         return cls(
             hidden_size=H, num_attention_heads=nh,
             num_key_value_heads=int(raw.get("num_key_value_heads") or nh),
-            head_dim=int(raw.get("head_dim") or H // nh),
+            head_dim=head_dim,
             intermediate_size=int(raw["intermediate_size"]),
             num_hidden_layers=int(raw.get("num_hidden_layers", 1)),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             vocab_size=V, draft_vocab_size=int(dv) if dv is not None else V,
             target_hidden_size=int(raw.get("target_hidden_size") or H),
-            rope=RopeConfig.from_hf(raw),                   # theta 10000 when absent, on purpose
+            rope=rope,
             max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
             fc_norm=bool(raw.get("fc_norm", False)),
             norm_before_residual=bool(raw.get("norm_before_residual", False)),

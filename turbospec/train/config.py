@@ -80,8 +80,8 @@ class DraftShape:
         """The drafter's head_dim for a target ModelConfig: its own, else the target's. A longrope
         target's factors (one per pair of its head dimensions) fix the width."""
         if target.rope.rope_type == "longrope" and self.head_dim not in (0, target.head_dim):
-            raise ValueError(f"--head-dim {self.head_dim}: the target's longrope rope has one factor per pair of its "
-                             f"{target.head_dim}-wide heads, so its drafter keeps that width (leave it at 0)")
+            raise ValueError(f"--head-dim {self.head_dim}: the target's longrope rope has one factor per rotated pair "
+                             f"of its {target.head_dim}-wide heads, so its drafter keeps that width (leave it at 0)")
         return self.head_dim or target.head_dim
 
     def heads(self, target_heads: int, target_kv_heads: int) -> tuple[int, int]:

@@ -67,12 +67,11 @@ def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFla
         raise ValueError(f"--mask-token-id {mask_id} is outside the target vocabulary [0, {tc.vocab_size})")
     n = s.num_layers
     head_dim = s.head_width(tc)
-    try:                                        # the drafter takes the target's rope, partial share included
-        tc.rope.rotary_dim(head_dim)
-    except ValueError:
+    rotated = int(head_dim * tc.rope.partial_rotary_factor)   # the drafter takes the target's rope, this share too
+    if rotated < 2 or rotated % 2:
         raise ValueError(f"--head-dim {head_dim}: the target rotates {tc.rope.partial_rotary_factor:g} of each head, "
-                         f"{head_dim * tc.rope.partial_rotary_factor:g} dimensions of this width, which do not split into "
-                         "two equal halves; pick a width whose rotated share is an even number") from None
+                         f"{rotated} dimensions of this width, which do not split into two equal halves; pick a "
+                         "width whose rotated share is an even number (the target's own is one)")
     dcfg = DFlashConfig(
         hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
         head_dim=head_dim, intermediate_size=s.intermediate_size or tc.intermediate_size,
