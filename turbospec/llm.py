@@ -192,7 +192,8 @@ class LLM:
         of them, rendered with the tokenizer's chat template (or `chat_template`, the Jinja text
         or a file), then generated as `generate` does. One RequestOutput per conversation.
         `tools` (OpenAI's function schemas) are rendered by the template, which must read them;
-        the output is not parsed: `turbospec.tool_parser.extract_tool_calls(text)` does that.
+        the output is not parsed: `turbospec.tool_parser.extract_tool_calls(text, parser)` does
+        that ("hermes", "llama3_json" or "mistral", as the server's --tool-call-parser).
         Text content parts reach the template joined into one string (vLLM's
         `chat_template_content_format="string"`, which "auto" picks for text-only templates)."""
         check_call_args(lora_request, None)

@@ -55,9 +55,19 @@ def parse_tool_call(block: str) -> ToolCall | None:
         obj = json.loads(block)
     except (ValueError, RecursionError):
         return None
+    return call_from_object(obj)
+
+
+def call_from_object(obj, arg_keys: tuple[str, ...] = ("arguments",), require_args: bool = False) -> ToolCall | None:
+    """A decoded JSON value as a call: an object with a non-empty string `name` and its arguments
+    under the first of `arg_keys` it has (an object, or a JSON string holding one; absent or null:
+    {}, unless `require_args`); None otherwise."""
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
-    args = obj.get("arguments", {})
+    key = next((k for k in arg_keys if k in obj), None)
+    if key is None and require_args:
+        return None
+    args = obj.get(key, {}) if key is not None else {}
     if isinstance(args, str):                    # some models write the arguments as a JSON string
         try:
             args = json.loads(args)
@@ -70,7 +80,7 @@ def parse_tool_call(block: str) -> ToolCall | None:
     return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
 
 
-def _partial_tag_len(text: str, tag: str) -> int:
+def partial_tag_len(text: str, tag: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if text.endswith(tag[:n]):
@@ -96,7 +106,7 @@ class ToolCallParser:
             if not self._in_call:
                 i = self._buf.find(TOOL_CALL_START)
                 if i < 0:
-                    keep = _partial_tag_len(self._buf, TOOL_CALL_START)
+                    keep = partial_tag_len(self._buf, TOOL_CALL_START)
                     self._text(self._buf[:len(self._buf) - keep])
                     self._buf = self._buf[len(self._buf) - keep:]
                     break
@@ -150,10 +160,38 @@ class ToolCallParser:
         self._out.append(call)
 
 
-def extract_tool_calls(text: str) -> ExtractedToolCalls:
-    """The calls in a whole text and the content around them (see the module docstring)."""
-    parser = ToolCallParser()
-    events = parser.feed(text) + parser.finish()
+# --tool-call-parser names (vLLM's): the model's tool-call format
+TOOL_CALL_PARSERS = {
+    "hermes": "<tool_call>{json}</tool_call> blocks (Qwen2.5 / Qwen3, Hermes)",
+    "llama3_json": "the whole reply as {\"name\": ..., \"parameters\": {...}} objects (Llama 3.1 / 3.2 / 3.3)",
+    "mistral": "[TOOL_CALLS] then a JSON list of calls or name[ARGS]{json} (Mistral, Mixtral)",
+}
+
+
+def check_tool_call_parser(name: str) -> None:
+    if name not in TOOL_CALL_PARSERS:
+        raise ValueError(f"{name!r} is not a tool call parser turbospec has: use "
+                         + "; ".join(f"{k} ({v})" for k, v in TOOL_CALL_PARSERS.items()))
+
+
+def make_tool_parser(name: str = "hermes"):
+    """A fresh streaming parser for one output: `feed(text)` / `finish()` return events, each a
+    `str` (content) or a `ToolCall`, in order, the same for any split of the text."""
+    check_tool_call_parser(name)
+    if name == "llama3_json":
+        from turbospec.tool_parser_llama3 import Llama3JsonToolParser
+        return Llama3JsonToolParser()
+    if name == "mistral":
+        from turbospec.tool_parser_mistral import MistralToolParser
+        return MistralToolParser()
+    return ToolCallParser()
+
+
+def extract_tool_calls(text: str, parser: str = "hermes") -> ExtractedToolCalls:
+    """The calls in a whole text and the content around them (see the module docstring), in the
+    format `parser` names (TOOL_CALL_PARSERS)."""
+    p = make_tool_parser(parser)
+    events = p.feed(text) + p.finish()
     calls = [e for e in events if isinstance(e, ToolCall)]
     content = "".join(e for e in events if isinstance(e, str))
     if not calls:

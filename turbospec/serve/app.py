@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 
 from turbospec import __version__
 from turbospec.reasoning_parser import check_reasoning_parser
+from turbospec.tool_parser import check_tool_call_parser
 from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.errors import APIError, install_error_handlers
 from turbospec.serve.metrics import CONTENT_TYPE, ServerMetrics
@@ -57,7 +58,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
               shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None,
               reasoning_parser: str | None = None, sampling_defaults: dict | None = None,
-              model_root: str | None = None) -> FastAPI:
+              model_root: str | None = None, tool_call_parser: str = "hermes") -> FastAPI:
     """`engine`: an LLMEngine (wrapped and driven here) or an AsyncEngine. The engine thread starts
     with the app (lifespan) and stops with it, aborting whatever is still running.
     `allowed_origins`: CORS, so that a web page on those origins can call the API from a browser
@@ -67,10 +68,13 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     rule; `app.state.think_gate` is False when the tokenizer splits the tags, and they then hold
     from the first token); None leaves them whole. ValueError for another name.
     `sampling_defaults`: what requests that leave temperature / top_p / top_k / min_p /
-    repetition_penalty unset get (generation_defaults.py; None: the API defaults)."""
+    repetition_penalty unset get (generation_defaults.py; None: the API defaults).
+    `tool_call_parser`: the model's tool call format, "hermes", "llama3_json" or "mistral"
+    (serve/tool_calls.py); ValueError for another name."""
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
     if reasoning_parser is not None:
         check_reasoning_parser(reasoning_parser)
+    check_tool_call_parser(tool_call_parser)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError("served_model_name must be a non-empty string (or a list of them)")
     metrics = metrics or ServerMetrics(names[0])
@@ -79,7 +83,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
         async_engine.metrics = metrics
     grammars = getattr(async_engine.engine, "grammars", None)
     think_gate = reasoning_parser is not None and grammars is not None and grammars.set_reasoning()
-    serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults)
+    serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults, tool_call_parser)
     tokenization = Tokenization(async_engine, names, max_body_bytes)
     responses = ResponsesServing(serving)
     require_key = _auth_dependency(api_key)

@@ -62,8 +62,9 @@ def serve(
         False, "--enable-auto-tool-choice",
         help="Accepted for vLLM launch lines: tool calling is always on here when a chat request sends "
              "`tools` (tool_choice auto, none, required or a named function; docs/serving.md)."),
-    tool_call_parser: str = typer.Option("hermes", help="How tool calls are read from the output: hermes "
-                                         "(<tool_call>{json}</tool_call>, Qwen2.5/Qwen3), the one parser."),
+    tool_call_parser: str = typer.Option("hermes", help="How tool calls are read from the output, as vLLM: hermes "
+                                         "(<tool_call>{json}</tool_call>: Qwen2.5 / Qwen3), llama3_json "
+                                         "(Llama 3.1-3.3's JSON replies) or mistral ([TOOL_CALLS])."),
     reasoning_parser: str = typer.Option(
         None, help="Split chat outputs' <think>...</think> into message.reasoning (and reasoning_content) "
                    "and content, as vLLM: qwen3 or deepseek_r1 (default: none, the think text stays in content)."),
@@ -120,6 +121,7 @@ def serve(
     from turbospec.chat_template import load_chat_template
     from turbospec.generation_defaults import read_sampling_defaults
     from turbospec.reasoning_parser import check_reasoning_parser
+    from turbospec.tool_parser import check_tool_call_parser
     from turbospec.serve.shutdown import GracefulServer, graceful_timeout
     from turbospec.serve.startup import build_engine, dtype_note, install_chat_template, print_cold_start
 
@@ -143,10 +145,10 @@ def serve(
     elif enable_reasoning:
         typer.echo("turbospec serve: --enable-reasoning does nothing without --reasoning-parser "
                    "(qwen3 or deepseek_r1); serving without reasoning parsing", err=True)
-    if tool_call_parser != "hermes":
-        raise typer.BadParameter(f"{tool_call_parser!r} is not a parser turbospec has: use hermes "
-                                 "(<tool_call>{json}</tool_call>, what Qwen2.5 / Qwen3 templates produce)",
-                                 param_hint="--tool-call-parser")
+    try:
+        check_tool_call_parser(tool_call_parser)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--tool-call-parser")
     try:
         template = load_chat_template(chat_template, "--chat-template") if chat_template is not None else None
     except (OSError, ValueError) as e:
@@ -189,7 +191,7 @@ def serve(
                     shutdown_timeout_s=shutdown_timeout,
                     allowed_origins=[o for o in allowed_origins or [] if o.strip()],
                     reasoning_parser=reasoning_parser, sampling_defaults=sampling_defaults,
-                    model_root=model)          # /v1/models' root: MODEL as given (an id, not its cache path)
+                    model_root=model, tool_call_parser=tool_call_parser)          # /v1/models' root: MODEL as given (an id, not its cache path)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")
@@ -198,6 +200,7 @@ def serve(
     print(f"turbospec serve: listening on http://{host}:{port} as {', '.join(names)}"
           f"{' (API key required)' if api_key else ''}"
           f"{f'; reasoning parser {reasoning_parser}' if reasoning_parser else ''}"
+          f"{f'; tool call parser {tool_call_parser}' if tool_call_parser != 'hermes' else ''}"
           f"{' (the tokenizer splits <think> / </think>: structured outputs hold from the first token)' if split_tags else ''}",
           flush=True)
     server.run()

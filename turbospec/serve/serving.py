@@ -45,6 +45,7 @@ class OpenAIServing:
     max_body_bytes: int
     reasoning_parser: str | None = None          # --reasoning-parser: chat outputs are split (serve/reasoning.py)
     sampling_defaults: dict | None = None        # the model's generation_config.json settings (--generation-config)
+    tool_call_parser: str = "hermes"             # --tool-call-parser: the model's call format (serve/tool_calls.py)
 
     # ---- shared --------------------------------------------------------------------------------
     def _default_max_tokens(self, req) -> bool:
@@ -239,7 +240,8 @@ class OpenAIServing:
         if req.forced_tool_choice:
             named = req.tool_choice["function"]["name"] if isinstance(req.tool_choice, dict) else None
             return ChatChoiceOutput(reasoning, ForcedToolCalls(named))
-        return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls) if req.parses_tool_calls else None)
+        return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls, self.tool_call_parser)
+                                if req.parses_tool_calls else None)
 
 
 def _prompt_only(d: StreamDelta) -> StreamDelta:

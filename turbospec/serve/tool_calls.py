@@ -1,26 +1,27 @@
-"""Tool calling on /v1/chat/completions, as vLLM serves Qwen-family models with
-`--enable-auto-tool-choice --tool-call-parser hermes` (here always on; nothing to configure).
+"""Tool calling on /v1/chat/completions, as vLLM serves it with `--enable-auto-tool-choice
+--tool-call-parser NAME` (here always on): `hermes` (the default: Qwen2.5 / Qwen3's `<tool_call>`
+blocks), `llama3_json` (Llama 3.1 / 3.2 / 3.3's JSON replies) or `mistral` (`[TOOL_CALLS]`), read by
+turbospec/tool_parser.py and the two files beside it.
 
 Request: `tools` (checked by turbospec/tools.py) are rendered by the chat template, which must
 read them (else a 400 naming `tools`: start the server with a `--chat-template` that does).
 `tool_choice`:
-- "auto" (the default with tools): the model decides; its `<tool_call>` blocks are parsed
-  (turbospec/tool_parser.py) into `message.tool_calls`;
+- "auto" (the default with tools): the model decides; its calls are parsed into `message.tool_calls`;
 - "none" (the default without tools): the tools are still rendered (vLLM's default), the output is
-  not parsed: any `<tool_call>` text stays in `content`;
+  not parsed: any call text stays in `content`;
 - "required" and a named function ({"type": "function", "function": {"name": ...}}): the output
   is held to the call's JSON by structured outputs (serve/forced_tool_calls.py, as vLLM does).
   `strict: true` is accepted with every tool_choice, as vLLM accepts it; only these two enforce it.
 `parallel_tool_calls: false` returns only the first call (vLLM's behaviour; the model is not
 constrained, its later calls are dropped). While calls are parsed, `skip_special_tokens` defaults
-to false (as vLLM's hermes parser sets it): some tokenizers mark `<tool_call>` special, and a
-skipped tag would hide the call (an explicit `skip_special_tokens` is respected).
+to false (as vLLM's hermes and mistral parsers set it): some tokenizers mark `<tool_call>` special,
+Mistral's `[TOOL_CALLS]` and Llama's `<|python_tag|>` are, and a skipped tag would hide the call (an
+explicit `skip_special_tokens` is respected).
 
 Response: `finish_reason` "tool_calls" replaces "stop" when a call was returned ("length" stays:
-the output was cut, a later call may be missing). Streamed, each call arrives once its block has
-closed, as two deltas of its `index`: the first with `id`, `type` and `function.name` (arguments
+the output was cut, a later call may be missing). Streamed, each call arrives once it is complete, as two deltas of its `index`: the first with `id`, `type` and `function.name` (arguments
 ""), the second with the whole `function.arguments`; content deltas carry the text outside the
-blocks, never a partial tag.
+calls, never a partial tag.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from turbospec.serve.errors import bad_request
 from turbospec.serve.responses import (ChatMessageOut, DeltaFunctionCall, DeltaMessage, DeltaToolCall,
                                        FunctionCall, ToolCall)
 from turbospec.tool_parser import ToolCall as ParsedCall
-from turbospec.tool_parser import ToolCallParser
+from turbospec.tool_parser import make_tool_parser
 from turbospec.tools import check_tools, template_uses_tools
 
 TOOL_CHOICES = ("none", "auto", "required")
@@ -98,10 +99,11 @@ def call_arguments_delta(index: int, arguments: str) -> DeltaMessage:
 
 
 class ChoiceToolCalls:
-    """One choice's output through the Hermes parser, streamed (`deltas`) or whole (`message`)."""
+    """One choice's output through the server's tool call parser, streamed (`deltas`) or whole
+    (`message`)."""
 
-    def __init__(self, parallel_tool_calls: bool | None = None):
-        self._parser = ToolCallParser()
+    def __init__(self, parallel_tool_calls: bool | None = None, parser: str = "hermes"):
+        self._parser = make_tool_parser(parser)
         self._parallel = parallel_tool_calls is not False
         self.num_calls = 0                       # calls returned so far
 

@@ -1,0 +1,69 @@
+"""`build_app(..., tool_call_parser=...)` (`turbospec serve --tool-call-parser llama3_json | mistral`)
+over HTTP with the official `openai` client: the scripted engine (tool_engine.py) answers in Llama
+3.1's or Mistral's call format; the calls come back in `message.tool_calls`, streamed and not
+streamed alike, with finish_reason "tool_calls" and special tokens kept in the text (the format's
+tags are special tokens); a reply that is not a call stays content. The hermes default is covered
+by test_tool_calls.py."""
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from .test_tool_calls import ASK, TIME, WEATHER
+from .tool_engine import InProcessServer, ToolEngine
+
+REPLIES = {
+    "llama3_json": ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+                    '{"name": "get_time", "parameters": {"tz": "Europe/Paris"}}', None),
+    "mistral": ('Checking.\n[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                '{"name": "get_time", "arguments": {"tz": "Europe/Paris"}}]', "Checking."),
+}
+EXPECTED = [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "Europe/Paris"})]
+
+
+@pytest.fixture(scope="module", params=list(REPLIES))
+def served(request):
+    engine = ToolEngine()
+    srv = InProcessServer(engine, tool_call_parser=request.param)
+    with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", timeout=30, max_retries=0) as c:
+        yield request.param, engine, c
+    srv.stop()
+
+
+def _calls(tool_calls) -> list[tuple[str, dict]]:
+    return [(c.function.name, json.loads(c.function.arguments)) for c in tool_calls or []]
+
+
+def test_calls_parsed_streamed_and_not(served):
+    parser, engine, client = served
+    reply, content = REPLIES[parser]
+    engine.reply = reply
+    whole = client.chat.completions.create(model="fake", messages=ASK, tools=[WEATHER, TIME])
+    msg = whole.choices[0].message
+    assert _calls(msg.tool_calls) == EXPECTED and msg.content == content
+    assert whole.choices[0].finish_reason == "tool_calls"
+    assert engine.params[-1].skip_special_tokens is False
+    with client.chat.completions.stream(model="fake", messages=ASK, tools=[WEATHER, TIME]) as stream:
+        chunks = [e.chunk for e in stream if e.type == "chunk"]
+        final = stream.get_final_completion()
+    assert _calls(final.choices[0].message.tool_calls) == EXPECTED
+    # (a stream's first delta carries role and content "", as vLLM's: the accumulated content is "")
+    assert (final.choices[0].message.content or None) == content and final.choices[0].finish_reason == "tool_calls"
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == (content or "") and "TOOL_CALLS" not in streamed and "python_tag" not in streamed
+
+
+def test_a_reply_that_is_no_call_is_content(served):
+    parser, engine, client = served
+    engine.reply = '{"answer": 42}' if parser == "llama3_json" else "No tool needed: 42."
+    r = client.chat.completions.create(model="fake", messages=ASK, tools=[WEATHER, TIME])
+    assert r.choices[0].message.content == engine.reply and r.choices[0].message.tool_calls in (None, [])
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_an_unknown_parser_is_refused_at_build():
+    from turbospec.serve.app import build_app
+    with pytest.raises(ValueError, match="'qwen3_coder' is not a tool call parser turbospec has"):
+        build_app(ToolEngine(), "fake", tool_call_parser="qwen3_coder")

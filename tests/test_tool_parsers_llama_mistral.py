@@ -1,0 +1,92 @@
+"""The `llama3_json` and `mistral` tool call parsers (turbospec/tool_parser_llama3.py,
+tool_parser_mistral.py) on strings, as `--tool-call-parser` selects them: whole texts as vLLM reads
+those formats, and every stream split (one cut at each character boundary, then two cuts) giving the
+same content and calls as the whole text."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from turbospec.tool_parser import ToolCall, check_tool_call_parser, extract_tool_calls, make_tool_parser
+
+PARIS = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+TIME = '{"name": "get_time", "arguments": "{\\"tz\\": \\"UTC\\"}"}'
+
+LLAMA = {  # text -> (content, [(name, arguments as a dict)])
+    "one_call": (PARIS, None, [("get_weather", {"city": "Paris"})]),
+    "python_tag_and_two_calls": ("  <|python_tag|>" + PARIS + "; " + TIME + "\n", None,
+                                 [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "UTC"})]),
+    "json_that_is_no_call": ('{"answer": 42}', '{"answer": 42}', []),
+    "a_name_without_parameters": ('{"name": "Bob"}', '{"name": "Bob"}', []),
+    "plain_text": ("The weather is nice.", "The weather is nice.", []),
+    "builtin_python": ("<|python_tag|>import math\nprint(1)", "<|python_tag|>import math\nprint(1)", []),
+    "call_then_text": ('{"name": "f", "parameters": {"a": "}"}} then text', "then text", [("f", {"a": "}"})]),
+    "cut_by_max_tokens": ('{"name": "f", "parameters": {"a": 1', '{"name": "f", "parameters": {"a": 1', []),
+    "whitespace_only": ("   ", "   ", []),
+}
+
+MISTRAL = {
+    "v3_list": ('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                '{"name": "get_time", "arguments": {}}]', None,
+                [("get_weather", {"city": "Paris"}), ("get_time", {})]),
+    "v11_text_then_two": ('Let me check.\n\n[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{}',
+                          "Let me check.", [("get_weather", {"city": "Paris"}), ("get_time", {})]),
+    "one_object_parameters_as_string": ('[TOOL_CALLS]{"name": "f", "parameters": "{\\"q\\": 1}"}', None,
+                                        [("f", {"q": 1})]),
+    "plain_text": ("Plain answer.", "Plain answer.", []),
+    "not_a_call_then_a_call": ('[TOOL_CALLS] bad words. [TOOL_CALLS][{"name":"f","arguments":{}}] done',
+                               "[TOOL_CALLS] bad words.done", [("f", {})]),
+    "cut_by_max_tokens": ('[TOOL_CALLS][{"name": "f", "arguments": {"a": 1',
+                          '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1', []),
+    "brackets_in_strings": ('[TOOL_CALLS]f[ARGS]{"a": "]}"} and then text', "and then text", [("f", {"a": "]}"})]),
+    "a_name_with_a_space": ("[TOOL_CALLS]my func[ARGS]{}", "[TOOL_CALLS]my func[ARGS]{}", []),
+    "a_bare_token_at_the_end": ("x [TOOL_CALLS]", "x [TOOL_CALLS]", []),
+    "part_of_the_token": ("text [TOOL_CALL", "text [TOOL_CALL", []),
+}
+CASES = [("llama3_json", n, *c) for n, c in LLAMA.items()] + [("mistral", n, *c) for n, c in MISTRAL.items()]
+
+
+def _stream(parser: str, pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    p = make_tool_parser(parser)
+    events = [e for piece in pieces for e in p.feed(piece)] + p.finish()
+    return ("".join(e for e in events if isinstance(e, str)),
+            [(e.name, e.arguments) for e in events if isinstance(e, ToolCall)])
+
+
+@pytest.mark.parametrize("parser, name, text, content, calls", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_whole_text(parser, name, text, content, calls):
+    got = extract_tool_calls(text, parser)
+    assert got.content == content
+    assert [(c.name, json.loads(c.arguments)) for c in got.tool_calls] == calls
+    assert len({c.id for c in got.tool_calls}) == len(calls)
+
+
+@pytest.mark.parametrize("parser, name, text, content, calls", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_every_split_streams_the_same(parser, name, text, content, calls):
+    whole = _stream(parser, [text])
+    assert whole[0] == (content or ("" if calls else text))
+    n = len(text)
+    for i in range(n + 1):
+        assert _stream(parser, [text[:i], text[i:]]) == whole, i
+        for j in range(i, n + 1, 4):
+            assert _stream(parser, [text[:i], text[i:j], text[j:]]) == whole, (i, j)
+    assert _stream(parser, list(text)) == whole
+
+
+def test_content_streams_before_the_calls_end():
+    """Content is not held longer than it must be: Mistral's text before its token, a Llama reply
+    that is plainly text."""
+    p = make_tool_parser("mistral")
+    assert p.feed("Let me check [TOOL") == ["Let me check"]       # ' [TOOL' could be the token
+    assert p.feed("_CALLS]get_weather[ARGS]{\"city\": ") == []
+    call, = p.feed('"Paris"}')
+    assert (call.name, call.arguments) == ("get_weather", '{"city": "Paris"}') and p.finish() == []
+    p = make_tool_parser("llama3_json")
+    assert p.feed("  Sure") == ["  Sure"] and p.feed(", here.") == [", here."]
+
+
+def test_unknown_parser_names_the_ones_there_are():
+    with pytest.raises(ValueError, match=r"'pythonic' is not a tool call parser turbospec has: use hermes .*"
+                                         r"llama3_json .*mistral"):
+        check_tool_call_parser("pythonic")
