@@ -150,14 +150,20 @@ class ToolCallParser:
         if body:
             self._out.append(body)
 
-    def _block(self, inside: str, closed: bool) -> None:
+    def parse_block(self, inside: str, closed: bool) -> list[ToolCall]:
+        """The calls in one block's inside text (hermes: one JSON object); [] when it is not a call.
+        `closed`: False for a block the end of the text left open."""
         call = parse_tool_call(inside)
-        if call is None:                         # not a call: the block is text, as written
+        return [] if call is None else [call]
+
+    def _block(self, inside: str, closed: bool) -> None:
+        calls = self.parse_block(inside, closed)
+        if not calls:                            # not a call: the block is text, as written
             self._text(TOOL_CALL_START + inside + (TOOL_CALL_END if closed else ""))
             return
         self._pending_ws, self._after_call = "", True
-        self.num_calls += 1
-        self._out.append(call)
+        self.num_calls += len(calls)
+        self._out += calls
 
 
 # --tool-call-parser names (vLLM's): the model's tool-call format
@@ -165,6 +171,8 @@ TOOL_CALL_PARSERS = {
     "hermes": "<tool_call>{json}</tool_call> blocks (Qwen2.5 / Qwen3, Hermes)",
     "llama3_json": "the whole reply as {\"name\": ..., \"parameters\": {...}} objects (Llama 3.1 / 3.2 / 3.3)",
     "mistral": "[TOOL_CALLS] then a JSON list of calls or name[ARGS]{json} (Mistral, Mixtral)",
+    "qwen3_coder": "<tool_call><function=name><parameter=key>value</parameter></function></tool_call> "
+                   "(Qwen3-Coder)",
 }
 
 
@@ -174,10 +182,14 @@ def check_tool_call_parser(name: str) -> None:
                          + "; ".join(f"{k} ({v})" for k, v in TOOL_CALL_PARSERS.items()))
 
 
-def make_tool_parser(name: str = "hermes"):
+def make_tool_parser(name: str = "hermes", tools: list[dict] | None = None):
     """A fresh streaming parser for one output: `feed(text)` / `finish()` return events, each a
-    `str` (content) or a `ToolCall`, in order, the same for any split of the text."""
+    `str` (content) or a `ToolCall`, in order, the same for any split of the text. `tools` (the
+    request's, OpenAI's form): qwen3_coder types its string-valued parameters by their schemas."""
     check_tool_call_parser(name)
+    if name == "qwen3_coder":
+        from turbospec.tool_parser_qwen3_coder import Qwen3CoderToolParser
+        return Qwen3CoderToolParser(tools)
     if name == "llama3_json":
         from turbospec.tool_parser_llama3 import Llama3JsonToolParser
         return Llama3JsonToolParser()
@@ -187,10 +199,10 @@ def make_tool_parser(name: str = "hermes"):
     return ToolCallParser()
 
 
-def extract_tool_calls(text: str, parser: str = "hermes") -> ExtractedToolCalls:
+def extract_tool_calls(text: str, parser: str = "hermes", tools: list[dict] | None = None) -> ExtractedToolCalls:
     """The calls in a whole text and the content around them (see the module docstring), in the
-    format `parser` names (TOOL_CALL_PARSERS)."""
-    p = make_tool_parser(parser)
+    format `parser` names (TOOL_CALL_PARSERS; `tools`: see make_tool_parser)."""
+    p = make_tool_parser(parser, tools)
     events = p.feed(text) + p.finish()
     calls = [e for e in events if isinstance(e, ToolCall)]
     content = "".join(e for e in events if isinstance(e, str))

@@ -1,6 +1,6 @@
-"""`build_app(..., tool_call_parser=...)` (`turbospec serve --tool-call-parser llama3_json | mistral`)
-over HTTP with the official `openai` client: the scripted engine (tool_engine.py) answers in Llama
-3.1's or Mistral's call format; the calls come back in `message.tool_calls`, streamed and not
+"""`build_app(..., tool_call_parser=...)` (`turbospec serve --tool-call-parser llama3_json | mistral |
+qwen3_coder`) over HTTP with the official `openai` client: the scripted engine (tool_engine.py)
+answers in Llama 3.1's, Mistral's or Qwen3-Coder's call format (its values typed by the tools' schemas); the calls come back in `message.tool_calls`, streamed and not
 streamed alike, with finish_reason "tool_calls" and special tokens kept in the text (the format's
 tags are special tokens); a reply that is not a call stays content. The hermes default is covered
 by test_tool_calls.py."""
@@ -19,6 +19,9 @@ REPLIES = {
                     '{"name": "get_time", "parameters": {"tz": "Europe/Paris"}}', None),
     "mistral": ('Checking.\n[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
                 '{"name": "get_time", "arguments": {"tz": "Europe/Paris"}}]', "Checking."),
+    "qwen3_coder": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+                    "</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nEurope/Paris\n</parameter>\n"
+                    "</function>\n</tool_call>", None),
 }
 EXPECTED = [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "Europe/Paris"})]
 
@@ -57,7 +60,8 @@ def test_calls_parsed_streamed_and_not(served):
 
 def test_a_reply_that_is_no_call_is_content(served):
     parser, engine, client = served
-    engine.reply = '{"answer": 42}' if parser == "llama3_json" else "No tool needed: 42."
+    engine.reply = {"llama3_json": '{"answer": 42}', "qwen3_coder": "<tool_call>\nnot xml\n</tool_call>"}.get(
+        parser, "No tool needed: 42.")
     r = client.chat.completions.create(model="fake", messages=ASK, tools=[WEATHER, TIME])
     assert r.choices[0].message.content == engine.reply and r.choices[0].message.tool_calls in (None, [])
     assert r.choices[0].finish_reason == "stop"
@@ -65,5 +69,5 @@ def test_a_reply_that_is_no_call_is_content(served):
 
 def test_an_unknown_parser_is_refused_at_build():
     from turbospec.serve.app import build_app
-    with pytest.raises(ValueError, match="'qwen3_coder' is not a tool call parser turbospec has"):
-        build_app(ToolEngine(), "fake", tool_call_parser="qwen3_coder")
+    with pytest.raises(ValueError, match="'pythonic' is not a tool call parser turbospec has"):
+        build_app(ToolEngine(), "fake", tool_call_parser="pythonic")

@@ -240,7 +240,7 @@ class OpenAIServing:
         if req.forced_tool_choice:
             named = req.tool_choice["function"]["name"] if isinstance(req.tool_choice, dict) else None
             return ChatChoiceOutput(reasoning, ForcedToolCalls(named))
-        return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls, self.tool_call_parser)
+        return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls, self.tool_call_parser, req.tools)
                                 if req.parses_tool_calls else None)
 
 

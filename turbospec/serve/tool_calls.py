@@ -1,7 +1,7 @@
 """Tool calling on /v1/chat/completions, as vLLM serves it with `--enable-auto-tool-choice
 --tool-call-parser NAME` (here always on): `hermes` (the default: Qwen2.5 / Qwen3's `<tool_call>`
-blocks), `llama3_json` (Llama 3.1 / 3.2 / 3.3's JSON replies) or `mistral` (`[TOOL_CALLS]`), read by
-turbospec/tool_parser.py and the two files beside it.
+blocks), `qwen3_coder` (Qwen3-Coder's XML functions in those blocks), `llama3_json` (Llama 3.1 /
+3.2 / 3.3's JSON replies) or `mistral` (`[TOOL_CALLS]`), read by turbospec/tool_parser*.py.
 
 Request: `tools` (checked by turbospec/tools.py) are rendered by the chat template, which must
 read them (else a 400 naming `tools`: start the server with a `--chat-template` that does).
@@ -102,8 +102,9 @@ class ChoiceToolCalls:
     """One choice's output through the server's tool call parser, streamed (`deltas`) or whole
     (`message`)."""
 
-    def __init__(self, parallel_tool_calls: bool | None = None, parser: str = "hermes"):
-        self._parser = make_tool_parser(parser)
+    def __init__(self, parallel_tool_calls: bool | None = None, parser: str = "hermes",
+                 tools: list | None = None):
+        self._parser = make_tool_parser(parser, tools)
         self._parallel = parallel_tool_calls is not False
         self.num_calls = 0                       # calls returned so far
 

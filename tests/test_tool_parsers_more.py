@@ -1,7 +1,8 @@
-"""The `llama3_json` and `mistral` tool call parsers (turbospec/tool_parser_llama3.py,
-tool_parser_mistral.py) on strings, as `--tool-call-parser` selects them: whole texts as vLLM reads
-those formats, and every stream split (one cut at each character boundary, then two cuts) giving the
-same content and calls as the whole text."""
+"""The `llama3_json`, `mistral` and `qwen3_coder` tool call parsers (turbospec/tool_parser_llama3.py,
+tool_parser_mistral.py, tool_parser_qwen3_coder.py) on strings, as `--tool-call-parser` selects them:
+whole texts as vLLM reads those formats, and every stream split (one cut at each character boundary,
+then two cuts) giving the same content and calls as the whole text; qwen3_coder's values typed by
+the tools' schemas."""
 from __future__ import annotations
 
 import json
@@ -44,11 +45,28 @@ MISTRAL = {
     "a_bare_token_at_the_end": ("x [TOOL_CALLS]", "x [TOOL_CALLS]", []),
     "part_of_the_token": ("text [TOOL_CALL", "text [TOOL_CALL", []),
 }
-CASES = [("llama3_json", n, *c) for n, c in LLAMA.items()] + [("mistral", n, *c) for n, c in MISTRAL.items()]
+CODER_CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+              "</parameter>\n</function>\n</tool_call>")
+QWEN3_CODER = {
+    "one_call": (CODER_CALL, None, [("get_weather", {"city": "Paris", "days": 3})]),
+    "text_then_two": ("I'll check.\n\n" + CODER_CALL + "\n" + CODER_CALL.replace("Paris", "Pune"), "I'll check.",
+                      [("get_weather", {"city": "Paris", "days": 3}), ("get_weather", {"city": "Pune", "days": 3})]),
+    "a_json_block": ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', None,
+                     [("get_weather", {"city": "Paris"})]),
+    "no_function": ("<tool_call>\nnothing here\n</tool_call>", "<tool_call>\nnothing here\n</tool_call>", []),
+    "cut_inside": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+                   "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", []),
+    "cut_after_the_function": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                               "</function>\n", None, [("get_weather", {"city": "Paris"})]),
+}
+CASES = ([("llama3_json", n, *c) for n, c in LLAMA.items()] + [("mistral", n, *c) for n, c in MISTRAL.items()]
+         + [("qwen3_coder", n, *c) for n, c in QWEN3_CODER.items()])
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
 
 
 def _stream(parser: str, pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
-    p = make_tool_parser(parser)
+    p = make_tool_parser(parser, TOOLS)
     events = [e for piece in pieces for e in p.feed(piece)] + p.finish()
     return ("".join(e for e in events if isinstance(e, str)),
             [(e.name, e.arguments) for e in events if isinstance(e, ToolCall)])
@@ -56,7 +74,7 @@ def _stream(parser: str, pieces: list[str]) -> tuple[str, list[tuple[str, str]]]
 
 @pytest.mark.parametrize("parser, name, text, content, calls", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_whole_text(parser, name, text, content, calls):
-    got = extract_tool_calls(text, parser)
+    got = extract_tool_calls(text, parser, TOOLS)
     assert got.content == content
     assert [(c.name, json.loads(c.arguments)) for c in got.tool_calls] == calls
     assert len({c.id for c in got.tool_calls}) == len(calls)
@@ -90,3 +108,19 @@ def test_unknown_parser_names_the_ones_there_are():
     with pytest.raises(ValueError, match=r"'pythonic' is not a tool call parser turbospec has: use hermes .*"
                                          r"llama3_json .*mistral"):
         check_tool_call_parser("pythonic")
+
+
+@pytest.mark.parametrize("schema, text, value", [
+    ({"type": "string"}, "007", "007"), (None, "42", "42"),                 # strings, unknown parameters: as written
+    ({"type": "integer"}, " 42 ", 42), ({"type": "integer"}, "4.5", "4.5"),
+    ({"type": "number"}, "2.0", 2), ({"type": "number"}, "2.5", 2.5), ({"type": "number"}, "inf", "inf"),
+    ({"type": "boolean"}, "True", True), ({"type": "boolean"}, "yes", "yes"),
+    ({"type": "array"}, '[1, "a"]', [1, "a"]), ({"type": "object"}, "{'a': 1}", {"a": 1}),
+    ({"type": "object"}, "{1, 2}", "{1, 2}"), ({"type": "array"}, "NaN", "NaN"),
+    ({"type": ["integer", "null"]}, "7", 7), ({"type": "integer"}, "null", None),
+])
+def test_qwen3_coder_values_follow_the_schema(schema, text, value):
+    from turbospec.tool_parser_qwen3_coder import typed_value
+    got = typed_value(text, schema)
+    assert got == value and type(got) is type(value)
+    json.dumps(got, allow_nan=False)                                        # always valid JSON
