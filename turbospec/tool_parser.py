@@ -88,13 +88,14 @@ def partial_tag_len(text: str, tag: str) -> int:
     return 0
 
 
-class ToolCallParser:
-    """Feed it text as it arrives; each `feed` / `finish` returns the new events in order: a `str`
-    (content) or a `ToolCall`."""
+class StreamingToolParser:
+    """What the streaming parsers share. `feed(text)` / `finish()` return the new events in order: a
+    `str` (content) or a `ToolCall`. Content goes through `_text`, which holds back the whitespace
+    that ends it (dropped if a call follows, as is the whitespace right after a call); calls through
+    `_calls`. A subclass implements `_advance(final)`: read `_buf` as far as it can."""
 
     def __init__(self):
-        self._buf = ""                 # unread text: a possible partial tag, or an open block's inside
-        self._in_call = False
+        self._buf = ""                 # unread text
         self._pending_ws = ""          # whitespace that ends the content so far: dropped before a call
         self._after_call = False       # strip the whitespace that follows a call
         self._out: list[str | ToolCall] = []
@@ -102,39 +103,20 @@ class ToolCallParser:
 
     def feed(self, text: str) -> list[str | ToolCall]:
         self._buf += text
-        while True:
-            if not self._in_call:
-                i = self._buf.find(TOOL_CALL_START)
-                if i < 0:
-                    keep = partial_tag_len(self._buf, TOOL_CALL_START)
-                    self._text(self._buf[:len(self._buf) - keep])
-                    self._buf = self._buf[len(self._buf) - keep:]
-                    break
-                self._text(self._buf[:i])
-                self._buf, self._in_call = self._buf[i + len(TOOL_CALL_START):], True
-            else:
-                j = self._buf.find(TOOL_CALL_END)
-                if j < 0:
-                    break
-                self._block(self._buf[:j], closed=True)
-                self._buf, self._in_call = self._buf[j + len(TOOL_CALL_END):], False
+        self._advance(final=False)
         return self._take()
 
-    def finish(self) -> list[str | ToolCall]:
-        """The text has ended: resolve an open block, release what was held back."""
-        if self._in_call:
-            self._block(self._buf, closed=False)
-        else:
-            self._text(self._buf)
-        self._buf, self._in_call = "", False
-        if self._pending_ws:
-            self._out.append(self._pending_ws)
-            self._pending_ws = ""
-        return self._take()
+    def _advance(self, final: bool) -> None:
+        raise NotImplementedError
 
     def _take(self) -> list[str | ToolCall]:
         out, self._out = self._out, []
         return out
+
+    def _flush_whitespace(self) -> None:
+        if self._pending_ws:
+            self._out.append(self._pending_ws)
+            self._pending_ws = ""
 
     def _text(self, s: str) -> None:
         if self._after_call:
@@ -150,6 +132,47 @@ class ToolCallParser:
         if body:
             self._out.append(body)
 
+    def _calls(self, calls: list[ToolCall]) -> None:
+        self._pending_ws, self._after_call = "", True
+        self.num_calls += len(calls)
+        self._out += calls
+
+
+class ToolCallParser(StreamingToolParser):
+    """Hermes `<tool_call>` blocks (the module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        self._in_call = False          # inside an open block; _buf: its inside so far (else a possible partial tag)
+
+    def _advance(self, final: bool) -> None:
+        while True:
+            if not self._in_call:
+                i = self._buf.find(TOOL_CALL_START)
+                if i < 0:
+                    keep = partial_tag_len(self._buf, TOOL_CALL_START)
+                    self._text(self._buf[:len(self._buf) - keep])
+                    self._buf = self._buf[len(self._buf) - keep:]
+                    return
+                self._text(self._buf[:i])
+                self._buf, self._in_call = self._buf[i + len(TOOL_CALL_START):], True
+            else:
+                j = self._buf.find(TOOL_CALL_END)
+                if j < 0:
+                    return
+                self._block(self._buf[:j], closed=True)
+                self._buf, self._in_call = self._buf[j + len(TOOL_CALL_END):], False
+
+    def finish(self) -> list[str | ToolCall]:
+        """The text has ended: resolve an open block, release what was held back."""
+        if self._in_call:
+            self._block(self._buf, closed=False)
+        else:
+            self._text(self._buf)
+        self._buf, self._in_call = "", False
+        self._flush_whitespace()
+        return self._take()
+
     def parse_block(self, inside: str, closed: bool) -> list[ToolCall]:
         """The calls in one block's inside text (hermes: one JSON object); [] when it is not a call.
         `closed`: False for a block the end of the text left open."""
@@ -161,9 +184,7 @@ class ToolCallParser:
         if not calls:                            # not a call: the block is text, as written
             self._text(TOOL_CALL_START + inside + (TOOL_CALL_END if closed else ""))
             return
-        self._pending_ws, self._after_call = "", True
-        self.num_calls += len(calls)
-        self._out += calls
+        self._calls(calls)
 
 
 # --tool-call-parser names (vLLM's): the model's tool-call format

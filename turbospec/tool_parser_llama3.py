@@ -19,28 +19,22 @@ from __future__ import annotations
 
 import json
 
-from turbospec.tool_parser import ToolCall, call_from_object, partial_tag_len
+from turbospec.tool_parser import StreamingToolParser, ToolCall, call_from_object, partial_tag_len
 
 PYTHON_TAG = "<|python_tag|>"
 _ARG_KEYS = ("parameters", "arguments")
 _DECODER = json.JSONDecoder()
 
 
-class Llama3JsonToolParser:
-    """`feed(text)` / `finish()` -> the new events in order: a `str` (content) or a `ToolCall`."""
+class Llama3JsonToolParser(StreamingToolParser):
+    """Llama 3's JSON calls (the module docstring). Content is emitted as written (no whitespace
+    rule: a reply is either calls or text)."""
 
     def __init__(self):
-        self._buf = ""                 # text not yet resolved
+        super().__init__()
         self._mode = "start"           # "start": only whitespace (or part of the tag) so far; "calls"; "text"
         self._held = ""                # "calls" before the first call: the reply as written so far
         self._scanned = 0              # "calls": how far _buf held no '}' at the last failed decode
-        self._out: list[str | ToolCall] = []
-        self.num_calls = 0
-
-    def feed(self, text: str) -> list[str | ToolCall]:
-        self._buf += text
-        self._advance(final=False)
-        return self._take()
 
     def finish(self) -> list[str | ToolCall]:
         """The reply has ended: what is still open is content."""
@@ -51,10 +45,6 @@ class Llama3JsonToolParser:
             self._content(self._held + self._buf)
             self._buf = self._held = ""
         return self._take()
-
-    def _take(self) -> list[str | ToolCall]:
-        out, self._out = self._out, []
-        return out
 
     def _content(self, s: str) -> None:
         if s:
@@ -102,8 +92,7 @@ class Llama3JsonToolParser:
             if call is None:
                 self._end_calls(start)
                 return
-            self._out.append(call)
-            self.num_calls += 1
+            self._calls([call])
             self._buf, self._held, self._scanned = self._buf[end:], "", 0
 
     def _end_calls(self, start: int) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 
-from turbospec.tool_parser import ToolCall, call_from_object, partial_tag_len
+from turbospec.tool_parser import StreamingToolParser, ToolCall, call_from_object, partial_tag_len
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -29,49 +29,22 @@ _DECODER = json.JSONDecoder()
 _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
-class MistralToolParser:
-    """`feed(text)` / `finish()` -> the new events in order: a `str` (content) or a `ToolCall`."""
+class MistralToolParser(StreamingToolParser):
+    """`[TOOL_CALLS]` and the calls after it (the module docstring)."""
 
     def __init__(self):
-        self._buf = ""                 # unread text
+        super().__init__()
         self._in_calls = False         # just past a [TOOL_CALLS] token, reading its call(s)
-        self._pending_ws = ""          # whitespace ending the content so far: dropped before a call
-        self._after_call = False       # drop the whitespace that follows a call
         self._scanned = 0              # in calls: _buf held no closing bracket up to here at the last try
-        self._out: list[str | ToolCall] = []
-        self.num_calls = 0
-
-    def feed(self, text: str) -> list[str | ToolCall]:
-        self._buf += text
-        self._advance(final=False)
-        return self._take()
 
     def finish(self) -> list[str | ToolCall]:
         """The text has ended: an open call is content, as written; held-back text is released."""
         self._advance(final=True)
         if self._in_calls:
-            self._content(TOOL_CALLS + self._buf)
+            self._text(TOOL_CALLS + self._buf)
         self._buf, self._in_calls = "", False
-        if self._pending_ws:
-            self._out.append(self._pending_ws)
-            self._pending_ws = ""
+        self._flush_whitespace()
         return self._take()
-
-    def _take(self) -> list[str | ToolCall]:
-        out, self._out = self._out, []
-        return out
-
-    def _content(self, s: str) -> None:
-        if self._after_call:
-            s = s.lstrip()
-            if not s:
-                return
-            self._after_call = False
-        s, self._pending_ws = self._pending_ws + s, ""
-        body = s.rstrip()
-        self._pending_ws = s[len(body):]
-        if body:
-            self._out.append(body)
 
     def _advance(self, final: bool) -> None:
         while True:
@@ -79,10 +52,10 @@ class MistralToolParser:
                 i = self._buf.find(TOOL_CALLS)
                 if i < 0:
                     keep = 0 if final else partial_tag_len(self._buf, TOOL_CALLS)
-                    self._content(self._buf[:len(self._buf) - keep])
+                    self._text(self._buf[:len(self._buf) - keep])
                     self._buf = self._buf[len(self._buf) - keep:]
                     return
-                self._content(self._buf[:i])
+                self._text(self._buf[:i])
                 self._buf, self._in_calls, self._scanned = self._buf[i + len(TOOL_CALLS):], True, 0
             if not self._read_call(final):
                 return
@@ -138,12 +111,10 @@ class MistralToolParser:
         """The token's text is not a call: the token is content, as written, and the text after it
         is read as content (up to the next token)."""
         self._in_calls = False
-        self._content(TOOL_CALLS)
+        self._text(TOOL_CALLS)
         return True
 
     def _emit(self, calls: list[ToolCall], end: int) -> bool:
-        self._pending_ws, self._after_call = "", True
-        self._out += calls
-        self.num_calls += len(calls)
+        self._calls(calls)
         self._buf, self._in_calls = self._buf[end:], False
         return True
