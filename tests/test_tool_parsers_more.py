@@ -25,6 +25,12 @@ LLAMA = {  # text -> (content, [(name, arguments as a dict)])
     "call_then_text": ('{"name": "f", "parameters": {"a": "}"}} then text', "then text", [("f", {"a": "}"})]),
     "cut_by_max_tokens": ('{"name": "f", "parameters": {"a": 1', '{"name": "f", "parameters": {"a": 1', []),
     "whitespace_only": ("   ", "   ", []),
+    "call_then_broken_json": ('{"name": "f", "parameters": {}} {oops} more', "{oops} more", [("f", {})]),
+    "second_call_cut": ('{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"a": 1',
+                        '{"name": "g", "parameters": {"a": 1', [("f", {})]),
+    "a_list_of_calls": ('[{"name": "f", "parameters": {}}, {"name": "g", "arguments": {"b": 2}}]', None,
+                        [("f", {}), ("g", {"b": 2})]),
+    "nan_is_no_json": ('{"name": "f", "parameters": {"x": NaN}}', '{"name": "f", "parameters": {"x": NaN}}', []),
 }
 
 MISTRAL = {
@@ -44,6 +50,11 @@ MISTRAL = {
     "a_name_with_a_space": ("[TOOL_CALLS]my func[ARGS]{}", "[TOOL_CALLS]my func[ARGS]{}", []),
     "a_bare_token_at_the_end": ("x [TOOL_CALLS]", "x [TOOL_CALLS]", []),
     "part_of_the_token": ("text [TOOL_CALL", "text [TOOL_CALL", []),
+    "v11_call_ids": ('[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}', None,
+                     [("get_weather", {"city": "Paris"})]),
+    "invalid_list_then_a_call": ("[TOOL_CALLS][see note] text [TOOL_CALLS]f[ARGS]{}", "[TOOL_CALLS][see note] text",
+                                 [("f", {})]),
+    "infinity_is_no_json": ('[TOOL_CALLS]f[ARGS]{"x": Infinity}', '[TOOL_CALLS]f[ARGS]{"x": Infinity}', []),
 }
 CODER_CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
               "</parameter>\n</function>\n</tool_call>")
@@ -56,6 +67,9 @@ QWEN3_CODER = {
     "no_function": ("<tool_call>\nnothing here\n</tool_call>", "<tool_call>\nnothing here\n</tool_call>", []),
     "cut_inside": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
                    "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", []),
+    "closing_tags_inside_a_value": ("<tool_call>\n<function=write>\n<parameter=text>\na </parameter> b </function> "
+                                    "c </tool_call> d\n</parameter>\n</function>\n</tool_call>", None,
+                                    [("write", {"text": "a </parameter> b </function> c </tool_call> d"})]),
     "cut_after_the_function": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                                "</function>\n", None, [("get_weather", {"city": "Paris"})]),
 }
@@ -114,13 +128,42 @@ def test_unknown_parser_names_the_ones_there_are():
     ({"type": "string"}, "007", "007"), (None, "42", "42"),                 # strings, unknown parameters: as written
     ({"type": "integer"}, " 42 ", 42), ({"type": "integer"}, "4.5", "4.5"),
     ({"type": "number"}, "2.0", 2), ({"type": "number"}, "2.5", 2.5), ({"type": "number"}, "inf", "inf"),
-    ({"type": "boolean"}, "True", True), ({"type": "boolean"}, "yes", "yes"),
+    ({"type": "boolean"}, "True", True), ({"type": "boolean"}, "yes", False),     # vLLM's: not true is false
     ({"type": "array"}, '[1, "a"]', [1, "a"]), ({"type": "object"}, "{'a': 1}", {"a": 1}),
     ({"type": "object"}, "{1, 2}", "{1, 2}"), ({"type": "array"}, "NaN", "NaN"),
-    ({"type": ["integer", "null"]}, "7", 7), ({"type": "integer"}, "null", None),
+    ({"type": ["integer", "null"]}, "7", 7), ({"type": ["integer", "null"]}, "null", None),
+    ({"type": "integer"}, "null", "null"), ({"type": "string"}, "null", "null"),   # null only where allowed
+    ({"anyOf": [{"type": "integer"}, {"type": "null"}]}, "5", 5), ({"number": 1, "type": "number"}, "1e20", 10**20),
 ])
 def test_qwen3_coder_values_follow_the_schema(schema, text, value):
     from turbospec.tool_parser_qwen3_coder import typed_value
     got = typed_value(text, schema)
     assert got == value and type(got) is type(value)
     json.dumps(got, allow_nan=False)                                        # always valid JSON
+
+
+def test_invalid_json_is_resolved_when_it_closes_not_at_the_end():
+    """Mistral: a `[TOOL_CALLS]` whose list closed as invalid JSON is content at once, so the text
+    after it streams (it was held to the end of the output)."""
+    p = make_tool_parser("mistral")
+    assert "".join(p.feed("[TOOL_CALLS][see note]")) == "[TOOL_CALLS][see note]"
+    assert "".join(p.feed(" and more")) == " and more"
+
+
+@pytest.mark.parametrize("parser, head, piece, tail", [
+    ("hermes", '<tool_call>{"name": "w", "arguments": {"t": "', 'ab{}[]\\" ', '"}}</tool_call>'),
+    ("qwen3_coder", "<tool_call>\n<function=w>\n<parameter=t>\n", "ab{}[] </p ", "\n</parameter>\n</function>\n</tool_call>"),
+    ("llama3_json", '{"name": "w", "parameters": {"t": [', '{"a": 1}, ', '{}]}}'),
+    ("mistral", '[TOOL_CALLS]w[ARGS]{"t": [', '{"a": "}"}, ', '{}]}'),
+])
+def test_a_long_call_streamed_in_small_pieces_is_read_once(parser, head, piece, tail):
+    """A 300,000-character call (a file written by an agent) streamed 4 characters at a time: each
+    piece is read once, not the open call from its start (that took seconds at 88,000)."""
+    import time
+    text = head + piece * (300_000 // len(piece)) + tail
+    p = make_tool_parser(parser)
+    t0 = time.perf_counter()
+    events = [e for i in range(0, len(text), 4) for e in p.feed(text[i:i + 4])] + p.finish()
+    assert time.perf_counter() - t0 < 10, "quadratic"
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    assert len(calls) == 1 and len(calls[0].arguments) > 250_000 and not [e for e in events if isinstance(e, str)]

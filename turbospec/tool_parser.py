@@ -24,6 +24,7 @@ whole. `extract_tool_calls` is the whole-text form.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 
@@ -77,7 +78,10 @@ def call_from_object(obj, arg_keys: tuple[str, ...] = ("arguments",), require_ar
         args = {}
     if not isinstance(args, dict):
         return None
-    return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
+    try:
+        return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False, allow_nan=False))
+    except ValueError:                           # NaN / Infinity: not JSON, which clients parse strictly
+        return None
 
 
 def partial_tag_len(text: str, tag: str) -> int:
@@ -86,6 +90,50 @@ def partial_tag_len(text: str, tag: str) -> int:
         if text.endswith(tag[:n]):
             return n
     return 0
+
+
+_JSON_MARK = re.compile(r'["\\\[\]{}]')
+
+
+class JsonEnd:
+    """Where the JSON object or array that starts at `start` of a growing text closes, found by
+    reading each new character once (strings and escapes tracked), so that a long value streamed in
+    small pieces is not re-parsed from its start at every piece. Only the brackets are matched:
+    the caller decodes the closed value (which may still be invalid JSON)."""
+
+    def __init__(self, start: int):
+        self.pos, self.depth, self.in_string, self.escaped = start, 0, False, False
+
+    def scan(self, text: str) -> int | None:
+        """The index just past the bracket that closes the value, or None while it is open."""
+        i = self.pos
+        if self.escaped:                         # a backslash ended the text last time
+            if i >= len(text):
+                return None
+            i, self.escaped = i + 1, False
+        while True:
+            m = _JSON_MARK.search(text, i)
+            if m is None:
+                self.pos = len(text)
+                return None
+            c, i = m.group(), m.end()
+            if self.in_string:
+                if c == '"':
+                    self.in_string = False
+                elif c == "\\":
+                    if i >= len(text):
+                        self.pos, self.escaped = i, True
+                        return None
+                    i += 1                       # the escaped character
+            elif c == '"':
+                self.in_string = True
+            elif c in "[{":
+                self.depth += 1
+            elif c in "]}":
+                self.depth -= 1
+                if self.depth <= 0:
+                    self.pos = i
+                    return i
 
 
 class StreamingToolParser:
@@ -144,6 +192,7 @@ class ToolCallParser(StreamingToolParser):
     def __init__(self):
         super().__init__()
         self._in_call = False          # inside an open block; _buf: its inside so far (else a possible partial tag)
+        self._searched = 0             # in a block: _buf[:_searched] holds no end tag (searched once)
 
     def _advance(self, final: bool) -> None:
         while True:
@@ -157,11 +206,12 @@ class ToolCallParser(StreamingToolParser):
                 self._text(self._buf[:i])
                 self._buf, self._in_call = self._buf[i + len(TOOL_CALL_START):], True
             else:
-                j = self._buf.find(TOOL_CALL_END)
+                j = self._block_end()
                 if j < 0:
+                    self._searched = max(0, len(self._buf) - len(TOOL_CALL_END) + 1)
                     return
                 self._block(self._buf[:j], closed=True)
-                self._buf, self._in_call = self._buf[j + len(TOOL_CALL_END):], False
+                self._buf, self._in_call, self._searched = self._buf[j + len(TOOL_CALL_END):], False, 0
 
     def finish(self) -> list[str | ToolCall]:
         """The text has ended: resolve an open block, release what was held back."""
@@ -172,6 +222,10 @@ class ToolCallParser(StreamingToolParser):
         self._buf, self._in_call = "", False
         self._flush_whitespace()
         return self._take()
+
+    def _block_end(self) -> int:
+        """Where the open block's end tag starts in _buf, or -1 (searched past _searched only)."""
+        return self._buf.find(TOOL_CALL_END, self._searched)
 
     def parse_block(self, inside: str, closed: bool) -> list[ToolCall]:
         """The calls in one block's inside text (hermes: one JSON object); [] when it is not a call.
@@ -195,6 +249,12 @@ TOOL_CALL_PARSERS = {
     "qwen3_coder": "<tool_call><function=name><parameter=key>value</parameter></function></tool_call> "
                    "(Qwen3-Coder)",
 }
+
+
+# the parsers whose tags may be special tokens: while they parse, a request's skip_special_tokens
+# defaults to false (vLLM's hermes, mistral and qwen3_coder parsers set it so; its llama parser
+# does not, so <|python_tag|> is dropped from the text there and here)
+KEEPS_SPECIAL_TOKENS = frozenset({"hermes", "mistral", "qwen3_coder"})
 
 
 def check_tool_call_parser(name: str) -> None:

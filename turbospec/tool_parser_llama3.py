@@ -3,13 +3,14 @@ with custom tools, the model's whole reply is the call, optionally after `<|pyth
 
     {"name": "get_weather", "parameters": {"city": "Paris"}}
 
-and several are separated by `;`. A reply is read as calls when, past leading whitespace, it
-starts with `{` or `<|python_tag|>{`; each object with a non-empty string `name` and a
-`parameters` (or `arguments`) object, or a JSON string holding one, is a call. When the first
-object is not a call, invalid JSON included, the whole reply is content, as written (a model
-answering with JSON is not calling a tool); a later one that is not a call ends the calls, and it
-and what follows are content. Text that starts otherwise (`<|python_tag|>` with Python after it:
-Llama's built-in tools) is content, as in vLLM.
+and several are separated by `;` (or come as one JSON list). A reply is read as calls when, past
+leading whitespace and the tag, it starts with `{` or `[`; each object with a non-empty string
+`name` and an `arguments` (or `parameters`) object, or a JSON string holding one, is a call. When
+the first value is not a call (or a list of them), invalid JSON included, the whole reply is
+content, as written (a model answering with JSON is not calling a tool); a later one that is not
+a call ends the calls, and it and what follows are content. A reply that starts with text
+(Llama's built-in tools: `<|python_tag|>` and Python) is content. The server leaves
+skip_special_tokens at its default for this parser, as vLLM does, so the tag is not in the text.
 
 Streamed, a call is emitted once its object has closed, and content once it cannot become a
 call: any split of the reply gives the same content and calls as the whole (`ToolCallParser`'s
@@ -19,10 +20,10 @@ from __future__ import annotations
 
 import json
 
-from turbospec.tool_parser import StreamingToolParser, ToolCall, call_from_object, partial_tag_len
+from turbospec.tool_parser import JsonEnd, StreamingToolParser, ToolCall, call_from_object, partial_tag_len
 
 PYTHON_TAG = "<|python_tag|>"
-_ARG_KEYS = ("parameters", "arguments")
+_ARG_KEYS = ("arguments", "parameters")      # vLLM's order when an object has both
 _DECODER = json.JSONDecoder()
 
 
@@ -34,13 +35,13 @@ class Llama3JsonToolParser(StreamingToolParser):
         super().__init__()
         self._mode = "start"           # "start": only whitespace (or part of the tag) so far; "calls"; "text"
         self._held = ""                # "calls" before the first call: the reply as written so far
-        self._scanned = 0              # "calls": how far _buf held no '}' at the last failed decode
+        self._end: JsonEnd | None = None   # "calls": where the open object closes
 
     def finish(self) -> list[str | ToolCall]:
         """The reply has ended: what is still open is content."""
         self._advance(final=True)
-        if self._mode == "calls" and self.num_calls:      # only separators are left after the calls
-            self._buf = ""
+        if self._mode == "calls" and self.num_calls and not self._buf.strip(" \t\r\n;"):
+            self._buf = ""                                 # the separators after the last call
         if self._buf or self._held:
             self._content(self._held + self._buf)
             self._buf = self._held = ""
@@ -56,7 +57,7 @@ class Llama3JsonToolParser(StreamingToolParser):
             if not body or (not final and partial_tag_len(body, PYTHON_TAG) == len(body)):
                 return                                    # undecided: whitespace, or the tag's beginning
             rest = body[len(PYTHON_TAG):] if body.startswith(PYTHON_TAG) else body
-            if not rest.lstrip().startswith("{"):
+            if not rest.lstrip().startswith(("{", "[")):
                 if rest.strip() or final:                 # not a call: the whole reply is content
                     self._mode = "text"
                 else:
@@ -75,25 +76,26 @@ class Llama3JsonToolParser(StreamingToolParser):
             start = len(self._buf) - len(self._buf.lstrip(" \t\r\n;"))
             if start == len(self._buf):
                 return                                    # separators only: wait
-            if self._buf[start] != "{":
+            if self._buf[start] not in "{[":
                 self._end_calls(start)
                 return
-            if "}" not in self._buf[max(self._scanned, start):]:
-                self._scanned = len(self._buf)
-                return                                    # cannot have closed yet
-            try:
-                obj, end = _DECODER.raw_decode(self._buf, start)
-            except (ValueError, RecursionError):
-                self._scanned = len(self._buf)
+            self._end = self._end or JsonEnd(start)
+            end = self._end.scan(self._buf)
+            if end is None:                               # open so far
                 if final:
                     self._end_calls(start)
-                return                                    # open (or invalid) so far: wait for more
-            call = call_from_object(obj, _ARG_KEYS, require_args=True)
-            if call is None:
+                return
+            try:
+                value, end = _DECODER.raw_decode(self._buf, start)
+            except (ValueError, RecursionError):
+                value = None                              # closed but not JSON
+            items = value if isinstance(value, list) else [value]
+            calls = [call_from_object(v, _ARG_KEYS, require_args=True) for v in items]
+            if not items or None in calls:
                 self._end_calls(start)
                 return
-            self._calls([call])
-            self._buf, self._held, self._scanned = self._buf[end:], "", 0
+            self._calls(calls)
+            self._buf, self._held, self._end = self._buf[end:], "", None
 
     def _end_calls(self, start: int) -> None:
         """What begins at _buf[start] is not a call: content from there (the whole reply, as written,
@@ -102,4 +104,4 @@ class Llama3JsonToolParser(StreamingToolParser):
             self._content(self._held + self._buf)
         else:
             self._content(self._buf[start:])
-        self._mode, self._buf, self._held = "text", "", ""
+        self._mode, self._buf, self._held, self._end = "text", "", "", None

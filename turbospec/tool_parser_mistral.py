@@ -4,6 +4,7 @@
     [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}, ...]   (v3: Mistral-7B-v0.3,
                                                                                   Mixtral-8x22B, Small 3.1)
     [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{}    (v11+: Small 3.2, Devstral)
+    [TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}            (v11+ with call ids)
 
 (a single object after the token is taken too; an element's arguments may be `arguments` or
 `parameters`, an object or a JSON string holding one). Text around the calls is content, without
@@ -20,10 +21,11 @@ from __future__ import annotations
 import json
 import re
 
-from turbospec.tool_parser import StreamingToolParser, ToolCall, call_from_object, partial_tag_len
+from turbospec.tool_parser import JsonEnd, StreamingToolParser, ToolCall, call_from_object, partial_tag_len
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
+CALL_ID = "[CALL_ID]"
 _ARG_KEYS = ("arguments", "parameters")
 _DECODER = json.JSONDecoder()
 _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
@@ -35,7 +37,7 @@ class MistralToolParser(StreamingToolParser):
     def __init__(self):
         super().__init__()
         self._in_calls = False         # just past a [TOOL_CALLS] token, reading its call(s)
-        self._scanned = 0              # in calls: _buf held no closing bracket up to here at the last try
+        self._end: JsonEnd | None = None   # in calls: where the open JSON value closes
 
     def finish(self) -> list[str | ToolCall]:
         """The text has ended: an open call is content, as written; held-back text is released."""
@@ -56,7 +58,7 @@ class MistralToolParser(StreamingToolParser):
                     self._buf = self._buf[len(self._buf) - keep:]
                     return
                 self._text(self._buf[:i])
-                self._buf, self._in_calls, self._scanned = self._buf[i + len(TOOL_CALLS):], True, 0
+                self._buf, self._in_calls, self._end = self._buf[i + len(TOOL_CALLS):], True, None
             if not self._read_call(final):
                 return
 
@@ -68,9 +70,9 @@ class MistralToolParser(StreamingToolParser):
         if at == len(buf):
             return False
         if buf[at] in "[{":
-            parsed = self._decode(at)
+            parsed = self._decode(at, final)
             if parsed is None:
-                return self._not_calls() if final else False
+                return not self._in_calls                   # made content: read on; else open: wait
             value, end = parsed
             items = value if isinstance(value, list) else [value]
             calls = [call_from_object(v, _ARG_KEYS) for v in items]
@@ -78,43 +80,56 @@ class MistralToolParser(StreamingToolParser):
                 return self._not_calls()
             return self._emit(calls, end)
         j = buf.find(ARGS, at)
-        if j < 0:                                           # a name so far, or not a call
+        if j < 0:                                           # a name (and call id) so far, or not a call
             head = buf[at:]
-            head = head[:len(head) - (0 if final else partial_tag_len(head, ARGS))]
-            if final or (head and not _NAME.fullmatch(head)):
+            if not final:
+                head = head[:len(head) - max(partial_tag_len(head, ARGS), partial_tag_len(head, CALL_ID))]
+            if final or (head and not _name_and_id(head)):
                 return self._not_calls()
             return False
-        name = buf[at:j]
-        if not _NAME.fullmatch(name):
+        name = _name_and_id(buf[at:j])
+        if not name:
             return self._not_calls()
         k = len(buf) - len(buf[j + len(ARGS):].lstrip())
-        parsed = self._decode(k) if k < len(buf) and buf[k] == "{" else None
+        if k == len(buf) or buf[k] != "{":
+            return False if k == len(buf) and not final else self._not_calls()
+        parsed = self._decode(k, final)
         if parsed is None:
-            waiting = not final and (k == len(buf) or buf[k] == "{")
-            return False if waiting else self._not_calls()
+            return not self._in_calls
         call = call_from_object({"name": name, "arguments": parsed[0]})
         return self._emit([call], parsed[1]) if call is not None else self._not_calls()
 
-    def _decode(self, at: int):
-        """(value, end) of the JSON value starting at _buf[at], or None while it is open or invalid."""
-        close = "]" if self._buf[at] == "[" else "}"
-        if close not in self._buf[max(self._scanned, at):]:
-            self._scanned = len(self._buf)
+    def _decode(self, at: int, final: bool):
+        """(value, end) of the JSON value starting at _buf[at]; None while it is open (at the end of
+        the text, or when it closed as invalid JSON, the token is made content first)."""
+        self._end = self._end or JsonEnd(at)
+        end = self._end.scan(self._buf)
+        if end is not None:
+            try:
+                return _DECODER.raw_decode(self._buf, at)
+            except (ValueError, RecursionError):
+                pass
+        elif not final:
             return None
-        try:
-            return _DECODER.raw_decode(self._buf, at)
-        except (ValueError, RecursionError):
-            self._scanned = len(self._buf)
-            return None
+        self._not_calls()
+        return None
 
     def _not_calls(self) -> bool:
         """The token's text is not a call: the token is content, as written, and the text after it
         is read as content (up to the next token)."""
-        self._in_calls = False
+        self._in_calls, self._end = False, None
         self._text(TOOL_CALLS)
         return True
 
     def _emit(self, calls: list[ToolCall], end: int) -> bool:
         self._calls(calls)
-        self._buf, self._in_calls = self._buf[end:], False
+        self._buf, self._in_calls, self._end = self._buf[end:], False, None
         return True
+
+
+def _name_and_id(head: str) -> str | None:
+    """`name` or `name[CALL_ID]id` (v11+ with call ids) -> the name, or None when it is not one."""
+    name, sep, call_id = head.partition(CALL_ID)
+    if not _NAME.fullmatch(name) or (sep and call_id and not _NAME.fullmatch(call_id)):
+        return None
+    return name

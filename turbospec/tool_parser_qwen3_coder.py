@@ -1,6 +1,6 @@
 """Tool calls in Qwen3-Coder's XML format (vLLM's `--tool-call-parser qwen3_coder`): Hermes'
 `<tool_call>` blocks (tool_parser.py: the same streaming, content and whitespace rules), each
-holding one function with its parameters as text:
+holding a function with its parameters as text:
 
     <tool_call>
     <function=get_weather>
@@ -14,12 +14,16 @@ holding one function with its parameters as text:
     </tool_call>
 
 A value is the text between its tags less one leading and one trailing newline, typed by the
-parameter's JSON schema in the request's `tools`, as vLLM types it: string (and unknown parameters)
-as written; integer / number parsed (a number with no fraction as an integer); boolean from
-true / false; object / array (and other types) as JSON, else a Python literal, else the text; `null`
-is null for any type. A value that does not parse as its type stays a string. A block without a
-`<function=name>` (or whose inside is a hermes JSON call: that is read as hermes reads it) stays text;
-so does a block the end of the output cut before its `</function>` (a value may be cut short).
+parameter's JSON schema in the request's `tools` as current vLLM types it: string (and parameters
+the schema does not name) as written; integer / number parsed (a number with no fraction as an
+integer); boolean true when the text is `true`, else false; object / array (and other types) as
+JSON, else a Python literal, else the text. `anyOf` / `oneOf` / a type list take their first type
+that is not null; `null` is null where the schema allows null. A value that does not parse as its
+type stays a string. Code in a value may hold the closing tags themselves: `</parameter>` ends a
+value only before the next `<parameter=` or `</function>`, `</function>` only before the next
+`<function=` or the block's end, and `</tool_call>` ends a block only after `</function>`.
+A block without a `<function=name>` (or whose inside is a hermes JSON call: that is read as hermes
+reads it) stays text; so does a block the end of the output cut before its `</function>`.
 """
 from __future__ import annotations
 
@@ -28,11 +32,24 @@ import json
 import math
 import re
 
-from turbospec.tool_parser import ToolCall, ToolCallParser, parse_tool_call
+from turbospec.tool_parser import TOOL_CALL_END, ToolCall, ToolCallParser, parse_tool_call
 
-_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
+_FUNCTION_START = re.compile(r"<function=([^>\n]+)>")
+_PARAMETER_START = re.compile(r"<parameter=([^>\n]+)>")
+_FUNCTION_END, _PARAMETER_END = "</function>", "</parameter>"
 _INT_TYPES = ("int", "uint", "long", "short", "unsigned")
+
+
+def _close(text: str, tag: str, followers: tuple[str, ...], start: int = 0) -> int:
+    """The first `tag` in text[start:] that only whitespace and then one of `followers` (or the
+    end) follows: where the element really ends; len(text) when none does."""
+    i = text.find(tag, start)
+    while i >= 0:
+        rest = text[i + len(tag):].lstrip()
+        if not rest or rest.startswith(followers):
+            return i
+        i = text.find(tag, i + 1)
+    return len(text)
 
 
 class Qwen3CoderToolParser(ToolCallParser):
@@ -47,36 +64,64 @@ class Qwen3CoderToolParser(ToolCallParser):
             if isinstance(fn.get("name"), str) and isinstance(props, dict):
                 self._schemas[fn["name"]] = props
 
+    def _block_end(self) -> int:
+        """A `</tool_call>` ends the block only after `</function>` (or in a block with no function)."""
+        i = self._buf.find(TOOL_CALL_END, self._searched)
+        while i >= 0:
+            inside = self._buf[:i]
+            if "<function=" not in inside or inside.rstrip().endswith(_FUNCTION_END):
+                return i
+            i = self._buf.find(TOOL_CALL_END, i + 1)
+        return -1
+
     def parse_block(self, inside: str, closed: bool) -> list[ToolCall]:
-        if not closed and "</function>" not in inside:
-            return []                                      # cut inside a function: its values may be too
         if "<function=" not in inside:
             call = parse_tool_call(inside)                 # a JSON block: as hermes reads it
             return [] if call is None else [call]
-        calls = []
-        for m in _FUNCTION.finditer(inside):
+        if not closed and not inside.rstrip().endswith(_FUNCTION_END):
+            return []                                      # cut inside a function: its values may be too
+        calls, pos = [], 0
+        while (m := _FUNCTION_START.search(inside, pos)) is not None:
             name = m.group(1).strip()
+            end = _close(inside, _FUNCTION_END, ("<function=",), m.end())
             if not name:
                 return []
-            props = self._schemas.get(name, {})
-            args = {}
-            for p in _PARAMETER.finditer(m.group(2)):
-                key, value = p.group(1).strip(), p.group(2)
-                value = value[1:] if value.startswith("\n") else value
-                value = value[:-1] if value.endswith("\n") else value
-                args[key] = typed_value(value, props.get(key))
-            calls.append(ToolCall(name, json.dumps(args, ensure_ascii=False)))
+            calls.append(ToolCall(name, json.dumps(self._arguments(name, inside[m.end():end]),
+                                                   ensure_ascii=False, allow_nan=False)))
+            pos = end
         return calls
+
+    def _arguments(self, name: str, body: str) -> dict:
+        props, args, pos = self._schemas.get(name, {}), {}, 0
+        while (m := _PARAMETER_START.search(body, pos)) is not None:
+            end = _close(body, _PARAMETER_END, ("<parameter=",), m.end())
+            value = body[m.end():end]
+            value = value[1:] if value.startswith("\n") else value
+            value = value[:-1] if value.endswith("\n") else value
+            key = m.group(1).strip()
+            args[key] = typed_value(value, props.get(key)) if key in props else value
+            pos = end
+        return args
+
+
+def _schema_type(schema) -> tuple[str, bool]:
+    """(the type a value is parsed as, whether null is allowed) from a property's schema."""
+    if not isinstance(schema, dict):
+        return "string", False
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds] if kinds is not None else []
+    for key in ("anyOf", "oneOf"):
+        kinds += [o.get("type") for o in schema.get(key) or [] if isinstance(o, dict)]
+    kinds = [str(k).strip().lower() for k in kinds if k is not None]
+    kind = next((k for k in kinds if k != "null"), "string")
+    return kind, "null" in kinds
 
 
 def typed_value(text: str, schema) -> object:
-    """A parameter's text as the value its schema's type says (vLLM's rules, module docstring)."""
-    if text.strip().lower() == "null":
+    """A parameter's text as the value its schema's type says (module docstring)."""
+    kind, nullable = _schema_type(schema)
+    if nullable and text.strip().lower() in ("null", "none"):
         return None
-    kind = schema.get("type", "string") if isinstance(schema, dict) else "string"
-    if isinstance(kind, list):                             # ["integer", "null"]: the first non-null
-        kind = next((k for k in kind if k != "null"), "string")
-    kind = str(kind).strip().lower()
     if kind in ("string", "str", "text", "varchar", "char", "enum"):
         return text
     if kind.startswith(_INT_TYPES):
@@ -91,10 +136,9 @@ def typed_value(text: str, schema) -> object:
             return text
         if not math.isfinite(x):
             return text
-        return int(x) if x.is_integer() and abs(x) < 2 ** 63 else x
+        return int(x) if x.is_integer() else x
     if kind in ("boolean", "bool", "binary"):
-        low = text.strip().lower()
-        return low == "true" if low in ("true", "false") else text
+        return text.strip().lower() == "true"
     for parse in (json.loads, lambda t: ast.literal_eval(t.strip())):
         try:
             value = parse(text)

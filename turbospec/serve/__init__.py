@@ -14,7 +14,7 @@
     startup.py        engine build, warm-up, cold-start report   cli.py    the `serve` command
     listen.py         --host / --port checked before the model loads, the fix for each bind failure
     chat.py           chat messages, template options, --chat-template
-    tool_calls.py     tools / tool_choice, Hermes tool calls in responses (turbospec/tool_parser.py)
+    tool_calls.py     tools / tool_choice, the parsed calls in responses (turbospec/tool_parser*.py)
 """
 from __future__ import annotations
 

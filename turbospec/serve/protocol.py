@@ -24,6 +24,7 @@ from turbospec.serve.chat import ChatMessage, ChatTemplateOptions, messages_for_
 from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.reasoning import ReasoningOptions
 from turbospec.serve.sampling_fields import MAX_LOGPROBS, NullableBool, SamplingFields
+from turbospec.tool_parser import KEEPS_SPECIAL_TOKENS
 from turbospec.serve.tool_calls import ToolOptions
 
 _JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
@@ -136,7 +137,8 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateOptions, ToolOptions, Re
         """Neither max_tokens nor max_completion_tokens: a generation_config default applies."""
         return self.max_tokens is None and self.max_completion_tokens is None
 
-    def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
+    def to_sampling_params(self, defaults: dict[str, Any] | None = None,
+                           tool_call_parser: str = "hermes") -> SamplingParams:
         self.check_supported()
         _check_max_tokens("max_tokens", self.max_tokens)
         _check_max_tokens("max_completion_tokens", self.max_completion_tokens)
@@ -154,8 +156,9 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateOptions, ToolOptions, Re
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         params = self._sampling_params(max_tokens, logprobs, defaults)
         params.prompt_logprobs = self.prompt_logprobs
-        if self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set:
-            params.skip_special_tokens = False    # some tokenizers mark <tool_call> special (as vLLM's hermes)
+        if (self.parses_tool_calls and "skip_special_tokens" not in self.model_fields_set
+                and tool_call_parser in KEEPS_SPECIAL_TOKENS):
+            params.skip_special_tokens = False    # the format's tags may be special tokens (as vLLM's parsers)
         return params
 
 

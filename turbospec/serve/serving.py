@@ -164,7 +164,7 @@ class OpenAIServing:
         its sampling parameters. /v1/responses maps onto this too (serve/responses_api.py), naming
         its own length field (`max_tokens_name`) in a refusal."""
         req.model = resolve_model_name(req.model, self.served_model_names)
-        params = req.to_sampling_params(self.sampling_defaults)
+        params = req.to_sampling_params(self.sampling_defaults, self.tool_call_parser)
         req.check_num_choices(1)
         req.template_kwargs()                     # contradictory template options: 400 first
         if not self.engine.has_chat_template:

@@ -13,10 +13,11 @@ read them (else a 400 naming `tools`: start the server with a `--chat-template` 
   is held to the call's JSON by structured outputs (serve/forced_tool_calls.py, as vLLM does).
   `strict: true` is accepted with every tool_choice, as vLLM accepts it; only these two enforce it.
 `parallel_tool_calls: false` returns only the first call (vLLM's behaviour; the model is not
-constrained, its later calls are dropped). While calls are parsed, `skip_special_tokens` defaults
-to false (as vLLM's hermes and mistral parsers set it): some tokenizers mark `<tool_call>` special,
-Mistral's `[TOOL_CALLS]` and Llama's `<|python_tag|>` are, and a skipped tag would hide the call (an
-explicit `skip_special_tokens` is respected).
+constrained, its later calls are dropped). While calls are parsed by hermes, qwen3_coder or
+mistral, `skip_special_tokens` defaults to false (as vLLM's parsers set it): some tokenizers mark
+`<tool_call>` special, Mistral's `[TOOL_CALLS]` is, and a skipped tag would hide the call; under
+llama3_json it stays true, as in vLLM (`<|python_tag|>` is dropped, the JSON read). An explicit
+`skip_special_tokens` is respected.
 
 Response: `finish_reason` "tool_calls" replaces "stop" when a call was returned ("length" stays:
 the output was cut, a later call may be missing). Streamed, each call arrives once it is complete, as two deltas of its `index`: the first with `id`, `type` and `function.name` (arguments
