@@ -7,7 +7,7 @@ between; `yarn` ramps likewise by rotations over the original context and also s
 `longrope` (Phi-3) divides each frequency by its own factor (the short or the long list) and
 scales cos / sin.
 With `partial_rotary_factor` < 1 (Phi-4-mini) only the first `rotary_dim` dimensions of each head
-rotate (their two halves together); the rest pass through unchanged, as in transformers and vLLM.
+rotate (their two halves together); the rest pass through unchanged, as in vLLM (and transformers' Phi-3).
 The cache is float32; it is cast to the query dtype on use, as HF does. On CUDA one
 Triton kernel (`turbospec.kernels.rope`) applies the optional per-head q/k norm and the rotation.
 """

@@ -12,7 +12,6 @@ from fastapi.responses import JSONResponse, Response
 
 from turbospec import __version__
 from turbospec.reasoning_parser import check_reasoning_parser
-from turbospec.tool_parser import check_tool_call_parser
 from turbospec.serve.async_engine import AsyncEngine
 from turbospec.serve.errors import APIError, install_error_handlers
 from turbospec.serve.metrics import CONTENT_TYPE, ServerMetrics
@@ -22,6 +21,7 @@ from turbospec.serve.responses import ModelCard, ModelList
 from turbospec.serve.responses_api import ResponsesServing
 from turbospec.serve.serving import OpenAIServing
 from turbospec.serve.tokenize import Tokenization
+from turbospec.tool_parser import check_tool_call_parser
 
 
 def _auth_dependency(api_key: str | None):
