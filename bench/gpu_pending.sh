@@ -14,6 +14,8 @@
 #   fp8rows  (session 32) per-row FP8 scales (compressed-tensors / per-tensor checkpoints): their GPU
 #            tests, the FP8 kernel tests after the kernels' new scale stride, Mixtral / Qwen2-MoE
 #   fp8bench (session 32) bench decode, block-FP8 against one scale per row (fp8-channel), same call
+#   partial  (session 33) partial rotary on CUDA: tests/gpu/test_phi3_gpu.py (its Phi-4-mini case),
+#            the refactored test_moe_archs_gpu.py, then bench decode --shape phi-4-mini against phi-4
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -52,6 +54,14 @@ for part in "$@"; do
               echo "### bench decode $a" >> "$OUT/fp8bench.txt"
               PYTHONPATH=. timeout 140 $TS $a >> "$OUT/fp8bench.txt" 2>&1; done
             grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/fp8bench.txt" | tail -30 ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench)"; exit 2 ;;
+    partial) PYTHONPATH=. timeout 300 $T tests/gpu/test_phi3_gpu.py tests/gpu/test_moe_archs_gpu.py \
+              tests/gpu/test_fused_layers.py tests/gpu/test_rope_store.py > "$OUT/partial_tests.txt" 2>&1
+            tail -6 "$OUT/partial_tests.txt"
+            for a in "--shape phi-4-mini --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+                     "--shape phi-4 --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64"; do
+              echo "### bench decode $a" >> "$OUT/partial_bench.txt"
+              PYTHONPATH=. timeout 120 python3 -m turbospec.cli bench decode $a >> "$OUT/partial_bench.txt" 2>&1; done
+            grep -E "^###|roofline|tok/s" "$OUT/partial_bench.txt" | tail -20 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial)"; exit 2 ;;
   esac
 done
