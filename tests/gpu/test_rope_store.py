@@ -1,7 +1,8 @@
 """The fused (q/k norm +) RoPE + KV-store launch on a GPU: `qk_norm_rope_store_kv` (what
 `Attention.forward_rope` runs on the Triton backend) must write the very bits of the two launches
 it replaces, `qk_norm_rope` then `store_kv` — q, both caches (slot -1 writes nothing) and so the
-attention output — in bf16 and fp32, eager and replayed from a CUDA graph; and an attention layer
+attention output — in bf16 and fp32, eager and replayed from a CUDA graph, rotating whole heads or
+3/4 of them (partial rotary, added 2026-12-06 without a GPU run); and an attention layer
 must no longer launch `store_kv`. Inputs are random (never zeros); q/k/v are views of one fused qkv.
 
     PYTHONPATH=. python3 -m pytest -q -m gpu --noconftest tests/gpu/test_rope_store.py
@@ -39,10 +40,12 @@ def _inputs(T, nh, nkv, D, dtype, qk_norm, seed):
     return qkv, views, pos, slots, weights, caches
 
 
-def _rope(D, qk_norm):
+def _rope(D, qk_norm, rotary=1.0):
+    """rotary < 1: partial rotary (Phi-4-mini's 0.75), the head's tail passing through the launch."""
     from turbospec.config import RopeConfig
     from turbospec.layers.rotary import RotaryEmbedding
     rope = RopeConfig(theta=1e6) if qk_norm else RopeConfig(500000.0, "llama3", 8.0, 1.0, 4.0, 8192)
+    rope.partial_rotary_factor = rotary
     return RotaryEmbedding(D, 40960, rope).cuda()
 
 
@@ -61,10 +64,11 @@ def _unfused(pos, views, emb, weights, caches, slots):
 @pytest.mark.parametrize("T", [1, 7, 300])
 @pytest.mark.parametrize("nh,nkv,D", SHAPES)
 @pytest.mark.parametrize("qk_norm", [True, False], ids=["qwen3", "llama"])
-def test_rope_store_kv_bitwise(dtype, T, nh, nkv, D, qk_norm):
+@pytest.mark.parametrize("rotary", [1.0, 0.75], ids=["whole", "partial"])
+def test_rope_store_kv_bitwise(dtype, T, nh, nkv, D, qk_norm, rotary):
     from turbospec.kernels.rope import qk_norm_rope_store_kv
     qkv, views, pos, slots, weights, caches = _inputs(T, nh, nkv, D, dtype, qk_norm, T * 100 + nh + D)
-    emb = _rope(D, qk_norm)
+    emb = _rope(D, qk_norm, rotary)
     before = qkv.clone()
     kc, vc = caches[0].clone(), caches[1].clone()
     q = qk_norm_rope_store_kv(pos, *views, emb.cos_cache, emb.sin_cache, kc, vc, slots, *weights)
