@@ -1,5 +1,5 @@
-"""The `llama3_json`, `mistral` and `qwen3_coder` tool call parsers (turbospec/tool_parser_llama3.py,
-tool_parser_mistral.py, tool_parser_qwen3_coder.py) on strings, as `--tool-call-parser` selects them:
+"""The `llama3_json`, `mistral`, `qwen3_coder` and `pythonic` tool call parsers
+(turbospec/tool_parser_llama3.py, _mistral.py, _qwen3_coder.py, _pythonic.py) on strings, as `--tool-call-parser` selects them:
 whole texts as vLLM reads those formats, and every stream split (one cut at each character boundary,
 then two cuts) giving the same content and calls as the whole text; qwen3_coder's values typed by
 the tools' schemas."""
@@ -73,8 +73,23 @@ QWEN3_CODER = {
     "cut_after_the_function": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                                "</function>\n", None, [("get_weather", {"city": "Paris"})]),
 }
+PYTHONIC = {
+    "two_calls": ('[get_weather(city="Paris", days=3), get_time(tz="Europe/Paris")]', None,
+                  [("get_weather", {"city": "Paris", "days": 3}), ("get_time", {"tz": "Europe/Paris"})]),
+    "llama4_tags_and_literals": ('<|python_start|>[search.call(q="a, b]", opts={"n": [1, 2]}, exact=True, '
+                                 'tags=("x",), none=None)]<|python_end|>', None,
+                                 [("search.call", {"q": "a, b]", "opts": {"n": [1, 2]}, "exact": True,
+                                                   "tags": ["x"], "none": None})]),
+    "plain_text": ("It is sunny in Paris.", "It is sunny in Paris.", []),
+    "a_list_that_is_no_call": ("[1, 2, 3]", "[1, 2, 3]", []),
+    "positional_arguments": ('[get_weather("Paris")]', '[get_weather("Paris")]', []),
+    "not_a_literal": ("[get_weather(city=paris)]", "[get_weather(city=paris)]", []),
+    "cut_by_max_tokens": ('[get_weather(city="Par', '[get_weather(city="Par', []),
+    "a_set_is_no_json": ("[f(x={1, 2})]", "[f(x={1, 2})]", []),
+}
 CASES = ([("llama3_json", n, *c) for n, c in LLAMA.items()] + [("mistral", n, *c) for n, c in MISTRAL.items()]
-         + [("qwen3_coder", n, *c) for n, c in QWEN3_CODER.items()])
+         + [("qwen3_coder", n, *c) for n, c in QWEN3_CODER.items()]
+         + [("pythonic", n, *c) for n, c in PYTHONIC.items()])
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
 
@@ -119,9 +134,9 @@ def test_content_streams_before_the_calls_end():
 
 
 def test_unknown_parser_names_the_ones_there_are():
-    with pytest.raises(ValueError, match=r"'pythonic' is not a tool call parser turbospec has: use hermes .*"
+    with pytest.raises(ValueError, match=r"'deepseek_v3' is not a tool call parser turbospec has: use hermes .*"
                                          r"llama3_json .*mistral"):
-        check_tool_call_parser("pythonic")
+        check_tool_call_parser("deepseek_v3")
 
 
 @pytest.mark.parametrize("schema, text, value", [

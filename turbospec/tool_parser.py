@@ -248,6 +248,7 @@ TOOL_CALL_PARSERS = {
     "mistral": "[TOOL_CALLS] then a JSON list of calls or name[ARGS]{json} (Mistral, Mixtral)",
     "qwen3_coder": "<tool_call><function=name><parameter=key>value</parameter></function></tool_call> "
                    "(Qwen3-Coder)",
+    "pythonic": "the whole reply as a Python list of calls, [f(a=1), g(b=\"x\")] (Llama 3.2 1B / 3B)",
 }
 
 
@@ -271,6 +272,9 @@ def make_tool_parser(name: str = "hermes", tools: list[dict] | None = None):
     if name == "qwen3_coder":
         from turbospec.tool_parser_qwen3_coder import Qwen3CoderToolParser
         return Qwen3CoderToolParser(tools)
+    if name == "pythonic":
+        from turbospec.tool_parser_pythonic import PythonicToolParser
+        return PythonicToolParser()
     if name == "llama3_json":
         from turbospec.tool_parser_llama3 import Llama3JsonToolParser
         return Llama3JsonToolParser()

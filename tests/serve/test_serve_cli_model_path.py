@@ -41,9 +41,9 @@ def test_vllm_tool_flags_are_accepted_and_other_parsers_refused():
                                  "--tool-call-parser", "hermes"])
     out = " ".join(r.output.replace("│", " ").split())
     assert r.exit_code == 2 and "hf download Qwen/Qwen3-8B" in out
-    r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--tool-call-parser", "pythonic"])
+    r = CliRunner().invoke(app, ["serve", str(CODELM), "--device", "cpu", "--tool-call-parser", "deepseek_v3"])
     out = " ".join(r.output.replace("│", " ").split())
-    assert r.exit_code == 2 and "'pythonic' is not a tool call parser turbospec has: use hermes" in out
+    assert r.exit_code == 2 and "'deepseek_v3' is not a tool call parser turbospec has: use hermes" in out
     assert "llama3_json" in out and "mistral" in out
 
 

@@ -1,8 +1,8 @@
 """`build_app(..., tool_call_parser=...)` (`turbospec serve --tool-call-parser llama3_json | mistral |
-qwen3_coder`) over HTTP with the official `openai` client: the scripted engine (tool_engine.py)
-answers in Llama 3.1's, Mistral's or Qwen3-Coder's call format (its values typed by the tools' schemas); the calls come back in `message.tool_calls`, streamed and not
+qwen3_coder | pythonic`) over HTTP with the official `openai` client: the scripted engine (tool_engine.py)
+answers in Llama 3.1's, Mistral's, Qwen3-Coder's or the pythonic call format (its values typed by the tools' schemas); the calls come back in `message.tool_calls`, streamed and not
 streamed alike, with finish_reason "tool_calls" and special tokens kept in the text where the format's
-tags are special tokens (not for llama3_json, as in vLLM); a reply that is not a call stays content. The hermes default is covered
+tags are special tokens (not for llama3_json and pythonic, as in vLLM); a reply that is not a call stays content. The hermes default is covered
 by test_tool_calls.py."""
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ REPLIES = {
     "qwen3_coder": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
                     "</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nEurope/Paris\n</parameter>\n"
                     "</function>\n</tool_call>", None),
+    "pythonic": ('[get_weather(city="Paris"), get_time(tz="Europe/Paris")]', None),
 }
 EXPECTED = [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "Europe/Paris"})]
 
@@ -49,7 +50,7 @@ def test_calls_parsed_streamed_and_not(served):
     assert whole.choices[0].finish_reason == "tool_calls"
     # the format's tags may be special tokens: kept in the text, except Llama's (vLLM's llama parser
     # leaves skip_special_tokens on, so <|python_tag|> is dropped before parsing)
-    assert engine.params[-1].skip_special_tokens is (parser == "llama3_json")
+    assert engine.params[-1].skip_special_tokens is (parser in ("llama3_json", "pythonic"))
     with client.chat.completions.stream(model="fake", messages=ASK, tools=[WEATHER, TIME]) as stream:
         chunks = [e.chunk for e in stream if e.type == "chunk"]
         final = stream.get_final_completion()
@@ -62,8 +63,8 @@ def test_calls_parsed_streamed_and_not(served):
 
 def test_a_reply_that_is_no_call_is_content(served):
     parser, engine, client = served
-    engine.reply = {"llama3_json": '{"answer": 42}', "qwen3_coder": "<tool_call>\nnot xml\n</tool_call>"}.get(
-        parser, "No tool needed: 42.")
+    engine.reply = {"llama3_json": '{"answer": 42}', "qwen3_coder": "<tool_call>\nnot xml\n</tool_call>",
+                    "pythonic": "[1, 2, 3]"}.get(parser, "No tool needed: 42.")
     r = client.chat.completions.create(model="fake", messages=ASK, tools=[WEATHER, TIME])
     assert r.choices[0].message.content == engine.reply and r.choices[0].message.tool_calls in (None, [])
     assert r.choices[0].finish_reason == "stop"
@@ -71,5 +72,5 @@ def test_a_reply_that_is_no_call_is_content(served):
 
 def test_an_unknown_parser_is_refused_at_build():
     from turbospec.serve.app import build_app
-    with pytest.raises(ValueError, match="'pythonic' is not a tool call parser turbospec has"):
-        build_app(ToolEngine(), "fake", tool_call_parser="pythonic")
+    with pytest.raises(ValueError, match="'deepseek_v3' is not a tool call parser turbospec has"):
+        build_app(ToolEngine(), "fake", tool_call_parser="deepseek_v3")
