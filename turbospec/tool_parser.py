@@ -1,5 +1,7 @@
-"""Tool calls in a model's text, in the Hermes format that Qwen2.5 / Qwen3 chat templates teach
-(vLLM's `--tool-call-parser hermes`):
+"""Tool calls in a model's text. Here: what every format's parser shares (`StreamingToolParser`,
+`call_from_object`, `JsonEnd`), the registry of `--tool-call-parser` names (`TOOL_CALL_PARSERS`,
+`make_tool_parser`; the other formats live beside this file, tool_parser_*.py) and the default,
+the Hermes format that Qwen2.5 / Qwen3 chat templates teach (vLLM's `--tool-call-parser hermes`):
 
     <tool_call>
     {"name": "get_weather", "arguments": {"city": "Paris"}}
