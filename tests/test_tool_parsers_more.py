@@ -87,7 +87,15 @@ PYTHONIC = {
     "cut_by_max_tokens": ('[get_weather(city="Par', '[get_weather(city="Par', []),
     "a_set_is_no_json": ("[f(x={1, 2})]", "[f(x={1, 2})]", []),
 }
-CASES = ([("llama3_json", n, *c) for n, c in LLAMA.items()] + [("mistral", n, *c) for n, c in MISTRAL.items()]
+PHI4_MINI = {
+    "a_list": ('functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", '
+               '"arguments": {}}]', None, [("get_weather", {"city": "Paris"}), ("get_time", {})]),
+    "text_then_calls": ('Checking.\nfunctools[{"name": "get_time", "arguments": {}}]', "Checking.", [("get_time", {})]),
+    "python_code_is_content": ("import functools\nfunctools.reduce(f, xs)", "import functools\nfunctools.reduce(f, xs)",
+                               []),
+    "no_name_form": ("functools get_time[ARGS]{}", "functools get_time[ARGS]{}", []),
+}
+CASES = ([("llama3_json", n, *c) for n, c in LLAMA.items()] + [("phi4_mini_json", n, *c) for n, c in PHI4_MINI.items()] + [("mistral", n, *c) for n, c in MISTRAL.items()]
          + [("qwen3_coder", n, *c) for n, c in QWEN3_CODER.items()]
          + [("pythonic", n, *c) for n, c in PYTHONIC.items()])
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {

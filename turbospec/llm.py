@@ -193,8 +193,8 @@ class LLM:
         or a file), then generated as `generate` does. One RequestOutput per conversation.
         `tools` (OpenAI's function schemas) are rendered by the template, which must read them;
         the output is not parsed: `turbospec.tool_parser.extract_tool_calls(text, parser)` does
-        that ("hermes", "qwen3_coder", "llama3_json", "mistral" or "pythonic", as the server's
-        --tool-call-parser).
+        that (a --tool-call-parser name: "hermes", "qwen3_coder", "llama3_json", "mistral",
+        "phi4_mini_json" or "pythonic").
         Text content parts reach the template joined into one string (vLLM's
         `chat_template_content_format="string"`, which "auto" picks for text-only templates)."""
         check_call_args(lora_request, None)

@@ -251,6 +251,7 @@ TOOL_CALL_PARSERS = {
     "qwen3_coder": "<tool_call><function=name><parameter=key>value</parameter></function></tool_call> "
                    "(Qwen3-Coder)",
     "pythonic": "the whole reply as a Python list of calls, [f(a=1), g(b=\"x\")] (Llama 3.2 1B / 3B)",
+    "phi4_mini_json": "functools[{json}, ...] (Phi-4-mini)",
 }
 
 
@@ -280,9 +281,9 @@ def make_tool_parser(name: str = "hermes", tools: list[dict] | None = None):
     if name == "llama3_json":
         from turbospec.tool_parser_llama3 import Llama3JsonToolParser
         return Llama3JsonToolParser()
-    if name == "mistral":
-        from turbospec.tool_parser_mistral import MistralToolParser
-        return MistralToolParser()
+    if name in ("mistral", "phi4_mini_json"):
+        from turbospec.tool_parser_mistral import MistralToolParser, Phi4MiniToolParser
+        return MistralToolParser() if name == "mistral" else Phi4MiniToolParser()
     return ToolCallParser()
 
 

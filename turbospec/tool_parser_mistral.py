@@ -13,6 +13,8 @@ element that is not a call, a name that is not one) stays in the content as writ
 goes on to the next token. The token is a special token: while calls are parsed the server keeps
 special tokens in the text (serve/tool_calls.py).
 
+`Phi4MiniToolParser` (`phi4_mini_json`) reads Phi-4-mini's `functools[...]` by the same rules.
+
 Streamed, content is emitted as soon as it cannot be the start of `[TOOL_CALLS]`, a call once it is
 complete: any split of the text gives the same content and calls as the whole.
 """
@@ -33,6 +35,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 
 class MistralToolParser(StreamingToolParser):
     """`[TOOL_CALLS]` and the calls after it (the module docstring)."""
+    TAG = TOOL_CALLS                   # the marker the calls follow
+    NAME_FORM = True                   # v11+'s name[ARGS]{...} besides JSON
 
     def __init__(self):
         super().__init__()
@@ -43,7 +47,7 @@ class MistralToolParser(StreamingToolParser):
         """The text has ended: an open call is content, as written; held-back text is released."""
         self._advance(final=True)
         if self._in_calls:
-            self._text(TOOL_CALLS + self._buf)
+            self._text(self.TAG + self._buf)
         self._buf, self._in_calls = "", False
         self._flush_whitespace()
         return self._take()
@@ -51,14 +55,14 @@ class MistralToolParser(StreamingToolParser):
     def _advance(self, final: bool) -> None:
         while True:
             if not self._in_calls:
-                i = self._buf.find(TOOL_CALLS)
+                i = self._buf.find(self.TAG)
                 if i < 0:
-                    keep = 0 if final else partial_tag_len(self._buf, TOOL_CALLS)
+                    keep = 0 if final else partial_tag_len(self._buf, self.TAG)
                     self._text(self._buf[:len(self._buf) - keep])
                     self._buf = self._buf[len(self._buf) - keep:]
                     return
                 self._text(self._buf[:i])
-                self._buf, self._in_calls, self._end = self._buf[i + len(TOOL_CALLS):], True, None
+                self._buf, self._in_calls, self._end = self._buf[i + len(self.TAG):], True, None
             if not self._read_call(final):
                 return
 
@@ -79,6 +83,8 @@ class MistralToolParser(StreamingToolParser):
             if not items or None in calls:
                 return self._not_calls()
             return self._emit(calls, end)
+        if not self.NAME_FORM:
+            return self._not_calls()
         j = buf.find(ARGS, at)
         if j < 0:                                           # a name (and call id) so far, or not a call
             head = buf[at:]
@@ -118,7 +124,7 @@ class MistralToolParser(StreamingToolParser):
         """The token's text is not a call: the token is content, as written, and the text after it
         is read as content (up to the next token)."""
         self._in_calls, self._end = False, None
-        self._text(TOOL_CALLS)
+        self._text(self.TAG)
         return True
 
     def _emit(self, calls: list[ToolCall], end: int) -> bool:
@@ -133,3 +139,11 @@ def _name_and_id(head: str) -> str | None:
     if not _NAME.fullmatch(name) or (sep and call_id and not _NAME.fullmatch(call_id)):
         return None
     return name
+
+
+class Phi4MiniToolParser(MistralToolParser):
+    """Phi-4-mini's calls (vLLM's `--tool-call-parser phi4_mini_json`): `functools` and a JSON list,
+    `functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]`; the rules above, with that
+    marker and the list (or one object) form only, so `import functools` stays content."""
+    TAG = "functools"
+    NAME_FORM = False

@@ -1,8 +1,8 @@
 """`build_app(..., tool_call_parser=...)` (`turbospec serve --tool-call-parser llama3_json | mistral |
-qwen3_coder | pythonic`) over HTTP with the official `openai` client: the scripted engine (tool_engine.py)
-answers in Llama 3.1's, Mistral's, Qwen3-Coder's or the pythonic call format (its values typed by the tools' schemas); the calls come back in `message.tool_calls`, streamed and not
+qwen3_coder | pythonic | phi4_mini_json`) over HTTP with the official `openai` client: the scripted engine (tool_engine.py)
+answers in Llama 3.1's, Mistral's, Qwen3-Coder's, Phi-4-mini's or the pythonic call format (its values typed by the tools' schemas); the calls come back in `message.tool_calls`, streamed and not
 streamed alike, with finish_reason "tool_calls" and special tokens kept in the text where the format's
-tags are special tokens (not for llama3_json and pythonic, as in vLLM); a reply that is not a call stays content. The hermes default is covered
+tags are special tokens (not for llama3_json, pythonic and phi4_mini_json, as in vLLM); a reply that is not a call stays content. The hermes default is covered
 by test_tool_calls.py."""
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ REPLIES = {
                     "</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nEurope/Paris\n</parameter>\n"
                     "</function>\n</tool_call>", None),
     "pythonic": ('[get_weather(city="Paris"), get_time(tz="Europe/Paris")]', None),
+    "phi4_mini_json": ('functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                       '{"name": "get_time", "arguments": {"tz": "Europe/Paris"}}]', None),
 }
 EXPECTED = [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "Europe/Paris"})]
 
@@ -50,7 +52,7 @@ def test_calls_parsed_streamed_and_not(served):
     assert whole.choices[0].finish_reason == "tool_calls"
     # the format's tags may be special tokens: kept in the text, except Llama's (vLLM's llama parser
     # leaves skip_special_tokens on, so <|python_tag|> is dropped before parsing)
-    assert engine.params[-1].skip_special_tokens is (parser in ("llama3_json", "pythonic"))
+    assert engine.params[-1].skip_special_tokens is (parser in ("llama3_json", "pythonic", "phi4_mini_json"))
     with client.chat.completions.stream(model="fake", messages=ASK, tools=[WEATHER, TIME]) as stream:
         chunks = [e.chunk for e in stream if e.type == "chunk"]
         final = stream.get_final_completion()

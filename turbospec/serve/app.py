@@ -69,7 +69,8 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     from the first token); None leaves them whole. ValueError for another name.
     `sampling_defaults`: what requests that leave temperature / top_p / top_k / min_p /
     repetition_penalty unset get (generation_defaults.py; None: the API defaults).
-    `tool_call_parser`: the model's tool call format, "hermes", "qwen3_coder", "llama3_json", "mistral" or "pythonic"
+    `tool_call_parser`: the model's tool call format, "hermes", "qwen3_coder", "llama3_json", "mistral",
+    "phi4_mini_json" or "pythonic"
     (serve/tool_calls.py); ValueError for another name."""
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
     if reasoning_parser is not None:

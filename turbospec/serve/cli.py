@@ -65,8 +65,8 @@ def serve(
     tool_call_parser: str = typer.Option("hermes", help="How tool calls are read from the output, as vLLM: hermes "
                                          "(<tool_call>{json}</tool_call>: Qwen2.5 / Qwen3), qwen3_coder "
                                          "(Qwen3-Coder's <function=...> XML), llama3_json (Llama 3.1-3.3's "
-                                         "JSON replies), mistral ([TOOL_CALLS]) or pythonic ([f(a=1)]: "
-                                         "Llama 3.2 1B/3B)."),
+                                         "JSON replies), mistral ([TOOL_CALLS]), phi4_mini_json (functools[...]) "
+                                         "or pythonic ([f(a=1)]: Llama 3.2 1B/3B)."),
     reasoning_parser: str = typer.Option(
         None, help="Split chat outputs' <think>...</think> into message.reasoning (and reasoning_content) "
                    "and content, as vLLM: qwen3 or deepseek_r1 (default: none, the think text stays in content)."),

@@ -1,8 +1,8 @@
 """Tool calling on /v1/chat/completions, as vLLM serves it with `--enable-auto-tool-choice
 --tool-call-parser NAME` (here always on): `hermes` (the default: Qwen2.5 / Qwen3's `<tool_call>`
 blocks), `qwen3_coder` (Qwen3-Coder's XML functions in those blocks), `llama3_json` (Llama 3.1 /
-3.2 / 3.3's JSON replies), `mistral` (`[TOOL_CALLS]`) or `pythonic` (a Python list of calls), read
-by turbospec/tool_parser*.py.
+3.2 / 3.3's JSON replies), `mistral` (`[TOOL_CALLS]`), `phi4_mini_json` (`functools[...]`) or
+`pythonic` (a Python list of calls), read by turbospec/tool_parser*.py.
 
 Request: `tools` (checked by turbospec/tools.py) are rendered by the chat template, which must
 read them (else a 400 naming `tools`: start the server with a `--chat-template` that does).
@@ -17,7 +17,7 @@ read them (else a 400 naming `tools`: start the server with a `--chat-template` 
 constrained, its later calls are dropped). While calls are parsed by hermes, qwen3_coder or
 mistral, `skip_special_tokens` defaults to false (as vLLM's parsers set it): some tokenizers mark
 `<tool_call>` special, Mistral's `[TOOL_CALLS]` is, and a skipped tag would hide the call; under
-llama3_json and pythonic it stays true, as in vLLM (`<|python_tag|>` is dropped, the JSON read). An explicit
+llama3_json, pythonic and phi4_mini_json it stays true, as in vLLM (`<|python_tag|>` is dropped, the JSON read). An explicit
 `skip_special_tokens` is respected.
 
 Response: `finish_reason` "tool_calls" replaces "stop" when a call was returned ("length" stays:
