@@ -23,6 +23,15 @@ OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -rf"
 nvidia-smi --query-gpu=name,clocks.sm --format=csv
+
+# bench_rows FILE TIMEOUT "ARGS" ...: one `bench decode ARGS` per row, each under a '### ' header in $OUT/FILE
+bench_rows() {
+  local file=$1 limit=$2; shift 2
+  for a in "$@"; do
+    echo "### bench decode $a" >> "$OUT/$file"
+    PYTHONPATH=. timeout "$limit" python3 -m turbospec.cli bench decode $a >> "$OUT/$file" 2>&1
+  done
+}
 for part in "$@"; do
   case $part in
     draw)   OUT="$OUT" bash bench/gpu_top_p.sh drawtests ;;
@@ -35,32 +44,27 @@ for part in "$@"; do
     norm)   PYTHONPATH=. timeout 300 $T tests/gpu/test_norm_epilogue_gpu.py > "$OUT/norm_tests.txt" 2>&1
             PYTHONPATH=. TURBOSPEC_NORM_EPILOGUE=1 timeout 240 $T tests/gpu/test_engine_gpu.py >> "$OUT/norm_tests.txt" 2>&1
             grep -E "passed|failed" "$OUT/norm_tests.txt" ;;
-    targets) TS="python3 -m turbospec.cli bench decode"
-            for a in "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
-                     "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
-                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
-                     "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"; do
-              echo "### bench decode $a" >> "$OUT/targets.txt"
-              PYTHONPATH=. timeout 150 $TS $a >> "$OUT/targets.txt" 2>&1; done
+    targets) bench_rows targets.txt 150 \
+              "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
+              "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+              "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+              "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
             grep -E "^###|roofline|tok/s" "$OUT/targets.txt" | tail -30 ;;
     fp8rows) PYTHONPATH=. timeout 420 $T tests/gpu/test_fp8_row_scale_gpu.py tests/gpu/test_moe_archs_gpu.py \
               tests/gpu/test_fp8_moe_kernels.py tests/gpu/test_fp8_large_config.py > "$OUT/fp8rows_tests.txt" 2>&1
             tail -8 "$OUT/fp8rows_tests.txt" ;;
-    fp8bench) TS="python3 -m turbospec.cli bench decode"
-            for a in "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
-                     "--shape qwen3-8b --dtype bf16 --quantization fp8-channel --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
-                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
-                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8-channel --batch-sizes 1 --prompt-len 256 --gen-len 64"; do
-              echo "### bench decode $a" >> "$OUT/fp8bench.txt"
-              PYTHONPATH=. timeout 140 $TS $a >> "$OUT/fp8bench.txt" 2>&1; done
+    fp8bench) bench_rows fp8bench.txt 140 \
+              "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+              "--shape qwen3-8b --dtype bf16 --quantization fp8-channel --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+              "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+              "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8-channel --batch-sizes 1 --prompt-len 256 --gen-len 64"
             grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/fp8bench.txt" | tail -30 ;;
     partial) PYTHONPATH=. timeout 300 $T tests/gpu/test_phi3_gpu.py tests/gpu/test_moe_archs_gpu.py \
               tests/gpu/test_fused_layers.py tests/gpu/test_rope_store.py > "$OUT/partial_tests.txt" 2>&1
             tail -6 "$OUT/partial_tests.txt"
-            for a in "--shape phi-4-mini --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
-                     "--shape phi-4 --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64"; do
-              echo "### bench decode $a" >> "$OUT/partial_bench.txt"
-              PYTHONPATH=. timeout 120 python3 -m turbospec.cli bench decode $a >> "$OUT/partial_bench.txt" 2>&1; done
+            bench_rows partial_bench.txt 120 \
+              "--shape phi-4-mini --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+              "--shape phi-4 --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64"
             grep -E "^###|roofline|tok/s" "$OUT/partial_bench.txt" | tail -20 ;;
     *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial)"; exit 2 ;;
   esac
