@@ -57,12 +57,8 @@ class Qwen3CoderToolParser(ToolCallParser):
 
     def __init__(self, tools: list[dict] | None = None):
         super().__init__()
-        self._schemas = {}
-        for t in tools or []:
-            fn = (t or {}).get("function") or {}
-            props = ((fn.get("parameters") or {}).get("properties") or {}) if isinstance(fn, dict) else {}
-            if isinstance(fn.get("name"), str) and isinstance(props, dict):
-                self._schemas[fn["name"]] = props
+        # the request's tools, checked already (turbospec/tools.py): a name and an object schema each
+        self._schemas = {t["function"]["name"]: _properties(t["function"].get("parameters")) for t in tools or []}
 
     def _block_end(self) -> int:
         """A `</tool_call>` ends the block only after `</function>` (or in a block with no function)."""
@@ -99,9 +95,14 @@ class Qwen3CoderToolParser(ToolCallParser):
             value = value[1:] if value.startswith("\n") else value
             value = value[:-1] if value.endswith("\n") else value
             key = m.group(1).strip()
-            args[key] = typed_value(value, props.get(key)) if key in props else value
+            args[key] = typed_value(value, props[key]) if key in props else value
             pos = end
         return args
+
+
+def _properties(schema) -> dict:
+    props = (schema or {}).get("properties")
+    return props if isinstance(props, dict) else {}
 
 
 def _schema_type(schema) -> tuple[str, bool]:
