@@ -16,6 +16,8 @@
 #   fp8bench (session 32) bench decode, block-FP8 against one scale per row (fp8-channel), same call
 #   partial  (session 33) partial rotary on CUDA: tests/gpu/test_phi3_gpu.py (its Phi-4-mini case),
 #            the refactored test_moe_archs_gpu.py, then bench decode --shape phi-4-mini against phi-4
+#   gemv     (session 34) bench/fp8_gemv_probe.py: the CUDA C++ FP8 GEMV probe against the Triton
+#            FP8 GEMM, kernel against kernel (PDL off for both), built with the machine's nvcc
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -66,6 +68,11 @@ for part in "$@"; do
               "--shape phi-4-mini --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
               "--shape phi-4 --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64"
             grep -E "^###|roofline|tok/s" "$OUT/partial_bench.txt" | tail -20 ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial)"; exit 2 ;;
+    gemv)   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Xptxas -v -o "$OUT/fp8_gemv.cubin" \
+              bench/cuda/fp8_gemv.cu > "$OUT/gemv_build.txt" 2>&1 || { tail -20 "$OUT/gemv_build.txt"; continue; }
+            PYTHONPATH=. TURBOSPEC_PDL=0 timeout ${GEMV_LIMIT:-240} python3 bench/fp8_gemv_probe.py "$OUT/fp8_gemv.cubin" \
+              ${GEMV_ARGS:-} > "$OUT/gemv.txt" 2>&1
+            cat "$OUT/gemv.txt" | tail -60 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv)"; exit 2 ;;
   esac
 done

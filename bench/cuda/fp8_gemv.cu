@@ -1,0 +1,255 @@
+// Block-FP8 weight x bf16 activation GEMV for decode (M <= 8 * NT rows), a probe for issues #4/#8:
+// is a hand-written kernel with fewer instructions per weight byte faster than the Triton FP8 GEMM
+// (kernels/fp8_gemm.py: ~4 SASS instructions per weight byte, issue-bound on an H200)?
+//
+// out[m, n] = sum_k x[m, k] * w[n, k] * scale[n / 128, k / 128]   (w e4m3, 128 x 128 scale blocks)
+//
+// Weights are permuted once (bench/fp8_gemv_probe.py, `permute_weight`) so that a warp reads them
+// with 128-bit loads straight into mma.sync m16n8k16 A fragments: one 2 KB chunk per (16-row
+// stripe, 128-wide K block), 4 segments of 512 B, lane l's 16 B of segment i holding its A bytes
+// of k16-steps 2i and 2i+1: [row g, row g + 8] x [4 k's] each (g = l / 4, t = l % 4). The k order
+// inside a 128-block is permuted alike for x: at step j, lane t's k slots {2t, 2t+1, 2t+8, 2t+9}
+// are the logical k's 32t + 4j + {0, 1, 2, 3}, so a lane's x values for a block are 32 contiguous
+// bf16 (four 128-bit loads). A block of WARPS warps owns one stripe and splits its K blocks
+// between warps (contiguous ranges); the partial sums are added in warp order (deterministic,
+// independent of M). fp8 -> bf16 with integer ops as in kernels/fp8_gemm.py (w * 2^-120 exactly),
+// x pre-scaled by 2^64 and the block's result by scale * 2^56.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t w, uint32_t &lo, uint32_t &hi) {
+  // bytes (w0, w1, w2, w3) -> lo = bf16x2(w0, w1), hi = bf16x2(w2, w3), each value * 2^-120
+  uint32_t a, b;
+  asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(a) : "r"(w));
+  asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(b) : "r"(w));
+  lo = (a << 4) & 0x87F087F0u;
+  hi = (b << 4) & 0x87F087F0u;
+}
+
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
+  // v * 2^64 in bf16x2 (exact)
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&v);
+  __nv_bfloat162 s = __floats2bfloat162_rn(18446744073709551616.0f, 18446744073709551616.0f);
+  __nv_bfloat162 r = __hmul2(x, s);
+  return *reinterpret_cast<uint32_t *>(&r);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc[NT][4] += this lane's share of x[:, kb0 * 128 : kb1 * 128] @ W_stripe.T for one 16-row stripe
+// (wchunk: the stripe's first 2 KB chunk + lane; sg / s8: the scales, stepped by K block, of rows g
+// and g + 8: one pointer for a dense stripe, two where the halves come from different rows).
+// PIPE: two register buffers, each block's loads issued one block ahead of its use.
+template <int NT, bool PIPE>
+__device__ __forceinline__ void stripe_dot(const uint4 *__restrict__ wchunk, const __nv_bfloat16 *__restrict__ x,
+                                           int M, int stride_xm, int kb0, int kb1, const float *__restrict__ sg,
+                                           const float *__restrict__ s8, float (&acc)[NT][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  auto load = [&](int kb, uint4 (&wd)[4], uint4 (&xd)[NT][4], float &a, float &b) {
+    const uint4 *wc = wchunk + (size_t)kb * 128;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wd[i] = __ldg(wc + 32 * i);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int m = n * 8 + g;
+      const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)m * stride_xm + kb * 128 + 32 * t);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xd[n][i] = m < M ? __ldg(xr + i) : make_uint4(0, 0, 0, 0);
+    }
+    a = __ldg(sg + kb) * 72057594037927936.0f;                    // scale * 2^56
+    b = __ldg(s8 + kb) * 72057594037927936.0f;
+  };
+  auto compute = [&](const uint4 (&wd)[4], const uint4 (&xd)[NT][4], float a, float b) {
+    float d[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[n][i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint4 &seg = wd[j / 2];
+      const uint32_t wg = (j & 1) ? seg.z : seg.x, wg8 = (j & 1) ? seg.w : seg.y;
+      uint32_t fa[4];
+      fp8x4_to_bf16x4(wg, fa[0], fa[2]);               // row g: k slots (2t, 2t+1), (2t+8, 2t+9)
+      fp8x4_to_bf16x4(wg8, fa[1], fa[3]);              // row g + 8
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        const uint32_t *xs = reinterpret_cast<const uint32_t *>(&xd[n][0]);
+        mma_bf16(d[n], fa, scale_bf16x2(xs[2 * j]), scale_bf16x2(xs[2 * j + 1]));
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      acc[n][0] = fmaf(d[n][0], a, acc[n][0]);
+      acc[n][1] = fmaf(d[n][1], a, acc[n][1]);
+      acc[n][2] = fmaf(d[n][2], b, acc[n][2]);
+      acc[n][3] = fmaf(d[n][3], b, acc[n][3]);
+    }
+  };
+  uint4 wv[4], xv[NT][4];
+  float a = 0.f, b = 0.f;
+  if (!PIPE) {
+    for (int kb = kb0; kb < kb1; ++kb) {
+      load(kb, wv, xv, a, b);
+      compute(wv, xv, a, b);
+    }
+  } else {
+    uint4 w2[4], x2[NT][4];
+    float a2 = 0.f, b2 = 0.f;
+    if (kb0 < kb1) load(kb0, wv, xv, a, b);
+    for (int kb = kb0; kb < kb1; kb += 2) {
+      if (kb + 1 < kb1) load(kb + 1, w2, x2, a2, b2);
+      compute(wv, xv, a, b);
+      if (kb + 2 < kb1) load(kb + 2, wv, xv, a, b);
+      if (kb + 1 < kb1) compute(w2, x2, a2, b2);
+    }
+  }
+}
+
+// Partial sums of the block's warps, added in warp order into warp 0's registers (the other warps'
+// v is left unset). red: WARPS * NT * 128 floats of shared memory.
+template <int WARPS, int NT>
+__device__ __forceinline__ void warp_sum(float (&acc)[NT][4], float *red) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[((warp * NT + n) * 4 + i) * 32 + lane] = acc[n][i];
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int w = 1; w < WARPS; ++w) acc[n][i] += red[((w * NT + n) * 4 + i) * 32 + lane];
+  }
+}
+
+// Dense: block = one 16-row stripe, its K blocks split between the WARPS warps (contiguous ranges).
+template <int WARPS, int NT, bool PIPE>
+__device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ wp, const __nv_bfloat16 *__restrict__ x,
+                                          const float *__restrict__ scale, __nv_bfloat16 *__restrict__ out,
+                                          int M, int N, int K, int stride_xm, int stride_om, int stride_sn) {
+  const int stripe = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int kblocks = K / 128, per = (kblocks + WARPS - 1) / WARPS;
+  const int kb0 = min(kblocks, warp * per), kb1 = min(kblocks, kb0 + per);
+  const uint4 *wchunk = reinterpret_cast<const uint4 *>(wp) + ((size_t)stripe * kblocks) * 128 + lane;
+  const float *srow = scale + (size_t)(stripe * 16 / 128) * stride_sn;
+  float acc[NT][4] = {};
+  stripe_dot<NT, PIPE>(wchunk, x, M, stride_xm, kb0, kb1, srow, srow, acc);
+  __shared__ float red[WARPS * NT * 128];
+  warp_sum<WARPS, NT>(acc, red);
+  if (warp != 0) return;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    // acc 0 = (row g, token 2t), 1 = (row g, 2t + 1), 2 = (row g + 8, 2t), 3 = (row g + 8, 2t + 1)
+    const int m0 = n * 8 + 2 * t, row = stripe * 16 + g;
+    if (m0 < M) {
+      out[(size_t)m0 * stride_om + row] = __float2bfloat16_rn(acc[n][0]);
+      out[(size_t)m0 * stride_om + row + 8] = __float2bfloat16_rn(acc[n][2]);
+    }
+    if (m0 + 1 < M) {
+      out[(size_t)(m0 + 1) * stride_om + row] = __float2bfloat16_rn(acc[n][1]);
+      out[(size_t)(m0 + 1) * stride_om + row + 8] = __float2bfloat16_rn(acc[n][3]);
+    }
+  }
+}
+
+#define GEMV(W, NT, P)                                                                                \
+  extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P(                  \
+      const uint8_t *wp, const __nv_bfloat16 *x, const float *scale, __nv_bfloat16 *out, int M, int N,  \
+      int K, int stride_xm, int stride_om, int stride_sn) {                                            \
+    gemv_body<W, NT, P>(wp, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);                  \
+  }
+GEMV(2, 1, 0)
+GEMV(4, 1, 0)
+GEMV(8, 1, 0)
+GEMV(2, 1, 1)
+GEMV(4, 1, 1)
+GEMV(8, 1, 1)
+GEMV(4, 2, 0)
+GEMV(4, 2, 1)
+GEMV(8, 2, 1)
+
+// ---------------------------------------------------------------- fused MoE, one token (decode batch 1)
+// GEMM1: grid (I / 8 stripes, top_k slots). w13 permuted per expert with stripe s = gate rows
+// 8s..8s+7 (rows g) and up rows I+8s..I+8s+7 (rows g + 8), so silu(gate) * up is in one lane.
+// inter[slot, I] = silu(x @ gate.T) * (x @ up.T), rounded to bf16 once.
+template <int WARPS, bool PIPE>
+__device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13p, const __nv_bfloat16 *__restrict__ x,
+                                          const float *__restrict__ s13, const int *__restrict__ ids,
+                                          __nv_bfloat16 *__restrict__ inter, int I, int H, int stride_se,
+                                          int stride_sn) {
+  const int stripe = blockIdx.x, slot = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + slot);
+  const int kblocks = H / 128, per = (kblocks + WARPS - 1) / WARPS;
+  const int kb0 = min(kblocks, warp * per), kb1 = min(kblocks, kb0 + per);
+  const uint4 *wchunk = reinterpret_cast<const uint4 *>(w13p + (size_t)e * 2 * I * H) +
+                        ((size_t)stripe * kblocks) * 128 + lane;
+  const float *se = s13 + (size_t)e * stride_se;
+  float acc[1][4] = {};
+  stripe_dot<1, PIPE>(wchunk, x, 1, 0, kb0, kb1, se + (size_t)(stripe * 8 / 128) * stride_sn,
+                      se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);
+  __shared__ float red[WARPS * 128];
+  warp_sum<WARPS, 1>(acc, red);
+  if (warp == 0 && t == 0) {                                       // token 0: acc 0 = gate, acc 2 = up
+    const float gt = acc[0][0], up = acc[0][2];
+    inter[(size_t)slot * I + stripe * 8 + g] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
+  }
+}
+
+// GEMM2 + combine: grid (H / 16 stripes), one warp per slot (TOPK warps), each over all of I;
+// out[0, H] = sum over slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
+template <int TOPK, bool PIPE>
+__device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2p, const __nv_bfloat16 *__restrict__ inter,
+                                          const float *__restrict__ s2, const int *__restrict__ ids,
+                                          const float *__restrict__ tw, __nv_bfloat16 *__restrict__ out, int H,
+                                          int I, int stride_se, int stride_sn) {
+  const int stripe = blockIdx.x;
+  const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + slot);
+  const int kblocks = I / 128;
+  const uint4 *wchunk = reinterpret_cast<const uint4 *>(w2p + (size_t)e * H * I) +
+                        ((size_t)stripe * kblocks) * 128 + lane;
+  const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
+  float acc[1][4] = {};
+  stripe_dot<1, PIPE>(wchunk, inter + (size_t)slot * I, 1, 0, 0, kblocks, srow, srow, acc);
+  const float w = __ldg(tw + slot);
+  acc[0][0] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * w));  // each slot's row rounded, as moe_sum
+  acc[0][2] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * w));
+  __shared__ float red[TOPK * 128];
+  warp_sum<TOPK, 1>(acc, red);
+  if (slot == 0 && t == 0) {
+    out[stripe * 16 + g] = __float2bfloat16_rn(acc[0][0]);
+    out[stripe * 16 + g + 8] = __float2bfloat16_rn(acc[0][2]);
+  }
+}
+
+#define MOE1(W, P)                                                                                    \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1_w##W##_p##P(                          \
+      const uint8_t *w13p, const __nv_bfloat16 *x, const float *s13, const int *ids, __nv_bfloat16 *inter, \
+      int I, int H, int stride_se, int stride_sn) {                                                    \
+    moe1_body<W, P>(w13p, x, s13, ids, inter, I, H, stride_se, stride_sn);                             \
+  }
+MOE1(2, 1)
+MOE1(4, 0)
+MOE1(4, 1)
+MOE1(8, 0)
+
+#define MOE2(K, P)                                                                                    \
+  extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
+      const uint8_t *w2p, const __nv_bfloat16 *inter, const float *s2, const int *ids, const float *tw, \
+      __nv_bfloat16 *out, int H, int I, int stride_se, int stride_sn) {                                \
+    moe2_body<K, P>(w2p, inter, s2, ids, tw, out, H, I, stride_se, stride_sn);                         \
+  }
+MOE2(8, 0)
+MOE2(8, 1)

@@ -1,0 +1,195 @@
+"""Probe (issues #4 / #8): a CUDA C++ block-FP8 GEMV (bench/cuda/fp8_gemv.cu) against the Triton FP8
+GEMM the engine runs (kernels/fp8_gemm.py), kernel against kernel, on the GPU:
+
+    nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -o out/fp8_gemv.cubin bench/cuda/fp8_gemv.cu
+    PYTHONPATH=. python3 bench/fp8_gemv_probe.py out/fp8_gemv.cubin [--quick]
+
+Not used by the engine. Each shape: random bf16 weights quantized to 128 x 128 block FP8, enough
+copies to cycle through more than twice the L2 per timed graph; outputs checked against the fp32
+reference of the dequantized weights (and against Triton's); per-launch time from a CUDA graph of
+launches; GB/s counts the FP8 weight + scale bytes, against the copy bandwidth measured here.
+The CUDA kernel is launched through the driver API (ctypes), without PDL; run with
+TURBOSPEC_PDL=0 for a like-for-like comparison.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import torch
+
+from turbospec.kernels.fp8_gemm import fast_cvt_enabled, fp8_gemm
+from turbospec.kernels.fused_moe import fused_experts
+from turbospec.layers.quant.fp8 import dequantize_fp8, quantize_fp8
+
+SHAPES = {"8b.qkv": (6144, 4096), "8b.o": (4096, 4096), "8b.gate_up": (24576, 4096), "8b.down": (4096, 12288),
+          "30b.qkv": (5120, 2048), "30b.o": (2048, 4096)}
+VARIANTS = {1: ["w2_nt1_p0", "w4_nt1_p0", "w8_nt1_p0", "w2_nt1_p1", "w4_nt1_p1", "w8_nt1_p1"],
+            16: ["w4_nt2_p0", "w4_nt2_p1", "w8_nt2_p1"]}
+
+
+class Cubin:
+    """Kernels of a cubin, launched with the driver API on torch's current stream."""
+
+    def __init__(self, path: str):
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        torch.cuda.init()
+        torch.empty(1, device="cuda")                       # the primary context is current
+        self.data = open(path, "rb").read()
+        self.mod = ctypes.c_void_p()
+        self._ok(self.cu.cuModuleLoadData(ctypes.byref(self.mod), self.data), "cuModuleLoadData")
+        self.fns: dict[str, ctypes.c_void_p] = {}
+
+    def _ok(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise RuntimeError(f"{what} failed with CUresult {rc}")
+
+    def fn(self, name: str) -> ctypes.c_void_p:
+        if name not in self.fns:
+            f = ctypes.c_void_p()
+            self._ok(self.cu.cuModuleGetFunction(ctypes.byref(f), self.mod, name.encode()), f"cuModuleGetFunction {name}")
+            self.fns[name] = f
+        return self.fns[name]
+
+    def launch(self, name: str, grid: int | tuple[int, int], threads: int, args: list) -> None:
+        vals = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
+        self._ok(self.cu.cuLaunchKernel(self.fn(name), gx, gy, 1, threads, 1, 1, 0, stream, ptrs, None), name)
+
+
+def permute_weight(w: torch.Tensor) -> torch.Tensor:
+    """fp8 [N, K] (N % 16 == 0, K % 128 == 0) -> uint8 [N * K] in fp8_gemv.cu's fragment order:
+    (stripe s, K block kb, segment i, g, t, jj, h, c) <- row 16 s + 8 h + g, k 128 kb + 32 t + 4 (2 i + jj) + c."""
+    N, K = w.shape
+    v = w.view(torch.uint8).view(N // 16, 2, 8, K // 128, 4, 4, 2, 4)    # (s, h, g, kb, t, i, jj, c)
+    return v.permute(0, 3, 5, 2, 4, 6, 1, 7).contiguous().view(-1)
+
+
+def copy_bandwidth() -> float:
+    a = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(10):
+        b.copy_(a)
+    e1.record()
+    torch.cuda.synchronize()
+    return 2 * 10 * a.numel() / (e0.elapsed_time(e1) * 1e-3) / 1e9
+
+
+def graph_time(calls: list, reps: int = 5) -> float:
+    """us per call: one CUDA graph of every call (cycling weight copies), replayed `reps` times."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls[:2]:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(reps):
+        g.replay()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) * 1e3 / (reps * len(calls))
+
+
+def moe(cub: Cubin, E: int = 128, H: int = 2048, I: int = 768, top_k: int = 8, calls: int = 16) -> None:
+    """qwen3-30b-a3b's experts at one token: Triton's fused_experts against moe_gemv1 + moe_gemv2."""
+    dev = torch.device("cuda")
+    q13, s13 = quantize_fp8(torch.randn(E, 2 * I, H, device=dev) * 0.02, (128, 128))   # [E, 2I, H]
+    q2, s2 = quantize_fp8(torch.randn(E, H, I, device=dev) * 0.02, (128, 128))          # [E, H, I]
+    p13 = permute_weight(q13.view(torch.uint8).view(E, 2, I // 8, 8, H).permute(0, 2, 1, 3, 4)
+                         .reshape(E * 2 * I, H).view(torch.float8_e4m3fn))
+    p2 = permute_weight(q2.view(E * H, I))
+    x = torch.randn(1, H, device=dev).to(torch.bfloat16)
+    g = torch.Generator(device=dev).manual_seed(1)
+    ids = [torch.randperm(E, device=dev, generator=g)[:top_k].to(torch.int32).view(1, top_k) for _ in range(calls)]
+    tws = [torch.softmax(torch.randn(1, top_k, device=dev, generator=g), -1) for _ in range(calls)]
+    inter = torch.empty(top_k, I, device=dev, dtype=torch.bfloat16)
+    outs = [torch.empty(1, H, device=dev, dtype=torch.bfloat16) for _ in range(calls)]
+    # reference for call 0
+    ref = torch.zeros(1, H, device=dev)
+    for j in range(top_k):
+        e = int(ids[0][0, j])
+        gu = x.float() @ dequantize_fp8(q13[e], s13[e], (128, 128), torch.float32).T          # [1, 2I]
+        h = (torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]).to(torch.bfloat16).float()
+        ref += (h @ dequantize_fp8(q2[e], s2[e], (128, 128), torch.float32).T) * tws[0][0, j]
+    tri = fused_experts(x, q13, q2, tws[0], ids[0], s13, s2, (128, 128))
+    scale = ref.abs().max().item()
+    bytes_ = top_k * (q13[0].numel() + q2[0].numel())
+    t_tri = graph_time([lambda i=i: fused_experts(x, q13, q2, tws[i], ids[i], s13, s2, (128, 128))
+                        for i in range(calls)])
+    line = [f"MoE E={E} H={H} I={I} top-{top_k}, one token: ref |max| {scale:.3g}; triton err "
+            f"{(tri.float() - ref).abs().max().item() / scale:.2e}, {t_tri:.1f} us ({bytes_ / t_tri / 1e3:.0f} GB/s)"]
+    for v1, w1 in (("w2_p1", 2), ("w4_p0", 4), ("w4_p1", 4), ("w8_p0", 8)):
+        for v2 in ("k8_p0", "k8_p1"):
+            def call(i, v1=v1, w1=w1, v2=v2):
+                cub.launch(f"moe_gemv1_{v1}", (I // 8, top_k), 32 * w1,
+                           [p13, x, s13, ids[i], inter, I, H, s13.stride(0), s13.stride(1)])
+                cub.launch(f"moe_gemv2_{v2}", H // 16, 32 * top_k,
+                           [p2, inter, s2, ids[i], tws[i], outs[i], H, I, s2.stride(0), s2.stride(1)])
+            call(0)
+            torch.cuda.synchronize()
+            err = (outs[0].float() - ref).abs().max().item() / scale
+            t = graph_time([lambda i=i, c=call: c(i) for i in range(calls)])
+            line.append(f"gemv1 {v1} + gemv2 {v2}: {t:.1f} us ({bytes_ / t / 1e3:.0f} GB/s, err {err:.1e})")
+    print("\n   ".join(line), flush=True)
+
+
+def main() -> None:
+    cub = Cubin(sys.argv[1])
+    quick = "--quick" in sys.argv
+    dev = torch.device("cuda")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    print(f"# {torch.cuda.get_device_name(dev)}; copy {copy_bandwidth():.0f} GB/s (read + write); L2 {l2 >> 20} MiB; "
+          f"fast cvt {fast_cvt_enabled(dev)}")
+    torch.manual_seed(0)
+    moe(cub)
+    for name, (N, K) in SHAPES.items():
+        w = torch.randn(N, K, device=dev) * 0.02
+        q, s = quantize_fp8(w, (128, 128))                             # [N, K] fp8, [N/128, K/128]
+        ref_w = dequantize_fp8(q, s, (128, 128), torch.float32)
+        nbytes = q.numel() + s.numel() * 4
+        copies = max(2, -(-3 * l2 // nbytes))
+        qs = [q.clone() for _ in range(copies)]
+        ps = [permute_weight(c) for c in qs]
+        ss = [s.clone() for _ in range(copies)]
+        for M in (1, 16) if quick else (1, 8, 16):
+            x = torch.randn(M, K, device=dev).to(torch.bfloat16)
+            ref = x.float() @ ref_w.T                                  # [M, N] fp32
+            tri = fp8_gemm(x, q, s, None, (128, 128))
+            scale = ref.abs().max().item()
+            line = [f"{name} N={N} K={K} M={M}: ref |max| {scale:.3g}; triton err {(tri.float() - ref).abs().max().item() / scale:.2e}"]
+            outs = [torch.empty(M, N, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
+            t_tri = graph_time([lambda i=i: fp8_gemm(x, qs[i % copies], ss[i % copies], None, (128, 128))
+                                for i in range(4 * copies)])
+            line.append(f"triton {t_tri:.1f} us ({nbytes / t_tri / 1e3:.0f} GB/s)")
+            for var in VARIANTS[1 if M <= 8 else 16]:
+                warps = int(var.split("_")[0][1:])
+                kname = f"fp8_gemv_{var}"
+
+                def call(i, kname=kname, warps=warps):
+                    cub.launch(kname, N // 16, 32 * warps, [ps[i % copies], x, ss[i % copies], outs[i % copies],
+                                                          M, N, K, x.stride(0), N, s.stride(0)])
+                call(0)
+                torch.cuda.synchronize()
+                err = (outs[0].float() - ref).abs().max().item() / scale
+                t = graph_time([lambda i=i, c=call: c(i) for i in range(4 * copies)])
+                line.append(f"{var} {t:.1f} us ({nbytes / t / 1e3:.0f} GB/s, err {err:.1e}, "
+                            f"vs triton {(outs[0].float() - tri.float()).abs().max().item() / scale:.1e})")
+            print("\n   ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
