@@ -1,24 +1,26 @@
-"""Probe (issues #4 / #8): a CUDA C++ block-FP8 GEMV (bench/cuda/fp8_gemv.cu) against the Triton FP8
-GEMM the engine runs (kernels/fp8_gemm.py), kernel against kernel, on the GPU:
+"""Probe (issues #4 / #8): the CUDA C++ block-FP8 GEMV (kernels/csrc/fp8_gemv.cu, opt-in in the
+engine with TURBOSPEC_FP8_GEMV=1) against the Triton kernels the engine runs by default
+(kernels/fp8_gemm.py, the fused MoE), kernel against kernel, on the GPU (nvcc builds the cubin on
+first use):
 
-    nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -o out/fp8_gemv.cubin bench/cuda/fp8_gemv.cu
-    PYTHONPATH=. python3 bench/fp8_gemv_probe.py out/fp8_gemv.cubin [--quick]
+    PYTHONPATH=. TURBOSPEC_PDL=0 python3 bench/fp8_gemv_probe.py [--quick]
 
-Not used by the engine. Each shape: random bf16 weights quantized to 128 x 128 block FP8, enough
+Each shape: random bf16 weights quantized to 128 x 128 block FP8, enough
 copies to cycle through more than twice the L2 per timed graph; outputs checked against the fp32
 reference of the dequantized weights (and against Triton's); per-launch time from a CUDA graph of
 launches; GB/s counts the FP8 weight + scale bytes, against the copy bandwidth measured here.
-The CUDA kernel is launched through the driver API (ctypes), without PDL; run with
-TURBOSPEC_PDL=0 for a like-for-like comparison.
+The CUDA kernels are launched without PDL here; run with TURBOSPEC_PDL=0 so that the Triton
+kernels are too.
 """
 from __future__ import annotations
 
-import ctypes
 import sys
 
 import torch
 
+from turbospec.kernels import fp8_gemv
 from turbospec.kernels.fp8_gemm import fast_cvt_enabled, fp8_gemm
+from turbospec.kernels.fp8_gemv import permute_weight
 from turbospec.kernels.fused_moe import fused_experts
 from turbospec.layers.quant.fp8 import dequantize_fp8, quantize_fp8
 
@@ -29,42 +31,13 @@ VARIANTS = {1: ["w2_nt1_p0", "w4_nt1_p0", "w8_nt1_p0", "w2_nt1_p1", "w4_nt1_p1",
 
 
 class Cubin:
-    """Kernels of a cubin, launched with the driver API on torch's current stream."""
+    """fp8_gemv.Module's kernels, launched without PDL (kernel against kernel)."""
 
-    def __init__(self, path: str):
-        self.cu = ctypes.CDLL("libcuda.so.1")
-        torch.cuda.init()
-        torch.empty(1, device="cuda")                       # the primary context is current
-        self.data = open(path, "rb").read()
-        self.mod = ctypes.c_void_p()
-        self._ok(self.cu.cuModuleLoadData(ctypes.byref(self.mod), self.data), "cuModuleLoadData")
-        self.fns: dict[str, ctypes.c_void_p] = {}
+    def __init__(self):
+        self.mod = fp8_gemv._module(torch.device("cuda"))
 
-    def _ok(self, rc: int, what: str) -> None:
-        if rc != 0:
-            raise RuntimeError(f"{what} failed with CUresult {rc}")
-
-    def fn(self, name: str) -> ctypes.c_void_p:
-        if name not in self.fns:
-            f = ctypes.c_void_p()
-            self._ok(self.cu.cuModuleGetFunction(ctypes.byref(f), self.mod, name.encode()), f"cuModuleGetFunction {name}")
-            self.fns[name] = f
-        return self.fns[name]
-
-    def launch(self, name: str, grid: int | tuple[int, int], threads: int, args: list) -> None:
-        vals = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
-        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
-        self._ok(self.cu.cuLaunchKernel(self.fn(name), gx, gy, 1, threads, 1, 1, 0, stream, ptrs, None), name)
-
-
-def permute_weight(w: torch.Tensor) -> torch.Tensor:
-    """fp8 [N, K] (N % 16 == 0, K % 128 == 0) -> uint8 [N * K] in fp8_gemv.cu's fragment order:
-    (stripe s, K block kb, segment i, g, t, jj, h, c) <- row 16 s + 8 h + g, k 128 kb + 32 t + 4 (2 i + jj) + c."""
-    N, K = w.shape
-    v = w.view(torch.uint8).view(N // 16, 2, 8, K // 128, 4, 4, 2, 4)    # (s, h, g, kb, t, i, jj, c)
-    return v.permute(0, 3, 5, 2, 4, 6, 1, 7).contiguous().view(-1)
+    def launch(self, name: str, grid, threads: int, args: list) -> None:
+        self.mod.launch(name, grid if isinstance(grid, tuple) else (grid, 1), threads, args, pdl=False)
 
 
 def copy_bandwidth() -> float:
@@ -148,7 +121,7 @@ def moe(cub: Cubin, E: int = 128, H: int = 2048, I: int = 768, top_k: int = 8, c
 
 
 def main() -> None:
-    cub = Cubin(sys.argv[1])
+    cub = Cubin()
     quick = "--quick" in sys.argv
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size

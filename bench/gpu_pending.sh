@@ -16,8 +16,11 @@
 #   fp8bench (session 32) bench decode, block-FP8 against one scale per row (fp8-channel), same call
 #   partial  (session 33) partial rotary on CUDA: tests/gpu/test_phi3_gpu.py (its Phi-4-mini case),
 #            the refactored test_moe_archs_gpu.py, then bench decode --shape phi-4-mini against phi-4
-#   gemv     (session 34) bench/fp8_gemv_probe.py: the CUDA C++ FP8 GEMV probe against the Triton
-#            FP8 GEMM, kernel against kernel (PDL off for both), built with the machine's nvcc
+#   gemv     (session 34) bench/fp8_gemv_probe.py: the CUDA C++ FP8 GEMV (kernels/csrc/fp8_gemv.cu,
+#            built with the machine's nvcc) against the Triton FP8 GEMM and fused MoE, kernel
+#            against kernel (PDL off for both)
+#   gemvtests (session 34) tests/gpu/test_fp8_gemv_gpu.py
+#   gemvab   (session 34) bench decode, TURBOSPEC_FP8_GEMV=0 then 1: qwen3-8b FP8 b1 / b16, 30b-a3b FP8 b1
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -68,11 +71,20 @@ for part in "$@"; do
               "--shape phi-4-mini --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
               "--shape phi-4 --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64"
             grep -E "^###|roofline|tok/s" "$OUT/partial_bench.txt" | tail -20 ;;
-    gemv)   nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Xptxas -v -o "$OUT/fp8_gemv.cubin" \
-              bench/cuda/fp8_gemv.cu > "$OUT/gemv_build.txt" 2>&1 || { tail -20 "$OUT/gemv_build.txt"; continue; }
-            PYTHONPATH=. TURBOSPEC_PDL=0 timeout ${GEMV_LIMIT:-240} python3 bench/fp8_gemv_probe.py "$OUT/fp8_gemv.cubin" \
-              ${GEMV_ARGS:-} > "$OUT/gemv.txt" 2>&1
-            cat "$OUT/gemv.txt" | tail -60 ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv)"; exit 2 ;;
+    gemv)   PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
+              python3 bench/fp8_gemv_probe.py ${GEMV_ARGS:-} > "$OUT/gemv.txt" 2>&1
+            tail -60 "$OUT/gemv.txt" ;;
+    gemvtests) PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout 200 $T tests/gpu/test_fp8_gemv_gpu.py \
+              > "$OUT/gemv_tests.txt" 2>&1
+            tail -8 "$OUT/gemv_tests.txt" ;;
+    gemvab) for v in 0 1; do
+              export TURBOSPEC_FP8_GEMV=$v TURBOSPEC_CACHE_DIR=$OUT/cache
+              bench_rows gemvab.txt 150 \
+                "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+                "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64"
+            done
+            unset TURBOSPEC_FP8_GEMV
+            grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/gemvab.txt" | tail -30 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab)"; exit 2 ;;
   esac
 done

@@ -35,7 +35,7 @@ import triton.language as tl
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.norm_epilogue import launch_args
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
-from turbospec.kernels import fp8_config
+from turbospec.kernels import fp8_config, fp8_gemv
 from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, pick_config  # noqa: F401
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct
@@ -217,6 +217,9 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     N = w.shape[0]
     if x.shape[1] != (2 * K if silu_mul else K):
         raise ValueError(f"fp8_gemm: x {tuple(x.shape)} does not fit w {tuple(w.shape)} (silu_mul={silu_mul})")
+    if (config is None and bias is None and epi is None and not silu_mul
+            and fp8_gemv.dense_eligible(x, w, scale_inv, block)):        # opt-in: TURBOSPEC_FP8_GEMV=1
+        return fp8_gemv.fp8_gemv(x, w, scale_inv)
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M == 0:
         return launch_args(epi, x[:, :K], out, dict(BLOCK_N=64))[2]

@@ -1,10 +1,11 @@
-// Block-FP8 weight x bf16 activation GEMV for decode (M <= 8 * NT rows), a probe for issues #4/#8:
-// is a hand-written kernel with fewer instructions per weight byte faster than the Triton FP8 GEMM
-// (kernels/fp8_gemm.py: ~4 SASS instructions per weight byte, issue-bound on an H200)?
+// Block-FP8 weight x bf16 activation GEMV for decode (M <= 8 * NT rows), opt-in
+// (TURBOSPEC_FP8_GEMV=1, kernels/fp8_gemv.py builds it with nvcc and launches it): a hand-written
+// kernel with fewer SASS instructions per weight byte (2.5) than the Triton FP8 GEMM
+// (kernels/fp8_gemm.py: 4.0, issue-bound on an H200; bench/sass_loop.py counts both).
 //
 // out[m, n] = sum_k x[m, k] * w[n, k] * scale[n / 128, k / 128]   (w e4m3, 128 x 128 scale blocks)
 //
-// Weights are permuted once (bench/fp8_gemv_probe.py, `permute_weight`) so that a warp reads them
+// Weights are permuted once (kernels/fp8_gemv.py, `permute_weight`) so that a warp reads them
 // with 128-bit loads straight into mma.sync m16n8k16 A fragments: one 2 KB chunk per (16-row
 // stripe, 128-wide K block), 4 segments of 512 B, lane l's 16 B of segment i holding its A bytes
 // of k16-steps 2i and 2i+1: [row g, row g + 8] x [4 k's] each (g = l / 4, t = l % 4). The k order
@@ -32,6 +33,13 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
   __nv_bfloat162 s = __floats2bfloat162_rn(18446744073709551616.0f, 18446744073709551616.0f);
   __nv_bfloat162 r = __hmul2(x, s);
   return *reinterpret_cast<uint32_t *>(&r);
+}
+
+// PDL (kernels/pdl.py's contract): wait for the predecessor, then release the successor. Both are
+// no-ops in a launch without the programmatic-serialization attribute.
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -167,6 +175,7 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ wp, const 
   extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P(                  \
       const uint8_t *wp, const __nv_bfloat16 *x, const float *scale, __nv_bfloat16 *out, int M, int N,  \
       int K, int stride_xm, int stride_om, int stride_sn) {                                            \
+    pdl_wait();                                                                                      \
     gemv_body<W, NT, P>(wp, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);                  \
   }
 GEMV(2, 1, 0)
@@ -238,6 +247,7 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2p, const
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1_w##W##_p##P(                          \
       const uint8_t *w13p, const __nv_bfloat16 *x, const float *s13, const int *ids, __nv_bfloat16 *inter, \
       int I, int H, int stride_se, int stride_sn) {                                                    \
+    pdl_wait();                                                                                      \
     moe1_body<W, P>(w13p, x, s13, ids, inter, I, H, stride_se, stride_sn);                             \
   }
 MOE1(2, 1)
@@ -249,7 +259,12 @@ MOE1(8, 0)
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
       const uint8_t *w2p, const __nv_bfloat16 *inter, const float *s2, const int *ids, const float *tw, \
       __nv_bfloat16 *out, int H, int I, int stride_se, int stride_sn) {                                \
+    pdl_wait();                                                                                      \
     moe2_body<K, P>(w2p, inter, s2, ids, tw, out, H, I, stride_se, stride_sn);                         \
   }
+MOE2(1, 0)
+MOE2(2, 0)
+MOE2(4, 0)
+MOE2(6, 0)
 MOE2(8, 0)
 MOE2(8, 1)

@@ -1,0 +1,106 @@
+"""The opt-in CUDA C++ FP8 GEMV (TURBOSPEC_FP8_GEMV=1, kernels/fp8_gemv.py) on a Hopper GPU with nvcc:
+`fp8_gemm` at 1-16 rows and the one-token fused MoE against the dequantized fp32 reference and
+against the Triton kernels, rows bitwise independent of M (1..16), tiny and huge activations (the
+x * 2^64 / w * 2^-120 scaling), and replayed in a CUDA graph with PDL bit for bit as run eagerly.
+The switch is read at import, so the tests turn it on in the module for their duration.
+
+    PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_fp8_gemv_gpu.py
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")]
+
+
+@pytest.fixture(autouse=True)
+def gemv_on(monkeypatch):
+    from turbospec.kernels import fp8_gemv
+    monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
+    yield
+
+
+def _rel(a, b) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def _weight(N, K, seed):
+    from turbospec.layers.quant.fp8 import quantize_fp8
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return quantize_fp8(torch.randn(N, K, device="cuda", generator=g) * 0.02, (128, 128))
+
+
+@pytest.mark.parametrize("N,K", [(256, 512), (6144, 4096), (4096, 12288), (2048, 4096), (24576, 4096)])
+def test_dense_matches_reference_and_triton(N, K):
+    from turbospec.kernels.fp8_gemm import fp8_gemm
+    from turbospec.kernels import fp8_gemv
+    from turbospec.layers.quant.fp8 import dequantize_fp8
+    w, s = _weight(N, K, N + K)
+    ref_w = dequantize_fp8(w, s, (128, 128), torch.float32)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(16, K, device="cuda", generator=g).to(torch.bfloat16)
+    full = fp8_gemm(x, w, s, None, (128, 128))                               # the GEMV (16 rows)
+    assert fp8_gemv.dense_eligible(x, w, s, (128, 128))
+    ref = x.float() @ ref_w.T
+    assert _rel(full, ref) < 4e-3
+    triton = fp8_gemm(x, w, s, None, (128, 128), config=dict(BLOCK_M=16, BLOCK_N=64, SPLIT_K=1,
+                                                             kb_per_split=K // 128, num_warps=4, num_stages=3))
+    assert _rel(full, triton) < 4e-3
+    for M in (1, 2, 7, 8, 9, 16):                                           # rows independent of M
+        assert torch.equal(fp8_gemm(x[:M].contiguous(), w, s, None, (128, 128)), full[:M]), M
+
+
+@pytest.mark.parametrize("scale", [2.0 ** -30, 2.0 ** 30])
+def test_dense_extreme_activations(scale):
+    from turbospec.kernels.fp8_gemm import fp8_gemm
+    from turbospec.layers.quant.fp8 import dequantize_fp8
+    w, s = _weight(512, 1024, 3)
+    x = (torch.randn(3, 1024, device="cuda") * scale).to(torch.bfloat16)
+    ref = x.float() @ dequantize_fp8(w, s, (128, 128), torch.float32).T
+    assert _rel(fp8_gemm(x, w, s, None, (128, 128)), ref) < 4e-3
+
+
+def test_dense_in_a_cuda_graph_with_pdl():
+    from turbospec.kernels.fp8_gemm import fp8_gemm
+    ws = [_weight(4096, 4096, i) for i in range(3)]
+    x = torch.randn(1, 4096, device="cuda").to(torch.bfloat16)
+
+    def chain():
+        h = x
+        for w, s in ws:                                                     # each reads the last's output
+            h = fp8_gemm(h, w, s, None, (128, 128))
+        return h
+    eager = chain()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = chain()
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+@pytest.mark.parametrize("E,H,I,k", [(16, 256, 256, 2), (128, 2048, 768, 8), (32, 512, 384, 6)])
+def test_moe_one_token(E, H, I, k):
+    from turbospec.kernels import fp8_gemv
+    from turbospec.kernels.fused_moe import fused_experts
+    from turbospec.layers.quant.fp8 import dequantize_fp8, quantize_fp8
+    g = torch.Generator(device="cuda").manual_seed(E + H)
+    q13, s13 = quantize_fp8(torch.randn(E, 2 * I, H, device="cuda", generator=g) * 0.02, (128, 128))
+    q2, s2 = quantize_fp8(torch.randn(E, H, I, device="cuda", generator=g) * 0.02, (128, 128))
+    x = torch.randn(1, H, device="cuda", generator=g).to(torch.bfloat16)
+    ids = torch.randperm(E, device="cuda", generator=g)[:k].to(torch.int32).view(1, k)
+    tw = torch.softmax(torch.randn(1, k, device="cuda", generator=g), -1)
+    assert fp8_gemv.moe_eligible(x, q13, q2, s13, s2, (128, 128), k)
+    got = fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128))
+    ref = torch.zeros(1, H, device="cuda")
+    for j in range(k):
+        e = int(ids[0, j])
+        gu = x.float() @ dequantize_fp8(q13[e], s13[e], (128, 128), torch.float32).T
+        h = (torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]).to(torch.bfloat16).float()
+        ref += (h @ dequantize_fp8(q2[e], s2[e], (128, 128), torch.float32).T) * tw[0, j]
+    assert _rel(got, ref) < 1e-2
+    triton = fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})   # a config: Triton
+    assert _rel(got, triton) < 1e-2
