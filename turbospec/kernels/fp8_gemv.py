@@ -152,19 +152,21 @@ def dense_eligible(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, block:
             and scale.stride(1) == 1 and _aligned(x))
 
 
-_DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p1")}
+_DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
 _MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
 
 
 def _dense_variant(N: int, nt: int, device: torch.device) -> tuple[str, int]:
-    """(kernel name, warps): 4 warps per 16-row stripe where there are >= 4 stripes per SM, else 8
-    (more K slices in flight); TURBOSPEC_FP8_GEMV_VARIANT (e.g. w8_p1) overrides where it exists."""
-    if _VARIANT in _DENSE[nt]:
+    """(kernel name, warps). The warps split K, so they set the bits: a function of (N, SM count)
+    only, the same for 1-8 and 9-16 rows (rows round alike whatever M is). 4 warps per 16-row stripe
+    where there are at least ~2.3 stripes per SM, else 8 (H100, bench/fp8_gemv_probe.py: qwen3-8b qkv
+    / gate_up and 30b qkv faster with 4, qwen3-8b o / down and 30b o with 8); the pipelined loop
+    (loads one K block ahead). TURBOSPEC_FP8_GEMV_VARIANT (e.g. w8_p0) overrides, for A/B runs."""
+    if _VARIANT in _DENSE[1] and _VARIANT in _DENSE[2]:
         var = _VARIANT
-    elif nt == 1:
-        var = "w4_p0" if N // 16 >= 4 * torch.cuda.get_device_properties(device).multi_processor_count else "w8_p0"
     else:
-        var = "w4_p0"
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        var = "w4_p1" if N // 16 >= 2.3 * sms else "w8_p1"
     warps, pipe = var.split("_")
     return f"fp8_gemv_{warps}_nt{nt}_{pipe}", int(warps[1:])
 
@@ -211,11 +213,11 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     inter = torch.empty(k, I, dtype=hidden.dtype, device=hidden.device)
     out = torch.empty(1, H, dtype=hidden.dtype, device=hidden.device)
     mod, pdl = _module(hidden.device), pdl_enabled(hidden.device)
-    var = _VARIANT if _VARIANT in _MOE1 else "w4_p0"
+    var = _VARIANT if _VARIANT in _MOE1 else "w8_p0"
     mod.launch(f"moe_gemv1_{var}", (I // 8, k), 32 * _MOE1[var],
                [_permuted(w13, _permute_w13), hidden, w13_scale, ids, inter, I, H, w13_scale.stride(0),
                 w13_scale.stride(1)], pdl)
-    mod.launch(f"moe_gemv2_k{k}_p0", (H // 16, 1), 32 * k,
+    mod.launch(f"moe_gemv2_k{k}_p1", (H // 16, 1), 32 * k,
                [_permuted(w2, lambda w: permute_weight(w.view(-1, w.shape[-1]))), inter, w2_scale, ids, tw, out,
                 H, I, w2_scale.stride(0), w2_scale.stride(1)], pdl)
     return out

@@ -187,6 +187,7 @@ GEMV(8, 1, 1)
 GEMV(4, 2, 0)
 GEMV(4, 2, 1)
 GEMV(8, 2, 1)
+GEMV(8, 2, 0)
 
 // ---------------------------------------------------------------- fused MoE, one token (decode batch 1)
 // GEMM1: grid (I / 8 stripes, top_k slots). w13 permuted per expert with stripe s = gate rows
@@ -262,9 +263,9 @@ MOE1(8, 0)
     pdl_wait();                                                                                      \
     moe2_body<K, P>(w2p, inter, s2, ids, tw, out, H, I, stride_se, stride_sn);                         \
   }
-MOE2(1, 0)
-MOE2(2, 0)
-MOE2(4, 0)
-MOE2(6, 0)
+MOE2(1, 1)
+MOE2(2, 1)
+MOE2(4, 1)
+MOE2(6, 1)
 MOE2(8, 0)
 MOE2(8, 1)
