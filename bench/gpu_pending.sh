@@ -20,7 +20,7 @@
 #            built with the machine's nvcc) against the Triton FP8 GEMM and fused MoE, kernel
 #            against kernel (PDL off for both)
 #   gemvtests (session 34) tests/gpu/test_fp8_gemv_gpu.py
-#   gemvab   (session 34) bench decode, TURBOSPEC_FP8_GEMV=0 then 1: qwen3-8b FP8 b1 / b16, 30b-a3b FP8 b1
+#   gemvab   (session 34) bench decode, TURBOSPEC_FP8_GEMV=0 then 1: qwen3-8b FP8 and 30b-a3b FP8, batch 1
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -80,7 +80,7 @@ for part in "$@"; do
     gemvab) for v in 0 1; do
               export TURBOSPEC_FP8_GEMV=$v TURBOSPEC_CACHE_DIR=$OUT/cache
               bench_rows gemvab.txt 150 \
-                "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1,16 --prompt-len 512 --gen-len 64" \
+                "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
                 "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64"
             done
             unset TURBOSPEC_FP8_GEMV
