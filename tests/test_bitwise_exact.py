@@ -128,3 +128,14 @@ def test_bitwise_exact_drafts_nothing_in_a_step_that_prefills(codelm_dir):
         eng.scheduler.schedule = record
         spec.generate(prompts, PARAMS)
         assert len(mixed) > 5 and any(mixed) != exact, (exact, mixed)
+
+
+def test_exact_cap_follows_the_fp8_gemv_bound(monkeypatch):
+    """With the opt-in CUDA FP8 GEMV (16 rows, then the Triton kernel's other K order) verifies stay
+    within 16 rows; without it within 64."""
+    from turbospec.engine.draft_length import exact_k_cap
+    from turbospec.kernels import fp8_gemv
+    assert (exact_k_cap(1), exact_k_cap(2), exact_k_cap(9), exact_k_cap(33)) == (63, 31, 6, 0)
+    monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
+    assert (exact_k_cap(1), exact_k_cap(2), exact_k_cap(8), exact_k_cap(9)) == (15, 7, 1, 0)
+    assert exact_k_cap(3, batch_bucket=4, query_lens=[2, 4, 8]) == 3          # 4 x 4 rows

@@ -11,7 +11,7 @@ import math
 from statistics import median_high
 
 from turbospec.engine.step_cost import ObservedStepCost
-from turbospec.layers.linear import INVARIANT_MAX_M
+from turbospec.kernels.fp8_gemv import invariant_rows
 from turbospec.spec.moe_cost import AcceptanceProfile, DraftLengthPolicy, StepCostTable, TreeAcceptanceProfile
 
 
@@ -24,18 +24,19 @@ def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens=None)
     the captured query length that k + 1 is padded up to (`query_lens`). Counting only the real
     num_seqs x (k + 1) let 9 sequences verify 6 drafts as a bucket-12 graph of 12 x 8 = 96 rows:
     cuBLAS rounding, and qwen3-8b greedy outputs that left plain decoding's near their end
-    (H200, 2026-11-30, `bench/exact_diag.py`)."""
-    return _exact_k_cap(num_seqs, batch_bucket or 0, tuple(sorted(query_lens or ())))
+    (H200, 2026-11-30, `bench/exact_diag.py`). With the opt-in CUDA FP8 GEMV (TURBOSPEC_FP8_GEMV=1)
+    the bound is its 16 rows (`fp8_gemv.invariant_rows`)."""
+    return _exact_k_cap(num_seqs, batch_bucket or 0, tuple(sorted(query_lens or ())), invariant_rows())
 
 
 @functools.lru_cache(maxsize=4096)
-def _exact_k_cap(num_seqs: int, batch_bucket: int, query_lens: tuple[int, ...]) -> int:
+def _exact_k_cap(num_seqs: int, batch_bucket: int, query_lens: tuple[int, ...], bound: int) -> int:
     b = max(num_seqs, batch_bucket, 1)            # asked every step: cached
     cap = 0
-    for k in range(1, INVARIANT_MAX_M):
+    for k in range(1, bound):
         q = next((L for L in query_lens if L >= k + 1), None)
         rows = b * q if q is not None else max(num_seqs, 1) * (k + 1)     # no graph: eager, unpadded
-        if rows > INVARIANT_MAX_M:
+        if rows > bound:
             break
         cap = k
     return cap

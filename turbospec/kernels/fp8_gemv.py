@@ -17,8 +17,8 @@ With the switch on:
 
 Costs and limits (why it is opt-in): the permuted weights are a second copy (built at the first
 eager call of each weight, so FP8 weight memory doubles); rows above 16 use the Triton kernel, whose
-K order differs, so decode (<= 16 rows) and a larger verify no longer round alike (greedy
-speculation with `bitwise_exact` can drift from plain decoding: use it for plain-decode benchmarks);
+K order differs, so with the switch on `bitwise_exact` speculation keeps every verify within 16 rows
+(`invariant_rows`: shorter drafts at batch 2-8, plain decoding above batch 8);
 it needs nvcc to build the kernel once (cached under ~/.cache/turbospec).
 """
 from __future__ import annotations
@@ -108,6 +108,14 @@ class Module:
 
 _MODULES: dict[int, Module] = {}
 _PERMUTED: dict[tuple, torch.Tensor] = {}
+
+
+def invariant_rows() -> int:
+    """Rows up to which every CUDA matmul rounds a row alike whatever the row count (the bound of
+    `draft_length.exact_k_cap`): INVARIANT_MAX_M, or 16 with this GEMV on (above 16 rows the Triton
+    FP8 kernel runs, with another K order)."""
+    from turbospec.layers.linear import INVARIANT_MAX_M
+    return GEMV_MAX_M if _SWITCH == "1" else INVARIANT_MAX_M
 
 
 def enabled(device: torch.device) -> bool:
