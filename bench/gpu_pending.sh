@@ -21,6 +21,7 @@
 #            against kernel (PDL off for both)
 #   gemvtests (session 34) tests/gpu/test_fp8_gemv_gpu.py
 #   gemvab   (session 34) bench decode, TURBOSPEC_FP8_GEMV=0 then 1: qwen3-8b FP8 and 30b-a3b FP8, batch 1
+#   gemvspec (session 34) bench spec with TURBOSPEC_FP8_GEMV=1: 30b-a3b FP8 oracle, batch 1 and 4 (identical?)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -85,6 +86,13 @@ for part in "$@"; do
             done
             unset TURBOSPEC_FP8_GEMV
             grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/gemvab.txt" | tail -30 ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab)"; exit 2 ;;
+    gemvspec) export TURBOSPEC_FP8_GEMV=1 TURBOSPEC_CACHE_DIR=$OUT/cache
+            PYTHONPATH=. timeout 200 python3 -m turbospec.cli bench spec --shape qwen3-30b-a3b --dtype bf16 \
+              --quantization fp8 --batch-sizes 1,4 --prompt-len 256 --max-tokens 64 --speculative-config \
+              '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' \
+              > "$OUT/gemvspec.txt" 2>&1
+            unset TURBOSPEC_FP8_GEMV
+            tail -25 "$OUT/gemvspec.txt" ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec)"; exit 2 ;;
   esac
 done
