@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from turbospec.kernels.fp8_gemv import invariant_rows
 from turbospec.spec.config_arg import parse_speculative_config
 from turbospec.benchmarks.cli_args import (BANDWIDTH_NOTE, bandwidth_text, check_fits, check_max_model_len,
                                            check_out_path, device_name, dtype_name, echo_compiles, env_setting,
@@ -224,7 +225,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     typer.echo(f"# bench spec (oracle) | device {device_name(dev)} | shape {name} (random weights) | "
                f"dtype {dtype_name(dt)} | weights {'block-FP8 (128x128)' if quantization else dtype_name(dt)} | "
                f"k {k}{' (auto)' if auto else ''} | "
-               f"bitwise_exact {exact}{' (verify rows <= 64 per step)' if exact and dev.type == 'cuda' else ''} | "
+               f"bitwise_exact {exact}{f' (verify rows <= {invariant_rows()} per step)' if exact and dev.type == 'cuda' else ''} | "
                f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy | "
                f"max model len {model_len}{env_setting()}")
     typer.echo(f"{'batch':>5} {'plain tok/s total':>18} {'spec tok/s total':>17} {'speedup':>8} {'accept len':>11} "
