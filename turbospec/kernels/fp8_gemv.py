@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -118,9 +119,21 @@ def invariant_rows() -> int:
     return GEMV_MAX_M if _SWITCH == "1" else INVARIANT_MAX_M
 
 
+_HOPPER: dict[int, bool] = {}
+
+
 def enabled(device: torch.device) -> bool:
-    """The switch is on and the device is a Hopper GPU (sm_90)."""
-    return _SWITCH == "1" and device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+    """The switch is on and the device is a Hopper GPU (sm_90; elsewhere a warning, once, and the
+    Triton kernels)."""
+    if _SWITCH != "1" or device.type != "cuda":
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _HOPPER:
+        _HOPPER[idx] = torch.cuda.get_device_capability(idx) == (9, 0)
+        if not _HOPPER[idx]:
+            warnings.warn(f"TURBOSPEC_FP8_GEMV=1: {torch.cuda.get_device_name(idx)} is not a Hopper GPU (sm_90), "
+                          "the kernel's only target; the Triton FP8 kernels run instead")
+    return _HOPPER[idx]
 
 
 def _module(device: torch.device) -> Module:
