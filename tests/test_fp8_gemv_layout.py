@@ -62,3 +62,23 @@ def test_moe_gate_up_interleave():
         for s in range(I // 8):
             assert torch.allclose(got[16 * s:16 * s + 8], gate[0, 8 * s:8 * s + 8], rtol=1e-12, atol=1e-9)
             assert torch.allclose(got[16 * s + 8:16 * s + 16], up[0, 8 * s:8 * s + 8], rtol=1e-12, atol=1e-9)
+
+
+def test_permuted_copies_follow_their_weight():
+    """Cached per weight object (not address), rebuilt after an in-place write, dropped with the weight."""
+    import gc
+
+    from turbospec.kernels import fp8_gemv
+    built = []
+
+    def build(w):
+        built.append(1)
+        return w * 2
+    a = torch.ones(4)
+    first = fp8_gemv._permuted(a, build)
+    assert fp8_gemv._permuted(a, build) is first and len(built) == 1
+    a.add_(1)
+    assert torch.equal(fp8_gemv._permuted(a, build), torch.full((4,), 4.0)) and len(built) == 2
+    del a, first
+    gc.collect()
+    assert len(fp8_gemv._PERMUTED) == 0

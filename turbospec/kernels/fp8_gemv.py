@@ -33,6 +33,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 SRC = Path(__file__).parent / "csrc" / "fp8_gemv.cu"
 GEMV_MAX_M = 16
@@ -108,7 +109,7 @@ class Module:
 
 
 _MODULES: dict[int, Module] = {}
-_PERMUTED: dict[tuple, torch.Tensor] = {}
+_PERMUTED = WeakIdKeyDictionary()         # weight -> (its version, permuted copy)
 
 
 def invariant_rows() -> int:
@@ -152,13 +153,16 @@ def permute_weight(w: torch.Tensor) -> torch.Tensor:
 
 
 def _permuted(w: torch.Tensor, build) -> torch.Tensor:
-    key = (w.data_ptr(), tuple(w.shape), w.device)
-    if key not in _PERMUTED:
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("fp8_gemv: a weight first met during CUDA-graph capture (run one eager "
-                               "forward first, as the engine's warm-up does)")
-        _PERMUTED[key] = build(w)
-    return _PERMUTED[key]
+    """The permuted copy of weight `w`, kept as long as `w` lives (keyed by the tensor object, not its
+    address: a later model may reuse a freed weight's memory) and rebuilt if `w` was written in place
+    since (its version counter)."""
+    hit = _PERMUTED.get(w)
+    if hit is None or hit[0] != w._version:
+        if w.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("fp8_gemv: a weight first met (or changed) during CUDA-graph capture; run one "
+                               "eager forward first, as the engine's warm-up does")
+        hit = _PERMUTED[w] = (w._version, build(w))
+    return hit[1]
 
 
 def _aligned(t: torch.Tensor) -> bool:
