@@ -139,3 +139,23 @@ def test_exact_cap_follows_the_fp8_gemv_bound(monkeypatch):
     monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
     assert (exact_k_cap(1), exact_k_cap(2), exact_k_cap(8), exact_k_cap(9)) == (15, 7, 1, 0)
     assert exact_k_cap(3, batch_bucket=4, query_lens=[2, 4, 8]) == 3          # 4 x 4 rows
+
+
+def test_one_token_moe_gemv_drafts_nothing_alone(monkeypatch):
+    """With the GEMV on, an FP8 MoE decoding one sequence runs one token through the CUDA experts
+    and a verify several through the Triton ones (other rounding): no drafts at batch 1."""
+    import torch
+    import torch.nn as nn
+
+    from turbospec.engine.draft_length import exact_k_cap
+    from turbospec.kernels import fp8_gemv
+    moe = nn.Module()
+    moe.fp8_block, moe.gate_up_proj = (128, 128), nn.Parameter(torch.zeros(4, 256, 128), requires_grad=False)
+    model = nn.Sequential(nn.Linear(2, 2), moe)
+    assert not fp8_gemv.splits_one_token(model)                      # switch off
+    monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
+    assert fp8_gemv.splits_one_token(model) and not fp8_gemv.splits_one_token(nn.Sequential(nn.Linear(2, 2)))
+    assert exact_k_cap(1, one_token_differs=True) == 0
+    padded = exact_k_cap(1, batch_bucket=2, query_lens=[2, 4, 8], one_token_differs=True)   # decode: 2 tokens
+    assert padded == exact_k_cap(1, batch_bucket=2, query_lens=[2, 4, 8]) > 0
+    assert exact_k_cap(2, one_token_differs=True) == exact_k_cap(2) == 7

@@ -18,6 +18,7 @@ from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
 from turbospec.engine.draft_length import exact_k_cap
+from turbospec.kernels import fp8_gemv
 # MAX_GRAPH_BATCH stays importable from here, where it lived before engine/fast_paths.py
 from turbospec.engine.fast_paths import MAX_GRAPH_BATCH, setup_fast_paths  # noqa: F401
 from turbospec.engine.grammar import GrammarCompiler
@@ -62,6 +63,8 @@ class LLMEngine:
         # (draft_length.exact_k_cap). Only CUDA's invariant kernels need it; with TURBOSPEC_GEMM=cublas
         # nothing is invariant, so the cap would cost speed and buy nothing.
         self.bitwise_exact = bitwise_exact and device.type == "cuda" and INVARIANT_GEMMS
+        # with TURBOSPEC_FP8_GEMV=1 an FP8 MoE's one-token expert forward rounds unlike a verify's
+        self.one_token_differs = self.bitwise_exact and fp8_gemv.splits_one_token(model)
         # decode rows of a step that also prefills run as a forward of their own (scheduler.split_mixed),
         # so that a greedy or seeded request's tokens do not depend on the prompts that arrive beside it
         self.split_mixed_steps = self.bitwise_exact and os.environ.get("TURBOSPEC_SPLIT_MIXED", "1") != "0"
@@ -199,7 +202,8 @@ class LLMEngine:
             return 0
         num_seqs = max(num_seqs, 1)
         graphs = self.runner.graphs
-        cap = exact_k_cap(num_seqs, graphs and graphs.bucket(num_seqs), graphs and graphs.query_lens) if exact else None
+        cap = (exact_k_cap(num_seqs, graphs and graphs.bucket(num_seqs), graphs and graphs.query_lens,
+                           self.one_token_differs) if exact else None)
         if self.adaptive is not None:
             return self.adaptive.choose(num_seqs, cap, steps)
         return p.k if cap is None else min(p.k, cap)

@@ -17,8 +17,11 @@ With the switch on:
 
 Costs and limits (why it is opt-in): the permuted weights are a second copy (built at the first
 eager call of each weight, so FP8 weight memory doubles); rows above 16 use the Triton kernel, whose
-K order differs, so with the switch on `bitwise_exact` speculation keeps every verify within 16 rows
-(`invariant_rows`: shorter drafts at batch 2-8, plain decoding above batch 8);
+K order differs, and so does an MoE forward of more than one token. So with the switch on a
+request's tokens may depend on how many others decode beside it (1-16 rows or more; for an MoE, one
+token or more), unlike the default kernels' batch invariance, and `bitwise_exact` speculation keeps
+every verify within 16 rows (`invariant_rows`: shorter drafts at batch 2-8, none above 8) and, on an
+FP8 MoE, drafts nothing for a sequence decoding alone (`splits_one_token`);
 it needs nvcc to build the kernel once (cached under ~/.cache/turbospec).
 """
 from __future__ import annotations
@@ -121,6 +124,15 @@ def invariant_rows() -> int:
 
 
 _HOPPER: dict[int, bool] = {}
+
+
+def splits_one_token(model: torch.nn.Module) -> bool:
+    """Whether the switch is on and the model has block-FP8 experts: their one-token forward then
+    runs this GEMV and a forward of several tokens the Triton fused MoE, which round differently, so
+    a sequence decoding alone cannot verify drafts bit for bit (`draft_length.exact_k_cap`)."""
+    return _SWITCH == "1" and any(tuple(getattr(m, "fp8_block", None) or ()) == (128, 128)
+                                  and getattr(m, "gate_up_proj", None) is not None and m.gate_up_proj.dim() == 3
+                                  for m in model.modules())
 
 
 def enabled(device: torch.device) -> bool:
