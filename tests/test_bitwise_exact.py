@@ -130,32 +130,26 @@ def test_bitwise_exact_drafts_nothing_in_a_step_that_prefills(codelm_dir):
         assert len(mixed) > 5 and any(mixed) != exact, (exact, mixed)
 
 
-def test_exact_cap_follows_the_fp8_gemv_bound(monkeypatch):
-    """With the opt-in CUDA FP8 GEMV (16 rows, then the Triton kernel's other K order) verifies stay
-    within 16 rows; without it within 64."""
+
+def test_exact_cap_follows_the_engines_bound():
+    """The opt-in CUDA FP8 GEMV (16 rows, then the Triton kernel's other K order) bounds verifies at
+    16 rows; the default kernels at 64."""
     from turbospec.engine.draft_length import exact_k_cap
-    from turbospec.kernels import fp8_gemv
     assert (exact_k_cap(1), exact_k_cap(2), exact_k_cap(9), exact_k_cap(33)) == (63, 31, 6, 0)
-    monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
-    assert (exact_k_cap(1), exact_k_cap(2), exact_k_cap(8), exact_k_cap(9)) == (15, 7, 1, 0)
-    assert exact_k_cap(3, batch_bucket=4, query_lens=[2, 4, 8]) == 3          # 4 x 4 rows
+    assert tuple(exact_k_cap(b, bound=16) for b in (1, 2, 8, 9)) == (15, 7, 1, 0)
+    assert exact_k_cap(3, batch_bucket=4, query_lens=[2, 4, 8], bound=16) == 3          # 4 x 4 rows
 
 
-def test_one_token_moe_gemv_drafts_nothing_alone(monkeypatch):
-    """With the GEMV on, an FP8 MoE decoding one sequence runs one token through the CUDA experts
-    and a verify several through the Triton ones (other rounding): no drafts at batch 1."""
+def test_fp8_gemv_prepare_is_a_no_op_off_or_on_cpu(monkeypatch):
+    """Off (or on a CPU) `prepare` builds nothing and keeps the 64-row bound; the experts' Triton-only
+    mark and the 16-row bound need the switch on a Hopper GPU (tests/gpu/test_fp8_gemv_gpu.py)."""
     import torch
     import torch.nn as nn
 
-    from turbospec.engine.draft_length import exact_k_cap
     from turbospec.kernels import fp8_gemv
-    moe = nn.Module()
-    moe.fp8_block, moe.gate_up_proj = (128, 128), nn.Parameter(torch.zeros(4, 256, 128), requires_grad=False)
-    model = nn.Sequential(nn.Linear(2, 2), moe)
-    assert not fp8_gemv.splits_one_token(model)                      # switch off
+    from turbospec.layers.linear import INVARIANT_MAX_M
+    model = nn.Sequential(nn.Linear(2, 2))
+    assert fp8_gemv.prepare(model, torch.device("cpu"), exact_speculation=True) == INVARIANT_MAX_M
     monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
-    assert fp8_gemv.splits_one_token(model) and not fp8_gemv.splits_one_token(nn.Sequential(nn.Linear(2, 2)))
-    assert exact_k_cap(1, one_token_differs=True) == 0
-    padded = exact_k_cap(1, batch_bucket=2, query_lens=[2, 4, 8], one_token_differs=True)   # decode: 2 tokens
-    assert padded == exact_k_cap(1, batch_bucket=2, query_lens=[2, 4, 8]) > 0
-    assert exact_k_cap(2, one_token_differs=True) == exact_k_cap(2) == 7
+    assert fp8_gemv.prepare(model, torch.device("cpu"), exact_speculation=False) == INVARIANT_MAX_M
+    assert len(fp8_gemv._PERMUTED) == 0 and len(fp8_gemv._TRITON_ONLY) == 0

@@ -104,3 +104,45 @@ def test_moe_one_token(E, H, I, k):
     assert _rel(got, ref) < 1e-2
     triton = fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})   # a config: Triton
     assert _rel(got, triton) < 1e-2
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_prepare_builds_before_use_and_keeps_exact_experts_on_triton(exact):
+    """`prepare` (the engine calls it before sizing the KV pool) builds the permuted copies, returns
+    the 16-row bound, and under exact speculation leaves the experts on the Triton fused MoE, whose
+    one-token rows then equal a two-token call's bit for bit."""
+    import torch.nn as nn
+
+    from turbospec.kernels import fp8_gemv
+    from turbospec.kernels.fused_moe import fused_experts
+    from turbospec.layers.linear import QKVLinear
+    from turbospec.layers.moe import FusedMoE
+    from turbospec.layers.quant.fp8 import make_linear_fp8, make_moe_fp8, quantize_fp8
+    lin, moe = QKVLinear(256, 128, 2, 1).cuda(), FusedMoE(16, 2, 256, 128, True).cuda()
+    make_linear_fp8(lin, (128, 128))
+    make_moe_fp8(moe, (128, 128))
+    g = torch.Generator(device="cuda").manual_seed(5)
+    with torch.no_grad():
+        q, s = quantize_fp8(torch.randn(lin.weight.shape, device="cuda", generator=g) * 0.02, (128, 128))
+        lin.weight.copy_(q), lin.weight_scale_inv.copy_(s)
+        for w, sc in ((moe.gate_up_proj, moe.gate_up_proj_scale_inv), (moe.down_proj, moe.down_proj_scale_inv)):
+            q, s = quantize_fp8(torch.randn(w.shape, device="cuda", generator=g) * 0.02, (128, 128))
+            w.copy_(q), sc.copy_(s)
+    model = nn.ModuleList([lin, moe])
+    before = torch.cuda.memory_allocated()
+    assert fp8_gemv.prepare(model, torch.device("cuda"), exact_speculation=exact) == fp8_gemv.GEMV_MAX_M
+    grown = torch.cuda.memory_allocated() - before
+    expert_bytes = moe.gate_up_proj.numel() + moe.down_proj.numel()
+    assert grown >= lin.weight.numel() + (0 if exact else expert_bytes)
+    x = torch.randn(2, 128, device="cuda", generator=g).to(torch.bfloat16)
+    ids = torch.tensor([[3, 9], [3, 9]], device="cuda", dtype=torch.int32)
+    tw = torch.full((2, 2), 0.5, device="cuda")
+    args = (moe.gate_up_proj, moe.down_proj)
+    kw = dict(w13_scale=moe.gate_up_proj_scale_inv, w2_scale=moe.down_proj_scale_inv, block_shape=(128, 128))
+    one = fused_experts(x[:1], *args, tw[:1], ids[:1], **kw)
+    two = fused_experts(x, *args, tw, ids, **kw)
+    assert fp8_gemv.moe_eligible(x[:1], *args, kw["w13_scale"], kw["w2_scale"], (128, 128), 2) is (not exact)
+    if exact:
+        assert torch.equal(one, two[:1])                # Triton both: batch-invariant
+    else:
+        assert _rel(one, two[:1]) < 1e-2               # GEMV vs Triton: close, not bitwise

@@ -11,12 +11,12 @@ import math
 from statistics import median_high
 
 from turbospec.engine.step_cost import ObservedStepCost
-from turbospec.kernels.fp8_gemv import invariant_rows
+from turbospec.layers.linear import INVARIANT_MAX_M
 from turbospec.spec.moe_cost import AcceptanceProfile, DraftLengthPolicy, StepCostTable, TreeAcceptanceProfile
 
 
 def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens=None,
-                one_token_differs: bool = False) -> int:
+                bound: int = INVARIANT_MAX_M) -> int:
     """The largest draft length whose verify of `num_seqs` sequences stays within INVARIANT_MAX_M
     rows, where every CUDA matmul (bf16 skinny GEMM, FP8 GEMM, fused MoE) rounds a row alike
     whatever the row count: greedy speculative output is then bit for bit plain decoding's. 0
@@ -25,13 +25,9 @@ def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens=None,
     the captured query length that k + 1 is padded up to (`query_lens`). Counting only the real
     num_seqs x (k + 1) let 9 sequences verify 6 drafts as a bucket-12 graph of 12 x 8 = 96 rows:
     cuBLAS rounding, and qwen3-8b greedy outputs that left plain decoding's near their end
-    (H200, 2026-11-30, `bench/exact_diag.py`). With the opt-in CUDA FP8 GEMV (TURBOSPEC_FP8_GEMV=1)
-    the bound is its 16 rows (`fp8_gemv.invariant_rows`), and a model whose one-token MoE forward
-    takes it (`fp8_gemv.splits_one_token`, `one_token_differs`) drafts nothing for a sequence
-    decoding alone: its decode runs one token through the experts, its verify several."""
-    if one_token_differs and max(num_seqs, batch_bucket or 0) <= 1:
-        return 0
-    return _exact_k_cap(num_seqs, batch_bucket or 0, tuple(sorted(query_lens or ())), invariant_rows())
+    (H200, 2026-11-30, `bench/exact_diag.py`). `bound`: the engine's (16 with the opt-in CUDA FP8
+    GEMV serving the model's dense FP8 linears, `fp8_gemv.prepare`)."""
+    return _exact_k_cap(num_seqs, batch_bucket or 0, tuple(sorted(query_lens or ())), bound)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -63,8 +63,9 @@ class LLMEngine:
         # (draft_length.exact_k_cap). Only CUDA's invariant kernels need it; with TURBOSPEC_GEMM=cublas
         # nothing is invariant, so the cap would cost speed and buy nothing.
         self.bitwise_exact = bitwise_exact and device.type == "cuda" and INVARIANT_GEMMS
-        # with TURBOSPEC_FP8_GEMV=1 an FP8 MoE's one-token expert forward rounds unlike a verify's
-        self.one_token_differs = self.bitwise_exact and fp8_gemv.splits_one_token(model)
+        # TURBOSPEC_FP8_GEMV=1: its weight copies built before the KV pool is sized; the row bound of
+        # the model's batch invariance (64, or 16 with the GEMV on dense FP8 linears)
+        self.exact_rows = fp8_gemv.prepare(model, device, exact_speculation=self.bitwise_exact and proposer is not None)
         # decode rows of a step that also prefills run as a forward of their own (scheduler.split_mixed),
         # so that a greedy or seeded request's tokens do not depend on the prompts that arrive beside it
         self.split_mixed_steps = self.bitwise_exact and os.environ.get("TURBOSPEC_SPLIT_MIXED", "1") != "0"
@@ -203,7 +204,7 @@ class LLMEngine:
         num_seqs = max(num_seqs, 1)
         graphs = self.runner.graphs
         cap = (exact_k_cap(num_seqs, graphs and graphs.bucket(num_seqs), graphs and graphs.query_lens,
-                           self.one_token_differs) if exact else None)
+                           self.exact_rows) if exact else None)
         if self.adaptive is not None:
             return self.adaptive.choose(num_seqs, cap, steps)
         return p.k if cap is None else min(p.k, cap)

@@ -38,7 +38,7 @@ from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels import fp8_config, fp8_gemv
 from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, pick_config  # noqa: F401
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
-from turbospec.layers.linear import INVARIANT_MAX_M, InputAct
+from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 from turbospec.layers.norm_epilogue import reference_linear
 _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56 (exact in fp32)
 
@@ -217,9 +217,10 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     N = w.shape[0]
     if x.shape[1] != (2 * K if silu_mul else K):
         raise ValueError(f"fp8_gemm: x {tuple(x.shape)} does not fit w {tuple(w.shape)} (silu_mul={silu_mul})")
-    if (config is None and bias is None and epi is None and not silu_mul
-            and fp8_gemv.dense_eligible(x, w, scale_inv, block)):        # opt-in: TURBOSPEC_FP8_GEMV=1
-        return fp8_gemv.fp8_gemv(x, w, scale_inv)
+    if config is None and bias is None and epi is None and fp8_gemv.enabled(x.device) and M <= fp8_gemv.GEMV_MAX_M:
+        xa = apply_input_act(x, "silu_mul") if silu_mul else x           # opt-in: TURBOSPEC_FP8_GEMV=1
+        if fp8_gemv.dense_eligible(xa, w, scale_inv, block):
+            return fp8_gemv.fp8_gemv(xa, w, scale_inv)
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M == 0:
         return launch_args(epi, x[:, :K], out, dict(BLOCK_N=64))[2]

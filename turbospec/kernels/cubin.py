@@ -1,0 +1,103 @@
+"""A CUDA C++ source of turbospec's (kernels/csrc/) built with nvcc for sm_90a on first use and
+launched through the driver API (ctypes on libcuda), on torch's current stream of the kernel's
+device, so that CUDA graphs capture it; with PDL (kernels/pdl.py's contract) when asked. Used by
+the opt-in FP8 GEMV (kernels/fp8_gemv.py)."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+CSRC = Path(__file__).parent / "csrc"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TURBOSPEC_CACHE_DIR", Path.home() / ".cache" / "turbospec"))
+
+
+def build(source: str) -> Path:
+    """csrc/`source` compiled to a cubin for sm_90a, cached by the source's hash (a concurrent build
+    cannot tear it: written aside, then renamed)."""
+    src = CSRC / source
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    out = cache_dir() / f"{src.stem}-{digest}-sm90a.cubin"
+    if out.exists():
+        return out
+    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
+    if nvcc is None:
+        raise RuntimeError(f"TURBOSPEC_FP8_GEMV=1 needs CUDA's nvcc to build turbospec/kernels/csrc/{source} once: "
+                           "install the CUDA toolkit (or put nvcc on PATH), or unset TURBOSPEC_FP8_GEMV")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        tmp_out = Path(tmp) / out.name
+        cmd = [nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(tmp_out), str(src)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"building {source} failed ({' '.join(cmd)}):\n{res.stderr[-2000:]}")
+        os.replace(tmp_out, out)
+    return out
+
+
+class _Attr(ctypes.Structure):            # CUlaunchAttribute: id, 4 bytes of padding, a 64-byte value
+    _fields_ = [("id", ctypes.c_uint32), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class _Config(ctypes.Structure):          # CUlaunchConfig (CUDA 12 / 13 cuda.h)
+    _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint),
+                ("by", ctypes.c_uint), ("bz", ctypes.c_uint), ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attr)), ("num_attrs", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6    # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+class Module:
+    """The kernels of one built source on one device."""
+
+    def __init__(self, source: str, device: torch.device):
+        self.device = device
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.mod = ctypes.c_void_p()
+        with torch.cuda.device(device):
+            torch.empty(1, device=device)                  # the device's primary context is current
+            self._ok(self.cu.cuModuleLoadData(ctypes.byref(self.mod), build(source).read_bytes()), "cuModuleLoadData")
+        self.fns: dict[str, ctypes.c_void_p] = {}
+
+    def _ok(self, rc: int, what: str) -> None:
+        if rc != 0:
+            name = ctypes.c_char_p()
+            self.cu.cuGetErrorName(rc, ctypes.byref(name))
+            raise RuntimeError(f"{what} failed: {name.value.decode() if name.value else rc} (CUresult {rc}); "
+                               "a driver older than the nvcc that built the cubin gives "
+                               "CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU")
+
+    def launch(self, name: str, grid: tuple[int, int], threads: int, args: list, pdl: bool) -> None:
+        """args: tensors (passed as device pointers) and ints (int32)."""
+        fn = self.fns.get(name)
+        if fn is None:
+            fn = ctypes.c_void_p()
+            self._ok(self.cu.cuModuleGetFunction(ctypes.byref(fn), self.mod, name.encode()), name)
+            self.fns[name] = fn
+        vals = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
+        attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=(1).to_bytes(4, "little") + bytes(60))
+        with torch.cuda.device(self.device):
+            cfg = _Config(grid[0], grid[1], 1, threads, 1, 1, 0, torch.cuda.current_stream(self.device).cuda_stream,
+                          ctypes.pointer(attr) if pdl else None, 1 if pdl else 0)
+            self._ok(self.cu.cuLaunchKernelEx(ctypes.byref(cfg), fn, ptrs, None), name)
+
+
+_MODULES: dict[tuple[str, int], Module] = {}
+
+
+def module(source: str, device: torch.device) -> Module:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if (source, idx) not in _MODULES:
+        _MODULES[(source, idx)] = Module(source, torch.device("cuda", idx))
+    return _MODULES[(source, idx)]
