@@ -121,6 +121,7 @@ def moe(cub: Cubin, E: int = 128, H: int = 2048, I: int = 768, top_k: int = 8, c
 
 
 def main() -> None:
+    fp8_gemv._SWITCH = "0"                     # the baselines are Triton's even with TURBOSPEC_FP8_GEMV=1 set
     cub = Cubin()
     quick = "--quick" in sys.argv
     dev = torch.device("cuda")

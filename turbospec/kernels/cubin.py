@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -33,7 +34,13 @@ def build(source: str) -> Path:
     if nvcc is None:
         raise RuntimeError(f"TURBOSPEC_FP8_GEMV=1 needs CUDA's nvcc to build turbospec/kernels/csrc/{source} once: "
                            "install the CUDA toolkit (or put nvcc on PATH), or unset TURBOSPEC_FP8_GEMV")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RuntimeError(f"cannot write the kernel cache {out.parent} ({e}): set TURBOSPEC_CACHE_DIR to a "
+                           "writable directory") from e
+    print(f"turbospec: building kernels/csrc/{source} for sm_90a with {nvcc} (once; cached in {out.parent})",
+          file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         tmp_out = Path(tmp) / out.name
         cmd = [nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(tmp_out), str(src)]

@@ -193,6 +193,7 @@ def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: boo
     from turbospec.layers.linear import INVARIANT_MAX_M
     if not enabled(device):
         return INVARIANT_MAX_M
+    module(SOURCE, device)                      # nvcc (once) and the driver fail here, at start-up
     rows = INVARIANT_MAX_M
     for m in model.modules():
         block = getattr(getattr(m, "quant_method", None), "block", None)
