@@ -21,6 +21,7 @@ import torch
 from turbospec.kernels import fp8_gemv
 from turbospec.kernels.fp8_gemm import fast_cvt_enabled, fp8_gemm
 from turbospec.kernels.fp8_gemv import permute_weight
+from turbospec.kernels.microbench import copy_bandwidth, time_graph
 from turbospec.kernels.fused_moe import fused_experts
 from turbospec.layers.quant.fp8 import dequantize_fp8, quantize_fp8
 
@@ -40,41 +41,10 @@ class Cubin:
         self.mod.launch(name, grid if isinstance(grid, tuple) else (grid, 1), threads, args, pdl=False)
 
 
-def copy_bandwidth() -> float:
-    a = torch.empty(2 ** 30, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(10):
-        b.copy_(a)
-    e1.record()
-    torch.cuda.synchronize()
-    return 2 * 10 * a.numel() / (e0.elapsed_time(e1) * 1e-3) / 1e9
-
-
-def graph_time(calls: list, reps: int = 5) -> float:
-    """us per call: one CUDA graph of every call (cycling weight copies), replayed `reps` times."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls[:2]:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    g.replay()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(reps):
-        g.replay()
-    e1.record()
-    torch.cuda.synchronize()
-    return e0.elapsed_time(e1) * 1e3 / (reps * len(calls))
+def graph_time(calls: list) -> float:
+    """us per call: the calls (cycling weight copies) captured back to back in one CUDA graph, the
+    median of its replays (kernels/microbench.py's `time_graph`)."""
+    return time_graph(calls) * 1e6
 
 
 def moe(cub: Cubin, E: int = 128, H: int = 2048, I: int = 768, top_k: int = 8, calls: int = 16) -> None:
@@ -126,7 +96,7 @@ def main() -> None:
     quick = "--quick" in sys.argv
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
-    print(f"# {torch.cuda.get_device_name(dev)}; copy {copy_bandwidth():.0f} GB/s (read + write); L2 {l2 >> 20} MiB; "
+    print(f"# {torch.cuda.get_device_name(dev)}; copy {copy_bandwidth() / 1e9:.0f} GB/s (read + write); L2 {l2 >> 20} MiB; "
           f"fast cvt {fast_cvt_enabled(dev)}")
     torch.manual_seed(0)
     moe(cub)
