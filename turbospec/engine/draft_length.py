@@ -18,9 +18,9 @@ from turbospec.spec.moe_cost import AcceptanceProfile, DraftLengthPolicy, StepCo
 def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens=None,
                 bound: int = INVARIANT_MAX_M) -> int:
     """The largest draft length whose verify of `num_seqs` sequences stays within `bound` rows
-    (INVARIANT_MAX_M unless the engine says less), where every CUDA matmul (bf16 skinny GEMM, FP8 GEMM, fused MoE) rounds a row alike
-    whatever the row count: greedy speculative output is then bit for bit plain decoding's. 0
-    (plain decoding) above INVARIANT_MAX_M / 2 sequences.
+    (INVARIANT_MAX_M unless the engine says less), where every CUDA matmul (bf16 skinny GEMM, FP8
+    GEMM, fused MoE) rounds a row alike whatever the row count: greedy speculative output is then
+    bit for bit plain decoding's. 0 (plain decoding) above bound / 2 sequences.
     The rows are those the step runs: with CUDA graphs, the batch bucket (`batch_bucket`) times
     the captured query length that k + 1 is padded up to (`query_lens`). Counting only the real
     num_seqs x (k + 1) let 9 sequences verify 6 drafts as a bucket-12 graph of 12 x 8 = 96 rows:
