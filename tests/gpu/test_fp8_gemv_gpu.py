@@ -134,7 +134,7 @@ def test_prepare_builds_before_use_and_keeps_exact_experts_on_triton(exact):
     grown = torch.cuda.memory_allocated() - before
     expert_bytes = moe.gate_up_proj.numel() + moe.down_proj.numel()
     assert grown >= lin.weight.numel() + (0 if exact else expert_bytes)
-    x = torch.randn(2, 128, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(2, 256, device="cuda", generator=g).to(torch.bfloat16)
     ids = torch.tensor([[3, 9], [3, 9]], device="cuda", dtype=torch.int32)
     tw = torch.full((2, 2), 0.5, device="cuda")
     args = (moe.gate_up_proj, moe.down_proj)
