@@ -21,6 +21,8 @@
 #            against kernel (PDL off for both)
 #   gemvtests (session 34) tests/gpu/test_fp8_gemv_gpu.py
 #   gemvab   (session 34) bench decode, TURBOSPEC_FP8_GEMV=0 then 1: qwen3-8b FP8 and 30b-a3b FP8, batch 1
+#   bf16gemv (session 34) bench/bf16_gemv_probe.py: a CUDA bf16 GEMV (not in the engine) against the
+#            skinny GEMM and cuBLAS on qwen3-8b / 30b's dense shapes (#8's batch-1 row)
 #   gemvspec (session 34) bench spec with TURBOSPEC_FP8_GEMV=1: 30b-a3b FP8 oracle, batch 1 and 4 (identical?)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
@@ -93,6 +95,9 @@ for part in "$@"; do
               > "$OUT/gemvspec.txt" 2>&1
             unset TURBOSPEC_FP8_GEMV
             tail -25 "$OUT/gemvspec.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec)"; exit 2 ;;
+    bf16gemv) PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
+              python3 bench/bf16_gemv_probe.py > "$OUT/bf16gemv.txt" 2>&1
+            tail -40 "$OUT/bf16gemv.txt" ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv)"; exit 2 ;;
   esac
 done

@@ -82,3 +82,29 @@ def test_permuted_copies_follow_their_weight():
     del a, first
     gc.collect()
     assert len(fp8_gemv._PERMUTED) == 0
+
+
+def test_bf16_probe_fragments_give_the_product():
+    """csrc/bf16_gemv.cu (the #8 probe): lane l's 16 bytes of segment j are its A fragment of step j,
+    row g's 4 values then row g + 8's, read as a = {x, z, y, w}; x as in the FP8 kernel."""
+    from turbospec.kernels.fp8_gemv import permute_bf16
+    R, K = 32, 256
+    g_ = torch.Generator().manual_seed(5)
+    w = torch.randn(R, K, generator=g_).to(torch.bfloat16)
+    x = torch.randn(3, K, generator=g_)
+    p = permute_bf16(w).double().view(R // 16, K // 128, 8, 32, 2, 4)        # (s, kb, j, lane, h, c)
+    out = torch.zeros(3, R, dtype=torch.float64)
+    for s in range(R // 16):
+        for kb in range(K // 128):
+            for j in range(8):
+                A, B = torch.zeros(16, 16, dtype=torch.float64), torch.zeros(16, 8, dtype=torch.float64)
+                for lane in range(32):
+                    g, t = lane // 4, lane % 4
+                    row_g, row_g8 = p[s, kb, j, lane, 0], p[s, kb, j, lane, 1]
+                    A[g, 2 * t:2 * t + 2], A[g, 2 * t + 8:2 * t + 10] = row_g[0:2], row_g[2:4]
+                    A[g + 8, 2 * t:2 * t + 2], A[g + 8, 2 * t + 8:2 * t + 10] = row_g8[0:2], row_g8[2:4]
+                    if g < 3:
+                        xv = x[g, 128 * kb + 32 * t:128 * kb + 32 * t + 32].double()
+                        B[2 * t:2 * t + 2, g], B[2 * t + 8:2 * t + 10, g] = xv[4 * j:4 * j + 2], xv[4 * j + 2:4 * j + 4]
+                out[:, 16 * s:16 * s + 16] += (A @ B)[:, :3].T
+    assert torch.allclose(out, x.double() @ w.double().T, rtol=1e-12, atol=1e-9)

@@ -23,10 +23,13 @@ def cache_dir() -> Path:
 
 
 def build(source: str) -> Path:
-    """csrc/`source` compiled to a cubin for sm_90a, cached by the source's hash (a concurrent build
-    cannot tear it: written aside, then renamed)."""
+    """csrc/`source` compiled to a cubin for sm_90a, cached by the hash of the source and csrc's
+    headers (a concurrent build cannot tear it: written aside, then renamed)."""
     src = CSRC / source
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    h = hashlib.sha256(src.read_bytes())
+    for header in sorted(CSRC.glob("*.cuh")):              # what it may include: a change rebuilds it
+        h.update(header.read_bytes())
+    digest = h.hexdigest()[:16]
     out = cache_dir() / f"{src.stem}-{digest}-sm90a.cubin"
     if out.exists():
         return out

@@ -71,6 +71,15 @@ def permute_weight(w: torch.Tensor) -> torch.Tensor:
     return v.permute(0, 3, 5, 2, 4, 6, 1, 7).contiguous().view(-1)
 
 
+def permute_bf16(w: torch.Tensor) -> torch.Tensor:
+    """bf16 [R, K] (R % 16 == 0, K % 128 == 0) -> bf16 [R * K] in csrc/bf16_gemv.cu's fragment order
+    (the #8 probe, bench/bf16_gemv_probe.py): (stripe s, K block kb, step j, g, t, h, c) <- row
+    16 s + 8 h + g, k 128 kb + 32 t + 4 j + c."""
+    R, K = w.shape
+    v = w.view(R // 16, 2, 8, K // 128, 4, 8, 4)                          # (s, h, g, kb, t, j, c)
+    return v.permute(0, 3, 5, 2, 4, 1, 6).contiguous().view(-1)
+
+
 def _permute_w13(w13: torch.Tensor) -> torch.Tensor:
     """[E, 2I, H]: stripe s = gate rows 8s.. and up rows I + 8s.. (silu(gate) * up in one lane)."""
     E, I2, H = w13.shape

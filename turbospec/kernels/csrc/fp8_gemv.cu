@@ -15,8 +15,7 @@
 // between warps (contiguous ranges); the partial sums are added in warp order (deterministic,
 // independent of M). fp8 -> bf16 with integer ops as in kernels/fp8_gemm.py (w * 2^-120 exactly),
 // x pre-scaled by 2^64 and the block's result by scale * 2^56.
-#include <cuda_bf16.h>
-#include <stdint.h>
+#include "gemv_common.cuh"
 
 __device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t w, uint32_t &lo, uint32_t &hi) {
   // bytes (w0, w1, w2, w3) -> lo = bf16x2(w0, w1), hi = bf16x2(w2, w3), each value * 2^-120
@@ -33,21 +32,6 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
   __nv_bfloat162 s = __floats2bfloat162_rn(18446744073709551616.0f, 18446744073709551616.0f);
   __nv_bfloat162 r = __hmul2(x, s);
   return *reinterpret_cast<uint32_t *>(&r);
-}
-
-// PDL (kernels/pdl.py's contract): wait for the predecessor, then release the successor. Both are
-// no-ops in a launch without the programmatic-serialization attribute.
-__device__ __forceinline__ void pdl_wait() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // acc[NT][4] += this lane's share of x[:, kb0 * 128 : kb1 * 128] @ W_stripe.T for one 16-row stripe
@@ -117,26 +101,6 @@ __device__ __forceinline__ void stripe_dot(const uint4 *__restrict__ wchunk, con
       if (kb + 2 < kb1) load(kb + 2, wv, xv, a, b);
       if (kb + 1 < kb1) compute(w2, x2, a2, b2);
     }
-  }
-}
-
-// Partial sums of the block's warps, added in warp order into warp 0's registers (the other warps'
-// v is left unset). red: WARPS * NT * 128 floats of shared memory.
-template <int WARPS, int NT>
-__device__ __forceinline__ void warp_sum(float (&acc)[NT][4], float *red) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int n = 0; n < NT; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) red[((warp * NT + n) * 4 + i) * 32 + lane] = acc[n][i];
-  __syncthreads();
-  if (warp == 0) {
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int w = 1; w < WARPS; ++w) acc[n][i] += red[((w * NT + n) * 4 + i) * 32 + lane];
   }
 }
 
