@@ -6,7 +6,7 @@ cuBLAS, kernel against kernel on the GPU (nvcc builds the cubin on first use):
 
 qwen3-8b's skinny GEMMs read 68-86% of copy bandwidth on its qkv / o / down at M = 1 on an H200
 (docs/internals.md); the FP8 GEMV's structure (K split between a block's warps, 128-bit fragment
-loads) took the FP8 versions of those shapes 15-30% under Triton's time on an H100. Each shape:
+loads) took the FP8 versions of those shapes 13-22% under Triton's time on an H100. Each shape:
 random weights, enough copies to cycle past 3x the L2 per graph; outputs checked against the fp32
 reference; time per call from microbench's `time_graph`; GB/s counts the weight bytes.
 """
