@@ -15,74 +15,40 @@
 template <int NT, bool PIPE>
 __device__ __forceinline__ void stripe_dot_bf16(const uint4 *__restrict__ wchunk, const __nv_bfloat16 *__restrict__ x,
                                                 int M, int stride_xm, int kb0, int kb1, float (&acc)[NT][4]) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  auto load = [&](int kb, uint4 (&wd)[8], uint4 (&xd)[NT][4]) {
+  using Buf = KBlock<8, NT>;
+  auto load = [&](int kb, Buf &buf) {
     const uint4 *wc = wchunk + (size_t)kb * 256;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) wd[j] = __ldg(wc + 32 * j);
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const int m = n * 8 + g;
-      const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)m * stride_xm + kb * 128 + 32 * t);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xd[n][i] = m < M ? __ldg(xr + i) : make_uint4(0, 0, 0, 0);
-    }
+    for (int j = 0; j < 8; ++j) buf.w[j] = __ldg(wc + 32 * j);
+    load_x<NT>(buf.x, x, M, stride_xm, kb);
   };
-  auto compute = [&](const uint4 (&wd)[8], const uint4 (&xd)[NT][4]) {
+  auto compute = [&](const Buf &buf) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const uint32_t a[4] = {wd[j].x, wd[j].z, wd[j].y, wd[j].w};   // row g (k 2t.., 2t+8..), row g + 8
+      const uint32_t a[4] = {buf.w[j].x, buf.w[j].z, buf.w[j].y, buf.w[j].w};   // row g (k 2t.., 2t+8..), row g + 8
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        const uint32_t *xs = reinterpret_cast<const uint32_t *>(&xd[n][0]);
+        const uint32_t *xs = reinterpret_cast<const uint32_t *>(&buf.x[n][0]);
         mma_bf16(acc[n], a, xs[2 * j], xs[2 * j + 1]);
       }
     }
   };
-  uint4 wv[8], xv[NT][4];
-  if (!PIPE) {
-    for (int kb = kb0; kb < kb1; ++kb) {
-      load(kb, wv, xv);
-      compute(wv, xv);
-    }
-  } else {
-    uint4 w2[8], x2[NT][4];
-    if (kb0 < kb1) load(kb0, wv, xv);
-    for (int kb = kb0; kb < kb1; kb += 2) {
-      if (kb + 1 < kb1) load(kb + 1, w2, x2);
-      compute(wv, xv);
-      if (kb + 2 < kb1) load(kb + 2, wv, xv);
-      if (kb + 1 < kb1) compute(w2, x2);
-    }
-  }
+  k_loop<PIPE, Buf>(kb0, kb1, load, compute);
 }
 
 template <int WARPS, int NT, bool PIPE>
 __device__ __forceinline__ void bf16_gemv_body(const uint8_t *__restrict__ wp, const __nv_bfloat16 *__restrict__ x,
                                                __nv_bfloat16 *__restrict__ out, int M, int N, int K, int stride_xm,
                                                int stride_om) {
-  const int stripe = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int kblocks = K / 128, per = (kblocks + WARPS - 1) / WARPS;
-  const int kb0 = min(kblocks, warp * per), kb1 = min(kblocks, kb0 + per);
-  const uint4 *wchunk = reinterpret_cast<const uint4 *>(wp) + ((size_t)stripe * kblocks) * 256 + lane;
+  const int stripe = blockIdx.x, kblocks = K / 128;
+  int kb0, kb1;
+  warp_k_range<WARPS>(kblocks, kb0, kb1);
+  const uint4 *wchunk = reinterpret_cast<const uint4 *>(wp) + ((size_t)stripe * kblocks) * 256 + threadIdx.x % 32;
   float acc[NT][4] = {};
   stripe_dot_bf16<NT, PIPE>(wchunk, x, M, stride_xm, kb0, kb1, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
-  if (warp != 0) return;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const int m0 = n * 8 + 2 * t, row = stripe * 16 + g;
-    if (m0 < M) {
-      out[(size_t)m0 * stride_om + row] = __float2bfloat16_rn(acc[n][0]);
-      out[(size_t)m0 * stride_om + row + 8] = __float2bfloat16_rn(acc[n][2]);
-    }
-    if (m0 + 1 < M) {
-      out[(size_t)(m0 + 1) * stride_om + row] = __float2bfloat16_rn(acc[n][1]);
-      out[(size_t)(m0 + 1) * stride_om + row + 8] = __float2bfloat16_rn(acc[n][3]);
-    }
-  }
+  if (threadIdx.x / 32 == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
 }
 
 #define BF16_GEMV(W, NT, P)                                                                           \

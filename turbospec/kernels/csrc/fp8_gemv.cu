@@ -42,22 +42,16 @@ template <int NT, bool PIPE>
 __device__ __forceinline__ void stripe_dot(const uint4 *__restrict__ wchunk, const __nv_bfloat16 *__restrict__ x,
                                            int M, int stride_xm, int kb0, int kb1, const float *__restrict__ sg,
                                            const float *__restrict__ s8, float (&acc)[NT][4]) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  auto load = [&](int kb, uint4 (&wd)[4], uint4 (&xd)[NT][4], float &a, float &b) {
+  using Buf = KBlock<4, NT>;
+  auto load = [&](int kb, Buf &buf) {
     const uint4 *wc = wchunk + (size_t)kb * 128;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) wd[i] = __ldg(wc + 32 * i);
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const int m = n * 8 + g;
-      const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)m * stride_xm + kb * 128 + 32 * t);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xd[n][i] = m < M ? __ldg(xr + i) : make_uint4(0, 0, 0, 0);
-    }
-    a = __ldg(sg + kb) * 72057594037927936.0f;                    // scale * 2^56
-    b = __ldg(s8 + kb) * 72057594037927936.0f;
+    for (int i = 0; i < 4; ++i) buf.w[i] = __ldg(wc + 32 * i);
+    load_x<NT>(buf.x, x, M, stride_xm, kb);
+    buf.sg = __ldg(sg + kb) * 72057594037927936.0f;               // scale * 2^56
+    buf.s8 = __ldg(s8 + kb) * 72057594037927936.0f;
   };
-  auto compute = [&](const uint4 (&wd)[4], const uint4 (&xd)[NT][4], float a, float b) {
+  auto compute = [&](const Buf &buf) {
     float d[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -65,43 +59,26 @@ __device__ __forceinline__ void stripe_dot(const uint4 *__restrict__ wchunk, con
       for (int i = 0; i < 4; ++i) d[n][i] = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const uint4 &seg = wd[j / 2];
+      const uint4 &seg = buf.w[j / 2];
       const uint32_t wg = (j & 1) ? seg.z : seg.x, wg8 = (j & 1) ? seg.w : seg.y;
       uint32_t fa[4];
       fp8x4_to_bf16x4(wg, fa[0], fa[2]);               // row g: k slots (2t, 2t+1), (2t+8, 2t+9)
       fp8x4_to_bf16x4(wg8, fa[1], fa[3]);              // row g + 8
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        const uint32_t *xs = reinterpret_cast<const uint32_t *>(&xd[n][0]);
+        const uint32_t *xs = reinterpret_cast<const uint32_t *>(&buf.x[n][0]);
         mma_bf16(d[n], fa, scale_bf16x2(xs[2 * j]), scale_bf16x2(xs[2 * j + 1]));
       }
     }
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      acc[n][0] = fmaf(d[n][0], a, acc[n][0]);
-      acc[n][1] = fmaf(d[n][1], a, acc[n][1]);
-      acc[n][2] = fmaf(d[n][2], b, acc[n][2]);
-      acc[n][3] = fmaf(d[n][3], b, acc[n][3]);
+      acc[n][0] = fmaf(d[n][0], buf.sg, acc[n][0]);
+      acc[n][1] = fmaf(d[n][1], buf.sg, acc[n][1]);
+      acc[n][2] = fmaf(d[n][2], buf.s8, acc[n][2]);
+      acc[n][3] = fmaf(d[n][3], buf.s8, acc[n][3]);
     }
   };
-  uint4 wv[4], xv[NT][4];
-  float a = 0.f, b = 0.f;
-  if (!PIPE) {
-    for (int kb = kb0; kb < kb1; ++kb) {
-      load(kb, wv, xv, a, b);
-      compute(wv, xv, a, b);
-    }
-  } else {
-    uint4 w2[4], x2[NT][4];
-    float a2 = 0.f, b2 = 0.f;
-    if (kb0 < kb1) load(kb0, wv, xv, a, b);
-    for (int kb = kb0; kb < kb1; kb += 2) {
-      if (kb + 1 < kb1) load(kb + 1, w2, x2, a2, b2);
-      compute(wv, xv, a, b);
-      if (kb + 2 < kb1) load(kb + 2, wv, xv, a, b);
-      if (kb + 1 < kb1) compute(w2, x2, a2, b2);
-    }
-  }
+  k_loop<PIPE, Buf>(kb0, kb1, load, compute);
 }
 
 // Dense: block = one 16-row stripe, its K blocks split between the WARPS warps (contiguous ranges).
@@ -109,30 +86,16 @@ template <int WARPS, int NT, bool PIPE>
 __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ wp, const __nv_bfloat16 *__restrict__ x,
                                           const float *__restrict__ scale, __nv_bfloat16 *__restrict__ out,
                                           int M, int N, int K, int stride_xm, int stride_om, int stride_sn) {
-  const int stripe = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int kblocks = K / 128, per = (kblocks + WARPS - 1) / WARPS;
-  const int kb0 = min(kblocks, warp * per), kb1 = min(kblocks, kb0 + per);
-  const uint4 *wchunk = reinterpret_cast<const uint4 *>(wp) + ((size_t)stripe * kblocks) * 128 + lane;
+  const int stripe = blockIdx.x, kblocks = K / 128;
+  int kb0, kb1;
+  warp_k_range<WARPS>(kblocks, kb0, kb1);
+  const uint4 *wchunk = reinterpret_cast<const uint4 *>(wp) + ((size_t)stripe * kblocks) * 128 + threadIdx.x % 32;
   const float *srow = scale + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[NT][4] = {};
   stripe_dot<NT, PIPE>(wchunk, x, M, stride_xm, kb0, kb1, srow, srow, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
-  if (warp != 0) return;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    // acc 0 = (row g, token 2t), 1 = (row g, 2t + 1), 2 = (row g + 8, 2t), 3 = (row g + 8, 2t + 1)
-    const int m0 = n * 8 + 2 * t, row = stripe * 16 + g;
-    if (m0 < M) {
-      out[(size_t)m0 * stride_om + row] = __float2bfloat16_rn(acc[n][0]);
-      out[(size_t)m0 * stride_om + row + 8] = __float2bfloat16_rn(acc[n][2]);
-    }
-    if (m0 + 1 < M) {
-      out[(size_t)(m0 + 1) * stride_om + row] = __float2bfloat16_rn(acc[n][1]);
-      out[(size_t)(m0 + 1) * stride_om + row + 8] = __float2bfloat16_rn(acc[n][3]);
-    }
-  }
+  if (threadIdx.x / 32 == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
 }
 
 #define GEMV(W, NT, P)                                                                                \
@@ -165,8 +128,9 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13p, cons
   const int stripe = blockIdx.x, slot = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int e = __ldg(ids + slot);
-  const int kblocks = H / 128, per = (kblocks + WARPS - 1) / WARPS;
-  const int kb0 = min(kblocks, warp * per), kb1 = min(kblocks, kb0 + per);
+  const int kblocks = H / 128;
+  int kb0, kb1;
+  warp_k_range<WARPS>(kblocks, kb0, kb1);
   const uint4 *wchunk = reinterpret_cast<const uint4 *>(w13p + (size_t)e * 2 * I * H) +
                         ((size_t)stripe * kblocks) * 128 + lane;
   const float *se = s13 + (size_t)e * stride_se;

@@ -38,3 +38,77 @@ __device__ __forceinline__ void warp_sum(float (&acc)[NT][4], float *red) {
   }
 }
 
+
+// One K block's registers: the lane's weight fragments (SEGS 128-bit loads), its x values for NT
+// 8-token tiles (32 contiguous bf16 each: the logical k's 32t .. 32t + 31 of the block) and, for
+// FP8 weights, the scales of rows g and g + 8.
+template <int SEGS, int NT>
+struct KBlock {
+  uint4 w[SEGS];
+  uint4 x[NT][4];
+  float sg, s8;
+};
+
+// x[m, kb * 128 + 32t : + 32] for the lane's token m = 8n + g of each tile (zeros past M).
+template <int NT>
+__device__ __forceinline__ void load_x(uint4 (&xd)[NT][4], const __nv_bfloat16 *__restrict__ x, int M, int stride_xm,
+                                       int kb) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const int m = n * 8 + g;
+    const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)m * stride_xm + kb * 128 + 32 * t);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xd[n][i] = m < M ? __ldg(xr + i) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The loop over K blocks kb0 .. kb1: load(kb, buf) then compute(buf). PIPE: two buffers, each
+// block's loads issued one block ahead of its use.
+template <bool PIPE, typename Buf, typename Load, typename Compute>
+__device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, Compute &&compute) {
+  Buf a;
+  if (!PIPE) {
+    for (int kb = kb0; kb < kb1; ++kb) {
+      load(kb, a);
+      compute(a);
+    }
+  } else {
+    Buf b;
+    if (kb0 < kb1) load(kb0, a);
+    for (int kb = kb0; kb < kb1; kb += 2) {
+      if (kb + 1 < kb1) load(kb + 1, b);
+      compute(a);
+      if (kb + 2 < kb1) load(kb + 2, a);
+      if (kb + 1 < kb1) compute(b);
+    }
+  }
+}
+
+// A warp's contiguous range of a stripe's K blocks (empty where there are more warps than blocks).
+template <int WARPS>
+__device__ __forceinline__ void warp_k_range(int kblocks, int &kb0, int &kb1) {
+  const int per = (kblocks + WARPS - 1) / WARPS;
+  kb0 = min(kblocks, (int)(threadIdx.x / 32) * per);
+  kb1 = min(kblocks, kb0 + per);
+}
+
+// Warp 0's summed tile to out: acc 0 = (row g, token 2t), 1 = (row g, 2t + 1), 2 = (row g + 8, 2t),
+// 3 = (row g + 8, 2t + 1), rows of 16-row stripe `stripe`, tokens 8n + .. of tile n (only < M).
+template <int NT>
+__device__ __forceinline__ void store_rows(const float (&acc)[NT][4], __nv_bfloat16 *__restrict__ out, int M,
+                                           int stride_om, int stripe) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const int m0 = n * 8 + 2 * t, row = stripe * 16 + g;
+    if (m0 < M) {
+      out[(size_t)m0 * stride_om + row] = __float2bfloat16_rn(acc[n][0]);
+      out[(size_t)m0 * stride_om + row + 8] = __float2bfloat16_rn(acc[n][2]);
+    }
+    if (m0 + 1 < M) {
+      out[(size_t)(m0 + 1) * stride_om + row] = __float2bfloat16_rn(acc[n][1]);
+      out[(size_t)(m0 + 1) * stride_om + row + 8] = __float2bfloat16_rn(acc[n][3]);
+    }
+  }
+}
