@@ -16,13 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.fp8_gemv import permute_bf16
+from turbospec.kernels.fp8_gemv import BF16_VARIANTS, permute_bf16
 from turbospec.kernels.microbench import copy_bandwidth, time_graph
 from turbospec.kernels.skinny_gemm import skinny_linear
 
 SHAPES = {"8b.qkv": (6144, 4096), "8b.o": (4096, 4096), "8b.gate_up": (24576, 4096), "8b.down": (4096, 12288),
           "30b.qkv": (5120, 2048), "30b.o": (2048, 4096)}
-VARIANTS = {1: ["w2_nt1_p1", "w4_nt1_p0", "w4_nt1_p1", "w8_nt1_p0", "w8_nt1_p1"], 16: ["w4_nt2_p1", "w8_nt2_p1"]}
 
 
 def main() -> None:
@@ -48,7 +47,7 @@ def main() -> None:
                 err = (fn(x, w, None).float() - ref).abs().max().item() / scale
                 line.append(f"{label} {t:.1f} us ({nbytes / t / 1e3:.0f} GB/s, err {err:.1e})")
             outs = [torch.empty(M, N, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
-            for var in VARIANTS[1 if M <= 8 else 16]:
+            for var in BF16_VARIANTS[1 if M <= 8 else 16]:
                 warps = int(var.split("_")[0][1:])
 
                 def call(i, var=var, warps=warps):

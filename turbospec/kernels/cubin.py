@@ -22,6 +22,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TURBOSPEC_CACHE_DIR", Path.home() / ".cache" / "turbospec"))
 
 
+def find_nvcc() -> str | None:
+    return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
+
+
 def build(source: str) -> Path:
     """csrc/`source` compiled to a cubin for sm_90a, cached by the hash of the source and csrc's
     headers (a concurrent build cannot tear it: written aside, then renamed)."""
@@ -33,7 +37,7 @@ def build(source: str) -> Path:
     out = cache_dir() / f"{src.stem}-{digest}-sm90a.cubin"
     if out.exists():
         return out
-    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
+    nvcc = find_nvcc()
     if nvcc is None:
         raise RuntimeError(f"TURBOSPEC_FP8_GEMV=1 needs CUDA's nvcc to build turbospec/kernels/csrc/{source} once: "
                            "install the CUDA toolkit (or put nvcc on PATH), or unset TURBOSPEC_FP8_GEMV")

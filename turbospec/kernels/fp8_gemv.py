@@ -71,6 +71,10 @@ def permute_weight(w: torch.Tensor) -> torch.Tensor:
     return v.permute(0, 3, 5, 2, 4, 6, 1, 7).contiguous().view(-1)
 
 
+# csrc/bf16_gemv.cu's launch variants (the #8 probe, bench/bf16_gemv_probe.py), by rows: 1-8, 9-16
+BF16_VARIANTS = {1: ("w2_nt1_p1", "w4_nt1_p0", "w4_nt1_p1", "w8_nt1_p0", "w8_nt1_p1"), 16: ("w4_nt2_p1", "w8_nt2_p1")}
+
+
 def permute_bf16(w: torch.Tensor) -> torch.Tensor:
     """bf16 [R, K] (R % 16 == 0, K % 128 == 0) -> bf16 [R * K] in csrc/bf16_gemv.cu's fragment order
     (the #8 probe, bench/bf16_gemv_probe.py): (stripe s, K block kb, step j, g, t, h, c) <- row
