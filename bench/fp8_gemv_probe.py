@@ -79,9 +79,9 @@ def moe(cub: Cubin, E: int = 128, H: int = 2048, I: int = 768, top_k: int = 8, c
         for v2 in ("k8_p0", "k8_p1"):
             def call(i, v1=v1, w1=w1, v2=v2):
                 cub.launch(f"moe_gemv1_{v1}", (I // 8, top_k), 32 * w1,
-                           [p13, x, s13, ids[i], inter, I, H, s13.stride(0), s13.stride(1)])
+                           [p13, x, s13, ids[i], inter, I, H, s13.stride(0), s13.stride(1), top_k, H])
                 cub.launch(f"moe_gemv2_{v2}", H // 16, 32 * top_k,
-                           [p2, inter, s2, ids[i], tws[i], outs[i], H, I, s2.stride(0), s2.stride(1)])
+                           [p2, inter, s2, ids[i], tws[i], outs[i], H, I, s2.stride(0), s2.stride(1), H])
             call(0)
             torch.cuda.synchronize()
             err = (outs[0].float() - ref).abs().max().item() / scale

@@ -146,3 +146,23 @@ def test_prepare_builds_before_use_and_keeps_exact_experts_on_triton(exact):
         assert torch.equal(one, two[:1])                # Triton both: batch-invariant
     else:
         assert _rel(one, two[:1]) < 1e-2               # GEMV vs Triton: close, not bitwise
+
+
+def test_moe_kernel_rows_do_not_depend_on_T():
+    """moe_gemv over T = 2..5 tokens gives each token's row bit for bit as a one-token call (each
+    (token, slot) is its own block): the precondition for sending verify-sized MoE batches to it
+    and dropping `prepare`'s experts-on-Triton rule. Also within bf16 rounding of Triton's."""
+    from turbospec.kernels import fp8_gemv
+    from turbospec.kernels.fused_moe import fused_experts
+    from turbospec.layers.quant.fp8 import quantize_fp8
+    E, H, I, k = 32, 512, 256, 6
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q13, s13 = quantize_fp8(torch.randn(E, 2 * I, H, device="cuda", generator=g) * 0.02, (128, 128))
+    q2, s2 = quantize_fp8(torch.randn(E, H, I, device="cuda", generator=g) * 0.02, (128, 128))
+    x = torch.randn(5, H, device="cuda", generator=g).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, device="cuda", generator=g)[:k] for _ in range(5)]).to(torch.int32)
+    tw = torch.softmax(torch.randn(5, k, device="cuda", generator=g), -1)
+    ones = torch.cat([fp8_gemv.moe_gemv(x[t:t + 1], q13, q2, tw[t:t + 1], ids[t:t + 1], s13, s2) for t in range(5)])
+    for T in (2, 3, 5):
+        assert torch.equal(fp8_gemv.moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2), ones[:T]), T
+    assert _rel(ones, fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})) < 1e-2

@@ -176,23 +176,25 @@ def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_
 
 def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
              topk_ids: torch.Tensor, w13_scale: torch.Tensor, w2_scale: torch.Tensor) -> torch.Tensor:
-    """One token: [1, H] = sum_k w_k * down_k(silu(gate_k(x)) * up_k(x)), each slot's row rounded to
-    bf16 before the fp32 sum in slot order (moe_sum's rounding)."""
+    """hidden [T, H] -> [T, H] = sum_k w_k * down_k(silu(gate_k(x)) * up_k(x)), each slot's row rounded
+    to bf16 before the fp32 sum in slot order (moe_sum's rounding). Each (token, slot) is its own
+    block, so a token's row does not depend on T; `fused_experts` sends it one token
+    (`moe_eligible`), the GPU tests also 2-5."""
     from turbospec.kernels.pdl import pdl_enabled
-    E, I2, H = w13.shape
-    I, k = I2 // 2, topk_ids.shape[1]
-    ids = topk_ids.reshape(-1).to(torch.int32)
+    T, H = hidden.shape
+    I, k = w13.shape[1] // 2, topk_ids.shape[1]
+    ids = topk_ids.reshape(-1).to(torch.int32)                                      # [T * k]
     tw = topk_weights.reshape(-1).to(torch.float32)
-    inter = torch.empty(k, I, dtype=hidden.dtype, device=hidden.device)
-    out = torch.empty(1, H, dtype=hidden.dtype, device=hidden.device)
+    inter = torch.empty(T * k, I, dtype=hidden.dtype, device=hidden.device)
+    out = torch.empty(T, H, dtype=hidden.dtype, device=hidden.device)
     mod, pdl = module(SOURCE, hidden.device), pdl_enabled(hidden.device)
     var = _VARIANT if _VARIANT in _MOE1 else "w8_p0"
-    mod.launch(f"moe_gemv1_{var}", (I // 8, k), 32 * _MOE1[var],
+    mod.launch(f"moe_gemv1_{var}", (I // 8, T * k), 32 * _MOE1[var],
                [_permuted(w13, _permute_w13), hidden, w13_scale, ids, inter, I, H, w13_scale.stride(0),
-                w13_scale.stride(1)], pdl)
-    mod.launch(f"moe_gemv2_k{k}_p1", (H // 16, 1), 32 * k,
+                w13_scale.stride(1), k, hidden.stride(0)], pdl)
+    mod.launch(f"moe_gemv2_k{k}_p1", (H // 16, T), 32 * k,
                [_permuted(w2, _permute_w2), inter, w2_scale, ids, tw, out, H, I, w2_scale.stride(0),
-                w2_scale.stride(1)], pdl)
+                w2_scale.stride(1), H], pdl)
     return out
 
 

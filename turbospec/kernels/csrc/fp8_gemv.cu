@@ -116,16 +116,19 @@ GEMV(4, 2, 1)
 GEMV(8, 2, 1)
 GEMV(8, 2, 0)
 
-// ---------------------------------------------------------------- fused MoE, one token (decode batch 1)
-// GEMM1: grid (I / 8 stripes, top_k slots). w13 permuted per expert with stripe s = gate rows
+// ---------------------------------------------------------------- fused MoE, T tokens, each on its own
+// Every (token, slot) and every token's combine is its own block, so a token's row does not depend
+// on T (the engine serves one token with it today, kernels/fp8_gemv.py).
+// GEMM1: grid (I / 8 stripes, T * top_k slots). w13 permuted per expert with stripe s = gate rows
 // 8s..8s+7 (rows g) and up rows I+8s..I+8s+7 (rows g + 8), so silu(gate) * up is in one lane.
-// inter[slot, I] = silu(x @ gate.T) * (x @ up.T), rounded to bf16 once.
+// inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
 template <int WARPS, bool PIPE>
 __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13p, const __nv_bfloat16 *__restrict__ x,
                                           const float *__restrict__ s13, const int *__restrict__ ids,
                                           __nv_bfloat16 *__restrict__ inter, int I, int H, int stride_se,
-                                          int stride_sn) {
+                                          int stride_sn, int top_k, int stride_x) {
   const int stripe = blockIdx.x, slot = blockIdx.y;
+  x += (size_t)(slot / top_k) * stride_x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int e = __ldg(ids + slot);
   const int kblocks = H / 128;
@@ -145,14 +148,18 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13p, cons
   }
 }
 
-// GEMM2 + combine: grid (H / 16 stripes), one warp per slot (TOPK warps), each over all of I;
-// out[0, H] = sum over slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
+// GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
+// out[token, H] = sum over its slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
 template <int TOPK, bool PIPE>
 __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2p, const __nv_bfloat16 *__restrict__ inter,
                                           const float *__restrict__ s2, const int *__restrict__ ids,
                                           const float *__restrict__ tw, __nv_bfloat16 *__restrict__ out, int H,
-                                          int I, int stride_se, int stride_sn) {
-  const int stripe = blockIdx.x;
+                                          int I, int stride_se, int stride_sn, int stride_o) {
+  const int stripe = blockIdx.x, token = blockIdx.y;
+  ids += token * TOPK;
+  tw += token * TOPK;
+  inter += (size_t)token * TOPK * I;
+  out += (size_t)token * stride_o;
   const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int e = __ldg(ids + slot);
   const int kblocks = I / 128;
@@ -175,9 +182,9 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2p, const
 #define MOE1(W, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1_w##W##_p##P(                          \
       const uint8_t *w13p, const __nv_bfloat16 *x, const float *s13, const int *ids, __nv_bfloat16 *inter, \
-      int I, int H, int stride_se, int stride_sn) {                                                    \
+      int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {                           \
     pdl_wait();                                                                                      \
-    moe1_body<W, P>(w13p, x, s13, ids, inter, I, H, stride_se, stride_sn);                             \
+    moe1_body<W, P>(w13p, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x);           \
   }
 MOE1(2, 1)
 MOE1(4, 0)
@@ -187,9 +194,9 @@ MOE1(8, 0)
 #define MOE2(K, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
       const uint8_t *w2p, const __nv_bfloat16 *inter, const float *s2, const int *ids, const float *tw, \
-      __nv_bfloat16 *out, int H, int I, int stride_se, int stride_sn) {                                \
+      __nv_bfloat16 *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
     pdl_wait();                                                                                      \
-    moe2_body<K, P>(w2p, inter, s2, ids, tw, out, H, I, stride_se, stride_sn);                         \
+    moe2_body<K, P>(w2p, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);               \
   }
 MOE2(1, 1)
 MOE2(2, 1)
