@@ -38,6 +38,7 @@ if _SWITCH not in ("0", "1"):
     raise ValueError(f"TURBOSPEC_FP8_GEMV={_SWITCH!r}: give 1 (the CUDA C++ FP8 GEMV for decode) or 0 (default)")
 _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
 _MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
+MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values csrc/fp8_gemv.cu's GEMM2 is built for
 _VARIANT = os.environ.get("TURBOSPEC_FP8_GEMV_VARIANT", "")     # A/B runs: one launch variant everywhere
 if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(_MOE1):
     raise ValueError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(_MOE1))} "
@@ -140,8 +141,8 @@ def _dense_variant(N: int, nt: int, device: torch.device) -> tuple[str, int]:
     if _VARIANT in _DENSE[2]:
         var = _VARIANT
     else:
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        var = "w4_p1" if N // 16 >= 2.3 * sms else "w8_p1"
+        from turbospec.kernels.split_k import num_sms         # GPU-only module (Triton): lazily
+        var = "w4_p1" if N // 16 >= 2.3 * num_sms(device) else "w8_p1"
     warps, pipe = var.split("_")
     return f"fp8_gemv_{warps}_nt{nt}_{pipe}", int(warps[1:])
 
@@ -170,7 +171,7 @@ def _moe_shape_ok(w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale, bloc
 def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale,
                  block, top_k: int) -> bool:
     return (enabled(hidden.device) and hidden.shape[0] == 1 and hidden.dtype == torch.bfloat16
-            and top_k in (1, 2, 4, 6, 8) and w13 not in _TRITON_ONLY
+            and top_k in MOE_TOP_K and w13 not in _TRITON_ONLY
             and _moe_shape_ok(w13, w2, w13_scale, w2_scale, block) and _aligned(hidden.reshape(-1)))
 
 
