@@ -1,4 +1,4 @@
-"""Probe (issue #8): the CUDA C++ bf16 GEMV (kernels/csrc/bf16_gemv.cu, not used by the engine)
+"""Probe (issue #8): the CUDA C++ bf16 GEMV (kernels/csrc/bf16_gemv.cu, opt-in TURBOSPEC_BF16_GEMV=1)
 against what the engine runs for bf16 decode (kernels/skinny_gemm.py, the Triton skinny GEMM) and
 cuBLAS, kernel against kernel on the GPU (nvcc builds the cubin on first use):
 
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.fp8_gemv import BF16_VARIANTS, permute_bf16
+from turbospec.kernels.bf16_gemv import VARIANTS
 from turbospec.kernels.microbench import copy_bandwidth, time_graph
 from turbospec.kernels.skinny_gemm import skinny_linear
 
@@ -36,7 +36,6 @@ def main() -> None:
         nbytes = w.numel() * 2
         copies = max(2, -(-3 * l2 // nbytes))
         ws = [w.clone() for _ in range(copies)]
-        ps = [permute_bf16(c) for c in ws]
         for M in (1, 16):
             x = torch.randn(M, K, device=dev).to(torch.bfloat16)
             ref = x.float() @ w.float().T
@@ -47,12 +46,12 @@ def main() -> None:
                 err = (fn(x, w, None).float() - ref).abs().max().item() / scale
                 line.append(f"{label} {t:.1f} us ({nbytes / t / 1e3:.0f} GB/s, err {err:.1e})")
             outs = [torch.empty(M, N, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
-            for var in BF16_VARIANTS[1 if M <= 8 else 16]:
+            for var in VARIANTS[1 if M <= 8 else 16]:
                 warps = int(var.split("_")[0][1:])
 
                 def call(i, var=var, warps=warps):
                     mod.launch(f"bf16_gemv_{var}", (N // 16, 1), 32 * warps,
-                               [ps[i % copies], x, outs[i % copies], M, N, K, x.stride(0), N], pdl=False)
+                               [ws[i % copies], x, outs[i % copies], M, N, K, x.stride(0), N], pdl=False)
                 call(0)
                 torch.cuda.synchronize()
                 err = (outs[0].float() - ref).abs().max().item() / scale

@@ -24,6 +24,8 @@
 #   bf16gemv (session 34) bench/bf16_gemv_probe.py: a CUDA bf16 GEMV (not in the engine) against the
 #            skinny GEMM and cuBLAS on qwen3-8b / 30b's dense shapes (#8's batch-1 row)
 #   gemvspec (session 34) bench spec with TURBOSPEC_FP8_GEMV=1: 30b-a3b FP8 oracle, batch 1 and 4 (identical?)
+#   bf16ab   (session 35) bench decode qwen3-8b bf16 batch 1 / 16, TURBOSPEC_BF16_GEMV=0 then 1
+#            (gemv: GEMV_ARGS="--quick --baseline old_gemv" times the session-34 permuted kernels too)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -77,8 +79,8 @@ for part in "$@"; do
     gemv)   PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
               python3 bench/fp8_gemv_probe.py ${GEMV_ARGS:-} > "$OUT/gemv.txt" 2>&1
             tail -60 "$OUT/gemv.txt" ;;
-    gemvtests) PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout 200 $T tests/gpu/test_fp8_gemv_gpu.py \
-              > "$OUT/gemv_tests.txt" 2>&1
+    gemvtests) PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout 240 $T tests/gpu/test_fp8_gemv_gpu.py \
+              tests/gpu/test_bf16_gemv_gpu.py > "$OUT/gemv_tests.txt" 2>&1
             tail -8 "$OUT/gemv_tests.txt" ;;
     gemvab) for v in 0 1; do
               export TURBOSPEC_FP8_GEMV=$v TURBOSPEC_CACHE_DIR=$OUT/cache
@@ -95,9 +97,16 @@ for part in "$@"; do
               > "$OUT/gemvspec.txt" 2>&1
             unset TURBOSPEC_FP8_GEMV
             tail -25 "$OUT/gemvspec.txt" ;;
+    bf16ab) for v in 0 1; do
+              export TURBOSPEC_BF16_GEMV=$v TURBOSPEC_CACHE_DIR=$OUT/cache
+              bench_rows bf16ab.txt 150 \
+                "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16 --prompt-len 512 --gen-len 64"
+            done
+            unset TURBOSPEC_BF16_GEMV
+            grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/bf16ab.txt" | tail -20 ;;
     bf16gemv) PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
               python3 bench/bf16_gemv_probe.py > "$OUT/bf16gemv.txt" 2>&1
             tail -40 "$OUT/bf16gemv.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv)"; exit 2 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab)"; exit 2 ;;
   esac
 done

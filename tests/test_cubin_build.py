@@ -27,9 +27,9 @@ def test_sources_build_and_hold_every_launched_kernel(tmp_path, monkeypatch):
     assert not missing, missing
     mtime = out.stat().st_mtime_ns
     assert cubin.build("fp8_gemv.cu") == out and out.stat().st_mtime_ns == mtime        # cached
-    from turbospec.kernels.fp8_gemv import BF16_VARIANTS
+    from turbospec.kernels.bf16_gemv import VARIANTS
     bf16 = cubin.build("bf16_gemv.cu").read_bytes()
-    assert all(f"bf16_gemv_{v}".encode() in bf16 for vs in BF16_VARIANTS.values() for v in vs)
+    assert all(f"bf16_gemv_{v}".encode() in bf16 for vs in VARIANTS.values() for v in vs)
 
 
 def test_missing_nvcc_names_the_fix(tmp_path, monkeypatch):
@@ -37,6 +37,8 @@ def test_missing_nvcc_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(cubin, "find_nvcc", lambda: None)
     with pytest.raises(RuntimeError, match="needs CUDA's nvcc .* unset TURBOSPEC_FP8_GEMV"):
         cubin.build("fp8_gemv.cu")
+    with pytest.raises(RuntimeError, match="TURBOSPEC_BF16_GEMV=1 needs CUDA's nvcc"):
+        cubin.build("bf16_gemv.cu")
 
 
 @needs_nvcc

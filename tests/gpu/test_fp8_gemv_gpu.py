@@ -52,6 +52,21 @@ def test_dense_matches_reference_and_triton(N, K):
         assert torch.equal(fp8_gemm(x[:M].contiguous(), w, s, None, (128, 128)), full[:M]), M
 
 
+def test_dense_reads_weights_as_stored_and_declines_strided_views():
+    """A row slice of a weight (contiguous, offset) takes the GEMV; a column slice (strided) does not."""
+    from turbospec.kernels import fp8_gemv
+    from turbospec.kernels.fp8_gemm import fp8_gemm
+    from turbospec.layers.quant.fp8 import dequantize_fp8
+    w, s = _weight(512, 1024, 7)
+    x = torch.randn(2, 1024, device="cuda").to(torch.bfloat16)
+    rows, srows = w[128:], s[1:]
+    assert fp8_gemv.dense_eligible(x, rows, srows, (128, 128))
+    ref = x.float() @ dequantize_fp8(w, s, (128, 128), torch.float32).T
+    assert _rel(fp8_gemm(x, rows, srows, None, (128, 128)), ref[:, 128:]) < 4e-3
+    cols, scols = w[:, :512], s[:, :4]
+    assert not fp8_gemv.dense_eligible(x[:, :512].contiguous(), cols, scols, (128, 128))
+
+
 @pytest.mark.parametrize("scale", [2.0 ** -30, 2.0 ** 30])
 def test_dense_extreme_activations(scale):
     from turbospec.kernels.fp8_gemm import fp8_gemm
@@ -107,10 +122,10 @@ def test_moe_one_token(E, H, I, k):
 
 
 @pytest.mark.parametrize("exact", [False, True])
-def test_prepare_builds_before_use_and_keeps_exact_experts_on_triton(exact):
-    """`prepare` (the engine calls it before sizing the KV pool) builds the permuted copies, returns
-    the 16-row bound, and under exact speculation leaves the experts on the Triton fused MoE, whose
-    one-token rows then equal a two-token call's bit for bit."""
+def test_prepare_keeps_exact_experts_on_triton(exact):
+    """`prepare` (the engine calls it at start) allocates nothing (the kernels read the weights as
+    stored), returns the 16-row bound, and under exact speculation leaves the experts on the Triton
+    fused MoE, whose one-token rows then equal a two-token call's bit for bit."""
     import torch.nn as nn
 
     from turbospec.kernels import fp8_gemv
@@ -131,9 +146,7 @@ def test_prepare_builds_before_use_and_keeps_exact_experts_on_triton(exact):
     model = nn.ModuleList([lin, moe])
     before = torch.cuda.memory_allocated()
     assert fp8_gemv.prepare(model, torch.device("cuda"), exact_speculation=exact) == fp8_gemv.GEMV_MAX_M
-    grown = torch.cuda.memory_allocated() - before
-    expert_bytes = moe.gate_up_proj.numel() + moe.down_proj.numel()
-    assert grown >= lin.weight.numel() + (0 if exact else expert_bytes)
+    assert torch.cuda.memory_allocated() == before
     x = torch.randn(2, 256, device="cuda", generator=g).to(torch.bfloat16)
     ids = torch.tensor([[3, 9], [3, 9]], device="cuda", dtype=torch.int32)
     tw = torch.full((2, 2), 0.5, device="cuda")

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from turbospec.kernels import fp8_gemv
+from turbospec.kernels import bf16_gemv, fp8_gemv
 from turbospec.layers.linear import INVARIANT_MAX_M
 from turbospec.spec.config_arg import parse_speculative_config
 from turbospec.benchmarks.cli_args import (BANDWIDTH_NOTE, bandwidth_text, check_fits, check_max_model_len,
@@ -223,8 +223,9 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     model_len = min(max_model_len or need + 16, cfg.max_position_embeddings)
-    # the engine's row bound (fp8_gemv.prepare): 16 where the opt-in FP8 GEMV serves these FP8 shapes
-    bound = fp8_gemv.GEMV_MAX_M if quantization and fp8_gemv.enabled(dev) else INVARIANT_MAX_M
+    # the engine's row bound (fp8_gemv / bf16_gemv.prepare): 16 where an opt-in CUDA GEMV serves these shapes
+    gemv = (quantization and fp8_gemv.enabled(dev)) or bf16_gemv.enabled(dev)
+    bound = fp8_gemv.GEMV_MAX_M if gemv else INVARIANT_MAX_M
     typer.echo(f"# bench spec (oracle) | device {device_name(dev)} | shape {name} (random weights) | "
                f"dtype {dtype_name(dt)} | weights {'block-FP8 (128x128)' if quantization else dtype_name(dt)} | "
                f"k {k}{' (auto)' if auto else ''} | "

@@ -18,7 +18,7 @@ from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.burst_step import try_burst
 from turbospec.engine.detokenizer import IncrementalDetokenizer
 from turbospec.engine.draft_length import exact_k_cap
-from turbospec.kernels import fp8_gemv
+from turbospec.kernels import bf16_gemv, fp8_gemv
 # MAX_GRAPH_BATCH stays importable from here, where it lived before engine/fast_paths.py
 from turbospec.engine.fast_paths import MAX_GRAPH_BATCH, setup_fast_paths  # noqa: F401
 from turbospec.engine.grammar import GrammarCompiler
@@ -63,9 +63,10 @@ class LLMEngine:
         # (draft_length.exact_k_cap). Only CUDA's invariant kernels need it; with TURBOSPEC_GEMM=cublas
         # nothing is invariant, so the cap would cost speed and buy nothing.
         self.bitwise_exact = bitwise_exact and device.type == "cuda" and INVARIANT_GEMMS
-        # TURBOSPEC_FP8_GEMV=1: its weight copies built before the KV pool is sized; the row bound of
-        # the model's batch invariance (64, or 16 with the GEMV on dense FP8 linears)
+        # TURBOSPEC_FP8_GEMV / _BF16_GEMV=1: their kernels built at start; the row bound of the model's
+        # batch invariance (64, or 16 with a CUDA GEMV on the model's dense linears)
         self.exact_rows = fp8_gemv.prepare(model, device, exact_speculation=self.bitwise_exact and proposer is not None)
+        self.exact_rows = min(self.exact_rows, bf16_gemv.prepare(model, device) or self.exact_rows)
         # decode rows of a step that also prefills run as a forward of their own (scheduler.split_mixed),
         # so that a greedy or seeded request's tokens do not depend on the prompts that arrive beside it
         self.split_mixed_steps = self.bitwise_exact and os.environ.get("TURBOSPEC_SPLIT_MIXED", "1") != "0"

@@ -1,7 +1,7 @@
 """A CUDA C++ source of turbospec's (kernels/csrc/) built with nvcc for sm_90a on first use and
 launched through the driver API (ctypes on libcuda), on torch's current stream of the kernel's
 device, so that CUDA graphs capture it; with PDL (kernels/pdl.py's contract) when asked. Used by
-the opt-in FP8 GEMV (kernels/fp8_gemv.py)."""
+the opt-in GEMVs (kernels/fp8_gemv.py, kernels/bf16_gemv.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
+_SWITCHES = {"fp8_gemv.cu": "TURBOSPEC_FP8_GEMV", "bf16_gemv.cu": "TURBOSPEC_BF16_GEMV"}     # what turns each on
 
 
 def cache_dir() -> Path:
@@ -26,9 +27,10 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).exists()), None)
 
 
-def build(source: str) -> Path:
-    """csrc/`source` compiled to a cubin for sm_90a, cached by the hash of the source and csrc's
-    headers (a concurrent build cannot tear it: written aside, then renamed)."""
+def build(source: str | Path) -> Path:
+    """csrc/`source` (or a path: the probes' baselines) compiled to a cubin for sm_90a, cached by the
+    hash of the source and csrc's headers (a concurrent build cannot tear it: written aside, then
+    renamed)."""
     src = CSRC / source
     h = hashlib.sha256(src.read_bytes())
     for header in sorted(CSRC.glob("*.cuh")):              # what it may include: a change rebuilds it
@@ -39,14 +41,15 @@ def build(source: str) -> Path:
         return out
     nvcc = find_nvcc()
     if nvcc is None:
-        raise RuntimeError(f"TURBOSPEC_FP8_GEMV=1 needs CUDA's nvcc to build turbospec/kernels/csrc/{source} once: "
-                           "install the CUDA toolkit (or put nvcc on PATH), or unset TURBOSPEC_FP8_GEMV")
+        switch = _SWITCHES.get(str(source), "this kernel")
+        raise RuntimeError(f"{switch}=1 needs CUDA's nvcc to build turbospec/kernels/csrc/{source} once: "
+                           f"install the CUDA toolkit (or put nvcc on PATH), or unset {switch}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RuntimeError(f"cannot write the kernel cache {out.parent} ({e}): set TURBOSPEC_CACHE_DIR to a "
                            "writable directory") from e
-    print(f"turbospec: building kernels/csrc/{source} for sm_90a with {nvcc} (once; cached in {out.parent})",
+    print(f"turbospec: building {src} for sm_90a with {nvcc} (once; cached in {out.parent})",
           file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         tmp_out = Path(tmp) / out.name
@@ -74,7 +77,7 @@ _PROGRAMMATIC_STREAM_SERIALIZATION = 6    # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STR
 class Module:
     """The kernels of one built source on one device."""
 
-    def __init__(self, source: str, device: torch.device):
+    def __init__(self, source: str | Path, device: torch.device):
         self.device = device
         self.cu = ctypes.CDLL("libcuda.so.1")
         self.mod = ctypes.c_void_p()
@@ -108,10 +111,26 @@ class Module:
 
 
 _MODULES: dict[tuple[str, int], Module] = {}
+_HOPPER: dict[int, bool] = {}
 
 
-def module(source: str, device: torch.device) -> Module:
+def hopper(device: torch.device, switch: str, instead: str) -> bool:
+    """A CUDA device of compute capability 9.0, the kernels' only target (elsewhere a warning, once:
+    `switch` has no effect, `instead` runs)."""
+    if device.type != "cuda":
+        return False
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    if (source, idx) not in _MODULES:
-        _MODULES[(source, idx)] = Module(source, torch.device("cuda", idx))
-    return _MODULES[(source, idx)]
+    if idx not in _HOPPER:
+        _HOPPER[idx] = torch.cuda.get_device_capability(idx) == (9, 0)
+        if not _HOPPER[idx]:
+            import warnings
+            warnings.warn(f"{switch}: {torch.cuda.get_device_name(idx)} is not a Hopper GPU (sm_90), the kernel's "
+                          f"only target; {instead}")
+    return _HOPPER[idx]
+
+
+def module(source: str | Path, device: torch.device) -> Module:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if (str(source), idx) not in _MODULES:
+        _MODULES[(str(source), idx)] = Module(source, torch.device("cuda", idx))
+    return _MODULES[(str(source), idx)]

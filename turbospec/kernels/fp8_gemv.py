@@ -5,22 +5,24 @@ The Triton FP8 GEMM (kernels/fp8_gemm.py) and fused-MoE expert GEMMs (kernels/mo
 instruction-issue bound at decode sizes: 4.0 and 3.8 SASS instructions per weight byte in their
 inner loops (`bench/sass_loop.py`), where Triton pads one token to a 16-row MMA tile, repeats the
 x tile's scaling in every warp and reshuffles weight bytes through shared memory. csrc/fp8_gemv.cu
-does the same arithmetic in 2.5: weights permuted once into mma.sync A-fragment order (128-bit
-loads straight into registers, `permute_weight`), x as the MMA's 8-wide side, K split between the
-warps of a block and summed in warp order. Built and launched by kernels/cubin.py.
+does the same arithmetic in 2.6: the weights read as stored with 128-bit loads straight into mma.sync
+A-fragment registers (the k order inside a 128-wide block taken alike for x, which the sum allows),
+x as the MMA's 8-wide side, K split between the warps of a block and summed in warp order. Built
+and launched by kernels/cubin.py.
 
 With the switch on:
 - `fp8_gemm` takes this path for M <= 16 rows (block scales 128 x 128, bf16, no bias, no folded
   norm (`TURBOSPEC_NORM_EPILOGUE`: those linears keep the Triton kernel), N % 16 == 0, K % 128 == 0,
-  16-byte aligned rows; a fused SiLU-and-mul input is applied first); everything else stays Triton;
+  contiguous 16-byte aligned weight and x rows; a fused SiLU-and-mul input is applied first);
+  everything else stays Triton;
 - `fused_experts` takes it for one token with FP8 experts (GEMM1 + SiLU-and-mul, then GEMM2 + the
   weighted sum over the slots), except in an engine that verifies drafts bit for bit (`prepare`).
 
-Costs and limits (why it is opt-in): a second, permuted copy of each weight it serves (`prepare`
-builds them before the KV cache is sized, so the pool shrinks by that much); a request's tokens may
-depend on how many others decode beside it (rows 1-16 take this kernel, more rows the Triton one,
-whose K order differs; an MoE's one token likewise), where the default kernels are batch-invariant
-up to 64 rows; and `bitwise_exact` speculation keeps verifies within 16 rows (`prepare`'s bound).
+Limits (why it is opt-in): it needs nvcc on the machine (built once, at engine start by
+`prepare`); a request's tokens may depend on how many others decode beside it (rows 1-16 take this
+kernel, more rows the Triton one, whose K order differs; an MoE's one token likewise), where the
+default kernels are batch-invariant up to 64 rows; and `bitwise_exact` speculation keeps verifies
+within 16 rows (`prepare`'s bound).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import os
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from turbospec.kernels.cubin import module
+from turbospec.kernels.cubin import hopper, module
 
 SOURCE = "fp8_gemv.cu"
 GEMV_MAX_M = 16
@@ -44,105 +46,45 @@ if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(_MOE1):
     raise ValueError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(_MOE1))} "
                      "(warps, unpipelined p0 / pipelined p1), or leave it unset")
 
-_PERMUTED = WeakIdKeyDictionary()       # weight -> (its version, its address, the permuted copy)
 _TRITON_ONLY = WeakIdKeyDictionary()    # expert weights an engine keeps on the Triton fused MoE
-_HOPPER: dict[int, bool] = {}
 
 
 def enabled(device: torch.device) -> bool:
-    """The switch is on and the device is a Hopper GPU (sm_90; elsewhere a warning, once, and the
-    Triton kernels)."""
-    if _SWITCH != "1" or device.type != "cuda":
-        return False
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _HOPPER:
-        _HOPPER[idx] = torch.cuda.get_device_capability(idx) == (9, 0)
-        if not _HOPPER[idx]:
-            import warnings
-            warnings.warn(f"TURBOSPEC_FP8_GEMV=1: {torch.cuda.get_device_name(idx)} is not a Hopper GPU (sm_90), "
-                          "the kernel's only target; the Triton FP8 kernels run instead")
-    return _HOPPER[idx]
+    """The switch is on and the device is a Hopper GPU (elsewhere a warning, once, and the Triton
+    kernels)."""
+    return _SWITCH == "1" and hopper(device, "TURBOSPEC_FP8_GEMV=1", "the Triton FP8 kernels run instead")
 
 
-def permute_weight(w: torch.Tensor) -> torch.Tensor:
-    """fp8 [R, K] (R % 16 == 0, K % 128 == 0) -> uint8 [R * K] in fp8_gemv.cu's fragment order:
-    (stripe s, K block kb, segment i, g, t, jj, h, c) <- row 16 s + 8 h + g, k 128 kb + 32 t + 4 (2 i + jj) + c."""
-    R, K = w.shape
-    v = w.view(torch.uint8).view(R // 16, 2, 8, K // 128, 4, 4, 2, 4)    # (s, h, g, kb, t, i, jj, c)
-    return v.permute(0, 3, 5, 2, 4, 6, 1, 7).contiguous().view(-1)
-
-
-# csrc/bf16_gemv.cu's launch variants (the #8 probe, bench/bf16_gemv_probe.py), by rows: 1-8, 9-16
-BF16_VARIANTS = {1: ("w2_nt1_p1", "w4_nt1_p0", "w4_nt1_p1", "w8_nt1_p0", "w8_nt1_p1"), 16: ("w4_nt2_p1", "w8_nt2_p1")}
-
-
-def permute_bf16(w: torch.Tensor) -> torch.Tensor:
-    """bf16 [R, K] (R % 16 == 0, K % 128 == 0) -> bf16 [R * K] in csrc/bf16_gemv.cu's fragment order
-    (the #8 probe, bench/bf16_gemv_probe.py): (stripe s, K block kb, step j, g, t, h, c) <- row
-    16 s + 8 h + g, k 128 kb + 32 t + 4 j + c."""
-    R, K = w.shape
-    v = w.view(R // 16, 2, 8, K // 128, 4, 8, 4)                          # (s, h, g, kb, t, j, c)
-    return v.permute(0, 3, 5, 2, 4, 1, 6).contiguous().view(-1)
-
-
-def _permute_w13(w13: torch.Tensor) -> torch.Tensor:
-    """[E, 2I, H]: stripe s = gate rows 8s.. and up rows I + 8s.. (silu(gate) * up in one lane)."""
-    E, I2, H = w13.shape
-    rows = w13.view(torch.uint8).view(E, 2, I2 // 16, 8, H).permute(0, 2, 1, 3, 4).reshape(E * I2, H)
-    return permute_weight(rows.view(torch.float8_e4m3fn))
-
-
-def _permute_w2(w2: torch.Tensor) -> torch.Tensor:
-    return permute_weight(w2.view(-1, w2.shape[-1]))
-
-
-def _version(w: torch.Tensor) -> int:
-    try:
-        return w._version
-    except RuntimeError:                        # an inference-mode tensor keeps no version counter
-        return -1
-
-
-def _permuted(w: torch.Tensor, build) -> torch.Tensor:
-    """The permuted copy of weight `w`, kept as long as `w` lives (keyed by the tensor object: a later
-    model may reuse a freed weight's memory) and rebuilt if `w` was written in place or given other
-    storage since (its version counter and address; a write through `.data` bumps neither, which is
-    why `prepare` runs after the weights are loaded)."""
-    hit = _PERMUTED.get(w)
-    if hit is None or hit[:2] != (_version(w), w.data_ptr()):
-        if w.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("fp8_gemv: a weight first met (or changed) during CUDA-graph capture; run one "
-                               "eager forward first, as the engine's warm-up does")
-        hit = _PERMUTED[w] = (_version(w), w.data_ptr(), build(w))
-    return hit[2]
-
-
-def _aligned(t: torch.Tensor) -> bool:
+def aligned(t: torch.Tensor) -> bool:
     return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.dim() == 1 or (t.stride(0) * t.element_size()) % 16 == 0)
 
 
 def _dense_shape_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:
+    """The kernel reads w as stored: row-major, rows 16-byte aligned (K % 128 == 0 makes the rows so
+    once the base is)."""
     N, K = w.shape
-    return (tuple(block) == (128, 128) and N % 16 == 0 and K % 128 == 0 and scale.dim() == 2
-            and scale.shape[1] == K // 128 and scale.stride(1) == 1)
+    return (tuple(block) == (128, 128) and N % 16 == 0 and K % 128 == 0 and w.is_contiguous()
+            and w.data_ptr() % 16 == 0 and scale.dim() == 2 and scale.shape[1] == K // 128 and scale.stride(1) == 1)
 
 
 def dense_eligible(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> bool:
     return (enabled(x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
-            and x.shape[1] == w.shape[1] and _dense_shape_ok(w, scale, block) and _aligned(x))
+            and x.shape[1] == w.shape[1] and _dense_shape_ok(w, scale, block) and aligned(x))
+
+
+def warps_for(N: int, device: torch.device) -> int:
+    """The warps of a 16-row stripe's block (they split K, so they set the bits: a function of N and
+    the SM count only, the same for 1-8 and 9-16 rows): 4 where there are at least ~2.3 stripes per
+    SM, else 8 (H100, bench/fp8_gemv_probe.py: qwen3-8b qkv / gate_up and 30b qkv faster with 4,
+    qwen3-8b o / down and 30b o with 8)."""
+    from turbospec.kernels.split_k import num_sms         # GPU-only module (Triton): lazily
+    return 4 if N // 16 >= 2.3 * num_sms(device) else 8
 
 
 def _dense_variant(N: int, nt: int, device: torch.device) -> tuple[str, int]:
-    """(kernel name, warps). The warps split K, so they set the bits: a function of (N, SM count)
-    only, the same for 1-8 and 9-16 rows (rows round alike whatever M is). 4 warps per 16-row stripe
-    where there are at least ~2.3 stripes per SM, else 8 (H100, bench/fp8_gemv_probe.py: qwen3-8b qkv
-    / gate_up and 30b qkv faster with 4, qwen3-8b o / down and 30b o with 8); the pipelined loop
-    (loads one K block ahead). TURBOSPEC_FP8_GEMV_VARIANT (e.g. w8_p0) overrides, for A/B runs."""
-    if _VARIANT in _DENSE[2]:
-        var = _VARIANT
-    else:
-        from turbospec.kernels.split_k import num_sms         # GPU-only module (Triton): lazily
-        var = "w4_p1" if N // 16 >= 2.3 * num_sms(device) else "w8_p1"
+    """(kernel name, warps): `warps_for`'s, with the pipelined loop (loads one K block ahead).
+    TURBOSPEC_FP8_GEMV_VARIANT (e.g. w8_p0) overrides, for A/B runs."""
+    var = _VARIANT if _VARIANT in _DENSE[2] else f"w{warps_for(N, device)}_p1"
     warps, pipe = var.split("_")
     return f"fp8_gemv_{warps}_nt{nt}_{pipe}", int(warps[1:])
 
@@ -154,9 +96,8 @@ def fp8_gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Ten
     N = w.shape[0]
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     name, warps = _dense_variant(N, 1 if M <= 8 else 2, x.device)
-    module(SOURCE, x.device).launch(name, (N // 16, 1), 32 * warps, [_permuted(w, permute_weight), x, scale, out,
-                                                                     M, N, K, x.stride(0), N, scale.stride(0)],
-                                    pdl_enabled(x.device))
+    module(SOURCE, x.device).launch(name, (N // 16, 1), 32 * warps,
+                                    [w, x, scale, out, M, N, K, x.stride(0), N, scale.stride(0)], pdl_enabled(x.device))
     return out
 
 
@@ -164,6 +105,7 @@ def _moe_shape_ok(w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale, bloc
     E, I2, H = w13.shape
     I = I2 // 2
     return (w13_scale is not None and tuple(block) == (128, 128) and H % 128 == 0 and I % 128 == 0
+            and w13.is_contiguous() and w2.is_contiguous() and w13.data_ptr() % 16 == 0 and w2.data_ptr() % 16 == 0
             and w13_scale.dim() == 3 and w13_scale.shape[-1] == H // 128 and w13_scale.stride(-1) == 1
             and w2_scale.dim() == 3 and w2_scale.shape[-1] == I // 128 and w2_scale.stride(-1) == 1)
 
@@ -172,7 +114,7 @@ def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_
                  block, top_k: int) -> bool:
     return (enabled(hidden.device) and hidden.shape[0] == 1 and hidden.dtype == torch.bfloat16
             and top_k in MOE_TOP_K and w13 not in _TRITON_ONLY
-            and _moe_shape_ok(w13, w2, w13_scale, w2_scale, block) and _aligned(hidden.reshape(-1)))
+            and _moe_shape_ok(w13, w2, w13_scale, w2_scale, block) and aligned(hidden.reshape(-1)))
 
 
 def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
@@ -191,40 +133,33 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     mod, pdl = module(SOURCE, hidden.device), pdl_enabled(hidden.device)
     var = _VARIANT if _VARIANT in _MOE1 else "w8_p0"
     mod.launch(f"moe_gemv1_{var}", (I // 8, T * k), 32 * _MOE1[var],
-               [_permuted(w13, _permute_w13), hidden, w13_scale, ids, inter, I, H, w13_scale.stride(0),
+               [w13, hidden, w13_scale, ids, inter, I, H, w13_scale.stride(0),
                 w13_scale.stride(1), k, hidden.stride(0)], pdl)
     mod.launch(f"moe_gemv2_k{k}_p1", (H // 16, T), 32 * k,
-               [_permuted(w2, _permute_w2), inter, w2_scale, ids, tw, out, H, I, w2_scale.stride(0),
+               [w2, inter, w2_scale, ids, tw, out, H, I, w2_scale.stride(0),
                 w2_scale.stride(1), H], pdl)
     return out
 
 
 def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: bool) -> int:
-    """Before the engine sizes its KV cache: build the permuted copies of every weight the GEMV will
-    serve (so the pool is sized with them in memory), and return the rows up to which the model's
-    matmuls round a row alike whatever the row count (`draft_length.exact_k_cap`'s bound): 16 where
-    a dense FP8 linear takes the GEMV, else INVARIANT_MAX_M. `exact_speculation` (drafts verified
-    bit for bit): the experts stay on the Triton fused MoE, whose one-token and several-token
-    forwards round alike (the GEMV serves one token only)."""
+    """At engine start: build and load the kernels (nvcc once; its errors and the driver's surface
+    here, not at the first step), and return the rows up to which the model's matmuls round a row
+    alike whatever the row count (`draft_length.exact_k_cap`'s bound): 16 where a dense FP8 linear
+    takes the GEMV, else INVARIANT_MAX_M. `exact_speculation` (drafts verified bit for bit): the
+    experts stay on the Triton fused MoE, whose one-token and several-token forwards round alike
+    (the GEMV serves one token only)."""
     from turbospec.layers.linear import INVARIANT_MAX_M
     if not enabled(device):
         return INVARIANT_MAX_M
-    module(SOURCE, device)                      # nvcc (once) and the driver fail here, at start-up
+    module(SOURCE, device)
     rows = INVARIANT_MAX_M
     for m in model.modules():
         block = getattr(getattr(m, "quant_method", None), "block", None)
         w, s = getattr(m, "weight", None), getattr(m, "weight_scale_inv", None)
         if (block is not None and w is not None and s is not None and w.dtype == torch.float8_e4m3fn
                 and w.dim() == 2 and getattr(m, "bias", None) is None and _dense_shape_ok(w, s, block)):
-            _permuted(w, permute_weight)
             rows = GEMV_MAX_M
-        if getattr(m, "fp8_block", None) is not None and getattr(m, "gate_up_proj", None) is not None:
-            w13, w2 = m.gate_up_proj, m.down_proj
-            if not _moe_shape_ok(w13, w2, m.gate_up_proj_scale_inv, m.down_proj_scale_inv, m.fp8_block):
-                continue
-            if exact_speculation:
-                _TRITON_ONLY[w13] = True
-            else:
-                _permuted(w13, _permute_w13)
-                _permuted(w2, _permute_w2)
+        if (exact_speculation and getattr(m, "fp8_block", None) is not None
+                and getattr(m, "gate_up_proj", None) is not None):
+            _TRITON_ONLY[m.gate_up_proj] = True
     return rows

@@ -5,16 +5,15 @@
 //
 // out[m, n] = sum_k x[m, k] * w[n, k] * scale[n / 128, k / 128]   (w e4m3, 128 x 128 scale blocks)
 //
-// Weights are permuted once (kernels/fp8_gemv.py, `permute_weight`) so that a warp reads them
-// with 128-bit loads straight into mma.sync m16n8k16 A fragments: one 2 KB chunk per (16-row
-// stripe, 128-wide K block), 4 segments of 512 B, lane l's 16 B of segment i holding its A bytes
-// of k16-steps 2i and 2i+1: [row g, row g + 8] x [4 k's] each (g = l / 4, t = l % 4). The k order
-// inside a 128-block is permuted alike for x: at step j, lane t's k slots {2t, 2t+1, 2t+8, 2t+9}
-// are the logical k's 32t + 4j + {0, 1, 2, 3}, so a lane's x values for a block are 32 contiguous
-// bf16 (four 128-bit loads). A block of WARPS warps owns one stripe and splits its K blocks
-// between warps (contiguous ranges); the partial sums are added in warp order (deterministic,
-// independent of M). fp8 -> bf16 with integer ops as in kernels/fp8_gemm.py (w * 2^-120 exactly),
-// x pre-scaled by 2^64 and the block's result by scale * 2^56.
+// The weights are read as stored (row-major [N, K], or an MoE's [E, rows, K]): lane (g, t) of a
+// warp loads 16 bytes of row g and of row g + 8 of its 16-row stripe at k 16t and at 64 + 16t of
+// each 128-wide K block (a warp's load: 64 contiguous bytes of 8 rows), which are its mma.sync
+// m16n8k16 A fragments for the block's 8 k16 steps once the k order inside the block is taken
+// as the same for x (gemv_common.cuh, `x_off<2>`): the sum over k does not depend on which k sits
+// in which MMA slot. A block of WARPS warps owns one stripe and splits its K blocks between warps
+// (contiguous ranges); the partial sums are added in warp order (deterministic, independent of M).
+// fp8 -> bf16 with integer ops as in kernels/fp8_gemm.py (w * 2^-120 exactly), x pre-scaled by
+// 2^64 and the block's result by scale * 2^56.
 #include "gemv_common.cuh"
 
 __device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t w, uint32_t &lo, uint32_t &hi) {
@@ -35,19 +34,24 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
 }
 
 // acc[NT][4] += this lane's share of x[:, kb0 * 128 : kb1 * 128] @ W_stripe.T for one 16-row stripe
-// (wchunk: the stripe's first 2 KB chunk + lane; sg / s8: the scales, stepped by K block, of rows g
-// and g + 8: one pointer for a dense stripe, two where the halves come from different rows).
-// PIPE: two register buffers, each block's loads issued one block ahead of its use.
+// (rg / rg8: rows g and g + 8 of the stripe, advanced by the lane's 16t bytes; sg / s8: their scales,
+// stepped by K block: the same pointer for a dense stripe, two where the halves come from different
+// 128-row blocks). PIPE: two register buffers, each block's loads issued one block ahead of its use.
 template <int NT, bool PIPE>
-__device__ __forceinline__ void stripe_dot(const uint4 *__restrict__ wchunk, const __nv_bfloat16 *__restrict__ x,
-                                           int M, int stride_xm, int kb0, int kb1, const float *__restrict__ sg,
-                                           const float *__restrict__ s8, float (&acc)[NT][4]) {
+__device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
+                                           const __nv_bfloat16 *__restrict__ x, int M, int stride_xm, int kb0,
+                                           int kb1, const float *__restrict__ sg, const float *__restrict__ s8,
+                                           float (&acc)[NT][4]) {
   using Buf = KBlock<4, NT>;
+  const __nv_bfloat16 *xl[NT];
+  lane_x<NT, 2>(xl, x, M, stride_xm);
   auto load = [&](int kb, Buf &buf) {
-    const uint4 *wc = wchunk + (size_t)kb * 128;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) buf.w[i] = __ldg(wc + 32 * i);
-    load_x<NT>(buf.x, x, M, stride_xm, kb);
+    const uint8_t *a = rg + (size_t)kb * 128, *b = rg8 + (size_t)kb * 128;
+    buf.w[0] = __ldg(reinterpret_cast<const uint4 *>(a));           // row g, k 16t .. 16t + 15
+    buf.w[1] = __ldg(reinterpret_cast<const uint4 *>(b));           // row g + 8
+    buf.w[2] = __ldg(reinterpret_cast<const uint4 *>(a + 64));      // row g, k 64 + 16t ..
+    buf.w[3] = __ldg(reinterpret_cast<const uint4 *>(b + 64));
+    load_x<NT, 2>(buf.x, xl, kb);
     buf.sg = __ldg(sg + kb) * 72057594037927936.0f;               // scale * 2^56
     buf.s8 = __ldg(s8 + kb) * 72057594037927936.0f;
   };
@@ -59,8 +63,7 @@ __device__ __forceinline__ void stripe_dot(const uint4 *__restrict__ wchunk, con
       for (int i = 0; i < 4; ++i) d[n][i] = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const uint4 &seg = buf.w[j / 2];
-      const uint32_t wg = (j & 1) ? seg.z : seg.x, wg8 = (j & 1) ? seg.w : seg.y;
+      const uint32_t wg = word(buf.w[(j / 4) * 2], j % 4), wg8 = word(buf.w[(j / 4) * 2 + 1], j % 4);
       uint32_t fa[4];
       fp8x4_to_bf16x4(wg, fa[0], fa[2]);               // row g: k slots (2t, 2t+1), (2t+8, 2t+9)
       fp8x4_to_bf16x4(wg8, fa[1], fa[3]);              // row g + 8
@@ -81,18 +84,24 @@ __device__ __forceinline__ void stripe_dot(const uint4 *__restrict__ wchunk, con
   k_loop<PIPE, Buf>(kb0, kb1, load, compute);
 }
 
+// Row r of a row-major [rows, K] FP8 matrix, advanced by lane t's 16t bytes.
+__device__ __forceinline__ const uint8_t *lane_row(const uint8_t *w, size_t r, int K) {
+  return w + r * K + 16 * (threadIdx.x % 4);
+}
+
 // Dense: block = one 16-row stripe, its K blocks split between the WARPS warps (contiguous ranges).
 template <int WARPS, int NT, bool PIPE>
-__device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ wp, const __nv_bfloat16 *__restrict__ x,
+__device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const __nv_bfloat16 *__restrict__ x,
                                           const float *__restrict__ scale, __nv_bfloat16 *__restrict__ out,
                                           int M, int N, int K, int stride_xm, int stride_om, int stride_sn) {
   const int stripe = blockIdx.x, kblocks = K / 128;
   int kb0, kb1;
   warp_k_range<WARPS>(kblocks, kb0, kb1);
-  const uint4 *wchunk = reinterpret_cast<const uint4 *>(wp) + ((size_t)stripe * kblocks) * 128 + threadIdx.x % 32;
+  const int g = threadIdx.x % 32 / 4;
+  const uint8_t *rg = lane_row(w, (size_t)stripe * 16 + g, K);
   const float *srow = scale + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[NT][4] = {};
-  stripe_dot<NT, PIPE>(wchunk, x, M, stride_xm, kb0, kb1, srow, srow, acc);
+  stripe_dot<NT, PIPE>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
   if (threadIdx.x / 32 == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
@@ -100,10 +109,10 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ wp, const 
 
 #define GEMV(W, NT, P)                                                                                \
   extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P(                  \
-      const uint8_t *wp, const __nv_bfloat16 *x, const float *scale, __nv_bfloat16 *out, int M, int N,  \
+      const uint8_t *w, const __nv_bfloat16 *x, const float *scale, __nv_bfloat16 *out, int M, int N,   \
       int K, int stride_xm, int stride_om, int stride_sn) {                                            \
     pdl_wait();                                                                                      \
-    gemv_body<W, NT, P>(wp, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);                  \
+    gemv_body<W, NT, P>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);                  \
   }
 GEMV(2, 1, 0)
 GEMV(4, 1, 0)
@@ -119,11 +128,11 @@ GEMV(8, 2, 0)
 // ---------------------------------------------------------------- fused MoE, T tokens, each on its own
 // Every (token, slot) and every token's combine is its own block, so a token's row does not depend
 // on T (the engine serves one token with it today, kernels/fp8_gemv.py).
-// GEMM1: grid (I / 8 stripes, T * top_k slots). w13 permuted per expert with stripe s = gate rows
-// 8s..8s+7 (rows g) and up rows I+8s..I+8s+7 (rows g + 8), so silu(gate) * up is in one lane.
+// GEMM1: grid (I / 8 stripes, T * top_k slots). Stripe s of w13 [E, 2I, H] = gate rows 8s..8s+7 (as
+// rows g) and up rows I+8s..I+8s+7 (as rows g + 8), so silu(gate) * up is in one lane.
 // inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
 template <int WARPS, bool PIPE>
-__device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13p, const __nv_bfloat16 *__restrict__ x,
+__device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const __nv_bfloat16 *__restrict__ x,
                                           const float *__restrict__ s13, const int *__restrict__ ids,
                                           __nv_bfloat16 *__restrict__ inter, int I, int H, int stride_se,
                                           int stride_sn, int top_k, int stride_x) {
@@ -134,11 +143,10 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13p, cons
   const int kblocks = H / 128;
   int kb0, kb1;
   warp_k_range<WARPS>(kblocks, kb0, kb1);
-  const uint4 *wchunk = reinterpret_cast<const uint4 *>(w13p + (size_t)e * 2 * I * H) +
-                        ((size_t)stripe * kblocks) * 128 + lane;
+  const uint8_t *rg = lane_row(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
   const float *se = s13 + (size_t)e * stride_se;
   float acc[1][4] = {};
-  stripe_dot<1, PIPE>(wchunk, x, 1, 0, kb0, kb1, se + (size_t)(stripe * 8 / 128) * stride_sn,
+  stripe_dot<1, PIPE>(rg, rg + (size_t)I * H, x, 1, 0, kb0, kb1, se + (size_t)(stripe * 8 / 128) * stride_sn,
                       se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);
   __shared__ float red[WARPS * 128];
   warp_sum<WARPS, 1>(acc, red);
@@ -151,7 +159,7 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13p, cons
 // GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
 // out[token, H] = sum over its slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
 template <int TOPK, bool PIPE>
-__device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2p, const __nv_bfloat16 *__restrict__ inter,
+__device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const __nv_bfloat16 *__restrict__ inter,
                                           const float *__restrict__ s2, const int *__restrict__ ids,
                                           const float *__restrict__ tw, __nv_bfloat16 *__restrict__ out, int H,
                                           int I, int stride_se, int stride_sn, int stride_o) {
@@ -163,11 +171,10 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2p, const
   const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int e = __ldg(ids + slot);
   const int kblocks = I / 128;
-  const uint4 *wchunk = reinterpret_cast<const uint4 *>(w2p + (size_t)e * H * I) +
-                        ((size_t)stripe * kblocks) * 128 + lane;
+  const uint8_t *rg = lane_row(w2, (size_t)e * H + stripe * 16 + g, I);
   const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[1][4] = {};
-  stripe_dot<1, PIPE>(wchunk, inter + (size_t)slot * I, 1, 0, 0, kblocks, srow, srow, acc);
+  stripe_dot<1, PIPE>(rg, rg + (size_t)8 * I, inter + (size_t)slot * I, 1, 0, 0, kblocks, srow, srow, acc);
   const float w = __ldg(tw + slot);
   acc[0][0] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * w));  // each slot's row rounded, as moe_sum
   acc[0][2] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * w));
@@ -181,10 +188,10 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2p, const
 
 #define MOE1(W, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1_w##W##_p##P(                          \
-      const uint8_t *w13p, const __nv_bfloat16 *x, const float *s13, const int *ids, __nv_bfloat16 *inter, \
+      const uint8_t *w13, const __nv_bfloat16 *x, const float *s13, const int *ids, __nv_bfloat16 *inter, \
       int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {                           \
     pdl_wait();                                                                                      \
-    moe1_body<W, P>(w13p, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x);           \
+    moe1_body<W, P>(w13, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x);           \
   }
 MOE1(2, 1)
 MOE1(4, 0)
@@ -193,10 +200,10 @@ MOE1(8, 0)
 
 #define MOE2(K, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
-      const uint8_t *w2p, const __nv_bfloat16 *inter, const float *s2, const int *ids, const float *tw, \
+      const uint8_t *w2, const __nv_bfloat16 *inter, const float *s2, const int *ids, const float *tw, \
       __nv_bfloat16 *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
     pdl_wait();                                                                                      \
-    moe2_body<K, P>(w2p, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);               \
+    moe2_body<K, P>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);               \
   }
 MOE2(1, 1)
 MOE2(2, 1)

@@ -39,9 +39,9 @@ __device__ __forceinline__ void warp_sum(float (&acc)[NT][4], float *red) {
 }
 
 
-// One K block's registers: the lane's weight fragments (SEGS 128-bit loads), its x values for NT
-// 8-token tiles (32 contiguous bf16 each: the logical k's 32t .. 32t + 31 of the block) and, for
-// FP8 weights, the scales of rows g and g + 8.
+// One K block's registers: the lane's weight loads (SEGS 128-bit loads of rows g and g + 8), its x
+// values for NT 8-token tiles (32 bf16, four 128-bit loads) and, for FP8 weights, the scales of rows
+// g and g + 8.
 template <int SEGS, int NT>
 struct KBlock {
   uint4 w[SEGS];
@@ -49,18 +49,38 @@ struct KBlock {
   float sg, s8;
 };
 
-// x[m, kb * 128 + 32t : + 32] for the lane's token m = 8n + g of each tile (zeros past M).
-template <int NT>
-__device__ __forceinline__ void load_x(uint4 (&xd)[NT][4], const __nv_bfloat16 *__restrict__ x, int M, int stride_xm,
-                                       int kb) {
+// The K order inside a 128-wide K block (the same for the weights and x, so the sum is x @ W.T):
+// lane t's x values are four 8-wide pieces, piece i at k = 8Pt + x_off<P>(i); its weight loads are
+// the same k's of rows g and g + 8, straight from the row-major weight. P = 2 (FP8: a 16-byte load
+// holds 16 k's, pieces 0-1 at 16t, 2-3 at 64 + 16t), P = 1 (bf16: 8 k's, piece i at 32i + 8t). A
+// warp's load then reads 64 contiguous bytes of each of 8 rows. At MMA step j the lane's k slots
+// {2t, 2t+1, 2t+8, 2t+9} take x values 4j .. 4j + 3 of its 32 (x words 2j, 2j + 1).
+template <int P>
+__device__ __forceinline__ constexpr int x_off(int i) {
+  return (i / P) * (32 * P) + (i % P) * 8;
+}
+
+// The lane's x rows: token 8n + g of each tile, advanced by 8Pt (nullptr past M).
+template <int NT, int P>
+__device__ __forceinline__ void lane_x(const __nv_bfloat16 *(&xl)[NT], const __nv_bfloat16 *__restrict__ x, int M,
+                                       int stride_xm) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const int m = n * 8 + g;
-    const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)m * stride_xm + kb * 128 + 32 * t);
+  for (int n = 0; n < NT; ++n) xl[n] = n * 8 + g < M ? x + (size_t)(n * 8 + g) * stride_xm + 8 * P * t : nullptr;
+}
+
+// x[m, kb * 128 + 8Pt + x_off<P>(i) : + 8] for i = 0..3 and each tile's lane row (zeros past M).
+template <int NT, int P>
+__device__ __forceinline__ void load_x(uint4 (&xd)[NT][4], const __nv_bfloat16 *const (&xl)[NT], int kb) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) xd[n][i] = m < M ? __ldg(xr + i) : make_uint4(0, 0, 0, 0);
-  }
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      xd[n][i] = xl[n] ? __ldg(reinterpret_cast<const uint4 *>(xl[n] + kb * 128 + x_off<P>(i))) : make_uint4(0, 0, 0, 0);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a compile-time constant
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 // The loop over K blocks kb0 .. kb1: load(kb, buf) then compute(buf). PIPE: two buffers, each
