@@ -131,7 +131,9 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     inter = torch.empty(T * k, I, dtype=hidden.dtype, device=hidden.device)
     out = torch.empty(T, H, dtype=hidden.dtype, device=hidden.device)
     mod, pdl = module(SOURCE, hidden.device), pdl_enabled(hidden.device)
-    var = _VARIANT if _VARIANT in _MOE1 else "w8_p0"
+    # GEMM1: 2 warps, pipelined (H100, bench/fp8_gemv_probe.py, qwen3-30b-a3b's experts at one token with
+    # GEMM2 k8_p1: w2_p1 19.0 us, w4_p1 19.6, w4_p0 19.9, w8_p0 20.7)
+    var = _VARIANT if _VARIANT in _MOE1 else "w2_p1"
     mod.launch(f"moe_gemv1_{var}", (I // 8, T * k), 32 * _MOE1[var],
                [w13, hidden, w13_scale, ids, inter, I, H, w13_scale.stride(0),
                 w13_scale.stride(1), k, hidden.stride(0)], pdl)
