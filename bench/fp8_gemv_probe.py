@@ -7,7 +7,11 @@ first use):
 
 --baseline DIR: also time an earlier version of the kernels, DIR/fp8_gemv_permuted.cu (one file,
 headers inlined) with DIR/fp8_gemv_permuted.py's `permute_weight` (its weights permuted into
-fragment order), same launch signatures: the A/B of a layout change in one process.
+fragment order), same launch signatures: the A/B of a layout change in one process. 308f2e6's:
+    mkdir old_gemv; (git show 308f2e6:turbospec/kernels/csrc/gemv_common.cuh | grep -v 'pragma once';
+     git show 308f2e6:turbospec/kernels/csrc/fp8_gemv.cu | grep -v '#include "gemv_common.cuh"') \
+     > old_gemv/fp8_gemv_permuted.cu
+    git show 308f2e6:turbospec/kernels/fp8_gemv.py > old_gemv/fp8_gemv_permuted.py
 
 Each shape: random bf16 weights quantized to 128 x 128 block FP8, enough
 copies to cycle through more than twice the L2 per timed graph; outputs checked against the fp32

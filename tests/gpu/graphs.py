@@ -15,3 +15,13 @@ def capture(fn):
     with torch.cuda.graph(g):
         out = fn()
     return g, out
+
+
+def graph_replays_as_eager(fn) -> bool:
+    """fn() captured in a CUDA graph and replayed gives, bit for bit, what it gave run eagerly."""
+    eager = fn()
+    torch.cuda.synchronize()
+    g, out = capture(fn)
+    g.replay()
+    torch.cuda.synchronize()
+    return torch.equal(out, eager)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")]
+from tests.gpu.gemv_checks import SM90, rel
+from tests.gpu.graphs import graph_replays_as_eager
+
+pytestmark = SM90
 
 
 @pytest.fixture(autouse=True)
@@ -22,32 +24,31 @@ def gemv_on(monkeypatch):
     yield
 
 
-def _rel(a, b) -> float:
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
-
-
 def _weight(N, K, seed):
     from turbospec.layers.quant.fp8 import quantize_fp8
     g = torch.Generator(device="cuda").manual_seed(seed)
     return quantize_fp8(torch.randn(N, K, device="cuda", generator=g) * 0.02, (128, 128))
 
 
-@pytest.mark.parametrize("N,K", [(256, 512), (6144, 4096), (4096, 12288), (2048, 4096), (24576, 4096)])
+@pytest.mark.parametrize("N,K", [(256, 512), (272, 2304), (6144, 4096), (4096, 12288), (2048, 4096),
+                                 (24576, 4096)])
 def test_dense_matches_reference_and_triton(N, K):
+    """(272, 2304): a partial last 128-row scale block, and 18 K blocks (a warp gets 3 or 5); x's rows
+    strided by K + 64."""
     from turbospec.kernels.fp8_gemm import fp8_gemm
     from turbospec.kernels import fp8_gemv
     from turbospec.layers.quant.fp8 import dequantize_fp8
     w, s = _weight(N, K, N + K)
     ref_w = dequantize_fp8(w, s, (128, 128), torch.float32)
     g = torch.Generator(device="cuda").manual_seed(1)
-    x = torch.randn(16, K, device="cuda", generator=g).to(torch.bfloat16)
+    x = torch.randn(16, K + 64, device="cuda", generator=g).to(torch.bfloat16)[:, :K]
     full = fp8_gemm(x, w, s, None, (128, 128))                               # the GEMV (16 rows)
     assert fp8_gemv.dense_eligible(x, w, s, (128, 128))
     ref = x.float() @ ref_w.T
-    assert _rel(full, ref) < 4e-3
+    assert rel(full, ref) < 4e-3
     triton = fp8_gemm(x, w, s, None, (128, 128), config=dict(BLOCK_M=16, BLOCK_N=64, SPLIT_K=1,
                                                              kb_per_split=K // 128, num_warps=4, num_stages=3))
-    assert _rel(full, triton) < 4e-3
+    assert rel(full, triton) < 4e-3
     for M in (1, 2, 7, 8, 9, 16):                                           # rows independent of M
         assert torch.equal(fp8_gemm(x[:M].contiguous(), w, s, None, (128, 128)), full[:M]), M
 
@@ -62,7 +63,7 @@ def test_dense_reads_weights_as_stored_and_declines_strided_views():
     rows, srows = w[128:], s[1:]
     assert fp8_gemv.dense_eligible(x, rows, srows, (128, 128))
     ref = x.float() @ dequantize_fp8(w, s, (128, 128), torch.float32).T
-    assert _rel(fp8_gemm(x, rows, srows, None, (128, 128)), ref[:, 128:]) < 4e-3
+    assert rel(fp8_gemm(x, rows, srows, None, (128, 128)), ref[:, 128:]) < 4e-3
     cols, scols = w[:, :512], s[:, :4]
     assert not fp8_gemv.dense_eligible(x[:, :512].contiguous(), cols, scols, (128, 128))
 
@@ -74,7 +75,7 @@ def test_dense_extreme_activations(scale):
     w, s = _weight(512, 1024, 3)
     x = (torch.randn(3, 1024, device="cuda") * scale).to(torch.bfloat16)
     ref = x.float() @ dequantize_fp8(w, s, (128, 128), torch.float32).T
-    assert _rel(fp8_gemm(x, w, s, None, (128, 128)), ref) < 4e-3
+    assert rel(fp8_gemm(x, w, s, None, (128, 128)), ref) < 4e-3
 
 
 def test_dense_in_a_cuda_graph_with_pdl():
@@ -87,21 +88,17 @@ def test_dense_in_a_cuda_graph_with_pdl():
         for w, s in ws:                                                     # each reads the last's output
             h = fp8_gemm(h, w, s, None, (128, 128))
         return h
-    eager = chain()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = chain()
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager)
+    assert graph_replays_as_eager(chain)
 
 
-@pytest.mark.parametrize("E,H,I,k", [(16, 256, 256, 2), (128, 2048, 768, 8), (32, 512, 384, 6)])
-def test_moe_one_token(E, H, I, k):
+@pytest.mark.parametrize("variant", ["", "w4_p0", "w4_p1", "w8_p0"])
+@pytest.mark.parametrize("E,H,I,k", [(16, 256, 256, 2), (128, 2048, 768, 8), (32, 512, 384, 6), (8, 2304, 256, 1)])
+def test_moe_one_token(E, H, I, k, variant, monkeypatch):
+    """Every GEMM1 launch variant ("": the default, w2_p1); H = 2304: 18 K blocks over its warps."""
     from turbospec.kernels import fp8_gemv
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.layers.quant.fp8 import dequantize_fp8, quantize_fp8
+    monkeypatch.setattr(fp8_gemv, "_VARIANT", variant)
     g = torch.Generator(device="cuda").manual_seed(E + H)
     q13, s13 = quantize_fp8(torch.randn(E, 2 * I, H, device="cuda", generator=g) * 0.02, (128, 128))
     q2, s2 = quantize_fp8(torch.randn(E, H, I, device="cuda", generator=g) * 0.02, (128, 128))
@@ -116,9 +113,9 @@ def test_moe_one_token(E, H, I, k):
         gu = x.float() @ dequantize_fp8(q13[e], s13[e], (128, 128), torch.float32).T
         h = (torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]).to(torch.bfloat16).float()
         ref += (h @ dequantize_fp8(q2[e], s2[e], (128, 128), torch.float32).T) * tw[0, j]
-    assert _rel(got, ref) < 1e-2
+    assert rel(got, ref) < 1e-2
     triton = fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})   # a config: Triton
-    assert _rel(got, triton) < 1e-2
+    assert rel(got, triton) < 1e-2
 
 
 @pytest.mark.parametrize("exact", [False, True])
@@ -158,7 +155,7 @@ def test_prepare_keeps_exact_experts_on_triton(exact):
     if exact:
         assert torch.equal(one, two[:1])                # Triton both: batch-invariant
     else:
-        assert _rel(one, two[:1]) < 1e-2               # GEMV vs Triton: close, not bitwise
+        assert rel(one, two[:1]) < 1e-2               # GEMV vs Triton: close, not bitwise
 
 
 def test_moe_kernel_rows_do_not_depend_on_T():
@@ -178,4 +175,4 @@ def test_moe_kernel_rows_do_not_depend_on_T():
     ones = torch.cat([fp8_gemv.moe_gemv(x[t:t + 1], q13, q2, tw[t:t + 1], ids[t:t + 1], s13, s2) for t in range(5)])
     for T in (2, 3, 5):
         assert torch.equal(fp8_gemv.moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2), ones[:T]), T
-    assert _rel(ones, fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})) < 1e-2
+    assert rel(ones, fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})) < 1e-2

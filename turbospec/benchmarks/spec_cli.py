@@ -224,7 +224,7 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
         raise typer.BadParameter(str(e)) from e
     model_len = min(max_model_len or need + 16, cfg.max_position_embeddings)
     # the engine's row bound (fp8_gemv / bf16_gemv.prepare): 16 where an opt-in CUDA GEMV serves these shapes
-    gemv = (quantization and fp8_gemv.enabled(dev)) or bf16_gemv.enabled(dev)
+    gemv = (quantization and fp8_gemv.enabled(dev)) or (dtype_name(dt) == "bfloat16" and bf16_gemv.enabled(dev))
     bound = fp8_gemv.GEMV_MAX_M if gemv else INVARIANT_MAX_M
     typer.echo(f"# bench spec (oracle) | device {device_name(dev)} | shape {name} (random weights) | "
                f"dtype {dtype_name(dt)} | weights {'block-FP8 (128x128)' if quantization else dtype_name(dt)} | "

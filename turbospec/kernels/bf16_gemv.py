@@ -12,17 +12,13 @@ engine start by `prepare`).
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
-from turbospec.kernels.cubin import hopper, module
-from turbospec.kernels.fp8_gemv import GEMV_MAX_M, aligned, warps_for
+from turbospec.kernels.cubin import module
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, read_switch, warps_for
 
 SOURCE = "bf16_gemv.cu"
-_SWITCH = os.environ.get("TURBOSPEC_BF16_GEMV", "0")
-if _SWITCH not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_BF16_GEMV={_SWITCH!r}: give 1 (the CUDA C++ bf16 GEMV for decode) or 0 (default)")
+_SWITCH = read_switch("TURBOSPEC_BF16_GEMV", "the CUDA C++ bf16 GEMV for decode")
 # csrc/bf16_gemv.cu's launch variants by rows: 1-8, 9-16 (bench/bf16_gemv_probe.py times them all)
 VARIANTS = {1: ("w2_nt1_p1", "w4_nt1_p0", "w4_nt1_p1", "w8_nt1_p0", "w8_nt1_p1"), 16: ("w4_nt2_p1", "w8_nt2_p1")}
 
@@ -31,7 +27,7 @@ def enabled(device: torch.device) -> bool:
     return _SWITCH == "1" and hopper(device, "TURBOSPEC_BF16_GEMV=1", "the Triton skinny GEMM runs instead")
 
 
-def _weight_ok(w: torch.Tensor) -> bool:
+def weight_ok(w: torch.Tensor) -> bool:
     return (w.dim() == 2 and w.dtype == torch.bfloat16 and w.shape[0] % 16 == 0 and w.shape[1] % 128 == 0
             and w.shape[1] > 0 and w.is_contiguous() and w.data_ptr() % 16 == 0)
 
@@ -39,7 +35,7 @@ def _weight_ok(w: torch.Tensor) -> bool:
 def eligible(x: torch.Tensor, w: torch.Tensor) -> bool:
     """x [M, K] rows as given to the kernel (after any fused input activation)."""
     return (enabled(x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
-            and x.shape[1] == w.shape[1] and _weight_ok(w) and aligned(x))
+            and x.shape[1] == w.shape[1] and weight_ok(w) and aligned(x))
 
 
 def bf16_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -57,11 +53,12 @@ def bf16_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def prepare(model: torch.nn.Module, device: torch.device) -> int | None:
     """At engine start: build and load the kernel, and return 16 (the rows up to which a row rounds
-    alike whatever the row count, `draft_length.exact_k_cap`'s bound) where a bf16 weight of the
-    model can take the GEMV; None where the switch is off or nothing qualifies."""
+    alike whatever the row count, `draft_length.exact_k_cap`'s bound) where any 2-D bf16 parameter of
+    the model has a shape the GEMV takes (the embedding table too: a safe over-approximation, the
+    bound only shortens drafts); None where the switch is off or nothing qualifies."""
     if not enabled(device):
         return None
     module(SOURCE, device)
-    if any(_weight_ok(w) for w in model.parameters()):
+    if any(weight_ok(w) for w in model.parameters()):
         return GEMV_MAX_M
     return None

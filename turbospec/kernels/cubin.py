@@ -111,24 +111,6 @@ class Module:
 
 
 _MODULES: dict[tuple[str, int], Module] = {}
-_HOPPER: dict[int, bool] = {}
-
-
-def hopper(device: torch.device, switch: str, instead: str) -> bool:
-    """A CUDA device of compute capability 9.0, the kernels' only target (elsewhere a warning, once:
-    `switch` has no effect, `instead` runs)."""
-    if device.type != "cuda":
-        return False
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _HOPPER:
-        _HOPPER[idx] = torch.cuda.get_device_capability(idx) == (9, 0)
-        if not _HOPPER[idx]:
-            import warnings
-            warnings.warn(f"{switch}: {torch.cuda.get_device_name(idx)} is not a Hopper GPU (sm_90), the kernel's "
-                          f"only target; {instead}")
-    return _HOPPER[idx]
-
-
 def module(source: str | Path, device: torch.device) -> Module:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if (str(source), idx) not in _MODULES:

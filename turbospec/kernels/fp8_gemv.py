@@ -5,7 +5,7 @@ The Triton FP8 GEMM (kernels/fp8_gemm.py) and fused-MoE expert GEMMs (kernels/mo
 instruction-issue bound at decode sizes: 4.0 and 3.8 SASS instructions per weight byte in their
 inner loops (`bench/sass_loop.py`), where Triton pads one token to a 16-row MMA tile, repeats the
 x tile's scaling in every warp and reshuffles weight bytes through shared memory. csrc/fp8_gemv.cu
-does the same arithmetic in 2.6: the weights read as stored with 128-bit loads straight into mma.sync
+does the same arithmetic in 2.7-2.9: the weights read as stored with 128-bit loads straight into mma.sync
 A-fragment registers (the k order inside a 128-wide block taken alike for x, which the sum allows),
 x as the MMA's 8-wide side, K split between the warps of a block and summed in warp order. Built
 and launched by kernels/cubin.py.
@@ -31,13 +31,11 @@ import os
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from turbospec.kernels.cubin import hopper, module
+from turbospec.kernels.cubin import module
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, read_switch, warps_for
 
 SOURCE = "fp8_gemv.cu"
-GEMV_MAX_M = 16
-_SWITCH = os.environ.get("TURBOSPEC_FP8_GEMV", "0")
-if _SWITCH not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_FP8_GEMV={_SWITCH!r}: give 1 (the CUDA C++ FP8 GEMV for decode) or 0 (default)")
+_SWITCH = read_switch("TURBOSPEC_FP8_GEMV", "the CUDA C++ FP8 GEMV for decode")
 _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
 _MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
 MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values csrc/fp8_gemv.cu's GEMM2 is built for
@@ -55,30 +53,18 @@ def enabled(device: torch.device) -> bool:
     return _SWITCH == "1" and hopper(device, "TURBOSPEC_FP8_GEMV=1", "the Triton FP8 kernels run instead")
 
 
-def aligned(t: torch.Tensor) -> bool:
-    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.dim() == 1 or (t.stride(0) * t.element_size()) % 16 == 0)
-
-
 def _dense_shape_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:
     """The kernel reads w as stored: row-major, rows 16-byte aligned (K % 128 == 0 makes the rows so
     once the base is)."""
     N, K = w.shape
-    return (tuple(block) == (128, 128) and N % 16 == 0 and K % 128 == 0 and w.is_contiguous()
-            and w.data_ptr() % 16 == 0 and scale.dim() == 2 and scale.shape[1] == K // 128 and scale.stride(1) == 1)
+    return (tuple(block) == (128, 128) and w.dtype == torch.float8_e4m3fn and N % 16 == 0 and K % 128 == 0
+            and w.is_contiguous() and w.data_ptr() % 16 == 0 and scale.dtype == torch.float32 and scale.dim() == 2
+            and tuple(scale.shape) == (-(-N // 128), K // 128) and scale.stride(1) == 1)
 
 
 def dense_eligible(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> bool:
     return (enabled(x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
             and x.shape[1] == w.shape[1] and _dense_shape_ok(w, scale, block) and aligned(x))
-
-
-def warps_for(N: int, device: torch.device) -> int:
-    """The warps of a 16-row stripe's block (they split K, so they set the bits: a function of N and
-    the SM count only, the same for 1-8 and 9-16 rows): 4 where there are at least ~2.3 stripes per
-    SM, else 8 (H100, bench/fp8_gemv_probe.py: qwen3-8b qkv / gate_up and 30b qkv faster with 4,
-    qwen3-8b o / down and 30b o with 8)."""
-    from turbospec.kernels.split_k import num_sms         # GPU-only module (Triton): lazily
-    return 4 if N // 16 >= 2.3 * num_sms(device) else 8
 
 
 def _dense_variant(N: int, nt: int, device: torch.device) -> tuple[str, int]:

@@ -22,8 +22,8 @@ __device__ __forceinline__ void stripe_dot_bf16(const __nv_bfloat16 *__restrict_
   auto load = [&](int kb, Buf &buf) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      buf.w[2 * i] = __ldg(reinterpret_cast<const uint4 *>(rg + (size_t)kb * 128 + 32 * i));      // row g
-      buf.w[2 * i + 1] = __ldg(reinterpret_cast<const uint4 *>(rg8 + (size_t)kb * 128 + 32 * i)); // row g + 8
+      buf.w[2 * i] = __ldg(reinterpret_cast<const uint4 *>(rg + (size_t)kb * 128 + x_off<1>(i)));      // row g
+      buf.w[2 * i + 1] = __ldg(reinterpret_cast<const uint4 *>(rg8 + (size_t)kb * 128 + x_off<1>(i))); // row g + 8
     }
     load_x<NT, 1>(buf.x, xl, kb);
   };

@@ -50,11 +50,12 @@ struct KBlock {
 };
 
 // The K order inside a 128-wide K block (the same for the weights and x, so the sum is x @ W.T):
-// lane t's x values are four 8-wide pieces, piece i at k = 8Pt + x_off<P>(i); its weight loads are
-// the same k's of rows g and g + 8, straight from the row-major weight. P = 2 (FP8: a 16-byte load
-// holds 16 k's, pieces 0-1 at 16t, 2-3 at 64 + 16t), P = 1 (bf16: 8 k's, piece i at 32i + 8t). A
-// warp's load then reads 64 contiguous bytes of each of 8 rows. At MMA step j the lane's k slots
-// {2t, 2t+1, 2t+8, 2t+9} take x values 4j .. 4j + 3 of its 32 (x words 2j, 2j + 1).
+// lane t's x values are four 8-wide pieces, piece i at k = 8Pt + x_off<P>(i), and its weight loads
+// are the same k's of rows g and g + 8, straight from the row-major weight: 16-byte load L holds
+// pieces PL .. PL + P - 1, at k = 8Pt + x_off<P>(PL). P = 2 (FP8: a load holds 16 k's, pieces 0-1 at
+// 16t, 2-3 at 64 + 16t), P = 1 (bf16: 8 k's, piece i at 32i + 8t). A warp's load then reads 64
+// contiguous bytes of each of 8 rows. At MMA step j the lane's k slots {2t, 2t+1, 2t+8, 2t+9} take
+// x values 4j .. 4j + 3 of its 32 (x words 2j, 2j + 1).
 template <int P>
 __device__ __forceinline__ constexpr int x_off(int i) {
   return (i / P) * (32 * P) + (i % P) * 8;
@@ -73,10 +74,11 @@ __device__ __forceinline__ void lane_x(const __nv_bfloat16 *(&xl)[NT], const __n
 template <int NT, int P>
 __device__ __forceinline__ void load_x(uint4 (&xd)[NT][4], const __nv_bfloat16 *const (&xl)[NT], int kb) {
 #pragma unroll
-  for (int n = 0; n < NT; ++n)
+  for (int n = 0; n < NT; ++n) {
+    const uint4 *xr = reinterpret_cast<const uint4 *>(xl[n] + kb * 128);   // one address, constant offsets
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      xd[n][i] = xl[n] ? __ldg(reinterpret_cast<const uint4 *>(xl[n] + kb * 128 + x_off<P>(i))) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < 4; ++i) xd[n][i] = xl[n] ? __ldg(xr + x_off<P>(i) / 8) : make_uint4(0, 0, 0, 0);
+  }
 }
 
 __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a compile-time constant
