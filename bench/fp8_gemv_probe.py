@@ -107,7 +107,7 @@ def moe(cubs: dict[str, Cubin], E: int = 128, H: int = 2048, I: int = 768, top_k
 
 
 def main() -> None:
-    fp8_gemv._SWITCH = "0"                     # the baselines are Triton's even with TURBOSPEC_FP8_GEMV=1 set
+    fp8_gemv._ON = False                       # the baselines are Triton's even with TURBOSPEC_FP8_GEMV=1 set
     cubs = {"gemv": Cubin()}
     if "--baseline" in sys.argv:
         base = Path(sys.argv[sys.argv.index("--baseline") + 1]).resolve()

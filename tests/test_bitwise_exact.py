@@ -150,7 +150,7 @@ def test_fp8_gemv_prepare_is_a_no_op_off_or_on_cpu(monkeypatch):
     from turbospec.layers.linear import INVARIANT_MAX_M
     model = nn.Sequential(nn.Linear(2, 2))
     assert fp8_gemv.prepare(model, torch.device("cpu"), exact_speculation=True) == INVARIANT_MAX_M
-    monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
+    monkeypatch.setattr(fp8_gemv, "_ON", True)
     assert fp8_gemv.prepare(model, torch.device("cpu"), exact_speculation=False) == INVARIANT_MAX_M
     assert len(fp8_gemv._TRITON_ONLY) == 0
 
@@ -164,17 +164,6 @@ def test_bf16_gemv_prepare_is_a_no_op_off_or_on_cpu(monkeypatch):
     from turbospec.kernels import bf16_gemv
     model = nn.Linear(256, 128, bias=False).to(torch.bfloat16)
     assert bf16_gemv.prepare(model, torch.device("cpu")) is None
-    monkeypatch.setattr(bf16_gemv, "_SWITCH", "1")
+    monkeypatch.setattr(bf16_gemv, "_ON", True)
     assert bf16_gemv.prepare(model, torch.device("cpu")) is None
     assert bf16_gemv.weight_ok(model.weight) and not bf16_gemv.weight_ok(nn.Linear(200, 128).to(torch.bfloat16).weight)
-
-
-def test_gemv_switches_take_0_or_1(monkeypatch):
-    import pytest
-
-    from turbospec.kernels.gemv_common import read_switch
-    monkeypatch.setenv("TURBOSPEC_BF16_GEMV", "yes")
-    with pytest.raises(ValueError, match="TURBOSPEC_BF16_GEMV='yes': give 1 .* or 0"):
-        read_switch("TURBOSPEC_BF16_GEMV", "the CUDA C++ bf16 GEMV for decode")
-    monkeypatch.setenv("TURBOSPEC_BF16_GEMV", "1")
-    assert read_switch("TURBOSPEC_BF16_GEMV", "x") == "1"

@@ -22,7 +22,7 @@ def calls(monkeypatch):
     """The switch on, and the GEMV's launches counted (the path `skinny_linear` took: at small K the
     GEMV's bits may equal the skinny GEMM's)."""
     from turbospec.kernels import bf16_gemv
-    monkeypatch.setattr(bf16_gemv, "_SWITCH", "1")
+    monkeypatch.setattr(bf16_gemv, "_ON", True)
     count = [0]
     real = bf16_gemv.bf16_gemv
 

@@ -20,7 +20,7 @@ pytestmark = SM90
 @pytest.fixture(autouse=True)
 def gemv_on(monkeypatch):
     from turbospec.kernels import fp8_gemv
-    monkeypatch.setattr(fp8_gemv, "_SWITCH", "1")
+    monkeypatch.setattr(fp8_gemv, "_ON", True)
     yield
 
 

@@ -15,16 +15,17 @@ from __future__ import annotations
 import torch
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, read_switch, warps_for
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, warps_for
+from turbospec.layers.moe import env_switch
 
 SOURCE = "bf16_gemv.cu"
-_SWITCH = read_switch("TURBOSPEC_BF16_GEMV", "the CUDA C++ bf16 GEMV for decode")
+_ON = env_switch("TURBOSPEC_BF16_GEMV", default="0")
 # csrc/bf16_gemv.cu's launch variants by rows: 1-8, 9-16 (bench/bf16_gemv_probe.py times them all)
 VARIANTS = {1: ("w2_nt1_p1", "w4_nt1_p0", "w4_nt1_p1", "w8_nt1_p0", "w8_nt1_p1"), 16: ("w4_nt2_p1", "w8_nt2_p1")}
 
 
 def enabled(device: torch.device) -> bool:
-    return _SWITCH == "1" and hopper(device, "TURBOSPEC_BF16_GEMV=1", "the Triton skinny GEMM runs instead")
+    return _ON and hopper(device, "TURBOSPEC_BF16_GEMV=1", "the Triton skinny GEMM runs instead")
 
 
 def weight_ok(w: torch.Tensor) -> bool:

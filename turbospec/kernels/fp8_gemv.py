@@ -32,10 +32,11 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, read_switch, warps_for
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, warps_for
+from turbospec.layers.moe import env_switch
 
 SOURCE = "fp8_gemv.cu"
-_SWITCH = read_switch("TURBOSPEC_FP8_GEMV", "the CUDA C++ FP8 GEMV for decode")
+_ON = env_switch("TURBOSPEC_FP8_GEMV", default="0")
 _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
 _MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
 MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values csrc/fp8_gemv.cu's GEMM2 is built for
@@ -50,7 +51,7 @@ _TRITON_ONLY = WeakIdKeyDictionary()    # expert weights an engine keeps on the 
 def enabled(device: torch.device) -> bool:
     """The switch is on and the device is a Hopper GPU (elsewhere a warning, once, and the Triton
     kernels)."""
-    return _SWITCH == "1" and hopper(device, "TURBOSPEC_FP8_GEMV=1", "the Triton FP8 kernels run instead")
+    return _ON and hopper(device, "TURBOSPEC_FP8_GEMV=1", "the Triton FP8 kernels run instead")
 
 
 def _dense_shape_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:

@@ -1,9 +1,8 @@
 """What the opt-in CUDA C++ GEMVs share (kernels/fp8_gemv.py, kernels/bf16_gemv.py; their sources
-csrc/fp8_gemv.cu, csrc/bf16_gemv.cu share csrc/gemv_common.cuh): the switch each is turned on by,
-the target (Hopper), the rows they serve, the alignment they read and the warps per block."""
+csrc/fp8_gemv.cu, csrc/bf16_gemv.cu share csrc/gemv_common.cuh): the target (Hopper), the rows
+they serve, the alignment they read and the warps per block."""
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
@@ -11,14 +10,6 @@ import torch
 GEMV_MAX_M = 16                 # rows served (2 tiles of the MMA's 8-wide side); more rows: Triton
 _CAPABILITY: dict[int, bool] = {}
 _WARNED: set[tuple[int, str]] = set()
-
-
-def read_switch(name: str, what: str) -> str:
-    """The switch's value, "0" (default) or "1"; anything else is an error naming both."""
-    value = os.environ.get(name, "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"{name}={value!r}: give 1 ({what}) or 0 (default)")
-    return value
 
 
 def hopper(device: torch.device, switch: str, instead: str) -> bool:
