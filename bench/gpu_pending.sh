@@ -25,6 +25,10 @@
 #            skinny GEMM and cuBLAS on qwen3-8b / 30b's dense shapes (#8's batch-1 row)
 #   gemvspec (session 34) bench spec with TURBOSPEC_FP8_GEMV=1: 30b-a3b FP8 oracle, batch 1 and 4 (identical?)
 #   bf16ab   (session 35) bench decode qwen3-8b bf16 batch 1 / 16, TURBOSPEC_BF16_GEMV=0 then 1
+#   verifyab (session 35) bench spec qwen3-30b-a3b FP8 oracle with TURBOSPEC_FP8_GEMV=1, this tree (experts on
+#            Triton in an engine with a drafter) against branch wip/moe-gemv-verify (MoE GEMV for up to 16
+#            tokens), made beforehand with `mkdir -p old_gemv/wip && git archive wip/moe-gemv-verify turbospec
+#            | tar -x -C old_gemv/wip` and carried (`carry: ["old_gemv"]`)
 #            (gemv: GEMV_ARGS="--quick --baseline old_gemv" times the session-34 permuted kernels too)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
@@ -104,9 +108,17 @@ for part in "$@"; do
             done
             unset TURBOSPEC_BF16_GEMV
             grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/bf16ab.txt" | tail -20 ;;
+    verifyab) S='{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}'
+            for t in . old_gemv/wip; do
+              echo "### $t: $(PYTHONPATH=$t python3 -P -c 'import turbospec; print(turbospec.__file__)')" >> "$OUT/verifyab.txt"
+              TURBOSPEC_FP8_GEMV=1 TURBOSPEC_CACHE_DIR=$OUT/cache PYTHONPATH=$t timeout 150 python3 -P -m turbospec.cli \
+                bench spec --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1,4 --prompt-len 256 \
+                --max-tokens 64 --speculative-config "$S" >> "$OUT/verifyab.txt" 2>&1
+            done
+            grep -vE "^turbospec: building" "$OUT/verifyab.txt" | tail -24 ;;
     bf16gemv) PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
               python3 bench/bf16_gemv_probe.py > "$OUT/bf16gemv.txt" 2>&1
             tail -40 "$OUT/bf16gemv.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab)"; exit 2 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab, verifyab)"; exit 2 ;;
   esac
 done
