@@ -54,7 +54,7 @@ def enabled(device: torch.device) -> bool:
     return _ON and hopper(device, "TURBOSPEC_FP8_GEMV=1", "the Triton FP8 kernels run instead")
 
 
-def _dense_shape_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:
+def dense_weight_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:
     """The kernel reads w as stored: row-major, rows 16-byte aligned (K % 128 == 0 makes the rows so
     once the base is)."""
     N, K = w.shape
@@ -65,7 +65,7 @@ def _dense_shape_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:
 
 def dense_eligible(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> bool:
     return (enabled(x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
-            and x.shape[1] == w.shape[1] and _dense_shape_ok(w, scale, block) and aligned(x))
+            and x.shape[1] == w.shape[1] and dense_weight_ok(w, scale, block) and aligned(x))
 
 
 def _dense_variant(N: int, nt: int, device: torch.device) -> tuple[str, int]:
@@ -146,7 +146,7 @@ def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: boo
         block = getattr(getattr(m, "quant_method", None), "block", None)
         w, s = getattr(m, "weight", None), getattr(m, "weight_scale_inv", None)
         if (block is not None and w is not None and s is not None and w.dtype == torch.float8_e4m3fn
-                and w.dim() == 2 and getattr(m, "bias", None) is None and _dense_shape_ok(w, s, block)):
+                and w.dim() == 2 and getattr(m, "bias", None) is None and dense_weight_ok(w, s, block)):
             rows = GEMV_MAX_M
         if (exact_speculation and getattr(m, "fp8_block", None) is not None
                 and getattr(m, "gate_up_proj", None) is not None):
