@@ -30,6 +30,7 @@
 #            tokens), made beforehand with `mkdir -p old_gemv/wip && git archive wip/moe-gemv-verify turbospec
 #            | tar -x -C old_gemv/wip` and carried (`carry: ["old_gemv"]`)
 #            (gemv: GEMV_ARGS="--quick --baseline old_gemv" times the session-34 permuted kernels too)
+#   targetsab (session 36) the issues' target rows (as `targets`) with both GEMV switches 0, then 1
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -64,6 +65,16 @@ for part in "$@"; do
               "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
               "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
             grep -E "^###|roofline|tok/s" "$OUT/targets.txt" | tail -30 ;;
+    targetsab) for v in 0 1; do
+              export TURBOSPEC_BF16_GEMV=$v TURBOSPEC_FP8_GEMV=$v TURBOSPEC_CACHE_DIR=$OUT/cache
+              bench_rows targetsab.txt 150 \
+                "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
+                "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+                "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
+            done
+            unset TURBOSPEC_BF16_GEMV TURBOSPEC_FP8_GEMV
+            grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/targetsab.txt" | grep -v "^# bench" | tail -40 ;;
     fp8rows) PYTHONPATH=. timeout 420 $T tests/gpu/test_fp8_row_scale_gpu.py tests/gpu/test_moe_archs_gpu.py \
               tests/gpu/test_fp8_moe_kernels.py tests/gpu/test_fp8_large_config.py > "$OUT/fp8rows_tests.txt" 2>&1
             tail -8 "$OUT/fp8rows_tests.txt" ;;
@@ -119,6 +130,6 @@ for part in "$@"; do
     bf16gemv) PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
               python3 bench/bf16_gemv_probe.py > "$OUT/bf16gemv.txt" 2>&1
             tail -40 "$OUT/bf16gemv.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab, verifyab)"; exit 2 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab, verifyab, targetsab)"; exit 2 ;;
   esac
 done
