@@ -65,16 +65,14 @@ for part in "$@"; do
               "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
               "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
             grep -E "^###|roofline|tok/s" "$OUT/targets.txt" | tail -30 ;;
-    targetsab) for v in 0 1; do
-              export TURBOSPEC_BF16_GEMV=$v TURBOSPEC_FP8_GEMV=$v TURBOSPEC_CACHE_DIR=$OUT/cache
-              bench_rows targetsab.txt 150 \
-                "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
-                "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
-                "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
-                "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
+    targetsab) export TURBOSPEC_CACHE_DIR=$OUT/cache     # each row with the switches 0 then 1, so a cut-off run keeps pairs
+            for a in "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"; do
+              for v in 0 1; do TURBOSPEC_BF16_GEMV=$v TURBOSPEC_FP8_GEMV=$v bench_rows targetsab.txt 150 "$a"; done
             done
-            unset TURBOSPEC_BF16_GEMV TURBOSPEC_FP8_GEMV
-            grep -E "^###|^#|roofline|^ +[0-9]" "$OUT/targetsab.txt" | grep -v "^# bench" | tail -40 ;;
+            grep -E "^###|roofline|^ +[0-9]" "$OUT/targetsab.txt" | tail -40; grep -o "device [^|]*|[^|]*|[^|]*|[^|]*| copy bandwidth [^|]*" "$OUT/targetsab.txt" | head -1 ;;
     fp8rows) PYTHONPATH=. timeout 420 $T tests/gpu/test_fp8_row_scale_gpu.py tests/gpu/test_moe_archs_gpu.py \
               tests/gpu/test_fp8_moe_kernels.py tests/gpu/test_fp8_large_config.py > "$OUT/fp8rows_tests.txt" 2>&1
             tail -8 "$OUT/fp8rows_tests.txt" ;;
