@@ -15,7 +15,8 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
   sglang=1   /get_server_info answers avg_spec_accept_length = k
   perreq=1   the usage chunk carries turbospec's per-request `speculative_decoding` figures
   served=M   /v1/models lists M (default "scripted") and a request for another model gets vLLM's 404
-  key=K      requests without `Authorization: Bearer K` get 401 (with metricskey=1 GET /metrics too)
+  key=K      requests without `Authorization: Bearer K` get 401 (with metricskey=1 GET /metrics too, with
+             modelskey=1 GET /v1/models too)
   finish=1   the last text chunk carries finish_reason "length" (with fault=nodone: a clean end without [DONE])
   lag=MS     /metrics counts each verify step MS after its chunk was sent (a server whose counters lag)
   failevery=N  every Nth completion request of this spec answers http 500 (the others stream)
@@ -24,6 +25,14 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
              without the details (the usage count alone is too high)
   ghost=N    /metrics counts N other finished requests per completion request (other traffic)
   failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
+  plain=N    after each drafted chunk, N chunks of one token from steps without a draft (an n-gram drafter
+             that found no match): /metrics and the per-request figures count the drafted steps only
+  eos=N      the model stops itself: N text tokens (at most max_tokens - 1), then, `gap` ms later, a text-less
+             chunk with finish_reason "stop" (the end-of-sequence token), counted in usage; eos=0 ends at once
+  maxlen=N   a request asking more than N max_tokens gets vLLM's 400 (prompt + max_tokens exceed the context)
+  infodelay=MS  GET /get_server_info answers only after MS ms (read after a level without /metrics counters)
+  badpos=1   /metrics also holds a per-position sample whose position label is not a number
+  fault=banner  answers a POST with an SSH banner instead of HTTP, then closes (not an HTTP port)
 GET /s/<spec>/auth lists the Authorization header (or null) of every request of that spec, in order.
 GET /s/<spec>/log lists, per finished stream, when each text chunk was really written (ms after the
 request was read): the truth the timing tests compare with, scheduling delays included.
@@ -45,10 +54,10 @@ AUTH: dict[str, list] = defaultdict(list)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "ghost": 0, "metricsupto": 0, "finish": 0, "lag": 0}
+           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "ghost": 0, "metricsupto": 0, "finish": 0, "lag": 0, "plain": 0, "eos": -1, "badpos": 0, "maxlen": 0, "infodelay": 0, "modelskey": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
-        if key in ("ttft", "gap", "lag"):
+        if key in ("ttft", "gap", "lag", "infodelay"):
             out[key] = float(value)
         elif key in ("served", "key"):
             out[key] = value
@@ -97,15 +106,24 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         return True
     if fault == "hang":
         await asyncio.sleep(3600)
+    if fault == "banner":
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n")
+        await writer.drain()
+        return False
     if fault == "json":                   # "stream": true ignored: one chat.completion object
         plain(writer, 200, json.dumps({"object": "chat.completion", "choices": [{"index": 0, "message": {
             "role": "assistant", "content": "tok " * max_tokens}, "finish_reason": "length"}]}).encode())
         return True
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     await writer.drain()
-    sizes = [min(spec["first"], max_tokens)]
-    while sum(sizes) < max_tokens:
-        sizes.append(min(spec["k"], max_tokens - sum(sizes)))
+    eos = spec["eos"] >= 0
+    text_tokens = min(spec["eos"], max_tokens - 1) if eos else max_tokens
+    sizes = [min(spec["first"], text_tokens)] if text_tokens else []
+    drafted = [False] * len(sizes)
+    while sum(sizes) < text_tokens:
+        size = spec["k"] if not spec["plain"] or (len(sizes) - 1) % (spec["plain"] + 1) == 0 else 1
+        sizes.append(min(size, text_tokens - sum(sizes)))
+        drafted.append(size == spec["k"])
     if spec["quirks"] and chat:
         event(writer, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
         chunk(writer, ": ping\n\n")
@@ -138,20 +156,32 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
         if spec["quirks"] and chat:
             event(writer, {"choices": [{"index": 0, "delta": {"content": None}}]})
             chunk(writer, ": keep-alive\n\n")
-        if i > 0 and spec["lag"]:         # counted lag ms after the stream ends, as a lagging server does
+        if i > 0 and drafted[i] and spec["lag"]:   # counted lag ms after the stream ends, as a lagging server does
             loop.call_later(spec["lag"] / 1e3, count_step, key, spec["draft"], n)
-        elif i > 0:
+        elif i > 0 and drafted[i]:
             count_step(key, spec["draft"], n)
+        await writer.drain()
+    if eos:                               # the end-of-sequence token: a step of its own, no text
+        due = t0 + (spec["ttft"] + len(sizes) * spec["gap"]) / 1e3
+        await asyncio.sleep(max(due - loop.time(), 0))
+        obj = {"object": "chat.completion.chunk", "choices": [choice(chat, "")]}
+        obj["choices"][0]["finish_reason"] = "stop"
+        if spec["continuous"]:
+            obj["usage"] = {"prompt_tokens": 7, "completion_tokens": text_tokens + 1}
+        event(writer, obj)
+        sent_ms.append((loop.time() - t0) * 1e3)
+        sizes = sizes + [1]
+        drafted = drafted + [False]
         await writer.drain()
     if spec["usage"]:
         last = {"choices": [], "usage": {"prompt_tokens": 7,
-                                         "completion_tokens": max_tokens + spec["hidden"] + spec["hiddenraw"]}}
+                                         "completion_tokens": sum(sizes) + spec["hidden"] + spec["hiddenraw"]}}
         if spec["hidden"]:
             last["usage"]["completion_tokens_details"] = {"reasoning_tokens": spec["hidden"]}
         if spec["perreq"]:
-            drafts = len(sizes) - 1
-            last["speculative_decoding"] = {"num_drafts": drafts, "num_draft_tokens": drafts * spec["draft"],
-                                            "num_accepted_tokens": sum(sizes[1:]) - drafts}
+            steps = [n for n, d in zip(sizes[1:], drafted[1:]) if d]
+            last["speculative_decoding"] = {"num_drafts": len(steps), "num_draft_tokens": len(steps) * spec["draft"],
+                                            "num_accepted_tokens": sum(steps) - len(steps)}
         event(writer, last)
     if fault != "nodone":
         event(writer, "[DONE]")
@@ -170,7 +200,7 @@ def count_step(key: str, draft: int, n: int) -> None:
         c["pos"][p] += 1
 
 
-def metrics_text(key: str, ghost: int = 0) -> bytes:
+def metrics_text(key: str, ghost: int = 0, badpos: int = 0) -> bytes:
     c = COUNTERS[key]
     lab = 'model_name="scripted",engine="0"'
     lines = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
@@ -181,6 +211,8 @@ def metrics_text(key: str, ghost: int = 0) -> bytes:
              f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {float(c['accepted'])}"]
     lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{p}"}} {float(c["pos"][p])}'
               for p in range(4)]
+    if badpos:
+        lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="first"}} 5.0')
     lines.append('vllm:num_requests_running{model_name="scripted"} 0.0')
     done = len(LOG[key]) * (1 + ghost)
     lines.append(f'vllm:request_success_total{{{lab},finished_reason="length"}} {float(done)}')
@@ -198,16 +230,21 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             tail = "/" + "/".join(parts[3:]) if spec_str else path
             if tail != "/auth":
                 AUTH[spec_str].append(headers.get("authorization"))
+            if tail == "/get_server_info" and spec["infodelay"]:
+                await asyncio.sleep(spec["infodelay"] / 1e3)
             gone = spec["nometrics"] or (spec["metricsupto"] and CALLS[spec_str] > spec["metricsupto"]) or (
                 spec["metricskey"] and headers.get("authorization") != f"Bearer {spec['key']}")
             if method == "GET" and tail == "/metrics" and not gone:
-                plain(writer, 200, metrics_text(spec_str, spec["ghost"]), "text/plain; version=0.0.4")
+                plain(writer, 200, metrics_text(spec_str, spec["ghost"], spec["badpos"]), "text/plain; version=0.0.4")
             elif method == "GET" and tail == "/auth":
                 plain(writer, 200, json.dumps(AUTH[spec_str]).encode())
             elif method == "GET" and tail == "/log":
                 plain(writer, 200, json.dumps(LOG[spec_str]).encode())
             elif method == "GET" and tail == "/get_server_info" and spec["sglang"]:
                 plain(writer, 200, json.dumps({"internal_states": [{"avg_spec_accept_length": spec["k"]}]}).encode())
+            elif method == "GET" and tail == "/v1/models" and spec["modelskey"] and (
+                    headers.get("authorization") != f"Bearer {spec['key']}"):
+                plain(writer, 401, b'{"error": {"message": "invalid api key", "type": "auth"}}')
             elif method == "GET" and tail == "/v1/models":
                 plain(writer, 200, json.dumps({"object": "list", "data": [
                     {"id": spec["served"] or "scripted", "object": "model"}]}).encode())
@@ -219,6 +256,13 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             elif method == "POST" and tail in ("/v1/chat/completions", "/v1/completions"):
                 req = json.loads(body)
                 CALLS[spec_str] += 1
+                if spec["maxlen"] and int(req.get("max_tokens", 16)) > spec["maxlen"]:
+                    message = (f"This model's maximum context length is {spec['maxlen'] + 7} tokens. However, you "
+                               f"requested {int(req['max_tokens']) + 7} tokens (7 in the messages, {req['max_tokens']} "
+                               "in the completion). Please reduce the length of the messages or completion.")
+                    plain(writer, 400, json.dumps({"object": "error", "message": message, "code": 400}).encode())
+                    await writer.drain()
+                    continue
                 if spec["askcont"] and (req.get("stream_options") or {}).get("continuous_usage_stats"):
                     spec["continuous"] = 1
                 if spec["failevery"] and CALLS[spec_str] > spec["failfrom"] and CALLS[spec_str] % spec["failevery"] == 0:

@@ -153,7 +153,7 @@ def test_a_speed_above_the_ceiling_says_the_shape_or_gpu_is_not_the_endpoints():
     fast = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "measured from /metrics", "concurrency 16", **spec))["reasons"]
     assert not any("HBM ceiling" in r for r in fast)                 # 2.45 <= 1.1 x 3.0
     slow = decide(VerdictInput("e", 100, 0, 1.5, 1.8, "measured from /metrics", "concurrency 16", **spec))["reasons"]
-    assert any("more than speculation at acceptance length 1.80 can reach" in r for r in slow)
+    assert any("more than speculation at 1.80 tokens per decode step can reach" in r for r in slow)
     unknown = decide(VerdictInput("e", 100, 0, 1.5, 3.0, "assumed (--acceptance-length 3)", "concurrency 16", **spec))["reasons"]
     assert not any("HBM ceiling" in r for r in unknown)
 
@@ -198,8 +198,8 @@ def test_verdict(speedup, accept, ok, failed, decision):
             decision == "go-projected")
     if ok == 9:
         assert v["reasons"][0].startswith("only 9 requests succeeded at concurrency 16; a GO needs at least 10")
-    assert v["thresholds"] == {"min_speedup": 1.3, "min_acceptance_length": 2.0, "max_failure_rate": 0.05,
-                               "min_ok_for_go": 10}
+    assert v["thresholds"] == {"min_speedup": 1.3, "min_acceptance_length": 2.0, "min_tokens_per_step": 2.0,
+                               "max_failure_rate": 0.05, "min_ok_for_go": 10}
 
 
 def test_an_endpoint_already_speculating_is_told_to_turn_it_off_only_when_it_loses():

@@ -13,7 +13,7 @@ def test_every_fault_is_a_reasoned_failure_and_the_report_is_written(scripted_ba
         "http500": ("http 500", "scripted internal error"),
         "cut": ("stream cut", "after 2 chunks"),
         "badjson": ("bad json", "invalid JSON"),
-        "hang": ("timeout", "no first token within 1.5 s"),
+        "hang": ("timeout", "no HTTP response (not even a status line) within 1.5 s"),
         "stall": ("timeout", "stream unfinished after 2 chunks"),
         "nodone": ("no [DONE]", "without data: [DONE]"),
         "errorevent": ("error in stream", "scripted overload"),

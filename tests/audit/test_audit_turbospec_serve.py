@@ -86,3 +86,24 @@ def test_audit_acceptance_equals_the_engines(turbospec_server, run_audit_here, t
     assert "12.6M active of 12.6M parameters" in md and " MB read per decoded token" in md
     frac = run["roofline"]["fraction_per_sequence"]         # a CPU run against an H200 ceiling: far under 1%
     assert frac < 0.01 and f"| {frac:.2%} |" in md
+
+
+def test_tokens_per_decode_step_counts_the_steps_without_a_draft(turbospec_server, run_audit_here, tmp_path):
+    """The n-gram drafter finds no match on many steps; those plain steps yield one token and vLLM-style
+    counters never see them. Tokens per step = decode tokens / (decode tokens - accepted) over the same
+    requests, and on turbospec (one chunk per engine step, the EOS on its own chunk) it is also the
+    streamed tokens per chunk."""
+    data = tmp_path / "code.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    res, audit = run_audit_here([turbospec_server], model="codelm", api="completions", dataset=str(data),
+                                num_prompts=3, max_tokens=48, warmup=0, timeout_s=120)
+    run = res["runs"][0]
+    spec, engine = run["speculation"], run["server_reported_speculation"]
+    T = sum(r.output_tokens - 1 for r in audit.runs[0].records)
+    A = engine["num_accepted_tokens"]
+    assert (spec["decode_tokens"], spec["accepted_tokens"]) == (T, A) and spec["decode_steps"] == T - A
+    assert spec["tokens_per_step"] == pytest.approx(T / (T - A))
+    assert spec["decode_steps"] >= spec["drafted_steps"] == engine["num_drafts"]
+    assert spec["tokens_per_step"] <= spec["acceptance_length"]
+    assert run["projection"]["tokens_per_step"] == pytest.approx(spec["tokens_per_step"])
+    assert run["tokens_per_chunk"]["overall"] == pytest.approx(spec["tokens_per_step"], rel=0.05)

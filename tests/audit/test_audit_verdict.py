@@ -26,8 +26,10 @@ def test_a_speculating_endpoint_is_a_go_whose_gain_rests_on_the_verify_overhead(
     v = res["verdict"]
     assert v["decision"] == "go", v["reasons"]
     text = " ".join(v["reasons"])
-    assert "acceptance length 3.00 tokens/step >= 2.0: measured from /metrics" in text
-    assert "rests on the ASSUMED verify overhead 0.3 (--verify-overhead)" in text
+    assert ("tokens per decode step 3.00 >= 2.0: measured: 60 decode tokens in 20 decode steps, 20 of them drafted "
+            "(accepted tokens from /metrics); acceptance length per drafted step 3.00 from /metrics (vLLM's "
+            "definition)") in text
+    assert "1 + the ASSUMED verify overhead 0.3 (--verify-overhead) + the roofline batch overhead" in text
     assert "plain decoding would cost $" in text and "MORE than this endpoint's $" in text
     assert "not a cut of that bill" in text
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sys
+import traceback
 from dataclasses import replace
 from typing import Optional
 
@@ -18,6 +20,7 @@ from turbospec.audit.config import (
     LoadConfig,
     LoadLevel,
     check_target,
+    load_warnings,
     parse_concurrency,
     parse_rates,
 )
@@ -33,7 +36,7 @@ from turbospec.audit.results import Economics
 from turbospec.audit.roofline import WEIGHT_DTYPES, load_model_bytes
 from turbospec.audit.stats import SLO
 from turbospec.audit.tokens import find_token_counter
-from turbospec.audit.workload import load_workload
+from turbospec.audit.workload import load_workload, take
 
 _DEFAULT_CONCURRENCY = "1,4,16"
 
@@ -128,9 +131,11 @@ def audit(
 ) -> None:
     """Benchmark OpenAI-compatible endpoints; write results.json, report.md and report.html.
 
-    Exit status: 0 when the report is written; 1 when an endpoint cannot work as configured (found by a
-    first short request, before anything is measured) or when no request succeeded (the report is
-    still written); 2 for a bad argument; 130 when aborted by a second Ctrl-C."""
+    Exit status: 0 when the report is written and a request succeeded (an interrupted run included); 1
+    when an endpoint cannot work as configured (found by the first requests, before anything is
+    measured), when no request succeeded (interrupted or not; the report is still written), or when the
+    report could not be derived (the measured data is kept); 2 for a bad argument; 130 when aborted by a
+    second Ctrl-C."""
     settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
     try:
         _check_finite(settings)
@@ -151,7 +156,8 @@ def audit(
             built = _build(args, model)
         cfg, econ, prompts, counters = built
         settings["model"] = [e.model for e in cfg.endpoints]
-        for warning in asyncio.run(preflight(cfg.endpoints, cfg.request)):
+        for warning in load_warnings(cfg) + asyncio.run(preflight(cfg.endpoints, cfg.request,
+                                                                  take(prompts, cfg.num_prompts))):
             typer.secho(f"Warning: {warning}", fg=typer.colors.YELLOW, err=True)
     except PreflightError as e:
         typer.secho(f"Error: {e}", fg=typer.colors.RED, err=True)
@@ -162,14 +168,18 @@ def audit(
     except KeyboardInterrupt:
         typer.secho("Interrupted before measuring: nothing written", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from None
-    from turbospec.audit.pipeline import run_and_report     # matplotlib loads only when a run starts
+    from turbospec.audit.pipeline import ReportFailed, new_checkpoint, run_and_report   # matplotlib loads here
+    ckpt = new_checkpoint(out)
     try:
-        results = run_and_report(cfg, econ, prompts, counters, out, settings, progress=not no_progress)
+        results = run_and_report(cfg, econ, prompts, counters, out, settings, progress=not no_progress,
+                                 checkpoint=ckpt)
     except KeyboardInterrupt:
-        saved = os.path.exists(os.path.join(out, "results.json"))
-        typer.secho("Aborted (second Ctrl-C): " + (f"{out}/results.json holds what was measured; the reports "
-                    "were not written" if saved else "nothing written"), fg=typer.colors.YELLOW, err=True)
+        typer.secho(f"Aborted (second Ctrl-C): {ckpt.kept()}", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from None
+    except ReportFailed as e:
+        traceback.print_exception(e.__cause__ or e, file=sys.stderr)
+        typer.secho(f"Error: {e}; please report this bug with the traceback above", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from None
     _print_summary(results, out)
     if not any(r["num_ok"] for r in results["runs"]):
         raise typer.Exit(1)
@@ -239,7 +249,9 @@ def _print_summary(results: dict, out: str) -> None:
             typer.echo(f"  - {reason}")
     for r in results["runs"]:
         cancelled = f"{r['num_cancelled']} cancelled unfinished, " if r["num_cancelled"] else ""
-        typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok, {r['num_failed']} failed, {cancelled}"
+        at_once = (f" ({r['num_ended_at_once']} ended at once: EOS first; --ignore-eos runs them to --max-tokens)"
+                   if r.get("num_ended_at_once") else "")
+        typer.echo(f"{r['endpoint']} · {r['label']}: {r['num_ok']} ok{at_once}, {r['num_failed']} failed, {cancelled}"
                    f"{r['aggregate_output_tokens_per_s']:.1f} tok/s aggregate{_qualifier(r)}, "
                    + (f"TTFT p50 {r['ttft_ms']['p50']:.0f} ms" if r["ttft_ms"]["p50"] is not None else "no TTFT"))
         for e in r["failure_examples"][:1] if r["num_failed"] else ():
@@ -258,7 +270,8 @@ def _qualifier(run: dict) -> str:
 
 
 _FIX = {"timeout": " -> raise --timeout, or lower --max-tokens / --concurrency",
-        "connection refused": " -> is the server still up?"}
+        "connection refused": " -> is the server still up?",
+        "no http response": " -> is --endpoint the server's HTTP port (http vs https)?"}
 
 
 def register(app: typer.Typer) -> None:

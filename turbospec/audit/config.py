@@ -103,3 +103,15 @@ class LoadConfig:
             v = getattr(self.slo, name)
             if v is not None and not v > 0:
                 raise ValueError(f"--slo-{name.replace('_ms', '')}-ms must be positive milliseconds")
+
+
+def load_warnings(cfg: LoadConfig) -> list[str]:
+    """Settings that run but do not measure what they name: said before anything is sent."""
+    out = []
+    short = [c for c in sorted({lv.concurrency for lv in cfg.levels if lv.concurrency}) if c > cfg.num_prompts]
+    if short:
+        out.append(f"--num-prompts {cfg.num_prompts} is below --concurrency {', '.join(map(str, short))}: at most "
+                   f"{cfg.num_prompts} requests are ever in flight, so such a level measures a lower load (the "
+                   "ceiling and the projection use what was in flight, and the verdict says so); pass --num-prompts "
+                   f"of several times {short[-1]} to measure it")
+    return out

@@ -3,7 +3,7 @@ and a previous audit is never replaced by accident.
 
   --out is a file                      refused
   --out holds a previous results.json  refused unless --overwrite (then its outputs are replaced,
-                                       stale figures included; other files are left alone)
+  (or raw_records.json)                stale figures included; other files are left alone)
   --out (or its first existing parent) not writable   refused
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-OUTPUT_FILES = ("results.json", "report.md", "report.html")
+OUTPUT_FILES = ("results.json", "report.md", "report.html", "raw_records.json")
 
 
 def check_out_dir(path: str, overwrite: bool) -> None:
@@ -19,8 +19,9 @@ def check_out_dir(path: str, overwrite: bool) -> None:
         raise ValueError("--out is empty: pass a directory for the report, e.g. --out audit-out")
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"--out {path!r} is a file: pass a directory (it is created if missing)")
-    previous = os.path.join(path, "results.json")
-    if os.path.exists(previous) and not overwrite:
+    previous = next((p for p in (os.path.join(path, f) for f in ("results.json", "raw_records.json"))
+                     if os.path.exists(p)), None)
+    if previous and not overwrite:
         raise ValueError(f"--out {path!r} already holds an audit ({_describe(previous)}): pass --overwrite to "
                          "replace it, or another --out to keep both")
     parent = os.path.abspath(path)
@@ -49,6 +50,6 @@ def _describe(results_json: str) -> str:
     try:
         with open(results_json, encoding="utf-8") as f:
             r = json.load(f)
-        return f"results.json finished at {r.get('finished_at')}"
+        return f"{os.path.basename(results_json)} finished at {r.get('finished_at')}"
     except (OSError, ValueError, AttributeError):
-        return "a results.json"
+        return f"a {os.path.basename(results_json)}"

@@ -1,20 +1,20 @@
-"""The audit end to end: run the load, derive the results, write results.json, report.md and
-report.html (plus the figures as PNG files for the markdown). Used by the CLI and by tests."""
+"""The audit end to end: run the load, derive the results, write results.json (after every level too:
+checkpoint.py), report.md and report.html (plus the figures as PNG files for the markdown). Used by the
+CLI and by tests."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 from contextlib import nullcontext
 
+from turbospec.audit.checkpoint import Checkpoint, ReportFailed
 from turbospec.audit.config import LoadConfig
-from turbospec.audit.outdir import remove_previous
 from turbospec.audit.plots import FIGURES, draw_all
 from turbospec.audit.report import build_sections
 from turbospec.audit.report_html import render_html
 from turbospec.audit.report_md import render_markdown
-from turbospec.audit.results import Economics, build_results
+from turbospec.audit.results import Economics
 from turbospec.audit.runner import run_audit
 from turbospec.audit.tokens import TokenCounter
 from turbospec.audit.workload import Prompt
@@ -29,9 +29,16 @@ def _progress(total: int, enabled: bool):
                     TextColumn("{task.description}"), transient=False)
 
 
+def new_checkpoint(out_dir: str) -> Checkpoint:
+    return Checkpoint(out_dir, list(FIGURES))
+
+
 def run_and_report(cfg: LoadConfig, econ: Economics, prompts: list[Prompt],
                    counters: dict[str, TokenCounter | None], out_dir: str, settings: dict,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, checkpoint: Checkpoint | None = None) -> dict:
+    """Raises ReportFailed (the measured data kept on disk, the message says where) when deriving or
+    rendering the report fails."""
+    ckpt = checkpoint or new_checkpoint(out_dir)
     total = len(cfg.levels) * len(cfg.endpoints) * cfg.num_prompts
     with _progress(total, progress) as bar:
         task = bar.add_task("", total=total) if bar else None
@@ -42,9 +49,14 @@ def run_and_report(cfg: LoadConfig, econ: Economics, prompts: list[Prompt],
             if bar:
                 bar.update(task, advance=1, description=f"{failed[0]} failed" if failed[0] else "")
 
-        audit = asyncio.run(run_audit(cfg, prompts, counters, on_result=on_result))
-    results = build_results(audit, cfg, econ, settings)
-    write_outputs(results, out_dir)
+        audit = asyncio.run(run_audit(cfg, prompts, counters, on_result=on_result,
+                                      on_level=lambda so_far: ckpt.level_done(so_far, cfg, econ, settings)))
+    results = ckpt.final(audit, cfg, econ, settings)
+    try:
+        write_reports(results, out_dir)
+    except Exception as e:
+        raise ReportFailed(f"writing the report failed ({type(e).__name__}: {e}): {ckpt.path('results.json')} "
+                           "holds everything measured") from e
     return results
 
 
@@ -58,12 +70,13 @@ def report_subject(endpoints: list[dict]) -> str:
 def write_outputs(results: dict, out_dir: str) -> None:
     """results.json first (atomically: a kill never leaves half a file), then the figures and reports.
     An earlier audit's outputs in out_dir are replaced (the CLI refuses that without --overwrite)."""
+    new_checkpoint(out_dir).write_results(results, partial=False)
+    write_reports(results, out_dir)
+
+
+def write_reports(results: dict, out_dir: str) -> None:
+    """The figures, report.md and report.html from results (results.json is already written)."""
     os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
-    remove_previous(out_dir, list(FIGURES))
-    tmp = os.path.join(out_dir, ".results.json.partial")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1, ensure_ascii=False)
-    os.replace(tmp, os.path.join(out_dir, "results.json"))
     figures = draw_all(results)
     paths = {}
     for name, png in figures.items():

@@ -2,17 +2,21 @@
 
 A wrong port, a wrong model name, a missing API key or a chat request to a model without a chat
 template would otherwise fail every request of every level, minutes later, as a wall of identical
-failures. So the CLI first sends one short, uncounted request per endpoint and stops with the
-server's own message and the fix when the endpoint cannot work as configured:
+failures. So the CLI first sends two uncounted requests per endpoint: a short one read to its end
+(--max-tokens capped at 8), then the run's most demanding request (its longest prompt with its
+--max-tokens) cancelled after the first token, so a length the server refuses is found up front too.
+It stops with the server's own message and the fix when the endpoint cannot work as configured:
 
   connection refused / error   nothing answers: start the server, or fix --endpoint
+  no HTTP response             a status line never came (the connection closed, something that is not
+                               HTTP answered, or nothing within --timeout): not the server's HTTP port
   not a stream                 a 200 answer without any `data:` event: the server ignores "stream": true
   no [DONE]                    the stream closed without [DONE] and without a finish_reason
   http 401 / 403               the key is missing or wrong: --api-key
   http 4xx (not 408 / 429)     the request is wrong: the model is not served (its /v1/models are
                                listed), the path or --api is wrong, or the server rejects a setting
 
-Anything else (5xx, 408, 429, timeouts, a broken stream) may be load or luck: it is what the audit
+Anything else (5xx, 408, 429, a timeout after the status line, a broken stream) may be load or luck: it is what the audit
 measures, so the audit goes on and counts it. `--model` may be left out: then each endpoint's
 /v1/models must list exactly one model, which is used.
 """
@@ -45,6 +49,10 @@ async def served_models(http: httpx.AsyncClient, ep: Endpoint) -> list[str] | st
         return f"nothing answers at {url} (start the server, or fix --endpoint)"
     except httpx.HTTPError as e:
         return f"GET {url} failed ({type(e).__name__}: {e or 'no detail'})"
+    if resp.status_code in (401, 403):
+        return (f"GET {url} answered http {resp.status_code}: " + (
+            "the key was refused: check --api-key" if ep.api_key else
+            "the endpoint wants a key: pass --api-key KEY (or set OPENAI_API_KEY for a single server)"))
     if resp.status_code >= 400:
         return f"GET {url} answered http {resp.status_code}"
     try:
@@ -63,8 +71,8 @@ async def resolve_models(urls: list[str], keys: list[str | None], timeout_s: flo
             ep = Endpoint(url, "?", "chat", key)          # /v1/models is the same for either API
             ids = await served_models(http, ep)
             if isinstance(ids, str):
-                raise PreflightError(f"--model not given and the served model could not be asked: {ids}; "
-                                     "or pass --model with the name the endpoint serves")
+                also = "" if "--api-key" in ids else "; or pass --model with the name the endpoint serves"
+                raise PreflightError(f"--model not given and the served model could not be asked: {ids}{also}")
             if len(ids) > 1:
                 raise PreflightError(f"--model not given and {url} serves {len(ids)} models "
                                      f"({', '.join(ids)}): pass --model with the one to audit")
@@ -72,14 +80,35 @@ async def resolve_models(urls: list[str], keys: list[str | None], timeout_s: flo
         return out
 
 
-async def preflight(endpoints: tuple[Endpoint, ...], settings: RequestSettings) -> list[str]:
-    """One short request per endpoint. Raises PreflightError (all problems found, one a line) when
-    an endpoint cannot work as configured; returns warnings for failures the audit will measure."""
+def most_demanding(prompts: list[Prompt], settings: RequestSettings) -> Prompt | None:
+    """The prompt that needs the most context: the longest text (about 4 characters a token) with its
+    max_tokens (a JSONL line's, else --max-tokens)."""
+    def need(p: Prompt) -> float:
+        text = p.prompt if p.prompt is not None else "".join(str(m.get("content", "")) for m in p.messages or ())
+        return len(text) / 4 + (p.max_tokens or settings.max_tokens)
+    return max(prompts, key=need, default=None)
+
+
+async def preflight(endpoints: tuple[Endpoint, ...], settings: RequestSettings,
+                    prompts: list[Prompt] = ()) -> list[str]:
+    """Per endpoint a short request, then (if it passed) the run's most demanding one cut after its first
+    token. Raises PreflightError (all problems found, one a line) when an endpoint cannot work as
+    configured; returns warnings for failures the audit will measure."""
     short = replace(settings, max_tokens=min(settings.max_tokens, PREFLIGHT_MAX_TOKENS))
-    prompt = Prompt(id="preflight", domain="preflight", prompt=PREFLIGHT_PROMPT)
+    first = Prompt(id="preflight", domain="preflight", prompt=PREFLIGHT_PROMPT)
+    real = most_demanding(list(prompts), settings)
     t = settings.timeout_s
     async with httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 10.0))) as http:
-        recs = await asyncio.gather(*(send_request(http, ep, prompt, short) for ep in endpoints))
+        async def check(ep: Endpoint) -> RequestRecord:
+            rec = await send_request(http, ep, first, short)
+            if not rec.ok or real is None:
+                return rec
+            rec = await send_request(http, ep, real, settings, first_token_only=True)
+            if not rec.ok:
+                rec.error_detail = (f"{rec.error_detail} [the run's settings: prompt {real.id} (its longest), "
+                                    f"max_tokens {real.max_tokens or settings.max_tokens}]")
+            return rec
+        recs = await asyncio.gather(*(check(ep) for ep in endpoints))
         errors, warnings = [], []
         for ep, rec in zip(endpoints, recs):
             if rec.ok:
@@ -100,8 +129,13 @@ def _status(rec: RequestRecord) -> int | None:
     return None
 
 
+def _no_http(rec: RequestRecord) -> bool:
+    """No status line came back: the port does not speak HTTP, or nothing answers on it at all."""
+    return rec.error == "no http response" or (rec.error == "timeout" and rec.http_status is None)
+
+
 def _fatal(rec: RequestRecord) -> bool:
-    if rec.error in ("connection refused", "connection error", "not a stream", "no [DONE]"):
+    if rec.error in ("connection refused", "connection error", "not a stream", "no [DONE]") or _no_http(rec):
         return True
     status = _status(rec)
     return status is not None and 400 <= status < 500 and status not in _LOAD_STATUSES
@@ -113,6 +147,9 @@ async def _explain(http: httpx.AsyncClient, ep: Endpoint, rec: RequestRecord) ->
         return f"{said}. Nothing listens there: start the server, or fix --endpoint (host and port)"
     if rec.error == "connection error":
         return f"{said}. Check --endpoint (host, port, http vs https) and that the server is reachable"
+    if _no_http(rec):
+        return (f"{said}. Nothing answers HTTP at {ep.request_url}: check the port (the server's HTTP port, not "
+                "another service's), http vs https, and that the server is up and not hung")
     if rec.error == "no [DONE]":
         return (f"{said}. Every answer would be counted as possibly truncated: the stream closed without "
                 "`data: [DONE]` and without a finish_reason; check that --endpoint reaches the server directly (a "

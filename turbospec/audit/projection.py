@@ -6,14 +6,17 @@ A plain step takes T_plain (per output token of each sequence): the measured med
 concurrency when there is one, else R(B, 1). Whatever the engine spends above the roofline (launches,
 scheduling) is paid per step, so a speculative step verifying k+1 tokens per sequence costs
     T_spec = T_plain x (1 + verify_overhead) + R(B, k+1) - R(B, 1)
-and yields tau tokens (the acceptance length), so
+and yields tau tokens (tokens per decode step: for an endpoint that speculates, measured over every
+decode step, those without a draft too — decode_steps.py; assumed, every step drafts), so
     speedup = tau x T_plain / T_spec = tau / (1 + verify_overhead + batch_overhead),
     batch_overhead = (R(B, k+1) - R(B, 1)) / T_plain
 `verify_overhead` (drafter forward, verify bookkeeping) is an assumption (--verify-overhead). The
 batch term is why speculation pays at low concurrency and fades as the batch fills: more tokens per
 step turn decode compute-bound, and an MoE step touches more experts. When the endpoint already
-speculates, the measured TPOT is a speculative step's time / tau and the same relation is solved
-for T_plain. Without a model shape the batch term is 0 (stated in the report).
+speculates, the measured TPOT is a step's time / tau and the same relation is solved for T_plain:
+then speedup = tau / (1 + verify_overhead + batch_overhead) with the measured TPOT entering only
+through batch_overhead (nothing measures a plain step there: it rests on the assumed verify
+overhead). Without a model shape the batch term is 0 (stated in the report).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ EXPERT_REUSE = 0.5            # consecutive tokens' expert overlap (see roofline
 
 @dataclass(frozen=True)
 class SpecAssumption:
-    acceptance_length: float          # tau: tokens per verify step, bonus included
+    acceptance_length: float          # tau: tokens per decode step (every step drafted: the acceptance length)
     source: str                       # where tau comes from: measured / estimated / assumed
     num_speculative_tokens: int = 4   # k
     verify_overhead: float = 0.3

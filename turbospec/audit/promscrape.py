@@ -5,7 +5,8 @@
      vllm:spec_decode_num_drafts, vllm:spec_decode_num_draft_tokens,
      vllm:spec_decode_num_accepted_tokens, vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}
    acceptance rate   = accepted / draft tokens
-   acceptance length = 1 + accepted / drafts          (tokens per verify step, bonus included)
+   acceptance length = 1 + accepted / drafts          (tokens per DRAFTED step, bonus included: vLLM's
+                                                        definition; decode_steps.py counts every step)
    per position i    = accepted at position i / drafts
    The counters are the server's, not this run's: other traffic during the level is in them. When the
    server also exposes vllm:request_success, the requests it finished are compared with those the audit
@@ -18,6 +19,9 @@
 Counters readable before a level and not after it (the endpoint stopped answering /metrics, or
 stopped exposing them) fall back the same way, but the result says so (`metrics_lost`), so a level's
 estimate is never read as a measurement beside levels that were measured.
+
+What a server sends is never trusted to parse: a sample whose value is not a finite number, or whose
+`position` label is not a whole number, is skipped.
 """
 from __future__ import annotations
 
@@ -69,7 +73,9 @@ class SpecCounters:
 def spec_counters(text: str) -> SpecCounters:
     c = SpecCounters()
     for name, labels, value in parse_prometheus(text):
-        if name == _SGLANG_GAUGE and not math.isnan(value):
+        if not math.isfinite(value):
+            continue
+        if name == _SGLANG_GAUGE:
             c.sglang_accept_length = value
         if name.removesuffix("_total") == _FINISHED:
             c.requests_finished = (c.requests_finished or 0.0) + value
@@ -77,9 +83,11 @@ def spec_counters(text: str) -> SpecCounters:
             continue
         key = name[len(PREFIX):].removesuffix("_total")
         if key == _PER_POS and "position" in labels:
+            pos = labels["position"].strip()
+            if not pos.isdigit():              # e.g. position="first": not a draft position, skipped
+                continue
             c.present = True
-            pos = int(labels["position"])
-            c.per_pos[pos] = c.per_pos.get(pos, 0.0) + value
+            c.per_pos[int(pos)] = c.per_pos.get(int(pos), 0.0) + value
         elif key in _COUNTERS:
             c.present = True
             c.totals[key] = c.totals.get(key, 0.0) + value
@@ -161,7 +169,10 @@ async def scrape_counters(http: httpx.AsyncClient, url: str, headers: dict | Non
         return None
     if resp.status_code != 200:
         return None
-    return spec_counters(resp.text)
+    try:
+        return spec_counters(resp.text)
+    except (ValueError, TypeError, AttributeError):     # a server's text must never crash the audit
+        return None
 
 
 async def scrape_settled(http: httpx.AsyncClient, url: str, interval_s: float = 0.1,

@@ -7,6 +7,7 @@ so both always say the same thing. The verdict comes first.
 from __future__ import annotations
 
 from turbospec.audit.cost import format_money, format_percent
+from turbospec.audit.report_money import money_section
 from turbospec.audit.report_notes import notes_section
 from turbospec.audit.report_types import Section
 from turbospec.audit.verdict import MAX_FAILURE_RATE, MIN_ACCEPTANCE_LENGTH, MIN_OK_FOR_GO, MIN_SPEEDUP
@@ -29,7 +30,7 @@ def _size(x: float, unit: str) -> str:
 
 def build_sections(res: dict) -> list[Section]:
     return [s for s in (_verdict(res), notes_section(res), _levels(res), _race(res), _speculation(res),
-                        _ceiling(res), _money(res), _domains(res), _telemetry(res), _failures(res),
+                        _ceiling(res), money_section(res), _domains(res), _telemetry(res), _failures(res),
                         _definitions(res), _settings(res)) if s is not None]
 
 
@@ -40,12 +41,14 @@ def _verdict(res: dict) -> Section:
         s.blocks.append(("list", [f"**Caveat**: {c}" for c in v.get("caveats", [])] + v["reasons"]))
     s.blocks.append(("p", f"How it is decided: at the target load (--target-concurrency, else the highest measured "
                           f"level) the verdict is GO when the projected speedup is at least {MIN_SPEEDUP}x and the "
-                          f"acceptance length, measured from the server's counters, at least {MIN_ACCEPTANCE_LENGTH} "
-                          "tokens per verify step; GO (PROJECTED) when those hold only with the assumed acceptance "
-                          "length (the endpoint does not speculate: confirm with a drafter); NO-GO otherwise; "
+                          f"tokens per decode step, measured from the server's counters over every decode step (not "
+                          f"only the drafted ones), at least {MIN_ACCEPTANCE_LENGTH}; GO (PROJECTED) when those hold "
+                          "only with the assumed acceptance length (the endpoint does not speculate: confirm with a "
+                          "drafter); NO-GO otherwise; "
                           f"INCONCLUSIVE when more than {MAX_FAILURE_RATE:.0%} of requests failed (at the target load; "
-                          "over the whole audit too unless --target-concurrency was given), or when a GO would rest on "
-                          f"fewer than {MIN_OK_FOR_GO} successful requests at the target load."))
+                          "over the whole audit too unless --target-concurrency was given), when a GO would rest on "
+                          f"fewer than {MIN_OK_FOR_GO} successful requests at the target load, or when batch-1 decode "
+                          "measured above the HBM ceiling (the model shape or GPU given is not the endpoint's)."))
     return s
 
 
@@ -105,14 +108,23 @@ def _speculation(res: dict) -> Section:
     rows = []
     for r in res["runs"]:
         sp, per_req = r["speculation"], r["server_reported_speculation"] or {}
+        steps = (f"{n(sp['tokens_per_step'], 2)} ({sp['decode_tokens']:,} tokens / {sp['decode_steps']:,.0f} steps, "
+                 f"{sp['drafted_steps']:,.0f} drafted)" if sp.get("decode_tokens") is not None
+                 and sp.get("tokens_per_step") is not None else n(sp.get("tokens_per_step"), 2))
+        note = "; ".join(x for x in (sp.get("note", ""), sp.get("tokens_per_step_note", "")) if x)
         rows.append([r["endpoint"], r["label"], sp["source"] + (" (ESTIMATE)" if sp["is_estimate"] else "")
                      + (" (NOT acceptance: above k+1)" if sp.get("implausible") else ""),
-                     pct(sp.get("acceptance_rate")), n(sp.get("acceptance_length"), 2),
+                     pct(sp.get("acceptance_rate")), n(sp.get("acceptance_length"), 2), steps,
                      ", ".join(f"{p:.2f}" for p in sp.get("per_position") or []) or "–",
-                     n(per_req.get("acceptance_length"), 2), sp.get("note", "")])
+                     n(per_req.get("acceptance_length"), 2), note])
     return Section("Speculation measured", [
-        ("table", ["endpoint", "load", "source", "acceptance rate", "acceptance length", "per position",
-                   "per-request figures (turbospec)", "note"], rows),
+        ("p", "Acceptance length per drafted step is vLLM's definition (1 + accepted / drafts), comparable with "
+              "vLLM's own figures; it skips the decode steps that carried no draft (an n-gram drafter that found no "
+              "match, a draft length of 0). Tokens per decode step counts every step: decode tokens / (decode "
+              "tokens - accepted tokens), over the same requests. The projection and the verdict use it."),
+        ("table", ["endpoint", "load", "source", "acceptance rate", "acceptance length per drafted step (vLLM)",
+                   "tokens per decode step", "per position", "per-request figures (turbospec, per drafted step)",
+                   "note"], rows),
         ("figure", "acceptance_by_position", "Share of drafts accepted at each draft position (the server's counters "
                                             "over this level: other traffic at the same time is in them)."),
     ])
@@ -159,51 +171,6 @@ def _dtype(m: dict) -> str:
     if src == "default":
         return f"{dtype} weights (assumed: the config names no dtype; {_SERVED_UNKNOWN})"
     return f"{dtype} weights (per {'the preset' if src == 'preset' else 'config.json'}; {_SERVED_UNKNOWN})"
-
-
-def _money(res: dict) -> Section:
-    c = res["cost_model"]
-    cur = c["currency"]
-    a = res["assumptions"]
-    rows = []
-    for r in res["runs"]:
-        p, an, cost = r["projection"], r["annual"], r["cost"]
-        rows.append([r["endpoint"], r["label"], f"{n(p['acceptance_length'], 2)}: {p['acceptance_source']}",
-                     p["num_speculative_tokens"], f"{p['verify_overhead']:.2f} + {p['batch_overhead']:.2f}",
-                     f"{p['speedup']:.2f}x", "yes" if p["already_speculating"] else "no",
-                     format_money(cost.get("per_million_without_speculation"), cur),
-                     format_money(cost.get("per_million_with_speculation"), cur),
-                     format_money(an["annual_cost"], cur), _effect(an, p["already_speculating"], cur)])
-    return Section("Projected speedup and money", [
-        ("p", f"Price: {format_money(c['price_per_gpu_hour'], cur)} per GPU-hour x {c['num_gpus']} GPU(s) "
-              f"({c['price_source']}). Exchange rate assumed: 1 USD = {c['usd_to_inr']:g} INR. Annual basis: "
-              f"{res['runs'][0]['annual']['basis'] if res['runs'] else '–'}."),
-        ("p", f"Speedup = acceptance length / (1 + verify overhead + batch overhead). Assumed where not measured: "
-              f"acceptance length {a['acceptance_length']:g}, k = {a['num_speculative_tokens']} drafted tokens, "
-              f"verify overhead {a['verify_overhead']:g}. The batch overhead is the roofline cost of verifying "
-              "k+1 tokens per sequence at this concurrency (0 without a model shape)."),
-        ("table", ["endpoint", "load", "acceptance length", "k", "overhead (verify + batch)", "speedup",
-                   "speculating now", "cost / 1M plain", "cost / 1M speculative", "annual cost (as measured)",
-                   "annual effect of speculation"], rows),
-        ("p", "The measured column is the endpoint as it runs; the other is the projection (plain decoding "
-              "estimated with the assumed verify overhead for an endpoint that already speculates, speculation "
-              "projected with the assumed acceptance length for one that does not). The annual effect is a cut of "
-              "the bill for an endpoint that does not speculate, and what plain decoding would cost on top of the "
-              "bill for one that does (which can exceed the bill)."),
-        ("figure", "cost_per_million", "Cost per million output tokens, plain and with speculation. " + "; ".join(
-            f"endpoint {i + 1} = {e['url']}" for i, e in enumerate(res["endpoints"])) + "."),
-    ])
-
-
-def _effect(an: dict, speculating: bool, cur: str) -> str:
-    """Which quantity the savings are: a cut of this bill (projected), or what plain decoding would cost
-    on top of it (an endpoint that already speculates; it can exceed the bill)."""
-    if an["annual_savings"] is None:
-        return "–"
-    if speculating:
-        return f"plain decoding would cost {format_money(an['annual_savings'], cur)} more"
-    share = f" ({pct(an['annual_savings'] / an['annual_cost'])} of the bill)" if an["annual_cost"] else ""
-    return f"cut of {format_money(an['annual_savings'], cur)}{share}, projected"
 
 
 def _domains(res: dict) -> Section:
@@ -254,8 +221,13 @@ def _definitions(res: dict) -> Section:
 
 
 def _settings(res: dict) -> Section:
+    """The resolved route of each endpoint first (--api may be left out, or read from a full URL), then
+    the command line's settings."""
+    routes = [[f"endpoint {i + 1}: API and request URL" if len(res["endpoints"]) > 1 else "API and request URL",
+               f"{e['api']}: POST {e['request_url']} (metrics: {e['metrics_url']})"]
+              for i, e in enumerate(res["endpoints"])]
     return Section("Settings", [("table", ["setting", "value"],
-                                 [[k, str(v)] for k, v in res["settings"].items()])])
+                                 routes + [[k, str(v)] for k, v in res["settings"].items()])])
 
 
 def _reasons(failures: dict) -> str:

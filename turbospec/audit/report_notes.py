@@ -30,9 +30,15 @@ def notes_section(res: dict) -> Section | None:
             notes.append(f"{r['endpoint']} · {r['label']}: {r['num_cancelled']} requests cancelled unfinished "
                          "(--max-duration or Ctrl-C); not counted as failures.")
         if r.get("num_not_sent"):
-            notes.append(f"{r['endpoint']} · {r['label']}: the server refused connections {GONE_AFTER} times in a row "
-                         f"(gone?), so the level stopped sending to it: {r['num_not_sent']} requests not sent (not "
-                         "counted as failures).")
+            how = _GONE.get(r.get("not_sent_reason") or "connection refused", _GONE["connection refused"])
+            notes.append(f"{r['endpoint']} · {r['label']}: {how.format(GONE_AFTER)}, so the level stopped sending to "
+                         f"it: {r['num_not_sent']} requests not sent (not counted as failures).")
+        if r.get("num_ended_at_once"):
+            notes.append(f"{r['endpoint']} · {r['label']}: {r['num_ended_at_once']} of {r['num_ok']} successful "
+                         "requests ended at once (finish_reason stop before any text: the model's first token was its "
+                         "end-of-sequence token). They count as successes and in throughput, and in no latency "
+                         "figure (TTFT, TPOT, ITL, e2e); pass --ignore-eos (vLLM, SGLang, turbospec) to measure "
+                         "full-length answers.")
         if r.get("delayed_arrivals"):
             notes.append(f"{r['endpoint']} · {r['label']}: {r['delayed_arrivals']} arrivals waited for a free slot "
                          f"(--max-inflight {res['settings'].get('max_inflight', '')} requests already in flight), so "
@@ -52,3 +58,8 @@ def notes_section(res: dict) -> Section | None:
             notes.append(f"{r['endpoint']} · {r['label']}: {r['warmup_failures']} warm-up requests failed (not "
                          "counted); the first measured requests may have paid for a cold server.")
     return Section("Notes", [("list", notes)]) if notes else None
+
+
+_GONE = {"connection refused": "the server refused connections {} times in a row (gone?)",
+         "no http response": "nothing answered HTTP {} times in a row (gone, or not the server's port?)",
+         "timeout": "{} requests in a row timed out (--timeout; hung, or too slow for it?)"}

@@ -2,6 +2,7 @@
 
 Top level (schema_version 1; every field is documented in docs/audit.md, "results.json"):
   schema_version, tool, created_at, started_at, finished_at, interrupted, settings,
+  run_id, partial (set where it is written: checkpoint.py),
   endpoints[], gpu{}, cost_model{}, model{} | null, assumptions{}, definitions{},
   runs[]      one per endpoint and load level: latency distributions, throughput, goodput,
               speculation, ceiling, cost, projection, per-domain view, telemetry, failures
@@ -10,19 +11,20 @@ Top level (schema_version 1; every field is documented in docs/audit.md, "result
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
+
 from turbospec.audit.config import LoadConfig
 from turbospec.audit.cost import CostModel
-from turbospec.audit.endpoint import Endpoint
+from turbospec.audit.decode_steps import decode_steps, describe, outside_window
 from turbospec.audit.gpus import GPU
-from turbospec.audit.hardware import hardware_caveats
 from turbospec.audit.projection import SpecAssumption, ceiling, projected_speedup
 from turbospec.audit.promscrape import speculation_result
+from turbospec.audit.results_verdict import caveats, endpoint_verdict, target_caveat, target_label  # noqa: F401
 from turbospec.audit.roofline import ModelBytes
 from turbospec.audit.runner import AuditRun, EndpointRun
 from turbospec.audit.stats import DEFINITIONS, request_rows, summarize, summarize_by_domain
-from turbospec.audit.verdict import VerdictInput, decide
 
 SCHEMA_VERSION = 1
 _MEASURED = {"prometheus": "measured from /metrics", "sglang": "measured: SGLang's running average"}
@@ -31,7 +33,10 @@ EXTRA_DEFINITIONS = {
     "ceiling": "HBM-bandwidth roofline: bandwidth / bytes read per decode step (weights + KV cache at the "
                "run's mean context); fraction = measured / ceiling",
     "cost_per_million_output_tokens": "GPUs x price per GPU-hour / (aggregate output tok/s x 3600) x 10^6",
-    "projected_speedup": "acceptance length / (1 + verify overhead + batch overhead); see docs/audit.md",
+    "projected_speedup": "tokens per decode step / (1 + verify overhead + batch overhead); see docs/audit.md",
+    "tokens_per_step": "tokens per decode step = decode tokens / (decode tokens - accepted draft tokens), over the "
+                       "same requests: every step counted, those without a draft too (vLLM's acceptance length, "
+                       "1 + accepted / drafts, counts drafted steps only); what the projection and the verdict use",
     "effective_concurrency": "requests in flight on average (Little's law): request throughput x mean e2e",
 }
 
@@ -59,8 +64,13 @@ class Economics:
 
 
 def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: dict) -> dict:
-    runs = [_run_entry(r, cfg, econ) for r in audit.runs]
-    verdicts = [_verdict(ep, [r for r in runs if r["endpoint"] == ep.url], econ) for ep in cfg.endpoints]
+    shared = defaultdict(list)                   # a level's endpoints behind one /metrics share its counters
+    for r in audit.runs:
+        shared[(r.level, r.endpoint.metrics_url)].append(r)
+    runs = [_run_entry(r, cfg, econ, shared[(r.level, r.endpoint.metrics_url)]) for r in audit.runs]
+    asked = tuple(lv.concurrency for lv in cfg.levels if lv.concurrency)
+    verdicts = [endpoint_verdict(ep, [r for r in runs if r["endpoint"] == ep.url], econ, asked)
+                for ep in cfg.endpoints]
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": f"turbospec audit {_version()}",
@@ -92,20 +102,27 @@ def _version() -> str:
         return "unknown"
 
 
-def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
+def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics, window: list[EndpointRun]) -> dict:
+    """window: the runs of this level behind the same /metrics (r alone, unless endpoints share a server)."""
     s = summarize(r.records, cfg.slo)
     e2e_mean = (s["e2e_ms"]["mean"] or 0.0) / 1e3
     eff_conc = s["request_throughput_per_s"] * e2e_mean
     spec = speculation_result(r.spec_before, r.spec_after, r.server_info, s["tokens_per_chunk"]["overall"],
                               _why_no_estimate(s))
     _flag_implausible(spec, econ.assumed.num_speculative_tokens)
-    _flag_other_traffic(spec, len(r.records) + r.num_cancelled)
+    records = [x for w in window for x in w.records]
+    cancelled = sum(w.num_cancelled for w in window)
+    _flag_other_traffic(spec, len(records) + cancelled)
+    spec.update(decode_steps(spec, [x for x in r.records if x.ok], s["server_reported_speculation"],
+                             [x for x in records if x.ok],
+                             outside_window(cancelled, records, bool(spec.get("other_traffic")))))
     entry = {
         "endpoint": r.endpoint.url, "model": r.endpoint.model, "label": r.level.label,
         "concurrency": r.level.concurrency, "request_rate": r.level.request_rate,
         **s,
         "num_cancelled": r.num_cancelled, "warmup_failures": r.warmup_failures,
         "delayed_arrivals": r.delayed_arrivals, "num_not_sent": r.num_not_sent,
+        "not_sent_reason": r.not_sent_reason if r.num_not_sent else None,
         "effective_concurrency": eff_conc,
         "aggregate_output_tokens_per_s_per_gpu": s["aggregate_output_tokens_per_s"] / econ.cost.num_gpus,
         "speculation": spec,
@@ -115,7 +132,8 @@ def _run_entry(r: EndpointRun, cfg: LoadConfig, econ: Economics) -> dict:
         "cost": {"per_million_output_tokens": econ.cost.per_million(s["aggregate_output_tokens_per_s"]),
                  "currency": econ.cost.currency},
     }
-    conc = r.level.concurrency or max(eff_conc, 1.0)
+    # the batch the ceiling and the projection assume: what was in flight, never more than the level asked
+    conc = min(r.level.concurrency, max(eff_conc, 1.0)) if r.level.concurrency else max(eff_conc, 1.0)
     context = (s["input_tokens"]["mean"] or 0.0) + s["output_tokens"]["mean"] / 2
     entry["roofline"] = _roofline(entry, econ, conc, context)
     entry["projection"] = _projection(spec, s, econ, conc, context)
@@ -151,28 +169,6 @@ def _flag_other_traffic(spec: dict, sent: int) -> None:
                         "alone")
 
 
-def caveats(run: dict) -> list[str]:
-    """What makes the target run's figures less than they look: said in the verdict, not only in Notes."""
-    out = []
-    hidden, sources = run["hidden_tokens"], run["token_count_source"]
-    if hidden["total"]:
-        out.append(f"the server counted {hidden['total']:,} tokens it never streamed ({hidden['requests']} of "
-                   f"{run['num_ok']} requests: hidden reasoning): tok/s, TPOT, ITL, tokens per chunk and cost per "
-                   "token count the streamed tokens only; the hidden ones lie inside TTFT and are billed on top")
-    if sources.get("chunks"):
-        out.append(f"tokens were counted one per streamed chunk for {sources['chunks']} of {run['num_ok']} requests "
-                   "(no usage from the server, no --tokenizer): tok/s is a lower bound, TPOT and cost per token "
-                   "upper bounds, wrong by the tokens each chunk carries; pass --tokenizer for real counts")
-    if run["speculation"].get("other_traffic"):
-        out.append("the server's /metrics counters moved with other traffic during this level (it finished more "
-                   "requests than the audit sent): the measured acceptance is not this run's alone; audit a server "
-                   "nobody else is using for a measured figure")
-    if run["speculation"].get("implausible"):
-        out.append(f"tokens per chunk {run['speculation']['acceptance_length']:.2f} is above any k+1: it is not an "
-                   "acceptance length and is not used")
-    return out
-
-
 def _why_no_estimate(s: dict) -> str:
     if not s["num_ok"]:
         return "no request succeeded"
@@ -183,19 +179,25 @@ def _why_no_estimate(s: dict) -> str:
 
 
 def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: float) -> dict:
-    """Speedup from speculation: on the measured acceptance length when the server reports one (then it
-    already speculates), else on the assumed one."""
+    """Speedup from speculation: on the measured tokens per decode step when the server reports its
+    speculation (then it already speculates), else on the assumed acceptance length (every step drafts)."""
     measured = spec["source"] in ("prometheus", "sglang") and spec.get("acceptance_length") is not None
     if measured:
         k = max(econ.assumed.num_speculative_tokens, len(spec.get("per_position") or []))
-        assumption = SpecAssumption(min(max(spec["acceptance_length"], 1.0), k + 1.0),
-                                    _MEASURED[spec["source"]], k, econ.assumed.verify_overhead)
+        tau, source = spec.get("tokens_per_step"), _MEASURED[spec["source"]]
+        if tau is None:                          # decode steps not countable: the per-drafted-step figure bounds it
+            tau, source = spec["acceptance_length"], f"{source}, per DRAFTED step: tokens per decode step {describe(spec)}"
+        elif spec["source"] == "prometheus":
+            source = f"measured: {describe(spec)}"
+        assumption = SpecAssumption(min(max(tau, 1.0), k + 1.0), source, k, econ.assumed.verify_overhead)
     else:
         assumption = econ.assumed
     tpot = (s["tpot_ms"]["p50"] or 0.0) / 1e3 or None
     p = projected_speedup(assumption, conc, econ.model, econ.serving_gpus, context, measured_tpot_s=tpot,
                           speculating=measured)
     p["already_speculating"] = measured
+    p["tokens_per_step"] = assumption.acceptance_length
+    p["acceptance_length"] = spec["acceptance_length"] if measured else assumption.acceptance_length
     return p
 
 
@@ -208,78 +210,6 @@ def _roofline(entry: dict, econ: Economics, conc: float, context: float) -> dict
     c["fraction_per_sequence"] = per_seq / c["per_sequence_tokens_per_s"] if per_seq else None
     c["fraction_aggregate"] = agg / c["aggregate_tokens_per_s"] if agg else None
     return c
-
-
-def _load(r: dict) -> float:
-    return r["concurrency"] or r["effective_concurrency"]
-
-
-def _target_run(runs: list[dict], target: float | None) -> dict | None:
-    """--target-concurrency: that --concurrency level, healthy or not (the verdict is about that load);
-    else (only with Poisson levels: the CLI refuses it otherwise) the level nearest to it, which
-    target_caveat names; without a target the highest level with a successful request."""
-    if target is not None and runs:
-        exact = [r for r in runs if r["concurrency"] == target]
-        return exact[0] if exact else min(runs, key=lambda r: abs(_load(r) - target))
-    usable = [r for r in runs if r["num_ok"] > 0]
-    return max(usable, key=_load) if usable else None
-
-
-def target_caveat(run: dict, target: float | None) -> str | None:
-    """The verdict was decided at another load than --target-concurrency names: say which."""
-    if target is None or run["concurrency"] == target:
-        return None
-    why = ("a Poisson level's load is known only once measured" if run["request_rate"] else
-           f"concurrency {target:g} was not measured" + (f": add {target:g} to --concurrency to decide at that load"
-                                                         if target == int(target) else ""))
-    return f"decided at {target_label(run)}, the measured level nearest to --target-concurrency {target:g} ({why})"
-
-
-def target_label(run: dict) -> str:
-    """The level's own name; a Poisson level adds what it kept in flight (rounded)."""
-    if run["concurrency"]:
-        return run["label"]
-    return f"{run['label']}, {run['effective_concurrency']:.1f} in flight on average"
-
-
-def _failed_levels(runs: list[dict], target: dict | None) -> tuple[str, ...]:
-    return tuple(f"{r['label']}: {r['num_failed']} of {r['num_ok'] + r['num_failed']} failed "
-                 f"({', '.join(f'{k}: {c}' for k, c in r['failures'].items())})"
-                 for r in runs if r["num_failed"] and r is not target)
-
-
-def _verdict(ep: Endpoint, runs: list[dict], econ: Economics) -> dict:
-    url = ep.url
-    num_ok = sum(r["num_ok"] for r in runs)
-    num_failed = sum(r["num_failed"] for r in runs)
-    num_cancelled = sum(r["num_cancelled"] for r in runs)
-    num_not_sent = sum(r.get("num_not_sent", 0) for r in runs)
-    run = _target_run(runs, econ.target_concurrency)
-    chosen = econ.target_concurrency is not None
-    if run is None:
-        return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled,
-                                   other_failures=_failed_levels(runs, None),
-                                   num_not_sent=num_not_sent))
-    p, annual = run["projection"], run["annual"]
-    batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
-    v = decide(VerdictInput(
-        endpoint=url, num_ok=num_ok, num_failed=num_failed, speedup=p["speedup"],
-        acceptance_length=p["acceptance_length"], acceptance_source=p["acceptance_source"],
-        target_label=target_label(run), already_speculating=p["already_speculating"],
-        ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
-        annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
-        target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled,
-        caveats=tuple(c for c in [target_caveat(run, econ.target_concurrency)] if c)
-        + (tuple(caveats(run)) if run["num_ok"] else ())
-        + ((econ.model.mismatch,) if econ.model and econ.model.mismatch else ())
-        + hardware_caveats(econ.gpu, econ.cost, url, ep.is_local, runs),
-        annual_cost=annual["annual_cost"],
-        verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
-        other_failures=_failed_levels(runs, run), num_not_sent=num_not_sent,
-        target_not_sent=run.get("num_not_sent", 0)))
-    v["target_run"] = run["label"]
-    v["annual"] = annual
-    return v
 
 
 def _race(runs: list[dict]) -> list[dict]:

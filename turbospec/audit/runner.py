@@ -10,7 +10,9 @@ Race: with several endpoints the same prompts go to all of them, interleaved rou
 same minute at the same concurrency. A Poisson arrival goes to all endpoints at once.
 Bounds: each request has --timeout; each level stops dispatching --max-duration after its measuring
 starts (after the warm-up and the first /metrics read) and cancels what is still in flight (counted as cancelled, not failed). Ctrl-C (or SIGTERM) stops the same way and
-the audit writes what was measured; a second one aborts.
+the audit writes what was measured; a second one aborts (what completed levels measured is already on
+disk: `on_level`, checkpoint.py). GONE_AFTER dead answers of one kind in a row (refused, no HTTP, timed
+out) stop a level's sending to that endpoint: the rest are counted as not sent.
 """
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ from turbospec.audit.tokens import TokenCounter
 from turbospec.audit.workload import Prompt, take
 
 WARMUP_PROMPT = "Write one sentence about the sea."
-GONE_AFTER = 5          # refused connections in a row after which an endpoint's level stops: the server is gone
+GONE_AFTER = 5          # dead answers in a row after which an endpoint's level stops sending: the server is gone
+# the dead answers: nothing listens, nothing answers HTTP, or nothing answers within --timeout
+DEAD_ERRORS = ("connection refused", "no http response", "timeout")
 
 
 @dataclass
@@ -45,8 +49,10 @@ class EndpointRun:
     num_cancelled: int = 0
     warmup_failures: int = 0
     delayed_arrivals: int = 0
-    refused_in_row: int = 0                    # consecutive "connection refused" results
+    dead_in_row: int = 0                       # consecutive results of one DEAD_ERRORS kind (last_error)
+    last_error: str | None = None
     num_not_sent: int = 0                      # prompts not sent once the server was gone (GONE_AFTER)
+    not_sent_reason: str | None = None         # the DEAD_ERRORS kind that stopped the level
     spec_before: SpecCounters | None = None
     spec_after: SpecCounters | None = None
     server_info: dict | None = None
@@ -68,7 +74,9 @@ def _now() -> str:
 
 async def run_audit(cfg: LoadConfig, prompts: list[Prompt], counters: dict[str, TokenCounter | None],
                     on_result: Callable[[RequestRecord], None] | None = None,
-                    install_sigint: bool = True) -> AuditRun:
+                    install_sigint: bool = True,
+                    on_level: Callable[[AuditRun], None] | None = None) -> AuditRun:
+    """on_level: called with the audit so far after each level (pipeline.py checkpoints results.json)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     sigint = install_sigint and _install_sigint(loop, stop)
@@ -81,6 +89,9 @@ async def run_audit(cfg: LoadConfig, prompts: list[Prompt], counters: dict[str, 
             if stop.is_set():
                 break
             runs += await _LevelRunner(cfg, level, prompts, clients, counters, stop, on_result).run()
+            if on_level:
+                on_level(AuditRun(runs=list(runs), interrupted=stop.is_set(), started_at=started,
+                                  finished_at=_now(), prompts_repeated=cfg.num_prompts > len(prompts)))
     finally:
         for c in clients.values():
             await c.aclose()
@@ -208,7 +219,9 @@ class _LevelRunner:
             finally:
                 sem.release()
             run.records.append(rec)
-            run.refused_in_row = run.refused_in_row + 1 if rec.error == "connection refused" else 0
+            dead = rec.error in DEAD_ERRORS
+            run.dead_in_row = run.dead_in_row + 1 if dead and rec.error == run.last_error else int(dead)
+            run.last_error = rec.error
             if self.on_result:
                 self.on_result(rec)
 
@@ -217,11 +230,13 @@ class _LevelRunner:
         task.add_done_callback(self.tasks.discard)
 
     def _launch_unless_gone(self, ep: Endpoint, prompt: Prompt) -> None:
-        """Launch (its slot is held), unless GONE_AFTER refused connections in a row say the server is gone:
-        then the prompt is counted as not sent, rather than failed the same way as the ones before."""
+        """Launch (its slot is held), unless GONE_AFTER dead answers of one kind in a row (refused, no HTTP,
+        timeouts) say the server is gone: then the prompt is counted as not sent, rather than failed the
+        same way as the ones before (and, for timeouts, rather than waiting --timeout for each)."""
         run = self.runs[ep.url]
-        if run.refused_in_row >= GONE_AFTER:
+        if run.dead_in_row >= GONE_AFTER:
             run.num_not_sent += 1
+            run.not_sent_reason = run.last_error
             self.sems[ep.url].release()
             return
         self._launch(ep, prompt)

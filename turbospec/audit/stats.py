@@ -17,20 +17,25 @@ from turbospec.audit.client import RequestRecord
 DEFINITIONS: dict[str, str] = {
     "ttft_ms": "time to first token: from sending the request to the first streamed chunk that carries "
                "generated text (reasoning text included)",
-    "tpot_ms": "time per output token after the first chunk, per request: (last text chunk - first text chunk) / "
-               "tokens after the first chunk (exact with per-chunk usage, else output tokens - 1)",
-    "itl_ms": "inter-token latency, per token: each gap between text chunks divided over the tokens that "
+    "tpot_ms": "time per output token after the first chunk, per request: (last token chunk - first text chunk) / "
+               "tokens after the first chunk (exact with per-chunk usage, else output tokens - 1). Token chunks are "
+               "the text chunks and, when the model stopped itself, the text-less last chunk of its end-of-sequence "
+               "token, which usage counts",
+    "itl_ms": "inter-token latency, per token: each gap between token chunks divided over the tokens that "
               "chunk carried (exact counts when the server streams usage on every chunk: --continuous-usage; "
               "else spread evenly)",
-    "inter_chunk_ms": "inter-chunk latency, per chunk: the gap between consecutive chunks with text",
+    "inter_chunk_ms": "inter-chunk latency, per chunk: the gap between consecutive token chunks",
     "e2e_ms": "end-to-end latency: from sending the request to the end of its stream",
+    "ended_at_once": "successful requests whose answer ended at once (finish_reason stop before any text: the "
+                     "model's first token was its end-of-sequence token): counted as successes and in throughput, "
+                     "kept out of every latency distribution (TTFT, TPOT, ITL, inter-chunk, e2e)",
     "output_tokens_per_s": "per-request output speed after the first chunk: 1 / TPOT",
     "aggregate_output_tokens_per_s": "output tokens of all successful requests / wall time of the run "
                                      "(first send to last end); per GPU = that / number of GPUs",
-    "tokens_per_chunk": "tokens after the first chunk / (text chunks - 1), exact with per-chunk usage; the report "
+    "tokens_per_chunk": "tokens after the first chunk / (token chunks - 1), exact with per-chunk usage; the report "
                         "and the acceptance estimate use `overall` (summed over the run's requests), `mean` etc. "
-                        "are per request. With speculation and one chunk per verify step this is the acceptance "
-                        "length. Not given for requests whose tokens were counted one per chunk (no usage, no "
+                        "are per request. With speculation and one chunk per engine step this is tokens per decode "
+                        "step. Not given for requests whose tokens were counted one per chunk (no usage, no "
                         "tokenizer)",
     "goodput": "successful requests that meet every SLO (TTFT, TPOT, e2e where set), per second of the run; "
                "also their output tokens per second and their share of all requests",
@@ -54,6 +59,8 @@ class SLO:
     def met_by(self, r: RequestRecord) -> bool:
         if not r.ok:
             return False
+        if not r.chunk_times_s:                   # ended at once: its whole answer is its first token
+            return all(slo is None or e2e_s(r) * 1e3 <= slo for slo in (self.ttft_ms, self.e2e_ms))
         if self.ttft_ms is not None and ttft_s(r) * 1e3 > self.ttft_ms:
             return False
         tpot = tpot_s(r)
@@ -72,6 +79,12 @@ def e2e_s(r: RequestRecord) -> float:
     return r.end_s - r.start_s
 
 
+def token_chunks_s(r: RequestRecord) -> list[float]:
+    """When each chunk that carried tokens arrived: the text chunks, then the end-of-sequence token's
+    text-less chunk when the model stopped itself (client.py: eos_s)."""
+    return r.chunk_times_s + [r.eos_s] if r.eos_s is not None else r.chunk_times_s
+
+
 def decode_tokens(r: RequestRecord) -> int:
     """Tokens streamed after the first text chunk: exact with per-chunk usage, else all but one (the
     first chunk is taken to carry one token)."""
@@ -83,10 +96,10 @@ def decode_tokens(r: RequestRecord) -> int:
 def tpot_s(r: RequestRecord) -> float | None:
     """From the first text chunk to the last one, per token streamed after the first chunk (the usage
     chunk and [DONE] that may follow the last token are not decode time)."""
-    n = decode_tokens(r)
-    if len(r.chunk_times_s) < 2 or n < 1:
+    n, times = decode_tokens(r), token_chunks_s(r)
+    if len(times) < 2 or n < 1:
         return None
-    return (r.chunk_times_s[-1] - r.chunk_times_s[0]) / n
+    return (times[-1] - times[0]) / n
 
 
 def decode_tokens_per_s(r: RequestRecord) -> float | None:
@@ -97,14 +110,15 @@ def decode_tokens_per_s(r: RequestRecord) -> float | None:
 def tokens_per_chunk(r: RequestRecord) -> float | None:
     """decode tokens / (text chunks - 1); the run's `overall` (the table's figure and the acceptance
     estimate) is the same ratio summed over requests."""
-    chunks = len(r.chunk_times_s)
+    chunks = len(token_chunks_s(r))
     if chunks < 2 or r.token_source == "chunks":      # counted one token a chunk: 1.0 by construction
         return None
     return decode_tokens(r) / (chunks - 1)
 
 
 def chunk_gaps_s(r: RequestRecord) -> list[float]:
-    return list(np.diff(r.chunk_times_s)) if len(r.chunk_times_s) > 1 else []
+    times = token_chunks_s(r)
+    return list(np.diff(times)) if len(times) > 1 else []
 
 
 def itl_values_s(r: RequestRecord) -> tuple[list[float], list[float]]:
@@ -154,32 +168,34 @@ def weighted_dist(values: list[float], weights: list[float], scale: float = 1.0)
 def summarize(records: list[RequestRecord], slo: SLO) -> dict:
     """The per-run metrics of results.json (see schema.md) from the measured requests."""
     ok = [r for r in records if r.ok]
+    timed = [r for r in ok if r.chunk_times_s]           # not the answers that ended at once: no latency
     failed = [r for r in records if not r.ok]
     ends = [r.end_s for r in records if r.end_s is not None]
     window = (max(ends) - min(r.start_s for r in records)) if ends else 0.0
     itl_v, itl_w = [], []
-    for r in ok:
+    for r in timed:
         v, w = itl_values_s(r)
         itl_v += v
         itl_w += w
     out_tokens = sum(r.output_tokens for r in ok)
     good = [r for r in ok if slo.met_by(r)]
     tpc = [t for t in (tokens_per_chunk(r) for r in ok) if t is not None]
-    counted = [r for r in ok if len(r.chunk_times_s) > 1 and r.token_source != "chunks"]
+    counted = [r for r in ok if len(token_chunks_s(r)) > 1 and r.token_source != "chunks"]
     n_decode = sum(decode_tokens(r) for r in counted)
-    decode_chunks = sum(len(r.chunk_times_s) - 1 for r in counted)
+    decode_chunks = sum(len(token_chunks_s(r)) - 1 for r in counted)
     return {
         "duration_s": window,
         "num_ok": len(ok),
         "num_failed": len(failed),
+        "num_ended_at_once": len(ok) - len(timed),
         "failures": dict(Counter(r.error for r in failed)),
         "failure_examples": _failure_examples(failed),
-        "ttft_ms": dist([ttft_s(r) for r in ok], 1e3),
-        "tpot_ms": dist([t for t in (tpot_s(r) for r in ok) if t is not None], 1e3),
+        "ttft_ms": dist([ttft_s(r) for r in timed], 1e3),
+        "tpot_ms": dist([t for t in (tpot_s(r) for r in timed) if t is not None], 1e3),
         "itl_ms": weighted_dist(itl_v, itl_w, 1e3),
-        "inter_chunk_ms": dist([g for r in ok for g in chunk_gaps_s(r)], 1e3),
-        "e2e_ms": dist([e2e_s(r) for r in ok], 1e3),
-        "output_tokens_per_s": dist([s for s in (decode_tokens_per_s(r) for r in ok) if s is not None]),
+        "inter_chunk_ms": dist([g for r in timed for g in chunk_gaps_s(r)], 1e3),
+        "e2e_ms": dist([e2e_s(r) for r in timed], 1e3),
+        "output_tokens_per_s": dist([s for s in (decode_tokens_per_s(r) for r in timed) if s is not None]),
         "aggregate_output_tokens_per_s": out_tokens / window if window > 0 else 0.0,
         "request_throughput_per_s": len(ok) / window if window > 0 else 0.0,
         "tokens_per_chunk": {**dist(tpc), "overall": n_decode / decode_chunks if decode_chunks else None},
@@ -200,7 +216,7 @@ def summarize_by_domain(records: list[RequestRecord], slo: SLO) -> dict[str, dic
     out = {}
     for domain in sorted({r.domain for r in records}):
         s = summarize([r for r in records if r.domain == domain], slo)
-        out[domain] = {k: s[k] for k in ("num_ok", "num_failed", "ttft_ms", "tpot_ms", "output_tokens_per_s",
+        out[domain] = {k: s[k] for k in ("num_ok", "num_failed", "num_ended_at_once", "ttft_ms", "tpot_ms", "output_tokens_per_s",
                                          "tokens_per_chunk", "output_tokens", "server_reported_speculation")}
     return out
 
@@ -219,14 +235,21 @@ def server_speculation(ok: list[RequestRecord]) -> dict | None:
 def request_rows(records: list[RequestRecord]) -> list[dict]:
     """Per-request raw values (milliseconds), for plots and for anyone re-analysing the run."""
     rows = []
+    t0 = min((r.start_s for r in records), default=0.0)
     for r in records:
+        times = token_chunks_s(r)
         row = {"prompt_id": r.prompt_id, "domain": r.domain, "ok": r.ok, "error": r.error,
-               "output_tokens": r.output_tokens, "hidden_tokens": r.hidden_tokens, "input_tokens": r.input_tokens, "chunks": len(r.chunk_times_s),
-               "token_source": r.token_source, "finish_reason": r.finish_reason,
-               "speculative_decoding": r.server_speculation,
-               # when each text chunk arrived (ms after sending, 0.1 ms) and, with per-chunk usage, its tokens:
-               # enough to re-derive ITL and inter-chunk latency from results.json
-               "chunk_ms": [round(t * 1e3, 1) for t in r.chunk_times_s], "chunk_tokens": r.chunk_tokens,
+               "output_tokens": r.output_tokens, "hidden_tokens": r.hidden_tokens, "input_tokens": r.input_tokens,
+               "chunks": len(times), "token_source": r.token_source, "finish_reason": r.finish_reason,
+               "ended_at_once": r.ended_at_once, "speculative_decoding": r.server_speculation,
+               # when it was sent, ms after the level's first send: with e2e_ms, enough to re-derive the run's
+               # window (duration_s), hence throughput, request rate, goodput and effective concurrency
+               "sent_ms": round((r.start_s - t0) * 1e3, 3),
+               # when each token chunk arrived (ms after sending, 0.1 ms; the last is the text-less chunk of the
+               # end-of-sequence token when eos_chunk) and, with per-chunk usage, its tokens: enough to
+               # re-derive TPOT, ITL and inter-chunk latency from results.json
+               "chunk_ms": [round(t * 1e3, 1) for t in times], "eos_chunk": r.eos_s is not None,
+               "chunk_tokens": r.chunk_tokens,
                "ttft_ms": ttft_s(r) * 1e3 if r.chunk_times_s else None,
                "e2e_ms": e2e_s(r) * 1e3 if r.end_s is not None else None}
         rows.append(row)

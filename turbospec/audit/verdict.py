@@ -4,22 +4,28 @@ Decided per endpoint at the target load (--target-concurrency; default the highe
 the production-like one):
 
   inconclusive  no successful request; more than MAX_FAILURE_RATE of requests failed (at the target
-                load; over the whole audit too unless --target-concurrency chose the load); or a GO
-                with fewer than MIN_OK_FOR_GO successful requests at the target load behind it
-  go            projected speedup >= MIN_SPEEDUP and a MEASURED acceptance length (the server's
+                load; over the whole audit too unless --target-concurrency chose the load); a GO
+                with fewer than MIN_OK_FOR_GO successful requests at the target load behind it; or a
+                batch-1 speed above the HBM ceiling (the model shape or GPU given is not the endpoint's,
+                so the projection and its money figure are wrong)
+  go            projected speedup >= MIN_SPEEDUP and MEASURED tokens per decode step (the server's
                 counters) >= MIN_ACCEPTANCE_LENGTH: the endpoint already speculates, keep it on
   go-projected  the same thresholds met with the ASSUMED acceptance length (--acceptance-length): the
                 endpoint does not speculate, so nothing measured says a drafter reaches it; a
                 projection to confirm by serving with a drafter, never an unqualified GO
   no-go         otherwise, with the condition(s) that failed
 
-Reasons say where the acceptance length came from (a chunk-based estimate is reported but never
+Tokens per decode step, not vLLM's acceptance length per drafted step (which skips the steps without a
+draft: decode_steps.py), is what the threshold and the projection use; both are reported. Threshold
+lines print as many digits as it takes to show which side of the threshold the value is on.
+Reasons say where the acceptance came from (a chunk-based estimate is reported but never
 decides), that an already-speculating endpoint's gain over plain decoding rests on the assumed
 verify overhead, what the money figure is (a cut of the bill, or what plain decoding would cost
 more), and what else the numbers show. Caveats (results.caveats, target_caveat, hardware.py) come first.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from turbospec.audit.cost import format_money, format_percent
@@ -41,7 +47,7 @@ class VerdictInput:
     num_ok: int
     num_failed: int
     speedup: float | None              # projected at the target load
-    acceptance_length: float | None
+    acceptance_length: float | None    # per drafted step when measured from counters (vLLM's definition)
     acceptance_source: str             # "measured from /metrics" | "measured: SGLang's ..." | "assumed (...)"
     target_label: str | None           # the target load, as the level is named ("concurrency 16", "2 req/s ...")
     already_speculating: bool = False
@@ -59,12 +65,24 @@ class VerdictInput:
     other_failures: tuple[str, ...] = field(default=())   # "concurrency 16: 4 of 4 failed (http 500: 4)"
     num_not_sent: int = 0              # prompts never sent because the server was gone (runner.GONE_AFTER)
     target_not_sent: int = 0           # the same at the target load
+    not_sent_reason: str | None = None  # the kind of dead answer that stopped sending (runner.DEAD_ERRORS)
+    tokens_per_step: float | None = None   # tokens per decode step (the threshold); None: acceptance_length
+
+
+def beside(value: float, threshold: float, digits: int = 2) -> str:
+    """value with enough digits to show its side of threshold: 1.2999 < 1.3, never "1.30 < 1.3"."""
+    for d in range(digits, 5):
+        text = f"{value:.{d}f}"
+        if (float(text) >= threshold) == (value >= threshold):
+            return text
+    return f"{math.floor(value * 1e4) / 1e4:.4f}"            # below the threshold, by less than 1e-4
 
 
 def decide(v: VerdictInput) -> dict:
     at = f"at {v.target_label}" if v.target_label else ""
     out = {"endpoint": v.endpoint, "decision": "inconclusive", "caveats": list(v.caveats), "reasons": [],
            "thresholds": {"min_speedup": MIN_SPEEDUP, "min_acceptance_length": MIN_ACCEPTANCE_LENGTH,
+                          "min_tokens_per_step": MIN_ACCEPTANCE_LENGTH,
                           "max_failure_rate": MAX_FAILURE_RATE, "min_ok_for_go": MIN_OK_FOR_GO}}
     reasons = out["reasons"]
     problem = _health(v, at)
@@ -75,16 +93,18 @@ def decide(v: VerdictInput) -> dict:
     mismatch = _above_ceiling(v)
     if mismatch:
         reasons.append(mismatch)
+    tau = v.tokens_per_step if v.tokens_per_step is not None else v.acceptance_length
     ok_speed = v.speedup is not None and v.speedup >= MIN_SPEEDUP
-    ok_accept = v.acceptance_length is not None and v.acceptance_length >= MIN_ACCEPTANCE_LENGTH
+    ok_accept = tau is not None and tau >= MIN_ACCEPTANCE_LENGTH
     if v.speedup is not None:
-        basis = ("over plain decoding, with the measured acceptance" if v.already_speculating
+        basis = ("over plain decoding, with the measured tokens per step" if v.already_speculating
                  else "from the ASSUMED acceptance length: nothing measured says a drafter reaches it")
-        reasons.append(f"projected speedup {v.speedup:.2f}x {at} {'>=' if ok_speed else '<'} {MIN_SPEEDUP}x ({basis})")
-    if v.acceptance_length is not None:
-        reasons.append(f"acceptance length {v.acceptance_length:.2f} tokens/step {'>=' if ok_accept else '<'} "
+        reasons.append(f"projected speedup {beside(v.speedup, MIN_SPEEDUP)}x {at} {'>=' if ok_speed else '<'} "
+                       f"{MIN_SPEEDUP}x ({basis})")
+    if tau is not None:
+        reasons.append(f"tokens per decode step {beside(tau, MIN_ACCEPTANCE_LENGTH)} {'>=' if ok_accept else '<'} "
                        f"{MIN_ACCEPTANCE_LENGTH}: {v.acceptance_source}")
-    reasons += _speculating(v, ok_speed and ok_accept)
+    reasons += _speculating(v, ok_speed and ok_accept, bool(mismatch))
     if not measured:
         reasons.append("acceptance is assumed, not measured: confirm it with a drafter on your own prompts "
                        "(e.g. turbospec serve with --speculative-config), then audit again for a measured GO")
@@ -94,10 +114,12 @@ def decide(v: VerdictInput) -> dict:
     if v.ceiling_fraction is not None and v.ceiling_fraction < LOW_CEILING_FRACTION:
         reasons.append(f"batch-1 decode reaches only {format_percent(v.ceiling_fraction)} of the HBM ceiling: engine "
                        "work (FP8 weights, CUDA graphs, fused kernels) may pay before or alongside speculation")
-    if ok_speed and ok_accept and v.annual_savings is not None:
+    if ok_speed and ok_accept and v.annual_savings is not None and not mismatch:
         reasons.append(_money(v))
     reasons += [f"{f} (not the target load: decided {at})" for f in v.other_failures]
-    if not (ok_speed and ok_accept):
+    if mismatch:                       # the inputs contradict the measurement: no projection can decide
+        out["decision"] = "inconclusive"
+    elif not (ok_speed and ok_accept):
         out["decision"] = "no-go"
     elif (v.target_ok or 0) < MIN_OK_FOR_GO:
         out["decision"] = "inconclusive"
@@ -108,12 +130,15 @@ def decide(v: VerdictInput) -> dict:
     return out
 
 
-def _speculating(v: VerdictInput, pays: bool) -> list[str]:
+def _speculating(v: VerdictInput, pays: bool, mismatch: bool = False) -> list[str]:
     if not v.already_speculating:
         return []
-    assumed = (f"the gain over plain decoding rests on the ASSUMED verify overhead {v.verify_overhead:g} "
-               "(--verify-overhead): plain decoding's step time is inferred from the measured TPOT, not measured; "
-               "audit the same server without speculation to measure it")
+    assumed = (f"the gain over plain decoding is the measured tokens per step / (1 + the ASSUMED verify overhead "
+               f"{v.verify_overhead:g} (--verify-overhead) + the roofline batch overhead): plain decoding's step time "
+               "is not measured (the measured TPOT only scales the batch term), so audit the same server without "
+               "speculation to measure it")
+    if mismatch:
+        return [assumed]
     if pays:
         return ["speculation is already on at this endpoint and pays: the projection is its gain over plain "
                 "decoding, so 'go' means keep it on", assumed]
@@ -143,13 +168,14 @@ def _above_ceiling(v: VerdictInput) -> str | None:
     if v.already_speculating:
         if v.acceptance_length is None or "measured" not in v.acceptance_source:
             return None                      # speculation's own bound is unknown without its acceptance
-        limit, what = ABOVE_CEILING_FRACTION * v.acceptance_length, (
-            f"speculation at acceptance length {v.acceptance_length:.2f}")
+        tau = v.tokens_per_step if v.tokens_per_step is not None else v.acceptance_length
+        limit, what = ABOVE_CEILING_FRACTION * tau, f"speculation at {tau:.2f} tokens per decode step"
     if v.ceiling_fraction <= limit:
         return None
     return (f"batch-1 decode measured {format_percent(v.ceiling_fraction)} of the HBM ceiling, more than {what} "
             "can reach: the model shape (--model-config) or the GPU (--gpu) given is not this endpoint's, so the "
-            "ceiling and the projection built on it are wrong: pass the served model's config.json and its GPU")
+            "ceiling and the projection built on it are wrong and cannot decide (no money figure): pass the served "
+            "model's config.json and its GPU, then audit again")
 
 
 def _health(v: VerdictInput, at: str) -> str | None:
@@ -162,9 +188,9 @@ def _health(v: VerdictInput, at: str) -> str | None:
         return "no request was measured: the audit was stopped (Ctrl-C or SIGTERM) before the first one finished"
     gone = v.target_not_sent if v.target_chosen else v.num_not_sent
     if gone:                           # a server that died mid-run: its few failures hide the unsent prompts
-        return (f"the server went away during the audit: it refused connections in a row and {gone} prompts were "
-                "never sent, so the load was not the one asked for: restart it (or find why it fell over) and "
-                "audit again")
+        how = _GONE.get(v.not_sent_reason or "connection refused", _GONE["connection refused"])
+        return (f"the server went away during the audit: {how} and {gone} prompts were never sent, so the load was "
+                "not the one asked for: restart it (or find why it fell over, or hangs) and audit again")
     t_total = (v.target_ok or 0) + (v.target_failed or 0)
     if v.target_chosen and t_total == 0:
         return (f"no request finished {at}, the load the verdict is about (cancelled at --max-duration or Ctrl-C): "
@@ -181,3 +207,8 @@ def _health(v: VerdictInput, at: str) -> str | None:
                 f"{where}: fix the failures listed in the report, or decide at a healthy measured load with "
                 "--target-concurrency (failures at other loads are then noted, not blocking)")
     return None
+
+
+_GONE = {"connection refused": "it refused connections in a row",
+         "no http response": "it answered no HTTP in a row",
+         "timeout": "requests timed out in a row (--timeout; raise it if the server is only slow)"}

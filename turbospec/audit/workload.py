@@ -59,6 +59,9 @@ def builtin_prompts(domain: str) -> list[Prompt]:
 
 
 def jsonl_prompts(path: str) -> list[Prompt]:
+    if os.path.isdir(path):
+        raise ValueError(f"--dataset {path!r} is a directory: pass a .jsonl file in it (one JSON object a line, "
+                         "e.g. {\"prompt\": \"...\"}), or a built-in set such as code")
     if not os.path.isfile(path):
         raise ValueError(f"dataset file {path!r} does not exist: pass an existing .jsonl file")
     default_domain = os.path.splitext(os.path.basename(path))[0]
