@@ -30,6 +30,8 @@
 #            tokens), made beforehand with `mkdir -p old_gemv/wip && git archive wip/moe-gemv-verify turbospec
 #            | tar -x -C old_gemv/wip` and carried (`carry: ["old_gemv"]`)
 #            (gemv: GEMV_ARGS="--quick --baseline old_gemv" times the session-34 permuted kernels too)
+#   suiteN/M (session 36) the GPU suite's N-th of M shares (test files i with i % M == N, sorted): the whole
+#            suite takes more than one call (about 585 tests; 333 ran in 540 s on an H100), e.g. suite0/3
 #   targetsab (session 36) the issues' target rows (as `targets`) with both GEMV switches 0, then 1
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
@@ -65,6 +67,10 @@ for part in "$@"; do
               "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
               "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
             grep -E "^###|roofline|tok/s" "$OUT/targets.txt" | tail -30 ;;
+    suite*/*) n=${part#suite}; m=${n#*/}; n=${n%/*}
+            files=$(ls tests/gpu/test_*.py | sort | awk -v n="$n" -v m="$m" '(NR - 1) % m == n')
+            PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout 560 $T $files > "$OUT/suite${n}of${m}.txt" 2>&1
+            tail -6 "$OUT/suite${n}of${m}.txt" ;;
     targetsab) export TURBOSPEC_CACHE_DIR=$OUT/cache     # each row with the switches 0 then 1, so a cut-off run keeps pairs
             for a in "--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
                      "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
@@ -128,6 +134,6 @@ for part in "$@"; do
     bf16gemv) PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
               python3 bench/bf16_gemv_probe.py > "$OUT/bf16gemv.txt" 2>&1
             tail -40 "$OUT/bf16gemv.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab, verifyab, targetsab)"; exit 2 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab, verifyab, targetsab, suiteN/M)"; exit 2 ;;
   esac
 done
