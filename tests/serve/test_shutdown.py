@@ -108,6 +108,8 @@ def test_shutdown_finishes_short_requests_ends_long_ones_cleanly_and_exits_0(tmp
         # the long non-streamed request: a JSON 503 (was a plain-text 500)
         assert plain.get("status") == 503, plain
         assert plain["body"]["error"]["code"] == "server_shutting_down"
+        why = "a second signal cut the shutdown short" if times == 2 else "it ran past the shutdown timeout"
+        assert why in long_["error"]["message"] and why in plain["body"]["error"]["message"], (long_, plain)
         assert "Traceback" not in log and "Exception in ASGI application" not in log, log[-3000:]
         assert "shut down cleanly" in log
         assert _port_is_free(srv.port)

@@ -27,6 +27,22 @@ class NewRequest:
     cap_to_context: bool = False
 
 
+class TokenizedText(str):
+    """A text prompt already encoded off the engine thread (the server's serve/tokenizer_worker.py),
+    so that the engine thread does not encode it again: `token_ids`, what `prompt_to_ids` gives for
+    it with `add_special_tokens` (vocabulary checked), or `refusal`, the message of the ValueError
+    that encoding it gave, raised where `build_sequence` would raise it (a batch's first refusal in
+    order stays the first). Anything that does not know this class sees the text."""
+    token_ids: list[int] | None
+    add_special_tokens: bool
+    refusal: str | None
+
+    def __new__(cls, text: str, token_ids: list[int] | None, add_special_tokens: bool, refusal: str | None = None):
+        self = super().__new__(cls, text)
+        self.token_ids, self.add_special_tokens, self.refusal = token_ids, add_special_tokens, refusal
+        return self
+
+
 class BatchRefused(ValueError):
     """`LLMEngine.add_requests` took none of its requests: the one at `index` was refused, for the
     reason this error's message gives (that request's ValueError, unchanged). Callers name the
@@ -53,7 +69,7 @@ def load_tokenizer(model_dir: str):
                          "tokenizer files to use token-id prompts only") from e
 
 
-def _check_encodable(text: str) -> None:
+def check_encodable(text: str) -> None:
     """A str may hold a lone UTF-16 surrogate (JSON's "\\ud800" escape decodes to one), which is
     no Unicode character and which no tokenizer encodes: say where, as a bad request."""
     try:
@@ -64,10 +80,21 @@ def _check_encodable(text: str) -> None:
                          "in a high + low pair)") from None
 
 
+def prompt_too_long(max_model_len: int, num_tokens: int | str) -> str:
+    """The refusal of a prompt that leaves no room in the context; `num_tokens`: its count, or
+    what is known of it ("at least 20985")."""
+    return (f"This model's maximum context length is {max_model_len} tokens, and the prompt has {num_tokens}: "
+            "shorten the prompt (it needs room for at least one generated token)")
+
+
 def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool = True
                   ) -> tuple[str | None, list[int]]:
     """(text or None, token ids). Text gets the tokenizer's special tokens (a Llama BOS) unless
     `add_special_tokens` is False (chat-template output, which already holds them)."""
+    if isinstance(prompt, TokenizedText) and prompt.add_special_tokens == add_special_tokens:
+        if prompt.refusal is not None:
+            raise ValueError(prompt.refusal)
+        return str(prompt), list(prompt.token_ids)
     if isinstance(prompt, dict) and "prompt_token_ids" not in prompt and isinstance(prompt.get("prompt"), str):
         prompt = prompt["prompt"]                           # vLLM's TextPrompt {"prompt": "..."}
     if isinstance(prompt, dict):
@@ -79,7 +106,7 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool =
         if tokenizer is None:
             raise ValueError("this model directory has no tokenizer: pass token ids as "
                              "{'prompt_token_ids': [...]}, or add tokenizer files to the directory")
-        _check_encodable(prompt)
+        check_encodable(prompt)
         # verbose=False: a prompt over the tokenizer's model_max_length gets the engine's context-length
         # error (build_sequence), not also transformers' "indexing errors" warning
         ids = list(tokenizer.encode(prompt, add_special_tokens=add_special_tokens, verbose=False))
@@ -118,8 +145,7 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
     if not ids:
         raise ValueError("the prompt is empty: pass at least one token (or a non-empty string)")
     if len(ids) >= max_model_len:
-        raise ValueError(f"This model's maximum context length is {max_model_len} tokens, and the prompt has "
-                         f"{len(ids)}: shorten the prompt (it needs room for at least one generated token)")
+        raise ValueError(prompt_too_long(max_model_len, len(ids)))
     if params.max_tokens is not None and len(ids) + params.max_tokens > max_model_len and not cap_to_context:
         raise ValueError(f"This model's maximum context length is {max_model_len} tokens, and the prompt "
                          f"({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds it: lower max_tokens "

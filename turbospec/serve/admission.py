@@ -1,14 +1,13 @@
-"""A batch of new requests (serve/inbox.py's AddBatch) handed to the engine on the engine thread:
-chat prompts rendered with the template, then `engine.add_requests`, which takes all of them or
-none (a refused batch leaves no sequence, KV block or counter behind). A refusal is a
-RequestFailed: 400 for bad input (a prompt over the context length, ...) with the refused
+"""A batch of new requests (serve/inbox.py's AddBatch) handed to the engine on the engine thread,
+their text already encoded by the tokenizer worker (serve/tokenizer_worker.py): `engine.add_requests`
+takes all of them or none (a refused batch leaves no sequence, KV block or counter behind). A
+refusal is a RequestFailed: 400 for bad input (a prompt over the context length, ...) with the refused
 request's index, 500 for a bug in the engine, which must not stop the server."""
 from __future__ import annotations
 
 import logging
 from typing import Callable
 
-from turbospec.chat_template import render_chat
 from turbospec.engine.request_input import BatchRefused, NewRequest
 from turbospec.serve.inbox import AddRequest
 from turbospec.serve.request_stream import RequestFailed
@@ -16,19 +15,12 @@ from turbospec.serve.request_stream import RequestFailed
 logger = logging.getLogger("turbospec.serve")
 
 
-def admit_batch(engine, tokenizer, requests: list[AddRequest],
-                safe_abort: Callable[[str], None]) -> RequestFailed | None:
+def admit_batch(engine, requests: list[AddRequest], safe_abort: Callable[[str], None]) -> RequestFailed | None:
     """Hand the requests to the engine, all or none; the first refusal in order, or None.
     `safe_abort`: the engine thread's abort (it marks the engine dead if freeing fails), for
     what an engine error may have left behind."""
-    new: list[NewRequest] = []
-    for i, add in enumerate(requests):
-        try:
-            prompt = (render_chat(tokenizer, add.messages, add.template_kwargs)
-                      if add.messages is not None else add.prompt)
-        except ValueError as e:                 # the template rejected the messages
-            return RequestFailed(400, str(e), _code_for(str(e)), index=i)
-        new.append(NewRequest(add.request_id, prompt, add.params, add.add_special_tokens, add.cap_to_context))
+    new = [NewRequest(add.request_id, add.prompt, add.params, add.add_special_tokens, add.cap_to_context)
+           for add in requests]
     try:
         engine.add_requests(new)
     except BatchRefused as e:

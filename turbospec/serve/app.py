@@ -58,7 +58,8 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, metrics: ServerMetrics | None = None,
               shutdown_timeout_s: float = 10.0, allowed_origins: list[str] | None = None,
               reasoning_parser: str | None = None, sampling_defaults: dict | None = None,
-              model_root: str | None = None, tool_call_parser: str = "hermes") -> FastAPI:
+              model_root: str | None = None, tool_call_parser: str = "hermes",
+              max_logprob_entries: int | None = None) -> FastAPI:
     """`engine`: an LLMEngine (wrapped and driven here) or an AsyncEngine. The engine thread starts
     with the app (lifespan) and stops with it, aborting whatever is still running.
     `allowed_origins`: CORS, so that a web page on those origins can call the API from a browser
@@ -71,7 +72,9 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     repetition_penalty unset get (generation_defaults.py; None: the API defaults).
     `tool_call_parser`: the model's tool call format, "hermes", "qwen3_coder", "llama3_json", "mistral",
     "phi4_mini_json" or "pythonic"
-    (serve/tool_calls.py); ValueError for another name."""
+    (serve/tool_calls.py); ValueError for another name.
+    `max_logprob_entries`: the most logprob entries one request may ask for (serve/logprob_budget.py;
+    None: the larger of 1,048,576 and 21 x max_model_len)."""
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name)
     if reasoning_parser is not None:
         check_reasoning_parser(reasoning_parser)
@@ -84,7 +87,8 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
         async_engine.metrics = metrics
     grammars = getattr(async_engine.engine, "grammars", None)
     think_gate = reasoning_parser is not None and grammars is not None and grammars.set_reasoning()
-    serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults, tool_call_parser)
+    serving = OpenAIServing(async_engine, names, max_body_bytes, reasoning_parser, sampling_defaults, tool_call_parser,
+                            max_logprob_entries)
     tokenization = Tokenization(async_engine, names, max_body_bytes)
     responses = ResponsesServing(serving)
     require_key = _auth_dependency(api_key)
@@ -115,7 +119,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
         reason = async_engine.dead_reason or "the engine is not running (starting up or shutting down)"
         return APIError(503, reason, code="engine_unavailable").response()
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "HEAD"])         # HEAD as /health (vLLM's mounted app answers it)
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 

@@ -1,6 +1,8 @@
 """AsyncEngine: the synchronous LLMEngine driven by one dedicated thread, fed from asyncio.
 
-- The engine (and its tokenizer) is touched only from the engine thread.
+- The engine (and its tokenizer) is touched only from the engine thread. Text is encoded (and chat
+  templates rendered) before a request is queued, on the tokenizer worker's thread with a copy of
+  the tokenizer (serve/tokenizer_worker.py): the engine thread gets token ids.
 - Requests to add or abort go into a thread-safe inbox, processed between steps.
 - The thread sleeps on a condition variable when there is nothing to do; it never busy-waits.
 - Each request has an asyncio.Queue on the event loop, fed with `loop.call_soon_threadsafe`.
@@ -14,16 +16,17 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from turbospec.sampling_params import SamplingParams
 from turbospec.serve.admission import admit_batch
 from turbospec.serve.deltas import DeltaTracker, StreamDelta
-from turbospec.serve.inbox import AbortRequest, AddBatch, AddRequest, EngineCall, FailInFlight, InboxItem
-from turbospec.serve.loop_bridge import deliver, resolve, settle
+from turbospec.serve.inbox import AbortRequest, AddBatch, AddRequest, FailInFlight, InboxItem
+from turbospec.serve.loop_bridge import deliver, resolve
 from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.metrics import ServerMetrics
 from turbospec.serve.token_bytes import TokenStrings
+from turbospec.serve.tokenizer_worker import TokenizerWorker
 
 logger = logging.getLogger("turbospec.serve")
 
@@ -47,6 +50,7 @@ class AsyncEngine:
         self._token_strings = TokenStrings(self.tokenizer)       # logprob tokens, cached (engine thread)
         self.max_model_len = int(getattr(engine, "max_model_len", 0) or
                                  engine.model_config.max_position_embeddings)
+        self.tokenizer_worker = TokenizerWorker(self.tokenizer, engine.model_config.vocab_size, self.max_model_len)
         self._cond = threading.Condition()
         self._inbox: list[InboxItem] = []
         self._live: dict[str, _Live] = {}          # engine thread only
@@ -79,14 +83,14 @@ class AsyncEngine:
         return (await self.add_requests([(request_id, params, prompt)]))[0]
 
     async def add_requests(self, requests: list[tuple[str, SamplingParams, dict[str, Any]]]) -> list[RequestStream]:
-        """Queue several requests (id, params, AddRequest.of's keywords), admitted together between
-        two steps, all or none: if the engine refuses one, it takes none of them (nothing ran, no
-        metric moved), and the first refusal in order is raised (its `index` the refused request's)."""
-        if self._refusing is not None:
-            raise RequestFailed(503, self._refusing, "server_shutting_down")
-        if not self.is_healthy:
-            raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
-                                "engine_unavailable")
+        """Queue several requests (id, params, keywords: `prompt` or chat `messages` with
+        `template_kwargs`, `add_special_tokens`, `cap_to_context`), admitted together between two
+        steps, all or none: if the engine refuses one, it takes none of them (nothing ran, no
+        metric moved), and the first refusal in order is raised (its `index` the refused request's).
+        Text is encoded first, off the engine thread (`prepare`, unless done already)."""
+        self._check_serving()
+        requests = await self.prepare(requests)
+        self._check_serving()
         loop = asyncio.get_running_loop()
         batch = AddBatch([AddRequest.of(loop, rid, params, **kw) for rid, params, kw in requests], loop,
                          loop.create_future())
@@ -99,16 +103,18 @@ class AsyncEngine:
             raise
         return [RequestStream(item.request_id, item.queue, self) for item in batch.requests]
 
-    async def call(self, fn: Callable[[], Any]) -> Any:
-        """fn() run on the engine thread between two steps: its result, or its exception raised
-        here. RequestFailed 503 when the engine is down."""
+    async def prepare(self, requests: list[tuple[str, SamplingParams, dict[str, Any]]]
+                      ) -> list[tuple[str, SamplingParams, dict[str, Any]]]:
+        """add_requests' requests with their text encoded and chat rendered, on the tokenizer
+        worker (serve/tokenizer_worker.py). RequestFailed 400 when a template rejects messages."""
+        return await self.tokenizer_worker.prepare(requests)
+
+    def _check_serving(self) -> None:
+        if self._refusing is not None:
+            raise RequestFailed(503, self._refusing, "server_shutting_down")
         if not self.is_healthy:
             raise RequestFailed(503, f"the engine is not serving ({self.dead_reason or 'shutting down'})",
                                 "engine_unavailable")
-        loop = asyncio.get_running_loop()
-        item = EngineCall(fn, loop, loop.create_future())
-        self._post(item)
-        return await item.future
 
     def abort(self, request_id: str) -> None:
         """Thread-safe and idempotent; frees the request's KV blocks at the next inbox pass."""
@@ -131,6 +137,7 @@ class AsyncEngine:
         with self._cond:
             self._stopping = True
             self._cond.notify()
+        self.tokenizer_worker.shutdown()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, timeout)
 
@@ -158,13 +165,6 @@ class AsyncEngine:
             self._fail_all(503, self.dead_reason)
 
     def _handle(self, item: InboxItem) -> None:
-        if isinstance(item, EngineCall):
-            try:
-                result, error = item.fn(), None
-            except Exception as e:  # noqa: BLE001 - the caller turns it into its response
-                result, error = None, e
-            settle(item, result, error)
-            return
         if isinstance(item, FailInFlight):
             if self._live:
                 logger.warning("shutting down: ending %d request(s) still running with a 503", len(self._live))
@@ -186,7 +186,7 @@ class AsyncEngine:
         if self._refusing is not None:
             resolve(item, RequestFailed(503, self._refusing, "server_shutting_down"))
             return
-        error = admit_batch(self.engine, self.tokenizer, item.requests, self._safe_abort)
+        error = admit_batch(self.engine, item.requests, self._safe_abort)
         if error is None:
             for add in item.requests:
                 self._live[add.request_id] = _Live(add, DeltaTracker(add.params.stop or [], add.params.logprobs,
@@ -256,8 +256,6 @@ class AsyncEngine:
         for item in pending:
             if isinstance(item, AddBatch):
                 resolve(item, RequestFailed(503, message, "engine_unavailable"))
-            elif isinstance(item, EngineCall):
-                settle(item, None, RequestFailed(503, message, "engine_unavailable"))
 
     def _abort_all(self) -> None:
         for rid in list(self._live):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from turbospec.chat_template import ChatTemplateError, content_text, message_for_template, template_kwargs
+from turbospec.engine.request_input import check_encodable
 from turbospec.serve.errors import bad_request
 
 
@@ -54,6 +55,11 @@ def messages_for_template(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             field = e.param if e.param not in (None, "messages") else \
                 "tool_calls" if m.tool_calls is not None else None      # the one list left to check there
             raise ChatTemplateError(str(e), f"messages.{i}" + (f".{field}" if field else "")) from None
+        try:
+            check_encodable(out[-1]["content"])
+        except ValueError as e:       # a lone surrogate: where in the content, not in the rendered prompt
+            raise ChatTemplateError(str(e).replace("the prompt", f"messages[{i}].content", 1),
+                                    f"messages.{i}.content") from None
     return out
 
 

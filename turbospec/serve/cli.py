@@ -108,6 +108,11 @@ def serve(
     allowed_origins: list[str] = typer.Option(["*"], help="CORS origins a browser page may call the API "
                                               "from (repeat; default any, as with vLLM; '' for none)."),
     max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="Largest accepted request body."),
+    max_logprob_entries: int = typer.Option(
+        None, help="Most logprob entries one request may ask for (each token position with logprobs k counts "
+                   "k + 1; echo and prompt_logprobs count the prompt, a whole response its max_tokens, every "
+                   "choice its own): more is a 400 naming what to lower. About 100 bytes of JSON each. Default: "
+                   "the larger of 1048576 and 21 x max_model_len (one choice always fits)."),
     shutdown_timeout: float = typer.Option(10.0, help="Seconds in-flight requests get to finish on shutdown."),
     log_level: str = typer.Option("info", help="uvicorn log level: critical, error, warning, info, debug or trace."),
 ) -> None:
@@ -135,6 +140,8 @@ def serve(
     if num_scheduler_steps is not None and not 1 <= num_scheduler_steps <= 64:
         raise typer.BadParameter(f"{num_scheduler_steps} is not in 1-64 (1: no decode bursts)",
                                  param_hint="--num-scheduler-steps")
+    if max_logprob_entries is not None and max_logprob_entries < 1:
+        raise typer.BadParameter(f"{max_logprob_entries} must be at least 1", param_hint="--max-logprob-entries")
     if log_level.lower() not in LOG_LEVELS:
         raise typer.BadParameter(f"{log_level!r}: use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
     log_level = log_level.lower()
@@ -193,7 +200,8 @@ def serve(
                     shutdown_timeout_s=shutdown_timeout,
                     allowed_origins=[o for o in allowed_origins or [] if o.strip()],
                     reasoning_parser=reasoning_parser, sampling_defaults=sampling_defaults,
-                    model_root=model, tool_call_parser=tool_call_parser)          # /v1/models' root: MODEL as given (an id, not its cache path)
+                    model_root=model, tool_call_parser=tool_call_parser,          # /v1/models' root: MODEL as given (an id, not its cache path)
+                    max_logprob_entries=max_logprob_entries)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 from turbospec.sampling_params import SamplingParams
 
@@ -15,11 +14,9 @@ from turbospec.sampling_params import SamplingParams
 class AddRequest:
     """A new request (one of an AddBatch)."""
     request_id: str
-    prompt: str | list[int] | None
-    messages: list[dict] | None              # chat: rendered with the template in the engine thread
-    template_kwargs: dict | None             # chat: apply_chat_template's options
+    prompt: str | list[int]                  # text is a TokenizedText (serve/tokenizer_worker.py)
     params: SamplingParams
-    add_special_tokens: bool                 # the tokenizer's BOS etc. before the (rendered) prompt
+    add_special_tokens: bool                 # the tokenizer's BOS etc. before the prompt
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue                     # the request's deltas, read by its RequestStream
     cap_to_context: bool = False             # max_tokens past the context stops there ("length")
@@ -27,17 +24,13 @@ class AddRequest:
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop, request_id: str, params: SamplingParams, *,
-           prompt: str | list[int] | None = None, messages: list[dict] | None = None,
-           template_kwargs: dict | None = None, add_special_tokens: bool | None = None,
+           prompt: str | list[int], add_special_tokens: bool | None = None,
            cap_to_context: bool = False) -> "AddRequest":
-        """`prompt` (a string or token ids) or chat `messages` with `template_kwargs`.
-        `add_special_tokens` (vLLM's): None is true for a text prompt and false for chat, whose
-        template renders the BOS itself. `cap_to_context`: max_tokens is a default
-        (generation_config's max_new_tokens), so prompt + max_tokens past the context stops at
-        the context instead of a 400."""
-        if add_special_tokens is None:
-            add_special_tokens = messages is None
-        return cls(request_id, prompt, messages, template_kwargs, params, add_special_tokens, loop,
+        """`prompt`: a string or token ids (a chat conversation was rendered into a string by the
+        tokenizer worker). `add_special_tokens` (vLLM's): None is true. `cap_to_context`:
+        max_tokens is a default (generation_config's max_new_tokens), so prompt + max_tokens past
+        the context stops at the context instead of a 400."""
+        return cls(request_id, prompt, params, True if add_special_tokens is None else add_special_tokens, loop,
                    asyncio.Queue(), cap_to_context)
 
 
@@ -58,17 +51,9 @@ class AbortRequest:
 
 
 @dataclass
-class EngineCall:
-    """A function to run on the engine thread (which owns the tokenizer), e.g. /tokenize's."""
-    fn: Callable[[], Any]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-
-
-@dataclass
 class FailInFlight:
     """End every request the engine holds with a 503 carrying `message` (graceful shutdown)."""
     message: str
 
 
-InboxItem = AddBatch | AbortRequest | EngineCall | FailInFlight
+InboxItem = AddBatch | AbortRequest | FailInFlight

@@ -22,6 +22,8 @@ _DRAIN_MAX_BYTES = 64 * 1024 * 1024
 _DRAIN_MAX_SECONDS = 10.0
 
 M = TypeVar("M", bound=BaseModel)
+_JSON_KINDS = {str: "a string", int: "a number", float: "a number", bool: "true or false", list: "an array",
+               type(None): "null"}          # what json.loads gives, in JSON's words
 
 
 def _too_large(limit: int, size: int | None) -> APIError:
@@ -79,6 +81,9 @@ def decode_json_object(raw: bytes) -> dict:
         # ignored, as RFC 8259 allows and vLLM (json.loads on bytes) does
         text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
+        if raw.startswith(b"\x1f\x8b"):          # gzip's magic number: Content-Encoding is not served
+            raise bad_request("the request body is gzip-compressed: compressed bodies are not supported, send "
+                              "the JSON uncompressed (no Content-Encoding)", code="invalid_encoding")
         raise bad_request(f"the request body is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset "
                           f"{e.start}): encode the JSON as UTF-8", code="invalid_encoding")
     try:
@@ -91,7 +96,7 @@ def decode_json_object(raw: bytes) -> dict:
     except RecursionError:
         raise bad_request("the request body is nested too deeply", code="invalid_json")
     if not isinstance(obj, dict):
-        raise bad_request(f"the request body must be a JSON object, not a JSON {type(obj).__name__}",
+        raise bad_request(f"the request body must be a JSON object, not {_JSON_KINDS[type(obj)]}",
                           code="invalid_json")
     return obj
 

@@ -15,6 +15,14 @@ HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "safet
                              # format (Qwen3's thinking switch is chat_template_kwargs.enable_thinking)
                              "reasoning_effort", "verbosity"})
 
+# Their types (OpenAI's and vLLM's; null is accepted for each): another type is a 400, since
+# "types are strict" holds for the fields that are ignored too.
+HARMLESS_TYPES: dict[str, tuple[type, str]] = {
+    "user": (str, "a string"), "metadata": (dict, "an object"), "store": (bool, "true or false"),
+    "service_tier": (str, "a string"), "safety_identifier": (str, "a string"), "prompt_cache_key": (str, "a string"),
+    "parallel_tool_calls": (bool, "true or false"), "request_id": (str, "a string"), "cache_salt": (str, "a string"),
+    "session_id": (str, "a string"), "reasoning_effort": (str, "a string"), "verbosity": (str, "a string")}
+
 # Fields accepted only at their neutral value(s); anything else is a 400.
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "best_of": (1, None),

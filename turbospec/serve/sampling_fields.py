@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from turbospec.generation_defaults import apply_defaults
 from turbospec.sampling_params import SamplingParams, is_one_of
 from turbospec.serve.errors import bad_request
-from turbospec.serve.request_fields import HARMLESS_FIELDS, NEUTRAL_VALUES, UNSUPPORTED_HINTS
+from turbospec.serve.request_fields import HARMLESS_FIELDS, HARMLESS_TYPES, NEUTRAL_VALUES, UNSUPPORTED_HINTS
 from turbospec.serve.structured import StructuredOptions
 
 MAX_LOGPROBS = 20
@@ -28,8 +28,8 @@ NullableBool = Annotated[bool, BeforeValidator(lambda v: False if v is None else
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    include_usage: bool = False
-    continuous_usage_stats: bool = False          # vLLM's: every chunk carries the usage so far
+    include_usage: NullableBool = False           # null: the default, as vLLM's Optional[bool]
+    continuous_usage_stats: NullableBool = False  # vLLM's: every chunk carries the usage so far
 
 
 class SamplingFields(StructuredOptions):
@@ -69,6 +69,11 @@ class SamplingFields(StructuredOptions):
             raise bad_request(f"unsupported parameter(s) {detail}: turbospec does not implement them; "
                               f"remove them or use the neutral value{f' ({hint})' if hint else ''}",
                               param=unsupported[0], code="unsupported_parameter")
+        for k, v in extra.items():
+            kind = HARMLESS_TYPES.get(k)
+            if kind is not None and v is not None and not isinstance(v, kind[0]):
+                raise bad_request(f"{k} must be {kind[1]} (it is accepted and ignored: it does not change the "
+                                  "output)", param=k, code="invalid_request")
         unknown = [k for k in extra if k not in NEUTRAL_VALUES and k not in HARMLESS_FIELDS]
         if unknown:
             raise bad_request(f"unknown parameter(s) {', '.join(repr(k) for k in unknown)}: remove them "

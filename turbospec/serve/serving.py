@@ -1,6 +1,7 @@
 """The two generation endpoints: request -> engine -> OpenAI response, streamed (SSE) or whole."""
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ from turbospec.serve.request_stream import RequestFailed, RequestStream
 from turbospec.serve.deltas import StreamDelta
 from turbospec.serve.errors import APIError, bad_request
 from turbospec.serve.forced_tool_calls import ForcedToolCalls, forced_tool_schema
+from turbospec.serve.logprob_budget import LogprobFields, check_logprob_entries, default_max_logprob_entries
 from turbospec.serve.logprob_output import chat_logprobs, completion_logprobs, with_echo
 from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, resolve_model_name
 from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
@@ -26,7 +28,7 @@ from turbospec.serve.request_body import read_request
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                        ChatCompletionResponse, CompletionChoice, CompletionResponse,
                                        CompletionStreamChoice, DeltaMessage, SpeculativeDecodingInfo,
-                                       UsageInfo, prompt_logprobs_json, sse)
+                                       UsageInfo, json_with_choices, prompt_logprobs_json, sse)
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.structured import compile_constraint
 from turbospec.serve.token_bytes import TextOffsets
@@ -46,6 +48,7 @@ class OpenAIServing:
     reasoning_parser: str | None = None          # --reasoning-parser: chat outputs are split (serve/reasoning.py)
     sampling_defaults: dict | None = None        # the model's generation_config.json settings (--generation-config)
     tool_call_parser: str = "hermes"             # --tool-call-parser: the model's call format (serve/tool_calls.py)
+    max_logprob_entries: int | None = None       # per request (serve/logprob_budget.py); None: its default
 
     # ---- shared --------------------------------------------------------------------------------
     def _default_max_tokens(self, req) -> bool:
@@ -54,11 +57,17 @@ class OpenAIServing:
         return req.max_tokens_unset and "max_tokens" in (self.sampling_defaults or {})
 
     async def _start(self, requests: list[tuple[str, object, dict]], max_tokens_name: str = "max_tokens",
-                     num_samples: int = 1) -> list[RequestStream]:
-        """The choices' engine requests (serve/choices.py: `num_samples` per prompt), admitted all or
+                     num_samples: int = 1, stream: bool = False,
+                     logprob_fields: LogprobFields = LogprobFields()) -> list[RequestStream]:
+        """The choices' engine requests (serve/choices.py: `num_samples` per prompt), their text
+        encoded off the engine thread, checked against --max-logprob-entries, and admitted all or
         none; a refusal is the client's error (serve/refusals.py)."""
         try:
-            return await self.engine.add_requests(requests)
+            prepared = await self.engine.prepare(requests)
+            limit = self.max_logprob_entries or default_max_logprob_entries(self.engine.max_model_len)
+            check_logprob_entries(prepared, self.engine.max_model_len, limit, stream,
+                                  replace(logprob_fields, max_tokens=max_tokens_name))
+            return await self.engine.add_requests(prepared)
         except RequestFailed as e:
             raise refusal_error(e, requests[0][2], len(requests) // num_samples, num_samples,
                                 max_tokens_name) from None
@@ -81,7 +90,9 @@ class OpenAIServing:
         await compile_constraint(self.engine.engine, params, req)
         rid = f"cmpl-{uuid.uuid4().hex}"
         cap = self._default_max_tokens(req)
-        streams = await start_choices(partial(self._start, num_samples=req.num_samples), rid, params, [
+        start = partial(self._start, num_samples=req.num_samples, stream=req.stream,
+                        logprob_fields=LogprobFields(echo=req.echo and req.prompt_logprobs is None))
+        streams = await start_choices(start, rid, params, [
             {"prompt": p, "add_special_tokens": req.add_special_tokens, "cap_to_context": cap} for p in prompts],
             req.num_samples)
         if req.stream:
@@ -92,15 +103,18 @@ class OpenAIServing:
             return Response(status_code=499)
         if req.echo_only:
             finals = [_prompt_only(d) for d in finals]
-        choices = []
-        for i, d in enumerate(finals):
-            text, logprobs = with_echo(req, d, d.text, d.logprobs, TextOffsets(), self.engine.tokenizer)
-            choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
-                                            stop_reason=d.stop_reason, logprobs=logprobs,
-                                            prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts)))
-        body = CompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
-                                  speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
-        return Response(body.model_dump_json(), media_type="application/json")
+
+        def body() -> bytes:
+            choices = []
+            for i, d in enumerate(finals):
+                text, logprobs = with_echo(req, d, d.text, d.logprobs, TextOffsets(), self.engine.tokenizer)
+                choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
+                                                stop_reason=d.stop_reason, logprobs=logprobs,
+                                                prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts)))
+            return json_with_choices(CompletionResponse(
+                id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
+                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices)
+        return Response(await asyncio.to_thread(body), media_type="application/json")   # off the event loop
 
     async def _completion_events(self, rid: str, req: CompletionRequest,
                                  streams: list[RequestStream]) -> AsyncIterator[str]:
@@ -117,14 +131,18 @@ class OpenAIServing:
                     continue
                 if req.echo_only:
                     d = _prompt_only(d)
-                if d.prompt is not None:              # the choice's first chunk: the echo goes first
-                    text, logprobs = with_echo(req, d, d.text, d.logprobs, offsets[i], self.engine.tokenizer)
-                else:
-                    text, logprobs = d.text, completion_logprobs(d.logprobs, offsets[i])
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
-                choice = CompletionStreamChoice(index=i, text=text, logprobs=logprobs, finish_reason=d.finish_reason,
-                                                stop_reason=d.stop_reason)
-                yield chunk([choice], _running_usage(req, d), spec)
+
+                def event(i=i, d=d, spec=spec) -> str:
+                    if d.prompt is not None:          # the choice's first chunk: the echo goes first
+                        text, logprobs = with_echo(req, d, d.text, d.logprobs, offsets[i], self.engine.tokenizer)
+                    else:
+                        text, logprobs = d.text, completion_logprobs(d.logprobs, offsets[i])
+                    return chunk([CompletionStreamChoice(index=i, text=text, logprobs=logprobs,
+                                                         finish_reason=d.finish_reason, stop_reason=d.stop_reason)],
+                                 _running_usage(req, d), spec)
+                echoed = d.prompt_logprobs is not None and req.echo     # the prompt's logprobs: built off the loop
+                yield await asyncio.to_thread(event) if echoed else event()
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
@@ -148,15 +166,19 @@ class OpenAIServing:
             finals = await self._collect(request, streams)
         except ClientGone:
             return Response(status_code=499)
-        choices = []
-        for i, d in enumerate(finals):
-            out = self._chat_output(req)
-            choices.append(ChatChoice(index=i, message=out.message(d), finish_reason=out.finish_reason(d.finish_reason),
-                                      stop_reason=d.stop_reason, logprobs=chat_logprobs(d.logprobs)))
-        body = ChatCompletionResponse(id=rid, model=req.model, choices=choices, usage=usage(finals, req.num_samples),
-                                      prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
-                                      speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)))
-        return Response(body.model_dump_json(), media_type="application/json")
+
+        def body() -> bytes:
+            choices = []
+            for i, d in enumerate(finals):
+                out = self._chat_output(req)
+                choices.append(ChatChoice(index=i, message=out.message(d),
+                                          finish_reason=out.finish_reason(d.finish_reason),
+                                          stop_reason=d.stop_reason, logprobs=chat_logprobs(d.logprobs)))
+            return json_with_choices(ChatCompletionResponse(
+                id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
+                prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
+                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices)
+        return Response(await asyncio.to_thread(body), media_type="application/json")   # off the event loop
 
     async def start_chat(self, req: ChatCompletionRequest, rid: str, max_tokens_name: str | None = None
                          ) -> tuple[list[RequestStream], SamplingParams]:
@@ -185,7 +207,8 @@ class OpenAIServing:
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
                   "add_special_tokens": req.add_special_tokens, "cap_to_context": self._default_max_tokens(req)}
         start = partial(self._start, max_tokens_name=max_tokens_name or req.max_tokens_name,
-                        num_samples=req.num_samples)
+                        num_samples=req.num_samples, stream=req.stream,
+                        logprob_fields=LogprobFields(logprobs="top_logprobs"))
         return await start_choices(start, rid, params, [prompt], req.num_samples), params
 
     async def _chat_events(self, rid: str, req: ChatCompletionRequest,

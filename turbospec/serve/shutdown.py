@@ -28,6 +28,8 @@ HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FLUSH_S = 5.0              # after the drain: time for the 503s to reach the clients
 SHUTTING_DOWN = ("the server is shutting down and ended this request before it finished (it ran past "
                  "the shutdown timeout); retry it on another replica or once the server is back")
+SHUTTING_DOWN_NOW = ("the server is shutting down and ended this request before it finished (a second "
+                     "signal cut the shutdown short); retry it on another replica or once the server is back")
 
 
 def graceful_timeout(drain_s: float) -> float:
@@ -75,4 +77,4 @@ class GracefulServer(uvicorn.Server):
         deadline = loop.time() + self.drain_s
         while loop.time() < deadline and not self.drain_cut:
             await asyncio.sleep(0.05)
-        self.engine.fail_in_flight(SHUTTING_DOWN)
+        self.engine.fail_in_flight(SHUTTING_DOWN_NOW if self.drain_cut else SHUTTING_DOWN)

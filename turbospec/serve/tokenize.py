@@ -5,14 +5,16 @@ them, with the same template options and `tools`) and returns the token ids the 
 equals that request's `usage.prompt_tokens`: `{"count", "max_model_len", "tokens", "token_strs"}`
 (`token_strs` with `return_token_strs: true`, else null). /detokenize takes `tokens` and returns
 `{"prompt": text}`. Both take an optional `model` (a served name) as the generation endpoints do.
-The tokenizer is used on the engine thread, which owns it (AsyncEngine.call).
+The tokenizer is used on the tokenizer worker's thread (serve/tokenizer_worker.py), with its own
+copy: a big prompt never holds up the engine thread.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from turbospec.chat_template import ChatTemplateError, render_chat
@@ -47,7 +49,7 @@ class Tokenization:
     def __init__(self, engine: AsyncEngine, served_model_names: list[str], max_body_bytes: int):
         self.engine, self.names, self.max_body_bytes = engine, served_model_names, max_body_bytes
 
-    async def tokenize(self, request: Request) -> JSONResponse:
+    async def tokenize(self, request: Request) -> Response:
         req = await read_request(request, TokenizeRequest, self.max_body_bytes)
         resolve_model_name(req.model, self.names)
         if (req.prompt is None) == (req.messages is None):
@@ -71,15 +73,17 @@ class Tokenization:
         add_special = req.add_special_tokens if req.add_special_tokens is not None else req.messages is None
         vocab_size = self.engine.engine.model_config.vocab_size
 
-        def encode() -> tuple[list[int], list[str] | None]:
-            text = render_chat(tok, messages, kwargs) if req.messages is not None else req.prompt
-            ids = prompt_to_ids(text, tok, vocab_size, add_special)[1] if text else []
-            return ids, (list(tok.convert_ids_to_tokens(ids)) if req.return_token_strs else None)
-        ids, strs = await self._on_engine_thread(encode, "messages" if req.messages is not None else "prompt")
-        return JSONResponse({"count": len(ids), "max_model_len": self.engine.max_model_len, "tokens": ids,
-                             "token_strs": strs})
+        max_model_len = self.engine.max_model_len
 
-    async def detokenize(self, request: Request) -> JSONResponse:
+        def encode(own) -> bytes:                # the body too: a 4 MB prompt's ids are 10 MB of JSON
+            text = render_chat(own, messages, kwargs) if req.messages is not None else req.prompt
+            ids = prompt_to_ids(text, own, vocab_size, add_special)[1] if text else []
+            strs = list(own.convert_ids_to_tokens(ids)) if req.return_token_strs else None
+            return _json({"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": strs})
+        body = await self._on_worker(encode, "messages" if req.messages is not None else "prompt")
+        return Response(body, media_type="application/json")
+
+    async def detokenize(self, request: Request) -> Response:
         req = await read_request(request, DetokenizeRequest, self.max_body_bytes)
         resolve_model_name(req.model, self.names)
         tok = self.engine.tokenizer
@@ -89,13 +93,19 @@ class Tokenization:
         bad = [t for t in req.tokens if not 0 <= t < vocab_size]
         if bad:
             raise bad_request(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})", param="tokens")
-        text = await self._on_engine_thread(lambda: tok.decode(req.tokens), "tokens")
-        return JSONResponse({"prompt": text})
+        body = await self._on_worker(lambda own: _json({"prompt": own.decode(req.tokens)}), "tokens")
+        return Response(body, media_type="application/json")
 
-    async def _on_engine_thread(self, fn, param: str) -> Any:
+    async def _on_worker(self, fn, param: str) -> Any:
+        """fn(tokenizer) on the tokenizer worker's thread, with its copy of the tokenizer."""
         try:
-            return await self.engine.call(fn)
+            return await self.engine.tokenizer_worker.run(fn)
         except RequestFailed as e:
             raise APIError(e.status, e.message, code=e.code) from None
         except ValueError as e:          # a template error, a lone surrogate, ids outside the vocabulary
             raise bad_request(str(e), param=getattr(e, "param", None) or param) from None
+
+
+def _json(content: dict) -> bytes:
+    """As Starlette's JSONResponse renders it."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
