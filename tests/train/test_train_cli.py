@@ -67,7 +67,7 @@ def test_eagle3_run_warns_of_a_long_warm_up_and_records_what_it_resolved(tiny_ta
     assert r.exit_code == 0, r.output
     warn = [line for line in r.output.splitlines() if "--warmup-steps" in line]
     assert warn == ["warning: --warmup-steps 100 is more than the run's 2 steps: the learning rate never reaches "
-                    "--lr 0.0003 (at most 3.1e-06); pass --warmup-steps 1 or so (about a tenth of the steps)"], r.output
+                    "--lr 0.0003 (at most 6e-06); pass --warmup-steps 1 or so (about a tenth of the steps)"], r.output
     info = json.load(open("e3/training_info.json"))
     cfg = info["config"]
     assert cfg["data"] == info["data"] == str(code_jsonl) and cfg["out"] == os.path.abspath("e3")

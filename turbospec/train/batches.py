@@ -37,13 +37,17 @@ def _heldout_size(n: int, fraction: float, max_samples: int) -> int:
     return n - 1 if n - k < 1 else k
 
 
-def heldout_indices(ds: TokenDataset, fraction: float, max_samples: int, seed: int) -> list[int]:
-    """The held-out samples (sorted) of `split_heldout`."""
-    k = _heldout_size(len(ds), fraction, max_samples)
+def _source_records(ds: TokenDataset) -> list[list[int]]:
     members: dict[int, list[int]] = {}
     for i, g in enumerate(ds.group_ids()):
         members.setdefault(g, []).append(i)
-    records = list(members.values())
+    return list(members.values())
+
+
+def heldout_indices(ds: TokenDataset, fraction: float, max_samples: int, seed: int) -> list[int]:
+    """The held-out samples (sorted) of `split_heldout`."""
+    k = _heldout_size(len(ds), fraction, max_samples)
+    records = _source_records(ds)
     perm = torch.randperm(len(records), generator=torch.Generator().manual_seed(seed + 12345)).tolist()
     held: list[int] = []
     for j in perm:
@@ -51,7 +55,36 @@ def heldout_indices(ds: TokenDataset, fraction: float, max_samples: int, seed: i
             break
         if len(held) + len(records[j]) <= k:
             held += records[j]
+    if not held and k > 0:
+        # every record has more than k samples (regenerate's windows: many per record): the smallest
+        # one, when it is nearer k than none is (< 2k samples), within max_samples, and not all the data
+        smallest = min(perm, key=lambda j: len(records[j]))
+        if len(records[smallest]) < min(2 * k, max_samples + 1, len(ds)):
+            held = records[smallest]
     return sorted(held)
+
+
+def heldout_warning(ds: TokenDataset, fraction: float, max_samples: int) -> str:
+    """Why the held-out split of `ds` is empty, and how to get one."""
+    none = "warning: no held-out samples: nothing is evaluated during or after training"
+    if fraction == 0:
+        return f"{none} (--heldout-fraction 0)"
+    records = _source_records(ds)
+    if len(records) < 2:
+        return (f"{none}: all {len(ds)} sample(s) come from one source record, and the held-out split takes whole "
+                "records (no held-out sample may share a record with a trained one); add data from other records")
+    k = _heldout_size(len(ds), fraction, max_samples)
+    s = min(len(r) for r in records)
+    why = (f"{none}: the held-out split takes whole source records (samples with one `source`, such as regenerate's "
+           f"windows of one data record), and the smallest of the {len(records)} records has {s} samples, ")
+    need = -(-100 * s // len(ds)) / 100            # the --heldout-fraction whose split holds >= s samples
+    if s > max_samples:
+        return why + f"more than the {max_samples} a held-out split may hold; add data with smaller records"
+    if need >= 0.5:
+        return why + (f"too many for a held-out split of {len(ds)} samples (it takes less than half); add data "
+                      "from more records, or regenerate fewer samples per record (--num-samples)")
+    return why + (f"more than twice the {k} that --heldout-fraction {fraction:g} of {len(ds)} samples asks for: "
+                  f"pass --heldout-fraction {need:g} (or more), or add data from more records")
 
 
 def per_sample_heldout(n: int, fraction: float, max_samples: int, seed: int) -> list[int]:
@@ -67,7 +100,9 @@ def split_heldout(ds: TokenDataset, fraction: float, max_samples: int, seed: int
     min(max_samples, round(n * fraction)) samples, made of whole source records: samples that share
     a source (regenerate's windows of one data record) fall on one side, so no held-out sample
     overlaps a trained one. Records are taken in a seeded random order, skipping any that would
-    overshoot the size. Data without sources: every sample is its own record."""
+    overshoot the size; when every record is larger than the size, the smallest record is the split
+    if it has fewer than twice as many samples (nearer the size than an empty split), else the split
+    is empty (`heldout_warning` says why). Data without sources: every sample is its own record."""
     held = heldout_indices(ds, fraction, max_samples, seed)
     chosen = set(held)
     return ds.subset([i for i in range(len(ds)) if i not in chosen]), ds.subset(held)

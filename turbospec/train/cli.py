@@ -239,6 +239,8 @@ def regenerate(target: str = TARGET,
                                          "checkpoint's dtype, a float32 checkpoint in bfloat16; float32 on CPU): "
                                          "generate with what you serve"),
                seed: int = SEED,
+               chat_template: str = typer.Option(None, help="Jinja chat template file for chat records "
+                                                 "(overrides the tokenizer's, as in `train eagle3 | dflash`)"),
                overwrite: bool = typer.Option(False, help="start --out over (an --out of the same setting is "
                                               "continued, of another setting refused, without it)")) -> None:
     """Continue the data's prompts with the target (turbospec.LLM), so the drafter learns its outputs.
@@ -258,7 +260,7 @@ def regenerate(target: str = TARGET,
         _fail(str(e))
     try:
         stats = run(target, data, out, num_samples, max_new_tokens, min_prompt, max_prompt, temperature,
-                    device, dtype, batch_size, max_seconds, seed, overwrite=overwrite)
+                    device, dtype, batch_size, max_seconds, seed, overwrite=overwrite, chat_template=chat_template)
     except (ValueError, OSError) as e:       # OSError: a disk that filled up
         _fail(str(e))
     except KeyboardInterrupt:                # Ctrl-C: the chunks already written stay

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from turbospec.train.chat_render import TemplateSyntax, render_chat
 from turbospec.train.dataset import DataReport, TokenDataset
 
 SCHEMAS = "text | prompt (+completion) | prompt_token_ids (+completion_token_ids) | messages | conversations"
@@ -158,28 +159,21 @@ def _encode_batch(tokenizer, texts: list[str]) -> list[list[int]]:
     return [list(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def _render_chat(tokenizer, msgs: list[dict], path: str, line: int) -> tuple[list[int], list[bool]]:
-    """Full conversation through the chat template; loss on the characters of assistant turns."""
-    def render(m, gen):
-        return tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=gen)
-    full = render(msgs, False)
-    spans = []
-    for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
-        start, end = len(render(msgs[:i], True)) if i else 0, len(render(msgs[:i + 1], False))
-        if not full.startswith(render(msgs[:i + 1], False)):
-            raise _fail(path, line, "the chat template does not render conversations prefix by prefix, so "
-                        "assistant turns cannot be located: pass --chat-template with a simpler template")
-        spans.append((start, end))
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [any(s <= a < e for s, e in spans) for a, _ in enc["offset_mapping"]]
-    return list(enc["input_ids"]), mask
+def bad_records_error(path: str, errors: list[str], bad_lines: list[int], what: str) -> ValueError:
+    """One error for every bad record: counted, the first few named (as parse_records does)."""
+    if len(bad_lines) == 1:
+        return ValueError(errors[0])
+    more = len(bad_lines) - len(errors)
+    tail = f"\n  ... and {more} more, e.g. line(s) {bad_lines[len(errors):][:10]}" if more else ""
+    return ValueError(f"{len(bad_lines)} {what} in {path} (fix or remove them):\n  " + "\n  ".join(errors) + tail)
 
 
-def tokenize_records(records, tokenizer, path: str, loss_on_prompt: bool
-                     ) -> tuple[list[tuple[int, list[int], list[bool]]], dict[str, int]]:
-    """-> [(line, ids, loss_mask)], counts per schema. Plain text is encoded in one batch call."""
+def tokenize_records(records, tokenizer, path: str, loss_on_prompt: bool, template: str | None = None,
+                     vocab_size: int | None = None) -> tuple[list[tuple[int, list[int], list[bool]]], dict[str, int]]:
+    """-> [(line, ids, loss_mask)], counts per schema. Plain text is encoded in one batch call.
+    Every record is tokenized before an error is raised: records the chat template fails on, and
+    (with `vocab_size`) records whose text tokenizes to ids past the target's embedding rows, are
+    counted and the first few named. `template`: the --chat-template path, for the messages."""
     needs_tok = [r for r in records if r[1] != "token_ids"]
     if needs_tok and tokenizer is None:
         raise ValueError(f"{path} has text records (line {needs_tok[0][0]}) but the target ships no "
@@ -188,6 +182,10 @@ def tokenize_records(records, tokenizer, path: str, loss_on_prompt: bool
         line = next(r[0] for r in records if r[1] == "chat")
         raise ValueError(f"{path}:{line} is a chat record but the target's tokenizer has no chat template: "
                          "pass --chat-template FILE.jinja, or convert the data to text / prompt+completion")
+    errors: list[str] = []              # records the chat template fails on
+    bad_lines: list[int] = []
+    vocab_errors: list[str] = []        # records that tokenize past the target's vocabulary
+    vocab_lines: list[int] = []
     texts = [r[2] for r in records if r[1] == "text"]
     prompts = [r[2][0] for r in records if r[1] == "prompt_completion"]
     comps = [r[2][1] or "" for r in records if r[1] == "prompt_completion"]
@@ -207,17 +205,43 @@ def tokenize_records(records, tokenizer, path: str, loss_on_prompt: bool
             whole = not c or loss_on_prompt
             ids, mask = p + c, [whole] * len(p) + [True] * len(c)
         else:
-            ids, mask = _render_chat(tokenizer, payload, path, line)
+            try:
+                ids, mask = render_chat(tokenizer, payload, path, line, template)
+            except TemplateSyntax:
+                raise
+            except ValueError as e:
+                bad_lines.append(line)
+                if len(errors) < _MAX_ERRORS:
+                    errors.append(str(e))
+                continue
+        if vocab_size is not None and kind != "token_ids" and ids and max(ids) >= vocab_size:
+            vocab_lines.append(line)        # (token-id records were checked by parse_records)
+            if len(vocab_errors) < _MAX_ERRORS:
+                vocab_errors.append(out_of_vocab_line(path, line, ids, vocab_size, tokenizer))
         out.append((line, ids, mask))
+    if bad_lines:
+        raise bad_records_error(path, errors, bad_lines, "records the chat template cannot render")
+    if vocab_lines:
+        raise bad_records_error(path, vocab_errors, vocab_lines, "records with token ids past the target's vocabulary")
     return out, counts
 
 
+def out_of_vocab_line(path: str, line: int, ids: list[int], vocab_size: int, tokenizer) -> str:
+    bad = sorted({t for t in ids if t >= vocab_size})
+    return str(_fail(path, line, f"its text tokenizes to ids {bad[:5]} ({tokenizer.convert_ids_to_tokens(bad[:5])}) "
+                     f"outside the target vocabulary [0, {vocab_size}): the target's tokenizer has {len(tokenizer)} "
+                     f"tokens, more than its {vocab_size} embedding rows; remove the tokenizer's added tokens past "
+                     f"id {vocab_size - 1}, or these strings from the data"))
+
+
 def load_dataset(path: str, tokenizer, vocab_size: int, max_seq_len: int, truncate: bool = False,
-                 loss_on_prompt: bool = False) -> tuple[TokenDataset, DataReport]:
-    """Validate and tokenize the whole file. Too-long samples are an error unless `truncate`."""
+                 loss_on_prompt: bool = False, chat_template: str | None = None) -> tuple[TokenDataset, DataReport]:
+    """Validate and tokenize the whole file (every id checked against `vocab_size`, the target's
+    embedding rows). Too-long samples are an error unless `truncate`. `chat_template`: the
+    --chat-template path the tokenizer carries, named in errors."""
     sources: dict[int, str] = {}
     records = parse_records(path, vocab_size, sources)
-    tokenized, counts = tokenize_records(records, tokenizer, path, loss_on_prompt)
+    tokenized, counts = tokenize_records(records, tokenizer, path, loss_on_prompt, chat_template, vocab_size)
     too_long = [(line, len(ids)) for line, ids, _ in tokenized if len(ids) > max_seq_len]
     if too_long and not truncate:
         worst = max(too_long, key=lambda x: x[1])

@@ -46,9 +46,14 @@ class StopRequest:
 def stopped_message(cfg, progress: dict) -> str:
     """The line for a run stopped at once (a second signal, or Ctrl-C before the handlers were in
     place). cfg: the TrainConfig (None when it was not built yet); progress: what train() recorded
-    ("saved_step": the last state this run saved, "resumed_step": the step it resumed from)."""
+    ("saved_step": the last state this run saved, "resumed_step": the step it resumed from,
+    "exported_step": the finished run's final export is written, --eval-prompts was running)."""
     if cfg is None:
         return "interrupted before the run started: nothing was written"
+    if "exported_step" in progress:     # the run was complete: only --eval-prompts was left
+        return (f"interrupted during --eval-prompts: training finished ({progress['exported_step']} steps) and the "
+                f"drafter is exported to {cfg.out}; only its true-acceptance measurement was skipped (`turbospec "
+                "bench spec` with the drafter measures it; nothing to --resume)")
     if "saved_step" in progress:
         again = "the same command" if cfg.resume else "the same command plus --resume"
         return (f"interrupted: the training state this run saved at step {progress['saved_step']} is in "

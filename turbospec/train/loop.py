@@ -22,11 +22,11 @@ import torch
 import torch.distributed as dist
 
 from turbospec.config import ModelConfig, parse_dtype, resolve_dtype
-from turbospec.train.batches import SPLIT_SCHEME, batches_per_epoch, iterate, split_heldout
+from turbospec.train.batches import SPLIT_SCHEME, batches_per_epoch, heldout_warning, iterate, split_heldout
 from turbospec.train.budget import TimeBudget, eval_prompts_estimate_s
 from turbospec.train.config import TrainConfig
 from turbospec.train.data import load_dataset, load_tokenizer
-from turbospec.train.distributed import setup_distributed
+from turbospec.train.distributed import all_ranks, setup_distributed
 from turbospec.train.evaluate import (autocast_for, evaluate_heldout, report_true_acceptance, time_longest_batch,
                                       time_target_step)
 from turbospec.train.export import export_drafter
@@ -34,19 +34,32 @@ from turbospec.train.feature_cache import FeatureCache, cache_key, cached_featur
 from turbospec.train.features import TargetModel
 from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
-from turbospec.train.out_dirs import make_writable_dirs
-from turbospec.train.progress import Log, al_text, fmt, line_due
-from turbospec.train.recipes import build_recipe, capture_layers
-from turbospec.train.state import (check_init_from_target, init_from_export, load_state, lr_at, make_optimizer,
-                                   resume_warnings, save_state, set_lr, split_scheme_note, split_scheme_warning,
-                                   warmup_warning)
+from turbospec.train.out_dirs import make_writable_dirs, remove_empty_dirs
+from turbospec.train.progress import Log, fmt, line_due, train_line
+from turbospec.train.recipes import adopt_loaded_vocab, build_recipe, capture_layers
+from turbospec.train.rng_state import gather_rng_states
+from turbospec.train.resume import resume_run
+from turbospec.train.state import (check_init_from_target, init_from_export, lr_at, make_optimizer, save_state,
+                                   set_lr, warmup_warning)
 
 
 def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     """Run one training; returns the final metrics (rank 0 also exported the drafter to cfg.out).
-    `progress` (optional) records "resumed_step" and "saved_step" (the last training state this run
-    saved), for a caller that reports a second Ctrl-C (KeyboardInterrupt out of this function)."""
+    `progress` (optional) records "resumed_step", "saved_step" (the last training state this run
+    saved) and "exported_step" (the final export is written: only --eval-prompts is left), for a
+    caller that reports a second Ctrl-C (KeyboardInterrupt out of this function).
+    A failure (or Ctrl-C) before anything was written removes the --out / --checkpoint-dir this
+    run created: they are left empty only by a run that did not start training."""
     progress = {} if progress is None else progress
+    created: list[str] = []
+    try:
+        return _train(cfg, progress, created)
+    except BaseException:
+        remove_empty_dirs(created)
+        raise
+
+
+def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
     t_setup = time.perf_counter()
     device, rank, world = setup_distributed(cfg)
     torch.manual_seed(cfg.seed + rank)
@@ -68,9 +81,9 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
         check_cache_dir(cfg.feature_cache, key)
     tokenizer = load_tokenizer(cfg.target, cfg.chat_template)
     ds, report = load_dataset(cfg.data, tokenizer, tcfg.vocab_size, cfg.max_seq_len, cfg.truncate,
-                              cfg.loss_on_prompt)
+                              cfg.loss_on_prompt, cfg.chat_template)
     if rank == 0:                        # after the data passed: a bad line leaves no empty --out behind
-        make_writable_dirs(cfg)
+        created += make_writable_dirs(cfg)
     train_ds, heldout = split_heldout(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
     per_epoch = batches_per_epoch(train_ds, cfg.batch_size, world)
     budget = cfg.max_minutes * 60 if cfg.max_minutes else None
@@ -84,8 +97,7 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
         log.print(warmup_warning(total_steps, cfg))
 
     if len(heldout) == 0:
-        log.print(f"warning: no held-out samples ({len(ds)} in all, --heldout-fraction {cfg.heldout_fraction:g}): "
-                  "nothing is evaluated during or after training")
+        log.print(heldout_warning(ds, cfg.heldout_fraction, cfg.heldout_max))
     t_load = time.perf_counter()
     target = TargetModel(cfg.target, layers, device, tdtype)
     t_load = time.perf_counter() - t_load
@@ -102,21 +114,19 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     opt = make_optimizer(draft, cfg.lr, cfg.weight_decay)
     anchor_gen = torch.Generator().manual_seed(cfg.seed * 7919 + rank)
     step, elapsed0, extra = 0, 0.0, {}
+    warm_end = None                      # the schedule's progress when the warm-up ended (state.lr_at)
     if cfg.init_from:
         init_from_export(cfg.init_from, draft, cfg.method)
         log.print(f"initialized the drafter from {cfg.init_from}")
     note = None                          # why the held-out metrics may read high (an old split's state)
     if cfg.resume:
-        step, elapsed0, saved, extra = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method, cfg.target)
+        r = resume_run(cfg, draft, opt, anchor_gen, rank, world, total_steps, ds, log)
+        step, elapsed0, extra, warm_end, note = r.step, r.elapsed, r.extra, r.warmup_end, r.note
         progress["resumed_step"] = step
-        log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed0:.0f} s trained)")
-        for line in resume_warnings(saved, cfg, step, elapsed0, total_steps):
-            log.print(line)
-        note = split_scheme_note(extra, ds, cfg)
-        if note:
-            log.print(split_scheme_warning(note, cfg))
     if (cfg.resume or cfg.init_from) and cfg.method == "eagle3":      # the loaded draft vocabulary
-        recipe.trainer.used.copy_(draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device))
+        vocab_line = adopt_loaded_vocab(recipe, train_ds, tcfg.vocab_size)
+        if cfg.init_from:                # (a resumed run's is the one this data gave it)
+            log.print(vocab_line)
     module = recipe.trainer
     if world > 1:
         module = torch.nn.parallel.DistributedDataParallel(
@@ -147,13 +157,16 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
     end = f"/{total_steps}" if total_steps else ""
     stream = iterate(train_ds, cfg.batch_size, cfg.seed, step, rank, world)
     running, tokens, t0, t_log = None, 0, time.perf_counter(), time.perf_counter()
+    t_pause, elapsed_line = 0.0, elapsed0    # since the last line: seconds not training (evaluation, save, probe)
     heldout_m: dict = dict(extra.get("heldout") or {})     # resumed: the saved run's last evaluation
     interrupted, first_step, eval_step = None, step, None
 
-    def save() -> None:
+    def save() -> None:                      # every rank calls it: their random streams are gathered
+        rng_states = gather_rng_states(anchor_gen, world)
         if rank == 0:
-            save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, anchor_gen, cfg,
-                       {"heldout": heldout_m, "heldout_split": SPLIT_SCHEME, "heldout_note": note})
+            save_state(cfg.state_dir, draft, opt, step, elapsed0 + time.perf_counter() - t0, rng_states, cfg,
+                       {"heldout": heldout_m, "heldout_split": SPLIT_SCHEME, "heldout_note": note,
+                        "warmup_end": warm_end})
             progress["saved_step"] = step
 
     def evaluate(split=heldout) -> dict | None:
@@ -197,7 +210,9 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
                           f"~{tb.reserve():.0f} s of --max-minutes {cfg.max_minutes:g} for what follows")
                 break
             frac = max(step / total_steps if total_steps else 0.0, elapsed / train_end if train_end else 0.0)
-            set_lr(opt, lr_at(step, frac, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio))
+            if warm_end is None and step >= cfg.warmup_steps:
+                warm_end = frac                  # the cosine runs from here (saved: resume continues it)
+            set_lr(opt, lr_at(step, frac, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio, warm_end or 0.0))
             host = next(stream)
             batch = host.to(device)
             keys = [f"train-{i}" for i in host.indices] if cache else []
@@ -211,11 +226,13 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
             opt.step()
             step += 1
             if tb is not None and step == first_step + 1:      # measure what the final phase will take
+                t_probe = time.perf_counter()
                 probe()
                 log.print(tb.describe())
+                t_pause += time.perf_counter() - t_probe
             tokens += int(host.lengths.sum())
             running = packed if running is None else running + packed
-            line, postfix, now = None, {}, time.perf_counter()
+            line, postfix = None, None           # postfix None: the bar keeps the last one
             evaluated = step % cfg.eval_every == 0 and len(heldout) > 0   # first: the line shows its held-out AL
             if evaluated:
                 t_eval = time.perf_counter()
@@ -226,25 +243,30 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
                     eval_step = step
                     if tb is not None:               # re-measured on the whole split
                         tb.eval_s_per_token = (time.perf_counter() - t_eval) / max(tb.heldout_tokens, 1)
-            if line_due(log, step, first_step, total_steps, cfg.log_every, now - t_log):
-                m = summarize(running, recipe.k)
-                rate = tokens / (now - t_log)                # training time only, not the evaluation's
-                held = f"{heldout_m['accept_len']:.2f}" if "accept_len" in heldout_m else "-"   # none yet
-                postfix = {"loss": f"{m['loss']:.3f}", "acc0": f"{m['acc'][0]:.2f}",
-                           ("AL" if m["accept_len"] == m["accept_len"] else "AL/start"): al_text(m).split()[-1],
-                           "heldout_AL": held, "tok/s": f"{rate:.0f}"}
-                line = (f"step {step}{end} | train {fmt(m)} | heldout AL {held} | "
-                        f"lr {opt.param_groups[0]['lr']:.2e} | {rate:.0f} tok/s | {elapsed:.0f} s")
-                running, tokens, t_log = None, 0, time.perf_counter()
+                t_pause += time.perf_counter() - t_eval
+            now = time.perf_counter()
+            # the same decision on every rank (the shared clock; a terminal's bar is rank 0's alone): all
+            # ranks then sum their statistics, so a line under torchrun describes the whole job
+            if line_due(log.bar is not None and world == 1, step, first_step, total_steps, cfg.log_every,
+                        elapsed - elapsed_line):
+                if world > 1:
+                    running, tokens = all_ranks(running, tokens, device)
+                rate = tokens / max(now - t_log - t_pause, 1e-9)      # training time only
+                postfix, line = train_line(summarize(running, recipe.k), heldout_m, rate, f"step {step}{end}",
+                                           opt.param_groups[0]["lr"], elapsed, world)
+                running, tokens, t_log, t_pause, elapsed_line = None, 0, now, 0.0, elapsed
+            log.step(1, postfix)
+            if line is not None:
+                log.line(line)
             if evaluated:
-                line = (line or f"step {step}") + f"\n  held-out: {fmt(heldout_m)}"
-            log.step(1, postfix, line)
+                log.note(f"step {step}{end} held-out: {fmt(heldout_m)}")
             if step % cfg.save_every == 0 and step != total_steps:
                 t_save = time.perf_counter()
                 save()
                 export(heldout_m)
                 if tb is not None:
                     tb.save_s = time.perf_counter() - t_save
+                t_pause += time.perf_counter() - t_save
         log.close()
         if interrupted is None and signalled_anywhere():    # during the last step: no final evaluation
             interrupted = signals.requested or "a signal to another rank"
@@ -288,6 +310,7 @@ def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
             again = "the same command" if cfg.resume else "the same command plus --resume"
             log.print(f"interrupted at step {step}: training state in {cfg.state_dir}; {again} continues the run")
         elif cfg.eval_prompts:
+            progress["exported_step"] = step         # a Ctrl-C from here on skips only the measurement
             t_acc = time.perf_counter()
             result["acceptance"] = report_true_acceptance(cfg, recipe, device, log)
             phases["--eval-prompts"] = time.perf_counter() - t_acc

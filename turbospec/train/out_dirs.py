@@ -198,14 +198,32 @@ def _check_creatable(flag: str, path: str) -> None:
                          "writable directory")
 
 
-def make_writable_dirs(cfg) -> None:
+def make_writable_dirs(cfg) -> list[str]:
     """Create --out and the checkpoint directory once the data has passed (check_out checked that
     they can be), so that a path that cannot be written fails before training, not when the first
-    checkpoint or the export is due."""
+    checkpoint or the export is due. Returns the directories it created (parents included), for
+    `remove_empty_dirs` when the run fails before writing anything."""
+    created: list[str] = []
     for flag, path in (("--out", cfg.out), ("--checkpoint-dir", cfg.state_dir)):
+        new, p = [], os.path.abspath(path)
+        while not os.path.exists(p):
+            new.append(p)
+            p = os.path.dirname(p)
         try:
             os.makedirs(path, exist_ok=True)
+            created += reversed(new)
         except OSError as e:
             raise ValueError(f"{flag} {path!r} cannot be created ({e.strerror}): pass a writable directory") from None
         if not os.access(path, os.W_OK | os.X_OK):
             raise ValueError(f"{flag} {path!r} is not writable: pass a writable directory")
+    return created
+
+
+def remove_empty_dirs(created: list[str]) -> None:
+    """Remove the directories `make_writable_dirs` created that are still empty (deepest first): a
+    run that failed before writing anything leaves no empty --out behind."""
+    for path in sorted(created, key=len, reverse=True):
+        try:
+            os.rmdir(path)                      # only an empty directory
+        except OSError:
+            pass

@@ -79,3 +79,16 @@ def build_recipe(cfg: TrainConfig, target: TargetModel, tokenizer, train: TokenD
              "loss_weights": f"exp(-(p-1)/{cfg.dflash.decay:g}) for slot p = 1..{cfg.dflash.block_size - 1}"}
     trainer = DFlashTrainer(draft, target, cfg.dflash.decay)
     return Recipe("dflash", trainer, draft, cfg.dflash.block_size - 1, info)
+
+
+def adopt_loaded_vocab(recipe: Recipe, train: TokenDataset, vocab_size: int) -> str:
+    """EAGLE-3 after --init-from / --resume: the trainer scores the loaded drafter's vocabulary (its
+    d2t), and `info` describes that one, not the one `build_recipe` chose from this data. Returns
+    a log line."""
+    from turbospec.train.draft_vocab import coverage, label_token_counts
+    d2t = recipe.draft.d2t
+    used = d2t + torch.arange(d2t.numel(), device=d2t.device)
+    recipe.trainer.used.copy_(used)
+    cov = round(coverage(label_token_counts(train, vocab_size), used.cpu()), 5)
+    recipe.info["draft_vocab_coverage"] = cov
+    return f"draft vocabulary: the loaded drafter's {d2t.numel()} tokens (draft_vocab_coverage {cov} of this data)"

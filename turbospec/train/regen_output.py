@@ -32,11 +32,14 @@ def _data_identity(path: str) -> dict:
 
 
 def regen_settings(target_dir: str, data_path: str, max_new_tokens: int, min_prompt: int, max_prompt: int,
-                   temperature: float, seed: int, dtype: str | None) -> dict:
-    """What decides the lines of the output (not --num-samples, --batch-size, --max-seconds)."""
+                   temperature: float, seed: int, dtype: str | None, chat_template: str | None = None) -> dict:
+    """What decides the lines of the output (not --num-samples, --batch-size, --max-seconds); a
+    --chat-template adds its content hash to the tokenizer's entry (without one, the entry is what
+    it was before the flag existed)."""
     from turbospec.train.feature_cache import target_identity, tokenizer_identity
     return json.loads(json.dumps({
-        "format": FORMAT, "target": target_identity(target_dir), "tokenizer": tokenizer_identity(target_dir, None),
+        "format": FORMAT, "target": target_identity(target_dir),
+        "tokenizer": tokenizer_identity(target_dir, chat_template),
         "data": _data_identity(data_path), "max_new_tokens": max_new_tokens, "min_prompt": min_prompt,
         "max_prompt": max_prompt, "temperature": float(temperature), "seed": seed, "dtype": dtype}))
 

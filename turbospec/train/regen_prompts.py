@@ -85,13 +85,14 @@ def _text_lengths(texts: list[str], tokenizer, at_least: int) -> list[int]:
     return counts
 
 
-def _prompt_spans(records, tokenizer, min_prompt: int) -> list[tuple[list[int], int]]:
+def _prompt_spans(records, tokenizer, min_prompt: int, path: str, template: str | None
+                  ) -> list[tuple[list[int], int]]:
     """(ids, prompt length) per record: the tokens a prompt is cut from, and how many of the first
     of them are prompt (text: no ids, its windows are cut from the text; a record without
     completion: all)."""
     lengths = iter(_text_lengths([r[2] for r in records if r[1] == "text"], tokenizer, min_prompt))
     others = [r for r in records if r[1] != "text"]
-    tok = iter(tokenize_records(others, tokenizer, "data", False)[0]) if others else iter(())
+    tok = iter(tokenize_records(others, tokenizer, path, False, template)[0]) if others else iter(())
     out: list[tuple[list[int], int]] = []
     for _, kind, payload in records:
         if kind == "text":
@@ -109,10 +110,12 @@ def _prompt_spans(records, tokenizer, min_prompt: int) -> list[tuple[list[int], 
 
 
 def build_prompts(records, tokenizer, num: int, min_prompt: int, max_prompt: int, seed: int, log=None,
-                  path: str = "the data") -> PromptPlan:
+                  path: str = "the data", template: str | None = None, vocab_size: int | None = None
+                  ) -> PromptPlan:
     """`num` prompts of `min_prompt`..`max_prompt` tokens from the records whose prompt is long
-    enough; raises ValueError when no record is."""
-    spans = _prompt_spans(records, tokenizer, min_prompt)
+    enough; raises ValueError when no record is, or (with `vocab_size`, the target's embedding
+    rows) when a prompt holds an id past it. `template`: the --chat-template path, for messages."""
+    spans = _prompt_spans(records, tokenizer, min_prompt, path, template)
     usable = [(rec, ids, plen) for rec, (ids, plen) in zip(records, spans) if plen >= min_prompt]
     longest = max((plen for _, plen in spans), default=0)
     plan = PromptPlan([], len(records), len(records) - len(usable), longest)
@@ -152,7 +155,21 @@ def build_prompts(records, tokenizer, num: int, min_prompt: int, max_prompt: int
             out[i] = (list(ids)[-max_prompt:], f"line {picks[i][0][0]}", False)   # keep the line-aligned end
     # (a window of a whole record can count a token less than its record: never shorter than asked)
     plan.prompts = [o for o in out if o is not None and len(o[0]) >= min_prompt]
+    if vocab_size is not None:
+        _check_vocab(plan.prompts, tokenizer, vocab_size, path)
     return plan
+
+
+def _check_vocab(prompts: list[Prompt], tokenizer, vocab_size: int, path: str) -> None:
+    """Every prompt id inside the target's embedding rows (a tokenizer with added tokens past them
+    failed in the engine, after the target had loaded, without naming a record)."""
+    from turbospec.train.data import bad_records_error, out_of_vocab_line
+    lines = sorted({int(src.split()[-1]) for ids, src, _ in prompts if ids and max(ids) >= vocab_size})
+    if not lines:
+        return
+    first = {int(src.split()[-1]): ids for ids, src, _ in reversed(prompts) if ids and max(ids) >= vocab_size}
+    errors = [out_of_vocab_line(path, n, first[n], vocab_size, tokenizer) for n in lines[:5]]
+    raise bad_records_error(path, errors, lines, "records with token ids past the target's vocabulary")
 
 
 def make_prompts(records, tokenizer, num: int, min_prompt: int, max_prompt: int, seed: int, log=None

@@ -68,7 +68,8 @@ def effective_batch(batch_size: int) -> int:
 def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int, max_new_tokens: int = 256,
                min_prompt: int = 64, max_prompt: int = 512, temperature: float = 0.0, device: str | None = None,
                dtype: str | None = None, batch_size: int = 256, max_seconds: float | None = None,
-               seed: int = 0, log=print, overwrite: bool = False) -> RegenStats:
+               seed: int = 0, log=print, overwrite: bool = False, chat_template: str | None = None) -> RegenStats:
+    """`chat_template`: a Jinja file that renders chat records instead of the target tokenizer's."""
     from turbospec.config import ModelConfig
     from turbospec.train.data import load_tokenizer
     if num_samples < 1 or max_new_tokens < 1 or batch_size < 1:
@@ -84,16 +85,19 @@ def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int,
     if max_prompt + max_new_tokens > cfg.max_position_embeddings:
         raise ValueError(f"--max-prompt {max_prompt} + --max-new-tokens {max_new_tokens} exceeds the target's "
                          f"context {cfg.max_position_embeddings}: lower one of them")
-    tokenizer = load_tokenizer(target_dir)
+    if chat_template is not None and not os.path.isfile(chat_template):
+        raise ValueError(f"--chat-template {chat_template!r} does not exist: pass a Jinja file")
+    tokenizer = load_tokenizer(target_dir, chat_template)
     records = parse_records(data_path, cfg.vocab_size)               # validates the whole file first
-    plan = build_prompts(records, tokenizer, num_samples, min_prompt, max_prompt, seed, log, data_path)
+    plan = build_prompts(records, tokenizer, num_samples, min_prompt, max_prompt, seed, log, data_path,
+                         chat_template, cfg.vocab_size)
     prompts, repeats = drop_repeats(plan.prompts) if temperature == 0 else (plan.prompts, 0)
     batch = effective_batch(batch_size)
     if batch < batch_size:
         log(f"regenerate: --batch-size {batch_size} exceeds {batch}, the largest batch the engine runs "
             f"with CUDA graphs / decode bursts: using chunks of {batch}")
     settings = regen_settings(target_dir, data_path, max_new_tokens, min_prompt, max_prompt, temperature, seed,
-                              _run_dtype(dtype, cfg, device))
+                              _run_dtype(dtype, cfg, device), chat_template)
     done = start_output(out_path, settings, prompts, overwrite)
     rep = (f"; {repeats} repeat an earlier prompt and are generated once (temperature 0 would write the same "
            "continuation)" if repeats else "")

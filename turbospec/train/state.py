@@ -1,12 +1,15 @@
 """Optimizer, learning-rate schedule, and the resumable training state.
 
-Schedule: linear warm-up over `warmup_steps`, then cosine decay to `lr * min_lr_ratio` over the
-run's progress, where progress = max(step / total_steps, elapsed / max_minutes): a run bounded by
-wall-clock time still ends its schedule on time (and cooled down) instead of being cut mid-peak.
+Schedule: linear warm-up to `lr` over `warmup_steps`, then cosine decay to `lr * min_lr_ratio`
+over the rest of the run's progress, where progress = max(step / total_steps, elapsed / max_minutes):
+a run bounded by wall-clock time still ends its schedule on time (and cooled down) instead of being
+cut mid-peak. The cosine starts where the warm-up ended (`warmup_end`, that progress), so the peak
+is exactly `lr`.
 
-The checkpoint holds the drafter, AdamW moments, step, elapsed seconds (the schedule's state),
-every RNG (torch CPU, CUDA, the anchor sampler) and the config; the data stream is positioned by
-the step, so a resumed run sees the batches an uninterrupted one would have.
+The checkpoint holds the drafter, AdamW moments, step, elapsed seconds and the warm-up's end (the
+schedule's state), every rank's RNGs (torch CPU, CUDA, the anchor sampler: rng_state.py) and the
+config; the data stream is positioned by the step, so a resumed run sees the batches an
+uninterrupted one would have.
 """
 from __future__ import annotations
 
@@ -14,11 +17,13 @@ import dataclasses
 import json
 import math
 import os
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from turbospec.train.config import STATE_FILE
+from turbospec.train.rng_state import restore_rng, rng_entry
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
@@ -32,15 +37,21 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.op
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=fused or None)
 
 
-def lr_at(step: int, progress: float, lr: float, warmup_steps: int, min_lr_ratio: float) -> float:
-    warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
-    p = min(max(progress, 0.0), 1.0)
-    return lr * warm * (min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
+def lr_at(step: int, progress: float, lr: float, warmup_steps: int, min_lr_ratio: float,
+          warmup_end: float = 0.0) -> float:
+    """Step `step`'s learning rate: steps 0..W-1 ramp linearly to exactly `lr` (W = warmup_steps),
+    then a cosine from `lr` to `lr * min_lr_ratio` over the progress left after the warm-up (from
+    `warmup_end`, the progress at which it ended, to 1)."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    span = 1.0 - warmup_end
+    p = min(max((progress - warmup_end) / span, 0.0), 1.0) if span > 0 else 1.0
+    return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
 
 
 def warmup_warning(total_steps: int, cfg) -> str:
     """One line for a run shorter than its warm-up, whose learning rate never reaches --lr."""
-    peak = max(lr_at(s, s / total_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio) for s in range(total_steps))
+    peak = lr_at(total_steps - 1, 1.0, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
     return (f"warning: --warmup-steps {cfg.warmup_steps} is more than the run's {total_steps} steps: the learning "
             f"rate never reaches --lr {cfg.lr:g} (at most {peak:.2g}); pass --warmup-steps {max(1, total_steps // 10)} "
             "or so (about a tenth of the steps)")
@@ -52,13 +63,12 @@ def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
 
 
 def save_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, step: int, elapsed: float,
-               anchor_gen: torch.Generator, config, extra: dict | None = None) -> str:
+               rng_states: list[dict], config, extra: dict | None = None) -> str:
+    """rng_states: every rank's streams, in rank order (rng_state.gather_rng_states)."""
     os.makedirs(path_dir, exist_ok=True)
     state = {
         "draft": draft.state_dict(), "optimizer": opt.state_dict(), "step": step, "elapsed": elapsed,
-        "rng": {"cpu": torch.get_rng_state(), "anchors": anchor_gen.get_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-        "config": dataclasses.asdict(config), "extra": extra or {},
+        "rng": rng_entry(rng_states), "config": dataclasses.asdict(config), "extra": extra or {},
     }
     path = os.path.join(path_dir, STATE_FILE)
     torch.save(state, path + ".tmp")
@@ -66,10 +76,17 @@ def save_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, step
     return path
 
 
+class Resumed(NamedTuple):
+    step: int
+    elapsed: float              # seconds trained
+    config: dict                # the saved run's TrainConfig, as a dict
+    extra: dict                 # its last held-out metrics ("heldout"), split scheme, warm-up end, ...
+    rng_warning: str | None     # when this run's ranks cannot all continue their own random streams
+
+
 def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anchor_gen: torch.Generator,
-               method: str, target: str | None = None) -> tuple[int, float, dict, dict]:
-    """Restore in place; returns (step, elapsed seconds, the saved run's config, its `extra`: the
-    last held-out metrics under "heldout")."""
+               method: str, target: str | None = None, rank: int = 0, world: int = 1) -> Resumed:
+    """Restore the drafter, optimizer and rank `rank`'s random streams in place."""
     path = os.path.join(path_dir, STATE_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"--resume: no {STATE_FILE} in {path_dir!r}; start without --resume, or pass "
@@ -88,77 +105,9 @@ def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anch
                          "same shape options as the original run (its training_info.json lists them)")
     draft.load_state_dict(state["draft"])
     opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["cpu"])
-    anchor_gen.set_state(state["rng"]["anchors"])
-    if state["rng"]["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return int(state["step"]), float(state["elapsed"]), state["config"], state.get("extra") or {}
-
-
-# settings that decide the batch stream and the held-out split a resumed run continues
-STREAM_KEYS = ("target", "data", "batch_size", "seed", "max_seq_len", "truncate", "loss_on_prompt",
-               "heldout_fraction", "heldout_max", "target_dtype")
-
-
-def resume_differences(saved: dict, config) -> list[str]:
-    """'key: saved -> now' for each stream setting a resumed run changed (paths compared absolute)."""
-    now = dataclasses.asdict(config)
-    out = []
-    for k in STREAM_KEYS:
-        a, b = saved.get(k), now.get(k)
-        if k in ("target", "data") and a is not None and b is not None:
-            a, b = os.path.abspath(a), os.path.abspath(b)
-        if a != b:
-            out.append(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}")
-    return out
-
-
-def resume_warnings(saved: dict, cfg, step: int, elapsed: float, total_steps: int | None) -> list[str]:
-    """What a resumed run must say before it trains: other stream settings, a used-up run."""
-    out = []
-    changed = resume_differences(saved, cfg)
-    if changed:
-        out.append(f"warning: resuming with other settings than the saved run ({'; '.join(changed)}): the "
-                   "batches and the held-out split are not the ones an uninterrupted run would have seen")
-    if total_steps is not None and step >= total_steps:
-        out.append(f"warning: the saved run is at step {step}, --steps / --epochs give {total_steps}: raise "
-                   "them to train further")
-    if cfg.max_minutes is not None and elapsed >= cfg.max_minutes * 60:
-        out.append(f"warning: the saved run already trained {elapsed / 60:.1f} min, the whole --max-minutes "
-                   f"{cfg.max_minutes:g}: raise --max-minutes to train further")
-    return out
-
-
-def split_scheme_note(extra: dict, ds, cfg) -> str | None:
-    """None when the saved run held out the samples this run holds out; else why its held-out
-    metrics read high. A state without extra["heldout_split"] was saved by the per-sample split
-    (before SPLIT_SCHEME): for data whose samples share source records (regenerate's windows) that
-    split differs, and some of this run's held-out samples were trained on. A note an earlier
-    resume recorded is carried on (the saved weights saw those samples whatever comes next)."""
-    from turbospec.train.batches import SPLIT_SCHEME, heldout_indices, per_sample_heldout
-    if extra.get("heldout_note"):
-        return extra["heldout_note"]
-    scheme = extra.get("heldout_split")
-    if scheme == SPLIT_SCHEME:
-        return None
-    now = set(heldout_indices(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed))
-    if scheme is None:
-        old = set(per_sample_heldout(len(ds), cfg.heldout_fraction, cfg.heldout_max, cfg.seed))
-        if old == now:                   # no held-out sample shares a source record: the same split
-            return None
-        return (f"the training state records no held-out split; if it was saved by a turbospec from before "
-                f"2026-12-06, when the split began to keep source records together (it split per sample before), "
-                f"{len(now - old)} of the {len(now)} held-out samples were trained on by the saved run, so "
-                f"held-out loss and acceptance read high, and {len(old - now)} samples it held out are trained "
-                "on from now on")
-    return (f"the training state was saved with held-out split {scheme!r}, this turbospec splits by {SPLIT_SCHEME!r}: "
-            "the held-out samples may include ones the saved run trained on, so its metrics may read high")
-
-
-def split_scheme_warning(note: str, cfg) -> str:
-    return (f"warning: --resume from {cfg.state_dir}: {note}. For clean held-out numbers start a new run from its "
-            f"weights instead: --init-from {cfg.out} --out NEW_DIR (without --resume); training_info.json records "
-            "this note")
+    rng_warning = restore_rng(state["rng"], anchor_gen, rank, world)
+    return Resumed(int(state["step"]), float(state["elapsed"]), state["config"], state.get("extra") or {},
+                   rng_warning)
 
 
 def check_init_from_target(draft_dir: str, method: str, target: str, target_config) -> None:
@@ -211,17 +160,33 @@ def init_from_export(draft_dir: str, draft: nn.Module, method: str) -> None:
     else:
         from turbospec.models.dflash_draft import load_dflash as load
     try:
-        src = load(draft_dir, "cpu", torch.float32).state_dict()
+        loaded = load(draft_dir, "cpu", torch.float32)
     except ValueError as e:
         raise ValueError(f"--init-from {draft_dir!r}: not a loadable {method} drafter ({e})") from None
-    own = draft.state_dict()
+    src, own = loaded.state_dict(), draft.state_dict()
     diff = _differences(src, own)
     if diff:
-        raise ValueError(f"--init-from {draft_dir!r} does not match this drafter ({diff}): pass "
-                         "the shape options it was trained with (see its config.json / training_info.json)")
+        want, have = _shape_options(loaded.config, method), _shape_options(draft.config, method)
+        fix = " ".join(f"{k} {v}" for k, v in want.items() if have.get(k) != v)
+        raise ValueError(f"--init-from {draft_dir!r} does not match this drafter ({diff}): pass the shape options "
+                         f"it was trained with{': ' + fix if fix else ''} (its config.json / training_info.json)")
     with torch.no_grad():
         for n, t in own.items():
             t.copy_(src[n].to(t.dtype))
+
+
+def _shape_options(dc, method: str) -> dict[str, str]:
+    """The training options that decide a drafter's tensor shapes, as its config gives them."""
+    opts = {"--num-layers": dc.num_hidden_layers, "--intermediate-size": dc.intermediate_size,
+            "--num-attention-heads": dc.num_attention_heads, "--num-key-value-heads": dc.num_key_value_heads,
+            "--head-dim": dc.head_dim}
+    if method == "dflash":
+        opts |= {"--block-size": dc.block_size, "--target-layers": ",".join(map(str, dc.target_layers()))}
+    else:
+        opts["--draft-vocab-size"] = dc.draft_vocab_size
+        if dc.aux_layer_ids is not None:
+            opts["--target-layers"] = ",".join(map(str, dc.aux_layer_ids))
+    return {k: str(v) for k, v in opts.items()}
 
 
 def _differences(src: dict, own: dict) -> str:
