@@ -34,6 +34,9 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
     (["--concurrency", "0"], "--concurrency '0': give positive integers separated by commas, e.g. --concurrency 1,4,16"),
     (["--concurrency", "1,x"], "give positive integers"),
     (["--request-rate", "-1"], "--request-rate '-1': give positive requests per second"),
+    # a repeated level merged two levels' /metrics windows: tokens per step read 1.25 instead of 1.67
+    (["--concurrency", "1,4,4"], "--concurrency '1,4,4' repeats a level: give each once (e.g. --concurrency 1,4)"),
+    (["--request-rate", "0.5,0.5"], "--request-rate '0.5,0.5' repeats a level: give each once (e.g. --request-rate 0.5)"),
     (["--model", "n"], "--model given 2 times for 1 endpoints"),
     (["--num-prompts", "0"], "--num-prompts 0: pass a positive number"),
     (["--max-tokens", "0"], "--max-tokens 0"),

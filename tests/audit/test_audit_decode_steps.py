@@ -91,6 +91,13 @@ def test_a_speed_above_the_ceiling_is_inconclusive_without_a_money_figure(script
     assert fast["decision"] == "inconclusive" and not any("MORE" in r for r in fast["reasons"])
     assert decide(VerdictInput("e", 50, 0, 1.9, 2.5, "measured from /metrics", "concurrency 1",
                                ceiling_fraction=2.7, **spec))["decision"] == "go"
+    # the ceiling is batch 1's: checked against batch 1's own tokens per step (3.0 here), not the target
+    # level's (2.5 at concurrency 16), which made a legitimate 2.8x read as wrong inputs
+    at16 = dict(spec, ceiling_tokens_per_step=3.0)
+    assert decide(VerdictInput("e", 50, 0, 1.9, 2.5, "measured from /metrics", "concurrency 16",
+                               ceiling_fraction=2.8, **at16))["decision"] == "go"
+    assert decide(VerdictInput("e", 50, 0, 1.9, 2.5, "measured from /metrics", "concurrency 16",
+                               ceiling_fraction=3.4, **at16))["decision"] == "inconclusive"
 
 
 def test_threshold_lines_show_which_side_the_value_is_on():

@@ -80,3 +80,32 @@ def test_a_prompt_over_the_context_but_under_the_bound_gets_its_exact_count(serv
     r = _post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "abcdefgh " * 30_000, "max_tokens": 1})
     assert r.status_code == 400
     assert "and the prompt has 120000: shorten the prompt" in r.json()["error"]["message"]
+
+
+def test_a_prompt_queued_at_shutdown_gets_a_503_not_a_cancelled_task():
+    """Shutdown cancels the tokenizer pool's queued work; a handler awaiting it got asyncio.CancelledError
+    (a dropped connection or a 500). It gets the 503 that a request arriving after shutdown gets."""
+    import asyncio
+    import threading
+
+    from turbospec.serve.request_stream import RequestFailed
+    from turbospec.serve.tokenizer_worker import TokenizerWorker
+
+    async def main():
+        w = TokenizerWorker(None, 10, 10)
+        w._own = object()                                    # no tokenizer to copy: fn ignores it
+        gate = threading.Event()
+        running = asyncio.ensure_future(w.run(lambda tok: gate.wait(5) and 1))
+        queued = asyncio.ensure_future(w.run(lambda tok: 2))
+        await asyncio.sleep(0.1)
+        w.shutdown()
+        gate.set()
+        assert await running == 1                            # the one already encoding finishes
+        try:
+            await queued
+        except RequestFailed as e:
+            return e
+        return None
+
+    err = asyncio.run(main())
+    assert isinstance(err, RequestFailed) and err.status == 503 and "shutting down" in str(err)

@@ -93,3 +93,30 @@ def test_a_state_of_another_scheme_is_warned_about(tiny_target, tmp_path, capsys
     loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))
     assert (f"warning: --resume from {out / 'checkpoint'}: the training state was saved with held-out split "
             f"'by-length', this turbospec splits by '{SPLIT_SCHEME}'") in capsys.readouterr().out
+
+
+def test_a_v1_source_record_state_resumes_quietly_where_the_split_is_the_same(tiny_target, tmp_path, capsys):
+    """"source-record" (v1) differs from v2 only where every record is larger than the split; for this data
+    (3 samples a record, 9 held out) the two agree, so resuming such a state says nothing."""
+    data = write_jsonl(tmp_path / "regen.jsonl", _regen_rows())
+    out = tmp_path / "run"
+    loop.train(_cfg(tiny_target, data, out))
+    _mark_state(out, "source-record")
+    capsys.readouterr()
+    loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))
+    assert "held-out split" not in capsys.readouterr().out
+
+
+def test_v2_holds_out_a_record_where_v1_held_out_nothing(tiny_target, tmp_path):
+    """Every record has 3 samples and the split asks for 2: v1 held out none, v2 the smallest record; a
+    v1 state resumed on such data is warned about (its split differs)."""
+    rows = _regen_rows()[:12]                                              # 4 records x 3 windows
+    data = write_jsonl(tmp_path / "regen.jsonl", rows)
+    ds, _ = load_dataset(str(data), load_tokenizer(str(tiny_target)), 8192, 64)
+    assert heldout_indices(ds, 0.2, 256, 0, fallback=False) == []
+    held = heldout_indices(ds, 0.2, 256, 0)
+    assert len(held) == 3 and len({ds.group_ids()[i] for i in held}) == 1
+    from turbospec.train.resume import split_scheme_note
+    note = split_scheme_note({"heldout_split": "source-record"}, ds, _cfg(tiny_target, data, tmp_path / "x",
+                                                                          heldout_fraction=0.2))
+    assert note is not None and "'source-record'" in note and SPLIT_SCHEME in note

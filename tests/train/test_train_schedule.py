@@ -79,3 +79,20 @@ def test_a_resumed_time_bounded_run_decays_from_the_saved_warm_up_end(tiny_targe
     monkeypatch.setattr(loop, "lr_at", lambda *a: seen.append(a) or real(*a))
     loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "r", steps=5, resume=True)))
     assert [(a[0], a[-1]) for a in seen] == [(3, 0.125), (4, 0.125)]
+
+
+def test_a_state_saved_before_the_warm_up_end_was_recorded_continues_its_old_cosine(tiny_target, code_jsonl,
+                                                                                   tmp_path, monkeypatch):
+    """Such a run's cosine ran from progress 0 (under the warm-up), so a resume continues it from 0: the
+    old schedule exactly (taking the warm-up's end as its start raised the rate 14% at the resume point)."""
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "o", steps=3)))
+    path = tmp_path / "o" / "checkpoint" / "train_state.pt"
+    state = torch.load(path, weights_only=False)
+    del state["extra"]["warmup_end"]
+    torch.save(state, path)
+    seen, real = [], loop.lr_at
+    monkeypatch.setattr(loop, "lr_at", lambda *a: seen.append(a) or real(*a))
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "o", steps=5, resume=True)))
+    assert [(a[0], a[-1]) for a in seen] == [(3, 0.0), (4, 0.0)]
+    old = 3e-3 * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * 3 / 5)))     # the old lr_at at step 3 of 5
+    assert real(*seen[0]) == pytest.approx(old, rel=1e-12)

@@ -32,7 +32,16 @@ def parse_concurrency(text: str | None) -> tuple[int, ...]:
     if not values or any(v < 1 for v in values):
         raise ValueError(f"--concurrency {text!r}: give positive integers separated by commas, "
                          "e.g. --concurrency 1,4,16")
+    _no_repeats("--concurrency", text, values)
     return values
+
+
+def _no_repeats(flag: str, text: str, values: tuple) -> None:
+    """A level is keyed by its value (its /metrics window, its row): a repeat would merge two levels."""
+    if len(set(values)) != len(values):
+        once = ",".join(f"{v:g}" for v in dict.fromkeys(values))
+        raise ValueError(f"{flag} {text!r} repeats a level: give each once (e.g. {flag} {once}); to measure a level "
+                         "longer, raise --num-prompts or --max-duration")
 
 
 def parse_rates(text: str | None) -> tuple[float, ...]:
@@ -45,6 +54,7 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
     if not values or any(not 0 < v < math.inf for v in values):
         raise ValueError(f"--request-rate {text!r}: give positive requests per second separated by commas, "
                          "e.g. --request-rate 0.5,2")
+    _no_repeats("--request-rate", text, values)
     return values
 
 

@@ -99,12 +99,15 @@ def endpoint_verdict(ep: Endpoint, runs: list[dict], econ, asked: tuple[int, ...
                                    not_sent_reason=not_sent_reason))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
+    b1 = (batch1 or {}).get("projection") or {}      # the ceiling check compares batch 1 with batch 1's own figures
+    b1_tau = b1.get("tokens_per_step") if b1.get("tokens_per_step") is not None else b1.get("acceptance_length")
     v = decide(VerdictInput(
         endpoint=url, num_ok=num_ok, num_failed=num_failed, speedup=p["speedup"],
         acceptance_length=p["acceptance_length"], tokens_per_step=p["tokens_per_step"],
         acceptance_source=p["acceptance_source"],
         target_label=target_label(run), already_speculating=p["already_speculating"],
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
+        ceiling_tokens_per_step=b1_tau,
         annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],
         target_ok=run["num_ok"], target_failed=run["num_failed"], num_cancelled=num_cancelled,
         caveats=tuple(c for c in [target_caveat(run, econ.target_concurrency, asked)] if c)

@@ -67,6 +67,7 @@ class VerdictInput:
     target_not_sent: int = 0           # the same at the target load
     not_sent_reason: str | None = None  # the kind of dead answer that stopped sending (runner.DEAD_ERRORS)
     tokens_per_step: float | None = None   # tokens per decode step (the threshold); None: acceptance_length
+    ceiling_tokens_per_step: float | None = None   # the batch-1 level's own, for the ceiling check
 
 
 def beside(value: float, threshold: float, digits: int = 2) -> str:
@@ -168,7 +169,7 @@ def _above_ceiling(v: VerdictInput) -> str | None:
     if v.already_speculating:
         if v.acceptance_length is None or "measured" not in v.acceptance_source:
             return None                      # speculation's own bound is unknown without its acceptance
-        tau = v.tokens_per_step if v.tokens_per_step is not None else v.acceptance_length
+        tau = next(t for t in (v.ceiling_tokens_per_step, v.tokens_per_step, v.acceptance_length) if t is not None)
         limit, what = ABOVE_CEILING_FRACTION * tau, f"speculation at {tau:.2f} tokens per decode step"
     if v.ceiling_fraction <= limit:
         return None

@@ -42,6 +42,7 @@ class TokenizerWorker:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="turbospec-tokenizer")
         self._own = None                             # the worker thread's copy
         self._bound = TokenBound()
+        self._closed = False
 
     async def run(self, fn: Callable[[Any], T]) -> T:
         """fn(tokenizer) on the worker thread, with the worker's own copy of the tokenizer.
@@ -50,9 +51,16 @@ class TokenizerWorker:
             future = asyncio.get_running_loop().run_in_executor(self._pool, self._call, fn)
         except RuntimeError:                     # the pool was shut down
             raise RequestFailed(503, "the server is shutting down", "engine_unavailable") from None
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if not self._closed:                 # the client went away: the handler's own cancellation
+                raise
+        # queued behind other prompts when shutdown cancelled the pool's futures: a 503, not a dropped connection
+        raise RequestFailed(503, "the server is shutting down", "engine_unavailable")
 
     def shutdown(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def prepare(self, requests: list[tuple[str, Any, dict]]) -> list[tuple[str, Any, dict]]:

@@ -28,8 +28,10 @@ class Batch:
 
 
 # the held-out split's scheme, recorded in the training state: samples of one source record stay on
-# one side. A state without it was saved by the per-sample split before (`per_sample_heldout`).
-SPLIT_SCHEME = "source-record"
+# one side. A state without it was saved by the per-sample split before (`per_sample_heldout`);
+# "source-record" (before 2026-12-06's v2) had no fallback for data whose every record is larger than
+# the split (`heldout_indices(..., fallback=False)`).
+SPLIT_SCHEME = "source-record-v2"
 
 
 def _heldout_size(n: int, fraction: float, max_samples: int) -> int:
@@ -44,7 +46,8 @@ def _source_records(ds: TokenDataset) -> list[list[int]]:
     return list(members.values())
 
 
-def heldout_indices(ds: TokenDataset, fraction: float, max_samples: int, seed: int) -> list[int]:
+def heldout_indices(ds: TokenDataset, fraction: float, max_samples: int, seed: int,
+                    fallback: bool = True) -> list[int]:
     """The held-out samples (sorted) of `split_heldout`."""
     k = _heldout_size(len(ds), fraction, max_samples)
     records = _source_records(ds)
@@ -55,7 +58,7 @@ def heldout_indices(ds: TokenDataset, fraction: float, max_samples: int, seed: i
             break
         if len(held) + len(records[j]) <= k:
             held += records[j]
-    if not held and k > 0:
+    if not held and k > 0 and fallback:
         # every record has more than k samples (regenerate's windows: many per record): the smallest
         # one, when it is nearer k than none is (< 2k samples), within max_samples, and not all the data
         smallest = min(perm, key=lambda j: len(records[j]))

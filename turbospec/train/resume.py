@@ -29,8 +29,8 @@ def resume_run(cfg, draft, opt, anchor_gen, rank: int, world: int, total_steps: 
     for line in resume_warnings(saved, cfg, step, elapsed, total_steps) + ([rng_warning] if rng_warning else []):
         log.print(line)
     warm_end = extra.get("warmup_end")
-    if warm_end is None and step > cfg.warmup_steps:     # a state saved before it was recorded
-        warm_end = min(cfg.warmup_steps / total_steps, 1.0) if total_steps else 0.0
+    if "warmup_end" not in extra and step >= cfg.warmup_steps:
+        warm_end = 0.0       # a state saved before it was recorded: its cosine ran from progress 0, so continue that
     note = split_scheme_note(extra, ds, cfg)
     if note:
         log.print(split_scheme_warning(note, cfg))
@@ -93,6 +93,9 @@ def split_scheme_note(extra: dict, ds, cfg) -> str | None:
                 f"{len(now - old)} of the {len(now)} held-out samples were trained on by the saved run, so "
                 f"held-out loss and acceptance read high, and {len(old - now)} samples it held out are trained "
                 "on from now on")
+    if scheme == "source-record" and set(heldout_indices(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed,
+                                                         fallback=False)) == now:
+        return None                      # v2 only adds a fallback where v1 held out nothing: here the same split
     return (f"the training state was saved with held-out split {scheme!r}, this turbospec splits by {SPLIT_SCHEME!r}: "
             "the held-out samples may include ones the saved run trained on, so its metrics may read high")
 
