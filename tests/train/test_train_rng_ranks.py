@@ -13,7 +13,9 @@ import os
 import signal
 import socket
 import sys
+import time
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -137,7 +139,14 @@ def test_a_resumed_two_process_dflash_run_equals_an_uninterrupted_one(tmp_path):
     rows = [{"prompt_token_ids": [100 + i, 7, 8, 9, 30 + i % 7, 5, 6],
              "completion_token_ids": [10, 11, 12, 40 + i % 5, 13, 14, 15, 16]} for i in range(40)]
     data = write_jsonl(tmp_path / "d.jsonl", rows)
-    mp.spawn(_worker, args=(_free_ports(3), str(target), str(data), str(tmp_path)), nprocs=2, join=True)
+    ctx = mp.spawn(_worker, args=(_free_ports(3), str(target), str(data), str(tmp_path)), nprocs=2, join=False)
+    deadline = time.monotonic() + 240                      # a hang must fail the suite, never stall it
+    while not ctx.join(timeout=2):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("the 2-process run did not finish in 240 s (logs: " + ", ".join(
+                (tmp_path / f"log.{r}").read_text()[-300:] for r in (0, 1)) + ")")
     res = [json.loads((tmp_path / f"res.{r}").read_text()) for r in (0, 1)]
     assert [(x["stopped"], x["interrupted"], x["resumed"]) for x in res] == [
         (2, "SIGTERM", 4), (2, "a signal to another rank", 4)]

@@ -15,6 +15,7 @@ Nothing heavy starts until the data has passed validation.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import time
 
@@ -317,6 +318,11 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
         if tb is not None and interrupted is None:
             log.print(tb.summary(elapsed0 + time.perf_counter() - t0, phases))
     if world > 1:
+        # the DDP wrapper goes first: its reducer held the last reference to the gloo process group, so the
+        # group's destructor ran when this function returned, joining a gloo thread that waited for the GIL
+        # this thread held (a hang seen in a 2-process CPU run)
+        del module
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
     return result
