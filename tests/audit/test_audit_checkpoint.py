@@ -54,17 +54,23 @@ def test_a_killed_audit_keeps_its_completed_levels(scripted_base, tmp_path):
     assert r["partial"] is True and len(r["run_id"]) == 32 and r["interrupted"] is False
 
 
+def _second_ctrl_c(proc) -> str:
+    """Two SIGINTs 0.2 s apart: the audit aborts with 130; its stderr."""
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = finish(proc)
+    assert proc.returncode == 130, err
+    return err
+
+
 def test_a_second_ctrl_c_says_which_levels_were_kept(scripted_base, tmp_path):
     # infodelay: after a level the audit asks /get_server_info (no /metrics counters), which answers after
     # 0.6 s: the second Ctrl-C lands there, after the first has stopped the level
     out = tmp_path / "a"
     proc = start(f"{scripted_base}/s/ttft=5,gap=20,nometrics=1,infodelay=600,tag=twice", out)
     wait_until((out / "results.json").exists, proc)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = finish(proc)
-    assert proc.returncode == 130, err
+    err = _second_ctrl_c(proc)
     assert (f"Aborted (second Ctrl-C): {out}/results.json holds the levels completed before the abort (concurrency "
             "4; marked partial); the level in progress and the reports were not written") in err.replace("\n", " ")
     r = json.loads((out / "results.json").read_text())
@@ -80,11 +86,7 @@ def test_an_abort_never_claims_an_earlier_audits_file(scripted_base, tmp_path):
     url = f"{scripted_base}/s/ttft=5,gap=20,nometrics=1,infodelay=600,tag=earlier"
     proc = start(url, out, "--overwrite")
     wait_until(lambda: len(httpx.get(f"{url}/log").json()) >= 4, proc)      # measuring level 1
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = finish(proc)
-    assert proc.returncode == 130, err
+    err = _second_ctrl_c(proc)
     assert (f"Aborted (second Ctrl-C): nothing measured by this run was written ({out}/results.json is an earlier "
             "audit's, left as it was)") in err.replace("\n", " ")
     assert (out / "results.json").read_text() == earlier

@@ -84,27 +84,28 @@ def test_a_state_of_this_split_or_of_sourceless_data_resumes_quietly(tiny_target
     assert "held-out split" not in capsys.readouterr().out
 
 
-def test_a_state_of_another_scheme_is_warned_about(tiny_target, tmp_path, capsys):
+def _resumed_log(tiny_target, tmp_path, capsys, scheme) -> str:
+    """Train 2 steps on regenerate-like data, mark the state as saved by `scheme`, resume to 3: the log."""
     data = write_jsonl(tmp_path / "regen.jsonl", _regen_rows())
     out = tmp_path / "run"
     loop.train(_cfg(tiny_target, data, out))
-    _mark_state(out, "by-length")
+    _mark_state(out, scheme)
     capsys.readouterr()
     loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))
-    assert (f"warning: --resume from {out / 'checkpoint'}: the training state was saved with held-out split "
-            f"'by-length', this turbospec splits by '{SPLIT_SCHEME}'") in capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_a_state_of_another_scheme_is_warned_about(tiny_target, tmp_path, capsys):
+    log = _resumed_log(tiny_target, tmp_path, capsys, "by-length")
+    assert (f"warning: --resume from {tmp_path / 'run' / 'checkpoint'}: the training state was saved with held-out "
+            f"split 'by-length', this turbospec splits by '{SPLIT_SCHEME}'") in log
 
 
 def test_a_v1_source_record_state_resumes_quietly_where_the_split_is_the_same(tiny_target, tmp_path, capsys):
     """"source-record" (v1) differs from v2 only where every record is larger than the split; for this data
     (3 samples a record, 9 held out) the two agree, so resuming such a state says nothing."""
-    data = write_jsonl(tmp_path / "regen.jsonl", _regen_rows())
-    out = tmp_path / "run"
-    loop.train(_cfg(tiny_target, data, out))
-    _mark_state(out, "source-record")
-    capsys.readouterr()
-    loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))
-    assert "held-out split" not in capsys.readouterr().out
+    log = _resumed_log(tiny_target, tmp_path, capsys, "source-record")
+    assert "held-out split" not in log and "resumed from" in log
 
 
 def test_v2_holds_out_a_record_where_v1_held_out_nothing(tiny_target, tmp_path):
