@@ -1,13 +1,18 @@
-"""The CUDA sources turbospec ships (kernels/csrc/) build with nvcc for sm_90a on this machine, and
+"""The CUDA sources turbospec ships (kernels/csrc/) build for sm_90a on this machine with nvcc, and
+with NVRTC where nvcc is absent (PyTorch's CUDA wheels bring libnvrtc; the CPU wheel does not), and
 every kernel name the Python side can launch is in the cubin (a name mismatch would otherwise show
-only on a GPU). The build's errors name the fix. Skipped where nvcc is absent."""
+only on a GPU). The build's errors name the fix. Each build is skipped where its compiler is absent
+(`pip install --target DIR nvidia-cuda-nvrtc` and DIR on PYTHONPATH runs the NVRTC ones)."""
 from __future__ import annotations
+
+import sys
 
 import pytest
 
-from turbospec.kernels import cubin
+from turbospec.kernels import cubin, nvrtc
 
 needs_nvcc = pytest.mark.skipif(cubin.find_nvcc() is None, reason="nvcc not installed")
+needs_nvrtc = pytest.mark.skipif(nvrtc.find() is None, reason="no libnvrtc found (nvidia-cuda-nvrtc)")
 
 
 def _fp8_gemv_names() -> list[str]:
@@ -32,13 +37,55 @@ def test_sources_build_and_hold_every_launched_kernel(tmp_path, monkeypatch):
     assert all(f"bf16_gemv_{v}".encode() in bf16 for vs in VARIANTS.values() for v in vs)
 
 
-def test_missing_nvcc_names_the_fix(tmp_path, monkeypatch):
+@needs_nvrtc
+def test_sources_build_with_nvrtc_where_nvcc_is_absent(tmp_path, monkeypatch):
     monkeypatch.setenv("TURBOSPEC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cubin, "find_nvcc", lambda: None)
-    with pytest.raises(RuntimeError, match="needs CUDA's nvcc .* unset TURBOSPEC_FP8_GEMV"):
+    out = cubin.build("fp8_gemv.cu")
+    assert out.name.endswith("-sm90a-nvrtc.cubin") and out.read_bytes()[:4] == b"\x7fELF"
+    missing = [n for n in _fp8_gemv_names() if n.encode() not in out.read_bytes()]
+    assert not missing, missing
+    from turbospec.kernels.bf16_gemv import VARIANTS
+    bf16 = cubin.build("bf16_gemv.cu").read_bytes()
+    assert all(f"bf16_gemv_{v}".encode() in bf16 for vs in VARIANTS.values() for v in vs)
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["bf16_gemv", "fp8_gemv"]   # no leftovers
+
+
+@needs_nvrtc
+def test_nvrtc_compile_error_shows_the_log(tmp_path):
+    lib, _ = nvrtc.find()
+    bad = tmp_path / "bad.cu"
+    bad.write_text('#include "gemv_common.cuh"\nextern "C" __global__ void k(int *p) { p[0] = undefined_name; }\n')
+    header = cubin.CSRC / "gemv_common.cuh"
+    with pytest.raises(RuntimeError, match=r"NVRTC could not compile bad.cu(.|\n)*undefined_name"):
+        nvrtc.compile_cubin(lib, bad, [header])
+
+
+def test_nvrtc_found_in_a_pip_wheel_layout(tmp_path, monkeypatch):
+    """nvidia-cuda-nvrtc's wheels: nvidia/cu13/lib (CUDA 13) or nvidia/cuda_nvrtc/lib (CUDA 12) under a
+    sys.path entry; the newest soname first, the .alt. builds skipped."""
+    for sub, names in (("cu13", ["libnvrtc.so.13", "libnvrtc.alt.so.13", "libnvrtc-builtins.so.13.0"]),
+                       ("cuda_nvrtc", ["libnvrtc.so.12"])):
+        lib = tmp_path / "nvidia" / sub / "lib"
+        lib.mkdir(parents=True)
+        for n in names:
+            (lib / n).write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    found = [p for p in nvrtc.candidates() if str(p).startswith(str(tmp_path))]
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+        "nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"]
+
+
+def test_missing_nvcc_and_nvrtc_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOSPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cubin, "find_nvcc", lambda: None)
+    monkeypatch.setattr(nvrtc, "find", lambda: None)
+    with pytest.raises(RuntimeError, match="needs CUDA's nvcc or NVRTC 12\\+ .*nvidia-cuda-nvrtc.* unset "
+                                           "TURBOSPEC_FP8_GEMV"):
         cubin.build("fp8_gemv.cu")
-    with pytest.raises(RuntimeError, match="TURBOSPEC_BF16_GEMV=1 needs CUDA's nvcc"):
+    with pytest.raises(RuntimeError, match="TURBOSPEC_BF16_GEMV=1 needs CUDA's nvcc or NVRTC"):
         cubin.build("bf16_gemv.cu")
+    assert not any(tmp_path.iterdir())
 
 
 @needs_nvcc

@@ -1,5 +1,5 @@
-"""A CUDA C++ source of turbospec's (kernels/csrc/) built with nvcc for sm_90a on first use and
-launched through the driver API (ctypes on libcuda), on torch's current stream of the kernel's
+"""A CUDA C++ source of turbospec's (kernels/csrc/) built with nvcc or NVRTC for sm_90a on first use
+and launched through the driver API (ctypes on libcuda), on torch's current stream of the kernel's
 device, so that CUDA graphs capture it; with PDL (kernels/pdl.py's contract) when asked. Used by
 the opt-in GEMVs (kernels/fp8_gemv.py, kernels/bf16_gemv.py)."""
 from __future__ import annotations
@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+
+from turbospec.kernels import nvrtc
 
 CSRC = Path(__file__).parent / "csrc"
 _SWITCHES = {"fp8_gemv.cu": "TURBOSPEC_FP8_GEMV", "bf16_gemv.cu": "TURBOSPEC_BF16_GEMV"}     # what turns each on
@@ -30,33 +32,41 @@ def find_nvcc() -> str | None:
 def build(source: str | Path) -> Path:
     """csrc/`source` (or a path: the probes' baselines) compiled to a cubin for sm_90a, cached by the
     hash of the source and csrc's headers (a concurrent build cannot tear it: written aside, then
-    renamed)."""
+    renamed). With nvcc where it is installed, else with NVRTC (kernels/nvrtc.py: PyTorch's CUDA
+    wheels bring it); the cache name says which."""
     src = CSRC / source
+    headers = sorted(src.parent.glob("*.cuh"))             # what it may include: a change rebuilds it
     h = hashlib.sha256(src.read_bytes())
-    for header in sorted(CSRC.glob("*.cuh")):              # what it may include: a change rebuilds it
+    for header in headers:
         h.update(header.read_bytes())
     digest = h.hexdigest()[:16]
-    out = cache_dir() / f"{src.stem}-{digest}-sm90a.cubin"
+    nvcc = find_nvcc()
+    out = cache_dir() / f"{src.stem}-{digest}-sm90a{'' if nvcc else '-nvrtc'}.cubin"
     if out.exists():
         return out
-    nvcc = find_nvcc()
-    if nvcc is None:
+    found = None if nvcc else nvrtc.find()
+    if nvcc is None and found is None:
         switch = _SWITCHES.get(str(source), "this kernel")
-        raise RuntimeError(f"{switch}=1 needs CUDA's nvcc to build turbospec/kernels/csrc/{source} once: "
-                           f"install the CUDA toolkit (or put nvcc on PATH), or unset {switch}")
+        raise RuntimeError(f"{switch}=1 needs CUDA's nvcc or NVRTC {nvrtc.MIN_VERSION[0]}+ (libnvrtc, which "
+                           f"PyTorch's CUDA wheels install as nvidia-cuda-nvrtc) to build "
+                           f"turbospec/kernels/csrc/{source} once: neither was found. Install the CUDA toolkit, "
+                           f"or `pip install nvidia-cuda-nvrtc`, or unset {switch}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RuntimeError(f"cannot write the kernel cache {out.parent} ({e}): set TURBOSPEC_CACHE_DIR to a "
                            "writable directory") from e
-    print(f"turbospec: building {src} for sm_90a with {nvcc} (once; cached in {out.parent})",
-          file=sys.stderr)
+    tool = nvcc or f"NVRTC {found[1][0]}.{found[1][1]}"
+    print(f"turbospec: building {src} for sm_90a with {tool} (once; cached in {out.parent})", file=sys.stderr)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         tmp_out = Path(tmp) / out.name
-        cmd = [nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(tmp_out), str(src)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise RuntimeError(f"building {source} failed ({' '.join(cmd)}):\n{res.stderr[-2000:]}")
+        if nvcc:
+            cmd = [nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(tmp_out), str(src)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise RuntimeError(f"building {source} failed ({' '.join(cmd)}):\n{res.stderr[-2000:]}")
+        else:
+            tmp_out.write_bytes(nvrtc.compile_cubin(found[0], src, headers))
         os.replace(tmp_out, out)
     return out
 

@@ -13,11 +13,11 @@
 #include "gemv_common.cuh"
 
 template <int NT, bool PIPE>
-__device__ __forceinline__ void stripe_dot_bf16(const __nv_bfloat16 *__restrict__ rg, const __nv_bfloat16 *__restrict__ rg8,
-                                                const __nv_bfloat16 *__restrict__ x, int M, int stride_xm, int kb0,
+__device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
+                                                const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
                                                 int kb1, float (&acc)[NT][4]) {
   using Buf = KBlock<8, NT>;
-  const __nv_bfloat16 *xl[NT];
+  const bf16_t *xl[NT];
   lane_x<NT, 1>(xl, x, M, stride_xm);
   auto load = [&](int kb, Buf &buf) {
 #pragma unroll
@@ -44,14 +44,14 @@ __device__ __forceinline__ void stripe_dot_bf16(const __nv_bfloat16 *__restrict_
 }
 
 template <int WARPS, int NT, bool PIPE>
-__device__ __forceinline__ void bf16_gemv_body(const __nv_bfloat16 *__restrict__ w, const __nv_bfloat16 *__restrict__ x,
-                                               __nv_bfloat16 *__restrict__ out, int M, int N, int K, int stride_xm,
+__device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, const bf16_t *__restrict__ x,
+                                               bf16_t *__restrict__ out, int M, int N, int K, int stride_xm,
                                                int stride_om) {
   const int stripe = blockIdx.x, kblocks = K / 128;
   int kb0, kb1;
   warp_k_range<WARPS>(kblocks, kb0, kb1);
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  const __nv_bfloat16 *rg = w + ((size_t)stripe * 16 + g) * K + 8 * t;
+  const bf16_t *rg = w + ((size_t)stripe * 16 + g) * K + 8 * t;
   float acc[NT][4] = {};
   stripe_dot_bf16<NT, PIPE>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc);
   __shared__ float red[WARPS * NT * 128];
@@ -61,7 +61,7 @@ __device__ __forceinline__ void bf16_gemv_body(const __nv_bfloat16 *__restrict__
 
 #define BF16_GEMV(W, NT, P)                                                                           \
   extern "C" __global__ void __launch_bounds__(W * 32) bf16_gemv_w##W##_nt##NT##_p##P(                 \
-      const __nv_bfloat16 *w, const __nv_bfloat16 *x, __nv_bfloat16 *out, int M, int N, int K, int stride_xm, \
+      const bf16_t *w, const bf16_t *x, bf16_t *out, int M, int N, int K, int stride_xm, \
       int stride_om) {                                                                                 \
     pdl_wait();                                                                                      \
     bf16_gemv_body<W, NT, P>(w, x, out, M, N, K, stride_xm, stride_om);                              \

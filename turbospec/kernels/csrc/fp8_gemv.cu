@@ -27,11 +27,8 @@ __device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t w, uint32_t &lo, uint32
 }
 
 __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
-  // v * 2^64 in bf16x2 (exact)
-  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&v);
-  __nv_bfloat162 s = __floats2bfloat162_rn(18446744073709551616.0f, 18446744073709551616.0f);
-  __nv_bfloat162 r = __hmul2(x, s);
-  return *reinterpret_cast<uint32_t *>(&r);
+  // v * 2^64 in bf16x2 (exact): 0x5F80 is 2^64 in bf16
+  return mul_bf16x2(v, 0x5F805F80u);
 }
 
 // acc[NT][4] += this lane's share of x[:, kb0 * 128 : kb1 * 128] @ W_stripe.T for one 16-row stripe
@@ -40,11 +37,11 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
 // 128-row blocks). PIPE: two register buffers, each block's loads issued one block ahead of its use.
 template <int NT, bool PIPE>
 __device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
-                                           const __nv_bfloat16 *__restrict__ x, int M, int stride_xm, int kb0,
+                                           const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
                                            int kb1, const float *__restrict__ sg, const float *__restrict__ s8,
                                            float (&acc)[NT][4]) {
   using Buf = KBlock<4, NT>;
-  const __nv_bfloat16 *xl[NT];
+  const bf16_t *xl[NT];
   lane_x<NT, 2>(xl, x, M, stride_xm);
   auto load = [&](int kb, Buf &buf) {
     const uint8_t *a = rg + (size_t)kb * 128, *b = rg8 + (size_t)kb * 128;
@@ -93,8 +90,8 @@ __device__ __forceinline__ const uint8_t *lane_row(const uint8_t *w, size_t r, i
 
 // Dense: block = one 16-row stripe, its K blocks split between the WARPS warps (contiguous ranges).
 template <int WARPS, int NT, bool PIPE>
-__device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const __nv_bfloat16 *__restrict__ x,
-                                          const float *__restrict__ scale, __nv_bfloat16 *__restrict__ out,
+__device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const bf16_t *__restrict__ x,
+                                          const float *__restrict__ scale, bf16_t *__restrict__ out,
                                           int M, int N, int K, int stride_xm, int stride_om, int stride_sn) {
   const int stripe = blockIdx.x, kblocks = K / 128;
   int kb0, kb1;
@@ -111,7 +108,7 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const _
 
 #define GEMV(W, NT, P)                                                                                \
   extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P(                  \
-      const uint8_t *w, const __nv_bfloat16 *x, const float *scale, __nv_bfloat16 *out, int M, int N,   \
+      const uint8_t *w, const bf16_t *x, const float *scale, bf16_t *out, int M, int N,   \
       int K, int stride_xm, int stride_om, int stride_sn) {                                            \
     pdl_wait();                                                                                      \
     gemv_body<W, NT, P>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);                  \
@@ -134,9 +131,9 @@ GEMV(8, 2, 0)
 // rows g) and up rows I+8s..I+8s+7 (as rows g + 8), so silu(gate) * up is in one lane.
 // inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
 template <int WARPS, bool PIPE>
-__device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const __nv_bfloat16 *__restrict__ x,
+__device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                           const float *__restrict__ s13, const int *__restrict__ ids,
-                                          __nv_bfloat16 *__restrict__ inter, int I, int H, int stride_se,
+                                          bf16_t *__restrict__ inter, int I, int H, int stride_se,
                                           int stride_sn, int top_k, int stride_x) {
   const int stripe = blockIdx.x, slot = blockIdx.y;
   x += (size_t)(slot / top_k) * stride_x;
@@ -154,16 +151,16 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const
   warp_sum<WARPS, 1>(acc, red);
   if (warp == 0 && t == 0) {                                       // token 0: acc 0 = gate, acc 2 = up
     const float gt = acc[0][0], up = acc[0][2];
-    inter[(size_t)slot * I + stripe * 8 + g] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
+    inter[(size_t)slot * I + stripe * 8 + g] = f2bf(gt / (1.0f + __expf(-gt)) * up);
   }
 }
 
 // GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
 // out[token, H] = sum over its slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
 template <int TOPK, bool PIPE>
-__device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const __nv_bfloat16 *__restrict__ inter,
+__device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                           const float *__restrict__ s2, const int *__restrict__ ids,
-                                          const float *__restrict__ tw, __nv_bfloat16 *__restrict__ out, int H,
+                                          const float *__restrict__ tw, bf16_t *__restrict__ out, int H,
                                           int I, int stride_se, int stride_sn, int stride_o) {
   const int stripe = blockIdx.x, token = blockIdx.y;
   ids += token * TOPK;
@@ -178,19 +175,19 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const 
   float acc[1][4] = {};
   stripe_dot<1, PIPE>(rg, rg + (size_t)8 * I, inter + (size_t)slot * I, 1, 0, 0, kblocks, srow, srow, acc);
   const float w = __ldg(tw + slot);
-  acc[0][0] = __bfloat162float(__float2bfloat16_rn(acc[0][0] * w));  // each slot's row rounded, as moe_sum
-  acc[0][2] = __bfloat162float(__float2bfloat16_rn(acc[0][2] * w));
+  acc[0][0] = bf2f(f2bf(acc[0][0] * w));  // each slot's row rounded, as moe_sum
+  acc[0][2] = bf2f(f2bf(acc[0][2] * w));
   __shared__ float red[TOPK * 128];
   warp_sum<TOPK, 1>(acc, red);
   if (slot == 0 && t == 0) {
-    out[stripe * 16 + g] = __float2bfloat16_rn(acc[0][0]);
-    out[stripe * 16 + g + 8] = __float2bfloat16_rn(acc[0][2]);
+    out[stripe * 16 + g] = f2bf(acc[0][0]);
+    out[stripe * 16 + g + 8] = f2bf(acc[0][2]);
   }
 }
 
 #define MOE1(W, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1_w##W##_p##P(                          \
-      const uint8_t *w13, const __nv_bfloat16 *x, const float *s13, const int *ids, __nv_bfloat16 *inter, \
+      const uint8_t *w13, const bf16_t *x, const float *s13, const int *ids, bf16_t *inter, \
       int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {                           \
     pdl_wait();                                                                                      \
     moe1_body<W, P>(w13, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x);           \
@@ -202,8 +199,8 @@ MOE1(8, 0)
 
 #define MOE2(K, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
-      const uint8_t *w2, const __nv_bfloat16 *inter, const float *s2, const int *ids, const float *tw, \
-      __nv_bfloat16 *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
+      const uint8_t *w2, const bf16_t *inter, const float *s2, const int *ids, const float *tw, \
+      bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
     pdl_wait();                                                                                      \
     moe2_body<K, P>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);               \
   }

@@ -1,7 +1,32 @@
 // Shared by the CUDA GEMVs (fp8_gemv.cu, bf16_gemv.cu): PDL, the bf16 MMA, the warp-order sum.
 #pragma once
-#include <cuda_bf16.h>
+// No CUDA header: NVRTC, which builds these sources where nvcc is absent (kernels/cubin.py), ships
+// none. The kernels need a bf16 storage type and three conversions, written as the PTX that
+// cuda_bf16.h emits for sm_90.
+#ifdef __CUDACC_RTC__
+typedef unsigned char uint8_t;
+typedef unsigned int uint32_t;
+#else
 #include <stdint.h>
+#endif
+
+struct __align__(2) bf16_t {
+  unsigned short x;
+};
+
+__device__ __forceinline__ bf16_t f2bf(float f) {   // round to nearest even
+  bf16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(f));
+  return r;
+}
+
+__device__ __forceinline__ float bf2f(bf16_t h) { return __uint_as_float((uint32_t)h.x << 16); }
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("mul.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
 
 // PDL (kernels/pdl.py's contract): wait for the predecessor, then release the successor. Both are
 // no-ops in a launch without the programmatic-serialization attribute.
@@ -63,7 +88,7 @@ __device__ __forceinline__ constexpr int x_off(int i) {
 
 // The lane's x rows: token 8n + g of each tile, advanced by 8Pt (nullptr past M).
 template <int NT, int P>
-__device__ __forceinline__ void lane_x(const __nv_bfloat16 *(&xl)[NT], const __nv_bfloat16 *__restrict__ x, int M,
+__device__ __forceinline__ void lane_x(const bf16_t *(&xl)[NT], const bf16_t *__restrict__ x, int M,
                                        int stride_xm) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -72,7 +97,7 @@ __device__ __forceinline__ void lane_x(const __nv_bfloat16 *(&xl)[NT], const __n
 
 // x[m, kb * 128 + 8Pt + x_off<P>(i) : + 8] for i = 0..3 and each tile's lane row (zeros past M).
 template <int NT, int P>
-__device__ __forceinline__ void load_x(uint4 (&xd)[NT][4], const __nv_bfloat16 *const (&xl)[NT], int kb) {
+__device__ __forceinline__ void load_x(uint4 (&xd)[NT][4], const bf16_t *const (&xl)[NT], int kb) {
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const uint4 *xr = reinterpret_cast<const uint4 *>(xl[n] + kb * 128);   // one address, constant offsets
@@ -118,19 +143,19 @@ __device__ __forceinline__ void warp_k_range(int kblocks, int &kb0, int &kb1) {
 // Warp 0's summed tile to out: acc 0 = (row g, token 2t), 1 = (row g, 2t + 1), 2 = (row g + 8, 2t),
 // 3 = (row g + 8, 2t + 1), rows of 16-row stripe `stripe`, tokens 8n + .. of tile n (only < M).
 template <int NT>
-__device__ __forceinline__ void store_rows(const float (&acc)[NT][4], __nv_bfloat16 *__restrict__ out, int M,
+__device__ __forceinline__ void store_rows(const float (&acc)[NT][4], bf16_t *__restrict__ out, int M,
                                            int stride_om, int stripe) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const int m0 = n * 8 + 2 * t, row = stripe * 16 + g;
     if (m0 < M) {
-      out[(size_t)m0 * stride_om + row] = __float2bfloat16_rn(acc[n][0]);
-      out[(size_t)m0 * stride_om + row + 8] = __float2bfloat16_rn(acc[n][2]);
+      out[(size_t)m0 * stride_om + row] = f2bf(acc[n][0]);
+      out[(size_t)m0 * stride_om + row + 8] = f2bf(acc[n][2]);
     }
     if (m0 + 1 < M) {
-      out[(size_t)(m0 + 1) * stride_om + row] = __float2bfloat16_rn(acc[n][1]);
-      out[(size_t)(m0 + 1) * stride_om + row + 8] = __float2bfloat16_rn(acc[n][3]);
+      out[(size_t)(m0 + 1) * stride_om + row] = f2bf(acc[n][1]);
+      out[(size_t)(m0 + 1) * stride_om + row + 8] = f2bf(acc[n][3]);
     }
   }
 }
