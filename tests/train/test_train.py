@@ -111,7 +111,7 @@ def test_init_from_an_export_starts_from_its_weights(method, tiny_target, code_j
     assert abs(fresh["heldout"]["loss"] - first["heldout"]["loss"]) > 1e-2
     info = json.load(open(tmp_path / "b" / "training_info.json"))
     assert info["config"]["init_from"] == str(tmp_path / "a")
-    with pytest.raises(ValueError, match="does not match this drafter"):
+    with pytest.raises(ValueError, match=f"does not fit the {method} drafter this run builds"):
         train(TrainConfig(steps=1, out=str(tmp_path / "d"), init_from=str(tmp_path / "a"),
                           **{**kw, "shape": DraftShape(num_layers=2)}))
     with pytest.raises(ValueError, match="exclude each other"):

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from turbospec.config import ModelConfig
 from turbospec.models.dflash_config import DFlashConfig, choose_mask_token_id, default_target_layer_ids
 from turbospec.models.dflash_draft import DFlashDraftModel
 from turbospec.train.config import TrainConfig
@@ -52,17 +53,15 @@ def dflash_target_layers(num_target_layers: int, num_draft_layers: int,
     return tuple(sorted({int(round(1 + (L - 2) * j / max(n - 1, 1))) for j in range(n)}))
 
 
-def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFlashDraftModel:
-    tc, s, o = target.config, cfg.shape, cfg.dflash
+def dflash_draft_config(cfg: TrainConfig, tc: ModelConfig, aux_layers: tuple[int, ...], mask_id: int
+                        ) -> DFlashConfig:
+    """The drafter this run builds, from the target's config.json alone (no weights): the loop
+    checks an --init-from checkpoint against it before the target loads (init_from.py)."""
+    s, o = cfg.shape, cfg.dflash
     if s.hidden_size not in (0, tc.hidden_size):
         raise ValueError(f"DraftShape.hidden_size={s.hidden_size}: a DFlash drafter uses the target's embedding and "
                          f"lm_head, so its width must be the target's {tc.hidden_size} (leave it at 0)")
     heads, kv = s.heads(tc.num_attention_heads, tc.num_key_value_heads)
-    mask_id = o.mask_token_id
-    if mask_id is None:
-        pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
-        pad = pad if pad is not None else tc.raw.get("pad_token_id")
-        mask_id = choose_mask_token_id(tc.vocab_size, len(tokenizer) if tokenizer is not None else None, pad)
     if not 0 <= mask_id < tc.vocab_size:
         raise ValueError(f"--mask-token-id {mask_id} is outside the target vocabulary [0, {tc.vocab_size})")
     n = s.num_layers
@@ -72,14 +71,23 @@ def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFla
         raise ValueError(f"--head-dim {head_dim}: the target rotates {tc.rope.partial_rotary_factor:g} of each head, "
                          f"{rotated} dimensions of this width, which do not split into two equal halves; pick a "
                          "width whose rotated share is an even number (the target's own is one)")
-    dcfg = DFlashConfig(
+    return DFlashConfig(
         hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
         head_dim=head_dim, intermediate_size=s.intermediate_size or tc.intermediate_size,
         num_hidden_layers=n, rms_norm_eps=tc.rms_norm_eps, vocab_size=tc.vocab_size, rope=tc.rope,
         block_size=o.block_size, mask_token_id=int(mask_id),
-        target_layer_ids=tuple(i - 1 for i in target.aux_layers), num_target_layers=tc.num_hidden_layers,
+        target_layer_ids=tuple(i - 1 for i in aux_layers), num_target_layers=tc.num_hidden_layers,
         target_hidden_size=tc.hidden_size, causal=(False,) * n, sliding_window=(None,) * n,
         max_position_embeddings=tc.max_position_embeddings)
+
+
+def build_dflash_draft(cfg: TrainConfig, target: TargetModel, tokenizer) -> DFlashDraftModel:
+    tc, mask_id = target.config, cfg.dflash.mask_token_id
+    if mask_id is None:
+        pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
+        pad = pad if pad is not None else tc.raw.get("pad_token_id")
+        mask_id = choose_mask_token_id(tc.vocab_size, len(tokenizer) if tokenizer is not None else None, pad)
+    dcfg = dflash_draft_config(cfg, tc, target.aux_layers, mask_id)
     with torch.device(target.device):
         draft = DFlashDraftModel(dcfg)
     with torch.no_grad():

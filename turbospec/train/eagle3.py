@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turbospec.config import RopeConfig
+from turbospec.config import ModelConfig, RopeConfig
 from turbospec.models.eagle3_config import Eagle3Config, default_aux_layers
 from turbospec.models.eagle3_draft import Eagle3DraftModel
 from turbospec.train.config import TrainConfig
@@ -51,15 +51,21 @@ def eagle3_target_layers(num_target_layers: int, requested: tuple[int, ...] | No
     return tuple(sorted(int(round(1 + (hi - 1) * t)) for t in (0.0, 0.5, 1.0)))
 
 
-def _draft_shape(cfg: TrainConfig, target: TargetModel) -> dict:
-    tc, s = target.config, cfg.shape
+def eagle3_draft_config(cfg: TrainConfig, tc: ModelConfig, aux_layers: tuple[int, ...]) -> Eagle3Config:
+    """The drafter this run builds, from the target's config.json alone (no weights): the loop
+    checks an --init-from checkpoint against it before the target loads (init_from.py)."""
+    s = cfg.shape
     if s.hidden_size not in (0, tc.hidden_size):
         raise ValueError(f"DraftShape.hidden_size={s.hidden_size}: the drafter shares the target's embedding, so its "
                          f"width must equal the target hidden size {tc.hidden_size} (leave it at 0)")
     heads, kv = s.heads(tc.num_attention_heads, tc.num_key_value_heads)
-    return dict(hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv,
-                head_dim=s.head_width(tc), intermediate_size=s.intermediate_size or tc.intermediate_size,
-                num_hidden_layers=s.num_layers, rms_norm_eps=tc.rms_norm_eps)
+    return Eagle3Config(
+        hidden_size=tc.hidden_size, num_attention_heads=heads, num_key_value_heads=kv, head_dim=s.head_width(tc),
+        intermediate_size=s.intermediate_size or tc.intermediate_size, num_hidden_layers=s.num_layers,
+        rms_norm_eps=tc.rms_norm_eps, vocab_size=tc.vocab_size,
+        draft_vocab_size=min(cfg.eagle3.draft_vocab_size, tc.vocab_size),     # as build_draft_vocab caps it
+        target_hidden_size=tc.hidden_size, rope=RopeConfig(theta=tc.rope.theta),
+        max_position_embeddings=tc.max_position_embeddings, aux_layer_ids=tuple(aux_layers))
 
 
 def build_eagle3_draft(cfg: TrainConfig, target: TargetModel, label_counts: torch.Tensor
@@ -67,10 +73,8 @@ def build_eagle3_draft(cfg: TrainConfig, target: TargetModel, label_counts: torc
     """A fresh drafter (fp32, on the target's device) and the draft vocabulary `used` [Vd]."""
     tc = target.config
     used, d2t, t2d = build_draft_vocab(label_counts, cfg.eagle3.draft_vocab_size, always=tuple(tc.eos_token_ids))
-    dcfg = Eagle3Config(vocab_size=tc.vocab_size, draft_vocab_size=used.numel(),
-                        target_hidden_size=tc.hidden_size, rope=RopeConfig(theta=tc.rope.theta),
-                        max_position_embeddings=tc.max_position_embeddings,
-                        aux_layer_ids=target.aux_layers, **_draft_shape(cfg, target))
+    dcfg = eagle3_draft_config(cfg, tc, target.aux_layers)
+    assert dcfg.draft_vocab_size == used.numel()          # the shapes init_from.py checks before the target loads
     with torch.device(target.device):
         draft = Eagle3DraftModel(dcfg, with_embeddings=False, with_lm_head=True)
     with torch.no_grad():

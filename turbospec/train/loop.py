@@ -33,6 +33,7 @@ from turbospec.train.evaluate import (autocast_for, evaluate_heldout, report_tru
 from turbospec.train.export import export_drafter
 from turbospec.train.feature_cache import FeatureCache, cache_key, cached_features, check_cache_dir
 from turbospec.train.features import TargetModel
+from turbospec.train.init_from import check_init_from
 from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
 from turbospec.train.out_dirs import make_writable_dirs, remove_empty_dirs
@@ -40,8 +41,7 @@ from turbospec.train.progress import Log, fmt, line_due, train_line
 from turbospec.train.recipes import adopt_loaded_vocab, build_recipe, capture_layers
 from turbospec.train.rng_state import gather_rng_states
 from turbospec.train.resume import resume_run
-from turbospec.train.state import (check_init_from_target, init_from_export, lr_at, make_optimizer, save_state,
-                                   set_lr, warmup_warning)
+from turbospec.train.state import init_from_export, lr_at, make_optimizer, save_state, set_lr, warmup_warning
 
 
 def train(cfg: TrainConfig, progress: dict | None = None) -> dict:
@@ -68,14 +68,14 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     tcfg = ModelConfig.from_pretrained(cfg.target)
-    if cfg.init_from:                    # a drafter for another target: refused before the data is read
-        check_init_from_target(cfg.init_from, cfg.method, cfg.target, tcfg)
     if cfg.max_seq_len is None:
         cfg.max_seq_len = min(1024, tcfg.max_position_embeddings)
     if cfg.max_seq_len > tcfg.max_position_embeddings:
         raise ValueError(f"--max-seq-len {cfg.max_seq_len} exceeds the target's context "
                          f"{tcfg.max_position_embeddings}: lower it")
     layers = capture_layers(cfg, tcfg)
+    if cfg.init_from:                    # a drafter that does not fit: refused before the data is read
+        check_init_from(cfg, tcfg, layers)
     tdtype = resolve_dtype(parse_dtype(cfg.target_dtype) if cfg.target_dtype else None, tcfg.dtype, device)
     key = cache_key(cfg, layers, tdtype) if cfg.feature_cache else None
     if key is not None:                  # another run's cache: refused before the data pass
@@ -84,7 +84,7 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
     ds, report = load_dataset(cfg.data, tokenizer, tcfg.vocab_size, cfg.max_seq_len, cfg.truncate,
                               cfg.loss_on_prompt, cfg.chat_template)
     if rank == 0:                        # after the data passed: a bad line leaves no empty --out behind
-        created += make_writable_dirs(cfg)
+        make_writable_dirs(cfg, created)
     train_ds, heldout = split_heldout(ds, cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
     per_epoch = batches_per_epoch(train_ds, cfg.batch_size, world)
     budget = cfg.max_minutes * 60 if cfg.max_minutes else None

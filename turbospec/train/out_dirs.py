@@ -11,7 +11,8 @@ Never overwrite earlier work silently, and never someone else's model at all:
 - a turbospec export of this method and target, or a training state, already there is continued
   (--resume) or replaced on request (--overwrite, which says what it replaces: `replaced_line`),
   nothing else.
-Nothing is created here: the run creates the directories once the data has passed validation.
+`check_out` creates nothing; `make_writable_dirs` makes the directories once the data has passed
+validation, and `remove_empty_dirs` takes back the ones it made when the run fails before writing.
 """
 from __future__ import annotations
 
@@ -198,25 +199,40 @@ def _check_creatable(flag: str, path: str) -> None:
                          "writable directory")
 
 
-def make_writable_dirs(cfg) -> list[str]:
+def make_writable_dirs(cfg, created: list[str]) -> None:
     """Create --out and the checkpoint directory once the data has passed (check_out checked that
     they can be), so that a path that cannot be written fails before training, not when the first
-    checkpoint or the export is due. Returns the directories it created (parents included), for
-    `remove_empty_dirs` when the run fails before writing anything."""
-    created: list[str] = []
+    checkpoint or the export is due. Each directory it makes (parents included) is appended to
+    `created` as soon as it exists, so that `remove_empty_dirs(created)` also undoes a failure part
+    way (a --checkpoint-dir that cannot be made inside the --out just made); a directory that
+    existed before, or that another process made meanwhile, is never listed."""
     for flag, path in (("--out", cfg.out), ("--checkpoint-dir", cfg.state_dir)):
-        new, p = [], os.path.abspath(path)
+        missing, p = [], os.path.abspath(path)
+        shown = (lambda q: q) if os.path.isabs(path) else os.path.relpath     # as the flag gave it
         while not os.path.exists(p):
-            new.append(p)
+            missing.append(p)
             p = os.path.dirname(p)
-        try:
-            os.makedirs(path, exist_ok=True)
-            created += reversed(new)
-        except OSError as e:
-            raise ValueError(f"{flag} {path!r} cannot be created ({e.strerror}): pass a writable directory") from None
+        for d in reversed(missing):                       # the outermost first
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                if os.path.isdir(d):                      # made meanwhile by another process: not ours
+                    continue
+                raise ValueError(f"{flag} {path!r} cannot be created: {shown(d)!r} exists and is not a directory; pass "
+                                 "another path, or move that file away") from None
+            except OSError as e:
+                parent = os.path.dirname(d)
+                if os.path.exists(parent) and not os.path.isdir(parent):
+                    why = f"{shown(parent)!r} is a file, not a directory"
+                else:
+                    why = e.strerror if d == os.path.abspath(path) else f"making {shown(d)!r} failed: {e.strerror}"
+                raise ValueError(f"{flag} {path!r} cannot be created ({why}): pass a directory path you can "
+                                 "write") from None
+            created.append(d)
+        if not os.path.isdir(path):                       # a file put there since check_out
+            raise ValueError(f"{flag} {path!r} is a file: pass a directory (it is created if missing)")
         if not os.access(path, os.W_OK | os.X_OK):
             raise ValueError(f"{flag} {path!r} is not writable: pass a writable directory")
-    return created
 
 
 def remove_empty_dirs(created: list[str]) -> None:

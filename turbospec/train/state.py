@@ -14,7 +14,6 @@ uninterrupted one would have.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import NamedTuple
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 
 from turbospec.train.config import STATE_FILE
+from turbospec.train.init_from import shape_options
 from turbospec.train.rng_state import restore_rng, rng_entry
 
 
@@ -110,45 +110,6 @@ def load_state(path_dir: str, draft: nn.Module, opt: torch.optim.Optimizer, anch
                    rng_warning)
 
 
-def check_init_from_target(draft_dir: str, method: str, target: str, target_config) -> None:
-    """Refuse, before any data is read or the target loaded, an --init-from drafter trained for
-    another target: its config.json records the target's vocabulary, the width of the target
-    features it reads and the captured layers; each must fit `target_config` (a ModelConfig)."""
-    from turbospec.models.draft_layers import read_config
-    if method == "eagle3":
-        from turbospec.models.eagle3_config import ARCHITECTURE, Eagle3Config as Config
-    else:
-        from turbospec.models.dflash_config import ARCHITECTURE, DFlashConfig as Config
-    raw = read_config(draft_dir)
-    archs = raw.get("architectures") or []
-    if archs and ARCHITECTURE not in archs:          # e.g. a DFlash drafter given to `train eagle3`
-        other = "dflash" if any("DFlash" in a for a in archs) else "eagle3" if any("Eagle3" in a for a in archs) else None
-        fix = f"run `train {other} --init-from` with it, or " if other else ""
-        raise ValueError(f"--init-from {draft_dir!r} is a {archs[0]!r}, not a {method} drafter ({ARCHITECTURE}): "
-                         f"{fix}pass a {method} drafter's directory")
-    try:
-        dc = Config.from_dict(raw)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"--init-from {draft_dir!r}: not a loadable {method} drafter ({e})") from None
-    L = target_config.num_hidden_layers
-    layers = dc.target_layers() if method == "dflash" else dc.aux_layer_ids or ()   # eagle3 None: the default
-    if (dc.vocab_size, dc.target_hidden_size) == (target_config.vocab_size, target_config.hidden_size) \
-            and all(0 <= i <= L for i in layers):
-        return
-    trained_for = ""
-    try:
-        with open(os.path.join(draft_dir, "training_info.json")) as f:
-            trained_for = f" (its training_info.json names {json.load(f)['target']!r})"
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    raise ValueError(
-        f"--init-from {draft_dir!r} was trained for another target: it reads target features of hidden size "
-        f"{dc.target_hidden_size}, vocab_size {dc.vocab_size}, layers {list(layers) or 'the default'}; --target "
-        f"{target!r} has hidden size {target_config.hidden_size}, vocab_size {target_config.vocab_size}, "
-        f"{L} layers. Pass the --target it was trained for{trained_for}, or leave --init-from out to train "
-        "from scratch")
-
-
 def init_from_export(draft_dir: str, draft: nn.Module, method: str) -> None:
     """Copy an exported drafter's weights (our export, SpecForge or z-lab layout) into `draft`.
 
@@ -166,27 +127,13 @@ def init_from_export(draft_dir: str, draft: nn.Module, method: str) -> None:
     src, own = loaded.state_dict(), draft.state_dict()
     diff = _differences(src, own)
     if diff:
-        want, have = _shape_options(loaded.config, method), _shape_options(draft.config, method)
+        want, have = shape_options(loaded.config, method), shape_options(draft.config, method)
         fix = " ".join(f"{k} {v}" for k, v in want.items() if have.get(k) != v)
         raise ValueError(f"--init-from {draft_dir!r} does not match this drafter ({diff}): pass the shape options "
                          f"it was trained with{': ' + fix if fix else ''} (its config.json / training_info.json)")
     with torch.no_grad():
         for n, t in own.items():
             t.copy_(src[n].to(t.dtype))
-
-
-def _shape_options(dc, method: str) -> dict[str, str]:
-    """The training options that decide a drafter's tensor shapes, as its config gives them."""
-    opts = {"--num-layers": dc.num_hidden_layers, "--intermediate-size": dc.intermediate_size,
-            "--num-attention-heads": dc.num_attention_heads, "--num-key-value-heads": dc.num_key_value_heads,
-            "--head-dim": dc.head_dim}
-    if method == "dflash":
-        opts |= {"--block-size": dc.block_size, "--target-layers": ",".join(map(str, dc.target_layers()))}
-    else:
-        opts["--draft-vocab-size"] = dc.draft_vocab_size
-        if dc.aux_layer_ids is not None:
-            opts["--target-layers"] = ",".join(map(str, dc.aux_layer_ids))
-    return {k: str(v) for k, v in opts.items()}
 
 
 def _differences(src: dict, own: dict) -> str:
