@@ -16,8 +16,10 @@ class CompletionOutput:
     text: str
     token_ids: list[int]
     logprobs: list[dict] | None = None     # per token: {token_id: Logprob}
-    finish_reason: str | None = None       # "stop" | "length" | "abort"
-    stop_reason: str | int | None = None   # the stop string or stop token id that ended it
+    finish_reason: str | None = None       # "stop" | "length" | "abort" | "error"
+    # the stop string or stop token id that ended it; with "error" (vLLM's finish reason for a
+    # request the engine could not go on with: here a grammar llguidance failed on), why, in words
+    stop_reason: str | int | None = None
 
     @property
     def cumulative_logprob(self) -> float | None:

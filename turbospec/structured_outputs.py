@@ -13,6 +13,9 @@ to sample from in the way vLLM's does; speculation stays lossless with respect t
 row is masked by the grammar's state after the drafts on its path (engine/grammar.py
 verify_masks), so a draft is accepted exactly as a single step would sample it. Requests held
 to a grammar take no decode bursts (their masks are computed on the host, token by token).
+A grammar that compiles but that llguidance gives up on mid-generation (a parser or lexer limit)
+ends its request with vLLM's finish_reason "error" and the reason in stop_reason
+(`grammar_failure`).
 """
 from __future__ import annotations
 
@@ -202,6 +205,17 @@ class GuidedDecodingParams(StructuredOutputsParams):
     def __post_init__(self) -> None:
         check_backend(self.backend)
         super().__post_init__()
+
+
+def grammar_failure(params: StructuredOutputsParams, error: str, num_output_tokens: int) -> str:
+    """Why a request held to `params` ended with finish_reason "error": llguidance's matcher failed
+    after the grammar compiled (a parser or lexer limit hit on a token, or in the mask before it)
+    or refused a token its mask allowed. `error`: the matcher's get_error(); its reason, before the
+    parser-state dump (left to the log), is kept, on one line, cut to 300 characters."""
+    why = " ".join(error.split("\n<state>", 1)[0].split()) or "no error text"
+    why = why if len(why) <= 300 else why[:297] + "..."
+    return (f"structured outputs: llguidance could not follow the {params.what} at output token "
+            f"{num_output_tokens}: {why}")
 
 
 def _closed_objects(schema: Any) -> Any:

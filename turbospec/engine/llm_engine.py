@@ -32,6 +32,7 @@ from turbospec.layers.linear import INVARIANT_GEMMS, INVARIANT_MAX_M
 from turbospec.layers.norm_epilogue import check_norm_fold
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
+from turbospec.structured_outputs import grammar_failure
 
 logger = logging.getLogger(__name__)
 
@@ -242,11 +243,14 @@ class LLMEngine:
         if seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.time()
         p = seq.params
-        if seq.grammar is not None and not seq.grammar.advance(token_id):
-            # cannot happen with the mask applied (a bug if it does): end this request, not the server
-            logger.error("request %s: token %d is outside its grammar (%s); the request is aborted",
-                         seq.request_id, token_id, seq.grammar.matcher.get_error()[:300])
-            seq.finish_reason = "abort"
+        if seq.grammar is not None and (not seq.grammar.advance(token_id) or seq.grammar.matcher.is_error()):
+            # llguidance hit a limit on this token or in the mask before it (which then allowed EOS
+            # alone, and accepted it), or refused a token it allowed (a bug): vLLM's "error", why
+            error = seq.grammar.matcher.get_error()
+            logger.error("request %s: its grammar failed at token %d: %s", seq.request_id, token_id,
+                         error.split("<grammar>", 1)[0][:1500])      # llguidance's reason and state
+            seq.finish_reason, seq.stop_reason = "error", grammar_failure(p.structured_outputs, error,
+                                                                          seq.num_output_tokens)
             self._finish(seq)
             return True
         detok = self.detok[seq.request_id]

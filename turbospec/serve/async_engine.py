@@ -7,7 +7,9 @@
 - The thread sleeps on a condition variable when there is nothing to do; it never busy-waits.
 - Each request has an asyncio.Queue on the event loop, fed with `loop.call_soon_threadsafe`.
 - An exception from `engine.step()` fails the requests of that step with a 500, frees them in the
-  engine, and the loop carries on; the server stays up.
+  engine, and the loop carries on; the server stays up. A request the engine ends with
+  finish_reason "error" (a grammar llguidance failed on mid-generation) fails alone, with a 500
+  `grammar_error` whose message is the engine's reason (its stop_reason).
 """
 from __future__ import annotations
 
@@ -222,6 +224,9 @@ class AsyncEngine:
             if delta.finished:
                 self._live.pop(out.request_id, None)
                 self._finish(live, delta.finish_reason, now)
+            if delta.finish_reason == "error":     # the engine could not go on (its grammar): a 500, as vLLM's
+                delta = RequestFailed(500, str(delta.stop_reason or "the engine ended the request with an error"),
+                                      "grammar_error")
             deliver(live.add, delta)
 
     def _observe(self, live: _Live, delta: StreamDelta, now: float) -> None:

@@ -93,7 +93,7 @@ class DeltaTracker:
         comp = out.outputs[0]
         finished = comp.finish_reason is not None
         text = comp.text
-        if finished and self.include_stop and isinstance(comp.stop_reason, str):
+        if comp.finish_reason == "stop" and self.include_stop and isinstance(comp.stop_reason, str):
             text += comp.stop_reason              # the engine cut the text right before the stop string
         if not text.startswith(self.sent_text):
             if not self._warned:          # the engine rewrote text we already streamed

@@ -32,7 +32,14 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        if self.code in NO_RETRY_CODES:        # the official clients read it and do not send it again
+            headers = {"x-should-retry": "false"}
         return JSONResponse(self.body(), status_code=self.status, headers=headers)
+
+
+# 5xx codes that the same request would meet again (the openai clients retry a 500 twice by default):
+# a grammar llguidance fails on at temperature 0 fails on the same token each time
+NO_RETRY_CODES = frozenset({"grammar_error"})
 
 
 def bad_request(message: str, *, param: str | None = None, code: str | None = "invalid_value") -> APIError:

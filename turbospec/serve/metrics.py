@@ -85,7 +85,7 @@ class ServerMetrics:
         self.req_generation = hist("vllm:request_generation_tokens", "Number of generation tokens processed.",
                                    TOKEN_BUCKETS)
         self._last_engine: dict[str, Any] = {}
-        for reason in ("stop", "length", "abort"):       # show zeros before the first request
+        for reason in ("stop", "length", "abort", "error"):      # vLLM's reasons, at zero from the start
             self._success.labels(model_name, reason)
 
     # ---- called from the engine thread -------------------------------------------------------
@@ -133,7 +133,7 @@ class ServerMetrics:
     def on_finished(self, reason: str | None, e2e_s: float | None, num_prompt_tokens: int,
                     num_output_tokens: int) -> None:
         self._success.labels(self.model_name, reason or "abort").inc()
-        if reason == "abort" or e2e_s is None:
+        if reason in ("abort", "error") or e2e_s is None:       # latencies of the requests that completed
             return
         self.e2e.observe(max(e2e_s, 0.0))
         self.req_prompt.observe(num_prompt_tokens)

@@ -10,8 +10,10 @@
 
 One of them per request (a 400 names the two that clash). `compile_constraint` compiles the
 grammar on a worker thread before the request is queued; one that does not compile is a 400
-naming its field, with llguidance's message. With `--reasoning-parser` the grammar holds on the
-content, not the think block (engine/grammar.py, GrammarCompiler.state).
+naming its field, with llguidance's message; one that compiles but that llguidance gives up on
+while generating ends its request with a 500 `grammar_error` saying why (serve/async_engine.py).
+With `--reasoning-parser` the grammar holds on the content, not the think block
+(engine/grammar.py, GrammarCompiler.state).
 """
 from __future__ import annotations
 
