@@ -46,18 +46,22 @@ def test_the_request_ends_with_error_and_why(llm):
     assert not llm.llm_engine.has_unfinished_requests()
 
 
-def test_under_speculation_the_mask_of_a_draft_path_fails_the_same_way(spec_llm):
+def test_under_speculation_the_mask_of_a_draft_path_fails_the_same_way(llm, spec_llm):
     """n-gram drafts the forced prefix (the prompt repeats it): the mask limit is hit while the
-    verify rows are masked (engine/grammar.py verify_masks), and the request ends the same way."""
+    verify rows are masked (engine/grammar.py verify_masks). The request ends at the token and with
+    the message it ends with without drafts (it ended 3 tokens early when a draft path's error
+    state stuck to the matcher)."""
     prefix = "hello world, the quick brown fox"
-    grammar = MASK_LIMIT.replace('"hello"', f'"{prefix}"')
     prompt = f"{prefix} jumps\n" * 3
     plain = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     alone = spec_llm.generate([PROMPT], plain)[0].outputs[0].token_ids
-    failed, beside = spec_llm.generate([prompt, PROMPT], [
-        SamplingParams(temperature=0.0, max_tokens=24, structured_outputs={"grammar": grammar}), plain])
-    _check(failed.outputs[0], CASES[1][1])
+    grammar, words = CASES[1][0].replace('"hello"', f'"{prefix}"'), CASES[1][1]
+    held = SamplingParams(temperature=0.0, max_tokens=24, structured_outputs={"grammar": grammar})
+    want = llm.generate([prompt], held)[0].outputs[0]
+    failed, beside = spec_llm.generate([prompt, PROMPT], [held, plain])
+    _check(failed.outputs[0], words)
     assert failed.metrics.num_drafts > 0 and failed.outputs[0].text and prefix.startswith(failed.outputs[0].text)
+    assert failed.outputs[0].token_ids == want.token_ids and failed.outputs[0].stop_reason == want.stop_reason
     assert beside.outputs[0].token_ids == alone
     assert not spec_llm.llm_engine.has_unfinished_requests()
 

@@ -105,6 +105,7 @@ class GrammarState:
 
     def __init__(self, matcher, wait: int | None = None, opener: tuple[int, int] | None = None):
         self.matcher, self.wait, self.opener = matcher, wait, opener
+        self.mask_error: str | None = None    # the last verify's row mask that hit a limit (verify_masks)
 
     def is_stopped(self) -> bool:
         """The grammar holds and is complete: nothing but EOS may follow."""
@@ -153,6 +154,7 @@ def allowed_mask(states: list, vocab_size: int, device: torch.device) -> torch.T
     packed = torch.full((len(states), (vocab_size + 31) // 32), -1, dtype=torch.int32)    # [N, V/32] host
     for i, g in enumerate(states):
         if g is not None:
+            g.mask_error = None          # a single step's mask errs on the matcher itself
             g.fill(packed, i)
     return unpack_mask(packed, vocab_size, device)
 
@@ -172,12 +174,19 @@ def verify_masks(g: GrammarState, tokens: list[int], parents: list[int] | None, 
     grammar refuses (never accepted: the refusing row gives it probability 0), a row after the
     draft that completes the grammar (the request stops at that draft: the row's token is
     dropped), rows past the drafts and rows before the reasoning gate allow every token. The
-    state is left as it was (the matcher rolled back)."""
+    state is left as it was (the matcher rolled back).
+
+    A path on which llguidance hits a limit (on a draft, or in its row's mask, which then allows EOS
+    alone) leaves the matcher in its error state, which does not roll back: the matcher is then
+    replaced by a copy taken before, and the rows go on. Such a row's mask is plain decoding's at
+    that position, so the request fails at the token it fails at without drafts; the mask's error
+    is kept (`g.mask_error`) for the message, since the restored matcher would only refuse EOS."""
     packed = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
     paths: list[list[int]] = [[]]
     for n, t in enumerate(tokens):
         paths.append((paths[parents[n] + 1] if parents is not None else paths[n]) + [t])
-    m, wait, opener = g.matcher, g.wait, g.opener
+    wait, opener = g.wait, g.opener
+    spare, g.mask_error = g.matcher.deep_copy(), None
     for row, path in enumerate(paths):
         consumed, reachable = 0, True
         for t in path:
@@ -188,7 +197,11 @@ def verify_masks(g: GrammarState, tokens: list[int], parents: list[int] | None, 
             consumed += held
         if reachable and not g.is_stopped():
             g.fill(packed, row)
-        if consumed:
-            m.rollback(consumed)
+            if g.matcher.is_error():
+                g.mask_error = g.matcher.get_error()
+        if g.matcher.is_error():
+            g.matcher, spare = spare, (spare.deep_copy() if row + 1 < len(paths) else None)
+        elif consumed:
+            g.matcher.rollback(consumed)
         g.wait, g.opener = wait, opener
     return packed
