@@ -101,3 +101,14 @@ def test_a_librarys_warning_keeps_its_origin_even_under_a_turbospec_clone():
     assert one_line_warning("old", UserWarning, lib, 7) == "warning (UserWarning, x.py:7): old\n"
     assert one_line_warning("capped", UserWarning, _PACKAGE_DIR + "engine/llm_engine.py", 9) == \
         "turbospec: warning: capped\n"
+
+
+def test_an_error_finish_names_the_engines_reason():
+    """finish_reason "error" (a grammar llguidance failed on; `LLM.generate` returns it) carries its
+    reason in stop_reason: the mark shows it."""
+    from turbospec.generate_cli import finish_reason
+    from turbospec.outputs import CompletionOutput
+    out = CompletionOutput(index=0, text="he", token_ids=[1, 2], finish_reason="error",
+                           stop_reason="structured outputs: llguidance could not follow the grammar at output token 2: x")
+    assert finish_reason(out, 40, 256) == ("error (structured outputs: llguidance could not follow the grammar at "
+                                           "output token 2: x), 2 tokens")

@@ -108,6 +108,8 @@ def finish_reason(out, max_tokens: int, max_model_len: int, model_limit: int | N
                f"the model's own context length {max_model_len} reached: shorten the prompt"
                if model_limit is not None and max_model_len >= model_limit else
                f"the context length {max_model_len} reached: raise --max-model-len or shorten the prompt")
+    elif out.finish_reason == "error":        # the engine's reason (a grammar llguidance failed on)
+        why = out.stop_reason
     return f"{out.finish_reason}{f' ({why})' if why else ''}, {n} token{'s' * (n != 1)}"
 
 
