@@ -25,6 +25,8 @@ Behaviour is chosen by the URL prefix /s/<spec>/..., spec = comma-separated key=
              without the details (the usage count alone is too high)
   ghost=N    /metrics counts N other finished requests per completion request (other traffic)
   failfrom=N   failevery only after the first N completion requests (a server that fails under a later load)
+  nodrafts=1 a speculating server whose drafter never drafts (an n-gram drafter that finds no match): one
+             token a chunk, /metrics exposes the speculation counters and they never move
   plain=N    after each drafted chunk, N chunks of one token from steps without a draft (an n-gram drafter
              that found no match): /metrics and the per-request figures count the drafted steps only
   eos=N      the model stops itself: N text tokens (at most max_tokens - 1), then, `gap` ms later, a text-less
@@ -54,7 +56,7 @@ AUTH: dict[str, list] = defaultdict(list)
 def parse_spec(spec: str) -> dict:
     out = {"ttft": 200.0, "gap": 60.0, "k": 3, "first": 1, "draft": 4, "fault": "none", "usage": 1,
            "continuous": 0, "quirks": 0, "sglang": 0, "nometrics": 0, "perreq": 0, "served": None, "key": None,
-           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "ghost": 0, "metricsupto": 0, "finish": 0, "lag": 0, "plain": 0, "eos": -1, "badpos": 0, "maxlen": 0, "infodelay": 0, "modelskey": 0}
+           "failevery": 0, "failfrom": 0, "hidden": 0, "hiddenraw": 0, "askcont": 0, "metricskey": 0, "ghost": 0, "metricsupto": 0, "finish": 0, "lag": 0, "plain": 0, "nodrafts": 0, "eos": -1, "badpos": 0, "maxlen": 0, "infodelay": 0, "modelskey": 0}
     for item in filter(None, spec.split(",")):
         key, _, value = item.partition("=")
         if key in ("ttft", "gap", "lag", "infodelay"):
@@ -122,8 +124,9 @@ async def stream(writer, spec: dict, chat: bool, max_tokens: int, key: str) -> b
     drafted = [False] * len(sizes)
     while sum(sizes) < text_tokens:
         size = spec["k"] if not spec["plain"] or (len(sizes) - 1) % (spec["plain"] + 1) == 0 else 1
+        size = 1 if spec["nodrafts"] else size
         sizes.append(min(size, text_tokens - sum(sizes)))
-        drafted.append(size == spec["k"])
+        drafted.append(size == spec["k"] and not spec["nodrafts"])
     if spec["quirks"] and chat:
         event(writer, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
         chunk(writer, ": ping\n\n")

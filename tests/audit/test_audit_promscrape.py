@@ -58,7 +58,8 @@ def test_counter_reset_is_not_differenced():
 
 def test_counters_present_but_no_drafts():
     res = speculation_result(spec_counters(BEFORE), spec_counters(BEFORE), None, 1.0)
-    assert res["source"] == "prometheus" and res["acceptance_length"] is None and "drafted nothing" in res["note"]
+    assert res["source"] == "prometheus" and res["acceptance_length"] is None and "made no drafts" in res["note"]
+    assert res["no_drafts"] is True
 
 
 def test_sglang_server_info_then_gauge_then_chunk_estimate():

@@ -33,6 +33,7 @@ class FakeEngine:
         self.reqs: dict[str, dict] = {}
         self.die = False
         self.steps = 0
+        self.proposer = SimpleNamespace(k=2)      # a drafter: /metrics exports the spec_decode series it counts
 
     def add_request(self, request_id, prompt, params, add_special_tokens=True) -> None:
         text = prompt if isinstance(prompt, str) else None

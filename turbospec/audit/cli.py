@@ -28,7 +28,8 @@ from turbospec.audit.cost import DEFAULT_USD_TO_INR, CostModel
 from turbospec.audit.endpoint import Endpoint, api_of
 from turbospec.audit.gpus import DEFAULT_GPU, get_gpu, gpu_names
 from turbospec.audit.keys import ENV_VAR, choose_keys, describe
-from turbospec.audit.outdir import check_out_dir
+from turbospec.audit.outdir import claim_out_dir
+from turbospec.audit.outlock import OutDirLock
 from turbospec.audit.preflight import PreflightError, preflight, resolve_models
 from turbospec.audit.projection import SpecAssumption
 from turbospec.audit.request_body import parse_extra_body
@@ -134,12 +135,23 @@ def audit(
     Exit status: 0 when the report is written and a request succeeded (an interrupted run included); 1
     when an endpoint cannot work as configured (found by the first requests, before anything is
     measured), when no request succeeded (interrupted or not; the report is still written), or when the
-    report could not be derived (the measured data is kept); 2 for a bad argument; 130 when aborted by a
-    second Ctrl-C."""
+    report could not be derived (the measured data is kept); 2 for a bad argument (an --out another
+    running audit holds included); 130 when aborted by a second Ctrl-C."""
     settings = {k: v for k, v in locals().items() if k not in ("api_key",)}
+    lock = OutDirLock(out)                     # held from the check of --out to the end: one audit per --out
+    try:
+        _audit(settings, api_key, lock)
+    finally:
+        lock.release()
+
+
+def _audit(settings: dict, api_key: list[str], lock: OutDirLock) -> None:
+    endpoint, model, timeout, out = settings["endpoint"], settings["model"], settings["timeout"], settings["out"]
     try:
         _check_finite(settings)
-        check_out_dir(out, overwrite)
+        claim_out_dir(lock, settings["overwrite"])
+        if lock.note:
+            typer.secho(f"Note: {lock.note}: this audit takes --out over", fg=typer.colors.YELLOW, err=True)
         choice = choose_keys(endpoint, api_key, os.environ.get(ENV_VAR))
         args = dict(settings, api_key=choice.keys, api_key_source=choice.sources)
         settings["api_key_source"] = choice.sources
@@ -171,7 +183,7 @@ def audit(
     from turbospec.audit.pipeline import ReportFailed, new_checkpoint, run_and_report   # matplotlib loads here
     ckpt = new_checkpoint(out)
     try:
-        results = run_and_report(cfg, econ, prompts, counters, out, settings, progress=not no_progress,
+        results = run_and_report(cfg, econ, prompts, counters, out, settings, progress=not settings["no_progress"],
                                  checkpoint=ckpt)
     except KeyboardInterrupt:
         typer.secho(f"Aborted (second Ctrl-C): {ckpt.kept()}", fg=typer.colors.YELLOW, err=True)

@@ -12,6 +12,9 @@ and that the counters never see. The projection and the verdict need every step:
   steps  = T - A     (a drafted step yields its accepted tokens + 1, a step without a draft 1)
   tokens per step = T / (T - A)
 
+A speculating endpoint whose drafter made no drafts in the level (its spec_decode counters are exported
+but did not move: promscrape.py `no_drafts`) has A = 0: 1.0 token per decode step, whatever T is.
+
 The /metrics difference covers the level's window, not only its successful requests: requests cancelled
 at --max-duration or Ctrl-C, failed ones that had streamed tokens, and other traffic are in A but not in
 T, which makes tokens per step read high. Those are named (`tokens_per_step_note`) and the verdict
@@ -40,6 +43,8 @@ def decode_steps(spec: dict, ok: list[RequestRecord], per_request: dict | None,
     if spec.get("source") == "sglang" and spec.get("acceptance_length") is not None:
         return {"tokens_per_step": spec["acceptance_length"], "tokens_per_step_source": "sglang",
                 "tokens_per_step_note": "SGLang drafts on every decode step: its acceptance length is per step"}
+    if spec.get("no_drafts"):
+        return _no_drafts(decode_tokens_of(ok))
     if spec.get("source") != "prometheus" or not spec.get("num_drafts"):
         return {"tokens_per_step": None}
     if per_request and per_request.get("num_requests") == len(ok):
@@ -65,9 +70,20 @@ def decode_steps(spec: dict, ok: list[RequestRecord], per_request: dict | None,
     return out
 
 
+def _no_drafts(T: int | None) -> dict:
+    """A speculating server whose drafter made no drafts in the level: every decode step yielded one
+    token, whatever T is (A = 0)."""
+    return {"tokens_per_step": 1.0, "tokens_per_step_source": "/metrics", "decode_tokens": T, "accepted_tokens": 0,
+            "drafted_steps": 0, "decode_steps": T}
+
+
 def describe(spec: dict) -> str:
     """How tokens per step was counted, for the acceptance source of the projection and the verdict."""
     T, steps, D = spec.get("decode_tokens"), spec.get("decode_steps"), spec.get("drafted_steps")
+    if spec.get("no_drafts"):
+        steps_text = f" ({T:,} decode tokens in as many decode steps)" if T is not None else ""
+        return (f"the endpoint speculates (its /metrics exports vLLM's spec_decode counters) but the drafter made no "
+                f"drafts in this level, so every decode step yielded one token{steps_text}")
     if spec.get("tokens_per_step") is None or T is None:
         return spec.get("tokens_per_step_note", "")
     where = ("turbospec's per-request figures" if spec["tokens_per_step_source"] == "per-request figures"

@@ -4,6 +4,9 @@
    server exposes the same names; `_total` suffix optional; summed over engines/labels):
      vllm:spec_decode_num_drafts, vllm:spec_decode_num_draft_tokens,
      vllm:spec_decode_num_accepted_tokens, vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}
+   Only a speculating server exports them (vLLM registers them only with a speculative config; so does
+   turbospec): counters present whose num_drafts did not move mean a drafter that made no drafts in the
+   level (`no_drafts`), never a plain server.
    acceptance rate   = accepted / draft tokens
    acceptance length = 1 + accepted / drafts          (tokens per DRAFTED step, bonus included: vLLM's
                                                         definition; decode_steps.py counts every step)
@@ -107,15 +110,32 @@ def from_counters(before: SpecCounters, after: SpecCounters) -> dict | None:
     drafts, draft_tokens, accepted = d["num_drafts"], d["num_draft_tokens"], d["num_accepted_tokens"]
     finished = (after.requests_finished - before.requests_finished
                 if after.requests_finished is not None and before.requests_finished is not None else None)
-    return {"server_finished_requests": finished,
+    # vLLM and turbospec export these counters only with a drafter: counted, and none moved = no drafts
+    no_drafts = (not drafts and not draft_tokens and not accepted
+                 and all("num_drafts" in c.totals for c in (before, after)))
+    out = {"server_finished_requests": finished,
         "source": "prometheus", "is_estimate": False,
         "num_drafts": drafts, "num_draft_tokens": draft_tokens, "num_accepted_tokens": accepted,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         "acceptance_length": 1.0 + accepted / drafts if drafts else None,
         "per_position": [per_pos[p] / drafts for p in per_pos] if drafts else [],
-        "note": "differenced /metrics counters of this run" if drafts
-                else "the server exposes speculation counters but drafted nothing in this run",
+        "note": "differenced /metrics counters of this run" if drafts else NO_DRAFTS if no_drafts else _no_drafts_why(after),
     }
+    if no_drafts:
+        out["no_drafts"] = True
+    return out
+
+
+def _no_drafts_why(after: SpecCounters) -> str:
+    if "num_drafts" not in after.totals:
+        return ("the server exposes no vllm:spec_decode_num_drafts counter (an older vLLM?): the acceptance length per "
+                "drafted step is unknown")
+    return "the counters disagree: no drafts, but draft or accepted tokens counted: not used"
+
+
+NO_DRAFTS = ("speculation is on (the server exports vLLM's spec_decode counters, which vLLM and turbospec export only "
+             "with a drafter) but the drafter made no drafts in this level: every decode step was a plain one (an "
+             "n-gram drafter that found no match in these prompts, or an automatic draft length of 0)")
 
 
 def from_sglang(server_info: dict | None, gauge: float | None) -> dict | None:

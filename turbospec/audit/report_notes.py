@@ -1,6 +1,6 @@
 """The report's Notes: what a reader must know before trusting a level's figures (interruptions,
 token counts not from usage, hidden tokens, cancellations, a server gone, held-back arrivals, lost or
-shared /metrics, failed warm-ups)."""
+shared /metrics, a drafter that made no drafts, failed warm-ups)."""
 from __future__ import annotations
 
 from turbospec.audit.report_types import Section
@@ -49,6 +49,11 @@ def notes_section(res: dict) -> Section | None:
                          "during this level (read at its start, not at its end): the acceptance figures for this "
                          f"level are estimates (source: {r['speculation']['source']}), not measured from the "
                          "counters. Check that the server's /metrics stays up, then audit again.")
+        if r["speculation"].get("no_drafts"):
+            notes.append(f"{r['endpoint']} · {r['label']}: the endpoint speculates (its /metrics exports the "
+                         "spec_decode counters) but its drafter made no drafts in this level: 1.0 token per decode "
+                         "step, no gain over plain decoding on these prompts (an n-gram drafter that found no match, "
+                         "or an automatic draft length of 0).")
         if r["speculation"].get("other_traffic"):
             notes.append(f"{r['endpoint']} · {r['label']}: the server finished "
                          f"{r['speculation']['server_finished_requests']:.0f} requests during this level, more than "

@@ -180,8 +180,10 @@ def _why_no_estimate(s: dict) -> str:
 
 def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: float) -> dict:
     """Speedup from speculation: on the measured tokens per decode step when the server reports its
-    speculation (then it already speculates), else on the assumed acceptance length (every step drafts)."""
-    measured = spec["source"] in ("prometheus", "sglang") and spec.get("acceptance_length") is not None
+    speculation (then it already speculates), else on the assumed acceptance length (every step drafts).
+    A speculating server whose drafter made no drafts ran plain steps only: 1.0x over plain decoding."""
+    no_drafts = bool(spec.get("no_drafts"))
+    measured = no_drafts or (spec["source"] in ("prometheus", "sglang") and spec.get("acceptance_length") is not None)
     if measured:
         k = max(econ.assumed.num_speculative_tokens, len(spec.get("per_position") or []))
         tau, source = spec.get("tokens_per_step"), _MEASURED[spec["source"]]
@@ -193,8 +195,11 @@ def _projection(spec: dict, s: dict, econ: Economics, conc: float, context: floa
     else:
         assumption = econ.assumed
     tpot = (s["tpot_ms"]["p50"] or 0.0) / 1e3 or None
+    # no drafts: the measured TPOT is a plain step's, as for an endpoint that does not speculate
     p = projected_speedup(assumption, conc, econ.model, econ.serving_gpus, context, measured_tpot_s=tpot,
-                          speculating=measured)
+                          speculating=measured and not no_drafts)
+    if no_drafts:
+        p["speedup"], p["no_drafts"] = 1.0, True
     p["already_speculating"] = measured
     p["tokens_per_step"] = assumption.acceptance_length
     p["acceptance_length"] = spec["acceptance_length"] if measured else assumption.acceptance_length

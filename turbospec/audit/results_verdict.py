@@ -105,7 +105,7 @@ def endpoint_verdict(ep: Endpoint, runs: list[dict], econ, asked: tuple[int, ...
         endpoint=url, num_ok=num_ok, num_failed=num_failed, speedup=p["speedup"],
         acceptance_length=p["acceptance_length"], tokens_per_step=p["tokens_per_step"],
         acceptance_source=p["acceptance_source"],
-        target_label=target_label(run), already_speculating=p["already_speculating"],
+        target_label=target_label(run), already_speculating=p["already_speculating"], no_drafts=bool(p.get("no_drafts")),
         ceiling_fraction=batch1["roofline"]["fraction_per_sequence"] if batch1 else None,
         ceiling_tokens_per_step=b1_tau,
         annual_savings=annual["annual_savings"], currency=econ.cost.currency, model_aware=p["model_aware"],

@@ -11,8 +11,10 @@ the production-like one):
   go            projected speedup >= MIN_SPEEDUP and MEASURED tokens per decode step (the server's
                 counters) >= MIN_ACCEPTANCE_LENGTH: the endpoint already speculates, keep it on
   go-projected  the same thresholds met with the ASSUMED acceptance length (--acceptance-length): the
-                endpoint does not speculate, so nothing measured says a drafter reaches it; a
-                projection to confirm by serving with a drafter, never an unqualified GO
+                endpoint does not speculate (no spec_decode counters on its /metrics: one that exports
+                them speculates, and a level its drafter made no drafts in measures 1.0 token per
+                step, a no-go), so nothing measured says a drafter reaches it; a projection to
+                confirm by serving with a drafter, never an unqualified GO
   no-go         otherwise, with the condition(s) that failed
 
 Tokens per decode step, not vLLM's acceptance length per drafted step (which skips the steps without a
@@ -68,6 +70,7 @@ class VerdictInput:
     not_sent_reason: str | None = None  # the kind of dead answer that stopped sending (runner.DEAD_ERRORS)
     tokens_per_step: float | None = None   # tokens per decode step (the threshold); None: acceptance_length
     ceiling_tokens_per_step: float | None = None   # the batch-1 level's own, for the ceiling check
+    no_drafts: bool = False            # speculating, but the drafter made no drafts at the target load
 
 
 def beside(value: float, threshold: float, digits: int = 2) -> str:
@@ -98,7 +101,8 @@ def decide(v: VerdictInput) -> dict:
     ok_speed = v.speedup is not None and v.speedup >= MIN_SPEEDUP
     ok_accept = tau is not None and tau >= MIN_ACCEPTANCE_LENGTH
     if v.speedup is not None:
-        basis = ("over plain decoding, with the measured tokens per step" if v.already_speculating
+        basis = ("over plain decoding: the drafter made no drafts, so every decode step was a plain one" if v.no_drafts
+                 else "over plain decoding, with the measured tokens per step" if v.already_speculating
                  else "from the ASSUMED acceptance length: nothing measured says a drafter reaches it")
         reasons.append(f"projected speedup {beside(v.speedup, MIN_SPEEDUP)}x {at} {'>=' if ok_speed else '<'} "
                        f"{MIN_SPEEDUP}x ({basis})")
@@ -134,6 +138,11 @@ def decide(v: VerdictInput) -> dict:
 def _speculating(v: VerdictInput, pays: bool, mismatch: bool = False) -> list[str]:
     if not v.already_speculating:
         return []
+    if v.no_drafts:
+        return ["speculation is on at this endpoint (its /metrics exports the spec_decode counters) but its drafter "
+                "made no drafts at this load (an n-gram drafter that found no match in these prompts, or an automatic "
+                "draft length of 0): it gains nothing here; audit again with prompts like your traffic before turning "
+                "it off, or try a drafter that drafts on them"]
     assumed = (f"the gain over plain decoding is the measured tokens per step / (1 + the ASSUMED verify overhead "
                f"{v.verify_overhead:g} (--verify-overhead) + the roofline batch overhead): plain decoding's step time "
                "is not measured (the measured TPOT only scales the batch term), so audit the same server without "
@@ -167,9 +176,10 @@ def _above_ceiling(v: VerdictInput) -> str | None:
         return None
     limit, what = ABOVE_CEILING_FRACTION, "plain decoding"
     if v.already_speculating:
-        if v.acceptance_length is None or "measured" not in v.acceptance_source:
+        tau = next((t for t in (v.ceiling_tokens_per_step, v.tokens_per_step, v.acceptance_length) if t is not None),
+                   None)
+        if tau is None or "measured" not in v.acceptance_source:
             return None                      # speculation's own bound is unknown without its acceptance
-        tau = next(t for t in (v.ceiling_tokens_per_step, v.tokens_per_step, v.acceptance_length) if t is not None)
         limit, what = ABOVE_CEILING_FRACTION * tau, f"speculation at {tau:.2f} tokens per decode step"
     if v.ceiling_fraction <= limit:
         return None

@@ -7,6 +7,12 @@ dashboards query `vllm:spec_decode_num_drafts_total`). So counters are declared 
 declared names and the exposed names match vLLM's byte for byte. Every series carries vLLM's
 `model_name` label.
 
+Speculation counters (`vllm:spec_decode_*`) exist only when the engine has a drafter, as in vLLM
+(`SpecDecodingProm` registers none without a speculative config): a scrape that shows them says the
+server speculates, even when its drafter made no drafts in the window (an n-gram drafter that found
+no match, an automatic draft length of 0). The per-position series show at 0 from the start for the
+drafter's k positions, as vLLM's do.
+
 Thread use: the engine thread calls the `on_*` / `observe_*` methods; the event loop renders.
 prometheus-client metrics are thread-safe.
 """
@@ -30,16 +36,20 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # engine.get_metrics() key -> our counter attribute (cumulative there, diffed into counters here)
 _ENGINE_COUNTERS = {
-    "spec_decode_num_drafts": "spec_drafts",
-    "spec_decode_num_draft_tokens": "spec_draft_tokens",
-    "spec_decode_num_accepted_tokens": "spec_accepted",
     "num_preemptions": "preemptions",
     "num_burst_tokens": "burst_tokens",
 }
+_SPEC_COUNTERS = {                              # only with a drafter (declare_speculation)
+    "spec_decode_num_drafts": "spec_drafts",
+    "spec_decode_num_draft_tokens": "spec_draft_tokens",
+    "spec_decode_num_accepted_tokens": "spec_accepted",
+}
+_PER_POS = "spec_decode_num_accepted_tokens_per_pos"
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str, registry: CollectorRegistry | None = None):
+    def __init__(self, model_name: str, registry: CollectorRegistry | None = None, num_speculative_tokens: int = 0):
+        """num_speculative_tokens: the drafter's k; 0 (no drafter) exports no speculation counters."""
         self.registry = registry or CollectorRegistry()
         self.model_name = model_name
         r, labels = self.registry, ["model_name"]
@@ -66,12 +76,7 @@ class ServerMetrics:
                                     "Generated tokens decoded inside decode bursts (the rest took single steps).")
         self._success = Counter("vllm:request_success", "Count of successfully processed requests.",
                                 ["model_name", "finished_reason"], registry=r)
-        self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
-        self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
-        self.spec_accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
-        self._spec_per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                                     "Accepted tokens per draft position.", ["model_name", "position"],
-                                     registry=r)
+        self._spec_per_pos: Counter | None = None            # set by declare_speculation
         self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                          TTFT_BUCKETS)
         self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
@@ -87,6 +92,32 @@ class ServerMetrics:
         self._last_engine: dict[str, Any] = {}
         for reason in ("stop", "length", "abort", "error"):      # vLLM's reasons, at zero from the start
             self._success.labels(model_name, reason)
+        self.declare_speculation(num_speculative_tokens)
+
+    @property
+    def speculative(self) -> bool:
+        """Whether the speculation counters are exported (the engine has a drafter)."""
+        return self._spec_per_pos is not None
+
+    def declare_speculation(self, k: int) -> None:
+        """Export the speculation counters, with per-position series (at 0) for a drafter proposing k
+        tokens; k <= 0 (no drafter) exports none. Called again (the engine's start), it adds positions."""
+        k = int(k or 0)
+        if k <= 0:
+            return
+        if self._spec_per_pos is None:
+            r, name = self.registry, self.model_name
+            self.spec_drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                                       ["model_name"], registry=r).labels(name)
+            self.spec_draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                                             ["model_name"], registry=r).labels(name)
+            self.spec_accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                                         ["model_name"], registry=r).labels(name)
+            self._spec_per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                         "Accepted tokens per draft position.", ["model_name", "position"],
+                                         registry=r)
+        for pos in range(k):
+            self._spec_per_pos.labels(self.model_name, str(pos))
 
     # ---- called from the engine thread -------------------------------------------------------
     def set_engine_stats(self, stats) -> None:
@@ -95,9 +126,8 @@ class ServerMetrics:
         self.kv_usage.set(max(0.0, float(stats.kv_cache_usage)))
 
     def declare_spec_positions(self, k: int) -> None:
-        """Show per-position series (at 0) from the start, for a drafter proposing k tokens."""
-        for pos in range(max(0, int(k))):
-            self._spec_per_pos.labels(self.model_name, str(pos))
+        """The engine's start names its drafter's k (0: none): declare_speculation."""
+        self.declare_speculation(k)
 
     def set_engine_baseline(self, now: dict[str, Any]) -> None:
         """Counts already in the engine (warm-up) are not served traffic: start diffing from here."""
@@ -106,17 +136,18 @@ class ServerMetrics:
     def on_engine_metrics(self, now: dict[str, Any]) -> None:
         """Fold the engine's cumulative counters in as increments since the previous call."""
         last = self._last_engine
-        for key, attr in _ENGINE_COUNTERS.items():
+        counters = {**_ENGINE_COUNTERS, **(_SPEC_COUNTERS if self.speculative else {})}
+        for key, attr in counters.items():
             delta = float(now.get(key, 0) or 0) - float(last.get(key, 0) or 0)
             if delta > 0:
                 getattr(self, attr).inc(delta)
-        per_pos = list(now.get("spec_decode_num_accepted_tokens_per_pos") or [])
-        old = list(last.get("spec_decode_num_accepted_tokens_per_pos") or [])
-        for pos, value in enumerate(per_pos):
+        per_pos = list(now.get(_PER_POS) or [])
+        old = list(last.get(_PER_POS) or [])
+        for pos, value in enumerate(per_pos if self.speculative else ()):
             delta = float(value) - float(old[pos] if pos < len(old) else 0)
             if delta > 0:
                 self._spec_per_pos.labels(self.model_name, str(pos)).inc(delta)
-        self._last_engine = {**now, "spec_decode_num_accepted_tokens_per_pos": per_pos}
+        self._last_engine = {**now, _PER_POS: per_pos}
 
     def on_new_tokens(self, n: int) -> None:
         if n > 0:
@@ -147,9 +178,11 @@ class ServerMetrics:
 # The exact names a scrape shows (counters get `_total`), for docs and tests.
 EXPOSED_COUNTERS = (
     "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
-    "vllm:request_success_total", "vllm:spec_decode_num_drafts_total",
-    "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "vllm:request_success_total", "turbospec:decode_burst_tokens_total",
+)
+EXPOSED_SPEC_COUNTERS = (                       # only when the engine has a drafter
+    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
 )
 EXPOSED_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 EXPOSED_HISTOGRAMS = (
