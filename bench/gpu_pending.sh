@@ -33,14 +33,16 @@
 #   suiteN/M (session 36) the GPU suite's N-th of M shares (test files i with i % M == N, sorted): the whole
 #            suite takes more than one call (about 585 tests; 333 ran in 540 s on an H100), e.g. suite0/3
 #   targetsab (session 36) the issues' target rows (as `targets`) with both GEMV switches 0, then 1
-#   suitex   (session 37) the whole GPU suite in one call, spread over ${SUITE_WORKERS:-6} pytest-xdist
-#            workers (the image has pytest-xdist; most of the suite's time is Triton / nvcc compiling)
+#   suitex   (session 37) the whole GPU suite in one call, spread over ${SUITE_WORKERS:-4} pytest-xdist
+#            workers (the image has pytest-xdist; most of the suite's time is Triton / nvcc compiling;
+#            each worker's engines size their KV cache from the free memory at their start, so a failure
+#            for memory here is to be re-run alone before it is believed)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-T="python3 -m pytest -q -m gpu -p no:cacheprovider -rf"
+T="python3 -m pytest -q -m gpu -p no:cacheprovider -rfE"
 nvidia-smi --query-gpu=name,clocks.sm --format=csv
 
 # bench_rows FILE TIMEOUT "ARGS" ...: one `bench decode ARGS` per row, each under a '### ' header in $OUT/FILE
@@ -73,7 +75,7 @@ for part in "$@"; do
             files=$(ls tests/gpu/test_*.py | sort | awk -v n="$n" -v m="$m" '(NR - 1) % m == n')
             PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout 560 $T $files > "$OUT/suite${n}of${m}.txt" 2>&1
             tail -6 "$OUT/suite${n}of${m}.txt" ;;
-    suitex) PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${SUITE_LIMIT:-560} $T -n ${SUITE_WORKERS:-6} \
+    suitex) PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${SUITE_LIMIT:-560} $T -n ${SUITE_WORKERS:-4} \
               --dist load --durations 25 tests/gpu > "$OUT/suitex.txt" 2>&1
             grep -E "^(FAILED|ERROR)" "$OUT/suitex.txt" | head -20; tail -3 "$OUT/suitex.txt" ;;
     targetsab) export TURBOSPEC_CACHE_DIR=$OUT/cache     # each row with the switches 0 then 1, so a cut-off run keeps pairs
@@ -82,6 +84,7 @@ for part in "$@"; do
                   "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
                   "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64")
             for i in ${TARGET_ROWS:-0 1 2 3}; do      # TARGET_ROWS="0 1": the 8b rows alone (a call may not fit all four)
+              [[ $i =~ ^[0-3]$ ]] || { echo "TARGET_ROWS: $i is not a row (0-3)"; continue; }
               for v in 0 1; do TURBOSPEC_BF16_GEMV=$v TURBOSPEC_FP8_GEMV=$v bench_rows targetsab.txt 150 "${rows[$i]}"; done
             done
             grep -E "^###|roofline|^ +[0-9]" "$OUT/targetsab.txt" | tail -40; grep -o "device [^|]*|[^|]*|[^|]*|[^|]*| copy bandwidth [^|]*" "$OUT/targetsab.txt" | head -1 ;;

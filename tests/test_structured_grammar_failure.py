@@ -46,22 +46,26 @@ def test_the_request_ends_with_error_and_why(llm):
     assert not llm.llm_engine.has_unfinished_requests()
 
 
-def test_under_speculation_the_mask_of_a_draft_path_fails_the_same_way(llm, spec_llm):
+@pytest.mark.parametrize("repeat", ["x+", "x*"])
+def test_under_speculation_the_mask_of_a_draft_path_fails_the_same_way(llm, spec_llm, repeat):
     """n-gram drafts the forced prefix (the prompt repeats it): the mask limit is hit while the
     verify rows are masked (engine/grammar.py verify_masks). The request ends at the token and with
     the message it ends with without drafts (it ended 3 tokens early when a draft path's error
-    state stuck to the matcher)."""
+    state stuck to the matcher). With x*, where the grammar may end at that point, the restored
+    matcher would accept EOS: it still fails, as plain decoding does (it ended "stop")."""
     prefix = "hello world, the quick brown fox"
     prompt = f"{prefix} jumps\n" * 3
     plain = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     alone = spec_llm.generate([PROMPT], plain)[0].outputs[0].token_ids
-    grammar, words = CASES[1][0].replace('"hello"', f'"{prefix}"'), CASES[1][1]
-    held = SamplingParams(temperature=0.0, max_tokens=24, structured_outputs={"grammar": grammar})
+    grammar, words = CASES[1][0].replace('"hello"', f'"{prefix}"').replace("x+", repeat), CASES[1][1]
+    held = SamplingParams(temperature=0.0, max_tokens=24, structured_outputs={"grammar": grammar},
+                          include_stop_str_in_output=True)
     want = llm.generate([prompt], held)[0].outputs[0]
     failed, beside = spec_llm.generate([prompt, PROMPT], [held, plain])
     _check(failed.outputs[0], words)
     assert failed.metrics.num_drafts > 0 and failed.outputs[0].text and prefix.startswith(failed.outputs[0].text)
     assert failed.outputs[0].token_ids == want.token_ids and failed.outputs[0].stop_reason == want.stop_reason
+    assert "llguidance" not in want.text + failed.outputs[0].text    # the reason is no stop string
     assert beside.outputs[0].token_ids == alone
     assert not spec_llm.llm_engine.has_unfinished_requests()
 

@@ -230,8 +230,8 @@ def _finalize(outs: list[RequestOutput], params: SamplingParams, tokenizer) -> R
 
 def _completion(c: CompletionOutput, index: int, params: SamplingParams) -> CompletionOutput:
     text = c.text
-    if params.include_stop_str_in_output and isinstance(c.stop_reason, str):
-        text += c.stop_reason                  # the text was cut right before the matched stop string
+    if params.include_stop_str_in_output and c.stop_string is not None:
+        text += c.stop_string                  # the text was cut right before the matched stop string
     return replace(c, index=index, text=text)
 
 

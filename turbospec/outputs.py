@@ -33,6 +33,11 @@ class CompletionOutput:
         return self.finish_reason is not None
 
     @property
+    def stop_string(self) -> str | None:
+        """The stop string that ended it (include_stop_str_in_output appends it to the text), if one did."""
+        return self.stop_reason if self.finish_reason == "stop" and isinstance(self.stop_reason, str) else None
+
+    @property
     def lora_request(self) -> None:
         """vLLM's field: turbospec serves no LoRA adapters."""
         return None

@@ -59,6 +59,14 @@ def test_no_spec_decode_series_is_a_plain_endpoint():
     assert spec["source"] == "chunk_estimate" and "no_drafts" not in spec and spec["tokens_per_step"] is None
 
 
+def test_an_older_turbospec_plain_servers_unmoved_totals_are_not_read_as_no_drafts():
+    """turbospec before 2026-12-06 exported the totals at 0 without a drafter, and no per-position
+    series (vLLM and turbospec now declare one per draft position at start)."""
+    old_plain = NGRAM.split('vllm:spec_decode_num_accepted_tokens_per_pos')[0]
+    spec = _spec(old_plain.format(done=6.0), old_plain.format(done=10.0))
+    assert "no_drafts" not in spec and spec["tokens_per_step"] is None
+
+
 def test_counters_without_num_drafts_never_read_as_no_drafts():
     idle = _spec(V0.format(d=80.0, a=30.0), V0.format(d=80.0, a=30.0))
     assert "no_drafts" not in idle and idle["tokens_per_step"] is None and "older vLLM" in idle["note"]

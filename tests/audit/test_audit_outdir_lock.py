@@ -8,6 +8,7 @@ import os
 import signal
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from tests.audit.test_audit_checkpoint import finish, start, wait_until
@@ -97,3 +98,11 @@ def test_an_audit_that_stops_before_measuring_leaves_no_out_behind(dead_url, tmp
     res = CliRunner().invoke(cli(), ["audit", "--endpoint", dead_url, "--model", "m", "--out", str(out)])
     assert res.exit_code == 1, res.output               # connection refused at the first request
     assert not out.exists()
+
+
+def test_a_lock_file_that_cannot_be_opened_is_a_clear_error(tmp_path):
+    """Another user's lock file (here: a directory in its place, since the tests run as root) gives
+    an error naming --out and the fix, not a traceback."""
+    (tmp_path / LOCK_FILE).mkdir()
+    with pytest.raises(ValueError, match=r"cannot open .*turbospec-audit.lock .*pass an --out this user can write to"):
+        OutDirLock(str(tmp_path)).acquire()

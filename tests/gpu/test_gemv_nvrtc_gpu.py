@@ -25,6 +25,7 @@ def _run_all(module):
     E, H, I, k = 128, 2048, 768, 8
     q13, s13 = quantize_fp8(torch.randn(E, 2 * I, H, device="cuda", generator=g) * 0.02, (128, 128))
     q2, s2 = quantize_fp8(torch.randn(E, H, I, device="cuda", generator=g) * 0.02, (128, 128))
+    h = torch.randn(1, H, device="cuda", generator=g).to(torch.bfloat16)         # the MoE's token: H wide
     ids = torch.randperm(E, device="cuda", generator=g)[:k].to(torch.int32).view(1, k)
     tw = torch.softmax(torch.randn(1, k, device="cuda", generator=g), -1)
     wb = (torch.randn(6144, 4096, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
@@ -33,7 +34,7 @@ def _run_all(module):
         for mod in mods:
             mod.module = lambda source, device: module[source]
         return [fp8_gemv.fp8_gemv(x[:1].contiguous(), w, s), fp8_gemv.fp8_gemv(x, w, s),
-                fp8_gemv.moe_gemv(x[:1].contiguous(), q13, q2, tw, ids, s13, s2),
+                fp8_gemv.moe_gemv(h, q13, q2, tw, ids, s13, s2),
                 bf16_gemv.bf16_gemv(x[:1].contiguous(), wb), bf16_gemv.bf16_gemv(x, wb)]
     finally:
         for mod, fn in mods.items():

@@ -37,11 +37,14 @@ class OutDirLock:
             return
         self.created = not os.path.isdir(self.path)
         for _ in range(20):
-            os.makedirs(self.path, exist_ok=True)
             try:
+                os.makedirs(self.path, exist_ok=True)
                 fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
             except FileNotFoundError:  # --out removed by an audit releasing it as we opened
                 continue
+            except OSError as e:       # e.g. another user's lock file, a read-only --out, a file at --out
+                raise ValueError(f"--out {self.path!r}: cannot open {self.lock_path} ({e.strerror or e}): pass an "
+                                 "--out this user can write to") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

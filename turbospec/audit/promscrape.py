@@ -110,8 +110,10 @@ def from_counters(before: SpecCounters, after: SpecCounters) -> dict | None:
     drafts, draft_tokens, accepted = d["num_drafts"], d["num_draft_tokens"], d["num_accepted_tokens"]
     finished = (after.requests_finished - before.requests_finished
                 if after.requests_finished is not None and before.requests_finished is not None else None)
-    # vLLM and turbospec export these counters only with a drafter: counted, and none moved = no drafts
-    no_drafts = (not drafts and not draft_tokens and not accepted
+    # vLLM and turbospec export these counters only with a drafter, a per-position series for each
+    # draft position from the start (turbospec before 2026-12-06 exported the totals without a drafter,
+    # and no positions): counted, with positions, and none moved = no drafts
+    no_drafts = (not drafts and not draft_tokens and not accepted and bool(after.per_pos)
                  and all("num_drafts" in c.totals for c in (before, after)))
     out = {"server_finished_requests": finished,
         "source": "prometheus", "is_estimate": False,

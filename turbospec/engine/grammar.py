@@ -105,7 +105,24 @@ class GrammarState:
 
     def __init__(self, matcher, wait: int | None = None, opener: tuple[int, int] | None = None):
         self.matcher, self.wait, self.opener = matcher, wait, opener
-        self.mask_error: str | None = None    # the last verify's row mask that hit a limit (verify_masks)
+        # verify_masks: the draft paths whose row mask hit a limit -> llguidance's error, and the tokens
+        # appended since (the path of the row the next token is sampled from)
+        self.failed_rows: dict[tuple[int, ...], str] = {}
+        self.since_verify: list[int] = []
+
+    def step(self, token: int) -> str | None:
+        """Advance past an appended token; None, or why the request fails here: the mask of the row
+        it was sampled from hit a limit (in verify_masks, on a copy of the matcher: plain decoding
+        fails on whatever token follows such a mask), llguidance failed on the token or in the mask
+        before it (which then allows EOS alone, and accepts it), or it refused a token it allowed."""
+        failed = self.failed_rows.get(tuple(self.since_verify)) if self.failed_rows else None
+        if self.failed_rows:
+            self.since_verify.append(token)
+        if failed is not None:
+            return failed
+        if not self.advance(token) or self.matcher.is_error():
+            return self.matcher.get_error() or "the grammar refused the token"
+        return None
 
     def is_stopped(self) -> bool:
         """The grammar holds and is complete: nothing but EOS may follow."""
@@ -154,7 +171,7 @@ def allowed_mask(states: list, vocab_size: int, device: torch.device) -> torch.T
     packed = torch.full((len(states), (vocab_size + 31) // 32), -1, dtype=torch.int32)    # [N, V/32] host
     for i, g in enumerate(states):
         if g is not None:
-            g.mask_error = None          # a single step's mask errs on the matcher itself
+            g.failed_rows = {}           # a single step's mask fails on the matcher itself
             g.fill(packed, i)
     return unpack_mask(packed, vocab_size, device)
 
@@ -178,15 +195,15 @@ def verify_masks(g: GrammarState, tokens: list[int], parents: list[int] | None, 
 
     A path on which llguidance hits a limit (on a draft, or in its row's mask, which then allows EOS
     alone) leaves the matcher in its error state, which does not roll back: the matcher is then
-    replaced by a copy taken before, and the rows go on. Such a row's mask is plain decoding's at
-    that position, so the request fails at the token it fails at without drafts; the mask's error
-    is kept (`g.mask_error`) for the message, since the restored matcher would only refuse EOS."""
+    replaced by a copy taken before, and the rows go on. A row whose mask failed is kept with its
+    error (`g.failed_rows`), so that the token sampled from it fails the request (`GrammarState.step`)
+    as the token after that mask does in plain decoding, with the same message."""
     packed = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
     paths: list[list[int]] = [[]]
     for n, t in enumerate(tokens):
         paths.append((paths[parents[n] + 1] if parents is not None else paths[n]) + [t])
     wait, opener = g.wait, g.opener
-    spare, g.mask_error = g.matcher.deep_copy(), None
+    spare, g.failed_rows, g.since_verify = g.matcher.deep_copy(), {}, []
     for row, path in enumerate(paths):
         consumed, reachable = 0, True
         for t in path:
@@ -198,7 +215,7 @@ def verify_masks(g: GrammarState, tokens: list[int], parents: list[int] | None, 
         if reachable and not g.is_stopped():
             g.fill(packed, row)
             if g.matcher.is_error():
-                g.mask_error = g.matcher.get_error()
+                g.failed_rows[tuple(path)] = g.matcher.get_error()
         if g.matcher.is_error():
             g.matcher, spare = spare, (spare.deep_copy() if row + 1 < len(paths) else None)
         elif consumed:

@@ -243,11 +243,8 @@ class LLMEngine:
         if seq.metrics.first_token_time is None:
             seq.metrics.first_token_time = time.time()
         p = seq.params
-        if seq.grammar is not None and (not seq.grammar.advance(token_id) or seq.grammar.matcher.is_error()):
-            # llguidance hit a limit on this token or in the mask before it (which then allowed EOS
-            # alone, and accepted it), or refused a token it allowed (a bug): vLLM's "error", why
-            # a draft row's mask hit the limit (verify_masks): its EOS-only mask is why EOS is refused here
-            error = seq.grammar.matcher.get_error() if seq.grammar.mask_error is None else seq.grammar.mask_error
+        error = seq.grammar.step(token_id) if seq.grammar is not None else None
+        if error is not None:                # vLLM's finish reason "error", and why
             logger.error("request %s: its grammar failed at token %d: %s", seq.request_id, token_id,
                          error.split("<grammar>", 1)[0][:1500])      # llguidance's reason and state
             seq.finish_reason, seq.stop_reason = "error", grammar_failure(p.structured_outputs, error,

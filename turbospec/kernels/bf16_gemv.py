@@ -7,8 +7,8 @@ With the switch on, `skinny_linear` sends it bf16 linears of at most 16 rows (no
 norm, N % 16 == 0, K % 128 == 0, contiguous 16-byte aligned weight and x rows; a fused SiLU-and-mul
 input is applied first); more rows keep the Triton skinny GEMM, whose K order differs, so a
 request's tokens may depend on how many others decode beside it, and `bitwise_exact` speculation
-keeps verifies within 16 rows (`prepare`'s bound). It needs nvcc on the machine (built once, at
-engine start by `prepare`).
+keeps verifies within 16 rows (`prepare`'s bound). It is compiled once (nvcc, or NVRTC where nvcc is
+absent), at engine start by `prepare`.
 """
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ class Module:
             name = ctypes.c_char_p()
             self.cu.cuGetErrorName(rc, ctypes.byref(name))
             raise RuntimeError(f"{what} failed: {name.value.decode() if name.value else rc} (CUresult {rc}); "
-                               "a driver older than the nvcc that built the cubin gives "
+                               "a driver older than the nvcc or NVRTC that built the cubin gives "
                                "CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU")
 
     def launch(self, name: str, grid: tuple[int, int], threads: int, args: list, pdl: bool) -> None:

@@ -18,7 +18,7 @@ With the switch on:
 - `fused_experts` takes it for one token with FP8 experts (GEMM1 + SiLU-and-mul, then GEMM2 + the
   weighted sum over the slots), except in an engine that verifies drafts bit for bit (`prepare`).
 
-Limits (why it is opt-in): it needs nvcc on the machine (built once, at engine start by
+Limits (why it is opt-in): it is compiled once (nvcc, or NVRTC where nvcc is absent; at engine start by
 `prepare`); a request's tokens may depend on how many others decode beside it (rows 1-16 take this
 kernel, more rows the Triton one, whose K order differs; an MoE's one token likewise), where the
 default kernels are batch-invariant up to 64 rows; and `bitwise_exact` speculation keeps verifies
@@ -131,7 +131,7 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
 
 
 def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: bool) -> int:
-    """At engine start: build and load the kernels (nvcc once; its errors and the driver's surface
+    """At engine start: build and load the kernels (compiled once; the compiler's and the driver's errors surface
     here, not at the first step), and return the rows up to which the model's matmuls round a row
     alike whatever the row count (`draft_length.exact_k_cap`'s bound): 16 where a dense FP8 linear
     takes the GEMV, else INVARIANT_MAX_M. `exact_speculation` (drafts verified bit for bit): the

@@ -93,8 +93,8 @@ class DeltaTracker:
         comp = out.outputs[0]
         finished = comp.finish_reason is not None
         text = comp.text
-        if comp.finish_reason == "stop" and self.include_stop and isinstance(comp.stop_reason, str):
-            text += comp.stop_reason              # the engine cut the text right before the stop string
+        if self.include_stop and comp.stop_string is not None:
+            text += comp.stop_string              # the engine cut the text right before the stop string
         if not text.startswith(self.sent_text):
             if not self._warned:          # the engine rewrote text we already streamed
                 logger.warning("request %s: engine text no longer extends the streamed text",
