@@ -45,8 +45,15 @@ def _load(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(path))
 
 
-def find() -> tuple[ctypes.CDLL, tuple[int, int]] | None:
-    """The newest loadable NVRTC of at least MIN_VERSION, with its version; None if there is none."""
+def find(cuda: str | None = None) -> tuple[ctypes.CDLL, tuple[int, int]] | None:
+    """A loadable NVRTC of at least MIN_VERSION, with its version; None if there is none. The first
+    of CUDA major `cuda` (default: PyTorch's build, whose driver runs what it compiles) if any, else
+    the newest."""
+    if cuda is None:
+        import torch
+        cuda = torch.version.cuda
+    want = int(cuda.split(".")[0]) if cuda else None
+    found = []
     for path in candidates():
         try:
             lib = _load(path)
@@ -55,9 +62,12 @@ def find() -> tuple[ctypes.CDLL, tuple[int, int]] | None:
                 continue
         except (OSError, AttributeError):
             continue
-        if (major.value, minor.value) >= MIN_VERSION:
-            return lib, (major.value, minor.value)
-    return None
+        version = (major.value, minor.value)
+        if version >= MIN_VERSION:
+            if version[0] == want:
+                return lib, version
+            found.append((lib, version))
+    return found[0] if found else None
 
 
 def compile_cubin(lib: ctypes.CDLL, src: Path, headers: list[Path], arch: str = "sm_90a") -> bytes:
