@@ -33,7 +33,7 @@
 #   suiteN/M (session 36) the GPU suite's N-th of M shares (test files i with i % M == N, sorted): the whole
 #            suite takes more than one call (about 585 tests; 333 ran in 540 s on an H100), e.g. suite0/3
 #   targetsab (session 36) the issues' target rows (as `targets`) with both GEMV switches 0, then 1
-#   suitex   (session 37) the whole GPU suite in one call, spread over ${SUITE_WORKERS:-4} pytest-xdist
+#   suitex   (session 37) the whole GPU suite in one call, spread over ${SUITE_WORKERS:-6} pytest-xdist
 #            workers (the image has pytest-xdist; most of the suite's time is Triton / nvcc compiling;
 #            each worker's engines size their KV cache from the free memory at their start, so a failure
 #            for memory here is to be re-run alone before it is believed)
@@ -75,9 +75,10 @@ for part in "$@"; do
             files=$(ls tests/gpu/test_*.py | sort | awk -v n="$n" -v m="$m" '(NR - 1) % m == n')
             PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout 560 $T $files > "$OUT/suite${n}of${m}.txt" 2>&1
             tail -6 "$OUT/suite${n}of${m}.txt" ;;
-    suitex) PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${SUITE_LIMIT:-560} $T -n ${SUITE_WORKERS:-4} \
-              --dist load --durations 25 tests/gpu > "$OUT/suitex.txt" 2>&1
-            grep -E "^(FAILED|ERROR)" "$OUT/suitex.txt" | head -20; tail -3 "$OUT/suitex.txt" ;;
+    suitex) # SIGINT at the limit: pytest stops and still prints which tests failed; -v names each as it ends
+            PYTHONPATH=. TURBOSPEC_CACHE_DIR=$OUT/cache timeout -s INT -k 30 ${SUITE_LIMIT:-560} ${T/-q/-v} \
+              -n ${SUITE_WORKERS:-6} --dist load --durations 25 tests/gpu > "$OUT/suitex.txt" 2>&1
+            grep -E "(FAILED|ERROR) tests/" "$OUT/suitex.txt" | head -20; tail -3 "$OUT/suitex.txt" ;;
     targetsab) export TURBOSPEC_CACHE_DIR=$OUT/cache     # each row with the switches 0 then 1, so a cut-off run keeps pairs
             rows=("--shape qwen3-8b --dtype bf16 --batch-sizes 1,16,64 --prompt-len 512 --gen-len 64" \
                   "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
