@@ -8,25 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from turbospec import LLM, SamplingParams
+import tests.test_structured_outputs as structured
+from turbospec import SamplingParams
 from turbospec.structured_outputs import StructuredOutputsParams
+
+llm, spec_llm = structured.llm, structured.spec_llm     # its fixtures (module scope: this module's own engines)
 
 PROMPT = "def parse(data):\n    return "
 ROW_LIMIT = 'start: "hello" x\nx: ' + " | ".join(f'"w{i}x"' for i in range(3000)) + "\n"
 MASK_LIMIT = ('start: "hello" x+\nx: ' + " | ".join(f"y{i}" for i in range(900)) + "\n"
               + "\n".join(f"y{i}: L" for i in range(900)) + "\nL: /[a-z ]/\n")
 CASES = [(ROW_LIMIT, "Current row has 3001 items; max is 2000"), (MASK_LIMIT, "Too many items (limit 50000; mask)")]
-
-
-@pytest.fixture(scope="module")
-def llm(codelm_dir):
-    return LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256)
-
-
-@pytest.fixture(scope="module")
-def spec_llm(codelm_dir):
-    return LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=256,
-               speculative_config={"method": "ngram", "num_speculative_tokens": 4})
 
 
 def _check(out, words: str) -> None:
