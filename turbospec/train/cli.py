@@ -176,7 +176,8 @@ def dflash(target: str = TARGET, data: str = DATA, out: str = OUT, steps: int = 
            num_layers: int = typer.Option(3, "--num-layers", help="drafter decoder layers"),
            intermediate_size: int = INTER, num_attention_heads: int = HEADS,
            num_key_value_heads: int = KV_HEADS, head_dim: int = HEAD_DIM, target_layers: str = TLAYERS,
-           block_size: int = typer.Option(16, help=f"block size B (1 anchor + B-1 drafts): {BLOCK_SIZE_RULE}"),
+           block_size: int = typer.Option(None, help=f"block size B (1 anchor + B-1 drafts): {BLOCK_SIZE_RULE} "
+                                           "(default 16, or the --init-from drafter's)"),
            anchors_per_seq: int = typer.Option(32, help="random blocks per sequence per step"),
            loss_decay: float = typer.Option(0.0, help="slot weight exp(-(p-1)/decay); 0: block_size/2"),
            mask_token_id: int = typer.Option(None, help="id fed at masked slots (default: an unused row, else pad)"),

@@ -15,6 +15,7 @@ from turbospec.train.out_dirs import EXPORT_FILES, STATE_FILE, check_out  # noqa
 
 METHODS = ("eagle3", "dflash")
 BLOCK_SIZES = (2, 4, 8, 16, 32)                               # DFlash --block-size (the help says the same)
+DEFAULT_BLOCK_SIZE = 16
 BLOCK_SIZE_RULE = "a power of two from 2 to 32 (8 or 16 usually)"
 _PATHS = ("target", "data", "out", "checkpoint_dir", "init_from", "chat_template", "feature_cache", "eval_prompts")
 
@@ -36,14 +37,19 @@ class Eagle3Options:
 
 @dataclass
 class DFlashOptions:
-    block_size: int = 16               # 1 anchor + (block_size - 1) mask slots
+    block_size: int | None = None      # 1 anchor + (block_size - 1) mask slots; None: the --init-from
+                                       # drafter's (init_from.adopt_init_from), else DEFAULT_BLOCK_SIZE
     anchors_per_seq: int = 32          # random blocks trained per sequence per step
     loss_decay: float = 0.0            # slot p weight exp(-(p-1)/loss_decay); 0: block_size / 2
     mask_token_id: int | None = None   # None: an unused embedding row, else the pad token
 
-    def validate(self) -> None:
-        if self.block_size not in BLOCK_SIZES:
+    def validate(self, max_seq_len: int | None = None) -> None:
+        """`max_seq_len`: a DFlash run's tokens per sequence, which a block must fit (None: not
+        checked); a block size still None is checked once adopted from the --init-from drafter."""
+        if self.block_size is not None and self.block_size not in BLOCK_SIZES:
             raise ValueError(f"--block-size {self.block_size}: use {BLOCK_SIZE_RULE}")
+        if None not in (self.block_size, max_seq_len) and self.block_size - 1 > max_seq_len // 2:
+            raise ValueError(f"--block-size {self.block_size} is too large for --max-seq-len {max_seq_len}")
         if self.anchors_per_seq < 1:
             raise ValueError(f"--anchors-per-seq {self.anchors_per_seq}: use >= 1 (e.g. 32)")
         if self.loss_decay < 0:
@@ -184,12 +190,11 @@ class TrainConfig:
         check_out(self)
         if self.chat_template is not None and not os.path.isfile(self.chat_template):
             raise ValueError(f"--chat-template {self.chat_template!r} does not exist: pass a Jinja file")
-        if self.method == "dflash" and self.dflash.block_size - 1 > (self.max_seq_len or 1024) // 2:
-            raise ValueError(f"--block-size {self.dflash.block_size} is too large for --max-seq-len "
-                             f"{self.max_seq_len}")
+        if self.dflash.block_size is None and (self.init_from is None or self.method != "dflash"):
+            self.dflash.block_size = DEFAULT_BLOCK_SIZE
         self.shape.validate()
         self.eagle3.validate()
-        self.dflash.validate()
+        self.dflash.validate((self.max_seq_len or 1024) if self.method == "dflash" else None)
         from turbospec.train.target_checks import check_target_options
         check_target_options(self)              # device, dtypes, the target's weights and head counts
 

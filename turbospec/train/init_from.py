@@ -9,6 +9,9 @@ Nothing here loads a weight:
   on the meta device from the target's config.json and the shape options. The error names the
   file, the first tensor that differs with both shapes, the config.json keys that differ with
   both values, and the options that build the checkpoint's shapes.
+Options that change no tensor shape but what the weights mean (`adopt_init_from`): the captured
+target layers (what the drafter's `fc` learned to read) and DFlash's block size. Not passed: this run
+takes the drafter's; passed with another value: refused.
 `state.init_from_export` checks again when it copies the weights after the target loaded (a
 pytorch_model.bin drafter, whose shapes are known only once loaded, is checked there only).
 """
@@ -42,6 +45,39 @@ def shape_options(dc, method: str) -> dict[str, str]:
         if dc.aux_layer_ids is not None:
             opts["--target-layers"] = ",".join(map(str, dc.aux_layer_ids))
     return {k: str(v) for k, v in opts.items()}
+
+
+def adopt_init_from(cfg: TrainConfig, tcfg: ModelConfig) -> str | None:
+    """Before `capture_layers` (so the captured layers, the feature cache key and the export follow):
+    --target-layers and DFlash's --block-size left out take the --init-from drafter's values; passed
+    with other values they are refused. Returns the line saying what was adopted (None: nothing)."""
+    dc = check_init_from_target(cfg.init_from, cfg.method, cfg.target, tcfg)
+    layers = dc.target_layers() if cfg.method == "dflash" else dc.aux_layer_ids   # input-of-layer ids
+    theirs = {"--target-layers": None if layers is None else tuple(sorted(layers)),
+              "--block-size": dc.block_size if cfg.method == "dflash" else None}
+    given = cfg.shape.target_layers
+    ours = {"--target-layers": None if given is None else tuple(sorted(given)), "--block-size": cfg.dflash.block_size}
+    clash = [f for f in theirs if None not in (theirs[f], ours[f]) and theirs[f] != ours[f]]
+    if clash:
+        said = ", ".join(f"{f} {_show(theirs[f])} (this run: {_show(ours[f])})" for f in clash)
+        raise ValueError(f"--init-from {cfg.init_from!r} was trained with {said}: its weights read those target "
+                         f"layers / draft that block, so they would not continue here. Leave {' and '.join(clash)} "
+                         "out (or pass its values) to continue it, or leave --init-from out to train from scratch "
+                         "with yours")
+    adopted = [f for f in theirs if theirs[f] is not None and ours[f] is None]
+    if "--target-layers" in adopted:
+        cfg.shape.target_layers = theirs["--target-layers"]
+    if "--block-size" in adopted:
+        cfg.dflash.block_size = dc.block_size
+        cfg.dflash.validate(cfg.max_seq_len)             # its block must fit this run's sequences
+    if not adopted:
+        return None
+    return (f"--init-from {cfg.init_from}: training with its {' '.join(f'{f} {_show(theirs[f])}' for f in adopted)}, "
+            "as it was trained (other values: leave --init-from out to train from scratch)")
+
+
+def _show(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def check_init_from(cfg: TrainConfig, tcfg: ModelConfig, layers: tuple[int, ...]) -> None:

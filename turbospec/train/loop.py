@@ -33,7 +33,7 @@ from turbospec.train.evaluate import (autocast_for, evaluate_heldout, report_tru
 from turbospec.train.export import export_drafter
 from turbospec.train.feature_cache import FeatureCache, cache_key, cached_features, check_cache_dir
 from turbospec.train.features import TargetModel
-from turbospec.train.init_from import check_init_from
+from turbospec.train.init_from import adopt_init_from, check_init_from
 from turbospec.train.interrupt import StopRequest
 from turbospec.train.metrics import summarize
 from turbospec.train.out_dirs import make_writable_dirs, remove_empty_dirs
@@ -73,6 +73,7 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
     if cfg.max_seq_len > tcfg.max_position_embeddings:
         raise ValueError(f"--max-seq-len {cfg.max_seq_len} exceeds the target's context "
                          f"{tcfg.max_position_embeddings}: lower it")
+    adopted = adopt_init_from(cfg, tcfg) if cfg.init_from else None    # its target layers, block size
     layers = capture_layers(cfg, tcfg)
     if cfg.init_from:                    # a drafter that does not fit: refused before the data is read
         check_init_from(cfg, tcfg, layers)
@@ -94,6 +95,8 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
     log = Log(rank, total_steps, f"train {cfg.method}")
     log.print(f"data: {report.describe()}; train {len(train_ds)} / held-out {len(heldout)} samples; "
               f"{per_epoch} steps per epoch at batch {cfg.batch_size} x {world} process(es)")
+    if adopted:
+        log.print(adopted)
     if total_steps is not None and cfg.warmup_steps > total_steps:
         log.print(warmup_warning(total_steps, cfg))
 
