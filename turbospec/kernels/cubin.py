@@ -31,7 +31,7 @@ def find_nvcc() -> str | None:
 
 def build(source: str | Path) -> Path:
     """csrc/`source` (or a path: the probes' baselines) compiled to a cubin for sm_90a, cached by the
-    hash of the source and csrc's headers (a concurrent build cannot tear it: written aside, then
+    hash of the source and the headers beside it (a concurrent build cannot tear it: written aside, then
     renamed). With nvcc where it is installed, else with NVRTC (kernels/nvrtc.py: PyTorch's CUDA
     wheels bring it); the cache name says which."""
     src = CSRC / source
