@@ -14,7 +14,7 @@ ENGINE = {"spec_decode_num_drafts": 3, "spec_decode_num_draft_tokens": 6, "spec_
 
 def test_without_a_drafter_no_spec_decode_series_even_when_the_engine_counts():
     m = ServerMetrics("m")
-    m.declare_spec_positions(0)                      # the engine's start: no proposer
+    m.declare_speculation(0)                      # the engine's start: no proposer
     m.on_engine_metrics(ENGINE)
     text = m.render().decode()
     assert "spec_decode" not in text and not m.speculative
@@ -39,8 +39,8 @@ def test_with_a_drafter_vllms_series_from_the_start_one_per_position():
 def test_metrics_built_without_k_get_the_series_when_the_engine_starts_with_a_drafter():
     m = ServerMetrics("m")                            # e.g. AsyncEngine(engine, ServerMetrics(name))
     m.set_engine_baseline({})
-    m.declare_spec_positions(2)
-    m.declare_spec_positions(2)                       # again: nothing registered twice
+    m.declare_speculation(2)
+    m.declare_speculation(2)                       # again: nothing registered twice
     m.on_engine_metrics(ENGINE)
     assert m.speculative and 'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 2.0' in m.render().decode()
 

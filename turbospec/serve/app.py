@@ -81,9 +81,7 @@ def build_app(engine, served_model_name: str | list[str], api_key: str | None = 
     check_tool_call_parser(tool_call_parser)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError("served_model_name must be a non-empty string (or a list of them)")
-    inner = engine.engine if isinstance(engine, AsyncEngine) else engine
-    drafter_k = getattr(getattr(inner, "proposer", None), "k", 0) or 0    # 0: no drafter, no spec_decode series
-    metrics = metrics or ServerMetrics(names[0], num_speculative_tokens=drafter_k)
+    metrics = metrics or ServerMetrics(names[0])     # its spec_decode series: at the engine's start, with a drafter
     async_engine = engine if isinstance(engine, AsyncEngine) else AsyncEngine(engine, metrics)
     if async_engine.metrics is None:
         async_engine.metrics = metrics

@@ -68,7 +68,7 @@ class AsyncEngine:
         if self._thread is None:
             if self.metrics is not None:
                 self.metrics.set_engine_baseline(self.engine.get_metrics())
-                self.metrics.declare_spec_positions(getattr(getattr(self.engine, "proposer", None), "k", 0))
+                self.metrics.declare_speculation(getattr(getattr(self.engine, "proposer", None), "k", 0))
                 self._publish_stats()
             self._thread = threading.Thread(target=self._run, name="turbospec-engine", daemon=True)
             self._thread.start()

@@ -125,10 +125,6 @@ class ServerMetrics:
         self.num_waiting.set(stats.num_waiting)
         self.kv_usage.set(max(0.0, float(stats.kv_cache_usage)))
 
-    def declare_spec_positions(self, k: int) -> None:
-        """The engine's start names its drafter's k (0: none): declare_speculation."""
-        self.declare_speculation(k)
-
     def set_engine_baseline(self, now: dict[str, Any]) -> None:
         """Counts already in the engine (warm-up) are not served traffic: start diffing from here."""
         self._last_engine = dict(now)

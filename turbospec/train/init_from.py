@@ -47,10 +47,11 @@ def shape_options(dc, method: str) -> dict[str, str]:
     return {k: str(v) for k, v in opts.items()}
 
 
-def adopt_init_from(cfg: TrainConfig, tcfg: ModelConfig) -> str | None:
+def adopt_init_from(cfg: TrainConfig, tcfg: ModelConfig):
     """Before `capture_layers` (so the captured layers, the feature cache key and the export follow):
     --target-layers and DFlash's --block-size left out take the --init-from drafter's values; passed
-    with other values they are refused. Returns the line saying what was adopted (None: nothing)."""
+    with other values they are refused. Returns the line saying what was adopted (None: nothing) and
+    the drafter's parsed config (for `check_init_from`)."""
     dc = check_init_from_target(cfg.init_from, cfg.method, cfg.target, tcfg)
     layers = dc.target_layers() if cfg.method == "dflash" else dc.aux_layer_ids   # input-of-layer ids
     theirs = {"--target-layers": None if layers is None else tuple(sorted(layers)),
@@ -71,19 +72,18 @@ def adopt_init_from(cfg: TrainConfig, tcfg: ModelConfig) -> str | None:
         cfg.dflash.block_size = dc.block_size
         cfg.dflash.validate(cfg.max_seq_len)             # its block must fit this run's sequences
     if not adopted:
-        return None
+        return None, dc
     return (f"--init-from {cfg.init_from}: training with its {' '.join(f'{f} {_show(theirs[f])}' for f in adopted)}, "
-            "as it was trained (other values: leave --init-from out to train from scratch)")
+            "as it was trained (other values: leave --init-from out to train from scratch)"), dc
 
 
 def _show(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def check_init_from(cfg: TrainConfig, tcfg: ModelConfig, layers: tuple[int, ...]) -> None:
+def check_init_from(cfg: TrainConfig, tcfg: ModelConfig, layers: tuple[int, ...], dc) -> None:
     """Refuse an --init-from drafter that does not fit this run (module docstring); `layers`: the
-    input-of-layer ids this run captures."""
-    dc = check_init_from_target(cfg.init_from, cfg.method, cfg.target, tcfg)
+    input-of-layer ids this run captures; `dc`: the drafter's config (`adopt_init_from`'s)."""
     files = sorted(glob.glob(os.path.join(cfg.init_from, "*.safetensors")))
     if not files:
         return

@@ -73,10 +73,10 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
     if cfg.max_seq_len > tcfg.max_position_embeddings:
         raise ValueError(f"--max-seq-len {cfg.max_seq_len} exceeds the target's context "
                          f"{tcfg.max_position_embeddings}: lower it")
-    adopted = adopt_init_from(cfg, tcfg) if cfg.init_from else None    # its target layers, block size
+    adopted, drafter = adopt_init_from(cfg, tcfg) if cfg.init_from else (None, None)   # its layers, block size
     layers = capture_layers(cfg, tcfg)
-    if cfg.init_from:                    # a drafter that does not fit: refused before the data is read
-        check_init_from(cfg, tcfg, layers)
+    if drafter is not None:              # a drafter that does not fit: refused before the data is read
+        check_init_from(cfg, tcfg, layers, drafter)
     tdtype = resolve_dtype(parse_dtype(cfg.target_dtype) if cfg.target_dtype else None, tcfg.dtype, device)
     key = cache_key(cfg, layers, tdtype) if cfg.feature_cache else None
     if key is not None:                  # another run's cache: refused before the data pass
