@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import llguidance
 import llguidance.hf
@@ -73,6 +74,18 @@ def test_bad_regex_and_schema_are_value_errors_that_say_why(llm):
     with pytest.raises(ValueError, match="JSON schema does not compile"):
         llm.generate([PROMPT], so_params(json={"type": "no-such-type"}))
     assert not llm.llm_engine.has_unfinished_requests()
+
+
+def test_missing_llguidance_is_a_value_error_saying_how_to_install(llm, monkeypatch):
+    """An environment without llguidance (pip's dependency, absent from a hand-made one): the request is
+    refused with the install line, not a ModuleNotFoundError from inside the engine."""
+    for name in ("llguidance", "llguidance.hf", "llguidance.torch"):
+        monkeypatch.setitem(sys.modules, name, None)          # `import llguidance` raises ImportError
+    with pytest.raises(ValueError, match=r"llguidance package.*pip install 'llguidance>=1,<2'"):
+        llm.generate([PROMPT], so_params(regex="[0-9]+"))
+    assert not llm.llm_engine.has_unfinished_requests()
+    monkeypatch.undo()
+    assert re.fullmatch("[0-9]+", llm.generate([PROMPT], so_params(regex="[0-9]+", max_tokens=8))[0].outputs[0].text)
 
 
 # ---- the mask ------------------------------------------------------------------------------

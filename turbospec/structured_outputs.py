@@ -41,6 +41,16 @@ def _regex_escape(text: str) -> str:
 DEFAULT_JSON_WHITESPACE = r"(\x20|\n\x20{0,16}|\n\t{0,4})"
 
 
+
+def require_llguidance() -> None:
+    """ValueError saying how to install llguidance (a dependency of turbospec, absent from a broken
+    or hand-assembled environment), not a ModuleNotFoundError from deep inside a request."""
+    try:
+        import llguidance  # noqa: F401
+    except ImportError:
+        raise ValueError("structured outputs need the llguidance package, which this Python environment "
+                         "lacks: pip install 'llguidance>=1,<2'") from None
+
 @dataclass
 class StructuredOutputsParams:
     """What the output must match: exactly one of `json` (a JSON schema, as a dict or its JSON
@@ -106,6 +116,7 @@ class StructuredOutputsParams:
 
     def to_grammar(self) -> str:
         """The llguidance grammar text (its JSON form) of what the output must match."""
+        require_llguidance()
         from llguidance import LLMatcher, grammar_from
         kind = self.kind
         if kind in ("json", "json_object"):

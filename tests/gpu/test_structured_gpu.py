@@ -13,6 +13,8 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
+pytest.importorskip("llguidance", reason="structured outputs need llguidance (a dependency the GPU image may lack)")
+
 from turbospec import LLM, SamplingParams  # noqa: E402
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age"],

@@ -6,7 +6,7 @@ import threading
 
 import torch
 
-from turbospec.structured_outputs import StructuredOutputsParams
+from turbospec.structured_outputs import StructuredOutputsParams, require_llguidance
 
 
 CACHED_GRAMMARS = 64
@@ -61,10 +61,8 @@ class GrammarCompiler:
             if self.tokenizer is None:
                 raise ValueError("structured outputs need the model's tokenizer; this model directory has none "
                                  "(add its tokenizer files or pass --tokenizer / LLM(tokenizer=...))")
-            try:
-                import llguidance.hf
-            except ImportError:
-                raise ValueError("structured outputs need the llguidance package: pip install 'llguidance>=1,<2'") from None
+            require_llguidance()
+            import llguidance.hf
             try:
                 self._ll_tokenizer = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=self.vocab_size,
                                                                   eos_token=self.eos_token_ids or None)
@@ -78,8 +76,8 @@ class GrammarCompiler:
         schema that does not compile. The last CACHED_GRAMMARS compiled grammars are kept, so a
         schema sent again (most clients send one schema many times) is copied, not compiled.
         Thread-safe (llguidance compiles without the GIL)."""
+        grammar = params.to_grammar()                          # ValueError first where llguidance is missing
         from llguidance import LLMatcher
-        grammar = params.to_grammar()
         with self._lock:                                       # the server compiles on worker threads too
             pristine = self._compiled.get(grammar)
         if pristine is None:
