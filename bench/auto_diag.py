@@ -30,7 +30,7 @@ def build(*a, **kw):
 
 
 ob.build_engine = build
-rows, _ = ob.bench_oracle(cfg, dev, dt, [batch], 7, 4.0, 256, 64, [1, 2, 3, 4, 7], auto=True, quantization=quant)  # cost_ks as bench spec: the graphs it captures
+rows, _, _ = ob.bench_oracle(cfg, dev, dt, [batch], 7, 4.0, 256, 64, [1, 2, 3, 4, 7], auto=True, quantization=quant)  # cost_ks as bench spec: the graphs it captures
 eng, ad = seen["engine"], seen["engine"].adaptive
 print(rows)
 print("cost table (batch, q) -> ms:", {k: round(v * 1e3, 3) for k, v in sorted(ad.policy.cost.seconds.items()) if k[0] == batch})

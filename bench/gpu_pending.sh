@@ -37,6 +37,9 @@
 #            workers (the image has pytest-xdist; most of the suite's time is Triton / nvcc compiling;
 #            each worker's engines size their KV cache from the free memory at their start, so a failure
 #            for memory here is to be re-run alone before it is believed)
+#   auto     (session 38) the GEMVs' default "auto" (engines of max_num_seqs <= 2): tests/gpu/test_gemv_auto_gpu.py
+#            and the GEMV / structured-output tests; then bench decode at batch 1 (an engine of one sequence)
+#            with both switches 0, then unset (auto), for the four target shapes; then the #8 oracle row
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -89,6 +92,22 @@ for part in "$@"; do
               for v in 0 1; do TURBOSPEC_BF16_GEMV=$v TURBOSPEC_FP8_GEMV=$v bench_rows targetsab.txt 150 "${rows[$i]}"; done
             done
             grep -E "^###|roofline|^ +[0-9]" "$OUT/targetsab.txt" | tail -40; grep -o "device [^|]*|[^|]*|[^|]*|[^|]*| copy bandwidth [^|]*" "$OUT/targetsab.txt" | head -1 ;;
+    auto)   export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
+            PYTHONPATH=. timeout 200 $T tests/gpu/test_gemv_auto_gpu.py tests/gpu/test_bf16_gemv_gpu.py \
+              tests/gpu/test_fp8_gemv_gpu.py tests/gpu/test_structured_gpu.py > "$OUT/auto_tests.txt" 2>&1
+            tail -4 "$OUT/auto_tests.txt"
+            for a in "--shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"; do
+              TURBOSPEC_FP8_GEMV=0 TURBOSPEC_BF16_GEMV=0 bench_rows auto_bench.txt 100 "$a"
+              bench_rows auto_bench.txt 100 "$a"
+            done
+            echo "### bench spec qwen3-8b bf16 oracle k 7 AL 4 b1" >> "$OUT/auto_bench.txt"
+            PYTHONPATH=. timeout 120 python3 -m turbospec.cli bench spec --shape qwen3-8b --dtype bf16 --batch-sizes 1 \
+              --prompt-len 256 --max-tokens 128 --speculative-config \
+              '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4}' >> "$OUT/auto_bench.txt" 2>&1
+            grep -E "^###|^# bench|^ +[0-9]" "$OUT/auto_bench.txt" | grep -oE "^###.*|^ +[0-9].*|CUDA GEMVs [^|]*|env [^|]*$" ;;
     fp8rows) PYTHONPATH=. timeout 420 $T tests/gpu/test_fp8_row_scale_gpu.py tests/gpu/test_moe_archs_gpu.py \
               tests/gpu/test_fp8_moe_kernels.py tests/gpu/test_fp8_large_config.py > "$OUT/fp8rows_tests.txt" 2>&1
             tail -8 "$OUT/fp8rows_tests.txt" ;;
@@ -144,6 +163,6 @@ for part in "$@"; do
     bf16gemv) PYTHONPATH=. TURBOSPEC_PDL=0 TURBOSPEC_CACHE_DIR=$OUT/cache timeout ${GEMV_LIMIT:-240} \
               python3 bench/bf16_gemv_probe.py > "$OUT/bf16gemv.txt" 2>&1
             tail -40 "$OUT/bf16gemv.txt" ;;
-    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab, verifyab, targetsab, suiteN/M)"; exit 2 ;;
+    *)      echo "unknown part $part (draw, engine, archs, norm, targets, fp8rows, fp8bench, partial, gemv, gemvtests, gemvab, gemvspec, bf16gemv, bf16ab, verifyab, targetsab, suiteN/M, suitex, auto)"; exit 2 ;;
   esac
 done

@@ -8,7 +8,7 @@ import typer
 
 from turbospec.benchmarks.cli_args import (BANDWIDTH_NOTE, bandwidth_text, check_fits, check_max_model_len,
                                            check_out_path, device_name, dtype_name, echo_compiles, env_setting,
-                                           env_vars, forward_warning, shape_setting, warn_unknown_env)
+                                           env_vars, forward_warning, gemv_setting, shape_setting, warn_unknown_env)
 from turbospec.benchmarks.spec_cli import spec
 
 _WEIGHTS = {"fp8": "block-FP8 (128x128)", "fp8-channel": "FP8, one scale per row"}
@@ -85,7 +85,8 @@ def decode(
                f"prompt {prompt_len} + gen {gen_len} tokens (random ids, {how}) | max model len "
                f"{engine.max_model_len} | copy bandwidth {bandwidth_text(bw)} ({BANDWIDTH_NOTE}) | CUDA graphs "
                f"{'on' if engine.runner.graphs is not None else 'off'} | "
-               f"{f'decode bursts of {burst} steps' if burst > 1 else 'no decode bursts'}{env_setting()}")
+               f"{f'decode bursts of {burst} steps' if burst > 1 else 'no decode bursts'}{gemv_setting(engine)}"
+               f"{env_setting()}")
     typer.echo(f"{'batch':>5} {'ms/step':>9} {'tok/s/seq':>10} {'tok/s total':>12} {'MB/step':>9} "
                f"{'roofline ms':>12} {'of roofline':>12}")
     for r in results:

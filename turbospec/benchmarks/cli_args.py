@@ -120,6 +120,18 @@ def env_setting() -> str:
     return " | env " + (" ".join(f"{k}={v}" for k, v in env.items()) or "defaults")
 
 
+def gemv_setting(engine) -> str:
+    """' | CUDA GEMVs ...' on a GPU: which CUDA GEMVs serve the model's linears (TURBOSPEC_FP8_GEMV /
+    TURBOSPEC_BF16_GEMV, whose default serves engines of max_num_seqs <= AUTO_MAX_SEQS: the bench's
+    largest batch), or none; '' on the CPU."""
+    if engine.device.type != "cuda":
+        return ""
+    from turbospec.kernels.gemv_common import AUTO_MAX_SEQS
+    seqs = engine.engine_config.max_num_seqs
+    used = " + ".join(engine.decode_gemvs) or "none"
+    return f" | CUDA GEMVs {used} (max_num_seqs {seqs}; by default they serve engines of <= {AUTO_MAX_SEQS})"
+
+
 def dtype_name(dtype) -> str:
     """'float32' for torch.float32 (the header and JSON name a dtype as the --dtype error does)."""
     return str(dtype).removeprefix("torch.")

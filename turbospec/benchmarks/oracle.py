@@ -131,8 +131,9 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
                  k: int, acceptance_length: float, prompt_len: int, gen_len: int,
                  cost_ks: list[int], auto: bool = False, quantization: str | None = None,
                  bitwise_exact: bool = True, max_model_len: int | None = None
-                 ) -> tuple[list[OracleRow], dict[int, dict[int, float]]]:
-    """max_model_len: the engine's context limit, as a server's (`build_engine`)."""
+                 ) -> tuple[list[OracleRow], dict[int, dict[int, float]], LLMEngine]:
+    """max_model_len: the engine's context limit, as a server's (`build_engine`). Returns the rows, the
+    verify costs and the engine (its row bound and kernels, for the header)."""
     model = random_model(config, device, dtype, quantization=quantization)
     oracle = OracleProposer(k, acceptance_length, config.vocab_size)
     engine = build_engine(model, config, device, dtype, prompt_len + gen_len + k + 1, max(batch_sizes),
@@ -173,4 +174,4 @@ def bench_oracle(config: ModelConfig, device: torch.device, dtype: torch.dtype, 
                               f"{same}/{len(outs)}", drafted / seq_steps if seq_steps else 0.0, jit.summary()))
         engine.proposer = None
         costs[b] = verify_cost(engine, b, cost_ks, prompt_len, config.vocab_size)
-    return rows, costs
+    return rows, costs, engine

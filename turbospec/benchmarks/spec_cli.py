@@ -6,12 +6,10 @@ import json
 
 import typer
 
-from turbospec.kernels import bf16_gemv, fp8_gemv
-from turbospec.layers.linear import INVARIANT_MAX_M
 from turbospec.spec.config_arg import parse_speculative_config
 from turbospec.benchmarks.cli_args import (BANDWIDTH_NOTE, bandwidth_text, check_fits, check_max_model_len,
                                            check_out_path, device_name, dtype_name, echo_compiles, env_setting,
-                                           env_vars, forward_warning, shape_setting, warn_unknown_env)
+                                           env_vars, forward_warning, gemv_setting, shape_setting, warn_unknown_env)
 from turbospec.benchmarks.spec_checks import _check_lossless, _warn_timing, timing_warning, verify_cost_warning
 
 DEFAULT_NUM_PROMPTS = 32
@@ -128,7 +126,8 @@ def _spec_model(model, spec_cfg, prompts, num_prompts, max_tokens, concurrency, 
     m = sp.metrics
     typer.echo(f"# bench spec | device {device_name(eng.device)} | model {model} | dtype {dtype_name(eng.dtype)} | "
                f"speculative_config {json.dumps(spec_cfg)} | prompts {prompts} x{len(ps)} | "
-               f"max_tokens {max_tokens} | concurrency {concurrency} | temperature {temperature}{env_setting()}")
+               f"max_tokens {max_tokens} | concurrency {concurrency} | temperature {temperature}"
+               f"{gemv_setting(eng)}{env_setting()}")
     typer.echo(f"plain:       {plain.tokens} tokens in {plain.seconds:.2f} s = {plain.tok_s:.1f} tok/s "
                "(prefills included)")
     typer.echo(f"speculative: {sp.tokens} tokens in {sp.seconds:.2f} s = {sp.tok_s:.1f} tok/s "
@@ -218,20 +217,18 @@ def _spec_shape(shape, spec_cfg, batch_sizes, prompt_len, gen_len, dtype, device
     auto = spec_cfg.get("draft_length") == "auto"
     try:
         exact = bitwise_exact(spec_cfg)
-        rows, costs = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto,
-                                   quantization, exact, max_model_len)
+        rows, costs, engine = bench_oracle(cfg, dev, dt, bss, k, float(al), prompt_len, gen_len, cost_ks, auto,
+                                           quantization, exact, max_model_len)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     model_len = min(max_model_len or need + 16, cfg.max_position_embeddings)
-    # the engine's row bound (fp8_gemv / bf16_gemv.prepare): 16 where an opt-in CUDA GEMV serves these shapes
-    gemv = (quantization and fp8_gemv.enabled(dev)) or (dtype_name(dt) == "bfloat16" and bf16_gemv.enabled(dev))
-    bound = fp8_gemv.GEMV_MAX_M if gemv else INVARIANT_MAX_M
+    bound = engine.exact_rows               # 16 where a CUDA GEMV serves the linears (fp8_gemv / bf16_gemv.prepare)
     typer.echo(f"# bench spec (oracle) | device {device_name(dev)} | shape {name} (random weights) | "
                f"dtype {dtype_name(dt)} | weights {'block-FP8 (128x128)' if quantization else dtype_name(dt)} | "
                f"k {k}{' (auto)' if auto else ''} | "
                f"bitwise_exact {exact}{f' (verify rows <= {bound} per step)' if exact and dev.type == 'cuda' else ''} | "
                f"target acceptance length {al} | prompt {prompt_len} random ids + gen {gen_len} | greedy | "
-               f"max model len {model_len}{env_setting()}")
+               f"max model len {model_len}{gemv_setting(engine)}{env_setting()}")
     typer.echo(f"{'batch':>5} {'plain tok/s total':>18} {'spec tok/s total':>17} {'speedup':>8} {'accept len':>11} "
                f"{'same as plain':>14} {'mean k':>7} {'k next':>7}")
     for r in rows:

@@ -1,31 +1,43 @@
-"""Opt-in CUDA C++ bf16 GEMV for decode (`TURBOSPEC_BF16_GEMV=1`, Hopper only; an experiment for
-issue #8, off by default): csrc/bf16_gemv.cu, the FP8 GEMV's structure (kernels/fp8_gemv.py) without
-the conversion. The weights are read as stored, 128-bit loads straight into mma.sync A fragments, x
-as the MMA's 8-wide side, K split between the warps of a block and summed in warp order.
+"""CUDA C++ bf16 GEMV for decode (kernels/csrc/bf16_gemv.cu; Hopper only; issue #8): the FP8 GEMV's
+structure (kernels/fp8_gemv.py) without the conversion. The weights are read as stored, 128-bit loads
+straight into mma.sync A fragments, x as the MMA's 8-wide side, K split between the warps of a block
+and summed in warp order.
 
-With the switch on, `skinny_linear` sends it bf16 linears of at most 16 rows (no bias, no folded
-norm, N % 16 == 0, K % 128 == 0, contiguous 16-byte aligned weight and x rows; a fused SiLU-and-mul
-input is applied first); more rows keep the Triton skinny GEMM, whose K order differs, so a
-request's tokens may depend on how many others decode beside it, and `bitwise_exact` speculation
-keeps verifies within 16 rows (`prepare`'s bound). It is compiled once (nvcc, or NVRTC where nvcc is
-absent), at engine start by `prepare`.
+`TURBOSPEC_BF16_GEMV` (gemv_common.switch_mode): `auto` (default) — an engine of at most
+AUTO_MAX_SEQS sequences sends its bf16 linears' launches of at most 16 rows here (`prepare` chooses
+the weights); `1` — every `skinny_linear` of at most 16 rows; `0` — never. A launch takes it with no
+bias, no folded norm, N % 16 == 0, K % 128 == 0, contiguous 16-byte aligned weight and x rows (a fused
+SiLU-and-mul input is applied first); more rows keep the Triton skinny GEMM, whose K order differs,
+so in such an engine a request's tokens may depend on how many others decode beside it, and
+`bitwise_exact` speculation keeps verifies within 16 rows (`prepare`'s bound). It is compiled once
+(nvcc, or NVRTC where nvcc is absent), at engine start by `prepare`.
 """
 from __future__ import annotations
 
 import torch
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, warps_for
-from turbospec.layers.moe import env_switch
+from torch.utils.weak import WeakIdKeyDictionary
+
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, auto_engine, hopper, switch_mode, warps_for
 
 SOURCE = "bf16_gemv.cu"
-_ON = env_switch("TURBOSPEC_BF16_GEMV", default="0")
+SWITCH = "TURBOSPEC_BF16_GEMV"
+_MODE = switch_mode(SWITCH)
+_ON = _MODE == "1"                      # every engine (tests turn it on here)
+_CHOSEN = WeakIdKeyDictionary()         # weights an "auto" engine sends here (`prepare`)
 # csrc/bf16_gemv.cu's launch variants by rows: 1-8, 9-16 (bench/bf16_gemv_probe.py times them all)
 VARIANTS = {1: ("w2_nt1_p1", "w4_nt1_p0", "w4_nt1_p1", "w8_nt1_p0", "w8_nt1_p1"), 16: ("w4_nt2_p1", "w8_nt2_p1")}
 
 
 def enabled(device: torch.device) -> bool:
+    """The switch is 1 and the device is a Hopper GPU (elsewhere a warning, once, and Triton)."""
     return _ON and hopper(device, "TURBOSPEC_BF16_GEMV=1", "the Triton skinny GEMM runs instead")
+
+
+def takes(w: torch.Tensor, device: torch.device) -> bool:
+    """Whether `skinny_linear` may send w's launches of at most 16 rows here: an engine chose w, or the switch is 1."""
+    return w in _CHOSEN or enabled(device)
 
 
 def weight_ok(w: torch.Tensor) -> bool:
@@ -35,7 +47,7 @@ def weight_ok(w: torch.Tensor) -> bool:
 
 def eligible(x: torch.Tensor, w: torch.Tensor) -> bool:
     """x [M, K] rows as given to the kernel (after any fused input activation)."""
-    return (enabled(x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
+    return (takes(w, x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
             and x.shape[1] == w.shape[1] and weight_ok(w) and aligned(x))
 
 
@@ -52,14 +64,23 @@ def bf16_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def prepare(model: torch.nn.Module, device: torch.device) -> int | None:
-    """At engine start: build and load the kernel, and return 16 (the rows up to which a row rounds
-    alike whatever the row count, `draft_length.exact_k_cap`'s bound) where any 2-D bf16 parameter of
-    the model has a shape the GEMV takes (the embedding table too: a safe over-approximation, the
-    bound only shortens drafts); None where the switch is off or nothing qualifies."""
-    if not enabled(device):
+def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int) -> int | None:
+    """At engine start: choose the weights the GEMV serves (mode auto: an engine of at most
+    AUTO_MAX_SEQS sequences; mode 1: all), build and load the kernel (mode auto: where it cannot be
+    built, a warning and Triton), and return 16 (the rows up to which a row rounds alike whatever the
+    row count, `draft_length.exact_k_cap`'s bound) where any 2-D bf16 parameter of the model has a
+    shape the GEMV takes (the embedding table too: a tied LM head reads it; as a bound, a safe
+    over-approximation that only shortens drafts); None where the GEMV serves nothing."""
+    auto = auto_engine(_MODE, max_num_seqs)
+    if auto:
+        if not hopper(device, SWITCH, "", warn=False) or not auto_build(lambda: module(SOURCE, device), SWITCH):
+            return None
+    elif not enabled(device):
         return None
-    module(SOURCE, device)
-    if any(weight_ok(w) for w in model.parameters()):
-        return GEMV_MAX_M
-    return None
+    else:
+        module(SOURCE, device)
+    chosen = [w for w in model.parameters() if weight_ok(w)]
+    if auto:
+        for w in chosen:
+            _CHOSEN[w] = True
+    return GEMV_MAX_M if chosen else None

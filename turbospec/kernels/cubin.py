@@ -1,7 +1,7 @@
 """A CUDA C++ source of turbospec's (kernels/csrc/) built with nvcc or NVRTC for sm_90a on first use
 and launched through the driver API (ctypes on libcuda), on torch's current stream of the kernel's
 device, so that CUDA graphs capture it; with PDL (kernels/pdl.py's contract) when asked. Used by
-the opt-in GEMVs (kernels/fp8_gemv.py, kernels/bf16_gemv.py)."""
+the GEMVs (kernels/fp8_gemv.py, kernels/bf16_gemv.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -47,10 +47,10 @@ def build(source: str | Path) -> Path:
     found = None if nvcc else nvrtc.find()
     if nvcc is None and found is None:
         switch = _SWITCHES.get(str(source), "this kernel")
-        raise RuntimeError(f"{switch}=1 needs CUDA's nvcc or NVRTC {nvrtc.MIN_VERSION[0]}+ (libnvrtc, which "
+        raise RuntimeError(f"{switch} needs CUDA's nvcc or NVRTC {nvrtc.MIN_VERSION[0]}+ (libnvrtc, which "
                            f"PyTorch's CUDA wheels install as nvidia-cuda-nvrtc) to build "
                            f"turbospec/kernels/csrc/{source} once: neither was found. Install the CUDA toolkit, "
-                           f"or `pip install nvidia-cuda-nvrtc`, or unset {switch}")
+                           f"or `pip install nvidia-cuda-nvrtc`, or set {switch}=0")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -217,8 +217,8 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     N = w.shape[0]
     if x.shape[1] != (2 * K if silu_mul else K):
         raise ValueError(f"fp8_gemm: x {tuple(x.shape)} does not fit w {tuple(w.shape)} (silu_mul={silu_mul})")
-    if (config is None and bias is None and epi is None and fp8_gemv.enabled(x.device) and M <= fp8_gemv.GEMV_MAX_M
-            and fp8_gemv.dense_weight_ok(w, scale_inv, block)):          # opt-in: TURBOSPEC_FP8_GEMV=1
+    if (config is None and bias is None and epi is None and M <= fp8_gemv.GEMV_MAX_M and fp8_gemv.takes(w, x.device)
+            and fp8_gemv.dense_weight_ok(w, scale_inv, block)):          # TURBOSPEC_FP8_GEMV (fp8_gemv.prepare)
         xa = apply_input_act(x, "silu_mul") if silu_mul else x
         if fp8_gemv.dense_eligible(xa, w, scale_inv, block):
             return fp8_gemv.fp8_gemv(xa, w, scale_inv)

@@ -1,5 +1,4 @@
-"""Opt-in CUDA C++ block-FP8 GEMV for decode (`TURBOSPEC_FP8_GEMV=1`, Hopper only; an experiment
-for issues #4 / #8, off by default).
+"""CUDA C++ block-FP8 GEMV for decode (kernels/csrc/fp8_gemv.cu; Hopper only; issues #4 / #8).
 
 The Triton FP8 GEMM (kernels/fp8_gemm.py) and fused-MoE expert GEMMs (kernels/moe_gemm.py) are
 instruction-issue bound at decode sizes: 4.0 and 3.8 SASS instructions per weight byte in their
@@ -10,19 +9,22 @@ A-fragment registers (the k order inside a 128-wide block taken alike for x, whi
 x as the MMA's 8-wide side, K split between the warps of a block and summed in warp order. Built
 and launched by kernels/cubin.py.
 
-With the switch on:
-- `fp8_gemm` takes this path for M <= 16 rows (block scales 128 x 128, bf16, no bias, no folded
-  norm (`TURBOSPEC_NORM_EPILOGUE`: those linears keep the Triton kernel), N % 16 == 0, K % 128 == 0,
-  contiguous 16-byte aligned weight and x rows; a fused SiLU-and-mul input is applied first);
-  everything else stays Triton;
-- `fused_experts` takes it for one token with FP8 experts (GEMM1 + SiLU-and-mul, then GEMM2 + the
-  weighted sum over the slots), except in an engine that verifies drafts bit for bit (`prepare`).
+`TURBOSPEC_FP8_GEMV` (gemv_common.switch_mode):
+- `auto` (default): an engine of at most AUTO_MAX_SEQS sequences sends its dense FP8 linears' launches of
+  at most 16 rows here (`prepare` chooses the weights); its experts stay on Triton;
+- `1`: every `fp8_gemm` of at most 16 rows, and `fused_experts` for one token with FP8 experts (GEMM1 +
+  SiLU-and-mul, then GEMM2 + the weighted sum over the slots), except in an engine that verifies drafts
+  bit for bit (`prepare`);
+- `0`: never.
+A dense launch takes it with block scales 128 x 128, bf16, no bias, no folded norm
+(`TURBOSPEC_NORM_EPILOGUE`: those linears keep the Triton kernel), N % 16 == 0, K % 128 == 0,
+contiguous 16-byte aligned weight and x rows (a fused SiLU-and-mul input is applied first).
 
-Limits (why it is opt-in): it is compiled once (nvcc, or NVRTC where nvcc is absent; at engine start by
-`prepare`); a request's tokens may depend on how many others decode beside it (rows 1-16 take this
-kernel, more rows the Triton one, whose K order differs; an MoE's one token likewise), where the
-default kernels are batch-invariant up to 64 rows; and `bitwise_exact` speculation keeps verifies
-within 16 rows (`prepare`'s bound).
+Why not every engine: a request's tokens may depend on how many others decode beside it (rows 1-16
+take this kernel, more rows the Triton one, whose K order differs; an MoE's one token likewise), where
+the Triton kernels are batch-invariant up to 64 rows; and `bitwise_exact` speculation keeps verifies
+within 16 rows (`prepare`'s bound), which at batch 4-32 means shorter drafts. It is compiled once (nvcc,
+or NVRTC where nvcc is absent; at engine start by `prepare`).
 """
 from __future__ import annotations
 
@@ -32,11 +34,12 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, hopper, warps_for
-from turbospec.layers.moe import env_switch
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, auto_engine, hopper, switch_mode, warps_for
 
 SOURCE = "fp8_gemv.cu"
-_ON = env_switch("TURBOSPEC_FP8_GEMV", default="0")
+SWITCH = "TURBOSPEC_FP8_GEMV"
+_MODE = switch_mode(SWITCH)
+_ON = _MODE == "1"                      # every engine (tests turn it on here)
 _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
 _MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
 MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values csrc/fp8_gemv.cu's GEMM2 is built for
@@ -46,12 +49,18 @@ if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(_MOE1):
                      "(warps, unpipelined p0 / pipelined p1), or leave it unset")
 
 _TRITON_ONLY = WeakIdKeyDictionary()    # expert weights an engine keeps on the Triton fused MoE
+_CHOSEN = WeakIdKeyDictionary()         # dense weights an "auto" engine sends here (`prepare`)
 
 
 def enabled(device: torch.device) -> bool:
-    """The switch is on and the device is a Hopper GPU (elsewhere a warning, once, and the Triton
+    """The switch is 1 and the device is a Hopper GPU (elsewhere a warning, once, and the Triton
     kernels)."""
     return _ON and hopper(device, "TURBOSPEC_FP8_GEMV=1", "the Triton FP8 kernels run instead")
+
+
+def takes(w: torch.Tensor, device: torch.device) -> bool:
+    """Whether `fp8_gemm` may send w's launches of at most 16 rows here: an engine chose w, or the switch is 1."""
+    return w in _CHOSEN or enabled(device)
 
 
 def dense_weight_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:
@@ -64,7 +73,7 @@ def dense_weight_ok(w: torch.Tensor, scale: torch.Tensor, block) -> bool:
 
 
 def dense_eligible(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> bool:
-    return (enabled(x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
+    return (takes(w, x.device) and x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_M and x.dtype == torch.bfloat16
             and x.shape[1] == w.shape[1] and dense_weight_ok(w, scale, block) and aligned(x))
 
 
@@ -130,17 +139,24 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     return out
 
 
-def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: bool) -> int:
-    """At engine start: build and load the kernels (compiled once; the compiler's and the driver's errors surface
-    here, not at the first step), and return the rows up to which the model's matmuls round a row
-    alike whatever the row count (`draft_length.exact_k_cap`'s bound): 16 where a dense FP8 linear
-    takes the GEMV, else INVARIANT_MAX_M. `exact_speculation` (drafts verified bit for bit): the
-    experts stay on the Triton fused MoE, whose one-token and several-token forwards round alike
-    (the GEMV serves one token only)."""
+def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: bool, max_num_seqs: int) -> int:
+    """At engine start: choose the dense FP8 weights the GEMV serves (mode auto: an engine of at most
+    AUTO_MAX_SEQS sequences; mode 1: all), build and load the kernel (compiled once; mode 1: the
+    compiler's and the driver's errors surface here, not at the first step; auto: a warning, and
+    Triton), and return the rows up to which the model's matmuls round a row alike whatever the row
+    count (`draft_length.exact_k_cap`'s bound): 16 where a dense FP8 linear takes the GEMV, else
+    INVARIANT_MAX_M. `exact_speculation` (drafts verified bit for bit, mode 1): the experts stay on the
+    Triton fused MoE, whose one-token and several-token forwards round alike (the GEMV serves one
+    token only)."""
     from turbospec.layers.linear import INVARIANT_MAX_M
-    if not enabled(device):
+    auto = auto_engine(_MODE, max_num_seqs)
+    if auto:
+        if not hopper(device, SWITCH, "", warn=False) or not auto_build(lambda: module(SOURCE, device), SWITCH):
+            return INVARIANT_MAX_M
+    elif not enabled(device):
         return INVARIANT_MAX_M
-    module(SOURCE, device)
+    else:
+        module(SOURCE, device)
     rows = INVARIANT_MAX_M
     for m in model.modules():
         block = getattr(getattr(m, "quant_method", None), "block", None)
@@ -148,6 +164,8 @@ def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: boo
         if (block is not None and w is not None and s is not None and w.dtype == torch.float8_e4m3fn
                 and w.dim() == 2 and getattr(m, "bias", None) is None and dense_weight_ok(w, s, block)):
             rows = GEMV_MAX_M
+            if auto:
+                _CHOSEN[w] = True
         if (exact_speculation and getattr(m, "fp8_block", None) is not None
                 and getattr(m, "gate_up_proj", None) is not None):
             _TRITON_ONLY[m.gate_up_proj] = True

@@ -1,26 +1,63 @@
-"""What the opt-in CUDA C++ GEMVs share (kernels/fp8_gemv.py, kernels/bf16_gemv.py; their sources
-csrc/fp8_gemv.cu, csrc/bf16_gemv.cu share csrc/gemv_common.cuh): the target (Hopper), the rows
-they serve, the alignment they read and the warps per block."""
+"""What the CUDA C++ GEMVs share (kernels/fp8_gemv.py, kernels/bf16_gemv.py; their sources
+csrc/fp8_gemv.cu, csrc/bf16_gemv.cu share csrc/gemv_common.cuh): the switches' modes and which
+engines "auto" serves, the target (Hopper), the rows they serve, the alignment they read and the
+warps per block."""
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
 
 GEMV_MAX_M = 16                 # rows served (2 tiles of the MMA's 8-wide side); more rows: Triton
+# TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV = "auto" (the default): an engine of at most this many sequences
+# (max_num_seqs) decodes its dense linears through the GEMV. Its verifies then fit the GEMV's 16 rows
+# at every draft length up to 7, so `bitwise_exact` costs such an engine no draft; a plain engine and
+# a speculating one of the same max_num_seqs take the same kernels, so their tokens stay equal.
+AUTO_MAX_SEQS = 2
 _CAPABILITY: dict[int, bool] = {}
 _WARNED: set[tuple[int, str]] = set()
+_BUILD_WARNED: set[str] = set()
 
 
-def hopper(device: torch.device, switch: str, instead: str) -> bool:
+def switch_mode(name: str) -> str:
+    """A GEMV switch's value: "1" (every engine, and the one-token FP8 MoE), "0" (none) or "auto"
+    (default: engines of at most AUTO_MAX_SEQS sequences, dense linears only); anything else is refused."""
+    value = os.environ.get(name, "auto")
+    if value not in ("0", "1", "auto"):
+        raise ValueError(f"{name}={value!r}: use auto (the default: engines with max_num_seqs <= {AUTO_MAX_SEQS}), "
+                         "1 (every engine) or 0 (never)")
+    return value
+
+
+def auto_engine(mode: str, max_num_seqs: int) -> bool:
+    """Whether an engine of `max_num_seqs` chooses its weights for the GEMV in mode "auto"."""
+    return mode == "auto" and max_num_seqs <= AUTO_MAX_SEQS
+
+
+def auto_build(build, switch: str) -> bool:
+    """Build the kernel for an "auto" engine: False, with one warning, where it cannot be built (no
+    nvcc and no NVRTC, a compile error): the engine then runs the Triton kernels, as with `switch`=0."""
+    try:
+        build()
+    except (RuntimeError, OSError) as e:
+        if switch not in _BUILD_WARNED:
+            _BUILD_WARNED.add(switch)
+            warnings.warn(f"{switch}=auto: the CUDA GEMV could not be built ({str(e).splitlines()[0]}); "
+                          f"the Triton kernels run instead (set {switch}=0 to skip this)", stacklevel=3)
+        return False
+    return True
+
+
+def hopper(device: torch.device, switch: str, instead: str, warn: bool = True) -> bool:
     """A CUDA device of compute capability 9.0, the kernels' only target (elsewhere a warning, once
-    per device and switch: `switch` has no effect, `instead` runs)."""
+    per device and switch: `switch` has no effect, `instead` runs; none with warn=False)."""
     if device.type != "cuda":
         return False
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _CAPABILITY:
         _CAPABILITY[idx] = torch.cuda.get_device_capability(idx) == (9, 0)
-    if not _CAPABILITY[idx] and (idx, switch) not in _WARNED:
+    if warn and not _CAPABILITY[idx] and (idx, switch) not in _WARNED:
         _WARNED.add((idx, switch))
         warnings.warn(f"{switch}: {torch.cuda.get_device_name(idx)} is not a Hopper GPU (sm_90), the kernel's only "
                       f"target; {instead}")

@@ -295,8 +295,8 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         return reference_linear(x, weight, bias, epi)
     if epi is not None:
         return skinny_gemm(x2, weight, bias, silu_mul=act == "silu_mul", epi=epi)
-    if (bias is None and bf16_gemv.enabled(x.device) and x2.shape[0] <= bf16_gemv.GEMV_MAX_M
-            and bf16_gemv.weight_ok(weight)):                                  # opt-in: TURBOSPEC_BF16_GEMV=1
+    if (bias is None and x2.shape[0] <= bf16_gemv.GEMV_MAX_M and bf16_gemv.takes(weight, x.device)
+            and bf16_gemv.weight_ok(weight)):                                  # TURBOSPEC_BF16_GEMV (bf16_gemv.prepare)
         xa = apply_input_act(x2, act) if act is not None else x2
         if bf16_gemv.eligible(xa, weight):
             return bf16_gemv.bf16_gemv(xa, weight).view(*x.shape[:-1], weight.shape[0])
