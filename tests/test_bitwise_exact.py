@@ -170,31 +170,3 @@ def test_bf16_gemv_prepare_is_a_no_op_off_or_on_cpu(monkeypatch):
     assert len(bf16_gemv._CHOSEN) == 0
     assert bf16_gemv.weight_ok(model.weight) and not bf16_gemv.weight_ok(nn.Linear(200, 128).to(torch.bfloat16).weight)
 
-
-def test_gemv_switch_modes_and_which_engines_auto_serves(monkeypatch):
-    """TURBOSPEC_FP8_GEMV / _BF16_GEMV: auto (default) serves engines of max_num_seqs <= 2 (whose verifies fit
-    16 rows up to k = 7, so bitwise_exact drafts as much as without the GEMV), 1 every engine, 0 none;
-    another value is refused naming the three. What auto gives on a GPU: tests/gpu/test_gemv_auto_gpu.py."""
-    import pytest
-
-    from turbospec.engine.draft_length import exact_k_cap
-    from turbospec.kernels.gemv_common import AUTO_MAX_SEQS, auto_engine, switch_mode
-    monkeypatch.delenv("TURBOSPEC_FP8_GEMV", raising=False)
-    assert switch_mode("TURBOSPEC_FP8_GEMV") == "auto"
-    for value in ("0", "1", "auto"):
-        monkeypatch.setenv("TURBOSPEC_FP8_GEMV", value)
-        assert switch_mode("TURBOSPEC_FP8_GEMV") == value
-    monkeypatch.setenv("TURBOSPEC_FP8_GEMV", "on")
-    with pytest.raises(ValueError, match=r"TURBOSPEC_FP8_GEMV='on': use auto .*max_num_seqs <= 2.*, 1 .* or 0"):
-        switch_mode("TURBOSPEC_FP8_GEMV")
-    assert [auto_engine("auto", n) for n in (1, 2, 3, 256)] == [True, True, False, False]
-    assert not auto_engine("1", 1) and not auto_engine("0", 1)        # "1" is every engine: not decided here
-    assert all(exact_k_cap(b, bound=16) >= 7 for b in range(1, AUTO_MAX_SEQS + 1))
-
-
-def test_a_cpu_engine_names_no_gemv(codelm_dir):
-    """The engine's record of the GEMVs serving it (bench headers print it): none on a CPU, bound 64."""
-    from turbospec import LLM
-    from turbospec.layers.linear import INVARIANT_MAX_M
-    eng = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=64, max_num_seqs=1).llm_engine
-    assert eng.decode_gemvs == () and eng.exact_rows == INVARIANT_MAX_M
