@@ -132,7 +132,7 @@ def test_bitwise_exact_drafts_nothing_in_a_step_that_prefills(codelm_dir):
 
 
 def test_exact_cap_follows_the_engines_bound():
-    """The opt-in CUDA FP8 GEMV (16 rows, then the Triton kernel's other K order) bounds verifies at
+    """The CUDA FP8 GEMV (16 rows, then the Triton kernel's other K order) bounds verifies at
     16 rows; the default kernels at 64."""
     from turbospec.engine.draft_length import exact_k_cap
     assert (exact_k_cap(1), exact_k_cap(2), exact_k_cap(9), exact_k_cap(33)) == (63, 31, 6, 0)

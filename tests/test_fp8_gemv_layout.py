@@ -1,4 +1,4 @@
-"""The opt-in CUDA GEMVs' data layout (kernels/csrc/fp8_gemv.cu, bf16_gemv.cu, gemv_common.cuh),
+"""The CUDA GEMVs' data layout (kernels/csrc/fp8_gemv.cu, bf16_gemv.cu, gemv_common.cuh),
 checked on the CPU by emulating each lane as the sources are written: 16-byte loads from the raw
 row-major weight and x bytes (x rows strided wider than K), `word()`, the FP8 -> bf16 `prmt`
 conversion, the x * 2^64 and scale * 2^56 factors, the PTX mma.m16n8k16 register layout (a0..a3:

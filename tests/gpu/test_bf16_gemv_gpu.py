@@ -1,4 +1,4 @@
-"""The opt-in CUDA C++ bf16 GEMV (TURBOSPEC_BF16_GEMV=1, kernels/bf16_gemv.py) on a Hopper GPU with
+"""The CUDA C++ bf16 GEMV (switched on for every engine: TURBOSPEC_BF16_GEMV=1, kernels/bf16_gemv.py) on a Hopper GPU with
 nvcc: `skinny_linear` at 1-16 rows against the fp32 reference and the Triton skinny GEMM, rows
 bitwise independent of M (1..16), a fused SiLU-and-mul input, what it declines (bias, 17 rows, a
 non-contiguous weight), replayed in a CUDA graph with PDL bit for bit as run eagerly, and the

@@ -1,4 +1,4 @@
-"""The opt-in CUDA C++ FP8 GEMV (TURBOSPEC_FP8_GEMV=1, kernels/fp8_gemv.py) on a Hopper GPU with nvcc:
+"""The CUDA C++ FP8 GEMV (switched on for every engine: TURBOSPEC_FP8_GEMV=1, kernels/fp8_gemv.py) on a Hopper GPU with nvcc:
 `fp8_gemm` at 1-16 rows and the one-token fused MoE against the dequantized fp32 reference and
 against the Triton kernels, rows bitwise independent of M (1..16), tiny and huge activations (the
 x * 2^64 / w * 2^-120 scaling), and replayed in a CUDA graph with PDL bit for bit as run eagerly.

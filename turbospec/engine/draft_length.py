@@ -25,7 +25,7 @@ def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens=None,
     the captured query length that k + 1 is padded up to (`query_lens`). Counting only the real
     num_seqs x (k + 1) let 9 sequences verify 6 drafts as a bucket-12 graph of 12 x 8 = 96 rows:
     cuBLAS rounding, and qwen3-8b greedy outputs that left plain decoding's near their end
-    (H200, 2026-11-30, `bench/exact_diag.py`). `bound`: the engine's (16 with an opt-in CUDA GEMV
+    (H200, 2026-11-30, `bench/exact_diag.py`). `bound`: the engine's (16 with a CUDA GEMV
     serving the model's dense linears, `fp8_gemv.prepare` / `bf16_gemv.prepare`)."""
     return _exact_k_cap(num_seqs, batch_bucket or 0, tuple(sorted(query_lens or ())), bound)
 

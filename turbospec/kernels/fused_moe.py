@@ -154,7 +154,7 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     block = tuple(block_shape) if fp8 else (1, 1)
     x = hidden if hidden.stride(-1) == 1 and hidden.stride(0) == H else hidden.contiguous()
     if fp8 and config is None and fp8_gemv.moe_eligible(x, w13, w2, w13_scale, w2_scale, block, k):
-        return fp8_gemv.moe_gemv(x, w13, w2, topk_weights, topk_ids, w13_scale, w2_scale)   # opt-in
+        return fp8_gemv.moe_gemv(x, w13, w2, topk_weights, topk_ids, w13_scale, w2_scale)   # TURBOSPEC_FP8_GEMV=1
     ids = topk_ids.reshape(-1)
     ids = ids if ids.dtype == torch.int32 else ids.to(torch.int32)
     tw = topk_weights.reshape(-1).contiguous()

@@ -36,9 +36,9 @@ def bitwise_exact(spec: dict[str, Any]) -> bool:
     value = spec.get("bitwise_exact", True)
     if not isinstance(value, bool):
         raise ValueError(f"speculative_config bitwise_exact={value!r}: use true (default: each step verifies "
-                         "at most 64 rows (16 with TURBOSPEC_FP8_GEMV=1 or TURBOSPEC_BF16_GEMV=1), so greedy "
-                         "output is bit for bit plain decoding's) or false (k as "
-                         "asked at any batch; rounding may then differ from plain decoding at near-ties)")
+                         "at most 64 rows (16 where a CUDA GEMV serves the linears: engines of max_num_seqs <= 2 "
+                         "on Hopper, or TURBOSPEC_*_GEMV=1), so greedy output is bit for bit plain decoding's) or "
+                         "false (k as asked at any batch; rounding may then differ from plain decoding at near-ties)")
     return value
 
 
