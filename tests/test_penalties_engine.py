@@ -183,3 +183,40 @@ def test_min_tokens_bans_eos_and_stop_ids_and_ignores_stop_strings_until_reached
     pens = _count_penalized_launches(bursts)
     assert _ids(bursts, [PROMPT] * 4, params) == want
     assert pens and pens[0]
+
+
+def _vllm_stop(tok, ids: list[int], stops: list[str], min_tokens: int) -> tuple[list[int], str]:
+    """vLLM V1's stop-string rule on a greedy output (its detokenizer's `update`): after each token past
+    the min_tokens-th, a stop string that ends in that token's new text stops the output, cut before it."""
+    text = ""
+    for i in range(1, len(ids) + 1):
+        prev, text = text, tok.decode(ids[:i])
+        if i <= min_tokens:
+            continue
+        hits = [(idx, s) for s in stops if (idx := text.find(s, max(0, len(prev) - len(s) + 1))) >= 0]
+        if hits:
+            return ids[:i], text[:min(hits)[0]]
+    return ids, text
+
+
+def test_stop_strings_with_min_tokens_follow_vllm(llm, codelm_dir):
+    """A stop string that ended while min_tokens held never matches later, whatever other (longer) stop
+    strings share the list: a 20-character one used to widen the search back over it. And the earliest
+    a stop string ends an output is in token min_tokens + 1, as vLLM V1 (and as EOS / stop_token_ids)."""
+    tok = llm.get_tokenizer()
+    prompt = "def fib(n):"
+    full = _ids(llm, [prompt], _greedy(24))[0]
+    text = tok.decode(full)
+    assert '"""' in tok.decode(full[:3]) and text.count("\n") >= 3     # the cases below have something to test
+    cases = [(['"""'], 3), (['"""', "X" * 20], 3), (["this stop never appears", '"""'], 3),
+             (["\n"], 0), (["\n"], 1), (["\n"], 2), (["\n    ", '"""'], 1)]
+    params = [SamplingParams(temperature=0.0, max_tokens=24, stop=stop, min_tokens=m) for stop, m in cases]
+    outs = [o.outputs[0] for o in llm.generate([prompt] * len(cases), params)]
+    for (stop, m), out in zip(cases, outs):
+        ids, cut = _vllm_stop(tok, full, stop, m)
+        assert (out.token_ids, out.text) == (ids, cut), (stop, m)
+        assert out.finish_reason == ("stop" if len(ids) < len(full) else "length"), (stop, m)
+    assert outs[0].text == outs[1].text == outs[2].text                # an unrelated stop string changes nothing
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32",
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+    assert [o.outputs[0].text for o in spec.generate([prompt] * len(cases), params)] == [o.text for o in outs]

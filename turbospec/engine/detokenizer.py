@@ -18,7 +18,6 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.stop = stop or []
-        self.max_stop_len = max((len(s) for s in self.stop), default=0)
         self._hold = StopHoldBack(self.stop)
         self.prefix_offset = 0
         self.read_offset = 0
@@ -53,11 +52,13 @@ class IncrementalDetokenizer:
                 return None
             delta = full[len(prefix):]
             self.prefix_offset, self.read_offset = self.read_offset, end
-        start = max(0, len(self.text) - self.max_stop_len + 1)
+        old_len = len(self.text)
         self.text += delta
         if not check_stop:
             return None
-        hits = [(idx, s) for s in self.stop if (idx := self.text.find(s, start)) >= 0]
+        # a stop string must end in the new text (vLLM's window, sized by each string: one sized by the
+        # longest reached back to a shorter string that had ended while min_tokens held, and matched it)
+        hits = [(idx, s) for s in self.stop if (idx := self.text.find(s, max(0, old_len - len(s) + 1))) >= 0]
         if hits:
             idx, s = min(hits)                       # the earliest stop string wins
             self.text = self.text[:idx]

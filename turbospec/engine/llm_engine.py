@@ -259,7 +259,9 @@ class LLMEngine:
             return True
         detok = self.detok[seq.request_id]
         shown = len(detok.text)
-        stop_str = detok.update(seq.token_ids, seq.num_prompt_tokens, check_stop=seq.num_output_tokens >= p.min_tokens)
+        # stop strings end only in text after the min_tokens-th token (vLLM V1's rule: as EOS and stop_token_ids,
+        # which the sampler bans until then, the earliest output a stop string can end is min_tokens + 1 tokens)
+        stop_str = detok.update(seq.token_ids, seq.num_prompt_tokens, check_stop=seq.num_output_tokens > p.min_tokens)
         if stop_str is not None:
             seq.finish_reason, seq.stop_reason = "stop", stop_str
         elif seq.num_output_tokens >= p.min_tokens and not p.ignore_eos \
