@@ -112,3 +112,52 @@ def test_an_error_finish_names_the_engines_reason():
                            stop_reason="structured outputs: llguidance could not follow the grammar at output token 2: x")
     assert finish_reason(out, 40, 256) == ("error (structured outputs: llguidance could not follow the grammar at "
                                            "output token 2: x), 2 tokens")
+
+
+def test_ctrl_c_prints_what_each_prompt_had_so_far(codelm_dir):
+    """SIGINT to a real `turbospec generate` mid-generation: exit 130, each prompt's completion so far
+    (the tokens it had, marked interrupted) on stdout and one line on stderr; nothing generated is lost.
+    An interrupt that lands while the model still loads says so instead (retried with a longer wait)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    cmd = [sys.executable, "-m", "turbospec.cli", "generate", str(codelm_dir), "-p", "def f():", "-p", "import os",
+           "--device", "cpu", "--max-tokens", "2000", "--ignore-eos", "--max-model-len", "2048"]
+    for wait in (8, 16, 32):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": os.getcwd()}, start_new_session=True)
+        time.sleep(wait)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, (proc.returncode, err[-2000:])
+        if "interrupted while loading" not in err:
+            break
+    assert "Traceback" not in err and re.search(r"turbospec generate: interrupted after [0-9.]+ s", err), err[-2000:]
+    marks = re.findall(r"\[finish_reason: interrupted, (\d+) tokens?\]", out)
+    assert len(marks) == 2 and out.count(COMPLETION_MARK) == 2, out[-2000:]
+    assert all(0 < int(n) < 2000 for n in marks)               # it had generated tokens, and had not finished
+    first = out.split(COMPLETION_MARK, 1)[1].split("[finish_reason", 1)[0].strip()
+    assert len(first) > 0
+
+
+def test_a_drafter_given_as_the_model_says_how_to_use_it(codelm_dir):
+    r = runner.invoke(app, ["generate", str(codelm_dir.parent / "codelm-12m-eagle3"), "-p", "x",
+                                 "--device", "cpu"])
+    line = [x for x in r.output.splitlines() if x.startswith("error:")][0]
+    assert r.exit_code == 2 and "is an EAGLE-3 drafter, not a model to decode with" in line
+    assert '--speculative-config \'{"method": "eagle3", "model": "DIR", "num_speculative_tokens": 7}\'' in line
+
+
+def test_a_bug_while_loading_is_not_blamed_on_the_model(codelm_dir, monkeypatch):
+    """An exception turbospec did not expect (here a TypeError from inside the engine) keeps its traceback
+    and says it is turbospec's, not the model's (it used to be one 'could not load' line, exit 2)."""
+    from turbospec.engine import llm_engine
+
+    def broken(*a, **k):
+        raise TypeError("prepare() missing 1 required positional argument: 'max_num_seqs'")
+    monkeypatch.setattr(llm_engine.bf16_gemv, "prepare", broken)
+    r = runner.invoke(app, ["generate", str(codelm_dir), "-p", "x", "--device", "cpu"])
+    assert "This looks like a bug in turbospec, not a problem with the model" in r.output
+    assert isinstance(r.exception, TypeError) and r.exit_code == 1

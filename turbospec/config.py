@@ -137,6 +137,14 @@ class ModelConfig:
         archs = raw.get("architectures") or []
         arch = archs[0] if archs else None
         if arch not in SUPPORTED_ARCHITECTURES:
+            from turbospec.models.draft_layers import drafter_kind      # models import this module
+            method = drafter_kind(archs)
+            if method is not None:
+                spec = {"method": method, "model": "DIR", "num_speculative_tokens": 7}
+                raise ValueError(f"config.json's architecture {arch!r} is {'an EAGLE-3' if method == 'eagle3' else 'a DFlash'} "
+                                 f"drafter, not a model to decode with: pass its target model as the model, and this "
+                                 f"directory (DIR) as its drafter: speculative_config {json.dumps(spec)} (on the "
+                                 f"command line --speculative-config '{json.dumps(spec)}')")
             raise ValueError(
                 f"unsupported architecture {arch!r} in config.json: turbospec loads "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)}; set `architectures` to one of them if the "

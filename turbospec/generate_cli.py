@@ -10,6 +10,7 @@ import re
 import time
 
 import typer
+from safetensors import SafetensorError
 
 from turbospec.spec.config_arg import EXAMPLE, parse_speculative_config
 
@@ -66,10 +67,18 @@ def generate(
                   tokenizer=tokenizer, max_model_len=max_model_len, revision=revision,
                   tokenizer_revision=tokenizer_revision, download_dir=download_dir,
                   seed=None)          # without --seed a sampled run differs from the last (LLM's default is 0)
+    except KeyboardInterrupt:
+        typer.echo("turbospec generate: interrupted while loading the model; nothing was generated", err=True)
+        raise typer.Exit(130) from None
     except ValueError as e:
         _fail(_as_flags(str(e), dtype))
-    except Exception as e:  # noqa: BLE001 - a corrupt file or an odd checkpoint: one line, not a traceback
+    except (OSError, SafetensorError) as e:            # a missing, unreadable, corrupt or truncated file
         _fail(f"could not load {model!r}: {type(e).__name__}: {e}")
+    except Exception as e:
+        # anything else is turbospec's to catch and explain: say so, and keep the traceback for the report
+        typer.echo(f"error: could not load {model!r}: {type(e).__name__}: {e}\nThis looks like a bug in "
+                   "turbospec, not a problem with the model: please report it with the traceback below.", err=True)
+        raise
     note = getattr(llm.llm_engine.model, "quant_note", None)
     if note:
         typer.echo(f"weights: {note}", err=True)
@@ -77,12 +86,17 @@ def generate(
         where = f"--tokenizer {tokenizer!r}" if tokenizer else repr(model)
         _fail(f"{where} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...), so --prompt "
               f"cannot be encoded: pass {'a --tokenizer DIR that has them' if tokenizer else '--tokenizer DIR'}")
+    t0 = time.perf_counter()
     try:
-        t0 = time.perf_counter()
         outs = llm.generate(prompt, params)
         dt = time.perf_counter() - t0
     except (ValueError, RuntimeError) as e:
         _fail(_as_flags(str(e)))
+    except KeyboardInterrupt as e:                    # print what each prompt had so far: nothing is lost
+        _print_partial(prompt, getattr(e, "partial", None) or [None] * len(prompt))
+        typer.echo(f"turbospec generate: interrupted after {time.perf_counter() - t0:.1f} s; above, what each "
+                   "prompt had generated so far", err=True)
+        raise typer.Exit(130) from None
     for i, o in enumerate(outs):
         if i:
             typer.echo()
@@ -93,6 +107,19 @@ def generate(
                             llm.llm_engine.model_config.max_position_embeddings)
         typer.secho(f"[finish_reason: {why}]", dim=True)
     typer.echo(summary(llm, spec, sum(len(o.outputs[0].token_ids) for o in outs), dt, quantization), err=True)
+
+
+def _print_partial(prompts: list[str], partial: list) -> None:
+    """The completions so far of an interrupted run, each marked `[finish_reason: interrupted, N tokens]`."""
+    for i, (p, o) in enumerate(zip(prompts, partial)):
+        if i:
+            typer.echo()
+        typer.secho(p, dim=True)
+        typer.secho(COMPLETION_MARK, dim=True)
+        n = len(o.outputs[0].token_ids) if o is not None else 0
+        typer.echo(o.outputs[0].text if o is not None else "")
+        typer.secho(f"[finish_reason: {'interrupted' if o is None or not o.finished else o.outputs[0].finish_reason}, "
+                    f"{n} token{'s' * (n != 1)}]", dim=True)
 
 
 def finish_reason(out, max_tokens: int, max_model_len: int, model_limit: int | None = None) -> str:

@@ -17,6 +17,16 @@ from turbospec.sampling_params import SamplingParams
 from turbospec.vllm_args import check_call_args, check_llm_kwargs, normalize_prompts, override_generation_defaults
 
 
+class GenerationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `LLM.generate`: a KeyboardInterrupt, as vLLM raises, that also carries the work done:
+    `partial`, per prompt, its first sample's RequestOutput so far (finished or not; None where it had
+    produced no token). The unfinished requests are aborted before it propagates."""
+
+    def __init__(self, partial: list):
+        super().__init__("generation interrupted")
+        self.partial = partial
+
+
 class LLM:
     def __init__(self, model: str | os.PathLike, device: str | None = None, dtype: str | None = "auto",
                  quantization: str | None = None, speculative_config: dict[str, Any] | None = None,
@@ -132,6 +142,7 @@ class LLM:
         groups = [[f"gen-{next(self._ids)}" for _ in range(p.n)] for p in params]     # per prompt: its n ids
         ids = [rid for g in groups for rid in g]
         finals: dict[str, RequestOutput] = {}
+        latest: dict[str, RequestOutput] = {}          # each request's output so far (steps return them whole)
         bar = None
         try:
             try:                               # all or none: a refusal takes nothing, moves no counter
@@ -151,10 +162,14 @@ class LLM:
                     raise RuntimeError(f"{len(ids) - len(finals)} requests cannot be scheduled (KV pool "
                                        f"of {eng.block_manager.num_usable_blocks} blocks): raise num_kv_blocks")
                 for out in outs:
+                    latest[out.request_id] = out
                     if out.finished:
                         finals[out.request_id] = out
                         if bar is not None:
                             bar.update(1)
+        except KeyboardInterrupt:
+            # per prompt, its first sample's output so far (None where it had produced no token yet)
+            raise GenerationInterrupted([latest.get(g[0]) for g in groups]) from None
         finally:
             for rid in ids:                    # a failed or interrupted call leaves nothing behind
                 if rid not in finals:
