@@ -32,4 +32,5 @@ def test_bad_quantization_is_refused(codelm_dir):
                         "weights, or name their method: compressed-tensors)\n")
     r = runner.invoke(app, ["serve", str(codelm_dir), "--device", "cpu", "--port", "1", "--quantization", "int4"])
     assert r.exit_code == 2, r.output
-    assert "quantization='int4': supported values are None (the checkpoint's own weights) and 'fp8'" in r.output
+    assert r.output == ("turbospec serve: --quantization int4: the only value is fp8 (leave it out for the "
+                        "checkpoint's own weights, or name their method: compressed-tensors)\n")   # as generate says it

@@ -79,3 +79,28 @@ def test_resume_into_another_methods_state_or_target_says_so(tiny_target, code_j
         loop.train(TrainConfig(**_kw(wide, code_jsonl, out, steps=2, resume=True)))
     assert str(e.value).startswith(f"--resume: {out / 'checkpoint' / 'train_state.pt'} was trained for the target "
                                    f"{str(tiny_target)!r}, not --target {str(wide)!r}")
+
+
+@pytest.mark.parametrize("extra, line", [
+    (["--draft-length", "0"], "error: --draft-length 0 (alias --ttt-steps): use 1..16 (7 matches num_speculative_tokens=7)"),
+    (["--ttt-steps", "17"], "error: --draft-length 17 (alias --ttt-steps): use 1..16 (7 matches num_speculative_tokens=7)"),
+    (["--grad-clip", "-1"], "error: --grad-clip -1.0: use 0 or more"),
+    (["--weight-decay", "-0.5"], "error: --weight-decay -0.5: use 0 or more"),
+    (["--eval-every", "0"], "error: --eval-every 0: use 1 or more"),
+    (["--eval-max-tokens", "-3"], "error: --eval-max-tokens -3: use 1 or more")])
+def test_each_bad_value_is_named_by_the_flag_the_docs_use(tiny_target, bad_data, tmp_path, extra, line):
+    """--draft-length (the docs' and recipes' name) was refused as `--ttt-steps 0`, its alias; the >= 0 / >= 1
+    checks named three or five flags at once and no value."""
+    r = _train("eagle3", tiny_target, bad_data, tmp_path / "runs" / "x", "--device", "cpu", *extra)
+    assert r.exit_code == 2 and r.output == line + "\n", r.output
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--num-samples", "0"), ("--max-new-tokens", "-4"), ("--batch-size", "0")])
+def test_regenerate_names_the_one_bad_count(tiny_target, code_jsonl, tmp_path, flag, value):
+    """It said `--num-samples, --max-new-tokens and --batch-size must be >= 1` whichever was wrong."""
+    out = tmp_path / "r.jsonl"
+    r = runner.invoke(app, ["train", "regenerate", "--target", str(tiny_target), "--data", str(code_jsonl),
+                            "--out", str(out), "--device", "cpu", "--num-samples", "2", flag, value])
+    assert r.exit_code == 2 and r.output == f"error: {flag} {value}: use 1 or more\n", r.output
+    assert not out.exists()

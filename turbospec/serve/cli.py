@@ -1,5 +1,9 @@
 """`turbospec serve MODEL`: an OpenAI-compatible server on uvicorn.
 
+The port is bound and listening before the model loads, and uvicorn serves on that socket
+(serve/listen.py); `listening on` names the port bound (the kernel's pick for --port 0) once the
+server is up.
+
 SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests finish for up to
 --shutdown-timeout seconds, end the rest with a 503 (freeing their KV blocks), exit 0
 (serve/shutdown.py).
@@ -7,14 +11,15 @@ SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests fini
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import sys
 
 import typer
 
-from turbospec.serve.listen import bind_error, port_error
+from turbospec.serve.cli_checks import as_serve_flags, flag_error
+from turbospec.serve.listen import ListenError, announce_when_serving, listen_sockets, listen_url, port_error
 from turbospec.spec.config_arg import parse_speculative_config
-
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")     # uvicorn's
 
@@ -107,13 +112,14 @@ def serve(
                    "waits for up to two of them before its prefill: 1 trades throughput for that latency."),
     allowed_origins: list[str] = typer.Option(["*"], help="CORS origins a browser page may call the API "
                                               "from (repeat; default any, as with vLLM; '' for none)."),
-    max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="Largest accepted request body."),
+    max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="Largest accepted request body, in bytes (>= 1)."),
     max_logprob_entries: int = typer.Option(
         None, help="Most logprob entries one request may ask for (each token position with logprobs k counts "
                    "k + 1; echo and prompt_logprobs count the prompt, a whole response its max_tokens, every "
                    "choice its own): more is a 400 naming what to lower. About 100 bytes of JSON each. Default: "
                    "the larger of 1048576 and 21 x max_model_len (one choice always fits)."),
-    shutdown_timeout: float = typer.Option(10.0, help="Seconds in-flight requests get to finish on shutdown."),
+    shutdown_timeout: float = typer.Option(10.0, help="Seconds in-flight requests get to finish on shutdown "
+                                           "(>= 0; 0 ends them at once)."),
     log_level: str = typer.Option("info", help="uvicorn log level: critical, error, warning, info, debug or trace."),
 ) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
@@ -121,16 +127,10 @@ def serve(
     if port_error(port) is not None:     # before the imports and the model load
         typer.echo(f"turbospec serve: {port_error(port)}", err=True)
         raise typer.Exit(2)
-    import uvicorn
-
-    from turbospec.config import EngineConfig
-    from turbospec.serve.app import build_app
     from turbospec.chat_template import load_chat_template
-    from turbospec.generation_defaults import read_sampling_defaults
+    from turbospec.config import EngineConfig
     from turbospec.reasoning_parser import check_reasoning_parser
     from turbospec.tool_parser import check_tool_call_parser
-    from turbospec.serve.shutdown import GracefulServer, graceful_timeout
-    from turbospec.serve.startup import build_engine, dtype_note, install_chat_template, print_cold_start
 
     spec = _parse_spec_config(speculative_config)
     if tensor_parallel_size != 1:
@@ -163,10 +163,51 @@ def serve(
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e), param_hint="--chat-template")
     names = list(served_model_name or []) or [model]
-    unusable = bind_error(host, port)
-    if unusable is not None:             # before a model that may take minutes to load
-        typer.echo(f"turbospec serve: {unusable}", err=True)
+    bad = flag_error(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                     num_kv_blocks=num_kv_blocks, max_model_len=max_model_len, quantization=quantization,
+                     max_request_bytes=max_request_bytes, shutdown_timeout=shutdown_timeout)
+    if bad is not None:
+        typer.echo(f"turbospec serve: {bad}", err=True)
         raise typer.Exit(2)
+    try:
+        engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
+                                     gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                                     max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                                     enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
+                                     generation_config=generation_config)
+        engine_config.validate()
+    except ValueError as e:
+        typer.echo(f"turbospec serve: {as_serve_flags(str(e), SERVE_FLAGS, dtype)}", err=True)
+        raise typer.Exit(2)
+    try:
+        sockets = listen_sockets(host, port)      # held from before a model that may take minutes to load
+    except ListenError as e:
+        typer.echo(f"turbospec serve: {e}", err=True)
+        raise typer.Exit(2)
+    try:
+        _load_and_serve(sockets, model=model, spec=spec, host=host, device=device, dtype=dtype,
+                        quantization=quantization, api_key=api_key, names=names, template=template,
+                        reasoning_parser=reasoning_parser, tool_call_parser=tool_call_parser,
+                        generation_config=generation_config, tokenizer=tokenizer, revision=revision,
+                        tokenizer_revision=tokenizer_revision, download_dir=download_dir,
+                        engine_config=engine_config, allowed_origins=allowed_origins,
+                        max_request_bytes=max_request_bytes, max_logprob_entries=max_logprob_entries,
+                        shutdown_timeout=shutdown_timeout, log_level=log_level)
+    finally:
+        for sock in sockets:                      # uvicorn closes them on shutdown; not on a failed start
+            sock.close()
+
+
+def _load_and_serve(sockets, *, model, spec, host, device, dtype, quantization, api_key, names, template,
+                    reasoning_parser, tool_call_parser, generation_config, tokenizer, revision,
+                    tokenizer_revision, download_dir, engine_config, allowed_origins, max_request_bytes,
+                    max_logprob_entries, shutdown_timeout, log_level) -> None:
+    import uvicorn
+
+    from turbospec.generation_defaults import read_sampling_defaults
+    from turbospec.serve.app import build_app
+    from turbospec.serve.shutdown import GracefulServer, graceful_timeout
+    from turbospec.serve.startup import build_engine, dtype_note, install_chat_template, print_cold_start
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -178,11 +219,6 @@ def serve(
         if tokenizer is not None:
             tokenizer = resolve_model(tokenizer, "tokenizer", revision=tokenizer_revision,
                                       download_dir=download_dir, files="tokenizer")
-        engine_config = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
-                                     gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
-                                     max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-                                     enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
-                                     generation_config=generation_config)
         engine, cold = build_engine(model_dir, device=device, dtype=dtype, speculative_config=spec,
                                     engine_config=engine_config, quantization=quantization, tokenizer=tokenizer,
                                     download_dir=download_dir)
@@ -190,7 +226,7 @@ def serve(
             install_chat_template(engine, template)
         sampling_defaults = read_sampling_defaults(model_dir, generation_config)
     except ValueError as e:
-        typer.echo(f"turbospec serve: cannot start: {e}", err=True)
+        typer.echo(f"turbospec serve: cannot start: {as_serve_flags(str(e), SERVE_FLAGS, dtype)}", err=True)
         raise typer.Exit(2)
     print_cold_start(model, str(getattr(engine, "device", device)), cold, spec, dtype_note(engine, dtype))
     if sampling_defaults:
@@ -202,21 +238,24 @@ def serve(
                     reasoning_parser=reasoning_parser, sampling_defaults=sampling_defaults,
                     model_root=model, tool_call_parser=tool_call_parser,          # /v1/models' root: MODEL as given (an id, not its cache path)
                     max_logprob_entries=max_logprob_entries)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+    config = uvicorn.Config(app, host=host, port=sockets[0].getsockname()[1], log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout(shutdown_timeout),
                             access_log=log_level == "debug")
     server = GracefulServer(config, app.state.engine, shutdown_timeout)
     split_tags = reasoning_parser and not app.state.think_gate
-    print(f"turbospec serve: listening on http://{host}:{port} as {', '.join(names)}"
-          f"{' (API key required)' if api_key else ''}"
-          f"{f'; reasoning parser {reasoning_parser}' if reasoning_parser else ''}"
-          f"{f'; tool call parser {tool_call_parser}' if tool_call_parser != 'hermes' else ''}"
-          f"{' (the tokenizer splits <think> / </think>: structured outputs hold from the first token)' if split_tags else ''}",
-          flush=True)
-    server.run()
-    if not server.started:            # e.g. the port was taken: uvicorn logged why
+    announce_when_serving(   # once uvicorn serves, with the port bound (the kernel's pick for --port 0)
+        server, f"turbospec serve: listening on {listen_url(host, sockets[0])} as {', '.join(names)}"
+                f"{' (API key required)' if api_key else ''}"
+                f"{f'; reasoning parser {reasoning_parser}' if reasoning_parser else ''}"
+                f"{f'; tool call parser {tool_call_parser}' if tool_call_parser != 'hermes' else ''}"
+                f"{' (the tokenizer splits <think> / </think>: structured outputs hold from the first token)' if split_tags else ''}")
+    server.run(sockets=sockets)
+    if not server.started:            # e.g. the app's start-up failed: uvicorn logged why
         sys.exit(1)
     print("turbospec serve: shut down cleanly", flush=True)
+
+
+SERVE_FLAGS = set(inspect.signature(serve).parameters) - {"model"}     # num_kv_blocks -> --num-kv-blocks, ...
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,8 @@ class Eagle3Options:
 
     def validate(self) -> None:
         if not 1 <= self.ttt_steps <= 16:
-            raise ValueError(f"--ttt-steps {self.ttt_steps}: use 1..16 (7 matches num_speculative_tokens=7)")
+            raise ValueError(f"--draft-length {self.ttt_steps} (alias --ttt-steps): use 1..16 (7 matches "
+                             "num_speculative_tokens=7)")
         if not 0.0 < self.step_decay <= 1.0:
             raise ValueError(f"--step-decay {self.step_decay}: use a value in (0, 1], e.g. 0.8")
         if self.draft_vocab_size < 2:
@@ -167,13 +168,14 @@ class TrainConfig:
             raise ValueError(f"--lr {self.lr}: use a positive learning rate, e.g. 3e-4")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"--min-lr-ratio {self.min_lr_ratio}: use a value in [0, 1]")
-        if self.warmup_steps < 0 or self.grad_clip < 0 or self.weight_decay < 0:
-            raise ValueError("--warmup-steps, --grad-clip and --weight-decay must be >= 0")
+        for name in ("warmup_steps", "grad_clip", "weight_decay"):
+            if not getattr(self, name) >= 0:                       # NaN too
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: use 0 or more")
         if not 0 <= self.heldout_fraction < 0.5:
             raise ValueError(f"--heldout-fraction {self.heldout_fraction}: use a value in [0, 0.5)")
         for name in ("eval_every", "log_every", "save_every", "eval_num_prompts", "eval_max_tokens"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: use 1 or more")
         if self.export_dtype not in ("bfloat16", "float16", "float32"):
             raise ValueError(f"--export-dtype {self.export_dtype!r}: use bfloat16, float16 or float32")
         if self.eval_prompts is not None:          # read now: a bad file found after training loses the measurement

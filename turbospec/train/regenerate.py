@@ -72,8 +72,10 @@ def regenerate(target_dir: str, data_path: str, out_path: str, num_samples: int,
     """`chat_template`: a Jinja file that renders chat records instead of the target tokenizer's."""
     from turbospec.config import ModelConfig
     from turbospec.train.data import load_tokenizer
-    if num_samples < 1 or max_new_tokens < 1 or batch_size < 1:
-        raise ValueError("--num-samples, --max-new-tokens and --batch-size must be >= 1")
+    for flag, value in (("--num-samples", num_samples), ("--max-new-tokens", max_new_tokens),
+                        ("--batch-size", batch_size)):
+        if value < 1:
+            raise ValueError(f"{flag} {value}: use 1 or more")
     if not 1 <= min_prompt <= max_prompt:
         raise ValueError(f"--min-prompt {min_prompt} / --max-prompt {max_prompt}: need 1 <= min <= max")
     if temperature < 0:
