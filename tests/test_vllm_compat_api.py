@@ -26,6 +26,9 @@ def test_neutral_call_arguments_change_nothing(llm):
     plain = llm.generate(["def f(x):", "import os"], greedy())
     same = llm.generate(["def f(x):", "import os"], greedy(), lora_request=None, priority=[0, 0])
     assert [o.outputs[0].token_ids for o in same] == [o.outputs[0].token_ids for o in plain]
+    for kw in ({"lora_request": [None, None]}, {"tokenization_kwargs": None}, {"tokenization_kwargs": {}}):
+        same = llm.generate(["def f(x):", "import os"], greedy(), **kw)
+        assert [o.outputs[0].token_ids for o in same] == [o.outputs[0].token_ids for o in plain], kw
     chat = llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE)
     for fmt in ("auto", "string"):
         again = llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, lora_request=None,
@@ -40,6 +43,11 @@ def test_neutral_call_arguments_change_nothing(llm):
     (lambda llm: llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, chat_template_content_format="openai"),
      "one string"),
     (lambda llm: llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, lora_request=object()), "lora_request"),
+    (lambda llm: llm.generate(["x", "y"], greedy(), lora_request=[None, object()]), "merge the adapter"),
+    (lambda llm: llm.generate("x", greedy(), tokenization_kwargs={"truncation": True}),
+     "tokenization_kwargs={'truncation': True} is not supported"),
+    (lambda llm: llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, tokenization_kwargs={"max_length": 4}),
+     "prompt_token_ids"),
 ])
 def test_other_values_are_refused_by_name(llm, call, words):
     with pytest.raises(ValueError) as e:
@@ -126,3 +134,21 @@ def test_dflash_drafter_without_rope_theta_gets_vllms_default(codelm_dir, tmp_pa
     head_dim = model.config.head_dim
     want = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     assert torch.allclose(model.inv_freq.float().cpu(), want)
+
+
+def test_use_tqdm_may_be_vllms_factory(llm):
+    """vLLM's use_tqdm: bool or a callable making the bar; the callable is called as tqdm and updated per request."""
+    made = []
+
+    class Bar:
+        def __init__(self, **kw):
+            made.append(kw)
+            self.n = 0
+
+        def update(self, k):
+            self.n += k
+
+        def close(self):
+            made.append(self.n)
+    llm.generate(["def f(x):", "import os"], greedy(), use_tqdm=Bar)
+    assert made == [{"total": 2, "desc": "generate", "unit": "req"}, 2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from turbospec.config import EngineConfig
 from turbospec.engine.llm_engine import LLMEngine
@@ -100,8 +100,8 @@ class LLM:
         return SamplingParams(**self._sampling_defaults)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = False, *, lora_request=None, priority: list[int] | None = None
-                 ) -> list[RequestOutput]:
+                 use_tqdm: bool | Callable = False, *, lora_request=None, priority: list[int] | None = None,
+                 tokenization_kwargs: dict | None = None) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, with `n` completions (index 0..n-1: one
         engine sequence each, sample j seeded with seed + j). Every prompt is validated before any
         work starts, so a bad one fails the call without running the others or moving a counter
@@ -110,8 +110,10 @@ class LLM:
         "length", as vLLM's LLM does; a min_tokens the context cannot hold still is); if the call is
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
         prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do.
-        vLLM's `lora_request` and `priority` are accepted at their neutral values (None; zeros)."""
-        check_call_args(lora_request, priority)
+        vLLM's `lora_request`, `priority` and `tokenization_kwargs` are accepted at their neutral values
+        (None or a None per prompt; zeros; None or {}). `use_tqdm`: True for tqdm's bar, or vLLM's
+        callable that makes one (called as tqdm is: total=, desc=, unit=)."""
+        check_call_args(lora_request, priority, tokenization_kwargs)
         return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True)
 
     def _generate(self, prompts, sampling_params, use_tqdm: bool, add_special_tokens: bool,
@@ -155,7 +157,7 @@ class LLM:
                 raise ValueError(f"{label.format(owner)}: {e}") from e
             if use_tqdm:
                 from tqdm.auto import tqdm
-                bar = tqdm(total=len(ids), desc="generate", unit="req")
+                bar = (use_tqdm if callable(use_tqdm) else tqdm)(total=len(ids), desc="generate", unit="req")
             while len(finals) < len(ids):
                 outs = eng.step()
                 if not outs and not eng.scheduler.running:     # nothing can be scheduled: never spin
@@ -201,8 +203,8 @@ class LLM:
              continue_final_message: bool = False,
              chat_template_kwargs: dict[str, Any] | None = None,
              tools: list[dict[str, Any]] | None = None, *, lora_request=None,
-             chat_template_content_format: str = "auto", mm_processor_kwargs: dict | None = None
-             ) -> list[RequestOutput]:
+             chat_template_content_format: str = "auto", mm_processor_kwargs: dict | None = None,
+             tokenization_kwargs: dict | None = None) -> list[RequestOutput]:
         """vLLM's `LLM.chat`: one conversation (a list of {"role", "content"} messages) or a list
         of them, rendered with the tokenizer's chat template (or `chat_template`, the Jinja text
         or a file), then generated as `generate` does. One RequestOutput per conversation.
@@ -212,7 +214,7 @@ class LLM:
         "phi4_mini_json" or "pythonic").
         Text content parts reach the template joined into one string (vLLM's
         `chat_template_content_format="string"`, which "auto" picks for text-only templates)."""
-        check_call_args(lora_request, None)
+        check_call_args(lora_request, None, tokenization_kwargs)
         if chat_template_content_format not in ("auto", "string"):
             raise ValueError(f"chat_template_content_format={chat_template_content_format!r} is not supported: "
                              "turbospec renders message content as one string (text parts joined); use "

@@ -123,9 +123,16 @@ def _old_spec_message(old: dict[str, Any]) -> str:
             "'draft_model', 'eagle3', 'dflash' or 'mtp'; README 'Speculative methods')")
 
 
-def check_call_args(lora_request, priority) -> None:
-    """vLLM's per-call `lora_request` / `priority`: turbospec has neither LoRA adapters nor priority
-    scheduling, so only their neutral values pass (a wrapper forwarding None runs unchanged)."""
+def check_call_args(lora_request, priority, tokenization_kwargs=None) -> None:
+    """vLLM's per-call `lora_request` / `priority` / `tokenization_kwargs`: turbospec has neither LoRA
+    adapters nor priority scheduling and tokenizes as vLLM's defaults do, so only their neutral values
+    pass (None, or one None per prompt; zeros; None or {}: a wrapper forwarding them runs unchanged)."""
+    if tokenization_kwargs:
+        raise ValueError(f"tokenization_kwargs={tokenization_kwargs!r} is not supported: turbospec tokenizes with "
+                         "the tokenizer's defaults (text prompts get its special tokens); for anything else tokenize "
+                         "yourself and pass {'prompt_token_ids': [...]}")
+    if isinstance(lora_request, (list, tuple)) and all(r is None for r in lora_request):
+        lora_request = None
     if lora_request is not None:
         raise ValueError("lora_request is not supported: turbospec serves no LoRA adapters; merge the adapter "
                          "into the base weights (peft's merge_and_unload, then save_pretrained) and load that "
