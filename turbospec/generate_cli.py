@@ -174,15 +174,24 @@ def _check_flags(max_tokens: int, max_model_len: int | None, quantization: str |
     """The flags whose Python-API errors speak of None: checked here in the command line's words."""
     if max_tokens < 1:
         _fail(f"--max-tokens {max_tokens}: give a positive number of tokens (the most each prompt generates)")
-    if max_model_len is not None and max_model_len < 2:
-        _fail(f"--max-model-len {max_model_len}: give at least 2 tokens (a prompt token and a generated one), "
-              "or leave it out for the model's own context length")
-    from turbospec.layers.quant.fp8_formats import QUANTIZATION_NAMES
-    if quantization is not None and quantization not in QUANTIZATION_NAMES:
-        _fail(f"--quantization {quantization}: the only value is fp8 (leave it out for the checkpoint's own weights, "
-              "or name their method: compressed-tensors)")
+    bad = load_flag_error(max_model_len, quantization)
+    if bad is not None:
+        _fail(bad)
     if any(not s for s in stop):
         _fail("--stop '': give a non-empty stop string")
+
+
+def load_flag_error(max_model_len: int | None, quantization: str | None) -> str | None:
+    """--max-model-len / --quantization values no model loads with, in the command line's words (the
+    Python API's messages speak of None), or None; `generate` and `serve` check them before loading."""
+    if max_model_len is not None and max_model_len < 2:
+        return (f"--max-model-len {max_model_len}: give at least 2 tokens (a prompt token and a generated one), "
+                "or leave it out for the model's own context length")
+    from turbospec.layers.quant.fp8_formats import QUANTIZATION_NAMES
+    if quantization is not None and quantization not in QUANTIZATION_NAMES:
+        return (f"--quantization {quantization}: the only value is fp8 (leave it out for the checkpoint's own "
+                "weights, or name their method: compressed-tensors)")
+    return None
 
 
 def _as_flags(message: str, dtype: str | None = None) -> str:

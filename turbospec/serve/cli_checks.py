@@ -14,13 +14,10 @@ def flag_error(*, max_num_seqs: int, max_num_batched_tokens: int, num_kv_blocks:
     """The first of these flags whose value cannot serve, as `--flag VALUE: the fix`, or None.
     Each flag is named on its own with its value (EngineConfig lumps the first two); where the
     Python API's message speaks of None, in `generate`'s words."""
-    if max_model_len is not None and max_model_len < 2:
-        return (f"--max-model-len {max_model_len}: give at least 2 tokens (a prompt token and a generated one), "
-                "or leave it out for the model's own context length")
-    from turbospec.layers.quant.fp8_formats import QUANTIZATION_NAMES
-    if quantization is not None and quantization not in QUANTIZATION_NAMES:
-        return (f"--quantization {quantization}: the only value is fp8 (leave it out for the checkpoint's own "
-                "weights, or name their method: compressed-tensors)")
+    from turbospec.generate_cli import load_flag_error      # the flags generate checks too, in its words
+    bad = load_flag_error(max_model_len, quantization)
+    if bad is not None:
+        return bad
     if max_num_seqs < 1:
         return f"--max-num-seqs {max_num_seqs}: use 1 or more (the most requests batched in one step; default 256)"
     if max_num_batched_tokens < 1:
