@@ -1,5 +1,5 @@
-"""Probe (issue #8): the CUDA C++ bf16 GEMV (kernels/csrc/bf16_gemv.cu, opt-in TURBOSPEC_BF16_GEMV=1)
-against what the engine runs for bf16 decode (kernels/skinny_gemm.py, the Triton skinny GEMM) and
+"""Probe (issue #8): the CUDA C++ bf16 GEMV (kernels/csrc/bf16_gemv.cu; by default in
+engines of one sequence, TURBOSPEC_BF16_GEMV=auto) against what bigger engines run for bf16 decode (kernels/skinny_gemm.py, the Triton skinny GEMM) and
 cuBLAS, kernel against kernel on the GPU (nvcc builds the cubin on first use):
 
     PYTHONPATH=. TURBOSPEC_PDL=0 python3 bench/bf16_gemv_probe.py

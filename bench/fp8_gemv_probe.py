@@ -1,5 +1,5 @@
-"""Probe (issues #4 / #8): the CUDA C++ block-FP8 GEMV (kernels/csrc/fp8_gemv.cu, opt-in in the
-engine with TURBOSPEC_FP8_GEMV=1) against the Triton kernels the engine runs by default
+"""Probe (issues #4 / #8): the CUDA C++ block-FP8 GEMV (kernels/csrc/fp8_gemv.cu; in the engine by
+default for engines of one sequence, TURBOSPEC_FP8_GEMV=auto) against the Triton kernels bigger engines run
 (kernels/fp8_gemm.py, the fused MoE), kernel against kernel, on the GPU (nvcc builds the cubin on
 first use):
 

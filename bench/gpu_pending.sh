@@ -37,7 +37,7 @@
 #            workers (the image has pytest-xdist; most of the suite's time is Triton / nvcc compiling;
 #            each worker's engines size their KV cache from the free memory at their start, so a failure
 #            for memory here is to be re-run alone before it is believed)
-#   auto     (session 38) the GEMVs' default "auto" (engines of max_num_seqs <= 2): tests/gpu/test_gemv_auto_gpu.py
+#   auto     (session 38) the GEMVs' default "auto" (engines of max_num_seqs 1): tests/gpu/test_gemv_auto_gpu.py
 #            and the GEMV / structured-output tests; then bench decode at batch 1 (an engine of one sequence)
 #            with both switches 0, then unset (auto), for the four target shapes; then the #8 oracle row
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets

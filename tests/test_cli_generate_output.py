@@ -152,12 +152,21 @@ def test_a_drafter_given_as_the_model_says_how_to_use_it(codelm_dir):
 
 def test_a_bug_while_loading_is_not_blamed_on_the_model(codelm_dir, monkeypatch):
     """An exception turbospec did not expect (here a TypeError from inside the engine) keeps its traceback
-    and says it is turbospec's, not the model's (it used to be one 'could not load' line, exit 2)."""
-    from turbospec.engine import llm_engine
+    and says it is turbospec's, not the model's (it used to be one 'could not load' line, exit 2); a
+    RuntimeError (CUDA out of memory, a kernel build that failed) stays one line naming the model."""
+    import torch
+    from turbospec.kernels import bf16_gemv
 
     def broken(*a, **k):
         raise TypeError("prepare() missing 1 required positional argument: 'max_num_seqs'")
-    monkeypatch.setattr(llm_engine.bf16_gemv, "prepare", broken)
+    monkeypatch.setattr(bf16_gemv, "prepare", broken)
     r = runner.invoke(app, ["generate", str(codelm_dir), "-p", "x", "--device", "cpu"])
     assert "This looks like a bug in turbospec, not a problem with the model" in r.output
     assert isinstance(r.exception, TypeError) and r.exit_code == 1
+
+    def out_of_memory(*a, **k):                       # what a model too big for the GPU raises: one line
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(bf16_gemv, "prepare", out_of_memory)
+    r = runner.invoke(app, ["generate", str(codelm_dir), "-p", "x", "--device", "cpu"])
+    assert r.exit_code == 2 and "error: could not load" in r.output and "CUDA out of memory" in r.output
+    assert "bug in turbospec" not in r.output

@@ -14,8 +14,8 @@ import torch.nn as nn
 
 
 def test_gemv_switch_modes_and_which_engines_auto_serves(monkeypatch):
-    """TURBOSPEC_FP8_GEMV / _BF16_GEMV: auto (default) serves engines of max_num_seqs <= 2 (whose verifies fit
-    16 rows up to k = 7, so bitwise_exact drafts as much as without the GEMV), 1 every engine, 0 none;
+    """TURBOSPEC_FP8_GEMV / _BF16_GEMV: auto (default) serves engines of max_num_seqs 1 (whose verifies fit
+    16 rows up to k = 15, DFlash's default: at 2 sequences k = 8-15 would fit none), 1 every engine, 0 none;
     another value is refused naming the three. What auto gives on a GPU: tests/gpu/test_gemv_auto_gpu.py."""
     from turbospec.engine.draft_length import exact_k_cap
     from turbospec.kernels.gemv_common import AUTO_MAX_SEQS, auto_engine, switch_mode
@@ -25,11 +25,14 @@ def test_gemv_switch_modes_and_which_engines_auto_serves(monkeypatch):
         monkeypatch.setenv("TURBOSPEC_FP8_GEMV", value)
         assert switch_mode("TURBOSPEC_FP8_GEMV") == value
     monkeypatch.setenv("TURBOSPEC_FP8_GEMV", "on")
-    with pytest.raises(ValueError, match=r"TURBOSPEC_FP8_GEMV='on': use auto .*max_num_seqs <= 2.*, 1 .* or 0"):
+    with pytest.raises(ValueError, match=r"TURBOSPEC_FP8_GEMV='on': use auto .*max_num_seqs 1\), 1 .* or 0"):
         switch_mode("TURBOSPEC_FP8_GEMV")
-    assert [auto_engine("auto", n) for n in (1, 2, 3, 256)] == [True, True, False, False]
+    assert [auto_engine("auto", n) for n in (1, 2, 3, 256)] == [True, False, False, False]
     assert not auto_engine("1", 1) and not auto_engine("0", 1)        # "1" is every engine: not decided here
-    assert all(exact_k_cap(b, bound=16) >= 7 for b in range(1, AUTO_MAX_SEQS + 1))
+    # every chain drafter's k (up to 15) fits at AUTO_MAX_SEQS, counting the graphs' padded query length
+    assert all(exact_k_cap(b, batch_bucket=b, query_lens=[1, k + 1], bound=16) >= k
+               for b in range(1, AUTO_MAX_SEQS + 1) for k in range(1, 16))
+    assert exact_k_cap(2, batch_bucket=2, query_lens=[1, 16], bound=16) == 0    # why not 2 sequences
 
 
 def test_a_cpu_engine_names_no_gemv(codelm_dir):
@@ -43,11 +46,14 @@ def test_a_cpu_engine_names_no_gemv(codelm_dir):
 
 @pytest.fixture
 def fake_hopper(monkeypatch):
-    """`prepare` as on a Hopper GPU: the capability check passes and the build is recorded, not run."""
-    from turbospec.kernels import bf16_gemv, fp8_gemv
+    """`prepare` as on a Hopper GPU: the capability check passes and the build is recorded, not run
+    (the switches at their default: these tests check auto)."""
+    from turbospec.kernels import bf16_gemv, fp8_gemv, gemv_common
+    if bf16_gemv._MODE != "auto" or fp8_gemv._MODE != "auto":
+        pytest.skip("TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV are set: these tests check their default, auto")
     built = []
-    monkeypatch.setattr(bf16_gemv, "hopper", lambda *a, **k: True)
-    monkeypatch.setattr(fp8_gemv, "hopper", lambda *a, **k: True)
+    for mod in (gemv_common, bf16_gemv, fp8_gemv):
+        monkeypatch.setattr(mod, "hopper", lambda *a, **k: True)
     monkeypatch.setattr(bf16_gemv, "module", lambda src, dev: built.append(src))
     monkeypatch.setattr(fp8_gemv, "module", lambda src, dev: built.append(src))
     return built
@@ -58,12 +64,12 @@ def test_auto_chooses_the_weights_of_small_engines_only(fake_hopper):
     small = nn.Sequential(nn.Linear(256, 128, bias=False), nn.Linear(200, 128, bias=False)).to(torch.bfloat16)
     big = nn.Linear(256, 128, bias=False).to(torch.bfloat16)
     dev = torch.device("cuda", 0)                          # never touched: hopper and module are replaced
-    assert bf16_gemv._MODE == "auto"
-    assert bf16_gemv.prepare(small, dev, max_num_seqs=2) == 16 and fake_hopper == ["bf16_gemv.cu"]
+    assert bf16_gemv.prepare(small, dev, max_num_seqs=1) == 16 and fake_hopper == ["bf16_gemv.cu"]
     assert bf16_gemv.takes(small[0].weight, dev)           # K 256: the GEMV's shape
     assert not bf16_gemv.takes(small[1].weight, dev)       # K 200: not a multiple of 128, never chosen
-    assert bf16_gemv.prepare(big, dev, max_num_seqs=3) is None and len(fake_hopper) == 1   # no build either
-    assert not bf16_gemv.takes(big.weight, dev)            # the engine of 3 keeps Triton for its weights
+    assert bf16_gemv.prepare(big, dev, max_num_seqs=2) is None and len(fake_hopper) == 1   # no build either
+    assert not bf16_gemv.takes(big.weight, dev)            # the engine of 2 keeps Triton for its weights
+    assert bf16_gemv.prepare(big, dev, max_num_seqs=1, dtype=torch.float16) is None     # fp16 rows: never the GEMV
     assert bf16_gemv.takes(small[0].weight, dev)           # ... and the small engine keeps its choice
     chosen = len(bf16_gemv._CHOSEN)
     del small
@@ -99,3 +105,54 @@ def test_switch_one_still_fails_loudly_where_the_build_fails(fake_hopper, monkey
     monkeypatch.setattr(bf16_gemv, "_MODE", "1")
     with pytest.raises(RuntimeError, match="no compiler"):
         bf16_gemv.prepare(nn.Linear(256, 128, bias=False).to(torch.bfloat16), torch.device("cuda", 0), max_num_seqs=64)
+
+
+class _Fp8Linear(nn.Module):
+    """What `fp8_gemv.prepare` reads of a block-FP8 linear: quant_method.block, an fp8 weight, its scales."""
+
+    def __init__(self, n: int, k: int, bias: bool = False):
+        super().__init__()
+        self.quant_method = type("Q", (), {"block": (128, 128)})()
+        self.weight = nn.Parameter(torch.zeros(n, k, dtype=torch.float8_e4m3fn), requires_grad=False)
+        self.weight_scale_inv = nn.Parameter(torch.ones(-(-n // 128), k // 128), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(n)) if bias else None
+
+
+def test_auto_chooses_dense_fp8_weights_and_leaves_experts_and_biases(fake_hopper):
+    from turbospec.kernels import fp8_gemv
+    from turbospec.layers.linear import INVARIANT_MAX_M
+    experts = nn.Module()
+    experts.fp8_block = (128, 128)
+    experts.gate_up_proj = nn.Parameter(torch.zeros(4, 256, 128, dtype=torch.float8_e4m3fn), requires_grad=False)
+    model = nn.ModuleList([_Fp8Linear(256, 128), _Fp8Linear(256, 128, bias=True), experts])
+    dev = torch.device("cuda", 0)
+    assert fp8_gemv.prepare(model, dev, exact_speculation=True, max_num_seqs=2) == INVARIANT_MAX_M
+    assert fake_hopper == []                                       # an engine of 2: nothing built
+    assert fp8_gemv.prepare(model, dev, exact_speculation=True, max_num_seqs=1) == 16
+    assert fake_hopper == ["fp8_gemv.cu"]
+    assert fp8_gemv.takes(model[0].weight, dev) and not fp8_gemv.takes(model[1].weight, dev)   # bias: Triton
+    assert experts.gate_up_proj not in fp8_gemv._TRITON_ONLY       # auto never sends experts (moe_eligible: =1)
+    assert not fp8_gemv.moe_eligible(torch.zeros(1, 128, dtype=torch.bfloat16), experts.gate_up_proj,
+                                     experts.gate_up_proj, None, None, (128, 128), 8)
+    bf16_only = nn.Linear(256, 128, bias=False).to(torch.bfloat16)
+    assert fp8_gemv.prepare(bf16_only, dev, exact_speculation=False, max_num_seqs=1) == INVARIANT_MAX_M
+    assert fake_hopper == ["fp8_gemv.cu"]                          # no FP8 weight: not built
+
+
+def test_a_drafter_asking_for_more_rows_than_the_gemv_takes_is_warned(fake_hopper):
+    """An auto engine (one sequence) with a tree of 24 nodes: bitwise_exact verifies at most 16 rows, so the
+    start says so once, with the switches that lift it; a chain of 15 (DFlash's default) fits, no warning."""
+    from turbospec.engine.decode_kernels import prepare_decode_gemvs
+    model = nn.Linear(256, 128, bias=False).to(torch.bfloat16)
+    tree = type("P", (), {"k": 24, "tree": object()})()
+    dev = torch.device("cuda", 0)
+    with pytest.warns(UserWarning, match=r"round a row alike up to 16 rows, so bitwise_exact verifies a tree of at "
+                                         r"most 15 tokens per step where the drafter asks for 24: set "
+                                         r"TURBOSPEC_FP8_GEMV=0 TURBOSPEC_BF16_GEMV=0"):
+        assert prepare_decode_gemvs(model, dev, torch.bfloat16, 1, tree, True) == (16, ("bf16",))
+    chain = type("P", (), {"k": 15, "tree": None})()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert prepare_decode_gemvs(model, dev, torch.bfloat16, 1, chain, True) == (16, ("bf16",))
+        assert prepare_decode_gemvs(model, dev, torch.bfloat16, 1, tree, False) == (16, ("bf16",))  # not exact
+        assert prepare_decode_gemvs(model, dev, torch.bfloat16, 4, tree, True) == (64, ())

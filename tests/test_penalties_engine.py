@@ -186,8 +186,10 @@ def test_min_tokens_bans_eos_and_stop_ids_and_ignores_stop_strings_until_reached
 
 
 def _vllm_stop(tok, ids: list[int], stops: list[str], min_tokens: int) -> tuple[list[int], str]:
-    """vLLM V1's stop-string rule on a greedy output (its detokenizer's `update`): after each token past
-    the min_tokens-th, a stop string that ends in that token's new text stops the output, cut before it."""
+    """vLLM V1's stop-string window on a greedy output (its detokenizer's `update`): after each token past
+    the min_tokens-th, a stop string that ends in that token's new text stops the output, cut before it.
+    Where two end in the same token the earlier in the text wins (turbospec's rule; vLLM takes the first
+    in list order, which none of the cases below tells apart)."""
     text = ""
     for i in range(1, len(ids) + 1):
         prev, text = text, tok.decode(ids[:i])

@@ -72,7 +72,7 @@ def generate(
         raise typer.Exit(130) from None
     except ValueError as e:
         _fail(_as_flags(str(e), dtype))
-    except (OSError, SafetensorError) as e:            # a missing, unreadable, corrupt or truncated file
+    except (OSError, SafetensorError, RuntimeError) as e:   # a bad file, CUDA out of memory, a build that failed
         _fail(f"could not load {model!r}: {type(e).__name__}: {e}")
     except Exception as e:
         # anything else is turbospec's to catch and explain: say so, and keep the traceback for the report

@@ -12,19 +12,9 @@ from turbospec.engine.llm_engine import LLMEngine
 from turbospec.engine.request_input import BatchRefused, NewRequest
 from turbospec.generation_defaults import read_sampling_defaults
 from turbospec.hub import resolve_model
-from turbospec.outputs import CompletionOutput, RequestOutput
+from turbospec.outputs import CompletionOutput, GenerationInterrupted, RequestOutput
 from turbospec.sampling_params import SamplingParams
 from turbospec.vllm_args import check_call_args, check_llm_kwargs, normalize_prompts, override_generation_defaults
-
-
-class GenerationInterrupted(KeyboardInterrupt):
-    """Ctrl-C during `LLM.generate`: a KeyboardInterrupt, as vLLM raises, that also carries the work done:
-    `partial`, per prompt, its first sample's RequestOutput so far (finished or not; None where it had
-    produced no token). The unfinished requests are aborted before it propagates."""
-
-    def __init__(self, partial: list):
-        super().__init__("generation interrupted")
-        self.partial = partial
 
 
 class LLM:
@@ -116,7 +106,7 @@ class LLM:
         check_call_args(lora_request, priority, tokenization_kwargs)
         return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True)
 
-    def _generate(self, prompts, sampling_params, use_tqdm: bool, add_special_tokens: bool,
+    def _generate(self, prompts, sampling_params, use_tqdm, add_special_tokens: bool,
                   label: str = "prompt[{}]") -> list[RequestOutput]:
         """`label`: how a refusal names the prompt it is about, when there are several."""
         if isinstance(prompts, (str, dict)):

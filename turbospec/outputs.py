@@ -79,3 +79,13 @@ class RequestOutput:
     def kv_transfer_params(self) -> None:
         """No disaggregated prefill."""
         return None
+
+
+class GenerationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `LLM.generate`: a KeyboardInterrupt, as vLLM raises, that also carries the work done:
+    `partial`, per prompt, its first sample's RequestOutput so far (finished or not; None where it had
+    produced no token). The unfinished requests are aborted before it propagates."""
+
+    def __init__(self, partial: list):
+        super().__init__("generation interrupted")
+        self.partial = partial

@@ -1,5 +1,5 @@
 """TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV = auto (the default) on a Hopper GPU, codelm-12m on CUDA:
-an engine of max_num_seqs <= 2 decodes its dense linears through the CUDA GEMVs (their launches
+an engine of max_num_seqs 1 decodes its dense linears through the CUDA GEMVs (their launches
 counted), a plain engine and a speculating one of the same max_num_seqs give the same tokens, the
 drafts are not shortened (verifies of k + 1 <= 16 rows), and an engine of more sequences keeps the
 Triton kernels. The switches are read at import: these tests need them unset (or auto).

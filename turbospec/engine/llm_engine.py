@@ -16,9 +16,9 @@ import torch
 from turbospec.config import EngineConfig, ModelConfig
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.burst_step import try_burst
+from turbospec.engine.decode_kernels import prepare_decode_gemvs
 from turbospec.engine.detokenizer import IncrementalDetokenizer
 from turbospec.engine.draft_length import exact_k_cap
-from turbospec.kernels import bf16_gemv, fp8_gemv
 # MAX_GRAPH_BATCH stays importable from here, where it lived before engine/fast_paths.py
 from turbospec.engine.fast_paths import MAX_GRAPH_BATCH, setup_fast_paths  # noqa: F401
 from turbospec.engine.grammar import GrammarCompiler
@@ -64,16 +64,10 @@ class LLMEngine:
         # (draft_length.exact_k_cap). Only CUDA's invariant kernels need it; with TURBOSPEC_GEMM=cublas
         # nothing is invariant, so the cap would cost speed and buy nothing.
         self.bitwise_exact = bitwise_exact and device.type == "cuda" and INVARIANT_GEMMS
-        # TURBOSPEC_FP8_GEMV / _BF16_GEMV (auto: engines of max_num_seqs <= 2): the CUDA GEMVs' kernels built
-        # at start; the row bound of the model's batch invariance (64, or 16 with a GEMV on its dense linears)
-        seqs = engine_config.max_num_seqs
-        fp8_rows = fp8_gemv.prepare(model, device, exact_speculation=self.bitwise_exact and proposer is not None,
-                                    max_num_seqs=seqs)
-        bf16_rows = bf16_gemv.prepare(model, device, max_num_seqs=seqs)
-        self.exact_rows = min(fp8_rows, bf16_rows or fp8_rows)
-        # which GEMVs serve the model's linears (bench headers name them)
-        self.decode_gemvs = tuple(n for n, on in (("fp8", fp8_rows < INVARIANT_MAX_M), ("bf16", bf16_rows is not None))
-                                  if on)
+        # the CUDA GEMVs serving the linears (TURBOSPEC_*_GEMV, auto: engines of max_num_seqs 1; bench headers
+        # name them) and the row bound of the model's batch invariance (64, or 16 with a GEMV)
+        self.exact_rows, self.decode_gemvs = prepare_decode_gemvs(model, device, dtype, engine_config.max_num_seqs,
+                                                                  proposer, self.bitwise_exact)
         # decode rows of a step that also prefills run as a forward of their own (scheduler.split_mixed),
         # so that a greedy or seeded request's tokens do not depend on the prompts that arrive beside it
         self.split_mixed_steps = self.bitwise_exact and os.environ.get("TURBOSPEC_SPLIT_MIXED", "1") != "0"

@@ -19,7 +19,7 @@ import torch
 from turbospec.kernels.cubin import module
 from torch.utils.weak import WeakIdKeyDictionary
 
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, auto_engine, hopper, switch_mode, warps_for
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
 
 SOURCE = "bf16_gemv.cu"
 SWITCH = "TURBOSPEC_BF16_GEMV"
@@ -64,23 +64,25 @@ def bf16_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int) -> int | None:
+def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int,
+            dtype: torch.dtype = torch.bfloat16) -> int | None:
     """At engine start: choose the weights the GEMV serves (mode auto: an engine of at most
-    AUTO_MAX_SEQS sequences; mode 1: all), build and load the kernel (mode auto: where it cannot be
-    built, a warning and Triton), and return 16 (the rows up to which a row rounds alike whatever the
-    row count, `draft_length.exact_k_cap`'s bound) where any 2-D bf16 parameter of the model has a
-    shape the GEMV takes (the embedding table too: a tied LM head reads it; as a bound, a safe
-    over-approximation that only shortens drafts); None where the GEMV serves nothing."""
-    auto = auto_engine(_MODE, max_num_seqs)
-    if auto:
-        if not hopper(device, SWITCH, "", warn=False) or not auto_build(lambda: module(SOURCE, device), SWITCH):
-            return None
-    elif not enabled(device):
+    AUTO_MAX_SEQS sequences; mode 1: all; bf16 activations, and the skinny GEMM's path: not with
+    TURBOSPEC_GEMM=cublas), build and load the kernel (mode auto: where it cannot be built, a warning
+    and Triton), and return 16 (the rows up to which a row rounds alike whatever the row count,
+    `draft_length.exact_k_cap`'s bound) where any 2-D bf16 parameter of the model has a shape the
+    GEMV takes (the embedding table too: a tied LM head reads it; as a bound, a safe over-approximation
+    that only shortens drafts); None where the GEMV serves nothing."""
+    from turbospec.layers.linear import INVARIANT_GEMMS
+    how = serves(_MODE, enabled(device), device, dtype, max_num_seqs) if INVARIANT_GEMMS else None
+    chosen = [w for w in model.parameters() if weight_ok(w)] if how else []
+    if not chosen:
+        return None
+    if how == "on":
+        module(SOURCE, device)                   # the compiler's and the driver's errors stop the start
+    elif not auto_build(lambda: module(SOURCE, device), SWITCH):
         return None
     else:
-        module(SOURCE, device)
-    chosen = [w for w in model.parameters() if weight_ok(w)]
-    if auto:
         for w in chosen:
             _CHOSEN[w] = True
-    return GEMV_MAX_M if chosen else None
+    return GEMV_MAX_M

@@ -34,7 +34,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, auto_engine, hopper, switch_mode, warps_for
+from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
 
 SOURCE = "fp8_gemv.cu"
 SWITCH = "TURBOSPEC_FP8_GEMV"
@@ -139,9 +139,10 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     return out
 
 
-def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: bool, max_num_seqs: int) -> int:
+def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: bool, max_num_seqs: int,
+            dtype: torch.dtype = torch.bfloat16) -> int:
     """At engine start: choose the dense FP8 weights the GEMV serves (mode auto: an engine of at most
-    AUTO_MAX_SEQS sequences; mode 1: all), build and load the kernel (compiled once; mode 1: the
+    AUTO_MAX_SEQS sequences; mode 1: all; bf16 activations), build and load the kernel (mode 1: the
     compiler's and the driver's errors surface here, not at the first step; auto: a warning, and
     Triton), and return the rows up to which the model's matmuls round a row alike whatever the row
     count (`draft_length.exact_k_cap`'s bound): 16 where a dense FP8 linear takes the GEMV, else
@@ -149,24 +150,27 @@ def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: boo
     Triton fused MoE, whose one-token and several-token forwards round alike (the GEMV serves one
     token only)."""
     from turbospec.layers.linear import INVARIANT_MAX_M
-    auto = auto_engine(_MODE, max_num_seqs)
-    if auto:
-        if not hopper(device, SWITCH, "", warn=False) or not auto_build(lambda: module(SOURCE, device), SWITCH):
-            return INVARIANT_MAX_M
-    elif not enabled(device):
+    how = serves(_MODE, enabled(device), device, dtype, max_num_seqs)
+    if how is None:
         return INVARIANT_MAX_M
-    else:
-        module(SOURCE, device)
-    rows = INVARIANT_MAX_M
+    dense, experts = [], []
     for m in model.modules():
         block = getattr(getattr(m, "quant_method", None), "block", None)
         w, s = getattr(m, "weight", None), getattr(m, "weight_scale_inv", None)
         if (block is not None and w is not None and s is not None and w.dtype == torch.float8_e4m3fn
                 and w.dim() == 2 and getattr(m, "bias", None) is None and dense_weight_ok(w, s, block)):
-            rows = GEMV_MAX_M
-            if auto:
-                _CHOSEN[w] = True
-        if (exact_speculation and getattr(m, "fp8_block", None) is not None
-                and getattr(m, "gate_up_proj", None) is not None):
-            _TRITON_ONLY[m.gate_up_proj] = True
-    return rows
+            dense.append(w)
+        if getattr(m, "fp8_block", None) is not None and getattr(m, "gate_up_proj", None) is not None:
+            experts.append(m.gate_up_proj)
+    if how == "on":                               # every launch; the experts too, one token at a time
+        if dense or experts:
+            module(SOURCE, device)
+        if exact_speculation:
+            for w in experts:
+                _TRITON_ONLY[w] = True
+        return GEMV_MAX_M if dense else INVARIANT_MAX_M
+    if not dense or not auto_build(lambda: module(SOURCE, device), SWITCH):
+        return INVARIANT_MAX_M
+    for w in dense:                               # auto: the dense linears; the experts stay on Triton
+        _CHOSEN[w] = True
+    return GEMV_MAX_M

@@ -10,11 +10,12 @@ import warnings
 import torch
 
 GEMV_MAX_M = 16                 # rows served (2 tiles of the MMA's 8-wide side); more rows: Triton
-# TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV = "auto" (the default): an engine of at most this many sequences
-# (max_num_seqs) decodes its dense linears through the GEMV. Its verifies then fit the GEMV's 16 rows
-# at every draft length up to 7, so `bitwise_exact` costs such an engine no draft; a plain engine and
-# a speculating one of the same max_num_seqs take the same kernels, so their tokens stay equal.
-AUTO_MAX_SEQS = 2
+# TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV = "auto" (the default): an engine of one sequence (max_num_seqs 1, a
+# latency deployment) decodes its dense linears through the GEMV. Its verifies then fit the GEMV's 16 rows at
+# every draft of up to 15 tokens (a tree of more nodes is capped: engine/decode_kernels.py warns), and a
+# plain and a speculating engine of the same max_num_seqs take the same kernels, so their tokens stay equal.
+# At 2 sequences a draft of 8-15 tokens (DFlash's 15) would no longer fit: none would be made.
+AUTO_MAX_SEQS = 1
 _CAPABILITY: dict[int, bool] = {}
 _WARNED: set[tuple[int, str]] = set()
 _BUILD_WARNED: set[str] = set()
@@ -25,7 +26,7 @@ def switch_mode(name: str) -> str:
     (default: engines of at most AUTO_MAX_SEQS sequences, dense linears only); anything else is refused."""
     value = os.environ.get(name, "auto")
     if value not in ("0", "1", "auto"):
-        raise ValueError(f"{name}={value!r}: use auto (the default: engines with max_num_seqs <= {AUTO_MAX_SEQS}), "
+        raise ValueError(f"{name}={value!r}: use auto (the default: engines with max_num_seqs {AUTO_MAX_SEQS}), "
                          "1 (every engine) or 0 (never)")
     return value
 
@@ -35,15 +36,27 @@ def auto_engine(mode: str, max_num_seqs: int) -> bool:
     return mode == "auto" and max_num_seqs <= AUTO_MAX_SEQS
 
 
+def serves(mode: str, enabled: bool, device: torch.device, dtype: torch.dtype, max_num_seqs: int) -> str | None:
+    """How a GEMV serves an engine: "auto" (it chooses the model's weights), "on" (switch 1: every
+    eligible launch) or None (Triton: switch 0, a bigger engine, not Hopper, activations not bf16)."""
+    if dtype != torch.bfloat16 or device.type != "cuda":
+        return None
+    if mode == "1":
+        return "on" if enabled else None
+    return "auto" if auto_engine(mode, max_num_seqs) and hopper(device, "", "", warn=False) else None
+
+
 def auto_build(build, switch: str) -> bool:
-    """Build the kernel for an "auto" engine: False, with one warning, where it cannot be built (no
-    nvcc and no NVRTC, a compile error): the engine then runs the Triton kernels, as with `switch`=0."""
+    """Build the kernel for an "auto" engine: False, with one warning, where it cannot be built or
+    loaded (no nvcc and no NVRTC, a compile error, a driver that refuses the cubin): the engine then
+    runs the Triton kernels, as with `switch`=0. Under "1" the caller builds, and its errors stop the start."""
     try:
         build()
-    except (RuntimeError, OSError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever the toolchain raises, the default must still start
         if switch not in _BUILD_WARNED:
             _BUILD_WARNED.add(switch)
-            warnings.warn(f"{switch}=auto: the CUDA GEMV could not be built ({str(e).splitlines()[0]}); "
+            first = (str(e).splitlines() or [""])[0] or type(e).__name__
+            warnings.warn(f"{switch}=auto: the CUDA GEMV could not be built ({first}); "
                           f"the Triton kernels run instead (set {switch}=0 to skip this)", stacklevel=3)
         return False
     return True

@@ -36,7 +36,7 @@ def bitwise_exact(spec: dict[str, Any]) -> bool:
     value = spec.get("bitwise_exact", True)
     if not isinstance(value, bool):
         raise ValueError(f"speculative_config bitwise_exact={value!r}: use true (default: each step verifies "
-                         "at most 64 rows (16 where a CUDA GEMV serves the linears: engines of max_num_seqs <= 2 "
+                         "at most 64 rows (16 where a CUDA GEMV serves the linears: engines of max_num_seqs 1 "
                          "on Hopper, or TURBOSPEC_*_GEMV=1), so greedy output is bit for bit plain decoding's) or "
                          "false (k as asked at any batch; rounding may then differ from plain decoding at near-ties)")
     return value

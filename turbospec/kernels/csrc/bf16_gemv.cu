@@ -1,7 +1,7 @@
 // bf16 weight x bf16 activation GEMV for decode (M <= 8 * NT rows): the FP8 GEMV's structure
 // (fp8_gemv.cu) without the conversion, for #8's small qwen3-8b linears (qkv, o, down at 68-86% of
-// copy bandwidth in the Triton skinny GEMM at M = 1 on an H200). Opt-in (TURBOSPEC_BF16_GEMV=1,
-// kernels/bf16_gemv.py); bench/bf16_gemv_probe.py compares it with kernels/skinny_gemm.py and cuBLAS.
+// copy bandwidth in the Triton skinny GEMM at M = 1 on an H200). TURBOSPEC_BF16_GEMV (default auto:
+// engines of one sequence; kernels/bf16_gemv.py); bench/bf16_gemv_probe.py compares it with kernels/skinny_gemm.py and cuBLAS.
 //
 // out[m, n] = sum_k x[m, k] * w[n, k]
 //

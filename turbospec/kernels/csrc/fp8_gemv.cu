@@ -1,5 +1,5 @@
-// Block-FP8 weight x bf16 activation GEMV for decode (M <= 8 * NT rows), opt-in
-// (TURBOSPEC_FP8_GEMV=1, kernels/fp8_gemv.py builds it with nvcc and launches it): a hand-written
+// Block-FP8 weight x bf16 activation GEMV for decode (M <= 8 * NT rows; TURBOSPEC_FP8_GEMV: default
+// auto, engines of one sequence; kernels/fp8_gemv.py builds it with nvcc or NVRTC and launches it): a hand-written
 // kernel with fewer SASS instructions per weight byte in its loop (2.7 unpipelined, 2.9 pipelined)
 // than the Triton FP8 GEMM (kernels/fp8_gemm.py: 4.0, issue-bound on an H200; bench/sass_loop.py
 // counts both).
