@@ -55,7 +55,7 @@ def generate(
                                 repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty, min_p=min_p)
     except ValueError as e:
-        _fail(_as_flags(str(e)))
+        _fail(as_flags(str(e)))
     if device is not None and device.startswith("cuda"):
         import torch
         if not torch.cuda.is_available():
@@ -71,7 +71,7 @@ def generate(
         typer.echo("turbospec generate: interrupted while loading the model; nothing was generated", err=True)
         raise typer.Exit(130) from None
     except ValueError as e:
-        _fail(_as_flags(str(e), dtype))
+        _fail(as_flags(str(e), dtype))
     except (OSError, SafetensorError, RuntimeError) as e:   # a bad file, CUDA out of memory, a build that failed
         _fail(f"could not load {model!r}: {type(e).__name__}: {e}")
     except Exception as e:
@@ -91,7 +91,7 @@ def generate(
         outs = llm.generate(prompt, params)
         dt = time.perf_counter() - t0
     except (ValueError, RuntimeError) as e:
-        _fail(_as_flags(str(e)))
+        _fail(as_flags(str(e)))
     except KeyboardInterrupt as e:                    # print what each prompt had so far: nothing is lost
         _print_partial(prompt, getattr(e, "partial", None) or [None] * len(prompt))
         typer.echo(f"turbospec generate: interrupted after {time.perf_counter() - t0:.1f} s; above, what each "
@@ -194,7 +194,7 @@ def load_flag_error(max_model_len: int | None, quantization: str | None) -> str 
     return None
 
 
-def _as_flags(message: str, dtype: str | None = None) -> str:
+def as_flags(message: str, dtype: str | None = None) -> str:
     """SamplingParams' / LLM's error in the command line's words: `top_p=0.0 must ...` ->
     `--top-p 0.0 must ...` (the Python API's messages name its parameters)."""
     if dtype is not None and message.startswith(f"unknown dtype {dtype!r}"):

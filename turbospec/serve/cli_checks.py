@@ -44,10 +44,8 @@ def as_serve_flags(message: str, flags: set[str], dtype: str | None = None) -> s
     command line: ...)` aside dropped once the message already says it, and None (the Python
     default) written as the flag left out: `or leave --flag out`, else `no --flag`. `flags`: serve's parameter names. Names that are no flag of serve
     (a Python API's own) are left as they are."""
-    from turbospec.generate_cli import (
-        _as_flags,  # --dtype's message, as `generate` words it
-    )
-    message = _as_flags(message, dtype)
+    from turbospec.generate_cli import as_flags      # --dtype's message, as `generate` words it
+    message = as_flags(message, dtype)
 
     def flag(m: re.Match) -> str:
         name, value = m.group(1), m.group(2)
