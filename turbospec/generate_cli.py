@@ -98,28 +98,28 @@ def generate(
                    "prompt had generated so far", err=True)
         raise typer.Exit(130) from None
     for i, o in enumerate(outs):
-        if i:
-            typer.echo()
-        typer.secho(o.prompt, dim=True)                  # click drops the style when stdout is no terminal
-        typer.secho(COMPLETION_MARK, dim=True)
-        typer.echo(o.outputs[0].text)
         why = finish_reason(o.outputs[0], max_tokens, llm.llm_engine.max_model_len,
                             llm.llm_engine.model_config.max_position_embeddings)
-        typer.secho(f"[finish_reason: {why}]", dim=True)
+        _echo_completion(i, o.prompt, o.outputs[0].text, why)
     typer.echo(summary(llm, spec, sum(len(o.outputs[0].token_ids) for o in outs), dt, quantization), err=True)
+
+
+def _echo_completion(i: int, prompt: str, text: str, why: str) -> None:
+    """One prompt's block on stdout: the prompt, the completion mark, the text, `[finish_reason: why]`."""
+    if i:
+        typer.echo()
+    typer.secho(prompt, dim=True)                        # click drops the style when stdout is no terminal
+    typer.secho(COMPLETION_MARK, dim=True)
+    typer.echo(text)
+    typer.secho(f"[finish_reason: {why}]", dim=True)
 
 
 def _print_partial(prompts: list[str], partial: list) -> None:
     """The completions so far of an interrupted run, each marked `[finish_reason: interrupted, N tokens]`."""
     for i, (p, o) in enumerate(zip(prompts, partial)):
-        if i:
-            typer.echo()
-        typer.secho(p, dim=True)
-        typer.secho(COMPLETION_MARK, dim=True)
         n = len(o.outputs[0].token_ids) if o is not None else 0
-        typer.echo(o.outputs[0].text if o is not None else "")
-        typer.secho(f"[finish_reason: {'interrupted' if o is None or not o.finished else o.outputs[0].finish_reason}, "
-                    f"{n} token{'s' * (n != 1)}]", dim=True)
+        reason = "interrupted" if o is None or not o.finished else o.outputs[0].finish_reason
+        _echo_completion(i, p, o.outputs[0].text if o is not None else "", f"{reason}, {n} token{'s' * (n != 1)}")
 
 
 def finish_reason(out, max_tokens: int, max_model_len: int, model_limit: int | None = None) -> str:
