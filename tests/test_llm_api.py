@@ -33,8 +33,8 @@ def test_unknown_field_is_named_with_the_supported_ones():
     assert "temperature" in msg and "include_stop_str_in_output" in msg and "prompt_logprobs" in msg
 
 
-@pytest.mark.parametrize("field,value", [("best_of", 4), ("detokenize", False), ("allowed_token_ids", [1, 2]),
-                                         ("bad_words", ["x"]), ("best_of", True)])
+@pytest.mark.parametrize("field,value", [("best_of", 4), ("detokenize", False), ("logits_processors", [abs]),
+                                         ("spaces_between_special_tokens", False), ("best_of", True)])
 def test_vllm_fields_not_implemented_are_refused_by_name(field, value):
     with pytest.raises(ValueError) as e:
         SamplingParams(**{field: value})

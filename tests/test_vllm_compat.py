@@ -186,11 +186,11 @@ def test_guided_decoding_is_vllms_older_structured_outputs(llm):
 
 def test_vllm_fields_set_after_construction_follow_the_constructors_rule():
     sp = SamplingParams(temperature=0.0, max_tokens=8)
-    sp.best_of, sp.allowed_token_ids, sp.output_kind = 1, None, RequestOutputKind.FINAL_ONLY   # neutral: dropped
-    assert not {"best_of", "allowed_token_ids", "output_kind"} & set(vars(sp))
-    assert (sp.best_of, sp.allowed_token_ids, sp.output_kind) == (sp.n, None, RequestOutputKind.FINAL_ONLY)  # read back
-    with pytest.raises(ValueError, match=r"SamplingParams\(allowed_token_ids=\[66\]\): turbospec does not implement"):
-        sp.allowed_token_ids = [66]
+    sp.best_of, sp.logits_processors, sp.output_kind = 1, None, RequestOutputKind.FINAL_ONLY   # neutral: dropped
+    assert not {"best_of", "logits_processors", "output_kind"} & set(vars(sp))
+    assert (sp.best_of, sp.logits_processors, sp.output_kind) == (sp.n, None, RequestOutputKind.FINAL_ONLY)  # read back
+    with pytest.raises(ValueError, match=r"SamplingParams\(logits_processors=\[.*\]\): turbospec does not implement"):
+        sp.logits_processors = [abs]
     with pytest.raises(ValueError, match="has no field 'max_token': did you mean 'max_tokens'"):
         sp.max_token = 3
     sp.temperature = 0.5                                       # fields assign as before

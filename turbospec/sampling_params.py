@@ -51,6 +51,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0      # > 0: a seen token's (prompt or output) logit / rp if > 0, else * rp
     min_p: float = 0.0                   # [0, 1]: drop tokens below min_p x the top token's probability
     logit_bias: dict[int, float] | None = None   # token id -> added to its logit, in [-100, 100]
+    allowed_token_ids: list[int] | None = None   # vLLM's: only these ids may be generated
+    bad_words: list[str] | None = None   # vLLM's: words never generated (their last token is banned after the rest)
+    truncate_prompt_tokens: int | None = None    # vLLM's: keep the prompt's last k tokens; -1: the context length
     # the output held to a JSON schema / regex / choice / grammar (turbospec/structured_outputs.py)
     structured_outputs: StructuredOutputsParams | None = None
 
@@ -73,6 +76,8 @@ class SamplingParams:
             self.seed = None
         self._validate()
         self.logit_bias = _checked_logit_bias(self.logit_bias)
+        self.allowed_token_ids = _checked_allowed_ids(self.allowed_token_ids)
+        self.bad_words = _checked_bad_words(self.bad_words)
 
     def _validate(self) -> None:
         """Each field in a range the sampler's tensors hold (int32 / float32 on the device), so a
@@ -120,6 +125,10 @@ class SamplingParams:
                              "> 1 discourages repeats; the sampler divides float32 logits by it)")
         if not is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0 disables it)")
+        k = self.truncate_prompt_tokens
+        if k is not None and (not is_int(k) or not (k >= 1 or k == -1)):
+            raise ValueError(f"truncate_prompt_tokens={k!r} must be a positive integer (keep the prompt's last k "
+                             "tokens), -1 (keep as many as the context length) or None")
         if isinstance(self.structured_outputs, dict):            # a dict of its fields, set here or later
             self.structured_outputs = StructuredOutputsParams.from_dict(self.structured_outputs)
         if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
@@ -135,7 +144,7 @@ class SamplingParams:
         """vLLM's constructor that takes None for "the default": fields passed as None get their
         default value (max_tokens=None too, as in vLLM, is "up to the context length")."""
         keep_none = ("max_tokens", "seed", "logprobs", "prompt_logprobs", "stop", "stop_token_ids",
-                     "logit_bias", "structured_outputs")
+                     "logit_bias", "structured_outputs", "allowed_token_ids", "bad_words", "truncate_prompt_tokens")
         return cls(**{k: v for k, v in kwargs.items() if v is not None or k in keep_none})
 
     def for_sample(self, j: int) -> "SamplingParams":
@@ -166,10 +175,10 @@ class SamplingParams:
 
     @property
     def modifies_logits(self) -> bool:
-        """A logit bias or a penalty: the logits change before temperature and before greedy's
-        argmax (so such a sequence takes no greedy decode burst)."""
+        """A logit bias, allowed_token_ids, bad_words or a penalty: the logits change before
+        temperature and before greedy's argmax (so such a sequence takes no greedy decode burst)."""
         return bool(self.logit_bias) or self.presence_penalty != 0 or self.frequency_penalty != 0 \
-            or self.repetition_penalty != 1
+            or self.repetition_penalty != 1 or self.allowed_token_ids is not None or bool(self.bad_words)
 
 
 def _checked_logit_bias(bias) -> dict[int, float] | None:
@@ -190,6 +199,35 @@ def _checked_logit_bias(bias) -> dict[int, float] | None:
         if not is_number(v) or not -100.0 <= v <= 100.0:
             raise ValueError(f"logit_bias[{tok}]={v!r} must be a number in [-100, 100]")
         out[tok] = float(v)
+    return out or None
+
+
+def _checked_allowed_ids(ids) -> list[int] | None:
+    """A non-empty list of distinct token ids (vLLM's allowed_token_ids), or None. Whether they are
+    inside the vocabulary is checked when the request reaches the engine."""
+    if ids is None:
+        return None
+    if isinstance(ids, (str, bytes, dict)) or not isinstance(ids, Iterable):
+        raise ValueError(f"allowed_token_ids={ids!r} must be a list of token ids, e.g. [11, 12, 13] (or None)")
+    out = [python_scalar(t) for t in ids]
+    if not out:
+        raise ValueError("allowed_token_ids=[] leaves no token to generate: list at least one id, or pass None")
+    if any(not is_int(t) or t < 0 for t in out):
+        raise ValueError(f"allowed_token_ids={out!r} must be non-negative integers")
+    return sorted(set(out))
+
+
+def _checked_bad_words(words) -> list[str] | None:
+    """A list of non-empty strings (vLLM's bad_words), or None when empty."""
+    if words is None:
+        return None
+    if isinstance(words, str):
+        raise ValueError(f"bad_words={words!r} must be a list of strings, e.g. bad_words=[{words!r}]")
+    if not isinstance(words, Iterable) or isinstance(words, (bytes, dict)):
+        raise ValueError(f"bad_words={words!r} must be a list of strings (or None)")
+    out = list(words)
+    if any(not isinstance(w, str) or not w.strip() for w in out):
+        raise ValueError(f"bad_words={out!r} must be non-empty strings (words that are not only spaces)")
     return out or None
 
 

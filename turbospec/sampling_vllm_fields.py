@@ -17,10 +17,7 @@ _FIELD_SET: frozenset = frozenset()
 # vLLM's SamplingParams fields that turbospec does not implement: the values that mean "off".
 NEUTRAL_VALUES: dict[str, tuple] = {
     "best_of": (None,),                  # or equal to n (checked below)
-    "allowed_token_ids": (None,),
-    "bad_words": (None, []),
     "logits_processors": (None, []),
-    "truncate_prompt_tokens": (None,),
     "guided_decoding": (None,),          # any other value: structured_outputs (vLLM's older name)
     "detokenize": (True,),
     "spaces_between_special_tokens": (True,),
@@ -97,7 +94,7 @@ def _checked_init(init):
 
 def _checked_setattr(self, name: str, value) -> None:
     """`sp.<name> = value` after construction: the constructor's rule for names that are not
-    fields (a vLLM script setting `sp.guided_decoding` or `sp.allowed_token_ids` must not be
+    fields (a vLLM script setting `sp.guided_decoding` or `sp.logits_processors` must not be
     silently dropped: `LLM.generate` re-checks fields only). `guided_decoding` is another name for
     `structured_outputs` here: assigning it replaces the constraint (None removes it)."""
     if name in _FIELD_SET:                                 # the common case first: a field

@@ -53,7 +53,7 @@ def test_vllm_extras_at_their_defaults_are_served(server):
 
 
 @pytest.mark.parametrize("field,value,words", [
-    ("truncate_prompt_tokens", 8, "shorten the prompt"),
+    ("length_penalty", 2.0, "accepted only as 1.0"),
     ("spaces_between_special_tokens", False, "accepted only as true"),
     ("priority", 5, "accepted only as 0"),
 ])

@@ -74,10 +74,10 @@ class DecodeBurst:
     @staticmethod
     def takes_batch(params: list[SamplingParams]) -> bool:
         """Can these requests decode in one burst? Any settings can (penalties and logit bias on
-        the penalized variant) but structured outputs, whose masks the host computes token by token;
-        logprobs for at most MAX_LOGPROB_ROWS rows."""
+        the penalized variant) but structured outputs and bad_words, whose masks the host computes
+        token by token; logprobs for at most MAX_LOGPROB_ROWS rows."""
         return sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS and \
-            all(p.structured_outputs is None for p in params)
+            all(p.structured_outputs is None and not p.bad_words for p in params)
 
     def _logits(self, hidden: torch.Tensor, j: int) -> torch.Tensor:
         """Step j's raw logits [b, V] (the model dtype on CUDA: the upcast is exact), the rows of

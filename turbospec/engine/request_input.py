@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from turbospec.config import ModelConfig
+from turbospec.engine.bad_words import encode_bad_words
 from turbospec.engine.sequence import Sequence
 from turbospec.sampling_params import SamplingParams
 from turbospec.scalars import is_int, python_scalar
@@ -142,6 +143,8 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
         raise ValueError(f"n={params.n}: the engine runs one sequence per request; LLM.generate and the "
                          "server fan n out (SamplingParams.for_sample(j) gives sample j's parameters)")
     text, ids = prompt_to_ids(prompt, tokenizer, config.vocab_size, add_special_tokens)
+    if params.truncate_prompt_tokens is not None:     # vLLM's: the last k tokens; -1: the context length
+        ids = ids[-(max_model_len if params.truncate_prompt_tokens == -1 else params.truncate_prompt_tokens):]
     if not ids:
         raise ValueError("the prompt is empty: pass at least one token (or a non-empty string)")
     if len(ids) >= max_model_len:
@@ -169,4 +172,11 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
     if bad:
         raise ValueError(f"stop_token_ids {bad[:5]} are outside the vocabulary [0, {config.vocab_size}): use ids "
                          f"from 0 to {config.vocab_size - 1}")
-    return Sequence(request_id, text, ids, params, device, max_model_len)
+    bad = sorted(t for t in params.allowed_token_ids or () if t >= config.vocab_size)
+    if bad:
+        raise ValueError(f"allowed_token_ids {bad[:5]} are outside the vocabulary [0, {config.vocab_size}): use ids "
+                         f"from 0 to {config.vocab_size - 1}")
+    words = encode_bad_words(params.bad_words, tokenizer, config.vocab_size) if params.bad_words else None
+    seq = Sequence(request_id, text, ids, params, device, max_model_len)
+    seq.bad_words_ids = words
+    return seq

@@ -75,6 +75,7 @@ class Sequence:
         self.output_text = ""
         self.metrics = RequestMetrics()
         self.grammar = None                   # structured outputs: engine/grammar.py's GrammarState
+        self.bad_words_ids: list[list[int]] | None = None   # params.bad_words encoded (engine/bad_words.py)
         self.generator: torch.Generator | None = None
         if params.seed is not None:
             self.generator = torch.Generator(device=device)

@@ -5,7 +5,7 @@ some sequence asks for it (`processes_logits`), so other steps pay nothing.
 For a row whose history is H (prompt + output tokens so far) and whose output is O:
 
     logits[v] = -inf        for v in stop_token_ids (and EOS unless ignore_eos) while |O| < min_tokens
-    logits += logit_bias
+    logits += logit_bias    (-inf outside allowed_token_ids and on banned bad_words tokens, engine/bad_words.py)
     logits[v] = logits[v] / rp if logits[v] > 0 else logits[v] * rp      for v in H (repetition)
     logits -= frequency_penalty * count_O(v) + presence_penalty * (count_O(v) > 0)
 
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Sequence as Seq
 import numpy as np
 import torch
 
+from turbospec.engine.bad_words import banned_ids, has_multi_token_word, split_words, verify_row_bans
 from turbospec.spec.tree import ancestor_matrix
 
 if TYPE_CHECKING:
@@ -82,12 +83,10 @@ class PenaltyTensors:
         use_rep = any(p.repetition_penalty != 1 for p in ps)
         use_out = any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps)
         bias = seen = rep = counts = freq = pres = None
-        if any(p.logit_bias for p in ps):
-            bias = torch.zeros(S, V, dtype=torch.float32)
-            for i, p in enumerate(ps):
-                for tok, b in (p.logit_bias or {}).items():
-                    bias[i, tok] = b
-            bias = bias.to(device, non_blocking=True)
+        words = [getattr(s, "bad_words_ids", None) for s in seqs]
+        if any(p.logit_bias or p.allowed_token_ids is not None for p in ps) or any(words):
+            # context-dependent bad words: here for a single step; per verify row below
+            bias = _static_bias(seqs, V, contextual=drafts is None).to(device, non_blocking=True)
         if use_rep:
             seen = _counts([s.token_array() for s in seqs], V, device) > 0                    # [S, V]
             rep = _column([p.repetition_penalty for p in ps], device)
@@ -96,7 +95,12 @@ class PenaltyTensors:
             freq = _column([p.frequency_penalty for p in ps], device)
             pres = _column([p.presence_penalty for p in ps], device)
         pt = PenaltyTensors(bias, seen, rep, counts, freq, pres, ban, left)
-        return pt if drafts is None else pt._verify_rows(drafts, parents, V)
+        if drafts is None:
+            return pt
+        pt = pt._verify_rows(drafts, parents, V)
+        if any(has_multi_token_word(w) for w in words):
+            pt.bias = pt.bias + _contextual_rows(seqs, drafts, parents, V).to(device, non_blocking=True)
+        return pt
 
     def _verify_rows(self, drafts: torch.Tensor, parents: torch.Tensor | None, V: int) -> "PenaltyTensors":
         """[S, ...] per-sequence tensors -> [S * (K+1), ...] per verify row."""
@@ -150,6 +154,44 @@ def apply_penalties(logits: torch.Tensor, pt: PenaltyTensors, ban_left: torch.Te
         c = pt.output_counts                                                                  # [N, V]
         logits = logits - pt.frequency * c - pt.presence * (c > 0).float()
     return logits
+
+
+def _static_bias(seqs: Seq["Sequence"], V: int, contextual: bool) -> torch.Tensor:
+    """[S, V] float32 host bias: -inf outside allowed_token_ids, logit_bias, -inf on one-token bad
+    words and, when `contextual` (a single step), on the longer bad words' last tokens the output
+    now ends before (engine/bad_words.py)."""
+    bias = torch.zeros(len(seqs), V, dtype=torch.float32)
+    for i, s in enumerate(seqs):
+        p = s.params
+        if p.allowed_token_ids is not None:
+            bias[i] = float("-inf")
+            bias[i, p.allowed_token_ids] = 0.0
+        for tok, b in (p.logit_bias or {}).items():
+            bias[i, tok] += b
+        singles, longer = split_words(getattr(s, "bad_words_ids", None))
+        banned = singles + (banned_ids(longer, s.output_token_ids) if contextual and longer else [])
+        if banned:
+            bias[i, banned] = float("-inf")
+    return bias
+
+
+def _contextual_rows(seqs: Seq["Sequence"], drafts: torch.Tensor, parents: torch.Tensor | None,
+                     V: int) -> torch.Tensor:
+    """[S * (K+1), V] float32 host tensor, -inf on each verify row's context-dependent bad-word ids
+    (row 1+n after the drafts on the path to node n), 0 elsewhere. Reads the drafts on the host:
+    one sync, in steps where some sequence has a bad word of several tokens."""
+    S, K = drafts.shape
+    out = torch.zeros(S * (K + 1), V, dtype=torch.float32)
+    host = drafts.tolist()
+    anc = ancestor_matrix(parents.long()).tolist() if parents is not None else [None] * S
+    for i, s in enumerate(seqs):
+        longer = split_words(getattr(s, "bad_words_ids", None))[1]
+        if not longer:
+            continue
+        for r, ids in enumerate(verify_row_bans(longer, s.output_token_ids, host[i], anc[i])):
+            if ids:
+                out[i * (K + 1) + r, ids] = float("-inf")
+    return out
 
 
 def _counts(histories: Seq[np.ndarray], V: int, device) -> torch.Tensor:

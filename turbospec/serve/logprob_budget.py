@@ -49,7 +49,9 @@ def check_logprob_entries(requests: list[tuple[str, SamplingParams, dict]], max_
     prompt_entries = generated_entries = 0
     longest = most_tokens = 0
     for _, params, kw in requests:
-        n = _num_tokens(kw.get("prompt"))
+        n, k = _num_tokens(kw.get("prompt")), params.truncate_prompt_tokens
+        if n is not None and k is not None:                 # the engine keeps the last k tokens
+            n = min(n, max_model_len if k == -1 else k)
         if n is None or n >= max_model_len:
             return
         if params.prompt_logprobs is not None:

@@ -28,12 +28,14 @@ def refusal_error(e: RequestFailed, prompt: dict, num_prompts: int, num_samples:
 
 def _param_of(e: RequestFailed, prompt: dict) -> str | None:
     """The request field a refused prompt points at: the prompt, or max_tokens when only the
-    room it asks for is too much, or logit_bias when one of its ids is outside the vocabulary, or
-    min_tokens when the context cannot hold them (max_tokens unset)."""
+    room it asks for is too much, or logit_bias (allowed_token_ids, bad_words, stop_token_ids) when
+    one of its ids is outside the vocabulary, or min_tokens when the context cannot hold them
+    (max_tokens unset)."""
     if e.status != 400:
         return None
     if e.code == "context_length_exceeded" and "max_tokens" in e.message:
         return "max_tokens"
-    if e.message.startswith(("logit_bias", "stop_token_ids", "min_tokens")):     # an id outside the vocabulary, or no room
-        return e.message.split(" ", 1)[0]
+    for name in ("logit_bias", "stop_token_ids", "min_tokens", "allowed_token_ids", "bad_words"):
+        if e.message.startswith(name):                   # an id outside the vocabulary, or no room
+            return name
     return "messages" if "messages" in prompt else "prompt"

@@ -39,10 +39,7 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
     # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
     "spaces_between_special_tokens": (True, None),
-    "truncate_prompt_tokens": (None,),
     "priority": (0, None),
-    "allowed_token_ids": (None,),
-    "bad_words": (None, []),
     "length_penalty": (1.0, None),                # beam search only
     "logits_processors": (None, []),
     "return_tokens_as_token_ids": (False, None),
@@ -58,5 +55,4 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 # What to do instead, for the refusals a vLLM user is most likely to meet.
 UNSUPPORTED_HINTS: dict[str, str] = {
     "chat_template": "start the server with --chat-template FILE instead",
-    "truncate_prompt_tokens": "shorten the prompt on the client",
 }

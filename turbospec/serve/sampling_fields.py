@@ -57,6 +57,9 @@ class SamplingFields(StructuredOptions):
     stream: NullableBool = False
     stream_options: StreamOptions | None = None
     prompt_logprobs: int | None = None            # vLLM's: the prompt tokens' logprobs, top k each
+    allowed_token_ids: list[int] | None = None    # vLLM's: only these ids may be generated
+    bad_words: list[str] | None = None            # vLLM's: words the output never contains
+    truncate_prompt_tokens: int | None = None     # vLLM's: keep the prompt's last k tokens (-1: the context)
 
     def check_supported(self) -> None:
         """Reject unknown fields and semantic fields set to a value turbospec does not implement."""
@@ -135,7 +138,8 @@ class SamplingFields(StructuredOptions):
             kwargs["top_p"] = self.top_p
         if self.top_k is not None:
             kwargs["top_k"] = -1 if self.top_k == 0 else self.top_k
-        for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias"):
+        for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p", "logit_bias",
+                     "allowed_token_ids", "bad_words", "truncate_prompt_tokens"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
         defaults = dict(defaults or {})

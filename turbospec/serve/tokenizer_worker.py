@@ -85,12 +85,13 @@ class TokenizerWorker:
             if id(kw) not in done:
                 # past a refused prompt the engine reads no further: the text after it is not encoded
                 work = _needs_work(kw) and not (refused and kw.get("messages") is None)
-                done[id(kw)] = self._prepared(tok, kw, i) if work else kw
+                done[id(kw)] = self._prepared(tok, kw, i, getattr(params, "truncate_prompt_tokens", None)) \
+                    if work else kw
                 refused = refused or getattr(done[id(kw)].get("prompt"), "refusal", None) is not None
             out.append((rid, params, done[id(kw)]))
         return out
 
-    def _prepared(self, tok, kw: dict, index: int) -> dict:
+    def _prepared(self, tok, kw: dict, index: int, truncate: int | None = None) -> dict:
         chat = kw.get("messages") is not None
         add_special = kw.get("add_special_tokens")
         add_special = not chat if add_special is None else add_special
@@ -102,20 +103,22 @@ class TokenizerWorker:
         else:
             text = kw["prompt"]
         rest = {k: v for k, v in kw.items() if k not in ("messages", "template_kwargs")}
-        return {**rest, "prompt": self._encoded(tok, text, add_special), "add_special_tokens": add_special}
+        return {**rest, "prompt": self._encoded(tok, text, add_special, truncate), "add_special_tokens": add_special}
 
-    def _encoded(self, tok, text: str, add_special: bool) -> str:
+    def _encoded(self, tok, text: str, add_special: bool, truncate: int | None = None) -> str:
         """The TokenizedText, or the text itself when encoding fails other than by a refusal (the
-        engine then encodes it, and fails it as it always did)."""
+        engine then encodes it, and fails it as it always did). `truncate`: the request's
+        truncate_prompt_tokens (the engine keeps the last k tokens: the whole text is encoded)."""
         try:
             check_encodable(text)
-            at_least = self._bound.min_tokens(text)
+            at_least = self._bound.min_tokens(text) if truncate is None else 0
             if at_least >= self.max_model_len:
                 refusal = prompt_too_long(self.max_model_len, f"at least {at_least}")
                 return TokenizedText(text, None, add_special, refusal)
             ids = prompt_to_ids(text, tok, self.vocab_size, add_special)[1]
-            if len(ids) >= self.max_model_len:       # build_sequence's refusal, known here
-                return TokenizedText(text, None, add_special, prompt_too_long(self.max_model_len, len(ids)))
+            kept = len(ids) if truncate is None else min(len(ids), self.max_model_len if truncate == -1 else truncate)
+            if kept >= self.max_model_len:       # build_sequence's refusal, known here
+                return TokenizedText(text, None, add_special, prompt_too_long(self.max_model_len, kept))
             return TokenizedText(text, ids, add_special)
         except ValueError as e:
             return TokenizedText(text, None, add_special, str(e))

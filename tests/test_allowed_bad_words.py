@@ -1,0 +1,169 @@
+"""vLLM's allowed_token_ids, bad_words and truncate_prompt_tokens through the engine on
+models/codelm-12m: greedy output equals a reference loop (a full transformers forward per token,
+vLLM's rules written out here); speculative decoding (n-gram, EAGLE-3 chain and tree) equals plain
+decoding; sampled tokens stay in the allowed set; bad input is a ValueError naming the field."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turbospec import LLM, SamplingParams
+
+PROMPT = ("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+          "def mul(a, b):\n    return a * b\n\n\ndef div(a, b):\n")
+OTHER = "for i in range(10):\n    for j in range(10):\n        print(i, j)\n"
+EAGLE3 = "codelm-12m-eagle3"
+# plain greedy continues PROMPT with "def div(a, b):\n    return a * b\n\n\ndef div(a, ...":
+# " a * b" is three tokens there, "return" one (" return" too)
+BAD = ["a * b", "return"]
+ALLOWED = list(range(100, 400)) + [294, 410, 311]
+
+
+def _greedy(max_tokens=24, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def llm(codelm_dir):
+    return LLM(str(codelm_dir), device="cpu", dtype="float32")
+
+
+def _ids(llm_, prompts, params):
+    return [o.outputs[0].token_ids for o in llm_.generate(prompts, params)]
+
+
+def _word_ids(tok, words):
+    """vLLM's encodings of each bad word: as written (leading spaces stripped) and, when it gives
+    another first token and as many tokens, with one leading space."""
+    out = []
+    for w in words:
+        a = tok.encode(w.lstrip(), add_special_tokens=False)
+        b = tok.encode(" " + w.lstrip(), add_special_tokens=False)
+        out += [a] + ([b] if b[0] != a[0] and len(b) == len(a) else [])
+    return out
+
+
+def _reference_greedy(hf, prompt_ids, params, words_ids):
+    ids = list(prompt_ids)
+    for _ in range(params.max_tokens):
+        with torch.no_grad():
+            x = hf(torch.tensor([ids])).logits[0, -1].float()
+        out = ids[len(prompt_ids):]
+        if params.allowed_token_ids is not None:
+            keep = torch.full_like(x, float("-inf"))
+            keep[params.allowed_token_ids] = 0
+            x = x + keep
+        for w in words_ids:
+            if len(w) - 1 <= len(out) and (len(w) == 1 or out[len(out) - len(w) + 1:] == w[:-1]):
+                x[w[-1]] = float("-inf")
+        ids.append(int(x.argmax()))
+    return ids[len(prompt_ids):]
+
+
+def _contains(seq, sub):
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+
+@pytest.mark.parametrize("case", ["bad_words", "allowed", "both"])
+def test_greedy_matches_a_reference_loop(llm, codelm_dir, hf_model_factory, case):
+    tok = llm.get_tokenizer()
+    kw = {"bad_words": dict(bad_words=BAD), "allowed": dict(allowed_token_ids=ALLOWED),
+          "both": dict(bad_words=BAD, allowed_token_ids=ALLOWED)}[case]
+    plain = _ids(llm, [PROMPT], _greedy())[0]
+    got = _ids(llm, [PROMPT], _greedy(**kw))[0]
+    words = _word_ids(tok, BAD) if "bad_words" in kw else []
+    if words:
+        assert any(_contains(plain, w) for w in words if len(w) > 1)     # the test bans what plain decoding says
+        assert not any(_contains(got, w) for w in words)
+    if "allowed_token_ids" in kw:
+        assert set(got) <= set(ALLOWED)
+    assert got != plain
+    prompt_ids = tok.encode(PROMPT, add_special_tokens=False)
+    assert got == _reference_greedy(hf_model_factory(codelm_dir), prompt_ids, _greedy(**kw), words)
+
+
+@pytest.mark.parametrize("spec", ["ngram", "eagle3-chain", "eagle3-tree"])
+def test_speculative_equals_plain(llm, codelm_dir, spec):
+    """A batch mixing bad words of several tokens, an allowed set, and a plain greedy sequence:
+    token for token the plain engine's output. The verify rows after drafts " a *" must ban " b"
+    where plain decoding would have."""
+    cfg = {"ngram": {"method": "ngram", "num_speculative_tokens": 4},
+           "eagle3-chain": {"method": "eagle3", "model": str(codelm_dir.parent / EAGLE3), "num_speculative_tokens": 4},
+           "eagle3-tree": {"method": "eagle3", "model": str(codelm_dir.parent / EAGLE3), "num_speculative_tokens": 6,
+                           "tree": {"topk": 2, "depth": 3, "budget": 6}}}[spec]
+    prompts = [PROMPT, PROMPT, PROMPT, OTHER]
+    params = [_greedy(32, bad_words=["a * b"]), _greedy(32, allowed_token_ids=ALLOWED, bad_words=["return"]),
+              _greedy(32), _greedy(32, bad_words=["print(i"])]
+    want = _ids(llm, prompts, params)
+    spec_llm = LLM(str(codelm_dir), device="cpu", dtype="float32", speculative_config=cfg)
+    outs = spec_llm.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    assert sum(o.metrics.num_accepted_tokens for o in outs) > 0
+
+
+def test_sampled_tokens_stay_allowed_and_avoid_bad_words(llm):
+    tok = llm.get_tokenizer()
+    allowed = list(range(200, 260))
+    params = SamplingParams(temperature=1.5, seed=7, max_tokens=40, ignore_eos=True, allowed_token_ids=allowed)
+    outs = llm.generate([PROMPT, OTHER], params)
+    assert all(set(o.outputs[0].token_ids) <= set(allowed) for o in outs)
+    bad = SamplingParams(temperature=0.8, seed=3, max_tokens=40, ignore_eos=True, bad_words=BAD, n=4)
+    for o in llm.generate([PROMPT], bad)[0].outputs:
+        assert not any(_contains(o.token_ids, w) for w in _word_ids(tok, BAD))
+
+
+@pytest.mark.parametrize("k", [5, 40, -1])
+def test_truncate_prompt_tokens_keeps_the_last_k(llm, k):
+    tok = llm.get_tokenizer()
+    ids = tok.encode(PROMPT, add_special_tokens=False)
+    kept = ids if k == -1 else ids[-k:]
+    out = llm.generate([PROMPT], _greedy(12, truncate_prompt_tokens=k))[0]
+    assert out.prompt_token_ids == kept
+    assert out.outputs[0].token_ids == _ids(llm, [{"prompt_token_ids": kept}], _greedy(12))[0]
+
+
+def test_truncate_lets_a_prompt_longer_than_the_context_run(codelm_dir):
+    small = LLM(str(codelm_dir), device="cpu", dtype="float32", max_model_len=64)
+    long_prompt = PROMPT * 6                                   # > 64 tokens
+    with pytest.raises(ValueError, match="maximum context length is 64"):
+        small.generate([long_prompt], _greedy(8))
+    out = small.generate([long_prompt], _greedy(8, truncate_prompt_tokens=40))[0]
+    assert len(out.prompt_token_ids) == 40 and len(out.outputs[0].token_ids) == 8
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(allowed_token_ids=[]), "leaves no token"),
+    (dict(allowed_token_ids=[1, -2]), "non-negative integers"),
+    (dict(allowed_token_ids="12"), "must be a list of token ids"),
+    (dict(bad_words="return"), "bad_words=['return']"),
+    (dict(bad_words=["ok", " "]), "non-empty strings"),
+    (dict(truncate_prompt_tokens=0), "truncate_prompt_tokens=0 must be a positive integer"),
+    (dict(truncate_prompt_tokens=2.5), "truncate_prompt_tokens=2.5"),
+])
+def test_bad_values_name_the_field(kw, words):
+    with pytest.raises(ValueError) as e:
+        SamplingParams(**kw)
+    assert words in str(e.value)
+
+
+def test_ids_outside_the_vocabulary_are_refused_before_any_step(llm):
+    with pytest.raises(ValueError, match=r"allowed_token_ids \[9000\] are outside the vocabulary \[0, 8192\)"):
+        llm.generate([PROMPT], _greedy(4, allowed_token_ids=[5, 9000]))
+    assert SamplingParams(bad_words=[]).bad_words is None and not SamplingParams(bad_words=[]).modifies_logits
+
+
+def test_decode_bursts_hold_allowed_ids_and_leave_bad_words_to_single_steps(llm, codelm_dir):
+    """allowed_token_ids is a fixed mask: it decodes in bursts (the penalized variant's bias) and
+    gives single steps' tokens. A bad word's ban depends on the tokens before it, which the host
+    checks token by token: such a batch decodes in single steps, with the same tokens."""
+    b = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)
+    counters = b.llm_engine.counters
+    allowed = [_greedy(24, allowed_token_ids=ALLOWED), _greedy(24),
+               SamplingParams(temperature=0.9, seed=5, max_tokens=24, ignore_eos=True, allowed_token_ids=ALLOWED)]
+    before = counters["num_burst_tokens"]
+    assert _ids(b, [PROMPT, OTHER, PROMPT], allowed) == _ids(llm, [PROMPT, OTHER, PROMPT], allowed)
+    assert counters["num_burst_tokens"] - before >= 48
+    bad = [_greedy(24, bad_words=["a * b"]), _greedy(24)]
+    before = counters["num_burst_tokens"]
+    assert _ids(b, [PROMPT, OTHER], bad) == _ids(llm, [PROMPT, OTHER], bad)
+    assert counters["num_burst_tokens"] == before
