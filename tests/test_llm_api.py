@@ -33,7 +33,7 @@ def test_unknown_field_is_named_with_the_supported_ones():
     assert "temperature" in msg and "include_stop_str_in_output" in msg and "prompt_logprobs" in msg
 
 
-@pytest.mark.parametrize("field,value", [("best_of", 4), ("detokenize", False), ("logits_processors", [abs]),
+@pytest.mark.parametrize("field,value", [("best_of", 4), ("extra_args", {"a": 1}), ("logits_processors", [abs]),
                                          ("spaces_between_special_tokens", False), ("best_of", True)])
 def test_vllm_fields_not_implemented_are_refused_by_name(field, value):
     with pytest.raises(ValueError) as e:
@@ -307,3 +307,16 @@ def test_bad_engine_arguments_are_refused_before_loading(tiny_qwen3, kw, fragmen
 def test_a_prompt_that_is_not_text_or_ids_is_refused_by_type(llm):
     with pytest.raises(ValueError, match="prompts must be a string.*not int"):
         llm.generate(5)
+
+
+def test_detokenize_false_returns_token_ids_without_text(llm):
+    """vLLM's detokenize=False: the same tokens (and logprobs), no text; stop strings need the text."""
+    on = llm.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=2))[0].outputs[0]
+    off = llm.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=2,
+                                                detokenize=False))[0].outputs[0]
+    assert on.text and off.text == "" and off.token_ids == on.token_ids
+    assert [sorted(e) for e in off.logprobs] == [sorted(e) for e in on.logprobs]
+    with pytest.raises(ValueError, match="detokenize=False leaves it empty"):
+        SamplingParams(stop=["\n"], detokenize=False)
+    with pytest.raises(ValueError, match="detokenize=0 must be True or False"):
+        SamplingParams(detokenize=0)

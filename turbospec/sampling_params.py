@@ -44,6 +44,7 @@ class SamplingParams:
     logprobs: int | None = None          # top-k logprobs per generated token (plus the chosen one); -1: all
     prompt_logprobs: int | None = None   # the same for every prompt token but the first (vLLM's field); -1: all
     skip_special_tokens: bool = True
+    detokenize: bool = True              # vLLM's: False leaves the output text empty (token ids only)
     n: int = 1                           # completions per prompt (LLM.generate; one engine sequence each)
     # logits processing before temperature (vLLM's semantics, layers/penalties.py); min_p after it
     presence_penalty: float = 0.0        # [-2, 2]: subtracted once from every token already generated
@@ -112,9 +113,12 @@ class SamplingParams:
             raise ValueError(f"stop={self.stop!r} must be a non-empty string or a list of non-empty strings")
         if any(not is_int(t) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of non-negative integers")
-        for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens"):
+        for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens", "detokenize"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        if self.stop and not self.detokenize:
+            raise ValueError(f"stop={self.stop!r} needs the output text, and detokenize=False leaves it empty: "
+                             "pass detokenize=True, or stop on token ids (stop_token_ids)")
         for name in ("presence_penalty", "frequency_penalty"):
             v = getattr(self, name)
             if not is_number(v) or not -2.0 <= v <= 2.0:

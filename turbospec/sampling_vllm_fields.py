@@ -19,7 +19,6 @@ NEUTRAL_VALUES: dict[str, tuple] = {
     "best_of": (None,),                  # or equal to n (checked below)
     "logits_processors": (None, []),
     "guided_decoding": (None,),          # any other value: structured_outputs (vLLM's older name)
-    "detokenize": (True,),
     "spaces_between_special_tokens": (True,),
     "extra_args": (None, {}),
 }

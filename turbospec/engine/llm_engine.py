@@ -151,7 +151,8 @@ class LLMEngine:
 
     def _take(self, seqs: list[Sequence]) -> None:
         """Validated sequences in, their prompt tokens counted (detokenizers built first: none half-taken)."""
-        detoks = [IncrementalDetokenizer(self.tokenizer, s.params.skip_special_tokens, s.params.stop) for s in seqs]
+        detoks = [IncrementalDetokenizer(self.tokenizer if s.params.detokenize else None,    # None: no text
+                                         s.params.skip_special_tokens, s.params.stop) for s in seqs]
         for seq, detok in zip(seqs, detoks):
             self.seqs[seq.request_id], self.detok[seq.request_id] = seq, detok
             self.counters["num_prompt_tokens"] += seq.num_prompt_tokens
