@@ -94,7 +94,8 @@ for part in "$@"; do
             grep -E "^###|roofline|^ +[0-9]" "$OUT/targetsab.txt" | tail -40; grep -o "device [^|]*|[^|]*|[^|]*|[^|]*| copy bandwidth [^|]*" "$OUT/targetsab.txt" | head -1 ;;
     auto)   export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
             PYTHONPATH=. timeout 200 $T tests/gpu/test_gemv_auto_gpu.py tests/gpu/test_bf16_gemv_gpu.py \
-              tests/gpu/test_fp8_gemv_gpu.py tests/gpu/test_structured_gpu.py > "$OUT/auto_tests.txt" 2>&1
+              tests/gpu/test_fp8_gemv_gpu.py tests/gpu/test_structured_gpu.py tests/gpu/test_penalties_gpu.py \
+              > "$OUT/auto_tests.txt" 2>&1
             tail -4 "$OUT/auto_tests.txt"
             for a in "--shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
                      "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
