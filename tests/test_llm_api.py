@@ -191,6 +191,30 @@ def test_interrupted_generate_frees_everything(llm, monkeypatch):
     assert [o.outputs[0].token_ids for o in again] == [o.outputs[0].token_ids for o in want]
 
 
+def test_interrupted_generate_carries_every_sample_so_far(llm, monkeypatch):
+    """GenerationInterrupted.partial: per prompt, what generate would have returned so far: every
+    sample of n (its index kept), the prompt text, logprob tokens decoded, a prefix of the full run."""
+    from turbospec.outputs import GenerationInterrupted
+    params = SamplingParams(temperature=0.8, seed=4, n=3, max_tokens=24, ignore_eos=True, logprobs=1)
+    want = llm.generate([PROMPT, "class A:"], params)
+    eng, calls, real_step = llm.llm_engine, {"n": 0}, llm.llm_engine.step
+
+    def step():
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+        return real_step()
+    monkeypatch.setattr(eng, "step", step)
+    with pytest.raises(GenerationInterrupted) as e:
+        llm.generate([PROMPT, "class A:"], params)
+    monkeypatch.undo()
+    for got, full in zip(e.value.partial, want):
+        assert got.prompt == full.prompt and [c.index for c in got.outputs] == [0, 1, 2] and not got.finished
+        for c, f in zip(got.outputs, full.outputs):
+            assert 0 < len(c.token_ids) < len(f.token_ids) and f.token_ids[:len(c.token_ids)] == c.token_ids
+            assert c.logprobs[0][c.token_ids[0]].decoded_token is not None
+
+
 
 def test_a_refused_prompt_of_a_batch_is_named_and_nothing_moves(llm):
     """One bad prompt refuses the whole call: the error names it (`prompt[2]: ...`, its index

@@ -160,8 +160,7 @@ class LLM:
                         if bar is not None:
                             bar.update(1)
         except KeyboardInterrupt:
-            # per prompt, its first sample's output so far (None where it had produced no token yet)
-            raise GenerationInterrupted([latest.get(g[0]) for g in groups]) from None
+            raise GenerationInterrupted(self._partial(groups, params, texts, latest)) from None
         finally:
             for rid in ids:                    # a failed or interrupted call leaves nothing behind
                 if rid not in finals:
@@ -171,6 +170,20 @@ class LLM:
         tokenizer = self.get_tokenizer()
         outs = [_finalize([finals[r] for r in g], p, tokenizer) for g, p in zip(groups, params)]
         return [o if text is None else replace(o, prompt=text) for o, text in zip(outs, texts)]
+
+    def _partial(self, groups: list[list[str]], params: list[SamplingParams], texts: list,
+                 latest: dict[str, RequestOutput]) -> list[RequestOutput | None]:
+        """Per prompt, its output so far as `generate` returns it (vLLM's conventions applied), with
+        the samples that had produced a token (each at its own index); None where none had."""
+        tokenizer, out = self.get_tokenizer(), []
+        for g, p, text in zip(groups, params, texts):
+            got = [(j, latest[r]) for j, r in enumerate(g) if r in latest]
+            if not got:
+                out.append(None)
+                continue
+            o = _finalize([o for _, o in got], p, tokenizer, [j for j, _ in got])
+            out.append(o if text is None else replace(o, prompt=text))
+        return out
 
     def _resolve_logprobs(self, p: SamplingParams) -> None:
         """vLLM's logprobs / prompt_logprobs -1 (every token of the vocabulary) as the vocabulary
@@ -221,11 +234,12 @@ class LLM:
         return self.llm_engine.get_metrics()
 
 
-def _finalize(outs: list[RequestOutput], params: SamplingParams, tokenizer) -> RequestOutput:
-    """The n sequences of one prompt as one RequestOutput (completions index 0..n-1, the first's
-    request id and prompt, speculation counts summed), with vLLM's output conventions applied:
-    the stop string kept when `include_stop_str_in_output`, logprob entries' `decoded_token`."""
-    completions = [_completion(o.outputs[0], j, params) for j, o in enumerate(outs)]
+def _finalize(outs: list[RequestOutput], params: SamplingParams, tokenizer,
+              indices: list[int] | None = None) -> RequestOutput:
+    """The n sequences of one prompt as one RequestOutput (completions index 0..n-1, or `indices`,
+    the first's request id and prompt, speculation counts summed), with vLLM's output conventions
+    applied: the stop string kept when `include_stop_str_in_output`, logprob entries' `decoded_token`."""
+    completions = [_completion(o.outputs[0], j, params) for j, o in zip(indices or range(len(outs)), outs)]
     first = outs[0]
     merged = replace(first, outputs=completions,
                      metrics=first.metrics.plus_drafts_of([o.metrics for o in outs[1:]]) if len(outs) > 1

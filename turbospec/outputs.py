@@ -83,8 +83,9 @@ class RequestOutput:
 
 class GenerationInterrupted(KeyboardInterrupt):
     """Ctrl-C during `LLM.generate`: a KeyboardInterrupt, as vLLM raises, that also carries the work done:
-    `partial`, per prompt, its first sample's RequestOutput so far (finished or not; None where it had
-    produced no token). The unfinished requests are aborted before it propagates."""
+    `partial`, per prompt, its RequestOutput so far as `generate` would return it (finished or not), with
+    the samples that had produced a token, each at its index (None where none had). The unfinished
+    requests are aborted before it propagates."""
 
     def __init__(self, partial: list):
         super().__init__("generation interrupted")
