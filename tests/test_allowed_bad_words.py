@@ -167,3 +167,20 @@ def test_decode_bursts_hold_allowed_ids_and_leave_bad_words_to_single_steps(llm,
     before = counters["num_burst_tokens"]
     assert _ids(b, [PROMPT, OTHER], bad) == _ids(llm, [PROMPT, OTHER], bad)
     assert counters["num_burst_tokens"] == before
+
+
+def test_banned_ids_read_the_output_then_the_draft_path():
+    """A word's last token is banned where its other tokens end output + path, across the seam."""
+    from turbospec.engine.bad_words import banned_ids, verify_row_bans
+    words = [[5], [1, 2, 3], [7, 8]]
+    assert banned_ids(words, []) == [5]
+    assert banned_ids(words, [0, 1, 2]) == [5, 3]
+    assert banned_ids(words, [0, 1], [2]) == [5, 3]            # 1 from the output, 2 a draft
+    assert banned_ids(words, [1], [2, 7]) == [5, 8]
+    assert banned_ids(words, [], [1]) == [5]
+    # chain drafts [2, 7] after output [1]: rows after [1], [1, 2], [1, 2, 7]
+    assert verify_row_bans(words, [1], [2, 7], None) == [[5], [5, 3], [5, 8]]
+    # tree: node 1's parent is the root (not node 0): its row sees [1] + [7] only
+    anc = [[True, False], [False, True]]
+    assert verify_row_bans(words, [1], [2, 7], anc) == [[5], [5, 3], [5, 8]]
+    assert verify_row_bans(words, [0, 1], [9, 2], [[True, False], [False, True]]) == [[5], [5], [5, 3]]

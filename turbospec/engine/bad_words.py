@@ -22,6 +22,8 @@ def encode_bad_words(words: Seq[str], tokenizer, vocab_size: int) -> list[list[i
     for word in words:
         plain = list(tokenizer.encode(word.lstrip(), add_special_tokens=False))
         spaced = list(tokenizer.encode(" " + word.lstrip(), add_special_tokens=False))
+        if not plain:                      # a word the tokenizer drops entirely: nothing to ban
+            continue
         for ids in (plain, spaced) if spaced and spaced[0] != plain[0] and len(spaced) == len(plain) else (plain,):
             bad = [t for t in ids if not 0 <= t < vocab_size]
             if bad:
