@@ -77,3 +77,36 @@ def test_bad_values_are_400s_naming_the_field(server, field, value, words):
     err = r.json()["error"]
     assert words in err["message"], err
     assert err["param"] in (field, None) and field in err["message"], err
+
+
+def test_return_token_ids_on_both_endpoints_streamed_or_not(client, llm):
+    """vLLM's return_token_ids: the ids equal the engine's, and the streamed ones add up to them."""
+    tok = llm.get_tokenizer()
+    want = llm.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=12))[0]
+    extra = {"return_token_ids": True}
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=12, temperature=0, extra_body=extra)
+    c = r.choices[0].model_dump()
+    assert c["token_ids"] == want.outputs[0].token_ids and c["prompt_token_ids"] == want.prompt_token_ids
+    plain = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=2, temperature=0)
+    assert "token_ids" not in plain.choices[0].model_dump(exclude_unset=True)      # off: not in the body
+    ids, prompt_ids = [], []
+    for ch in client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=12, temperature=0,
+                                        extra_body=extra, stream=True):
+        d = ch.choices[0].model_dump()
+        ids += d["token_ids"]
+        prompt_ids += d.get("prompt_token_ids") or []
+    assert ids == want.outputs[0].token_ids and prompt_ids == want.prompt_token_ids
+    messages = [{"role": "user", "content": PROMPT}]
+    chat = llm.chat(messages, SamplingParams(temperature=0.0, max_tokens=10), chat_template=CHAT_TEMPLATE)[0]
+    r = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_completion_tokens=10,
+                                       temperature=0, extra_body=extra)
+    assert r.model_dump()["prompt_token_ids"] == chat.prompt_token_ids
+    assert r.choices[0].model_dump()["token_ids"] == chat.outputs[0].token_ids
+    ids, prompt_ids = [], None
+    for ch in client.chat.completions.create(model=MODEL_NAME, messages=messages, max_completion_tokens=10,
+                                             temperature=0, extra_body=extra, stream=True):
+        body = ch.model_dump()
+        prompt_ids = prompt_ids or body.get("prompt_token_ids")
+        ids += (body["choices"][0].get("token_ids") or []) if body["choices"] else []
+    assert ids == chat.outputs[0].token_ids and prompt_ids == chat.prompt_token_ids
+    assert tok.decode(ids) == r.choices[0].message.content

@@ -43,7 +43,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "length_penalty": (1.0, None),                # beam search only
     "logits_processors": (None, []),
     "return_tokens_as_token_ids": (False, None),
-    "return_token_ids": (False, None),
     "prompt_embeds": (None,),
     "chat_template": (None,),
     "documents": (None,),

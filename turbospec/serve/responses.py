@@ -79,6 +79,13 @@ class CompletionStreamChoice(BaseModel):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    # vLLM's return_token_ids: the prompt's ids (a stream: its first chunk) and the generated ones
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "prompt_token_ids", "token_ids")
 
 
 class CompletionChoice(CompletionStreamChoice):
@@ -149,6 +156,11 @@ class ChatChoice(BaseModel):
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    token_ids: list[int] | None = None                # vLLM's return_token_ids
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "token_ids")
 
 
 class ChatCompletionResponse(BaseModel):
@@ -160,6 +172,11 @@ class ChatCompletionResponse(BaseModel):
     usage: UsageInfo
     prompt_logprobs: PromptLogprobs | None = None     # vLLM's: response-level for chat (one prompt)
     speculative_decoding: SpeculativeDecodingInfo | None = None
+    prompt_token_ids: list[int] | None = None         # vLLM's return_token_ids
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "prompt_token_ids")
 
 
 class DeltaFunctionCall(BaseModel):
@@ -210,6 +227,11 @@ class ChatChunkChoice(BaseModel):
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    token_ids: list[int] | None = None                # vLLM's return_token_ids: this chunk's new ids
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "token_ids")
 
 
 class ChatCompletionChunk(BaseModel):
@@ -220,6 +242,11 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChatChunkChoice]
     usage: UsageInfo | None = None
     speculative_decoding: SpeculativeDecodingInfo | None = None
+    prompt_token_ids: list[int] | None = None         # vLLM's return_token_ids: a choice's first content chunk
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        return _without_none(handler(self), "prompt_token_ids")
 
 
 # ---- /v1/models -----------------------------------------------------------------------------

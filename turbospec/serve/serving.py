@@ -110,7 +110,8 @@ class OpenAIServing:
                 text, logprobs = with_echo(req, d, d.text, d.logprobs, TextOffsets(), self.engine.tokenizer)
                 choices.append(CompletionChoice(index=i, text=text, finish_reason=d.finish_reason,
                                                 stop_reason=d.stop_reason, logprobs=logprobs,
-                                                prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts)))
+                                                prompt_logprobs=prompt_logprobs_json(d.prompt_logprob_dicts),
+                                                **_token_ids(req, d)))
             return json_with_choices(CompletionResponse(
                 id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
                 speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices)
@@ -139,7 +140,8 @@ class OpenAIServing:
                     else:
                         text, logprobs = d.text, completion_logprobs(d.logprobs, offsets[i])
                     return chunk([CompletionStreamChoice(index=i, text=text, logprobs=logprobs,
-                                                         finish_reason=d.finish_reason, stop_reason=d.stop_reason)],
+                                                         finish_reason=d.finish_reason, stop_reason=d.stop_reason,
+                                                         **_token_ids(req, d))],
                                  _running_usage(req, d), spec)
                 echoed = d.prompt_logprobs is not None and req.echo     # the prompt's logprobs: built off the loop
                 yield await asyncio.to_thread(event) if echoed else event()
@@ -173,11 +175,13 @@ class OpenAIServing:
                 out = self._chat_output(req)
                 choices.append(ChatChoice(index=i, message=out.message(d),
                                           finish_reason=out.finish_reason(d.finish_reason),
-                                          stop_reason=d.stop_reason, logprobs=chat_logprobs(d.logprobs)))
+                                          stop_reason=d.stop_reason, logprobs=chat_logprobs(d.logprobs),
+                                          token_ids=list(d.token_ids) if req.return_token_ids else None))
             return json_with_choices(ChatCompletionResponse(
                 id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
                 prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
-                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices)
+                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)),
+                prompt_token_ids=_token_ids(req, finals[0]).get("prompt_token_ids")), choices)
         return Response(await asyncio.to_thread(body), media_type="application/json")   # off the event loop
 
     async def start_chat(self, req: ChatCompletionRequest, rid: str, max_tokens_name: str | None = None
@@ -216,9 +220,9 @@ class OpenAIServing:
         created, finals, events = int(time.time()), [None] * len(streams), merged(streams)
         outputs = [self._chat_output(req) for _ in streams]
 
-        def chunk(choices, usage_info=None, spec=None) -> str:
+        def chunk(choices, usage_info=None, spec=None, prompt_ids=None) -> str:
             return sse(ChatCompletionChunk(id=rid, created=created, model=req.model, choices=choices,
-                                           usage=usage_info, speculative_decoding=spec))
+                                           usage=usage_info, speculative_decoding=spec, prompt_token_ids=prompt_ids))
         try:
             for i in range(len(streams)):
                 yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
@@ -232,13 +236,17 @@ class OpenAIServing:
                     if not (d.finished or d.logprobs or req.usage_in_every_chunk):
                         continue
                     deltas = [DeltaMessage()]
+                ids = _token_ids(req, d)
+                new_ids = ids.get("token_ids")    # None: not asked for; split deltas: the first carries them
                 for k, delta in enumerate(deltas):
                     first, last = k == 0, k == len(deltas) - 1
                     yield chunk([ChatChunkChoice(index=i, delta=delta,
                                                  logprobs=chat_logprobs(d.logprobs) if first else None,
                                                  finish_reason=finish_reason if last else None,
-                                                 stop_reason=d.stop_reason if last else None)],
-                                _running_usage(req, d) if last else None, spec if last else None)
+                                                 stop_reason=d.stop_reason if last else None,
+                                                 token_ids=None if new_ids is None else new_ids if first else [])],
+                                _running_usage(req, d) if last else None, spec if last else None,
+                                ids.get("prompt_token_ids") if first else None)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
@@ -265,6 +273,17 @@ class OpenAIServing:
             return ChatChoiceOutput(reasoning, ForcedToolCalls(named))
         return ChatChoiceOutput(reasoning, ChoiceToolCalls(req.parallel_tool_calls, self.tool_call_parser, req.tools)
                                 if req.parses_tool_calls else None)
+
+
+def _token_ids(req, d: StreamDelta) -> dict:
+    """vLLM's return_token_ids: {"token_ids": the delta's new ids, "prompt_token_ids": the prompt's,
+    in a choice's first delta}; {} when not asked for."""
+    if not req.return_token_ids:
+        return {}
+    out = {"token_ids": list(d.token_ids)}
+    if d.prompt is not None:
+        out["prompt_token_ids"] = list(d.prompt[1])
+    return out
 
 
 def _prompt_only(d: StreamDelta) -> StreamDelta:
