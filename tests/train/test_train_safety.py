@@ -109,6 +109,21 @@ def test_resume_with_other_stream_settings_warns(tiny_target, code_jsonl, tmp_pa
     assert "the saved run is at step 2, --steps / --epochs give 2" in text
 
 
+def test_resume_keeps_or_names_the_objective(tiny_target, code_jsonl, tmp_path, capsys):
+    """DFlash's block size has no tensor: a --resume that leaves it to the default when the saved run
+    used another is refused (naming the flag), before any step; one given explicitly is a warning."""
+    out = tmp_path / "run"
+    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2)))                 # block size 4
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="saved run trained block size 4.*add --block-size 4"):
+        loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=3, resume=True,
+                                     dflash=DFlashOptions(anchors_per_seq=4))))
+    r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=3, resume=True,
+                                     dflash=DFlashOptions(block_size=8, anchors_per_seq=4))))
+    assert r["step"] == 3
+    assert "another training objective than the saved run (dflash.block_size: 4 -> 8)" in capsys.readouterr().out
+
+
 def test_second_signal_stops_at_once():
     with StopRequest() as s:
         os.kill(os.getpid(), signal.SIGINT)

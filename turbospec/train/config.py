@@ -194,6 +194,7 @@ class TrainConfig:
             raise ValueError(f"--chat-template {self.chat_template!r} does not exist: pass a Jinja file")
         if self.dflash.block_size is None and (self.init_from is None or self.method != "dflash"):
             self.dflash.block_size = DEFAULT_BLOCK_SIZE
+            self.dflash.defaulted = True           # not a field: --resume checks it against the saved run's
         self.shape.validate()
         self.eagle3.validate()
         self.dflash.validate((self.max_seq_len or 1024) if self.method == "dflash" else None)

@@ -25,6 +25,7 @@ def resume_run(cfg, draft, opt, anchor_gen, rank: int, world: int, total_steps: 
     differs from an uninterrupted run."""
     step, elapsed, saved, extra, rng_warning = load_state(cfg.state_dir, draft, opt, anchor_gen, cfg.method,
                                                           cfg.target, rank, world)
+    check_objective(saved, cfg)
     log.print(f"resumed from {cfg.state_dir} at step {step} ({elapsed:.0f} s trained)")
     for line in resume_warnings(saved, cfg, step, elapsed, total_steps) + ([rng_warning] if rng_warning else []):
         log.print(line)
@@ -55,13 +56,40 @@ def resume_differences(saved: dict, config) -> list[str]:
     return out
 
 
+# the training objective of each method: a resumed run that changes one trains the saved steps' weights
+# for another objective (DFlash's block size has no tensor of its own, so nothing else would notice)
+OBJECTIVE_KEYS = {"eagle3": ("ttt_steps", "step_decay"), "dflash": ("block_size", "anchors_per_seq", "loss_decay")}
+
+
+def objective_differences(saved: dict, config) -> list[str]:
+    """'method.key: saved -> now' for each objective setting of the run's method a resume changed."""
+    m = config.method
+    old, now = saved.get(m) or {}, dataclasses.asdict(getattr(config, m))
+    return [f"{m}.{k}: {old[k]!r} -> {now[k]!r}" for k in OBJECTIVE_KEYS.get(m, ()) if k in old and old[k] != now[k]]
+
+
+def check_objective(saved: dict, cfg) -> None:
+    """A DFlash block size left to its default on --resume must be the saved run's (else the run would
+    silently continue for another block size): ValueError with the flag to pass."""
+    old = (saved.get("dflash") or {}).get("block_size")
+    if cfg.method == "dflash" and getattr(cfg.dflash, "defaulted", False) and old not in (None, cfg.dflash.block_size):
+        raise ValueError(f"--resume: the saved run trained block size {old} and this command gives none (the default "
+                         f"is {cfg.dflash.block_size}): add --block-size {old} to continue it, or pass "
+                         f"--block-size {cfg.dflash.block_size} to change it knowingly")
+
+
 def resume_warnings(saved: dict, cfg, step: int, elapsed: float, total_steps: int | None) -> list[str]:
-    """What a resumed run must say before it trains: other stream settings, a used-up run."""
+    """What a resumed run must say before it trains: other stream settings, another objective, a
+    used-up run."""
     out = []
     changed = resume_differences(saved, cfg)
     if changed:
         out.append(f"warning: resuming with other settings than the saved run ({'; '.join(changed)}): the "
                    "batches and the held-out split are not the ones an uninterrupted run would have seen")
+    changed = objective_differences(saved, cfg)
+    if changed:
+        out.append(f"warning: resuming with another training objective than the saved run ({'; '.join(changed)}): "
+                   "its weights go on training for the new one")
     if total_steps is not None and step >= total_steps:
         out.append(f"warning: the saved run is at step {step}, --steps / --epochs give {total_steps}: raise "
                    "them to train further")
