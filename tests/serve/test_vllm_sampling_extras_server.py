@@ -110,3 +110,24 @@ def test_return_token_ids_on_both_endpoints_streamed_or_not(client, llm):
         ids += (body["choices"][0].get("token_ids") or []) if body["choices"] else []
     assert ids == chat.outputs[0].token_ids and prompt_ids == chat.prompt_token_ids
     assert tok.decode(ids) == r.choices[0].message.content
+
+
+def test_return_tokens_as_token_ids_names_logprob_tokens_by_id(client):
+    extra = {"return_tokens_as_token_ids": True, "return_token_ids": True}
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=2,
+                                  extra_body=extra)
+    c = r.choices[0]
+    ids = c.model_dump()["token_ids"]
+    assert c.logprobs.tokens == [f"token_id:{t}" for t in ids]
+    assert all(k.startswith("token_id:") for top in c.logprobs.top_logprobs for k in top)
+    plain = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=2)
+    assert plain.choices[0].logprobs.tokens != c.logprobs.tokens           # off: the tokens' text
+    chunks = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": PROMPT}],
+                                            max_completion_tokens=6, temperature=0, logprobs=True, top_logprobs=1,
+                                            extra_body=extra, stream=True)
+    got, ids = [], []
+    for ch in chunks:
+        if ch.choices and ch.choices[0].logprobs:
+            got += [e.token for e in ch.choices[0].logprobs.content]
+            ids += ch.choices[0].model_dump().get("token_ids") or []
+    assert got == [f"token_id:{t}" for t in ids] and len(ids) == 6

@@ -50,6 +50,7 @@ class AsyncEngine:
         self.tokenizer = getattr(engine, "tokenizer", None)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
         self._token_strings = TokenStrings(self.tokenizer)       # logprob tokens, cached (engine thread)
+        self._id_strings = TokenStrings(None)                    # return_tokens_as_token_ids: "token_id:N"
         self.max_model_len = int(getattr(engine, "max_model_len", 0) or
                                  engine.model_config.max_position_embeddings)
         self.tokenizer_worker = TokenizerWorker(self.tokenizer, engine.model_config.vocab_size, self.max_model_len)
@@ -191,9 +192,10 @@ class AsyncEngine:
         error = admit_batch(self.engine, item.requests, self._safe_abort)
         if error is None:
             for add in item.requests:
+                strings = self._id_strings if add.tokens_as_ids else self._token_strings
                 self._live[add.request_id] = _Live(add, DeltaTracker(add.params.stop or [], add.params.logprobs,
                                                                       self.tokenizer, add.params.include_stop_str_in_output,
-                                                                      self._token_strings))
+                                                                      strings))
         resolve(item, error)
 
     def _step(self) -> None:

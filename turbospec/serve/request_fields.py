@@ -42,7 +42,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "priority": (0, None),
     "length_penalty": (1.0, None),                # beam search only
     "logits_processors": (None, []),
-    "return_tokens_as_token_ids": (False, None),
     "prompt_embeds": (None,),
     "chat_template": (None,),
     "documents": (None,),

@@ -61,6 +61,7 @@ class SamplingFields(StructuredOptions):
     bad_words: list[str] | None = None            # vLLM's: words the output never contains
     truncate_prompt_tokens: int | None = None     # vLLM's: keep the prompt's last k tokens (-1: the context)
     return_token_ids: NullableBool = False        # vLLM's: the prompt's and the output's token ids in the response
+    return_tokens_as_token_ids: NullableBool = False   # vLLM's: logprob tokens as "token_id:N"
 
     def check_supported(self) -> None:
         """Reject unknown fields and semantic fields set to a value turbospec does not implement."""
