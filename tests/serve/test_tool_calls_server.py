@@ -207,3 +207,19 @@ def test_a_tool_schema_that_does_not_compile_is_a_400_naming_the_tool(client, ch
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_NAME, messages=ASK, tools=tools, max_tokens=8, tool_choice=choice)
     assert e.value.body["param"] == "tools[1].function.parameters" and "(bad)" in e.value.body["message"]
+
+
+def test_return_token_ids_streamed_while_the_tool_parser_holds_text_back(client):
+    """A forced call's text is held back until the call is whole: the chunks still carry every
+    generated token id (and the prompt's), adding up to the unstreamed response's."""
+    kw = dict(model=MODEL_NAME, messages=ASK, tools=[STRICT_WEATHER, TIME], max_tokens=48, temperature=0,
+              tool_choice="required", extra_body={"return_token_ids": True})
+    whole = client.chat.completions.create(**kw).model_dump()
+    ids, prompt_ids = [], None
+    for c in client.chat.completions.create(**kw, stream=True):
+        body = c.model_dump()
+        prompt_ids = prompt_ids or body.get("prompt_token_ids")
+        for ch in body["choices"]:
+            ids += ch.get("token_ids") or []
+    assert len(whole["choices"][0]["token_ids"]) > 3
+    assert ids == whole["choices"][0]["token_ids"] and prompt_ids == whole["prompt_token_ids"]

@@ -235,7 +235,8 @@ class OpenAIServing:
                 deltas = outputs[i].deltas(d)     # a parser may hold text back, or split it
                 finish_reason = outputs[i].finish_reason(d.finish_reason)
                 if not deltas:                    # all held back: a chunk only to carry something else
-                    if not (d.finished or d.logprobs or req.usage_in_every_chunk):
+                    if not (d.finished or d.logprobs or req.usage_in_every_chunk or
+                            (req.return_token_ids and (d.token_ids or d.prompt is not None))):
                         continue
                     deltas = [DeltaMessage()]
                 ids = _token_ids(req, d)
