@@ -184,3 +184,58 @@ def test_banned_ids_read_the_output_then_the_draft_path():
     anc = [[True, False], [False, True]]
     assert verify_row_bans(words, [1], [2, 7], anc) == [[5], [5, 3], [5, 8]]
     assert verify_row_bans(words, [0, 1], [9, 2], [[True, False], [False, True]]) == [[5], [5], [5, 3]]
+
+
+def test_verify_rows_of_a_tree_see_only_their_own_branch():
+    """PenaltyTensors.build with tree drafts: output [1], two sibling nodes (2 and 7, both children
+    of the root), a grandchild 9 under node 0, and words [1, 2, 3] and [1, 7, 8]: row 1 (after 2)
+    bans 3 only, row 2 (after 7) bans 8 only, row 3 (after 2, 9) neither; the allowed set holds in
+    every row, and a sequence without words is untouched."""
+    from turbospec.engine.sequence import Sequence
+    from turbospec.layers.penalties import PenaltyTensors
+    V = 16
+    s = Sequence("a", None, [4, 5], SamplingParams(bad_words=["x"], allowed_token_ids=list(range(12))), "cpu", 64)
+    s.token_ids.append(1)
+    s.bad_words_ids = [[1, 2, 3], [1, 7, 8]]
+    t = Sequence("b", None, [4], SamplingParams(), "cpu", 64)
+    drafts = torch.tensor([[2, 7, 9], [0, 0, 0]])
+    parents = torch.tensor([[-1, -1, 0], [-1, 0, 1]])
+    pt = PenaltyTensors.build([s, t], V, "cpu", drafts=drafts, parents=parents)
+    banned = [set(torch.nonzero(row == float("-inf")).flatten().tolist()) for row in pt.bias]   # [2 * 4 rows]
+    outside = set(range(12, V))
+    assert banned[:4] == [outside, outside | {3}, outside | {8}, outside]
+    assert banned[4:] == [set()] * 4
+
+
+def test_truncation_keeps_a_bos_first(codelm_dir):
+    """Hugging Face's left truncation (vLLM's) keeps the special tokens a tokenizer puts first: a
+    tokenizer that adds a BOS keeps it, and it counts among the k."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    from turbospec.engine.request_input import truncated
+    tok = AutoTokenizer.from_pretrained(str(codelm_dir))
+    bos = 3
+    tok._tokenizer.post_processor = TemplateProcessing(single=f"{tok.convert_ids_to_tokens(bos)} $A",
+                                                       special_tokens=[(tok.convert_ids_to_tokens(bos), bos)])
+    ids = tok.encode(PROMPT, add_special_tokens=True)
+    assert ids[0] == bos and ids[1:] == tok.encode(PROMPT, add_special_tokens=False)
+    assert truncated(ids, 6, 100, tok) == [bos] + ids[-5:]
+    assert truncated(ids, 6, 100, None) == ids[-6:]                      # token ids as given: the last k
+    assert truncated(ids, 1, 100, tok) == ids[-1:]
+    assert truncated(ids, 999, 1000, tok) == ids
+    with pytest.raises(ValueError, match="truncate_prompt_tokens=200 is more than the context length max_model_len=100"):
+        truncated(ids, 200, 100, tok)
+
+
+def test_requests_that_leave_no_token_are_refused(llm):
+    eos = llm.llm_engine.model_config.eos_token_ids[0]
+    with pytest.raises(ValueError, match="all banned by bad_words"):
+        llm.generate([PROMPT], _greedy(4, allowed_token_ids=[368, 1567], bad_words=["return"]))
+    with pytest.raises(ValueError, match="which min_tokens=3 bans until then"):
+        llm.generate([PROMPT], SamplingParams(max_tokens=4, min_tokens=3, allowed_token_ids=[eos]))
+    out = llm.generate([PROMPT], SamplingParams(max_tokens=4, min_tokens=3, allowed_token_ids=[eos], ignore_eos=True))
+    assert out[0].outputs[0].token_ids == [eos] * 4
+    assert len(llm.get_tokenizer().encode(PROMPT * 60)) > llm.llm_engine.max_model_len
+    with pytest.raises(ValueError, match="truncate_prompt_tokens=-1 keeps .* no room is left"):
+        llm.generate([PROMPT * 60], _greedy(4, truncate_prompt_tokens=-1))     # -1: the whole context

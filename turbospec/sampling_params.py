@@ -27,6 +27,7 @@ class RequestOutputKind(enum.IntEnum):
 
 
 _INT32_MAX = 2**31 - 1
+MAX_BAD_WORDS = 1024
 
 
 @dataclass
@@ -231,7 +232,10 @@ def _checked_bad_words(words) -> list[str] | None:
         raise ValueError(f"bad_words={words!r} must be a list of strings (or None)")
     out = list(words)
     if any(not isinstance(w, str) or not w.strip() for w in out):
-        raise ValueError(f"bad_words={out!r} must be non-empty strings (words that are not only spaces)")
+        raise ValueError(f"bad_words={out[:8]!r} must be non-empty strings (words that are not only spaces)")
+    if len(out) > MAX_BAD_WORDS:                 # each is encoded, and checked at every step of the request
+        raise ValueError(f"bad_words has {len(out)} words; at most {MAX_BAD_WORDS} are taken: ban single tokens "
+                         "with allowed_token_ids or logit_bias instead")
     return out or None
 
 

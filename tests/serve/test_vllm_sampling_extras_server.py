@@ -64,11 +64,22 @@ def test_a_prompt_past_the_context_runs_when_truncated(client):
     assert r.usage.prompt_tokens == 100 and r.usage.completion_tokens == 4
 
 
+def test_echo_of_a_truncated_prompt_shows_the_kept_tokens(client, llm):
+    tok = llm.get_tokenizer()
+    kept = tok.encode(PROMPT, add_special_tokens=False)[-9:]
+    r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=4, temperature=0, echo=True,
+                                  logprobs=0, extra_body={"truncate_prompt_tokens": 9})
+    text = r.choices[0].text
+    assert text.startswith(tok.decode(kept)) and not text.startswith(PROMPT[:20])
+    assert r.choices[0].logprobs.tokens[:9] == [tok.decode([t]) for t in kept]
+
+
 @pytest.mark.parametrize("field,value,words", [
     ("allowed_token_ids", [], "leaves no token"),
     ("allowed_token_ids", [5, 9000], "outside the vocabulary"),
     ("bad_words", "return", "a valid list"),
     ("truncate_prompt_tokens", 0, "must be a positive integer"),
+    ("truncate_prompt_tokens", 5000, "more than the context length max_model_len=2048"),
 ])
 def test_bad_values_are_400s_naming_the_field(server, field, value, words):
     with httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {API_KEY}"}) as c:

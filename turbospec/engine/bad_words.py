@@ -19,6 +19,7 @@ def encode_bad_words(words: Seq[str], tokenizer, vocab_size: int) -> list[list[i
         raise ValueError("bad_words needs the model's tokenizer to encode the words, and this model directory "
                          "has none: add tokenizer files, or ban token ids with logit_bias {id: -100}")
     out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
     for word in words:
         plain = list(tokenizer.encode(word.lstrip(), add_special_tokens=False))
         spaced = list(tokenizer.encode(" " + word.lstrip(), add_special_tokens=False))
@@ -29,7 +30,8 @@ def encode_bad_words(words: Seq[str], tokenizer, vocab_size: int) -> list[list[i
             if bad:
                 raise ValueError(f"bad_words: {word!r} encodes to token ids {bad[:5]} outside the vocabulary "
                                  f"[0, {vocab_size}): the tokenizer does not match the model")
-            if ids not in out:
+            if tuple(ids) not in seen:
+                seen.add(tuple(ids))
                 out.append(ids)
     return out
 

@@ -132,6 +132,36 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool =
                      f"not {type(prompt).__name__}")
 
 
+def truncated(ids: list[int], k: int, max_model_len: int, tokenizer=None) -> list[int]:
+    """vLLM's truncate_prompt_tokens: the prompt's last k tokens (-1: max_model_len). With the
+    `tokenizer` (a text prompt encoded with special tokens) the special tokens it puts first (a BOS)
+    stay first and count among the k, as Hugging Face's left truncation keeps them."""
+    if k == -1:
+        k = max_model_len
+    if k > max_model_len:
+        raise ValueError(f"truncate_prompt_tokens={k} is more than the context length max_model_len={max_model_len}: "
+                         f"pass at most {max_model_len - 1}, or -1")
+    if len(ids) <= k:
+        return ids
+    lead = list(tokenizer.encode("", add_special_tokens=True)) if tokenizer is not None else []
+    keep = len(lead) if lead and ids[:len(lead)] == lead and len(lead) < k else 0
+    return ids[:keep] + ids[len(ids) - (k - keep):]
+
+
+def check_some_token_left(params: SamplingParams, words: list[list[int]] | None, eos_ids) -> None:
+    """A row whose every logit is -inf has no token to give: refuse allowed_token_ids that bad_words
+    (one-token words) empty, or that hold only ids min_tokens bans (EOS, stop_token_ids)."""
+    left = set(params.allowed_token_ids) - {w[0] for w in words or () if len(w) == 1}
+    if not left:
+        raise ValueError(f"allowed_token_ids {params.allowed_token_ids[:8]} are all banned by bad_words: "
+                         "no token is left to generate; allow other ids or drop those words")
+    stops = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_ids))
+    if params.min_tokens > 0 and left <= stops:
+        raise ValueError(f"allowed_token_ids {sorted(left)[:8]} hold only ids that stop the output (EOS or "
+                         f"stop_token_ids), which min_tokens={params.min_tokens} bans until then: no token is left "
+                         "to generate; allow other ids, or drop min_tokens")
+
+
 def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, config: ModelConfig,
                    device: torch.device, max_model_len: int, add_special_tokens: bool = True,
                    cap_to_context: bool = False) -> Sequence:
@@ -143,10 +173,15 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
         raise ValueError(f"n={params.n}: the engine runs one sequence per request; LLM.generate and the "
                          "server fan n out (SamplingParams.for_sample(j) gives sample j's parameters)")
     text, ids = prompt_to_ids(prompt, tokenizer, config.vocab_size, add_special_tokens)
-    if params.truncate_prompt_tokens is not None:     # vLLM's: the last k tokens; -1: the context length
-        ids = ids[-(max_model_len if params.truncate_prompt_tokens == -1 else params.truncate_prompt_tokens):]
+    if params.truncate_prompt_tokens is not None:
+        ids = truncated(ids, params.truncate_prompt_tokens, max_model_len,
+                        tokenizer if text is not None and add_special_tokens else None)
     if not ids:
         raise ValueError("the prompt is empty: pass at least one token (or a non-empty string)")
+    if len(ids) >= max_model_len and params.truncate_prompt_tokens is not None:
+        raise ValueError(f"truncate_prompt_tokens={params.truncate_prompt_tokens} keeps {len(ids)} prompt tokens, the "
+                         f"whole context length {max_model_len}: no room is left to generate; pass a smaller "
+                         f"truncate_prompt_tokens (at most {max_model_len - 1}, less what max_tokens needs)")
     if len(ids) >= max_model_len:
         raise ValueError(prompt_too_long(max_model_len, len(ids)))
     if params.max_tokens is not None and len(ids) + params.max_tokens > max_model_len and not cap_to_context:
@@ -177,6 +212,8 @@ def build_sequence(request_id: str, prompt, params: SamplingParams, tokenizer, c
         raise ValueError(f"allowed_token_ids {bad[:5]} are outside the vocabulary [0, {config.vocab_size}): use ids "
                          f"from 0 to {config.vocab_size - 1}")
     words = encode_bad_words(params.bad_words, tokenizer, config.vocab_size) if params.bad_words else None
+    if params.allowed_token_ids is not None:
+        check_some_token_left(params, words, config.eos_token_ids)
     seq = Sequence(request_id, text, ids, params, device, max_model_len)
     seq.bad_words_ids = words
     return seq

@@ -69,7 +69,8 @@ class PenaltyTensors:
         node n, whose path from the root (the chain's drafts 0..n, or the tree's ancestors of n
         and n, `parents` [S, K]) counts as generated. Token counts are built on the host from
         the token lists and uploaded once; the drafts' part is computed on the device. eos_ids:
-        the model's, for min_tokens."""
+        the model's, for min_tokens. A bad word of several tokens (engine/bad_words.py) reads the drafts
+        on the host: one sync, only in steps where some sequence has one."""
         ps = [s.params for s in seqs]
         V, S = vocab_size, len(seqs)
         ban = left = None
@@ -98,8 +99,12 @@ class PenaltyTensors:
         if drafts is None:
             return pt
         pt = pt._verify_rows(drafts, parents, V)
-        if any(has_multi_token_word(w) for w in words):
-            pt.bias = pt.bias + _contextual_rows(seqs, drafts, parents, V).to(device, non_blocking=True)
+        if any(has_multi_token_word(w) for w in words):     # -inf where a verify row's path completes a word
+            rows, ids = _contextual_bans(seqs, drafts, parents)
+            if rows:
+                pt.bias.index_put_((torch.tensor(rows).to(device, non_blocking=True),
+                                    torch.tensor(ids).to(device, non_blocking=True)),
+                                   torch.tensor(float("-inf"), device=pt.bias.device))
         return pt
 
     def _verify_rows(self, drafts: torch.Tensor, parents: torch.Tensor | None, V: int) -> "PenaltyTensors":
@@ -175,23 +180,24 @@ def _static_bias(seqs: Seq["Sequence"], V: int, contextual: bool) -> torch.Tenso
     return bias
 
 
-def _contextual_rows(seqs: Seq["Sequence"], drafts: torch.Tensor, parents: torch.Tensor | None,
-                     V: int) -> torch.Tensor:
-    """[S * (K+1), V] float32 host tensor, -inf on each verify row's context-dependent bad-word ids
-    (row 1+n after the drafts on the path to node n), 0 elsewhere. Reads the drafts on the host:
-    one sync, in steps where some sequence has a bad word of several tokens."""
+def _contextual_bans(seqs: Seq["Sequence"], drafts: torch.Tensor, parents: torch.Tensor | None
+                     ) -> tuple[list[int], list[int]]:
+    """(verify rows, ids): each row's context-dependent bad-word ids (row 1+n after the drafts on the
+    path to node n), as index pairs into the [S * (K+1), V] bias. Reads the drafts on the host: one
+    sync, in steps where some sequence has a bad word of several tokens."""
     S, K = drafts.shape
-    out = torch.zeros(S * (K + 1), V, dtype=torch.float32)
     host = drafts.tolist()
     anc = ancestor_matrix(parents.long()).tolist() if parents is not None else [None] * S
+    rows: list[int] = []
+    ids: list[int] = []
     for i, s in enumerate(seqs):
         longer = split_words(getattr(s, "bad_words_ids", None))[1]
         if not longer:
             continue
-        for r, ids in enumerate(verify_row_bans(longer, s.output_token_ids, host[i], anc[i])):
-            if ids:
-                out[i * (K + 1) + r, ids] = float("-inf")
-    return out
+        for r, banned in enumerate(verify_row_bans(longer, s.output_token_ids, host[i], anc[i])):
+            rows += [i * (K + 1) + r] * len(banned)
+            ids += banned
+    return rows, ids
 
 
 def _counts(histories: Seq[np.ndarray], V: int, device) -> torch.Tensor:

@@ -12,12 +12,12 @@ from turbospec.serve.token_bytes import TextOffsets, TokenText
 def with_echo(req: CompletionRequest, d: StreamDelta, text: str, lps, offsets: TextOffsets,
               tokenizer) -> tuple[str, CompletionLogprobs | None]:
     """A choice's text and logprobs from its start, with the prompt in front when `echo` (its
-    text as given, or the ids decoded; with logprobs, one entry per prompt token, the first
+    text as given, or the ids decoded: token-id prompts and truncate_prompt_tokens; with logprobs, one entry per prompt token, the first
     with none). `offsets`: the choice's text offsets, advanced past what is returned."""
     if not req.echo or d.prompt is None:
         return text, completion_logprobs(lps, offsets)
     prompt_text, prompt_ids = d.prompt
-    if prompt_text is None:
+    if prompt_text is None or req.truncate_prompt_tokens is not None:     # truncated: the tokens the model saw
         prompt_text = tokenizer.decode(prompt_ids, skip_special_tokens=False) if tokenizer is not None else ""
     if lps is None:
         return prompt_text + text, None

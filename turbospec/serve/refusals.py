@@ -27,15 +27,16 @@ def refusal_error(e: RequestFailed, prompt: dict, num_prompts: int, num_samples:
 
 
 def _param_of(e: RequestFailed, prompt: dict) -> str | None:
-    """The request field a refused prompt points at: the prompt, or max_tokens when only the
-    room it asks for is too much, or logit_bias (allowed_token_ids, bad_words, stop_token_ids) when
-    one of its ids is outside the vocabulary, or min_tokens when the context cannot hold them
-    (max_tokens unset)."""
+    """The request field a refused prompt points at: the field the message starts with (logit_bias,
+    allowed_token_ids, bad_words or stop_token_ids with an id outside the vocabulary, min_tokens the
+    context cannot hold, truncate_prompt_tokens past the context), or max_tokens when only the room it
+    asks for is too much, else the prompt."""
     if e.status != 400:
         return None
-    if e.code == "context_length_exceeded" and "max_tokens" in e.message:
-        return "max_tokens"
-    for name in ("logit_bias", "stop_token_ids", "min_tokens", "allowed_token_ids", "bad_words"):
+    for name in ("logit_bias", "stop_token_ids", "min_tokens", "allowed_token_ids", "bad_words",
+                 "truncate_prompt_tokens"):
         if e.message.startswith(name):                   # an id outside the vocabulary, or no room
             return name
+    if e.code == "context_length_exceeded" and "max_tokens" in e.message:
+        return "max_tokens"
     return "messages" if "messages" in prompt else "prompt"

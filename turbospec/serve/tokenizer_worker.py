@@ -108,7 +108,8 @@ class TokenizerWorker:
     def _encoded(self, tok, text: str, add_special: bool, truncate: int | None = None) -> str:
         """The TokenizedText, or the text itself when encoding fails other than by a refusal (the
         engine then encodes it, and fails it as it always did). `truncate`: the request's
-        truncate_prompt_tokens (the engine keeps the last k tokens: the whole text is encoded)."""
+        truncate_prompt_tokens (the whole text is encoded; the engine truncates, and refuses what is
+        still too long)."""
         try:
             check_encodable(text)
             at_least = self._bound.min_tokens(text) if truncate is None else 0
@@ -116,9 +117,8 @@ class TokenizerWorker:
                 refusal = prompt_too_long(self.max_model_len, f"at least {at_least}")
                 return TokenizedText(text, None, add_special, refusal)
             ids = prompt_to_ids(text, tok, self.vocab_size, add_special)[1]
-            kept = len(ids) if truncate is None else min(len(ids), self.max_model_len if truncate == -1 else truncate)
-            if kept >= self.max_model_len:       # build_sequence's refusal, known here
-                return TokenizedText(text, None, add_special, prompt_too_long(self.max_model_len, kept))
+            if truncate is None and len(ids) >= self.max_model_len:       # build_sequence's refusal, known here
+                return TokenizedText(text, None, add_special, prompt_too_long(self.max_model_len, len(ids)))
             return TokenizedText(text, ids, add_special)
         except ValueError as e:
             return TokenizedText(text, None, add_special, str(e))
