@@ -40,6 +40,7 @@
 #   auto     (session 38) the GEMVs' default "auto" (engines of max_num_seqs 1): tests/gpu/test_gemv_auto_gpu.py
 #            and the GEMV / structured-output tests; then bench decode at batch 1 (an engine of one sequence)
 #            with both switches 0, then unset (auto), for the four target shapes; then the #8 oracle row
+#            (session 39: its tests and every row ran on an H100, docs/benchmarks.md; the H200 rows are owed)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."

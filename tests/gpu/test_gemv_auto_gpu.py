@@ -2,7 +2,8 @@
 an engine of max_num_seqs 1 decodes its dense linears through the CUDA GEMVs (their launches
 counted), a plain engine and a speculating one of the same max_num_seqs give the same tokens, the
 drafts are not shortened (verifies of k + 1 <= 16 rows), and an engine of more sequences keeps the
-Triton kernels. The switches are read at import: these tests need them unset (or auto).
+Triton kernels. The switches are read at import: these tests need them unset (or auto). (H100,
+2026-12-07: passed, with tests/gpu/test_penalties_gpu.py: 28 passed.)
 
     PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_gemv_auto_gpu.py
 """
