@@ -12,7 +12,8 @@ from turbospec.engine.llm_engine import LLMEngine
 from turbospec.engine.request_input import BatchRefused, NewRequest
 from turbospec.generation_defaults import read_sampling_defaults
 from turbospec.hub import resolve_model
-from turbospec.outputs import CompletionOutput, GenerationInterrupted, RequestOutput
+from turbospec.llm_outputs import finalize
+from turbospec.outputs import GenerationInterrupted, RequestOutput
 from turbospec.sampling_params import SamplingParams
 from turbospec.vllm_args import check_call_args, check_llm_kwargs, normalize_prompts, override_generation_defaults
 
@@ -168,7 +169,7 @@ class LLM:
             if bar is not None:
                 bar.close()
         tokenizer = self.get_tokenizer()
-        outs = [_finalize([finals[r] for r in g], p, tokenizer) for g, p in zip(groups, params)]
+        outs = [finalize([finals[r] for r in g], p, tokenizer) for g, p in zip(groups, params)]
         return [o if text is None else replace(o, prompt=text) for o, text in zip(outs, texts)]
 
     def _partial(self, groups: list[list[str]], params: list[SamplingParams], texts: list,
@@ -181,7 +182,7 @@ class LLM:
             if not got:
                 out.append(None)
                 continue
-            o = _finalize([o for _, o in got], p, tokenizer, [j for j, _ in got])
+            o = finalize([o for _, o in got], p, tokenizer, [j for j, _ in got])
             out.append(o if text is None else replace(o, prompt=text))
         return out
 
@@ -232,40 +233,6 @@ class LLM:
 
     def get_metrics(self) -> dict[str, Any]:
         return self.llm_engine.get_metrics()
-
-
-def _finalize(outs: list[RequestOutput], params: SamplingParams, tokenizer,
-              indices: list[int] | None = None) -> RequestOutput:
-    """The n sequences of one prompt as one RequestOutput (completions index 0..n-1, or `indices`,
-    the first's request id and prompt, speculation counts summed), with vLLM's output conventions
-    applied: the stop string kept when `include_stop_str_in_output`, logprob entries' `decoded_token`."""
-    completions = [_completion(o.outputs[0], j, params) for j, o in zip(indices or range(len(outs)), outs)]
-    first = outs[0]
-    merged = replace(first, outputs=completions,
-                     metrics=first.metrics.plus_drafts_of([o.metrics for o in outs[1:]]) if len(outs) > 1
-                     else first.metrics)
-    if tokenizer is not None:
-        _decode_logprob_tokens(tokenizer, [c.logprobs for c in completions] + [merged.prompt_logprobs])
-    return merged
-
-
-def _completion(c: CompletionOutput, index: int, params: SamplingParams) -> CompletionOutput:
-    text = c.text
-    if params.include_stop_str_in_output and c.stop_string is not None:
-        text += c.stop_string                  # the text was cut right before the matched stop string
-    return replace(c, index=index, text=text)
-
-
-def _decode_logprob_tokens(tokenizer, tables: list[list[dict | None] | None]) -> None:
-    """Fill `Logprob.decoded_token` (each token's text, special tokens included), as vLLM does."""
-    cache: dict[int, str] = {}
-    for table in tables:
-        for entry in table or ():
-            for tid, lp in (entry or {}).items():
-                if lp.decoded_token is None:
-                    if tid not in cache:
-                        cache[tid] = tokenizer.decode([tid], skip_special_tokens=False)
-                    lp.decoded_token = cache[tid]
 
 
 def _render_conversations(tokenizer, model: str, messages, chat_template: str | None,

@@ -1,6 +1,7 @@
 """The decode-burst step (engine/multistep.py runs the bursts): when the whole running set is
-plain decoding that a burst can hold (greedy or sampled, seeded or not, penalties, logit bias and
-min_tokens too; logprobs for a few rows: `DecodeBurst.takes_batch`), n steps run as one launch,
+plain decoding that a burst can hold (greedy or sampled, seeded or not, penalties, logit bias,
+allowed_token_ids and min_tokens too; logprobs for a few rows; not structured outputs or bad_words:
+`DecodeBurst.takes_batch`), n steps run as one launch,
 and while the batch stays the same the next burst is launched before this one's tokens are read.
 `LLMEngine.step` tries this first.
 """

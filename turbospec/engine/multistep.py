@@ -73,9 +73,11 @@ class DecodeBurst:
 
     @staticmethod
     def takes_batch(params: list[SamplingParams]) -> bool:
-        """Can these requests decode in one burst? Any settings can (penalties and logit bias on
-        the penalized variant) but structured outputs and bad_words, whose masks the host computes
-        token by token; logprobs for at most MAX_LOGPROB_ROWS rows."""
+        """Can these requests decode in one burst? Any settings can (penalties, logit bias and
+        allowed_token_ids on the penalized variant) but structured outputs, whose masks the host
+        computes token by token, and bad_words (a word of several tokens bans by the tokens before
+        it; one-token words could burst, but the params do not tell them apart); logprobs for at
+        most MAX_LOGPROB_ROWS rows."""
         return sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS and \
             all(p.structured_outputs is None and not p.bad_words for p in params)
 
