@@ -101,6 +101,21 @@ def test_speculative_equals_plain(llm, codelm_dir, spec):
     assert sum(o.metrics.num_accepted_tokens for o in outs) > 0
 
 
+def test_seeded_sampling_with_speculation_equals_plain(llm, codelm_dir):
+    """Seeded sampled rows through the rejection sampler (n-gram drafts): the allowed set and the
+    bad words' bans hold in every verify row, so the tokens are plain decoding's."""
+    params = [SamplingParams(temperature=0.9, top_k=40, seed=s, max_tokens=32, ignore_eos=True, **kw)
+              for s, kw in ((1, dict(bad_words=["a * b", "return"])), (2, dict(allowed_token_ids=ALLOWED)),
+                            (3, dict(bad_words=["print(i"], allowed_token_ids=list(range(2000)))))]
+    prompts = [PROMPT, PROMPT, OTHER]
+    want = _ids(llm, prompts, params)
+    spec = LLM(str(codelm_dir), device="cpu", dtype="float32",
+               speculative_config={"method": "ngram", "num_speculative_tokens": 4})
+    outs = spec.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in outs] == want
+    assert sum(o.metrics.num_accepted_tokens for o in outs) > 0
+
+
 def test_sampled_tokens_stay_allowed_and_avoid_bad_words(llm):
     tok = llm.get_tokenizer()
     allowed = list(range(200, 260))
