@@ -19,21 +19,28 @@ def greedy(**kw) -> SamplingParams:
     return SamplingParams(temperature=0.0, **{"max_tokens": 24, "ignore_eos": True, **kw})
 
 
-def test_interrupted_generate_frees_everything(llm, monkeypatch):
-    eng = llm.llm_engine
-    want = llm.generate([PROMPT, "class A:"], greedy())
-    calls = {"n": 0}
-    real_step = eng.step
+def _interrupted(llm, prompts, params, at_step: int, monkeypatch):
+    """generate(prompts, params) with Ctrl-C arriving at engine step `at_step`: the error raised."""
+    eng, calls, real_step = llm.llm_engine, {"n": 0}, llm.llm_engine.step
 
     def step():
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == at_step:
             raise KeyboardInterrupt
         return real_step()
     monkeypatch.setattr(eng, "step", step)
-    with pytest.raises(KeyboardInterrupt):
-        llm.generate([PROMPT, "class A:"], greedy())
-    monkeypatch.undo()
+    try:
+        with pytest.raises(KeyboardInterrupt) as e:
+            llm.generate(prompts, params)
+    finally:
+        monkeypatch.undo()
+    return e.value
+
+
+def test_interrupted_generate_frees_everything(llm, monkeypatch):
+    eng = llm.llm_engine
+    want = llm.generate([PROMPT, "class A:"], greedy())
+    _interrupted(llm, [PROMPT, "class A:"], greedy(), 3, monkeypatch)
     assert not eng.has_unfinished_requests() and not eng.seqs
     assert eng.block_manager.num_free_blocks == eng.block_manager.num_usable_blocks
     again = llm.generate([PROMPT, "class A:"], greedy())
@@ -46,18 +53,9 @@ def test_interrupted_generate_carries_every_sample_so_far(llm, monkeypatch):
     from turbospec.outputs import GenerationInterrupted
     params = SamplingParams(temperature=0.8, seed=4, n=3, max_tokens=24, ignore_eos=True, logprobs=1)
     want = llm.generate([PROMPT, "class A:"], params)
-    eng, calls, real_step = llm.llm_engine, {"n": 0}, llm.llm_engine.step
-
-    def step():
-        calls["n"] += 1
-        if calls["n"] == 6:
-            raise KeyboardInterrupt
-        return real_step()
-    monkeypatch.setattr(eng, "step", step)
-    with pytest.raises(GenerationInterrupted) as e:
-        llm.generate([PROMPT, "class A:"], params)
-    monkeypatch.undo()
-    for got, full in zip(e.value.partial, want):
+    e = _interrupted(llm, [PROMPT, "class A:"], params, 6, monkeypatch)
+    assert isinstance(e, GenerationInterrupted)
+    for got, full in zip(e.partial, want):
         assert got.prompt == full.prompt and [c.index for c in got.outputs] == [0, 1, 2] and not got.finished
         for c, f in zip(got.outputs, full.outputs):
             assert 0 < len(c.token_ids) < len(f.token_ids) and f.token_ids[:len(c.token_ids)] == c.token_ids
