@@ -161,21 +161,20 @@ class LLM:
                         if bar is not None:
                             bar.update(1)
         except KeyboardInterrupt:
-            raise GenerationInterrupted(self._partial(groups, params, texts, latest)) from None
+            raise GenerationInterrupted(self._per_prompt(groups, params, texts, latest)) from None
         finally:
             for rid in ids:                    # a failed or interrupted call leaves nothing behind
                 if rid not in finals:
                     eng.abort_request(rid)
             if bar is not None:
                 bar.close()
-        tokenizer = self.get_tokenizer()
-        outs = [finalize([finals[r] for r in g], p, tokenizer) for g, p in zip(groups, params)]
-        return [o if text is None else replace(o, prompt=text) for o, text in zip(outs, texts)]
+        return self._per_prompt(groups, params, texts, finals)
 
-    def _partial(self, groups: list[list[str]], params: list[SamplingParams], texts: list,
-                 latest: dict[str, RequestOutput]) -> list[RequestOutput | None]:
-        """Per prompt, its output so far as `generate` returns it (vLLM's conventions applied), with
-        the samples that had produced a token (each at its own index); None where none had."""
+    def _per_prompt(self, groups: list[list[str]], params: list[SamplingParams], texts: list,
+                    latest: dict[str, RequestOutput]) -> list[RequestOutput | None]:
+        """Per prompt, its output as `generate` returns it (vLLM's conventions applied), from each
+        sample's latest output: the samples that have one (each at its own index; all of them once
+        finished); None where none has yet (an interrupted call)."""
         tokenizer, out = self.get_tokenizer(), []
         for g, p, text in zip(groups, params, texts):
             got = [(j, latest[r]) for j, r in enumerate(g) if r in latest]

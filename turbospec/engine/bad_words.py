@@ -54,11 +54,6 @@ def banned_ids(words_ids: Seq[Seq[int]], output: Seq[int], path: Seq[int] = ()) 
     return out
 
 
-def has_multi_token_word(words_ids: Seq[Seq[int]] | None) -> bool:
-    """Whether some word's ban depends on the tokens before it (so changes from step to step)."""
-    return any(len(ids) > 1 for ids in words_ids or ())
-
-
 def split_words(words_ids: Seq[Seq[int]] | None) -> tuple[list[int], list[list[int]]]:
     """(the one-token words' ids, banned at every step; the longer words, banned by context)."""
     words_ids = words_ids or ()

@@ -132,12 +132,16 @@ def prompt_to_ids(prompt, tokenizer, vocab_size: int, add_special_tokens: bool =
                      f"not {type(prompt).__name__}")
 
 
+def truncation_size(k: int, max_model_len: int) -> int:
+    """The prompt tokens vLLM's truncate_prompt_tokens=k keeps at most (-1: max_model_len)."""
+    return max_model_len if k == -1 else k
+
+
 def truncated(ids: list[int], k: int, max_model_len: int, tokenizer=None) -> list[int]:
     """vLLM's truncate_prompt_tokens: the prompt's last k tokens (-1: max_model_len). With the
     `tokenizer` (a text prompt encoded with special tokens) the special tokens it puts first (a BOS)
     stay first and count among the k, as Hugging Face's left truncation keeps them."""
-    if k == -1:
-        k = max_model_len
+    k = truncation_size(k, max_model_len)
     if k > max_model_len:
         raise ValueError(f"truncate_prompt_tokens={k} is more than the context length max_model_len={max_model_len}: "
                          f"pass at most {max_model_len - 1}, or -1")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Sequence as Seq
 import numpy as np
 import torch
 
-from turbospec.engine.bad_words import banned_ids, has_multi_token_word, split_words, verify_row_bans
+from turbospec.engine.bad_words import banned_ids, split_words, verify_row_bans
 from turbospec.spec.tree import ancestor_matrix
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class PenaltyTensors:
         use_rep = any(p.repetition_penalty != 1 for p in ps)
         use_out = any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps)
         bias = seen = rep = counts = freq = pres = None
-        words = [getattr(s, "bad_words_ids", None) for s in seqs]
+        words = [s.bad_words_ids for s in seqs]
         if any(p.logit_bias or p.allowed_token_ids is not None for p in ps) or any(words):
             # context-dependent bad words: here for a single step; per verify row below
             bias = _static_bias(seqs, V, contextual=drafts is None).to(device, non_blocking=True)
@@ -99,7 +99,7 @@ class PenaltyTensors:
         if drafts is None:
             return pt
         pt = pt._verify_rows(drafts, parents, V)
-        if any(has_multi_token_word(w) for w in words):     # -inf where a verify row's path completes a word
+        if any(split_words(w)[1] for w in words):     # -inf where a verify row's path completes a word
             rows, ids = _contextual_bans(seqs, drafts, parents)
             if rows:
                 pt.bias.index_put_((torch.tensor(rows).to(device, non_blocking=True),
@@ -173,7 +173,7 @@ def _static_bias(seqs: Seq["Sequence"], V: int, contextual: bool) -> torch.Tenso
             bias[i, p.allowed_token_ids] = 0.0
         for tok, b in (p.logit_bias or {}).items():
             bias[i, tok] += b
-        singles, longer = split_words(getattr(s, "bad_words_ids", None))
+        singles, longer = split_words(s.bad_words_ids)
         banned = singles + (banned_ids(longer, s.output_token_ids) if contextual and longer else [])
         if banned:
             bias[i, banned] = float("-inf")
@@ -191,7 +191,7 @@ def _contextual_bans(seqs: Seq["Sequence"], drafts: torch.Tensor, parents: torch
     rows: list[int] = []
     ids: list[int] = []
     for i, s in enumerate(seqs):
-        longer = split_words(getattr(s, "bad_words_ids", None))[1]
+        longer = split_words(s.bad_words_ids)[1]
         if not longer:
             continue
         for r, banned in enumerate(verify_row_bans(longer, s.output_token_ids, host[i], anc[i])):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turbospec.engine.request_input import TokenizedText
+from turbospec.engine.request_input import TokenizedText, truncation_size
 from turbospec.sampling_params import SamplingParams
 from turbospec.serve.errors import bad_request
 from turbospec.serve.sampling_fields import MAX_LOGPROBS
@@ -51,7 +51,7 @@ def check_logprob_entries(requests: list[tuple[str, SamplingParams, dict]], max_
     for _, params, kw in requests:
         n, k = _num_tokens(kw.get("prompt")), params.truncate_prompt_tokens
         if n is not None and k is not None:                 # the engine keeps the last k tokens
-            n = min(n, max_model_len if k == -1 else k)
+            n = min(n, truncation_size(k, max_model_len))
         if n is None or n >= max_model_len:
             return
         if params.prompt_logprobs is not None:

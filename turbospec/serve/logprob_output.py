@@ -12,8 +12,9 @@ from turbospec.serve.token_bytes import TextOffsets, TokenText
 def with_echo(req: CompletionRequest, d: StreamDelta, text: str, lps, offsets: TextOffsets,
               tokenizer) -> tuple[str, CompletionLogprobs | None]:
     """A choice's text and logprobs from its start, with the prompt in front when `echo` (its
-    text as given, or the ids decoded: token-id prompts and truncate_prompt_tokens; with logprobs, one entry per prompt token, the first
-    with none). `offsets`: the choice's text offsets, advanced past what is returned."""
+    text as given, or the ids decoded: token-id prompts and truncate_prompt_tokens; with logprobs,
+    one entry per prompt token, the first with none). `offsets`: the choice's text offsets,
+    advanced past what is returned."""
     if not req.echo or d.prompt is None:
         return text, completion_logprobs(lps, offsets)
     prompt_text, prompt_ids = d.prompt
