@@ -141,8 +141,8 @@ def test_exact_cap_follows_the_engines_bound():
 
 
 def test_fp8_gemv_prepare_is_a_no_op_off_or_on_cpu(monkeypatch):
-    """Off (or on a CPU) `prepare` builds no kernel and keeps the 64-row bound; the experts' Triton-only
-    mark and the 16-row bound need the switch on a Hopper GPU (tests/gpu/test_fp8_gemv_gpu.py)."""
+    """Off (or on a CPU) `prepare` builds no kernel, chooses no weight and keeps the 64-row bound; the
+    16-row bound needs a Hopper GPU (tests/gpu/test_fp8_gemv_gpu.py)."""
     import torch
     import torch.nn as nn
 
@@ -150,10 +150,10 @@ def test_fp8_gemv_prepare_is_a_no_op_off_or_on_cpu(monkeypatch):
     from turbospec.layers.linear import INVARIANT_MAX_M
     model = nn.Sequential(nn.Linear(2, 2))
     for seqs in (1, 256):                                   # "auto" (default) at both sides of its bound
-        assert fp8_gemv.prepare(model, torch.device("cpu"), exact_speculation=True, max_num_seqs=seqs) == INVARIANT_MAX_M
+        assert fp8_gemv.prepare(model, torch.device("cpu"), max_num_seqs=seqs) == INVARIANT_MAX_M
     monkeypatch.setattr(fp8_gemv, "_ON", True)
-    assert fp8_gemv.prepare(model, torch.device("cpu"), exact_speculation=False, max_num_seqs=1) == INVARIANT_MAX_M
-    assert len(fp8_gemv._TRITON_ONLY) == 0 and len(fp8_gemv._CHOSEN) == 0
+    assert fp8_gemv.prepare(model, torch.device("cpu"), max_num_seqs=1) == INVARIANT_MAX_M
+    assert len(fp8_gemv._CHOSEN) == 0
 
 
 def test_bf16_gemv_prepare_is_a_no_op_off_or_on_cpu(monkeypatch):

@@ -20,6 +20,7 @@ def _fp8_gemv_names() -> list[str]:
     names = [f"fp8_gemv_{v.split('_')[0]}_nt{nt}_{v.split('_')[1]}" for nt, vs in fp8_gemv._DENSE.items() for v in vs]
     names += [f"moe_gemv1_{v}" for v in fp8_gemv._MOE1]
     names += [f"moe_gemv2_k{k}_p1" for k in fp8_gemv.MOE_TOP_K]
+    names += [f"moe_gemv1g_{v}" for v in fp8_gemv._MOE1] + ["moe_group", "moe_gemv2g_p1", "moe_combine"]
     return names
 
 

@@ -118,25 +118,45 @@ class _Fp8Linear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n)) if bias else None
 
 
-def test_auto_chooses_dense_fp8_weights_and_leaves_experts_and_biases(fake_hopper):
+def _fp8_experts(E: int = 4, H: int = 128, I: int = 128, top_k: int = 2) -> nn.Module:
+    """What `fp8_gemv.prepare` reads of an FP8 FusedMoE (layers/quant/fp8.py)."""
+    m = nn.Module()
+    m.fp8_block, m.top_k = (128, 128), top_k
+    m.gate_up_proj = nn.Parameter(torch.zeros(E, 2 * I, H, dtype=torch.float8_e4m3fn), requires_grad=False)
+    m.down_proj = nn.Parameter(torch.zeros(E, H, I, dtype=torch.float8_e4m3fn), requires_grad=False)
+    m.gate_up_proj_scale_inv = nn.Parameter(torch.ones(E, 2 * I // 128, H // 128), requires_grad=False)
+    m.down_proj_scale_inv = nn.Parameter(torch.ones(E, H // 128, I // 128), requires_grad=False)
+    return m
+
+
+def test_auto_chooses_dense_fp8_weights_and_experts_and_leaves_biases(fake_hopper):
     from turbospec.kernels import fp8_gemv
     from turbospec.layers.linear import INVARIANT_MAX_M
-    experts = nn.Module()
-    experts.fp8_block = (128, 128)
-    experts.gate_up_proj = nn.Parameter(torch.zeros(4, 256, 128, dtype=torch.float8_e4m3fn), requires_grad=False)
-    model = nn.ModuleList([_Fp8Linear(256, 128), _Fp8Linear(256, 128, bias=True), experts])
+    experts, odd_k = _fp8_experts(), _fp8_experts(top_k=3)       # top-3: no GEMM2 built for it
+    model = nn.ModuleList([_Fp8Linear(256, 128), _Fp8Linear(256, 128, bias=True), experts, odd_k])
     dev = torch.device("cuda", 0)
-    assert fp8_gemv.prepare(model, dev, exact_speculation=True, max_num_seqs=2) == INVARIANT_MAX_M
+    assert fp8_gemv.prepare(model, dev, max_num_seqs=2) == INVARIANT_MAX_M
     assert fake_hopper == []                                       # an engine of 2: nothing built
-    assert fp8_gemv.prepare(model, dev, exact_speculation=True, max_num_seqs=1) == 16
+    assert fp8_gemv.prepare(model, dev, max_num_seqs=1) == 16
     assert fake_hopper == ["fp8_gemv.cu"]
     assert fp8_gemv.takes(model[0].weight, dev) and not fp8_gemv.takes(model[1].weight, dev)   # bias: Triton
-    assert experts.gate_up_proj not in fp8_gemv._TRITON_ONLY       # auto never sends experts (moe_eligible: =1)
-    assert not fp8_gemv.moe_eligible(torch.zeros(1, 128, dtype=torch.bfloat16), experts.gate_up_proj,
-                                     experts.gate_up_proj, None, None, (128, 128), 8)
+    assert fp8_gemv.takes(experts.gate_up_proj, dev) and not fp8_gemv.takes(odd_k.gate_up_proj, dev)
+    moe = (experts.gate_up_proj, experts.down_proj, experts.gate_up_proj_scale_inv, experts.down_proj_scale_inv,
+           (128, 128), 2)
+    for T in (1, 2, 16):                      # a decode and every verify of up to 16 tokens
+        assert fp8_gemv.moe_eligible(torch.zeros(T, 128, dtype=torch.bfloat16), *moe), T
+    assert not fp8_gemv.moe_eligible(torch.zeros(17, 128, dtype=torch.bfloat16), *moe)   # more: Triton
+    assert not fp8_gemv.moe_eligible(torch.zeros(1, 128, dtype=torch.float16), *moe)
     bf16_only = nn.Linear(256, 128, bias=False).to(torch.bfloat16)
-    assert fp8_gemv.prepare(bf16_only, dev, exact_speculation=False, max_num_seqs=1) == INVARIANT_MAX_M
+    assert fp8_gemv.prepare(bf16_only, dev, max_num_seqs=1) == INVARIANT_MAX_M
     assert fake_hopper == ["fp8_gemv.cu"]                          # no FP8 weight: not built
+
+
+def test_auto_takes_an_fp8_moe_whose_linears_keep_triton(fake_hopper):
+    """Experts alone (every dense linear biased, so on Triton) still set the 16-row bound."""
+    from turbospec.kernels import fp8_gemv
+    model = nn.ModuleList([_Fp8Linear(256, 128, bias=True), _fp8_experts(top_k=8)])
+    assert fp8_gemv.prepare(model, torch.device("cuda", 0), max_num_seqs=1) == 16
 
 
 def test_a_drafter_asking_for_more_rows_than_the_gemv_takes_is_warned(fake_hopper):

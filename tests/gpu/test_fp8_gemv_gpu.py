@@ -1,6 +1,6 @@
 """The CUDA C++ FP8 GEMV (switched on for every engine: TURBOSPEC_FP8_GEMV=1, kernels/fp8_gemv.py) on a Hopper GPU with nvcc:
-`fp8_gemm` at 1-16 rows and the one-token fused MoE against the dequantized fp32 reference and
-against the Triton kernels, rows bitwise independent of M (1..16), tiny and huge activations (the
+`fp8_gemm` at 1-16 rows and the fused MoE of 1-16 tokens (per slot, and grouped by expert) against the
+dequantized fp32 reference and against the Triton kernels, rows bitwise independent of M (1..16), tiny and huge activations (the
 x * 2^64 / w * 2^-120 scaling), and replayed in a CUDA graph with PDL bit for bit as run eagerly.
 The switch is read at import, so the tests turn it on in the module for their duration.
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.gpu.gemv_checks import SM90, rel
-from tests.gpu.graphs import graph_replays_as_eager
+from tests.gpu.graphs import capture, graph_replays_as_eager
 
 pytestmark = SM90
 
@@ -118,11 +118,10 @@ def test_moe_one_token(E, H, I, k, variant, monkeypatch):
     assert rel(got, triton) < 1e-2
 
 
-@pytest.mark.parametrize("exact", [False, True])
-def test_prepare_keeps_exact_experts_on_triton(exact):
+def test_prepare_sends_experts_to_the_gemv():
     """`prepare` (the engine calls it at start) allocates nothing (the kernels read the weights as
-    stored), returns the 16-row bound, and under exact speculation leaves the experts on the Triton
-    fused MoE, whose one-token rows then equal a two-token call's bit for bit."""
+    stored) and returns the 16-row bound; the experts then take the GEMV at one token and at several,
+    and a token's row is the same bits either way."""
     import torch.nn as nn
 
     from turbospec.kernels import fp8_gemv
@@ -142,37 +141,66 @@ def test_prepare_keeps_exact_experts_on_triton(exact):
             w.copy_(q), sc.copy_(s)
     model = nn.ModuleList([lin, moe])
     before = torch.cuda.memory_allocated()
-    assert fp8_gemv.prepare(model, torch.device("cuda"), exact_speculation=exact) == fp8_gemv.GEMV_MAX_M
+    assert fp8_gemv.prepare(model, torch.device("cuda"), max_num_seqs=1) == fp8_gemv.GEMV_MAX_M
     assert torch.cuda.memory_allocated() == before
     x = torch.randn(2, 256, device="cuda", generator=g).to(torch.bfloat16)
     ids = torch.tensor([[3, 9], [3, 9]], device="cuda", dtype=torch.int32)
     tw = torch.full((2, 2), 0.5, device="cuda")
     args = (moe.gate_up_proj, moe.down_proj)
     kw = dict(w13_scale=moe.gate_up_proj_scale_inv, w2_scale=moe.down_proj_scale_inv, block_shape=(128, 128))
+    for T in (1, 2):
+        assert fp8_gemv.moe_eligible(x[:T], *args, kw["w13_scale"], kw["w2_scale"], (128, 128), 2)
     one = fused_experts(x[:1], *args, tw[:1], ids[:1], **kw)
     two = fused_experts(x, *args, tw, ids, **kw)
-    assert fp8_gemv.moe_eligible(x[:1], *args, kw["w13_scale"], kw["w2_scale"], (128, 128), 2) is (not exact)
-    if exact:
-        assert torch.equal(one, two[:1])                # Triton both: batch-invariant
-    else:
-        assert rel(one, two[:1]) < 1e-2               # GEMV vs Triton: close, not bitwise
+    assert torch.equal(one, two[:1])                                  # one token vs grouped: same bits
+    triton = fused_experts(x, *args, tw, ids, **kw, config={"BLOCK_N": 32})
+    assert rel(two, triton) < 1e-2
 
 
-def test_moe_kernel_rows_do_not_depend_on_T():
-    """moe_gemv over T = 2..5 tokens gives each token's row bit for bit as a one-token call (each
-    (token, slot) is its own block): the precondition for sending verify-sized MoE batches to it
-    and dropping `prepare`'s experts-on-Triton rule. Also within bf16 rounding of Triton's."""
-    from turbospec.kernels import fp8_gemv
-    from turbospec.kernels.fused_moe import fused_experts
+def _experts(E, H, I, seed):
     from turbospec.layers.quant.fp8 import quantize_fp8
-    E, H, I, k = 32, 512, 256, 6
-    g = torch.Generator(device="cuda").manual_seed(11)
+    g = torch.Generator(device="cuda").manual_seed(seed)
     q13, s13 = quantize_fp8(torch.randn(E, 2 * I, H, device="cuda", generator=g) * 0.02, (128, 128))
     q2, s2 = quantize_fp8(torch.randn(E, H, I, device="cuda", generator=g) * 0.02, (128, 128))
-    x = torch.randn(5, H, device="cuda", generator=g).to(torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, device="cuda", generator=g)[:k] for _ in range(5)]).to(torch.int32)
-    tw = torch.softmax(torch.randn(5, k, device="cuda", generator=g), -1)
-    ones = torch.cat([fp8_gemv.moe_gemv(x[t:t + 1], q13, q2, tw[t:t + 1], ids[t:t + 1], s13, s2) for t in range(5)])
-    for T in (2, 3, 5):
+    return g, q13, s13, q2, s2
+
+
+@pytest.mark.parametrize("variant", ["", "w4_p0", "w8_p0"])
+@pytest.mark.parametrize("E,H,I,k", [(32, 512, 256, 6), (8, 256, 128, 8), (128, 2048, 768, 8), (16, 384, 256, 2)])
+def test_moe_rows_do_not_depend_on_T_or_grouping(E, H, I, k, variant, monkeypatch):
+    """Every token's row, bit for bit, is its one-token call's: through the per-slot kernels at T = 1..16
+    and the grouped ones (pairs of one expert read together, 8 a group) at T = 1..16. E = 8 with
+    top-8 puts all 16 tokens on the same 8 experts: groups of 8 pairs, two per expert, and full MMA
+    columns. Also within bf16 rounding of Triton's fused MoE."""
+    from turbospec.kernels import fp8_gemv
+    from turbospec.kernels.fused_moe import fused_experts
+    monkeypatch.setattr(fp8_gemv, "_VARIANT", variant)
+    g, q13, s13, q2, s2 = _experts(E, H, I, E + H + k)
+    x = torch.randn(16, H, device="cuda", generator=g).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, device="cuda", generator=g)[:k] for _ in range(16)]).to(torch.int32)
+    ids[5] = ids[4]                                          # two tokens on exactly the same experts
+    tw = torch.softmax(torch.randn(16, k, device="cuda", generator=g), -1)
+    ones = torch.cat([fp8_gemv.moe_gemv(x[t:t + 1], q13, q2, tw[t:t + 1], ids[t:t + 1], s13, s2, grouped=False)
+                      for t in range(16)])
+    assert torch.equal(fp8_gemv.moe_gemv(x[:1], q13, q2, tw[:1], ids[:1], s13, s2, grouped=True), ones[:1])
+    for T in (2, 3, 5, 8, 16):
         assert torch.equal(fp8_gemv.moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2), ones[:T]), T
+        assert torch.equal(fp8_gemv.moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2, grouped=False), ones[:T]), T
+    assert torch.equal(fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128)), ones)     # the dispatch
     assert rel(ones, fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})) < 1e-2
+
+
+def test_moe_grouped_in_a_cuda_graph_with_pdl():
+    """The grouped path's four launches (group, GEMM1, GEMM2, combine) replayed in a CUDA graph with
+    PDL, fed new routing between replays, equal the eager call bit for bit."""
+    from turbospec.kernels import fp8_gemv
+    g, q13, s13, q2, s2 = _experts(64, 1024, 256, 3)
+    x = torch.randn(8, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(64, device="cuda", generator=g)[:8] for _ in range(8)]).to(torch.int32)
+    tw = torch.softmax(torch.randn(8, 8, device="cuda", generator=g), -1)
+    assert graph_replays_as_eager(lambda: fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2))
+    eager = fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2)
+    graph, out = capture(lambda: fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2))
+    ids.copy_(torch.flip(ids, [0]))                           # other routing, same buffers
+    graph.replay()
+    assert torch.equal(out, fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2)) and not torch.equal(out, eager)

@@ -2,7 +2,7 @@
 an engine of max_num_seqs 1 decodes its dense linears through the CUDA GEMVs (their launches
 counted), a plain engine and a speculating one of the same max_num_seqs give the same tokens, the
 drafts are not shortened (verifies of k + 1 <= 16 rows), and an engine of more sequences keeps the
-Triton kernels. The switches are read at import: these tests need them unset (or auto). (H100,
+Triton kernels; an FP8 MoE's experts take the GEMV too, grouped by expert in a verify. The switches are read at import: these tests need them unset (or auto). (H100,
 2026-12-07: passed, with tests/gpu/test_penalties_gpu.py: 28 passed.)
 
     PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_gemv_auto_gpu.py
@@ -23,8 +23,8 @@ def launches(monkeypatch):
     from turbospec.kernels import bf16_gemv, fp8_gemv
     if bf16_gemv._MODE != "auto" or fp8_gemv._MODE != "auto":
         pytest.skip("TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV are set: these tests check their default, auto")
-    count = {"bf16": 0, "fp8": 0}
-    real_bf16, real_fp8 = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv
+    count = {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0}
+    real_bf16, real_fp8, real_moe = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv, fp8_gemv.moe_gemv
 
     def bf16(x, w):
         count["bf16"] += 1
@@ -33,7 +33,11 @@ def launches(monkeypatch):
     def fp8(x, w, s):
         count["fp8"] += 1
         return real_fp8(x, w, s)
+    def moe(hidden, *a, **k):
+        count["moe" if hidden.shape[0] == 1 else "moe_grouped"] += 1
+        return real_moe(hidden, *a, **k)
     monkeypatch.setattr(bf16_gemv, "bf16_gemv", bf16)
+    monkeypatch.setattr(fp8_gemv, "moe_gemv", moe)
     monkeypatch.setattr(fp8_gemv, "fp8_gemv", fp8)
     return count
 
@@ -68,4 +72,24 @@ def test_larger_engines_keep_the_triton_kernels(codelm_dir, launches):
     llm = LLM(str(codelm_dir), device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=8)
     assert llm.llm_engine.decode_gemvs == () and llm.llm_engine.exact_rows == INVARIANT_MAX_M
     _tokens(llm)
-    assert launches == {"bf16": 0, "fp8": 0}
+    assert launches == {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0}
+
+
+def test_an_fp8_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_checkpoint_factory, launches):
+    """An FP8 MoE in an engine of one sequence: its experts take the GEMV at one token (decode) and grouped
+    by expert at several (a verify of up to 16 tokens), and n-gram speculation with k = 15 gives plain
+    decoding's tokens (each token's expert rows are the same bits either way)."""
+    from turbospec import LLM
+    path = tiny_checkpoint_factory("qwen3_moe", "gpu_fp8_moe_gemv", seed=7, hidden_size=256, head_dim=64,
+                                   num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=128,
+                                   num_experts=16, num_experts_per_tok=4, num_hidden_layers=2)
+    kw = dict(device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=1, quantization="fp8")
+    plain = LLM(str(path), **kw)
+    assert plain.llm_engine.decode_gemvs == ("fp8", "bf16") and plain.llm_engine.exact_rows == 16
+    ref = _tokens(plain)
+    assert launches["moe"] > 0, launches
+    spec = LLM(str(path), **kw, speculative_config={"method": "ngram", "num_speculative_tokens": 15})
+    got = _tokens(spec)
+    assert launches["moe_grouped"] > 0, launches                # verifies went through the grouped kernels
+    assert got == ref
+    assert spec.get_metrics()["spec_decode_num_drafts"] > 0

@@ -16,7 +16,7 @@ def prepare_decode_gemvs(model: torch.nn.Module, device: torch.device, dtype: to
                          proposer, bitwise_exact: bool) -> tuple[int, tuple[str, ...]]:
     """(the engine's row bound `exact_rows`, the GEMVs in use: ("fp8", "bf16"), either, or ())."""
     exact_spec = bitwise_exact and proposer is not None
-    fp8_rows = fp8_gemv.prepare(model, device, exact_speculation=exact_spec, max_num_seqs=max_num_seqs, dtype=dtype)
+    fp8_rows = fp8_gemv.prepare(model, device, max_num_seqs=max_num_seqs, dtype=dtype)
     bf16_rows = bf16_gemv.prepare(model, device, max_num_seqs=max_num_seqs, dtype=dtype)
     rows = min(fp8_rows, bf16_rows or fp8_rows)
     used = tuple(n for n, on in (("fp8", fp8_rows < INVARIANT_MAX_M), ("bf16", bf16_rows is not None)) if on)

@@ -10,18 +10,19 @@ x as the MMA's 8-wide side, K split between the warps of a block and summed in w
 and launched by kernels/cubin.py.
 
 `TURBOSPEC_FP8_GEMV` (gemv_common.switch_mode):
-- `auto` (default): an engine of at most AUTO_MAX_SEQS sequences sends its dense FP8 linears' launches of
-  at most 16 rows here (`prepare` chooses the weights); its experts stay on Triton;
-- `1`: every `fp8_gemm` of at most 16 rows, and `fused_experts` for one token with FP8 experts (GEMM1 +
-  SiLU-and-mul, then GEMM2 + the weighted sum over the slots), except in an engine that verifies drafts
-  bit for bit (`prepare`);
+- `auto` (default): an engine of at most AUTO_MAX_SEQS sequences sends its FP8 linears' and FP8 experts'
+  launches of at most 16 rows (tokens) here (`prepare` chooses the weights);
+- `1`: every `fp8_gemm` of at most 16 rows, and `fused_experts` of at most 16 tokens with FP8 experts
+  (GEMM1 + SiLU-and-mul, then GEMM2 + the weighted sum over the slots);
 - `0`: never.
+The experts' kernels give each (token, slot) its own blocks, so a token's row does not depend on how many
+tokens the launch has: a verify of k + 1 <= 16 tokens rounds each token as its one-token decode.
 A dense launch takes it with block scales 128 x 128, bf16, no bias, no folded norm
 (`TURBOSPEC_NORM_EPILOGUE`: those linears keep the Triton kernel), N % 16 == 0, K % 128 == 0,
 contiguous 16-byte aligned weight and x rows (a fused SiLU-and-mul input is applied first).
 
 Why not every engine: a request's tokens may depend on how many others decode beside it (rows 1-16
-take this kernel, more rows the Triton one, whose K order differs; an MoE's one token likewise), where
+take this kernel, more rows the Triton one, whose K order differs; an MoE's tokens likewise), where
 the Triton kernels are batch-invariant up to 64 rows; and `bitwise_exact` speculation keeps verifies
 within 16 rows (`prepare`'s bound), which at batch 4-32 means shorter drafts. It is compiled once (nvcc,
 or NVRTC where nvcc is absent; at engine start by `prepare`).
@@ -43,13 +44,13 @@ _ON = _MODE == "1"                      # every engine (tests turn it on here)
 _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
 _MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
 MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values csrc/fp8_gemv.cu's GEMM2 is built for
+MOE_MAX_PAIRS = 128                     # (token, slot) pairs moe_group sorts: 16 tokens x top-8
 _VARIANT = os.environ.get("TURBOSPEC_FP8_GEMV_VARIANT", "")     # A/B runs: one launch variant everywhere
 if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(_MOE1):
     raise ValueError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(_MOE1))} "
                      "(warps, unpipelined p0 / pipelined p1), or leave it unset")
 
-_TRITON_ONLY = WeakIdKeyDictionary()    # expert weights an engine keeps on the Triton fused MoE
-_CHOSEN = WeakIdKeyDictionary()         # dense weights an "auto" engine sends here (`prepare`)
+_CHOSEN = WeakIdKeyDictionary()         # dense weights and experts' w13 an "auto" engine sends here (`prepare`)
 
 
 def enabled(device: torch.device) -> bool:
@@ -59,7 +60,8 @@ def enabled(device: torch.device) -> bool:
 
 
 def takes(w: torch.Tensor, device: torch.device) -> bool:
-    """Whether `fp8_gemm` may send w's launches of at most 16 rows here: an engine chose w, or the switch is 1."""
+    """Whether `fp8_gemm` (w: a linear's weight) or `fused_experts` (w: the experts' w13) may send launches of at
+    most 16 rows here: an engine chose w, or the switch is 1."""
     return w in _CHOSEN or enabled(device)
 
 
@@ -108,69 +110,91 @@ def _moe_shape_ok(w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale, bloc
 
 def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale,
                  block, top_k: int) -> bool:
-    return (enabled(hidden.device) and hidden.shape[0] == 1 and hidden.dtype == torch.bfloat16
-            and top_k in MOE_TOP_K and w13 not in _TRITON_ONLY
-            and _moe_shape_ok(w13, w2, w13_scale, w2_scale, block) and aligned(hidden.reshape(-1)))
+    return (takes(w13, hidden.device) and 0 < hidden.shape[0] <= GEMV_MAX_M and hidden.dtype == torch.bfloat16
+            and top_k in MOE_TOP_K and _moe_shape_ok(w13, w2, w13_scale, w2_scale, block) and aligned(hidden))
 
 
 def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-             topk_ids: torch.Tensor, w13_scale: torch.Tensor, w2_scale: torch.Tensor) -> torch.Tensor:
-    """hidden [T, H] -> [T, H] = sum_k w_k * down_k(silu(gate_k(x)) * up_k(x)), each slot's row rounded
-    to bf16 before the fp32 sum in slot order (moe_sum's rounding). Each (token, slot) is its own
-    block, so a token's row does not depend on T; `fused_experts` sends it one token
-    (`moe_eligible`), the GPU tests also 2-5."""
+             topk_ids: torch.Tensor, w13_scale: torch.Tensor, w2_scale: torch.Tensor,
+             grouped: bool | None = None) -> torch.Tensor:
+    """hidden [T <= 16, H] -> [T, H] = sum_k w_k * down_k(silu(gate_k(x)) * up_k(x)), each slot's row
+    rounded to bf16 before the fp32 sum in slot order (moe_sum's rounding). One token: each slot its own
+    blocks (two launches). More (grouped, the default from 2 tokens): the (token, slot) pairs grouped by
+    expert, 8 at most a group, so a verify reads each expert it touches once per group instead of once
+    per slot (four launches: group, GEMM1, GEMM2, combine). Both round a token's row alike, bit for bit,
+    whatever T (csrc/fp8_gemv.cu)."""
     from turbospec.kernels.pdl import pdl_enabled
     T, H = hidden.shape
     I, k = w13.shape[1] // 2, topk_ids.shape[1]
+    S = T * k
     ids = topk_ids.reshape(-1).to(torch.int32)                                      # [T * k]
     tw = topk_weights.reshape(-1).to(torch.float32)
-    inter = torch.empty(T * k, I, dtype=hidden.dtype, device=hidden.device)
+    inter = torch.empty(S, I, dtype=hidden.dtype, device=hidden.device)             # [T * k, I]
     out = torch.empty(T, H, dtype=hidden.dtype, device=hidden.device)
     mod, pdl = module(SOURCE, hidden.device), pdl_enabled(hidden.device)
     # GEMM1: 2 warps, pipelined (H100, bench/fp8_gemv_probe.py, qwen3-30b-a3b's experts at one token with
-    # GEMM2 k8_p1: w2_p1 19.0 us, w4_p1 19.6, w4_p0 19.9, w8_p0 20.7)
+    # GEMM2 k8_p1: w2_p1 19.0 us, w4_p1 19.6, w4_p0 19.9, w8_p0 20.7). The warps split K: both layouts take
+    # the same variant, so the same bits.
     var = _VARIANT if _VARIANT in _MOE1 else "w2_p1"
-    mod.launch(f"moe_gemv1_{var}", (I // 8, T * k), 32 * _MOE1[var],
-               [w13, hidden, w13_scale, ids, inter, I, H, w13_scale.stride(0),
-                w13_scale.stride(1), k, hidden.stride(0)], pdl)
-    mod.launch(f"moe_gemv2_k{k}_p1", (H // 16, T), 32 * k,
-               [w2, inter, w2_scale, ids, tw, out, H, I, w2_scale.stride(0),
-                w2_scale.stride(1), H], pdl)
+    sse, ssn, s2e, s2n = w13_scale.stride(0), w13_scale.stride(1), w2_scale.stride(0), w2_scale.stride(1)
+    if not (T > 1 if grouped is None else grouped):
+        mod.launch(f"moe_gemv1_{var}", (I // 8, S), 32 * _MOE1[var],
+                   [w13, hidden, w13_scale, ids, inter, I, H, sse, ssn, k, hidden.stride(0)], pdl)
+        mod.launch(f"moe_gemv2_k{k}_p1", (H // 16, T), 32 * k,
+                   [w2, inter, w2_scale, ids, tw, out, H, I, s2e, s2n, H], pdl)
+        return out
+    if S > MOE_MAX_PAIRS:
+        raise ValueError(f"moe_gemv groups at most {MOE_MAX_PAIRS} (token, slot) pairs, got {T} x {k}")
+    groups = torch.empty(S, 8, dtype=torch.int32, device=hidden.device)             # [S bound, 8] pair ids
+    meta = torch.empty(S + 1, dtype=torch.int32, device=hidden.device)              # group experts, count
+    grp_expert, num_groups = meta[:S], meta[S:]
+    mod.launch("moe_group", (1, 1), MOE_MAX_PAIRS, [ids, S, groups, grp_expert, num_groups], pdl)
+    mod.launch(f"moe_gemv1g_{var}", (I // 8, S), 32 * _MOE1[var],
+               [w13, hidden, w13_scale, groups, grp_expert, num_groups, inter, I, H, sse, ssn, k, hidden.stride(0)],
+               pdl)
+    y = torch.empty(S, H, dtype=hidden.dtype, device=hidden.device)                 # [T * k, H]
+    mod.launch("moe_gemv2g_p1", (H // 64, S), 128,
+               [w2, inter, w2_scale, groups, grp_expert, num_groups, tw, y, H, I, s2e, s2n], pdl)
+    mod.launch("moe_combine", (H // 128, T), 128, [y, out, H, k, H], pdl)
     return out
 
 
-def prepare(model: torch.nn.Module, device: torch.device, exact_speculation: bool, max_num_seqs: int,
-            dtype: torch.dtype = torch.bfloat16) -> int:
-    """At engine start: choose the dense FP8 weights the GEMV serves (mode auto: an engine of at most
-    AUTO_MAX_SEQS sequences; mode 1: all; bf16 activations), build and load the kernel (mode 1: the
-    compiler's and the driver's errors surface here, not at the first step; auto: a warning, and
-    Triton), and return the rows up to which the model's matmuls round a row alike whatever the row
-    count (`draft_length.exact_k_cap`'s bound): 16 where a dense FP8 linear takes the GEMV, else
-    INVARIANT_MAX_M. `exact_speculation` (drafts verified bit for bit, mode 1): the experts stay on the
-    Triton fused MoE, whose one-token and several-token forwards round alike (the GEMV serves one
-    token only)."""
+def _experts_ok(m: torch.nn.Module) -> bool:
+    """An FP8 FusedMoE (layers/quant/fp8.py) whose weights the kernels read as stored."""
+    w13, w2 = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+    return (getattr(m, "fp8_block", None) is not None and isinstance(w13, torch.Tensor) and isinstance(w2, torch.Tensor)
+            and w13.dim() == 3 and w13.dtype == torch.float8_e4m3fn and getattr(m, "top_k", None) in MOE_TOP_K
+            and _moe_shape_ok(w13, w2, getattr(m, "gate_up_proj_scale_inv", None),
+                              getattr(m, "down_proj_scale_inv", None), m.fp8_block))
+
+
+def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int, dtype: torch.dtype = torch.bfloat16) -> int:
+    """At engine start: choose the FP8 weights the GEMV serves (mode auto: an engine of at most
+    AUTO_MAX_SEQS sequences; mode 1: all; bf16 activations): dense linears without bias and FP8 experts,
+    build and load the kernel (mode 1: the compiler's and the driver's errors surface here, not at the
+    first step; auto: a warning, and Triton), and return the rows up to which the model's matmuls round
+    a row alike whatever the row count (`draft_length.exact_k_cap`'s bound): 16 where an FP8 linear or
+    expert takes the GEMV, else INVARIANT_MAX_M."""
     from turbospec.layers.linear import INVARIANT_MAX_M
     how = serves(_MODE, enabled(device), device, dtype, max_num_seqs)
     if how is None:
         return INVARIANT_MAX_M
-    dense, experts = [], []
+    chosen = []
     for m in model.modules():
         block = getattr(getattr(m, "quant_method", None), "block", None)
         w, s = getattr(m, "weight", None), getattr(m, "weight_scale_inv", None)
         if (block is not None and w is not None and s is not None and w.dtype == torch.float8_e4m3fn
                 and w.dim() == 2 and getattr(m, "bias", None) is None and dense_weight_ok(w, s, block)):
-            dense.append(w)
-        if getattr(m, "fp8_block", None) is not None and getattr(m, "gate_up_proj", None) is not None:
-            experts.append(m.gate_up_proj)
-    if how == "on":                               # every launch; the experts too, one token at a time
-        if dense or experts:
-            module(SOURCE, device)
-        if exact_speculation:
-            for w in experts:
-                _TRITON_ONLY[w] = True
-        return GEMV_MAX_M if dense else INVARIANT_MAX_M
-    if not dense or not auto_build(lambda: module(SOURCE, device), SWITCH):
+            chosen.append(w)
+        if _experts_ok(m):
+            chosen.append(m.gate_up_proj)
+    if not chosen:
         return INVARIANT_MAX_M
-    for w in dense:                               # auto: the dense linears; the experts stay on Triton
+    if how == "on":                               # every eligible launch
+        module(SOURCE, device)
+        return GEMV_MAX_M
+    if not auto_build(lambda: module(SOURCE, device), SWITCH):
+        return INVARIANT_MAX_M
+    for w in chosen:
         _CHOSEN[w] = True
     return GEMV_MAX_M

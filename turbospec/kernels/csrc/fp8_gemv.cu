@@ -35,14 +35,13 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
 // (rg / rg8: rows g and g + 8 of the stripe, advanced by the lane's 16t bytes; sg / s8: their scales,
 // stepped by K block: the same pointer for a dense stripe, two where the halves come from different
 // 128-row blocks). PIPE: two register buffers, each block's loads issued one block ahead of its use.
+// xl: the lane's x row of each tile (lane_x<NT, 2>; nullptr: zeros).
 template <int NT, bool PIPE>
-__device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
-                                           const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
-                                           int kb1, const float *__restrict__ sg, const float *__restrict__ s8,
-                                           float (&acc)[NT][4]) {
+__device__ __forceinline__ void stripe_dot_x(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
+                                             const bf16_t *const (&xl)[NT], int kb0, int kb1,
+                                             const float *__restrict__ sg, const float *__restrict__ s8,
+                                             float (&acc)[NT][4]) {
   using Buf = KBlock<4, NT>;
-  const bf16_t *xl[NT];
-  lane_x<NT, 2>(xl, x, M, stride_xm);
   auto load = [&](int kb, Buf &buf) {
     const uint8_t *a = rg + (size_t)kb * 128, *b = rg8 + (size_t)kb * 128;
 #pragma unroll
@@ -81,6 +80,17 @@ __device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const
     }
   };
   k_loop<PIPE, Buf>(kb0, kb1, load, compute);
+}
+
+// stripe_dot_x over rows 0 .. M - 1 of x (row stride stride_xm).
+template <int NT, bool PIPE>
+__device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
+                                           const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
+                                           int kb1, const float *__restrict__ sg, const float *__restrict__ s8,
+                                           float (&acc)[NT][4]) {
+  const bf16_t *xl[NT];
+  lane_x<NT, 2>(xl, x, M, stride_xm);
+  stripe_dot_x<NT, PIPE>(rg, rg8, xl, kb0, kb1, sg, s8, acc);
 }
 
 // Row r of a row-major [rows, K] FP8 matrix, advanced by lane t's 16t bytes.
@@ -124,6 +134,8 @@ GEMV(4, 2, 1)
 GEMV(8, 2, 1)
 GEMV(8, 2, 0)
 
+__device__ __forceinline__ bf16_t silu_mul(float gate, float up) { return f2bf(gate / (1.0f + __expf(-gate)) * up); }
+
 // ---------------------------------------------------------------- fused MoE, T tokens, each on its own
 // Every (token, slot) and every token's combine is its own block, so a token's row does not depend
 // on T (the engine serves one token with it today, kernels/fp8_gemv.py).
@@ -149,10 +161,8 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const
                       se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);
   __shared__ float red[WARPS * 128];
   warp_sum<WARPS, 1>(acc, red);
-  if (warp == 0 && t == 0) {                                       // token 0: acc 0 = gate, acc 2 = up
-    const float gt = acc[0][0], up = acc[0][2];
-    inter[(size_t)slot * I + stripe * 8 + g] = f2bf(gt / (1.0f + __expf(-gt)) * up);
-  }
+  if (warp == 0 && t == 0)                                         // token 0: acc 0 = gate, acc 2 = up
+    inter[(size_t)slot * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
 }
 
 // GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
@@ -210,3 +220,149 @@ MOE2(4, 1)
 MOE2(6, 1)
 MOE2(8, 0)
 MOE2(8, 1)
+
+// ---------------------------------------------------------------- fused MoE, 2-16 tokens, grouped by expert
+// A verify's tokens share experts (8 tokens: 11-13 distinct of their 64 slots after a prefill), and
+// the kernels above read an expert once per slot. These read it once per group: the (token, slot)
+// pairs of one expert, at most 8 (the MMA's 8-wide side), each pair a column of the MMA. A column's
+// sum is the same instructions in the same order whichever column holds it and whatever the others
+// hold, and the warps, K split, pipelining, SiLU and roundings are the one-token kernels', so each
+// token's row is bit for bit what moe_gemv1 / moe_gemv2 give it (tests/gpu/test_fp8_gemv_gpu.py).
+//
+// moe_group: ids [S] (pair p = token p / top_k, slot p % top_k; S <= 128) -> groups [S, 8] pair ids
+// (-1: empty), grp_expert [S], num_groups [1]: the pairs of one expert in pair order, cut every 8;
+// groups numbered in the order of their first pair. One block of 128 threads.
+extern "C" __global__ void __launch_bounds__(128) moe_group(const int *__restrict__ ids, int S,
+                                                            int *__restrict__ groups, int *__restrict__ grp_expert,
+                                                            int *__restrict__ num_groups) {
+  pdl_wait();
+  __shared__ int sid[128], sgrp[128], wc[4];
+  const int p = threadIdx.x, lane = p % 32, warp = p / 32;
+  const int e = p < S ? __ldg(ids + p) : -1;
+  sid[p] = e;
+  __syncthreads();
+  int rank = 0;                                           // same-expert pairs before p
+  for (int q = 0; q < p; ++q) rank += sid[q] == e;
+  const bool start = p < S && rank % 8 == 0;               // p opens a group
+  const unsigned b = __ballot_sync(0xffffffffu, start);
+  if (lane == 0) wc[warp] = __popc(b);
+  __syncthreads();
+  int grp = __popc(b & ((1u << lane) - 1));
+  for (int w = 0; w < warp; ++w) grp += wc[w];
+  sgrp[p] = grp;
+  if (start) {
+    grp_expert[grp] = e;
+    for (int j = 0; j < 8; ++j) groups[grp * 8 + j] = -1;
+  }
+  if (p == 0) num_groups[0] = wc[0] + wc[1] + wc[2] + wc[3];
+  __syncthreads();
+  if (p < S) {                                            // the pair that opened p's group
+    const int want = rank - rank % 8;
+    int c = 0, opener = p;
+    for (int q = 0; q <= p; ++q)
+      if (sid[q] == e) {
+        if (c == want) {
+          opener = q;
+          break;
+        }
+        ++c;
+      }
+    groups[sgrp[opener] * 8 + rank % 8] = p;
+  }
+}
+
+// The lane's x row: pair groups[grp * 8 + g]'s row of x (row = pair / div), nullptr for an empty column.
+__device__ __forceinline__ const bf16_t *group_x(const int *__restrict__ groups, int grp, const bf16_t *x,
+                                                 int div, int stride_x) {
+  const int pair = __ldg(groups + grp * 8 + threadIdx.x % 32 / 4);
+  return pair >= 0 ? x + (size_t)(pair / div) * stride_x + 16 * (threadIdx.x % 4) : nullptr;
+}
+
+// GEMM1: grid (I / 8 stripes, S group bounds); blocks past num_groups exit. inter[pair, I] as moe1_body.
+template <int WARPS, bool PIPE>
+__device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
+                                           const float *__restrict__ s13, const int *__restrict__ groups,
+                                           const int *__restrict__ grp_expert, bf16_t *__restrict__ inter,
+                                           int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {
+  const int stripe = blockIdx.x, grp = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(grp_expert + grp);
+  int kb0, kb1;
+  warp_k_range<WARPS>(H / 128, kb0, kb1);
+  const uint8_t *rg = lane_row(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
+  const float *se = s13 + (size_t)e * stride_se;
+  const bf16_t *xl[1] = {group_x(groups, grp, x, top_k, stride_x)};
+  float acc[1][4] = {};
+  stripe_dot_x<1, PIPE>(rg, rg + (size_t)I * H, xl, kb0, kb1, se + (size_t)(stripe * 8 / 128) * stride_sn,
+                        se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);
+  __shared__ float red[WARPS * 128];
+  warp_sum<WARPS, 1>(acc, red);
+  if (warp == 0) {                                        // columns 2t, 2t + 1: acc 0 / 1 = gate, 2 / 3 = up
+    const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
+    if (p0 >= 0) inter[(size_t)p0 * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
+    if (p1 >= 0) inter[(size_t)p1 * I + stripe * 8 + g] = silu_mul(acc[0][1], acc[0][3]);
+  }
+}
+
+// GEMM2: grid (H / 64, S group bounds), 4 warps, each one 16-row stripe over all of I (as moe2_body's
+// warps): y[pair, H] = bf16(w_pair * (inter[pair] @ down_e.T)), combined by moe_combine.
+template <bool PIPE>
+__device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
+                                           const float *__restrict__ s2, const int *__restrict__ groups,
+                                           const int *__restrict__ grp_expert, const float *__restrict__ tw,
+                                           bf16_t *__restrict__ y, int H, int I, int stride_se, int stride_sn) {
+  const int grp = blockIdx.y, stripe = blockIdx.x * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(grp_expert + grp);
+  const uint8_t *rg = lane_row(w2, (size_t)e * H + stripe * 16 + g, I);
+  const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
+  const bf16_t *xl[1] = {group_x(groups, grp, inter, 1, I)};
+  float acc[1][4] = {};
+  stripe_dot_x<1, PIPE>(rg, rg + (size_t)8 * I, xl, 0, I / 128, srow, srow, acc);
+  const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
+  bf16_t *row = y + stripe * 16 + g;
+  if (p0 >= 0) {
+    const float w = __ldg(tw + p0);
+    row[(size_t)p0 * H] = f2bf(acc[0][0] * w);
+    row[(size_t)p0 * H + 8] = f2bf(acc[0][2] * w);
+  }
+  if (p1 >= 0) {
+    const float w = __ldg(tw + p1);
+    row[(size_t)p1 * H] = f2bf(acc[0][1] * w);
+    row[(size_t)p1 * H + 8] = f2bf(acc[0][3] * w);
+  }
+}
+
+#define MOE1G(W, P)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1g_w##W##_p##P(                         \
+      const uint8_t *w13, const bf16_t *x, const float *s13, const int *groups, const int *grp_expert, \
+      const int *num_groups, bf16_t *inter, int I, int H, int stride_se, int stride_sn, int top_k,     \
+      int stride_x) {                                                                                  \
+    pdl_wait();                                                                                      \
+    if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
+    moe1g_body<W, P>(w13, x, s13, groups, grp_expert, inter, I, H, stride_se, stride_sn, top_k, stride_x); \
+  }
+MOE1G(2, 1)
+MOE1G(4, 0)
+MOE1G(4, 1)
+MOE1G(8, 0)
+
+extern "C" __global__ void __launch_bounds__(128) moe_gemv2g_p1(
+    const uint8_t *w2, const bf16_t *inter, const float *s2, const int *groups, const int *grp_expert,
+    const int *num_groups, const float *tw, bf16_t *y, int H, int I, int stride_se, int stride_sn) {
+  pdl_wait();
+  if (blockIdx.y >= __ldg(num_groups)) return;
+  moe2g_body<true>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);
+}
+
+// out[token, h] = bf16(y[token * top_k, h] + y[.. + 1, h] + ...), fp32 in slot order: moe2_body's
+// warp_sum over its slot warps. grid (H / 128, T), 128 threads.
+extern "C" __global__ void __launch_bounds__(128) moe_combine(const bf16_t *__restrict__ y, bf16_t *__restrict__ out,
+                                                              int H, int top_k, int stride_o) {
+  pdl_wait();
+  const int token = blockIdx.y, h = blockIdx.x * 128 + threadIdx.x;
+  const bf16_t *yr = y + (size_t)token * top_k * H + h;
+  float s = bf2f(yr[0]);
+  for (int j = 1; j < top_k; ++j) s += bf2f(yr[(size_t)j * H]);
+  out[(size_t)token * stride_o + h] = f2bf(s);
+}
