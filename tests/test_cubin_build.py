@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from turbospec.kernels import cubin, nvrtc
+from turbospec.kernels import cubin, moe_gemv, nvrtc
 
 needs_nvcc = pytest.mark.skipif(cubin.find_nvcc() is None, reason="nvcc not installed")
 needs_nvrtc = pytest.mark.skipif(nvrtc.find() is None, reason="no libnvrtc found (nvidia-cuda-nvrtc)")
@@ -18,10 +18,19 @@ needs_nvrtc = pytest.mark.skipif(nvrtc.find() is None, reason="no libnvrtc found
 def _fp8_gemv_names() -> list[str]:
     from turbospec.kernels import fp8_gemv
     names = [f"fp8_gemv_{v.split('_')[0]}_nt{nt}_{v.split('_')[1]}" for nt, vs in fp8_gemv._DENSE.items() for v in vs]
-    names += [f"moe_gemv1_{v}" for v in fp8_gemv._MOE1]
-    names += [f"moe_gemv2_k{k}_p1" for k in fp8_gemv.MOE_TOP_K]
-    names += [f"moe_gemv1g_{v}" for v in fp8_gemv._MOE1] + ["moe_group", "moe_gemv2g_p1", "moe_combine"]
-    return names
+    return names + _moe_names("moe_gemv", moe_gemv.FP8_MOE1)
+
+
+def _moe_names(prefix: str, gemm1: dict) -> list[str]:
+    """The MoE kernels kernels/moe_gemv.py launches from one source."""
+    names = [f"{prefix}1_{v}" for v in gemm1] + [f"{prefix}1g_{v}" for v in gemm1]
+    names += [f"{prefix}2_k{k}_p1" for k in moe_gemv.MOE_TOP_K]
+    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine"]
+
+
+def _bf16_gemv_names() -> list[str]:
+    from turbospec.kernels.bf16_gemv import VARIANTS
+    return [f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1)
 
 
 @needs_nvcc
@@ -33,9 +42,8 @@ def test_sources_build_and_hold_every_launched_kernel(tmp_path, monkeypatch):
     assert not missing, missing
     mtime = out.stat().st_mtime_ns
     assert cubin.build("fp8_gemv.cu") == out and out.stat().st_mtime_ns == mtime        # cached
-    from turbospec.kernels.bf16_gemv import VARIANTS
     bf16 = cubin.build("bf16_gemv.cu").read_bytes()
-    assert all(f"bf16_gemv_{v}".encode() in bf16 for vs in VARIANTS.values() for v in vs)
+    assert all(n.encode() in bf16 for n in _bf16_gemv_names()), [n for n in _bf16_gemv_names() if n.encode() not in bf16]
 
 
 @needs_nvrtc
@@ -46,9 +54,8 @@ def test_sources_build_with_nvrtc_where_nvcc_is_absent(tmp_path, monkeypatch):
     assert out.name.endswith("-sm90a-nvrtc.cubin") and out.read_bytes()[:4] == b"\x7fELF"
     missing = [n for n in _fp8_gemv_names() if n.encode() not in out.read_bytes()]
     assert not missing, missing
-    from turbospec.kernels.bf16_gemv import VARIANTS
     bf16 = cubin.build("bf16_gemv.cu").read_bytes()
-    assert all(f"bf16_gemv_{v}".encode() in bf16 for vs in VARIANTS.values() for v in vs)
+    assert all(n.encode() in bf16 for n in _bf16_gemv_names()), [n for n in _bf16_gemv_names() if n.encode() not in bf16]
     assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["bf16_gemv", "fp8_gemv"]   # no leftovers
 
 

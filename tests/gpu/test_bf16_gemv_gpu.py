@@ -99,3 +99,50 @@ def test_prepare_gives_the_16_row_bound():
     model = nn.Linear(256, 128, bias=False).cuda().to(torch.bfloat16)
     assert bf16_gemv.prepare(model, torch.device("cuda")) == bf16_gemv.GEMV_MAX_M
     assert bf16_gemv.prepare(nn.Linear(100, 128).cuda().to(torch.bfloat16), torch.device("cuda")) is None
+
+
+@pytest.mark.parametrize("variant", ["w2_p1", "w4_p1", "w8_p1"])
+@pytest.mark.parametrize("E,H,I,k", [(32, 512, 256, 6), (8, 256, 128, 8), (128, 2048, 768, 8), (16, 384, 256, 2)])
+def test_moe_bf16_experts(E, H, I, k, variant):
+    """bf16 experts (kernels/moe_gemv.py): a token's row is the fp32 reference's within bf16 rounding and,
+    bit for bit, its one-token call's, through the per-slot kernels and the grouped ones at T = 1..16
+    (E = 8 with top-8: all 16 tokens on the same experts, two full groups each); `fused_experts` takes
+    this path (the switch is on) and stays within rounding of Triton's fused MoE."""
+    from turbospec.kernels import bf16_gemv
+    from turbospec.kernels.fused_moe import fused_experts
+    from turbospec.kernels.moe_gemv import moe_gemv
+    g = torch.Generator(device="cuda").manual_seed(E + H + k)
+    w13 = (torch.randn(E, 2 * I, H, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    w2 = (torch.randn(E, H, I, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    x = torch.randn(16, H, device="cuda", generator=g).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, device="cuda", generator=g)[:k] for _ in range(16)]).to(torch.int32)
+    ids[5] = ids[4]
+    tw = torch.softmax(torch.randn(16, k, device="cuda", generator=g), -1)
+    ones = torch.cat([moe_gemv(x[t:t + 1], w13, w2, tw[t:t + 1], ids[t:t + 1], grouped=False, variant=variant)
+                      for t in range(16)])
+    ref = torch.zeros(16, H, device="cuda")
+    for t in range(16):
+        for j in range(k):
+            e = int(ids[t, j])
+            gu = x[t:t + 1].float() @ w13[e].float().T
+            h = (torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]).to(torch.bfloat16).float()
+            ref[t] += ((h @ w2[e].float().T) * tw[t, j])[0]
+    assert rel(ones, ref) < 1e-2
+    assert torch.equal(moe_gemv(x[:1], w13, w2, tw[:1], ids[:1], grouped=True, variant=variant), ones[:1])
+    for T in (2, 3, 8, 16):
+        assert torch.equal(moe_gemv(x[:T], w13, w2, tw[:T], ids[:T], variant=variant), ones[:T]), T
+    assert bf16_gemv.moe_eligible(x, w13, w2, k) and not bf16_gemv.moe_eligible(torch.cat([x, x[:1]]), w13, w2, k)
+    if variant == "w4_p1":                                     # the default variant: what fused_experts runs
+        assert torch.equal(fused_experts(x, w13, w2, tw, ids), ones)
+    assert rel(ones, fused_experts(x, w13, w2, tw, ids, config={"BLOCK_N": 32})) < 1e-2
+
+
+def test_moe_bf16_grouped_in_a_cuda_graph_with_pdl():
+    from turbospec.kernels.moe_gemv import moe_gemv
+    g = torch.Generator(device="cuda").manual_seed(4)
+    w13 = (torch.randn(64, 512, 1024, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    w2 = (torch.randn(64, 1024, 256, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    x = torch.randn(8, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(64, device="cuda", generator=g)[:8] for _ in range(8)]).to(torch.int32)
+    tw = torch.softmax(torch.randn(8, 8, device="cuda", generator=g), -1)
+    assert graph_replays_as_eager(lambda: moe_gemv(x, w13, w2, tw, ids))

@@ -174,18 +174,19 @@ def test_moe_rows_do_not_depend_on_T_or_grouping(E, H, I, k, variant, monkeypatc
     columns. Also within bf16 rounding of Triton's fused MoE."""
     from turbospec.kernels import fp8_gemv
     from turbospec.kernels.fused_moe import fused_experts
+    from turbospec.kernels.moe_gemv import moe_gemv
     monkeypatch.setattr(fp8_gemv, "_VARIANT", variant)
     g, q13, s13, q2, s2 = _experts(E, H, I, E + H + k)
     x = torch.randn(16, H, device="cuda", generator=g).to(torch.bfloat16)
     ids = torch.stack([torch.randperm(E, device="cuda", generator=g)[:k] for _ in range(16)]).to(torch.int32)
     ids[5] = ids[4]                                          # two tokens on exactly the same experts
     tw = torch.softmax(torch.randn(16, k, device="cuda", generator=g), -1)
-    ones = torch.cat([fp8_gemv.moe_gemv(x[t:t + 1], q13, q2, tw[t:t + 1], ids[t:t + 1], s13, s2, grouped=False)
+    ones = torch.cat([moe_gemv(x[t:t + 1], q13, q2, tw[t:t + 1], ids[t:t + 1], s13, s2, grouped=False)
                       for t in range(16)])
-    assert torch.equal(fp8_gemv.moe_gemv(x[:1], q13, q2, tw[:1], ids[:1], s13, s2, grouped=True), ones[:1])
+    assert torch.equal(moe_gemv(x[:1], q13, q2, tw[:1], ids[:1], s13, s2, grouped=True), ones[:1])
     for T in (2, 3, 5, 8, 16):
-        assert torch.equal(fp8_gemv.moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2), ones[:T]), T
-        assert torch.equal(fp8_gemv.moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2, grouped=False), ones[:T]), T
+        assert torch.equal(moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2), ones[:T]), T
+        assert torch.equal(moe_gemv(x[:T], q13, q2, tw[:T], ids[:T], s13, s2, grouped=False), ones[:T]), T
     assert torch.equal(fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128)), ones)     # the dispatch
     assert rel(ones, fused_experts(x, q13, q2, tw, ids, s13, s2, (128, 128), config={"BLOCK_N": 32})) < 1e-2
 
@@ -193,14 +194,14 @@ def test_moe_rows_do_not_depend_on_T_or_grouping(E, H, I, k, variant, monkeypatc
 def test_moe_grouped_in_a_cuda_graph_with_pdl():
     """The grouped path's four launches (group, GEMM1, GEMM2, combine) replayed in a CUDA graph with
     PDL, fed new routing between replays, equal the eager call bit for bit."""
-    from turbospec.kernels import fp8_gemv
+    from turbospec.kernels.moe_gemv import moe_gemv
     g, q13, s13, q2, s2 = _experts(64, 1024, 256, 3)
     x = torch.randn(8, 1024, device="cuda", generator=g).to(torch.bfloat16)
     ids = torch.stack([torch.randperm(64, device="cuda", generator=g)[:8] for _ in range(8)]).to(torch.int32)
     tw = torch.softmax(torch.randn(8, 8, device="cuda", generator=g), -1)
-    assert graph_replays_as_eager(lambda: fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2))
-    eager = fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2)
-    graph, out = capture(lambda: fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2))
+    assert graph_replays_as_eager(lambda: moe_gemv(x, q13, q2, tw, ids, s13, s2))
+    eager = moe_gemv(x, q13, q2, tw, ids, s13, s2)
+    graph, out = capture(lambda: moe_gemv(x, q13, q2, tw, ids, s13, s2))
     ids.copy_(torch.flip(ids, [0]))                           # other routing, same buffers
     graph.replay()
-    assert torch.equal(out, fp8_gemv.moe_gemv(x, q13, q2, tw, ids, s13, s2)) and not torch.equal(out, eager)
+    assert torch.equal(out, moe_gemv(x, q13, q2, tw, ids, s13, s2)) and not torch.equal(out, eager)

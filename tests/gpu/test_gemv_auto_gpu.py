@@ -20,11 +20,11 @@ PROMPTS = ["def parse(data):\n    return ", "import os\nimport sys\n\n", "class 
 @pytest.fixture(autouse=True)
 def launches(monkeypatch):
     """Both GEMVs' launches counted, by kind (a CUDA graph's capture counts its launches once)."""
-    from turbospec.kernels import bf16_gemv, fp8_gemv
+    from turbospec.kernels import bf16_gemv, fp8_gemv, moe_gemv
     if bf16_gemv._MODE != "auto" or fp8_gemv._MODE != "auto":
         pytest.skip("TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV are set: these tests check their default, auto")
     count = {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0}
-    real_bf16, real_fp8, real_moe = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv, fp8_gemv.moe_gemv
+    real_bf16, real_fp8, real_moe = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv, moe_gemv.moe_gemv
 
     def bf16(x, w):
         count["bf16"] += 1
@@ -37,7 +37,7 @@ def launches(monkeypatch):
         count["moe" if hidden.shape[0] == 1 else "moe_grouped"] += 1
         return real_moe(hidden, *a, **k)
     monkeypatch.setattr(bf16_gemv, "bf16_gemv", bf16)
-    monkeypatch.setattr(fp8_gemv, "moe_gemv", moe)
+    monkeypatch.setattr(moe_gemv, "moe_gemv", moe)
     monkeypatch.setattr(fp8_gemv, "fp8_gemv", fp8)
     return count
 
@@ -75,17 +75,20 @@ def test_larger_engines_keep_the_triton_kernels(codelm_dir, launches):
     assert launches == {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0}
 
 
-def test_an_fp8_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_checkpoint_factory, launches):
-    """An FP8 MoE in an engine of one sequence: its experts take the GEMV at one token (decode) and grouped
-    by expert at several (a verify of up to 16 tokens), and n-gram speculation with k = 15 gives plain
-    decoding's tokens (each token's expert rows are the same bits either way)."""
+@pytest.mark.parametrize("quantization", [None, "fp8"])
+def test_an_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_checkpoint_factory, launches,
+                                                                         quantization):
+    """An MoE (bf16 or FP8 experts) in an engine of one sequence: its experts take the GEMV at one token
+    (decode) and grouped by expert at several (a verify of up to 16 tokens), and n-gram speculation with
+    k = 15 gives plain decoding's tokens (each token's expert rows are the same bits either way)."""
     from turbospec import LLM
-    path = tiny_checkpoint_factory("qwen3_moe", "gpu_fp8_moe_gemv", seed=7, hidden_size=256, head_dim=64,
+    path = tiny_checkpoint_factory("qwen3_moe", "gpu_moe_gemv", seed=7, hidden_size=256, head_dim=64,
                                    num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=128,
                                    num_experts=16, num_experts_per_tok=4, num_hidden_layers=2)
-    kw = dict(device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=1, quantization="fp8")
+    kw = dict(device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=1, quantization=quantization)
     plain = LLM(str(path), **kw)
-    assert plain.llm_engine.decode_gemvs == ("fp8", "bf16") and plain.llm_engine.exact_rows == 16
+    want = ("fp8", "bf16") if quantization else ("bf16",)
+    assert plain.llm_engine.decode_gemvs == want and plain.llm_engine.exact_rows == 16
     ref = _tokens(plain)
     assert launches["moe"] > 0, launches
     spec = LLM(str(path), **kw, speculative_config={"method": "ngram", "num_speculative_tokens": 15})

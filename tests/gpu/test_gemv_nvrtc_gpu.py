@@ -18,6 +18,7 @@ pytestmark = SM90
 def _run_all(module):
     """The three kernels' outputs on fixed inputs, launched from `module` (a cubin.Module)."""
     from turbospec.kernels import bf16_gemv, fp8_gemv
+    from turbospec.kernels.moe_gemv import moe_gemv
     from turbospec.layers.quant.fp8 import quantize_fp8
     g = torch.Generator(device="cuda").manual_seed(0)
     w, s = quantize_fp8(torch.randn(2048, 4096, device="cuda", generator=g) * 0.02, (128, 128))
@@ -34,7 +35,7 @@ def _run_all(module):
         for mod in mods:
             mod.module = lambda source, device: module[source]
         return [fp8_gemv.fp8_gemv(x[:1].contiguous(), w, s), fp8_gemv.fp8_gemv(x, w, s),
-                fp8_gemv.moe_gemv(h, q13, q2, tw, ids, s13, s2),
+                moe_gemv(h, q13, q2, tw, ids, s13, s2),
                 bf16_gemv.bf16_gemv(x[:1].contiguous(), wb), bf16_gemv.bf16_gemv(x, wb)]
     finally:
         for mod, fn in mods.items():

@@ -4,8 +4,9 @@ straight into mma.sync A fragments, x as the MMA's 8-wide side, K split between 
 and summed in warp order.
 
 `TURBOSPEC_BF16_GEMV` (gemv_common.switch_mode): `auto` (default) — an engine of at most
-AUTO_MAX_SEQS sequences sends its bf16 linears' launches of at most 16 rows here (`prepare` chooses
-the weights); `1` — every `skinny_linear` of at most 16 rows; `0` — never. A launch takes it with no
+AUTO_MAX_SEQS sequences sends its bf16 linears' and bf16 experts' launches of at most 16 rows (tokens)
+here (`prepare` chooses the weights; the experts' kernels: kernels/moe_gemv.py); `1` — every
+`skinny_linear` and `fused_experts` of at most 16 rows; `0` — never. A launch takes it with no
 bias, no folded norm, N % 16 == 0, K % 128 == 0, contiguous 16-byte aligned weight and x rows (a fused
 SiLU-and-mul input is applied first); more rows keep the Triton skinny GEMM, whose K order differs,
 so in such an engine a request's tokens may depend on how many others decode beside it, and
@@ -20,6 +21,7 @@ from turbospec.kernels.cubin import module
 from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
+from turbospec.kernels.moe_gemv import shape_ok
 
 SOURCE = "bf16_gemv.cu"
 SWITCH = "TURBOSPEC_BF16_GEMV"
@@ -51,6 +53,20 @@ def eligible(x: torch.Tensor, w: torch.Tensor) -> bool:
             and x.shape[1] == w.shape[1] and weight_ok(w) and aligned(x))
 
 
+def _experts_ok(m: torch.nn.Module) -> bool:
+    """A bf16 FusedMoE (layers/moe.py) whose weights the MoE kernels read as stored (kernels/moe_gemv.py)."""
+    w13, w2 = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+    return (getattr(m, "fp8_block", None) is None and isinstance(w13, torch.Tensor) and isinstance(w2, torch.Tensor)
+            and w13.dtype == torch.bfloat16 and w2.dtype == torch.bfloat16 and shape_ok(w13, w2, getattr(m, "top_k", 0)))
+
+
+def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int) -> bool:
+    """`fused_experts` with bf16 experts of 1-16 tokens: an engine chose w13, or the switch is 1."""
+    return (takes(w13, hidden.device) and 0 < hidden.shape[0] <= GEMV_MAX_M and hidden.dtype == torch.bfloat16
+            and w13.dtype == torch.bfloat16 and w2.dtype == torch.bfloat16 and shape_ok(w13, w2, top_k)
+            and aligned(hidden))
+
+
 def bf16_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [M <= 16, K] bf16, w [N, K] bf16 -> [M, N] bf16 (fp32 sums). The warps (`warps_for`, set by
     N and the SM count) are the same for 1-8 and 9-16 rows, so a row's bits do not depend on M."""
@@ -72,10 +88,11 @@ def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int,
     and Triton), and return 16 (the rows up to which a row rounds alike whatever the row count,
     `draft_length.exact_k_cap`'s bound) where any 2-D bf16 parameter of the model has a shape the
     GEMV takes (the embedding table too: a tied LM head reads it; as a bound, a safe over-approximation
-    that only shortens drafts); None where the GEMV serves nothing."""
+    that only shortens drafts) or a bf16 MoE's experts do; None where the GEMV serves nothing."""
     from turbospec.layers.linear import INVARIANT_GEMMS
     how = serves(_MODE, enabled(device), device, dtype, max_num_seqs) if INVARIANT_GEMMS else None
     chosen = [w for w in model.parameters() if weight_ok(w)] if how else []
+    chosen += [m.gate_up_proj for m in model.modules() if _experts_ok(m)] if how else []
     if not chosen:
         return None
     if how == "on":

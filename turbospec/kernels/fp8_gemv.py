@@ -15,8 +15,8 @@ and launched by kernels/cubin.py.
 - `1`: every `fp8_gemm` of at most 16 rows, and `fused_experts` of at most 16 tokens with FP8 experts
   (GEMM1 + SiLU-and-mul, then GEMM2 + the weighted sum over the slots);
 - `0`: never.
-The experts' kernels give each (token, slot) its own blocks, so a token's row does not depend on how many
-tokens the launch has: a verify of k + 1 <= 16 tokens rounds each token as its one-token decode.
+The experts' kernels (kernels/moe_gemv.py) round a token's row alike whatever the number of tokens in the
+launch: a verify of k + 1 <= 16 tokens rounds each token as its one-token decode.
 A dense launch takes it with block scales 128 x 128, bf16, no bias, no folded norm
 (`TURBOSPEC_NORM_EPILOGUE`: those linears keep the Triton kernel), N % 16 == 0, K % 128 == 0,
 contiguous 16-byte aligned weight and x rows (a fused SiLU-and-mul input is applied first).
@@ -36,18 +36,16 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.cubin import module
 from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
+from turbospec.kernels.moe_gemv import FP8_MOE1, shape_ok
 
 SOURCE = "fp8_gemv.cu"
 SWITCH = "TURBOSPEC_FP8_GEMV"
 _MODE = switch_mode(SWITCH)
 _ON = _MODE == "1"                      # every engine (tests turn it on here)
 _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
-_MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
-MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values csrc/fp8_gemv.cu's GEMM2 is built for
-MOE_MAX_PAIRS = 128                     # (token, slot) pairs moe_group sorts: 16 tokens x top-8
 _VARIANT = os.environ.get("TURBOSPEC_FP8_GEMV_VARIANT", "")     # A/B runs: one launch variant everywhere
-if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(_MOE1):
-    raise ValueError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(_MOE1))} "
+if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(FP8_MOE1):
+    raise ValueError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(FP8_MOE1))} "
                      "(warps, unpipelined p0 / pipelined p1), or leave it unset")
 
 _CHOSEN = WeakIdKeyDictionary()         # dense weights and experts' w13 an "auto" engine sends here (`prepare`)
@@ -99,73 +97,27 @@ def fp8_gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Ten
     return out
 
 
-def _moe_shape_ok(w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale, block) -> bool:
-    E, I2, H = w13.shape
-    I = I2 // 2
-    return (w13_scale is not None and tuple(block) == (128, 128) and H % 128 == 0 and I % 128 == 0
-            and w13.is_contiguous() and w2.is_contiguous() and w13.data_ptr() % 16 == 0 and w2.data_ptr() % 16 == 0
-            and w13_scale.dim() == 3 and w13_scale.shape[-1] == H // 128 and w13_scale.stride(-1) == 1
-            and w2_scale.dim() == 3 and w2_scale.shape[-1] == I // 128 and w2_scale.stride(-1) == 1)
+def _moe_shape_ok(w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale, block, top_k: int) -> bool:
+    if w13.dtype != torch.float8_e4m3fn or w13_scale is None or w2_scale is None or tuple(block) != (128, 128):
+        return False
+    H, I = w13.shape[-1], w13.shape[-2] // 2
+    return (shape_ok(w13, w2, top_k) and w13_scale.dim() == 3 and w13_scale.shape[-1] == H // 128
+            and w13_scale.stride(-1) == 1 and w2_scale.dim() == 3 and w2_scale.shape[-1] == I // 128
+            and w2_scale.stride(-1) == 1)
 
 
 def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale,
                  block, top_k: int) -> bool:
     return (takes(w13, hidden.device) and 0 < hidden.shape[0] <= GEMV_MAX_M and hidden.dtype == torch.bfloat16
-            and top_k in MOE_TOP_K and _moe_shape_ok(w13, w2, w13_scale, w2_scale, block) and aligned(hidden))
-
-
-def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-             topk_ids: torch.Tensor, w13_scale: torch.Tensor, w2_scale: torch.Tensor,
-             grouped: bool | None = None) -> torch.Tensor:
-    """hidden [T <= 16, H] -> [T, H] = sum_k w_k * down_k(silu(gate_k(x)) * up_k(x)), each slot's row
-    rounded to bf16 before the fp32 sum in slot order (moe_sum's rounding). One token: each slot its own
-    blocks (two launches). More (grouped, the default from 2 tokens): the (token, slot) pairs grouped by
-    expert, 8 at most a group, so a verify reads each expert it touches once per group instead of once
-    per slot (four launches: group, GEMM1, GEMM2, combine). Both round a token's row alike, bit for bit,
-    whatever T (csrc/fp8_gemv.cu)."""
-    from turbospec.kernels.pdl import pdl_enabled
-    T, H = hidden.shape
-    I, k = w13.shape[1] // 2, topk_ids.shape[1]
-    S = T * k
-    ids = topk_ids.reshape(-1).to(torch.int32)                                      # [T * k]
-    tw = topk_weights.reshape(-1).to(torch.float32)
-    inter = torch.empty(S, I, dtype=hidden.dtype, device=hidden.device)             # [T * k, I]
-    out = torch.empty(T, H, dtype=hidden.dtype, device=hidden.device)
-    mod, pdl = module(SOURCE, hidden.device), pdl_enabled(hidden.device)
-    # GEMM1: 2 warps, pipelined (H100, bench/fp8_gemv_probe.py, qwen3-30b-a3b's experts at one token with
-    # GEMM2 k8_p1: w2_p1 19.0 us, w4_p1 19.6, w4_p0 19.9, w8_p0 20.7). The warps split K: both layouts take
-    # the same variant, so the same bits.
-    var = _VARIANT if _VARIANT in _MOE1 else "w2_p1"
-    sse, ssn, s2e, s2n = w13_scale.stride(0), w13_scale.stride(1), w2_scale.stride(0), w2_scale.stride(1)
-    if not (T > 1 if grouped is None else grouped):
-        mod.launch(f"moe_gemv1_{var}", (I // 8, S), 32 * _MOE1[var],
-                   [w13, hidden, w13_scale, ids, inter, I, H, sse, ssn, k, hidden.stride(0)], pdl)
-        mod.launch(f"moe_gemv2_k{k}_p1", (H // 16, T), 32 * k,
-                   [w2, inter, w2_scale, ids, tw, out, H, I, s2e, s2n, H], pdl)
-        return out
-    if S > MOE_MAX_PAIRS:
-        raise ValueError(f"moe_gemv groups at most {MOE_MAX_PAIRS} (token, slot) pairs, got {T} x {k}")
-    groups = torch.empty(S, 8, dtype=torch.int32, device=hidden.device)             # [S bound, 8] pair ids
-    meta = torch.empty(S + 1, dtype=torch.int32, device=hidden.device)              # group experts, count
-    grp_expert, num_groups = meta[:S], meta[S:]
-    mod.launch("moe_group", (1, 1), MOE_MAX_PAIRS, [ids, S, groups, grp_expert, num_groups], pdl)
-    mod.launch(f"moe_gemv1g_{var}", (I // 8, S), 32 * _MOE1[var],
-               [w13, hidden, w13_scale, groups, grp_expert, num_groups, inter, I, H, sse, ssn, k, hidden.stride(0)],
-               pdl)
-    y = torch.empty(S, H, dtype=hidden.dtype, device=hidden.device)                 # [T * k, H]
-    mod.launch("moe_gemv2g_p1", (H // 64, S), 128,
-               [w2, inter, w2_scale, groups, grp_expert, num_groups, tw, y, H, I, s2e, s2n], pdl)
-    mod.launch("moe_combine", (H // 128, T), 128, [y, out, H, k, H], pdl)
-    return out
+            and _moe_shape_ok(w13, w2, w13_scale, w2_scale, block, top_k) and aligned(hidden))
 
 
 def _experts_ok(m: torch.nn.Module) -> bool:
     """An FP8 FusedMoE (layers/quant/fp8.py) whose weights the kernels read as stored."""
     w13, w2 = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
     return (getattr(m, "fp8_block", None) is not None and isinstance(w13, torch.Tensor) and isinstance(w2, torch.Tensor)
-            and w13.dim() == 3 and w13.dtype == torch.float8_e4m3fn and getattr(m, "top_k", None) in MOE_TOP_K
             and _moe_shape_ok(w13, w2, getattr(m, "gate_up_proj_scale_inv", None),
-                              getattr(m, "down_proj_scale_inv", None), m.fp8_block))
+                              getattr(m, "down_proj_scale_inv", None), m.fp8_block, getattr(m, "top_k", 0)))
 
 
 def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int, dtype: torch.dtype = torch.bfloat16) -> int:

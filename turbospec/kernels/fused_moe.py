@@ -37,7 +37,7 @@ import os
 import torch
 import triton
 
-from turbospec.kernels import fp8_gemv
+from turbospec.kernels import bf16_gemv, fp8_gemv, moe_gemv
 from turbospec.kernels.fp8_gemm import fast_cvt_enabled, launch, scale_k_stride
 from turbospec.kernels.moe_align import max_blocks, moe_align
 from turbospec.kernels.moe_gemm import _moe_gemm_kernel
@@ -153,8 +153,10 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     fp8 = w13_scale is not None
     block = tuple(block_shape) if fp8 else (1, 1)
     x = hidden if hidden.stride(-1) == 1 and hidden.stride(0) == H else hidden.contiguous()
-    if fp8 and config is None and fp8_gemv.moe_eligible(x, w13, w2, w13_scale, w2_scale, block, k):
-        return fp8_gemv.moe_gemv(x, w13, w2, topk_weights, topk_ids, w13_scale, w2_scale)   # TURBOSPEC_FP8_GEMV=1
+    if config is None and (fp8_gemv.moe_eligible(x, w13, w2, w13_scale, w2_scale, block, k) if fp8
+                           else bf16_gemv.moe_eligible(x, w13, w2, k)):     # the CUDA GEMVs (fp8_gemv / bf16_gemv.prepare)
+        return moe_gemv.moe_gemv(x, w13, w2, topk_weights, topk_ids, w13_scale if fp8 else None,
+                                 w2_scale if fp8 else None)
     ids = topk_ids.reshape(-1)
     ids = ids if ids.dtype == torch.int32 else ids.to(torch.int32)
     tw = topk_weights.reshape(-1).contiguous()

@@ -11,14 +11,13 @@
 // inside a block taken as the same for x (gemv_common.cuh, `x_off<1>`). K blocks split between a
 // block's warps, partial sums added in warp order.
 #include "gemv_common.cuh"
+#include "moe_common.cuh"
 
+// xl: the lane's x row of each tile (lane_x<NT, 1>; nullptr: zeros).
 template <int NT, bool PIPE>
-__device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
-                                                const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
-                                                int kb1, float (&acc)[NT][4]) {
+__device__ __forceinline__ void stripe_dot_bf16_x(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
+                                                  const bf16_t *const (&xl)[NT], int kb0, int kb1, float (&acc)[NT][4]) {
   using Buf = KBlock<8, NT>;
-  const bf16_t *xl[NT];
-  lane_x<NT, 1>(xl, x, M, stride_xm);
   auto load = [&](int kb, Buf &buf) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -41,6 +40,15 @@ __device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, c
     }
   };
   k_loop<PIPE, Buf>(kb0, kb1, load, compute);
+}
+
+template <int NT, bool PIPE>
+__device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
+                                                const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
+                                                int kb1, float (&acc)[NT][4]) {
+  const bf16_t *xl[NT];
+  lane_x<NT, 1>(xl, x, M, stride_xm);
+  stripe_dot_bf16_x<NT, PIPE>(rg, rg8, xl, kb0, kb1, acc);
 }
 
 template <int WARPS, int NT, bool PIPE>
@@ -73,3 +81,140 @@ BF16_GEMV(8, 1, 0)
 BF16_GEMV(8, 1, 1)
 BF16_GEMV(4, 2, 1)
 BF16_GEMV(8, 2, 1)
+
+// ---------------------------------------------------------------- fused MoE with bf16 experts
+// fp8_gemv.cu's MoE kernels without the conversion (and the same bit-for-bit contract): w13 [E, 2I, H],
+// w2 [E, H, I]. One token: moe_bf16_gemv1 / moe_bf16_gemv2, each (token, slot) its own blocks; 2-16
+// tokens: moe_group, then moe_bf16_gemv1g / moe_bf16_gemv2g over groups of pairs of one expert (a
+// column each), then moe_combine. Lane (g, t)'s row pointers are advanced by 8t (x_off<1>).
+__device__ __forceinline__ const bf16_t *lane_row_bf16(const bf16_t *w, size_t r, int K) {
+  return w + r * K + 8 * (threadIdx.x % 4);
+}
+
+// GEMM1, one (token, slot) per blockIdx.y: inter[slot, I] = silu(x @ gate.T) * (x @ up.T).
+template <int WARPS, bool PIPE>
+__device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x,
+                                           const int *__restrict__ ids, bf16_t *__restrict__ inter, int I, int H,
+                                           int top_k, int stride_x) {
+  const int stripe = blockIdx.x, slot = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + slot);
+  int kb0, kb1;
+  warp_k_range<WARPS>(H / 128, kb0, kb1);
+  const bf16_t *rg = lane_row_bf16(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
+  float acc[1][4] = {};
+  stripe_dot_bf16<1, PIPE>(rg, rg + (size_t)I * H, x + (size_t)(slot / top_k) * stride_x, 1, 0, kb0, kb1, acc);
+  __shared__ float red[WARPS * 128];
+  warp_sum<WARPS, 1>(acc, red);
+  if (warp == 0 && t == 0) inter[(size_t)slot * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
+}
+
+// GEMM2 + combine, one token per blockIdx.y, one warp per slot over all of I, summed in slot order.
+template <int TOPK, bool PIPE>
+__device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
+                                           const int *__restrict__ ids, const float *__restrict__ tw,
+                                           bf16_t *__restrict__ out, int H, int I, int stride_o) {
+  const int stripe = blockIdx.x, token = blockIdx.y;
+  const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + token * TOPK + slot);
+  const bf16_t *rg = lane_row_bf16(w2, (size_t)e * H + stripe * 16 + g, I);
+  float acc[1][4] = {};
+  stripe_dot_bf16<1, PIPE>(rg, rg + (size_t)8 * I, inter + (size_t)(token * TOPK + slot) * I, 1, 0, 0, I / 128, acc);
+  const float w = __ldg(tw + token * TOPK + slot);
+  acc[0][0] = bf2f(f2bf(acc[0][0] * w));  // each slot's row rounded, as moe_combine reads it
+  acc[0][2] = bf2f(f2bf(acc[0][2] * w));
+  __shared__ float red[TOPK * 128];
+  warp_sum<TOPK, 1>(acc, red);
+  if (slot == 0 && t == 0) {
+    out[(size_t)token * stride_o + stripe * 16 + g] = f2bf(acc[0][0]);
+    out[(size_t)token * stride_o + stripe * 16 + g + 8] = f2bf(acc[0][2]);
+  }
+}
+
+// Grouped GEMM1: grid (I / 8, S group bounds).
+template <int WARPS, bool PIPE>
+__device__ __forceinline__ void bmoe1g_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x,
+                                            const int *__restrict__ groups, const int *__restrict__ grp_expert,
+                                            bf16_t *__restrict__ inter, int I, int H, int top_k, int stride_x) {
+  const int stripe = blockIdx.x, grp = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(grp_expert + grp);
+  int kb0, kb1;
+  warp_k_range<WARPS>(H / 128, kb0, kb1);
+  const bf16_t *rg = lane_row_bf16(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
+  const bf16_t *xl[1] = {group_x<1>(groups, grp, x, top_k, stride_x)};
+  float acc[1][4] = {};
+  stripe_dot_bf16_x<1, PIPE>(rg, rg + (size_t)I * H, xl, kb0, kb1, acc);
+  __shared__ float red[WARPS * 128];
+  warp_sum<WARPS, 1>(acc, red);
+  if (warp == 0) {
+    const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
+    if (p0 >= 0) inter[(size_t)p0 * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
+    if (p1 >= 0) inter[(size_t)p1 * I + stripe * 8 + g] = silu_mul(acc[0][1], acc[0][3]);
+  }
+}
+
+// Grouped GEMM2: grid (H / 64, S group bounds), 4 warps each one 16-row stripe over all of I.
+template <bool PIPE>
+__device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
+                                            const int *__restrict__ groups, const int *__restrict__ grp_expert,
+                                            const float *__restrict__ tw, bf16_t *__restrict__ y, int H, int I) {
+  const int grp = blockIdx.y, stripe = blockIdx.x * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(grp_expert + grp);
+  const bf16_t *rg = lane_row_bf16(w2, (size_t)e * H + stripe * 16 + g, I);
+  const bf16_t *xl[1] = {group_x<1>(groups, grp, inter, 1, I)};
+  float acc[1][4] = {};
+  stripe_dot_bf16_x<1, PIPE>(rg, rg + (size_t)8 * I, xl, 0, I / 128, acc);
+  const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
+  bf16_t *row = y + stripe * 16 + g;
+  if (p0 >= 0) {
+    const float w = __ldg(tw + p0);
+    row[(size_t)p0 * H] = f2bf(acc[0][0] * w);
+    row[(size_t)p0 * H + 8] = f2bf(acc[0][2] * w);
+  }
+  if (p1 >= 0) {
+    const float w = __ldg(tw + p1);
+    row[(size_t)p1 * H] = f2bf(acc[0][1] * w);
+    row[(size_t)p1 * H + 8] = f2bf(acc[0][3] * w);
+  }
+}
+
+#define BMOE1(W, P)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_bf16_gemv1_w##W##_p##P(                     \
+      const bf16_t *w13, const bf16_t *x, const int *ids, bf16_t *inter, int I, int H, int top_k,      \
+      int stride_x) {                                                                                  \
+    pdl_wait();                                                                                      \
+    bmoe1_body<W, P>(w13, x, ids, inter, I, H, top_k, stride_x);                                     \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_bf16_gemv1g_w##W##_p##P(                    \
+      const bf16_t *w13, const bf16_t *x, const int *groups, const int *grp_expert,                   \
+      const int *num_groups, bf16_t *inter, int I, int H, int top_k, int stride_x) {                   \
+    pdl_wait();                                                                                      \
+    if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
+    bmoe1g_body<W, P>(w13, x, groups, grp_expert, inter, I, H, top_k, stride_x);                     \
+  }
+BMOE1(2, 1)
+BMOE1(4, 1)
+BMOE1(8, 1)
+
+#define BMOE2(K)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2_k##K##_p1(                       \
+      const bf16_t *w2, const bf16_t *inter, const int *ids, const float *tw, bf16_t *out, int H,     \
+      int I, int stride_o) {                                                                           \
+    pdl_wait();                                                                                      \
+    bmoe2_body<K, true>(w2, inter, ids, tw, out, H, I, stride_o);                                    \
+  }
+BMOE2(1)
+BMOE2(2)
+BMOE2(4)
+BMOE2(6)
+BMOE2(8)
+
+extern "C" __global__ void __launch_bounds__(128) moe_bf16_gemv2g_p1(
+    const bf16_t *w2, const bf16_t *inter, const int *groups, const int *grp_expert, const int *num_groups,
+    const float *tw, bf16_t *y, int H, int I) {
+  pdl_wait();
+  if (blockIdx.y >= __ldg(num_groups)) return;
+  bmoe2g_body<true>(w2, inter, groups, grp_expert, tw, y, H, I);
+}

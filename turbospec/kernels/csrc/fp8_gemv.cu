@@ -16,6 +16,7 @@
 // fp8 -> bf16 with integer ops as in kernels/fp8_gemm.py (w * 2^-120 exactly), x pre-scaled by
 // 2^64 and the block's result by scale * 2^56.
 #include "gemv_common.cuh"
+#include "moe_common.cuh"
 
 __device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t w, uint32_t &lo, uint32_t &hi) {
   // bytes (w0, w1, w2, w3) -> lo = bf16x2(w0, w1), hi = bf16x2(w2, w3), each value * 2^-120
@@ -134,11 +135,9 @@ GEMV(4, 2, 1)
 GEMV(8, 2, 1)
 GEMV(8, 2, 0)
 
-__device__ __forceinline__ bf16_t silu_mul(float gate, float up) { return f2bf(gate / (1.0f + __expf(-gate)) * up); }
-
 // ---------------------------------------------------------------- fused MoE, T tokens, each on its own
 // Every (token, slot) and every token's combine is its own block, so a token's row does not depend
-// on T (the engine serves one token with it today, kernels/fp8_gemv.py).
+// on T (kernels/fp8_gemv.py serves one token with them; 2-16 tokens take the grouped kernels below).
 // GEMM1: grid (I / 8 stripes, T * top_k slots). Stripe s of w13 [E, 2I, H] = gate rows 8s..8s+7 (as
 // rows g) and up rows I+8s..I+8s+7 (as rows g + 8), so silu(gate) * up is in one lane.
 // inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
@@ -229,55 +228,6 @@ MOE2(8, 1)
 // hold, and the warps, K split, pipelining, SiLU and roundings are the one-token kernels', so each
 // token's row is bit for bit what moe_gemv1 / moe_gemv2 give it (tests/gpu/test_fp8_gemv_gpu.py).
 //
-// moe_group: ids [S] (pair p = token p / top_k, slot p % top_k; S <= 128) -> groups [S, 8] pair ids
-// (-1: empty), grp_expert [S], num_groups [1]: the pairs of one expert in pair order, cut every 8;
-// groups numbered in the order of their first pair. One block of 128 threads.
-extern "C" __global__ void __launch_bounds__(128) moe_group(const int *__restrict__ ids, int S,
-                                                            int *__restrict__ groups, int *__restrict__ grp_expert,
-                                                            int *__restrict__ num_groups) {
-  pdl_wait();
-  __shared__ int sid[128], sgrp[128], wc[4];
-  const int p = threadIdx.x, lane = p % 32, warp = p / 32;
-  const int e = p < S ? __ldg(ids + p) : -1;
-  sid[p] = e;
-  __syncthreads();
-  int rank = 0;                                           // same-expert pairs before p
-  for (int q = 0; q < p; ++q) rank += sid[q] == e;
-  const bool start = p < S && rank % 8 == 0;               // p opens a group
-  const unsigned b = __ballot_sync(0xffffffffu, start);
-  if (lane == 0) wc[warp] = __popc(b);
-  __syncthreads();
-  int grp = __popc(b & ((1u << lane) - 1));
-  for (int w = 0; w < warp; ++w) grp += wc[w];
-  sgrp[p] = grp;
-  if (start) {
-    grp_expert[grp] = e;
-    for (int j = 0; j < 8; ++j) groups[grp * 8 + j] = -1;
-  }
-  if (p == 0) num_groups[0] = wc[0] + wc[1] + wc[2] + wc[3];
-  __syncthreads();
-  if (p < S) {                                            // the pair that opened p's group
-    const int want = rank - rank % 8;
-    int c = 0, opener = p;
-    for (int q = 0; q <= p; ++q)
-      if (sid[q] == e) {
-        if (c == want) {
-          opener = q;
-          break;
-        }
-        ++c;
-      }
-    groups[sgrp[opener] * 8 + rank % 8] = p;
-  }
-}
-
-// The lane's x row: pair groups[grp * 8 + g]'s row of x (row = pair / div), nullptr for an empty column.
-__device__ __forceinline__ const bf16_t *group_x(const int *__restrict__ groups, int grp, const bf16_t *x,
-                                                 int div, int stride_x) {
-  const int pair = __ldg(groups + grp * 8 + threadIdx.x % 32 / 4);
-  return pair >= 0 ? x + (size_t)(pair / div) * stride_x + 16 * (threadIdx.x % 4) : nullptr;
-}
-
 // GEMM1: grid (I / 8 stripes, S group bounds); blocks past num_groups exit. inter[pair, I] as moe1_body.
 template <int WARPS, bool PIPE>
 __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
@@ -291,7 +241,7 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
   warp_k_range<WARPS>(H / 128, kb0, kb1);
   const uint8_t *rg = lane_row(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
   const float *se = s13 + (size_t)e * stride_se;
-  const bf16_t *xl[1] = {group_x(groups, grp, x, top_k, stride_x)};
+  const bf16_t *xl[1] = {group_x<2>(groups, grp, x, top_k, stride_x)};
   float acc[1][4] = {};
   stripe_dot_x<1, PIPE>(rg, rg + (size_t)I * H, xl, kb0, kb1, se + (size_t)(stripe * 8 / 128) * stride_sn,
                         se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);
@@ -316,7 +266,7 @@ __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const
   const int e = __ldg(grp_expert + grp);
   const uint8_t *rg = lane_row(w2, (size_t)e * H + stripe * 16 + g, I);
   const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
-  const bf16_t *xl[1] = {group_x(groups, grp, inter, 1, I)};
+  const bf16_t *xl[1] = {group_x<2>(groups, grp, inter, 1, I)};
   float acc[1][4] = {};
   stripe_dot_x<1, PIPE>(rg, rg + (size_t)8 * I, xl, 0, I / 128, srow, srow, acc);
   const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
@@ -353,16 +303,4 @@ extern "C" __global__ void __launch_bounds__(128) moe_gemv2g_p1(
   pdl_wait();
   if (blockIdx.y >= __ldg(num_groups)) return;
   moe2g_body<true>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);
-}
-
-// out[token, h] = bf16(y[token * top_k, h] + y[.. + 1, h] + ...), fp32 in slot order: moe2_body's
-// warp_sum over its slot warps. grid (H / 128, T), 128 threads.
-extern "C" __global__ void __launch_bounds__(128) moe_combine(const bf16_t *__restrict__ y, bf16_t *__restrict__ out,
-                                                              int H, int top_k, int stride_o) {
-  pdl_wait();
-  const int token = blockIdx.y, h = blockIdx.x * 128 + threadIdx.x;
-  const bf16_t *yr = y + (size_t)token * top_k * H + h;
-  float s = bf2f(yr[0]);
-  for (int j = 1; j < top_k; ++j) s += bf2f(yr[(size_t)j * H]);
-  out[(size_t)token * stride_o + h] = f2bf(s);
 }

@@ -1,0 +1,69 @@
+// Shared by the CUDA MoE GEMVs (fp8_gemv.cu, bf16_gemv.cu): SiLU-and-mul, the grouping of a launch's
+// (token, slot) pairs by expert, and the combine of a token's slot rows.
+#pragma once
+#include "gemv_common.cuh"
+
+__device__ __forceinline__ bf16_t silu_mul(float gate, float up) { return f2bf(gate / (1.0f + __expf(-gate)) * up); }
+
+// moe_group: ids [S] (pair p = token p / top_k, slot p % top_k; S <= 128) -> groups [S, 8] pair ids
+// (-1: empty), grp_expert [S], num_groups [1]: the pairs of one expert in pair order, cut every 8;
+// groups numbered in the order of their first pair. One block of 128 threads.
+extern "C" __global__ void __launch_bounds__(128) moe_group(const int *__restrict__ ids, int S,
+                                                            int *__restrict__ groups, int *__restrict__ grp_expert,
+                                                            int *__restrict__ num_groups) {
+  pdl_wait();
+  __shared__ int sid[128], sgrp[128], wc[4];
+  const int p = threadIdx.x, lane = p % 32, warp = p / 32;
+  const int e = p < S ? __ldg(ids + p) : -1;
+  sid[p] = e;
+  __syncthreads();
+  int rank = 0;                                           // same-expert pairs before p
+  for (int q = 0; q < p; ++q) rank += sid[q] == e;
+  const bool start = p < S && rank % 8 == 0;               // p opens a group
+  const unsigned b = __ballot_sync(0xffffffffu, start);
+  if (lane == 0) wc[warp] = __popc(b);
+  __syncthreads();
+  int grp = __popc(b & ((1u << lane) - 1));
+  for (int w = 0; w < warp; ++w) grp += wc[w];
+  sgrp[p] = grp;
+  if (start) {
+    grp_expert[grp] = e;
+    for (int j = 0; j < 8; ++j) groups[grp * 8 + j] = -1;
+  }
+  if (p == 0) num_groups[0] = wc[0] + wc[1] + wc[2] + wc[3];
+  __syncthreads();
+  if (p < S) {                                            // the pair that opened p's group
+    const int want = rank - rank % 8;
+    int c = 0, opener = p;
+    for (int q = 0; q <= p; ++q)
+      if (sid[q] == e) {
+        if (c == want) {
+          opener = q;
+          break;
+        }
+        ++c;
+      }
+    groups[sgrp[opener] * 8 + rank % 8] = p;
+  }
+}
+
+// The lane's x row (lane_x<1, P>'s offset 8Pt): pair groups[grp * 8 + g]'s row of x (row = pair / div),
+// nullptr for an empty column.
+template <int P>
+__device__ __forceinline__ const bf16_t *group_x(const int *__restrict__ groups, int grp, const bf16_t *x,
+                                                 int div, int stride_x) {
+  const int pair = __ldg(groups + grp * 8 + threadIdx.x % 32 / 4);
+  return pair >= 0 ? x + (size_t)(pair / div) * stride_x + 8 * P * (threadIdx.x % 4) : nullptr;
+}
+
+// out[token, h] = bf16(y[token * top_k, h] + y[.. + 1, h] + ...), fp32 in slot order: moe2_body's
+// warp_sum over its slot warps. grid (H / 128, T), 128 threads.
+extern "C" __global__ void __launch_bounds__(128) moe_combine(const bf16_t *__restrict__ y, bf16_t *__restrict__ out,
+                                                              int H, int top_k, int stride_o) {
+  pdl_wait();
+  const int token = blockIdx.y, h = blockIdx.x * 128 + threadIdx.x;
+  const bf16_t *yr = y + (size_t)token * top_k * H + h;
+  float s = bf2f(yr[0]);
+  for (int j = 1; j < top_k; ++j) s += bf2f(yr[(size_t)j * H]);
+  out[(size_t)token * stride_o + h] = f2bf(s);
+}
