@@ -22,8 +22,8 @@ _BUILD_WARNED: set[str] = set()
 
 
 def switch_mode(name: str) -> str:
-    """A GEMV switch's value: "1" (every engine, and the one-token FP8 MoE), "0" (none) or "auto"
-    (default: engines of at most AUTO_MAX_SEQS sequences, dense linears only); anything else is refused."""
+    """A GEMV switch's value: "1" (every engine), "0" (none) or "auto" (default: engines of at most
+    AUTO_MAX_SEQS sequences); anything else is refused."""
     value = os.environ.get(name, "auto")
     if value not in ("0", "1", "auto"):
         raise ValueError(f"{name}={value!r}: use auto (the default: engines with max_num_seqs {AUTO_MAX_SEQS}), "
