@@ -1,5 +1,5 @@
 """The CUDA GEMVs built with NVRTC (kernels/nvrtc.py: where nvcc is absent) compute what the
-nvcc-built ones do, bit for bit: the dense FP8 GEMV at 1 and 16 rows, the one-token FP8 MoE, and
+nvcc-built ones do, bit for bit: the dense FP8 GEMV at 1 and 16 rows, the FP8 MoE at one token and at four (grouped), and
 the bf16 GEMV. Needs both compilers on the machine (the GPU image has the CUDA toolkit, and torch's
 CUDA wheels bring libnvrtc).
 
@@ -17,8 +17,7 @@ pytestmark = SM90
 
 def _run_all(module):
     """The three kernels' outputs on fixed inputs, launched from `module` (a cubin.Module)."""
-    from turbospec.kernels import bf16_gemv, fp8_gemv
-    from turbospec.kernels.moe_gemv import moe_gemv
+    from turbospec.kernels import bf16_gemv, fp8_gemv, moe_gemv
     from turbospec.layers.quant.fp8 import quantize_fp8
     g = torch.Generator(device="cuda").manual_seed(0)
     w, s = quantize_fp8(torch.randn(2048, 4096, device="cuda", generator=g) * 0.02, (128, 128))
@@ -26,16 +25,17 @@ def _run_all(module):
     E, H, I, k = 128, 2048, 768, 8
     q13, s13 = quantize_fp8(torch.randn(E, 2 * I, H, device="cuda", generator=g) * 0.02, (128, 128))
     q2, s2 = quantize_fp8(torch.randn(E, H, I, device="cuda", generator=g) * 0.02, (128, 128))
-    h = torch.randn(1, H, device="cuda", generator=g).to(torch.bfloat16)         # the MoE's token: H wide
-    ids = torch.randperm(E, device="cuda", generator=g)[:k].to(torch.int32).view(1, k)
-    tw = torch.softmax(torch.randn(1, k, device="cuda", generator=g), -1)
+    h = torch.randn(4, H, device="cuda", generator=g).to(torch.bfloat16)         # the MoE's tokens: H wide
+    ids = torch.stack([torch.randperm(E, device="cuda", generator=g)[:k] for _ in range(4)]).to(torch.int32)
+    tw = torch.softmax(torch.randn(4, k, device="cuda", generator=g), -1)
     wb = (torch.randn(6144, 4096, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
-    mods = {fp8_gemv: fp8_gemv.module, bf16_gemv: bf16_gemv.module}
+    mods = {fp8_gemv: fp8_gemv.module, bf16_gemv: bf16_gemv.module, moe_gemv: moe_gemv.module}
     try:
         for mod in mods:
             mod.module = lambda source, device: module[source]
         return [fp8_gemv.fp8_gemv(x[:1].contiguous(), w, s), fp8_gemv.fp8_gemv(x, w, s),
-                moe_gemv(h, q13, q2, tw, ids, s13, s2),
+                moe_gemv.moe_gemv(h[:1], q13, q2, tw[:1], ids[:1], s13, s2),     # one token; then grouped
+                moe_gemv.moe_gemv(h, q13, q2, tw, ids, s13, s2),
                 bf16_gemv.bf16_gemv(x[:1].contiguous(), wb), bf16_gemv.bf16_gemv(x, wb)]
     finally:
         for mod, fn in mods.items():
