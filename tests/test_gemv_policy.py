@@ -152,6 +152,34 @@ def test_auto_chooses_dense_fp8_weights_and_experts_and_leaves_biases(fake_hoppe
     assert fake_hopper == ["fp8_gemv.cu"]                          # no FP8 weight: not built
 
 
+def test_auto_chooses_bf16_experts_of_small_engines(fake_hopper):
+    """bf16 experts: chosen with the model's linears by an engine of one sequence (also when they are all
+    its GEMV can take), not by one of two; eligible for 1-16 tokens of bf16 rows; FP8 or odd-shaped
+    experts, and top-3 (no kernel built for it), are left to Triton."""
+    from turbospec.kernels import bf16_gemv
+    experts, odd_i, top3 = _bf16_experts(), _bf16_experts(I=200), _bf16_experts(top_k=3)
+    model = nn.ModuleList([experts, odd_i, top3, _fp8_experts()])
+    dev = torch.device("cuda", 0)
+    assert bf16_gemv.prepare(model, dev, max_num_seqs=2) is None and fake_hopper == []
+    assert bf16_gemv.prepare(model, dev, max_num_seqs=1) == 16 and fake_hopper == ["bf16_gemv.cu"]
+    assert bf16_gemv.takes(experts.gate_up_proj, dev)
+    assert not any(bf16_gemv.takes(m.gate_up_proj, dev) for m in (odd_i, top3, model[3]))
+    w = (experts.gate_up_proj, experts.down_proj)
+    for T in (1, 2, 16):
+        assert bf16_gemv.moe_eligible(torch.zeros(T, 128, dtype=torch.bfloat16), *w, 2), T
+    assert not bf16_gemv.moe_eligible(torch.zeros(17, 128, dtype=torch.bfloat16), *w, 2)
+    assert not bf16_gemv.moe_eligible(torch.zeros(1, 128, dtype=torch.float32), *w, 2)
+    assert not bf16_gemv.moe_eligible(torch.zeros(1, 128, dtype=torch.bfloat16), *w, 3)
+
+
+def _bf16_experts(E: int = 4, H: int = 128, I: int = 128, top_k: int = 2) -> nn.Module:
+    m = nn.Module()
+    m.fp8_block, m.top_k = None, top_k
+    m.gate_up_proj = nn.Parameter(torch.zeros(E, 2 * I, H, dtype=torch.bfloat16), requires_grad=False)
+    m.down_proj = nn.Parameter(torch.zeros(E, H, I, dtype=torch.bfloat16), requires_grad=False)
+    return m
+
+
 def test_auto_takes_an_fp8_moe_whose_linears_keep_triton(fake_hopper):
     """Experts alone (every dense linear biased, so on Triton) still set the 16-row bound."""
     from turbospec.kernels import fp8_gemv

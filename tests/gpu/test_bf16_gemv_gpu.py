@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.gemv_checks import SM90, rel
+from tests.gpu.gemv_checks import MOE_SHAPES, SM90, poisoned, rel  # noqa: F401 - poisoned: a fixture
 from tests.gpu.graphs import graph_replays_as_eager
 
 pytestmark = SM90
@@ -97,17 +97,18 @@ def test_prepare_gives_the_16_row_bound():
 
     from turbospec.kernels import bf16_gemv
     model = nn.Linear(256, 128, bias=False).cuda().to(torch.bfloat16)
-    assert bf16_gemv.prepare(model, torch.device("cuda")) == bf16_gemv.GEMV_MAX_M
-    assert bf16_gemv.prepare(nn.Linear(100, 128).cuda().to(torch.bfloat16), torch.device("cuda")) is None
+    assert bf16_gemv.prepare(model, torch.device("cuda"), max_num_seqs=1) == bf16_gemv.GEMV_MAX_M
+    assert bf16_gemv.prepare(nn.Linear(100, 128).cuda().to(torch.bfloat16), torch.device("cuda"), max_num_seqs=1) is None
 
 
 @pytest.mark.parametrize("variant", ["w2_p1", "w4_p1", "w8_p1"])
-@pytest.mark.parametrize("E,H,I,k", [(32, 512, 256, 6), (8, 256, 128, 8), (128, 2048, 768, 8), (16, 384, 256, 2)])
+@pytest.mark.parametrize("E,H,I,k", MOE_SHAPES)
+@pytest.mark.usefixtures("poisoned")
 def test_moe_bf16_experts(E, H, I, k, variant):
     """bf16 experts (kernels/moe_gemv.py): a token's row is the fp32 reference's within bf16 rounding and,
     bit for bit, its one-token call's, through the per-slot kernels and the grouped ones at T = 1..16
-    (E = 8 with top-8: all 16 tokens on the same experts, two full groups each); `fused_experts` takes
-    this path (the switch is on) and stays within rounding of Triton's fused MoE."""
+    (E = 8 with top-8: all 16 tokens on the same experts, two full groups each; scratch starts as NaN);
+    `fused_experts` takes this path (the switch is on) and stays within rounding of Triton's fused MoE."""
     from turbospec.kernels import bf16_gemv
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.kernels.moe_gemv import moe_gemv

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.gpu.gemv_checks import SM90, rel
+from tests.gpu.gemv_checks import MOE_SHAPES, SM90, poisoned, rel  # noqa: F401 - poisoned: a fixture
 from tests.gpu.graphs import capture, graph_replays_as_eager
 
 pytestmark = SM90
@@ -157,6 +157,46 @@ def test_prepare_sends_experts_to_the_gemv():
     assert rel(two, triton) < 1e-2
 
 
+def _moe_group_reference(ids: list[int]) -> tuple[list[list[int]], list[int]]:
+    """moe_group's result: the pairs of one expert in pair order, cut every 8, groups numbered by their
+    first pair; (groups padded with -1 to 8, their experts)."""
+    opened, groups, experts = {}, [], []
+    for p, e in enumerate(ids):
+        g = opened.get(e)
+        if g is None or len(groups[g]) == 8:
+            opened[e] = g = len(groups)
+            groups.append([])
+            experts.append(e)
+        groups[g].append(p)
+    return [gr + [-1] * (8 - len(gr)) for gr in groups], experts
+
+
+@pytest.mark.parametrize("case", ["random", "one_expert", "interleaved", "two_pairs"])
+def test_moe_group_matches_its_reference(case):
+    """The grouping kernel (csrc/moe_common.cuh), on its own: up to 128 pairs (16 tokens x top-8), all on
+    one expert (16 full groups), an expert of 9-16 pairs whose groups interleave with others', two pairs."""
+    from turbospec.kernels import moe_gemv
+    g = torch.Generator().manual_seed(len(case))
+    if case == "random":
+        ids = torch.randint(0, 128, (128,), generator=g)
+    elif case == "one_expert":
+        ids = torch.full((128,), 5)
+    elif case == "interleaved":
+        ids = torch.tensor([3, 7] * 6 + [3, 9, 3, 3, 11, 3] + [7, 3] * 3)
+    else:
+        ids = torch.tensor([4, 2])
+    S = ids.numel()
+    dev_ids = ids.to(torch.int32).cuda()
+    groups = torch.full((S, 8), -9, dtype=torch.int32, device="cuda")
+    meta = torch.full((S + 1,), -9, dtype=torch.int32, device="cuda")
+    moe_gemv.module("fp8_gemv.cu", dev_ids.device).launch("moe_group", (1, 1), moe_gemv.MOE_MAX_PAIRS,
+                                                          [dev_ids, S, groups, meta[:S], meta[S:]], False)
+    want_groups, want_experts = _moe_group_reference(ids.tolist())
+    n = int(meta[S])
+    assert n == len(want_groups)
+    assert groups[:n].tolist() == want_groups and meta[:n].tolist() == want_experts
+
+
 def _experts(E, H, I, seed):
     from turbospec.layers.quant.fp8 import quantize_fp8
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -166,12 +206,14 @@ def _experts(E, H, I, seed):
 
 
 @pytest.mark.parametrize("variant", ["", "w4_p0", "w8_p0"])
-@pytest.mark.parametrize("E,H,I,k", [(32, 512, 256, 6), (8, 256, 128, 8), (128, 2048, 768, 8), (16, 384, 256, 2)])
+@pytest.mark.parametrize("E,H,I,k", MOE_SHAPES)
+@pytest.mark.usefixtures("poisoned")
 def test_moe_rows_do_not_depend_on_T_or_grouping(E, H, I, k, variant, monkeypatch):
     """Every token's row, bit for bit, is its one-token call's: through the per-slot kernels at T = 1..16
     and the grouped ones (pairs of one expert read together, 8 a group) at T = 1..16. E = 8 with
     top-8 puts all 16 tokens on the same 8 experts: groups of 8 pairs, two per expert, and full MMA
-    columns. Also within bf16 rounding of Triton's fused MoE."""
+    columns. Scratch and outputs start as NaN (`poisoned`): a row left unwritten fails the equality.
+    Also within bf16 rounding of Triton's fused MoE."""
     from turbospec.kernels import fp8_gemv
     from turbospec.kernels.fused_moe import fused_experts
     from turbospec.kernels.moe_gemv import moe_gemv

@@ -23,7 +23,7 @@ def launches(monkeypatch):
     from turbospec.kernels import bf16_gemv, fp8_gemv, moe_gemv
     if bf16_gemv._MODE != "auto" or fp8_gemv._MODE != "auto":
         pytest.skip("TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV are set: these tests check their default, auto")
-    count = {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0}
+    count = {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0, "moe_16": 0}
     real_bf16, real_fp8, real_moe = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv, moe_gemv.moe_gemv
 
     def bf16(x, w):
@@ -35,6 +35,7 @@ def launches(monkeypatch):
         return real_fp8(x, w, s)
     def moe(hidden, *a, **k):
         count["moe" if hidden.shape[0] == 1 else "moe_grouped"] += 1
+        count["moe_16"] += hidden.shape[0] == 16
         return real_moe(hidden, *a, **k)
     monkeypatch.setattr(bf16_gemv, "bf16_gemv", bf16)
     monkeypatch.setattr(moe_gemv, "moe_gemv", moe)
@@ -72,7 +73,7 @@ def test_larger_engines_keep_the_triton_kernels(codelm_dir, launches):
     llm = LLM(str(codelm_dir), device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=8)
     assert llm.llm_engine.decode_gemvs == () and llm.llm_engine.exact_rows == INVARIANT_MAX_M
     _tokens(llm)
-    assert launches == {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0}
+    assert launches == {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0, "moe_16": 0}
 
 
 @pytest.mark.parametrize("quantization", [None, "fp8"])
@@ -92,7 +93,8 @@ def test_an_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_ch
     ref = _tokens(plain)
     assert launches["moe"] > 0, launches
     spec = LLM(str(path), **kw, speculative_config={"method": "ngram", "num_speculative_tokens": 15})
+    assert launches["moe_16"] == 0, launches                    # the prompts are shorter: no 16-token call yet
     got = _tokens(spec)
-    assert launches["moe_grouped"] > 0, launches                # verifies went through the grouped kernels
+    assert launches["moe_16"] > 0, launches                     # verifies of k + 1 = 16 took the grouped kernels
     assert got == ref
     assert spec.get_metrics()["spec_decode_num_drafts"] > 0

@@ -26,7 +26,7 @@ def exact_k_cap(num_seqs: int, batch_bucket: int | None = None, query_lens=None,
     num_seqs x (k + 1) let 9 sequences verify 6 drafts as a bucket-12 graph of 12 x 8 = 96 rows:
     cuBLAS rounding, and qwen3-8b greedy outputs that left plain decoding's near their end
     (H200, 2026-11-30, `bench/exact_diag.py`). `bound`: the engine's (16 with a CUDA GEMV
-    serving the model's dense linears, `fp8_gemv.prepare` / `bf16_gemv.prepare`)."""
+    serving the model's linears or experts, `fp8_gemv.prepare` / `bf16_gemv.prepare`)."""
     return _exact_k_cap(num_seqs, batch_bucket or 0, tuple(sorted(query_lens or ())), bound)
 
 

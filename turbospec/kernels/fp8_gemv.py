@@ -98,12 +98,13 @@ def fp8_gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Ten
 
 
 def _moe_shape_ok(w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale, block, top_k: int) -> bool:
-    if w13.dtype != torch.float8_e4m3fn or w13_scale is None or w2_scale is None or tuple(block) != (128, 128):
+    """FP8 experts with fp32 128 x 128 block scales [E, 2I / 128, H / 128] / [E, H / 128, I / 128]."""
+    if (w13.dtype != torch.float8_e4m3fn or w2.dtype != torch.float8_e4m3fn or w13_scale is None or w2_scale is None
+            or tuple(block) != (128, 128) or not shape_ok(w13, w2, top_k)):
         return False
-    H, I = w13.shape[-1], w13.shape[-2] // 2
-    return (shape_ok(w13, w2, top_k) and w13_scale.dim() == 3 and w13_scale.shape[-1] == H // 128
-            and w13_scale.stride(-1) == 1 and w2_scale.dim() == 3 and w2_scale.shape[-1] == I // 128
-            and w2_scale.stride(-1) == 1)
+    E, H, I = w13.shape[0], w13.shape[-1], w13.shape[-2] // 2
+    return all(s.dtype == torch.float32 and s.dim() == 3 and s.stride(-1) == 1 and tuple(s.shape) == shape
+               for s, shape in ((w13_scale, (E, 2 * I // 128, H // 128)), (w2_scale, (E, H // 128, I // 128))))
 
 
 def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale,

@@ -1,5 +1,6 @@
 // Block-FP8 weight x bf16 activation GEMV for decode (M <= 8 * NT rows; TURBOSPEC_FP8_GEMV: default
-// auto, engines of one sequence; kernels/fp8_gemv.py builds it with nvcc or NVRTC and launches it): a hand-written
+// auto, engines of one sequence; kernels/cubin.py builds it with nvcc or NVRTC, kernels/fp8_gemv.py launches the
+// dense kernels and kernels/moe_gemv.py the MoE ones): a hand-written
 // kernel with fewer SASS instructions per weight byte in its loop (2.7 unpipelined, 2.9 pipelined)
 // than the Triton FP8 GEMM (kernels/fp8_gemm.py: 4.0, issue-bound on an H200; bench/sass_loop.py
 // counts both).
@@ -137,7 +138,7 @@ GEMV(8, 2, 0)
 
 // ---------------------------------------------------------------- fused MoE, T tokens, each on its own
 // Every (token, slot) and every token's combine is its own block, so a token's row does not depend
-// on T (kernels/fp8_gemv.py serves one token with them; 2-16 tokens take the grouped kernels below).
+// on T (kernels/moe_gemv.py serves one token with them; 2-16 tokens take the grouped kernels below).
 // GEMM1: grid (I / 8 stripes, T * top_k slots). Stripe s of w13 [E, 2I, H] = gate rows 8s..8s+7 (as
 // rows g) and up rows I+8s..I+8s+7 (as rows g + 8), so silu(gate) * up is in one lane.
 // inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
