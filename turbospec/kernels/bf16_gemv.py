@@ -20,7 +20,7 @@ import torch
 from turbospec.kernels.cubin import module
 from torch.utils.weak import WeakIdKeyDictionary
 
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
+from turbospec.kernels.gemv_common import AUTO_EXPERTS, GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
 from turbospec.kernels.moe_gemv import shape_ok
 
 SOURCE = "bf16_gemv.cu"
@@ -92,7 +92,7 @@ def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int,
     from turbospec.layers.linear import INVARIANT_GEMMS
     how = serves(_MODE, enabled(device), device, dtype, max_num_seqs) if INVARIANT_GEMMS else None
     chosen = [w for w in model.parameters() if weight_ok(w)] if how else []
-    chosen += [m.gate_up_proj for m in model.modules() if _experts_ok(m)] if how else []
+    chosen += [m.gate_up_proj for m in model.modules() if _experts_ok(m)] if how == "on" or (how and AUTO_EXPERTS) else []
     if not chosen:
         return None
     if how == "on":

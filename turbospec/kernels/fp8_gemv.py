@@ -35,7 +35,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
+from turbospec.kernels.gemv_common import AUTO_EXPERTS, GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
 from turbospec.kernels.moe_gemv import FP8_MOE1, shape_ok
 
 SOURCE = "fp8_gemv.cu"
@@ -139,7 +139,7 @@ def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int, dty
         if (block is not None and w is not None and s is not None and w.dtype == torch.float8_e4m3fn
                 and w.dim() == 2 and getattr(m, "bias", None) is None and dense_weight_ok(w, s, block)):
             chosen.append(w)
-        if _experts_ok(m):
+        if _experts_ok(m) and (how == "on" or AUTO_EXPERTS):
             chosen.append(m.gate_up_proj)
     if not chosen:
         return INVARIANT_MAX_M

@@ -16,6 +16,8 @@ GEMV_MAX_M = 16                 # rows served (2 tiles of the MMA's 8-wide side)
 # plain and a speculating engine of the same max_num_seqs take the same kernels, so their tokens stay equal.
 # At 2 sequences a draft of 8-15 tokens (DFlash's 15) would no longer fit: none would be made.
 AUTO_MAX_SEQS = 1
+# Whether "auto" engines send an MoE's experts to the CUDA MoE GEMVs too (kernels/moe_gemv.py; "1" always does).
+AUTO_EXPERTS = True
 _CAPABILITY: dict[int, bool] = {}
 _WARNED: set[tuple[int, str]] = set()
 _BUILD_WARNED: set[str] = set()
