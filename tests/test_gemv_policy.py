@@ -12,6 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+from turbospec.kernels.gemv_common import AUTO_EXPERTS
+
 
 def test_gemv_switch_modes_and_which_engines_auto_serves(monkeypatch):
     """TURBOSPEC_FP8_GEMV / _BF16_GEMV: auto (default) serves engines of max_num_seqs 1 (whose verifies fit
@@ -140,11 +142,11 @@ def test_auto_chooses_dense_fp8_weights_and_experts_and_leaves_biases(fake_hoppe
     assert fp8_gemv.prepare(model, dev, max_num_seqs=1) == 16
     assert fake_hopper == ["fp8_gemv.cu"]
     assert fp8_gemv.takes(model[0].weight, dev) and not fp8_gemv.takes(model[1].weight, dev)   # bias: Triton
-    assert fp8_gemv.takes(experts.gate_up_proj, dev) and not fp8_gemv.takes(odd_k.gate_up_proj, dev)
+    assert fp8_gemv.takes(experts.gate_up_proj, dev) is AUTO_EXPERTS and not fp8_gemv.takes(odd_k.gate_up_proj, dev)
     moe = (experts.gate_up_proj, experts.down_proj, experts.gate_up_proj_scale_inv, experts.down_proj_scale_inv,
            (128, 128), 2)
     for T in (1, 2, 16):                      # a decode and every verify of up to 16 tokens
-        assert fp8_gemv.moe_eligible(torch.zeros(T, 128, dtype=torch.bfloat16), *moe), T
+        assert fp8_gemv.moe_eligible(torch.zeros(T, 128, dtype=torch.bfloat16), *moe) is AUTO_EXPERTS, T
     assert not fp8_gemv.moe_eligible(torch.zeros(17, 128, dtype=torch.bfloat16), *moe)   # more: Triton
     assert not fp8_gemv.moe_eligible(torch.zeros(1, 128, dtype=torch.float16), *moe)
     bf16_only = nn.Linear(256, 128, bias=False).to(torch.bfloat16)
@@ -161,6 +163,9 @@ def test_auto_chooses_bf16_experts_of_small_engines(fake_hopper):
     model = nn.ModuleList([experts, odd_i, top3, _fp8_experts()])
     dev = torch.device("cuda", 0)
     assert bf16_gemv.prepare(model, dev, max_num_seqs=2) is None and fake_hopper == []
+    if not AUTO_EXPERTS:                      # auto leaves every expert on Triton: nothing chosen, nothing built
+        assert bf16_gemv.prepare(model, dev, max_num_seqs=1) is None and fake_hopper == []
+        return
     assert bf16_gemv.prepare(model, dev, max_num_seqs=1) == 16 and fake_hopper == ["bf16_gemv.cu"]
     assert bf16_gemv.takes(experts.gate_up_proj, dev)
     assert not any(bf16_gemv.takes(m.gate_up_proj, dev) for m in (odd_i, top3, model[3]))
@@ -183,8 +188,9 @@ def _bf16_experts(E: int = 4, H: int = 128, I: int = 128, top_k: int = 2) -> nn.
 def test_auto_takes_an_fp8_moe_whose_linears_keep_triton(fake_hopper):
     """Experts alone (every dense linear biased, so on Triton) still set the 16-row bound."""
     from turbospec.kernels import fp8_gemv
+    from turbospec.layers.linear import INVARIANT_MAX_M
     model = nn.ModuleList([_Fp8Linear(256, 128, bias=True), _fp8_experts(top_k=8)])
-    assert fp8_gemv.prepare(model, torch.device("cuda", 0), max_num_seqs=1) == 16
+    assert fp8_gemv.prepare(model, torch.device("cuda", 0), max_num_seqs=1) == (16 if AUTO_EXPERTS else INVARIANT_MAX_M)
 
 
 def test_a_drafter_asking_for_more_rows_than_the_gemv_takes_is_warned(fake_hopper):
