@@ -45,7 +45,7 @@
 #            from 2 (`auto` engines now send their experts there too): the GEMV tests and tests/test_cubin_build.py,
 #            then bench/moe_verify_probe.py (Triton / per-slot / grouped at T = 1..16), then qwen3-30b-a3b FP8
 #            and bf16 bench decode b1 with both switches 0, then auto, then the FP8 oracle (k 7, AL 4, auto length)
-#   moelean  (session 40) moegroup's GPU tests, then its probe if AUTO_LIMIT leaves time
+#   moelean  (session 40) moegroup's GPU tests (MOE_K: a -k filter), then its probe if AUTO_LIMIT leaves time
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -121,7 +121,7 @@ for part in "$@"; do
             grep -E "^###|^# bench|^ +[0-9]" "$OUT/auto_bench.txt" | grep -oE "^###.*|^ +[0-9].*|CUDA GEMVs [^|]*|env [^|]*$" ;;
     moelean) # moegroup's tests, then its probe while it fits ${AUTO_LIMIT:-570} s (a short device budget)
             export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
-            PYTHONPATH=. timeout $(( ${AUTO_LIMIT:-570} - 60 )) $T tests/gpu/test_fp8_gemv_gpu.py \
+            PYTHONPATH=. timeout $(( ${AUTO_LIMIT:-570} - 60 )) $T -k "${MOE_K:-}" tests/gpu/test_fp8_gemv_gpu.py \
               tests/gpu/test_bf16_gemv_gpu.py tests/gpu/test_gemv_auto_gpu.py > "$OUT/moegroup_tests.txt" 2>&1
             grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/moegroup_tests.txt" | head -20
             if (( SECONDS + 60 < ${AUTO_LIMIT:-570} )); then
