@@ -14,7 +14,10 @@ the slot rows rounded to bf16 and summed in fp32 (the rounding of kernels/moe_su
 Both layouts give a token's row the same bits (same warps, K split, loop, SiLU and roundings; an MMA
 column's sum does not depend on the column or on its neighbours), so a verify rounds every token as its
 decode did: what lets an engine decode and verify through them losslessly (tests/gpu/test_fp8_gemv_gpu.py,
-test_bf16_gemv_gpu.py). Who sends launches here: `fp8_gemv.moe_eligible`, `bf16_gemv.moe_eligible`.
+test_bf16_gemv_gpu.py). Who sends launches here: `fp8_gemv.moe_eligible`, `bf16_gemv.moe_eligible` (under
+`TURBOSPEC_FP8_GEMV=1` / `TURBOSPEC_BF16_GEMV=1`, and in `auto` engines once gemv_common.AUTO_EXPERTS is
+on). Written 2026-12-07 without a GPU: the grouped kernels and the bf16 ones have not run yet
+(`bash bench/gpu_pending.sh moegroup` runs their tests, the probe and the engine rows).
 """
 from __future__ import annotations
 
