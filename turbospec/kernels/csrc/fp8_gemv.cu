@@ -236,7 +236,7 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
                                            const int *__restrict__ grp_expert, bf16_t *__restrict__ inter,
                                            int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {
   const int stripe = blockIdx.x, grp = blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const int e = __ldg(grp_expert + grp);
   int kb0, kb1;
   warp_k_range<WARPS>(H / 128, kb0, kb1);
@@ -248,11 +248,7 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
                         se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);
   __shared__ float red[WARPS * 128];
   warp_sum<WARPS, 1>(acc, red);
-  if (warp == 0) {                                        // columns 2t, 2t + 1: acc 0 / 1 = gate, 2 / 3 = up
-    const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
-    if (p0 >= 0) inter[(size_t)p0 * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
-    if (p1 >= 0) inter[(size_t)p1 * I + stripe * 8 + g] = silu_mul(acc[0][1], acc[0][3]);
-  }
+  if (warp == 0) store_group_inter(acc, groups, grp, inter, I, stripe);
 }
 
 // GEMM2: grid (H / 64, S group bounds), 4 warps, each one 16-row stripe over all of I (as moe2_body's
@@ -263,25 +259,14 @@ __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const
                                            const int *__restrict__ grp_expert, const float *__restrict__ tw,
                                            bf16_t *__restrict__ y, int H, int I, int stride_se, int stride_sn) {
   const int grp = blockIdx.y, stripe = blockIdx.x * 4 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int g = threadIdx.x % 32 / 4;
   const int e = __ldg(grp_expert + grp);
   const uint8_t *rg = lane_row(w2, (size_t)e * H + stripe * 16 + g, I);
   const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
   const bf16_t *xl[1] = {group_x<2>(groups, grp, inter, 1, I)};
   float acc[1][4] = {};
   stripe_dot_x<1, PIPE>(rg, rg + (size_t)8 * I, xl, 0, I / 128, srow, srow, acc);
-  const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
-  bf16_t *row = y + stripe * 16 + g;
-  if (p0 >= 0) {
-    const float w = __ldg(tw + p0);
-    row[(size_t)p0 * H] = f2bf(acc[0][0] * w);
-    row[(size_t)p0 * H + 8] = f2bf(acc[0][2] * w);
-  }
-  if (p1 >= 0) {
-    const float w = __ldg(tw + p1);
-    row[(size_t)p1 * H] = f2bf(acc[0][1] * w);
-    row[(size_t)p1 * H + 8] = f2bf(acc[0][3] * w);
-  }
+  store_group_y(acc, groups, grp, tw, y, H, stripe);
 }
 
 #define MOE1G(W, P)                                                                                   \

@@ -56,6 +56,35 @@ __device__ __forceinline__ const bf16_t *group_x(const int *__restrict__ groups,
   return pair >= 0 ? x + (size_t)(pair / div) * stride_x + 8 * P * (threadIdx.x % 4) : nullptr;
 }
 
+// Grouped GEMM1's epilogue (warp 0, after warp_sum): lane (g, t) holds columns 2t and 2t + 1 of the
+// group (acc 0 / 1: gate row g, acc 2 / 3: up row g, stripe `stripe` of 8 rows): inter[pair, I].
+__device__ __forceinline__ void store_group_inter(const float (&acc)[1][4], const int *__restrict__ groups, int grp,
+                                                  bf16_t *__restrict__ inter, int I, int stripe) {
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
+  if (p0 >= 0) inter[(size_t)p0 * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
+  if (p1 >= 0) inter[(size_t)p1 * I + stripe * 8 + g] = silu_mul(acc[0][1], acc[0][3]);
+}
+
+// Grouped GEMM2's epilogue (each warp its 16-row stripe): columns 2t, 2t + 1, rows g (acc 0 / 1) and
+// g + 8 (acc 2 / 3): y[pair, H] = bf16(w_pair * acc), the per-slot kernels' rounding of a slot row.
+__device__ __forceinline__ void store_group_y(const float (&acc)[1][4], const int *__restrict__ groups, int grp,
+                                              const float *__restrict__ tw, bf16_t *__restrict__ y, int H, int stripe) {
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
+  bf16_t *row = y + stripe * 16 + g;
+  if (p0 >= 0) {
+    const float w = __ldg(tw + p0);
+    row[(size_t)p0 * H] = f2bf(acc[0][0] * w);
+    row[(size_t)p0 * H + 8] = f2bf(acc[0][2] * w);
+  }
+  if (p1 >= 0) {
+    const float w = __ldg(tw + p1);
+    row[(size_t)p1 * H] = f2bf(acc[0][1] * w);
+    row[(size_t)p1 * H + 8] = f2bf(acc[0][3] * w);
+  }
+}
+
 // out[token, h] = bf16(y[token * top_k, h] + y[.. + 1, h] + ...), fp32 in slot order: moe2_body's
 // warp_sum over its slot warps. grid (H / 128, T), 128 threads.
 extern "C" __global__ void __launch_bounds__(128) moe_combine(const bf16_t *__restrict__ y, bf16_t *__restrict__ out,
