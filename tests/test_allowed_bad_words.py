@@ -169,8 +169,9 @@ def test_ids_outside_the_vocabulary_are_refused_before_any_step(llm):
 
 def test_decode_bursts_hold_allowed_ids_and_leave_bad_words_to_single_steps(llm, codelm_dir):
     """allowed_token_ids is a fixed mask: it decodes in bursts (the penalized variant's bias) and
-    gives single steps' tokens. A bad word's ban depends on the tokens before it, which the host
-    checks token by token: such a batch decodes in single steps, with the same tokens."""
+    gives single steps' tokens. So are bad words of one token each: they burst, with single steps'
+    tokens. A longer bad word's ban depends on the tokens before it, which the host checks token by
+    token: such a batch decodes in single steps, with the same tokens."""
     b = LLM(str(codelm_dir), device="cpu", dtype="float32", num_scheduler_steps=4)
     counters = b.llm_engine.counters
     allowed = [_greedy(24, allowed_token_ids=ALLOWED), _greedy(24),
@@ -178,7 +179,17 @@ def test_decode_bursts_hold_allowed_ids_and_leave_bad_words_to_single_steps(llm,
     before = counters["num_burst_tokens"]
     assert _ids(b, [PROMPT, OTHER, PROMPT], allowed) == _ids(llm, [PROMPT, OTHER, PROMPT], allowed)
     assert counters["num_burst_tokens"] - before >= 48
-    bad = [_greedy(24, bad_words=["a * b"]), _greedy(24)]
+    tok = b.get_tokenizer()
+    single = [w for w in ("return", "print", "self") if all(len(x) == 1 for x in _word_ids(tok, [w]))][:2]
+    assert single, "no one-token word found for the test"
+    one_token = [_greedy(24, bad_words=single), _greedy(24, bad_words=single[:1], allowed_token_ids=ALLOWED)]
+    before = counters["num_burst_tokens"]
+    got = _ids(b, [PROMPT, OTHER], one_token)
+    assert got == _ids(llm, [PROMPT, OTHER], one_token)
+    assert counters["num_burst_tokens"] - before >= 32                     # one-token words burst
+    banned = {x[0] for x in _word_ids(tok, single)}
+    assert not banned & set(got[0])
+    bad = [_greedy(24, bad_words=["a * b"]), _greedy(24, bad_words=single)]
     before = counters["num_burst_tokens"]
     assert _ids(b, [PROMPT, OTHER], bad) == _ids(llm, [PROMPT, OTHER], bad)
     assert counters["num_burst_tokens"] == before

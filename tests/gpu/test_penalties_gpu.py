@@ -87,9 +87,9 @@ def test_penalized_bursts_equal_single_steps_on_cuda():
 
 
 def test_allowed_ids_and_bad_words_on_cuda_with_bursts_and_speculation():
-    """allowed_token_ids (a -inf bias row: decodes in the penalized burst variant) and bad_words of
-    several tokens (single steps; each verify row checks the drafts before it) on CUDA: bursts and
-    n-gram speculation give the single-step engine's tokens, which obey both."""
+    """allowed_token_ids (a -inf bias row: decodes in the penalized burst variant), bad_words of one
+    token (bursts too) and of several tokens (single steps; each verify row checks the drafts before
+    it) on CUDA: bursts and n-gram speculation give the single-step engine's tokens, which obey them."""
     single = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", num_scheduler_steps=1)
     tok = single.get_tokenizer()
     from turbospec.engine.bad_words import encode_bad_words
@@ -101,10 +101,14 @@ def test_allowed_ids_and_bad_words_on_cuda_with_bursts_and_speculation():
     assert set(want[0]) <= set(allowed) and set(want[2]) <= set(allowed)
     words = encode_bad_words(["(a, b)", "range"], tok, 8192)          # (the CPU tests check the encoding)
     assert not any(want[1][i:i + len(w)] == w for w in words for i in range(len(want[1])))
+    one = [w for w in ("range", "return", "self") if all(len(x) == 1 for x in encode_bad_words([w], tok, 8192))][:1]
+    solo = [SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True, bad_words=one)]   # one token: bursts
+    want_solo = [o.outputs[0].token_ids for o in single.generate(PROMPTS[:1], solo)]
     for kw in ({}, {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}):
         other = LLM(str(ROOT / "codelm-12m"), device="cuda", dtype="bfloat16", **kw)
         assert [o.outputs[0].token_ids for o in other.generate(PROMPTS, params)] == want, kw
         assert [o.outputs[0].token_ids for o in other.generate(PROMPTS[::2], params[::2])] == want[::2], kw
+        assert [o.outputs[0].token_ids for o in other.generate(PROMPTS[:1], solo)] == want_solo, kw
 
 
 @pytest.mark.parametrize("N,V", [(1, 151936), (5, 8192), (64, 151936), (3, 1000)])

@@ -1,7 +1,7 @@
 """The decode-burst step (engine/multistep.py runs the bursts): when the whole running set is
 plain decoding that a burst can hold (greedy or sampled, seeded or not, penalties, logit bias,
-allowed_token_ids and min_tokens too; logprobs for a few rows; not structured outputs or bad_words:
-`DecodeBurst.takes_batch`), n steps run as one launch,
+allowed_token_ids, bad words of one token and min_tokens too; logprobs for a few rows; not
+structured outputs or bad words of several tokens: `DecodeBurst.takes_batch`), n steps run as one launch,
 and while the batch stays the same the next burst is launched before this one's tokens are read.
 `LLMEngine.step` tries this first.
 """
@@ -18,7 +18,7 @@ def _burst_ok(engine, seqs: list[Sequence], ahead: int) -> bool:
     so the last tokens do not fall back to single steps that wait for the host (docs/benchmarks.md)."""
     n, bm = engine.burst.n, engine.block_manager
     if engine.scheduler.waiting or not seqs or len(seqs) != len(engine.scheduler.running) or \
-            not engine.burst.takes_batch([s.params for s in seqs]):
+            not engine.burst.takes_batch([s.params for s in seqs], [s.bad_words_ids for s in seqs]):
         return False
     for s in seqs:
         if s.is_finished or \
@@ -61,7 +61,8 @@ def try_burst(engine) -> list[Sequence] | None:
         pt = (PenaltyTensors.build(run, engine.burst.vocab_size, engine.device, eos_ids=eos)
               if any(processes_logits(s, eos) for s in run) else None)
         flight = engine.burst.launch([s.last_token_id for s in run], [len(s) - 1 for s in run],
-                                       [s.block_table for s in run], [s.params for s in run], pt)
+                                       [s.block_table for s in run], [s.params for s in run], pt,
+                                       [s.bad_words_ids for s in run])
         flight.seqs = list(run)
     seqs = flight.seqs
     if engine.burst.can_chain(flight) and _chain_plain(engine, len(seqs)) and \

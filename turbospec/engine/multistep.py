@@ -72,14 +72,17 @@ class DecodeBurst:
         self.pool, self.captured = None, False
 
     @staticmethod
-    def takes_batch(params: list[SamplingParams]) -> bool:
+    def takes_batch(params: list[SamplingParams], bad_words: list[list[list[int]] | None] | None = None) -> bool:
         """Can these requests decode in one burst? Any settings can (penalties, logit bias and
         allowed_token_ids on the penalized variant) but structured outputs, whose masks the host
-        computes token by token, and bad_words (a word of several tokens bans by the tokens before
-        it; one-token words could burst, but the params do not tell them apart); logprobs for at
-        most MAX_LOGPROB_ROWS rows."""
+        computes token by token, and bad_words of several tokens (such a word bans by the tokens
+        before it); words of one token each are a fixed bias and burst, where `bad_words` gives each
+        request's encoded words (`Sequence.bad_words_ids`; without it no request with bad_words
+        bursts); logprobs for at most MAX_LOGPROB_ROWS rows."""
+        words = bad_words if bad_words is not None else [None] * len(params)
         return sum(p.logprobs is not None for p in params) <= MAX_LOGPROB_ROWS and \
-            all(p.structured_outputs is None and not p.bad_words for p in params)
+            all(p.structured_outputs is None and (not p.bad_words or (w is not None and all(len(x) == 1 for x in w)))
+                for p, w in zip(params, words))
 
     def _logits(self, hidden: torch.Tensor, j: int) -> torch.Tensor:
         """Step j's raw logits [b, V] (the model dtype on CUDA: the upcast is exact), the rows of
@@ -207,14 +210,16 @@ class DecodeBurst:
 
     @torch.inference_mode()
     def launch(self, last_ids: list[int], positions: list[int], block_tables: list[list[int]],
-               params: list[SamplingParams] | None = None, penalties: PenaltyTensors | None = None) -> BurstFlight:
+               params: list[SamplingParams] | None = None, penalties: PenaltyTensors | None = None,
+               bad_words: list[list[list[int]] | None] | None = None) -> BurstFlight:
         """Start a burst: last_ids[i] is the newest token of sequence i (its KV not computed yet), at
         positions[i], decoded with params[i] (default greedy; together they must pass `takes_batch`).
         penalties: the rows' logits processing (`PenaltyTensors.build` of the sequences, no drafts),
-        None when no row has any. Returns without waiting for the GPU."""
-        if params is not None and not self.takes_batch(params):
-            raise ValueError(f"a burst holds at most {MAX_LOGPROB_ROWS} rows with logprobs "
-                             "(DecodeBurst.takes_batch); decode them in single steps")
+        None when no row has any; bad_words: the rows' encoded bad words (one token each, in the
+        bias). Returns without waiting for the GPU."""
+        if params is not None and not self.takes_batch(params, bad_words):
+            raise ValueError(f"a burst holds at most {MAX_LOGPROB_ROWS} rows with logprobs, no structured outputs "
+                             "and bad words of one token only (DecodeBurst.takes_batch); decode them in single steps")
         B = len(last_ids)
         b = next(x for x in self.buckets if x >= B)
         mode = self.sampling.set(params, b) if params is not None else Mode.GREEDY
