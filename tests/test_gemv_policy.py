@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-from turbospec.kernels.gemv_common import AUTO_EXPERTS
 
 
 def test_gemv_switch_modes_and_which_engines_auto_serves(monkeypatch):
@@ -59,6 +58,14 @@ def fake_hopper(monkeypatch):
     monkeypatch.setattr(bf16_gemv, "module", lambda src, dev: built.append(src))
     monkeypatch.setattr(fp8_gemv, "module", lambda src, dev: built.append(src))
     return built
+
+
+@pytest.fixture(params=[True, False], ids=["auto_experts", "experts_on_triton"])
+def auto_experts(request, monkeypatch) -> bool:
+    """gemv_common.AUTO_EXPERTS both ways (off by default until the MoE GEMVs have run on a GPU)."""
+    from turbospec.kernels import gemv_common
+    monkeypatch.setattr(gemv_common, "AUTO_EXPERTS", request.param)
+    return request.param
 
 
 def test_auto_chooses_the_weights_of_small_engines_only(fake_hopper):
@@ -131,7 +138,7 @@ def _fp8_experts(E: int = 4, H: int = 128, I: int = 128, top_k: int = 2) -> nn.M
     return m
 
 
-def test_auto_chooses_dense_fp8_weights_and_experts_and_leaves_biases(fake_hopper):
+def test_auto_chooses_dense_fp8_weights_and_experts_and_leaves_biases(fake_hopper, auto_experts):
     from turbospec.kernels import fp8_gemv
     from turbospec.layers.linear import INVARIANT_MAX_M
     experts, odd_k = _fp8_experts(), _fp8_experts(top_k=3)       # top-3: no GEMM2 built for it
@@ -142,11 +149,11 @@ def test_auto_chooses_dense_fp8_weights_and_experts_and_leaves_biases(fake_hoppe
     assert fp8_gemv.prepare(model, dev, max_num_seqs=1) == 16
     assert fake_hopper == ["fp8_gemv.cu"]
     assert fp8_gemv.takes(model[0].weight, dev) and not fp8_gemv.takes(model[1].weight, dev)   # bias: Triton
-    assert fp8_gemv.takes(experts.gate_up_proj, dev) is AUTO_EXPERTS and not fp8_gemv.takes(odd_k.gate_up_proj, dev)
+    assert fp8_gemv.takes(experts.gate_up_proj, dev) is auto_experts and not fp8_gemv.takes(odd_k.gate_up_proj, dev)
     moe = (experts.gate_up_proj, experts.down_proj, experts.gate_up_proj_scale_inv, experts.down_proj_scale_inv,
            (128, 128), 2)
     for T in (1, 2, 16):                      # a decode and every verify of up to 16 tokens
-        assert fp8_gemv.moe_eligible(torch.zeros(T, 128, dtype=torch.bfloat16), *moe) is AUTO_EXPERTS, T
+        assert fp8_gemv.moe_eligible(torch.zeros(T, 128, dtype=torch.bfloat16), *moe) is auto_experts, T
     assert not fp8_gemv.moe_eligible(torch.zeros(17, 128, dtype=torch.bfloat16), *moe)   # more: Triton
     assert not fp8_gemv.moe_eligible(torch.zeros(1, 128, dtype=torch.float16), *moe)
     bf16_only = nn.Linear(256, 128, bias=False).to(torch.bfloat16)
@@ -154,7 +161,7 @@ def test_auto_chooses_dense_fp8_weights_and_experts_and_leaves_biases(fake_hoppe
     assert fake_hopper == ["fp8_gemv.cu"]                          # no FP8 weight: not built
 
 
-def test_auto_chooses_bf16_experts_of_small_engines(fake_hopper):
+def test_auto_chooses_bf16_experts_of_small_engines(fake_hopper, auto_experts):
     """bf16 experts: chosen with the model's linears by an engine of one sequence (also when they are all
     its GEMV can take), not by one of two; eligible for 1-16 tokens of bf16 rows; FP8 or odd-shaped
     experts, and top-3 (no kernel built for it), are left to Triton."""
@@ -163,7 +170,7 @@ def test_auto_chooses_bf16_experts_of_small_engines(fake_hopper):
     model = nn.ModuleList([experts, odd_i, top3, _fp8_experts()])
     dev = torch.device("cuda", 0)
     assert bf16_gemv.prepare(model, dev, max_num_seqs=2) is None and fake_hopper == []
-    if not AUTO_EXPERTS:                      # auto leaves every expert on Triton: nothing chosen, nothing built
+    if not auto_experts:                      # auto leaves every expert on Triton: nothing chosen, nothing built
         assert bf16_gemv.prepare(model, dev, max_num_seqs=1) is None and fake_hopper == []
         return
     assert bf16_gemv.prepare(model, dev, max_num_seqs=1) == 16 and fake_hopper == ["bf16_gemv.cu"]
@@ -185,12 +192,12 @@ def _bf16_experts(E: int = 4, H: int = 128, I: int = 128, top_k: int = 2) -> nn.
     return m
 
 
-def test_auto_takes_an_fp8_moe_whose_linears_keep_triton(fake_hopper):
+def test_auto_takes_an_fp8_moe_whose_linears_keep_triton(fake_hopper, auto_experts):
     """Experts alone (every dense linear biased, so on Triton) still set the 16-row bound."""
     from turbospec.kernels import fp8_gemv
     from turbospec.layers.linear import INVARIANT_MAX_M
     model = nn.ModuleList([_Fp8Linear(256, 128, bias=True), _fp8_experts(top_k=8)])
-    assert fp8_gemv.prepare(model, torch.device("cuda", 0), max_num_seqs=1) == (16 if AUTO_EXPERTS else INVARIANT_MAX_M)
+    assert fp8_gemv.prepare(model, torch.device("cuda", 0), max_num_seqs=1) == (16 if auto_experts else INVARIANT_MAX_M)
 
 
 def test_a_drafter_asking_for_more_rows_than_the_gemv_takes_is_warned(fake_hopper):

@@ -78,14 +78,13 @@ def test_larger_engines_keep_the_triton_kernels(codelm_dir, launches):
 
 @pytest.mark.parametrize("quantization", [None, "fp8"])
 def test_an_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_checkpoint_factory, launches,
-                                                                         quantization):
+                                                                         quantization, monkeypatch):
     """An MoE (bf16 or FP8 experts) in an engine of one sequence: its experts take the GEMV at one token
     (decode) and grouped by expert at several (a verify of up to 16 tokens), and n-gram speculation with
     k = 15 gives plain decoding's tokens (each token's expert rows are the same bits either way)."""
     from turbospec import LLM
-    from turbospec.kernels.gemv_common import AUTO_EXPERTS
-    if not AUTO_EXPERTS:
-        pytest.skip("gemv_common.AUTO_EXPERTS is off: auto engines leave their experts on Triton")
+    from turbospec.kernels import gemv_common
+    monkeypatch.setattr(gemv_common, "AUTO_EXPERTS", True)      # off by default until this test has passed
     path = tiny_checkpoint_factory("qwen3_moe", "gpu_moe_gemv", seed=7, hidden_size=256, head_dim=64,
                                    num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=128,
                                    num_experts=16, num_experts_per_tok=4, num_hidden_layers=2)

@@ -21,8 +21,9 @@ import torch
 from turbospec.kernels.cubin import module
 from torch.utils.weak import WeakIdKeyDictionary
 
-from turbospec.kernels.gemv_common import AUTO_EXPERTS, GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
-from turbospec.kernels.moe_gemv import shape_ok
+from turbospec.kernels.gemv_common import (GEMV_MAX_M, aligned, auto_build, hopper, serves, serves_experts,
+                                           switch_mode, warps_for)
+from turbospec.kernels.moe_gemv import experts_of, shape_ok
 
 SOURCE = "bf16_gemv.cu"
 SWITCH = "TURBOSPEC_BF16_GEMV"
@@ -56,9 +57,9 @@ def eligible(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 def _experts_ok(m: torch.nn.Module) -> bool:
     """A bf16 FusedMoE (layers/moe.py) whose weights the MoE kernels read as stored (kernels/moe_gemv.py)."""
-    w13, w2 = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
-    return (getattr(m, "fp8_block", None) is None and isinstance(w13, torch.Tensor) and isinstance(w2, torch.Tensor)
-            and w13.dtype == torch.bfloat16 and w2.dtype == torch.bfloat16 and shape_ok(w13, w2, getattr(m, "top_k", 0)))
+    w = experts_of(m)
+    return (w is not None and getattr(m, "fp8_block", None) is None and all(x.dtype == torch.bfloat16 for x in w)
+            and shape_ok(*w, getattr(m, "top_k", 0)))
 
 
 def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int) -> bool:
@@ -92,8 +93,11 @@ def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int,
     that only shortens drafts) or a bf16 MoE's experts do; None where the GEMV serves nothing."""
     from turbospec.layers.linear import INVARIANT_GEMMS
     how = serves(_MODE, enabled(device), device, dtype, max_num_seqs) if INVARIANT_GEMMS else None
-    chosen = [w for w in model.parameters() if weight_ok(w)] if how else []
-    chosen += [m.gate_up_proj for m in model.modules() if _experts_ok(m)] if how == "on" or (how and AUTO_EXPERTS) else []
+    if how is None:
+        return None
+    chosen = [w for w in model.parameters() if weight_ok(w)]
+    if serves_experts(how):
+        chosen += [m.gate_up_proj for m in model.modules() if _experts_ok(m)]
     if not chosen:
         return None
     if how == "on":

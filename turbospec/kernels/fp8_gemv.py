@@ -36,8 +36,9 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import AUTO_EXPERTS, GEMV_MAX_M, aligned, auto_build, hopper, serves, switch_mode, warps_for
-from turbospec.kernels.moe_gemv import FP8_MOE1, shape_ok
+from turbospec.kernels.gemv_common import (GEMV_MAX_M, aligned, auto_build, hopper, serves, serves_experts,
+                                           switch_mode, warps_for)
+from turbospec.kernels.moe_gemv import FP8_MOE1, experts_of, shape_ok
 
 SOURCE = "fp8_gemv.cu"
 SWITCH = "TURBOSPEC_FP8_GEMV"
@@ -116,10 +117,10 @@ def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, w13_
 
 def _experts_ok(m: torch.nn.Module) -> bool:
     """An FP8 FusedMoE (layers/quant/fp8.py) whose weights the kernels read as stored."""
-    w13, w2 = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
-    return (getattr(m, "fp8_block", None) is not None and isinstance(w13, torch.Tensor) and isinstance(w2, torch.Tensor)
-            and _moe_shape_ok(w13, w2, getattr(m, "gate_up_proj_scale_inv", None),
-                              getattr(m, "down_proj_scale_inv", None), m.fp8_block, getattr(m, "top_k", 0)))
+    w = experts_of(m)
+    return (w is not None and getattr(m, "fp8_block", None) is not None
+            and _moe_shape_ok(*w, getattr(m, "gate_up_proj_scale_inv", None), getattr(m, "down_proj_scale_inv", None),
+                              m.fp8_block, getattr(m, "top_k", 0)))
 
 
 def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int, dtype: torch.dtype = torch.bfloat16) -> int:
@@ -133,14 +134,14 @@ def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int, dty
     how = serves(_MODE, enabled(device), device, dtype, max_num_seqs)
     if how is None:
         return INVARIANT_MAX_M
-    chosen = []
+    chosen, experts = [], serves_experts(how)
     for m in model.modules():
         block = getattr(getattr(m, "quant_method", None), "block", None)
         w, s = getattr(m, "weight", None), getattr(m, "weight_scale_inv", None)
         if (block is not None and w is not None and s is not None and w.dtype == torch.float8_e4m3fn
                 and w.dim() == 2 and getattr(m, "bias", None) is None and dense_weight_ok(w, s, block)):
             chosen.append(w)
-        if _experts_ok(m) and (how == "on" or AUTO_EXPERTS):
+        if experts and _experts_ok(m):
             chosen.append(m.gate_up_proj)
     if not chosen:
         return INVARIANT_MAX_M

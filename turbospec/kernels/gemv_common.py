@@ -51,6 +51,12 @@ def serves(mode: str, enabled: bool, device: torch.device, dtype: torch.dtype, m
     return "auto" if auto_engine(mode, max_num_seqs) and hopper(device, "", "", warn=False) else None
 
 
+def serves_experts(how: str | None) -> bool:
+    """Whether an engine `serves` as `how` sends its experts to the MoE GEMVs: under "1", and under "auto"
+    while AUTO_EXPERTS is on (read here, at each engine start)."""
+    return how == "on" or (how == "auto" and AUTO_EXPERTS)
+
+
 def auto_build(build, switch: str) -> bool:
     """Build the kernel for an "auto" engine: False, with one warning, where it cannot be built or
     loaded (no nvcc and no NVRTC, a compile error, a driver that refuses the cubin): the engine then

@@ -35,6 +35,12 @@ BF16_MOE1 = {"w2_p1": 2, "w4_p1": 4, "w8_p1": 8}
 BF16_MOE1_DEFAULT = "w4_p1"
 
 
+def experts_of(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(w13, w2) of a FusedMoE-like module (layers/moe.py: gate_up_proj, down_proj), else None."""
+    w13, w2 = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+    return (w13, w2) if isinstance(w13, torch.Tensor) and isinstance(w2, torch.Tensor) else None
+
+
 def shape_ok(w13: torch.Tensor, w2: torch.Tensor, top_k: int) -> bool:
     """w13 [E, 2I, H], w2 [E, H, I] contiguous and 16-byte aligned, H and I multiples of 128."""
     if w13.dim() != 3 or w2.dim() != 3:
