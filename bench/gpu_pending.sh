@@ -129,6 +129,26 @@ for part in "$@"; do
                 > "$OUT/moegroup_probe.txt" 2>&1
               cat "$OUT/moegroup_probe.txt"
             fi ;;
+    moeab)  # (session 41) the MoE engine test after its fix, the one-token bad-words burst case, then
+            # qwen3-30b-a3b FP8 / bf16 b1 decode and the FP8 oracle with defaults (experts on Triton) against
+            # both switches 1 (experts on the CUDA GEMVs at 1-16 tokens), each pair in this call
+            export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
+            PYTHONPATH=. timeout 200 $T tests/gpu/test_gemv_auto_gpu.py tests/gpu/test_penalties_gpu.py \
+              -k "moe_engine or bad_words" > "$OUT/moeab_tests.txt" 2>&1
+            grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/moeab_tests.txt" | head -20
+            for a in "--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                     "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"; do
+              bench_rows moeab_bench.txt 80 "$a"
+              TURBOSPEC_FP8_GEMV=1 TURBOSPEC_BF16_GEMV=1 bench_rows moeab_bench.txt 80 "$a"
+            done
+            for v in auto 1; do
+              echo "### bench spec qwen3-30b-a3b FP8 oracle k 7 AL 4 auto, b1, switches $v" >> "$OUT/moeab_bench.txt"
+              PYTHONPATH=. TURBOSPEC_FP8_GEMV=$v TURBOSPEC_BF16_GEMV=$v timeout 130 python3 -m turbospec.cli bench spec \
+                --shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --max-tokens 64 \
+                --speculative-config '{"method":"oracle","num_speculative_tokens":7,"acceptance_length":4,"draft_length":"auto"}' \
+                >> "$OUT/moeab_bench.txt" 2>&1
+            done
+            grep -E "^###|^# bench|^ +[0-9]|^batch|^verify" "$OUT/moeab_bench.txt" | grep -oE "^###.*|^ +[0-9].*|^batch.*|^verify.*|CUDA GEMVs [^|]*|env [^|]*$" ;;
     moegroup) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
             PYTHONPATH=. timeout 240 $T tests/gpu/test_fp8_gemv_gpu.py tests/gpu/test_bf16_gemv_gpu.py \
               tests/gpu/test_gemv_auto_gpu.py tests/gpu/test_gemv_nvrtc_gpu.py > "$OUT/moegroup_tests.txt" 2>&1

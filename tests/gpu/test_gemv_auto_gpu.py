@@ -95,8 +95,9 @@ def test_an_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_ch
     ref = _tokens(plain)
     assert launches["moe"] > 0, launches
     spec = LLM(str(path), **kw, speculative_config={"method": "ngram", "num_speculative_tokens": 15})
-    assert launches["moe_16"] == 0, launches                    # the prompts are shorter: no 16-token call yet
     got = _tokens(spec)
-    assert launches["moe_16"] > 0, launches                     # verifies of k + 1 = 16 took the grouped kernels
+    # verifies of k + 1 = 16 take the grouped kernels (counted at start-up's capture and in eager steps; a
+    # graph's replays are not counted, so the count is not compared with the number of verifies)
+    assert launches["moe_16"] > 0, launches
     assert got == ref
     assert spec.get_metrics()["spec_decode_num_drafts"] > 0
