@@ -62,7 +62,7 @@ def fake_hopper(monkeypatch):
 
 @pytest.fixture(params=[True, False], ids=["auto_experts", "experts_on_triton"])
 def auto_experts(request, monkeypatch) -> bool:
-    """gemv_common.AUTO_EXPERTS both ways (off by default until the MoE GEMVs have run on a GPU)."""
+    """gemv_common.AUTO_EXPERTS both ways (on by default since the MoE GEMVs ran on a GPU)."""
     from turbospec.kernels import gemv_common
     monkeypatch.setattr(gemv_common, "AUTO_EXPERTS", request.param)
     return request.param

@@ -84,7 +84,7 @@ def test_an_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_ch
     k = 15 gives plain decoding's tokens (each token's expert rows are the same bits either way)."""
     from turbospec import LLM
     from turbospec.kernels import gemv_common
-    monkeypatch.setattr(gemv_common, "AUTO_EXPERTS", True)      # off by default until this test has passed
+    monkeypatch.setattr(gemv_common, "AUTO_EXPERTS", True)      # the default; set here so a flag turned off cannot skip this
     path = tiny_checkpoint_factory("qwen3_moe", "gpu_moe_gemv", seed=7, hidden_size=256, head_dim=64,
                                    num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=128,
                                    num_experts=16, num_experts_per_tok=4, num_hidden_layers=2)

@@ -5,8 +5,8 @@ and summed in warp order.
 
 `TURBOSPEC_BF16_GEMV` (gemv_common.switch_mode): `auto` (default) — an engine of at most
 AUTO_MAX_SEQS sequences sends its bf16 linears' launches of at most 16 rows here (`prepare` chooses the
-weights), and its bf16 experts' of at most 16 tokens (kernels/moe_gemv.py) where
-gemv_common.AUTO_EXPERTS is on (off until they have run on a GPU); `1` — every `skinny_linear` and
+weights), and its bf16 experts' of at most 16 tokens (kernels/moe_gemv.py) while
+gemv_common.AUTO_EXPERTS is on (the default); `1` — every `skinny_linear` and
 `fused_experts` of at most 16 rows; `0` — never. A launch takes it with no
 bias, no folded norm, N % 16 == 0, K % 128 == 0, contiguous 16-byte aligned weight and x rows (a fused
 SiLU-and-mul input is applied first); more rows keep the Triton skinny GEMM, whose K order differs,

@@ -11,8 +11,8 @@ and launched by kernels/cubin.py.
 
 `TURBOSPEC_FP8_GEMV` (gemv_common.switch_mode):
 - `auto` (default): an engine of at most AUTO_MAX_SEQS sequences sends its dense FP8 linears' launches of at
-  most 16 rows here (`prepare` chooses the weights), and its FP8 experts' of at most 16 tokens where
-  gemv_common.AUTO_EXPERTS is on (off until the grouped MoE kernels have run on a GPU);
+  most 16 rows here (`prepare` chooses the weights), and its FP8 experts' of at most 16 tokens while
+  gemv_common.AUTO_EXPERTS is on (the default);
 - `1`: every `fp8_gemm` of at most 16 rows, and `fused_experts` of at most 16 tokens with FP8 experts
   (GEMM1 + SiLU-and-mul, then GEMM2 + the weighted sum over the slots);
 - `0`: never.
