@@ -39,11 +39,11 @@ def _float16_copy(dst):
 def test_auto_follows_a_float16_checkpoint(tmp_path):
     model = str(_float16_copy(tmp_path / "fp16"))
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    auto = LLM(model, device="cuda", gpu_memory_utilization=0.2)
+    auto = LLM(model, device="cuda", num_kv_blocks=64)
     assert auto.llm_engine.dtype == torch.float16
     got = [o.outputs[0].token_ids for o in auto.generate(PROMPTS, params)]
     assert auto.llm_engine.counters["num_burst_tokens"] > 0
     del auto
-    explicit = LLM(model, device="cuda", dtype="float16", gpu_memory_utilization=0.2)
+    explicit = LLM(model, device="cuda", dtype="float16", num_kv_blocks=64)
     assert [o.outputs[0].token_ids for o in explicit.generate(PROMPTS, params)] == got
-    assert LLM(str(CODELM_DIR), device="cuda", gpu_memory_utilization=0.2).llm_engine.dtype == torch.bfloat16
+    assert LLM(str(CODELM_DIR), device="cuda", num_kv_blocks=64).llm_engine.dtype == torch.bfloat16
