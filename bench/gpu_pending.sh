@@ -45,6 +45,9 @@
 #            from 2 (`auto` engines now send their experts there too): the GEMV tests and tests/test_cubin_build.py,
 #            then bench/moe_verify_probe.py (Triton / per-slot / grouped at T = 1..16), then qwen3-30b-a3b FP8
 #            and bf16 bench decode b1 with both switches 0, then auto, then the FP8 oracle (k 7, AL 4, auto length)
+#   moeab    (session 41) the MoE engine test and the one-token bad-words case, then 30b-a3b FP8 / bf16 b1 decode
+#            and the FP8 oracle, experts on Triton (defaults then) against switches 1 (the MoE GEMV), in one call
+#   profile  (session 41) bench decode --profile (PDL off) for 30b-a3b FP8 / bf16 and 8b FP8 at b1
 #   moelean  (session 40) moegroup's GPU tests (MOE_K: a -k filter), then its probe if AUTO_LIMIT leaves time
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
@@ -149,6 +152,15 @@ for part in "$@"; do
                 >> "$OUT/moeab_bench.txt" 2>&1
             done
             grep -E "^###|^# bench|^ +[0-9]|^batch|^verify" "$OUT/moeab_bench.txt" | grep -oE "^###.*|^ +[0-9].*|^batch.*|^verify.*|CUDA GEMVs [^|]*|env [^|]*$" ;;
+    profile) # (session 41) where a b1 step's GPU time goes: bench decode --profile, PDL off (each kernel its own time),
+            # for qwen3-30b-a3b FP8 and bf16 and qwen3-8b FP8, after one defaults row of 30b FP8
+            export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
+            S30="--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
+            bench_rows profile.txt 90 "$S30 --quantization fp8"
+            for a in "$S30 --quantization fp8" "$S30" "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64"; do
+              TURBOSPEC_PDL=0 bench_rows profile.txt 120 "$a --profile"
+            done
+            grep -E "^###|^ +1 |Self CUDA time total|graph replay" "$OUT/profile.txt" ;;
     moegroup) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
             PYTHONPATH=. timeout 240 $T tests/gpu/test_fp8_gemv_gpu.py tests/gpu/test_bf16_gemv_gpu.py \
               tests/gpu/test_gemv_auto_gpu.py tests/gpu/test_gemv_nvrtc_gpu.py > "$OUT/moegroup_tests.txt" 2>&1
