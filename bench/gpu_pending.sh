@@ -48,8 +48,6 @@
 #   moeab    (session 41) the MoE engine test and the one-token bad-words case, then 30b-a3b FP8 / bf16 b1 decode
 #            and the FP8 oracle, experts on Triton (defaults then) against switches 1 (the MoE GEMV), in one call
 #   profile  (session 41) bench decode --profile (PDL off) for 30b-a3b FP8 / bf16 and 8b FP8 at b1
-#   pipes    (session 41) the MoE GEMV's K-block rings (GEMM1 _p4, GEMM2 p3 / p4 / p6): bit tests, bench/moe_pipe_probe.py,
-#            then 30b-a3b b1 decode, defaults against the probe's pick
 #   moelean  (session 40) moegroup's GPU tests (MOE_K: a -k filter), then its probe if AUTO_LIMIT leaves time
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
@@ -163,27 +161,6 @@ for part in "$@"; do
               TURBOSPEC_PDL=0 bench_rows profile.txt 120 "$a --profile"
             done
             grep -E "^###|^ +1 |Self CUDA time total|graph replay" "$OUT/profile.txt" ;;
-    pipes)  # (session 41) the MoE GEMV's K-block rings: their bit tests, bench/moe_pipe_probe.py, then qwen3-30b-a3b
-            # b1 decode with defaults against the probe's fastest (FP8, then bf16), while ${PIPES_LIMIT:-300} s allow
-            export TURBOSPEC_CACHE_DIR=$OUT/cache
-            unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV TURBOSPEC_MOE_GEMV2_PIPE TURBOSPEC_FP8_GEMV_VARIANT
-            PYTHONPATH=. timeout 150 $T tests/gpu/test_moe_gemv_pipes_gpu.py > "$OUT/pipes_tests.txt" 2>&1
-            grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/pipes_tests.txt" | head -12
-            PYTHONPATH=. TURBOSPEC_PDL=0 timeout 90 python3 bench/moe_pipe_probe.py > "$OUT/pipes_probe.txt" 2>&1
-            cat "$OUT/pipes_probe.txt"
-            S30="--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
-            for dt in fp8 bf16; do
-              best=$(grep "^best $dt " "$OUT/pipes_probe.txt"); v=${best#*variant=}; v=${v%% *}; p=${best##*pipe2=}
-              [[ -n $best ]] || continue
-              q=""; [[ $dt == fp8 ]] && q="--quantization fp8"
-              for r in 1 2; do     # defaults and the probe's pick alternating, twice
-                (( SECONDS + 70 > ${PIPES_LIMIT:-300} )) && { echo "### (out of time: $dt row $r)" >> "$OUT/pipes_bench.txt"; break 2; }
-                bench_rows pipes_bench.txt 70 "$S30 $q"
-                if [[ $dt == fp8 ]]; then TURBOSPEC_FP8_GEMV_VARIANT=$v TURBOSPEC_MOE_GEMV2_PIPE=$p bench_rows pipes_bench.txt 70 "$S30 $q"
-                else TURBOSPEC_MOE_GEMV2_PIPE=$p bench_rows pipes_bench.txt 70 "$S30 $q"; fi
-              done
-            done
-            grep -E "^###|^# bench|^ +1 " "$OUT/pipes_bench.txt" | grep -oE "^###.*|^ +1 .*|env [^|]*$" ;;
     moegroup) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
             PYTHONPATH=. timeout 240 $T tests/gpu/test_fp8_gemv_gpu.py tests/gpu/test_bf16_gemv_gpu.py \
               tests/gpu/test_gemv_auto_gpu.py tests/gpu/test_gemv_nvrtc_gpu.py > "$OUT/moegroup_tests.txt" 2>&1

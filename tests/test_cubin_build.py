@@ -24,9 +24,8 @@ def _fp8_gemv_names() -> list[str]:
 def _moe_names(prefix: str, gemm1: dict) -> list[str]:
     """The MoE kernels kernels/moe_gemv.py launches from one source."""
     names = [f"{prefix}1_{v}" for v in gemm1] + [f"{prefix}1g_{v}" for v in gemm1]
-    pipes = moe_gemv.MOE2_PIPES[prefix == "moe_gemv"]
-    names += [f"{prefix}2_k{k}_{p}" for k in moe_gemv.MOE_TOP_K for p in pipes] + [f"{prefix}2g_{p}" for p in pipes]
-    return names + ["moe_group", "moe_combine"]
+    names += [f"{prefix}2_k{k}_p1" for k in moe_gemv.MOE_TOP_K]
+    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine"]
 
 
 def _bf16_gemv_names() -> list[str]:

@@ -6,15 +6,12 @@ with the device check and the build replaced, to test its choices."""
 from __future__ import annotations
 
 import gc
-import os
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_gemv_switch_modes_and_which_engines_auto_serves(monkeypatch):
@@ -38,23 +35,6 @@ def test_gemv_switch_modes_and_which_engines_auto_serves(monkeypatch):
                for b in range(1, AUTO_MAX_SEQS + 1) for k in range(1, 16))
     assert exact_k_cap(2, batch_bucket=2, query_lens=[1, 16], bound=16) == 0    # why not 2 sequences
 
-
-
-def test_the_moe_gemm2_pipe_switch_is_checked():
-    """TURBOSPEC_MOE_GEMV2_PIPE (A/B runs): a value it lacks is refused at import, naming the choices;
-    bf16 experts, which have no p6, take their deepest ring. That every pipe gives the same bits:
-    tests/gpu/test_moe_gemv_pipes_gpu.py."""
-    import subprocess
-    import sys
-    from turbospec.kernels import moe_gemv
-    env = {**os.environ, "TURBOSPEC_MOE_GEMV2_PIPE": "p9", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-c", "import turbospec.kernels.moe_gemv"], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode != 0 and "TURBOSPEC_MOE_GEMV2_PIPE='p9': give one of ('p1', 'p3', 'p4', 'p6')" in r.stderr
-    assert moe_gemv._pipe2(True, None) == moe_gemv.MOE2_PIPE_DEFAULT == "p1"
-    assert moe_gemv._pipe2(False, "p6") == "p4" and moe_gemv._pipe2(True, "p6") == "p6"
-    with pytest.raises(ValueError, match=r"MoE GEMM2 pipe 'p2': give one of \('p1', 'p3', 'p4'\)"):
-        moe_gemv._pipe2(False, "p2")
 
 def test_a_cpu_engine_names_no_gemv(codelm_dir):
     """The engine's record of the GEMVs serving it (bench headers print it): none on a CPU, bound 64."""

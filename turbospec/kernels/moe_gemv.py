@@ -22,8 +22,6 @@ near-uniform routing, over it where 16 tokens share 16 experts (full groups of 8
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from turbospec.kernels.cubin import module
@@ -32,20 +30,10 @@ MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values the one-token GEMM2 k
 MOE_MAX_PAIRS = 128                     # (token, slot) pairs moe_group sorts: 16 tokens x top-8
 # GEMM1's launch variants: warps (they split K, so they set the bits; both layouts take the same) and
 # pipelining. FP8 default w2_p1 (H100, bench/fp8_gemv_probe.py, qwen3-30b-a3b's experts at one token:
-# w2_p1 19.0 us, w4_p1 19.6, w4_p0 19.9, w8_p0 20.7); bf16 default w4_p1 (H100, bench/moe_verify_probe.py:
-# w2_p1 30.1, w4_p1 29.9, w8_p1 29.9 us). `_p4`: a ring of 4 K blocks in flight (k_loop), the same operations.
-FP8_MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8, "w2_p4": 2, "w4_p4": 4}
-BF16_MOE1 = {"w2_p1": 2, "w4_p1": 4, "w8_p1": 8, "w2_p4": 2, "w4_p4": 4}
+# w2_p1 19.0 us, w4_p1 19.6, w4_p0 19.9, w8_p0 20.7); bf16 default w4_p1 (not yet timed against the others).
+FP8_MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
+BF16_MOE1 = {"w2_p1": 2, "w4_p1": 4, "w8_p1": 8}
 BF16_MOE1_DEFAULT = "w4_p1"
-# GEMM2's pipelining, per-slot and grouped alike: K blocks of I in flight per warp (k_loop: p1 two, pN a ring
-# of N). It moves loads, never an operation: every pipe gives the same bits (tests/gpu/test_*_gemv_gpu.py).
-# An expert's GEMM2 is short (I = 768: 6 blocks), so the two-deep p1 waits on memory three times.
-MOE2_PIPES = {True: ("p1", "p3", "p4", "p6"), False: ("p1", "p3", "p4")}        # by fp8
-MOE2_PIPE_DEFAULT = "p1"
-_PIPE2 = os.environ.get("TURBOSPEC_MOE_GEMV2_PIPE", "")                          # A/B runs
-if _PIPE2 and _PIPE2 not in MOE2_PIPES[True]:
-    raise ValueError(f"TURBOSPEC_MOE_GEMV2_PIPE={_PIPE2!r}: give one of {MOE2_PIPES[True]} (K blocks in flight in "
-                     "the MoE GEMV's GEMM2; bf16 experts take p6 as p4), or leave it unset")
 
 
 def experts_of(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -74,22 +62,12 @@ def _variant(fp8: bool, variant: str | None) -> tuple[str, int]:
     return var, table[var]
 
 
-def _pipe2(fp8: bool, pipe: str | None) -> str:
-    pipe = pipe or _PIPE2 or MOE2_PIPE_DEFAULT
-    if not fp8 and pipe == "p6":
-        pipe = "p4"
-    if pipe not in MOE2_PIPES[fp8]:
-        raise ValueError(f"MoE GEMM2 pipe {pipe!r}: give one of {MOE2_PIPES[fp8]}")
-    return pipe
-
-
 def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
              topk_ids: torch.Tensor, w13_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
-             grouped: bool | None = None, variant: str | None = None, pipe2: str | None = None) -> torch.Tensor:
+             grouped: bool | None = None, variant: str | None = None) -> torch.Tensor:
     """hidden [T <= 16, H] bf16, topk [T, k] -> [T, H]. FP8 experts with their block scales
     [E, 2I / 128, H / 128] / [E, H / 128, I / 128], or bf16 experts (no scales). grouped: None (the
-    default: from 2 tokens), or forced either way (tests, probes); variant: GEMM1's, pipe2: GEMM2's
-    (probes; none changes a bit)."""
+    default: from 2 tokens), or forced either way (tests, probes); variant: GEMM1's (probes)."""
     from turbospec.kernels.pdl import pdl_enabled
     T, H = hidden.shape
     I, k = w13.shape[1] // 2, topk_ids.shape[1]
@@ -98,7 +76,6 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     mod = module("fp8_gemv.cu" if fp8 else "bf16_gemv.cu", hidden.device)
     pdl, name = pdl_enabled(hidden.device), "moe_gemv" if fp8 else "moe_bf16_gemv"
     var, warps = _variant(fp8, variant)
-    p2 = _pipe2(fp8, pipe2)
     s13 = [w13_scale, w13_scale.stride(0), w13_scale.stride(1)] if fp8 else []     # after x / each kernel's args
     s2 = [w2_scale, w2_scale.stride(0), w2_scale.stride(1)] if fp8 else []
     ids = topk_ids.reshape(-1).to(torch.int32)                                      # [T * k]
@@ -108,7 +85,7 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     if not (T > 1 if grouped is None else grouped):
         mod.launch(f"{name}1_{var}", (I // 8, S), 32 * warps,
                    [w13, hidden] + s13[:1] + [ids, inter, I, H] + s13[1:] + [k, hidden.stride(0)], pdl)
-        mod.launch(f"{name}2_k{k}_{p2}", (H // 16, T), 32 * k,
+        mod.launch(f"{name}2_k{k}_p1", (H // 16, T), 32 * k,
                    [w2, inter] + s2[:1] + [ids, tw, out, H, I] + s2[1:] + [H], pdl)
         return out
     if S > MOE_MAX_PAIRS:
@@ -121,7 +98,7 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
                [w13, hidden] + s13[:1] + [groups, grp_expert, num_groups, inter, I, H] + s13[1:]
                + [k, hidden.stride(0)], pdl)
     y = torch.empty(S, H, dtype=hidden.dtype, device=hidden.device)                 # [T * k, H]
-    mod.launch(f"{name}2g_{p2}", (H // 64, S), 128,
+    mod.launch(f"{name}2g_p1", (H // 64, S), 128,
                [w2, inter] + s2[:1] + [groups, grp_expert, num_groups, tw, y, H, I] + s2[1:], pdl)
     mod.launch("moe_combine", (H // 128, T), 128, [y, out, H, k, H], pdl)
     return out

@@ -14,7 +14,7 @@
 #include "moe_common.cuh"
 
 // xl: the lane's x row of each tile (lane_x<NT, 1>; nullptr: zeros).
-template <int NT, int PIPE>
+template <int NT, bool PIPE>
 __device__ __forceinline__ void stripe_dot_bf16_x(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
                                                   const bf16_t *const (&xl)[NT], int kb0, int kb1, float (&acc)[NT][4]) {
   using Buf = KBlock<8, NT>;
@@ -42,7 +42,7 @@ __device__ __forceinline__ void stripe_dot_bf16_x(const bf16_t *__restrict__ rg,
   k_loop<PIPE, Buf>(kb0, kb1, load, compute);
 }
 
-template <int NT, int PIPE>
+template <int NT, bool PIPE>
 __device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
                                                 const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
                                                 int kb1, float (&acc)[NT][4]) {
@@ -51,7 +51,7 @@ __device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, c
   stripe_dot_bf16_x<NT, PIPE>(rg, rg8, xl, kb0, kb1, acc);
 }
 
-template <int WARPS, int NT, int PIPE>
+template <int WARPS, int NT, bool PIPE>
 __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, const bf16_t *__restrict__ x,
                                                bf16_t *__restrict__ out, int M, int N, int K, int stride_xm,
                                                int stride_om) {
@@ -92,7 +92,7 @@ __device__ __forceinline__ const bf16_t *lane_row_bf16(const bf16_t *w, size_t r
 }
 
 // GEMM1, one (token, slot) per blockIdx.y: inter[slot, I] = silu(x @ gate.T) * (x @ up.T).
-template <int WARPS, int PIPE>
+template <int WARPS, bool PIPE>
 __device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                            const int *__restrict__ ids, bf16_t *__restrict__ inter, int I, int H,
                                            int top_k, int stride_x) {
@@ -110,7 +110,7 @@ __device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const
 }
 
 // GEMM2 + combine, one token per blockIdx.y, one warp per slot over all of I, summed in slot order.
-template <int TOPK, int PIPE>
+template <int TOPK, bool PIPE>
 __device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                            const int *__restrict__ ids, const float *__restrict__ tw,
                                            bf16_t *__restrict__ out, int H, int I, int stride_o) {
@@ -132,7 +132,7 @@ __device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const 
 }
 
 // Grouped GEMM1: grid (I / 8, S group bounds).
-template <int WARPS, int PIPE>
+template <int WARPS, bool PIPE>
 __device__ __forceinline__ void bmoe1g_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                             const int *__restrict__ groups, const int *__restrict__ grp_expert,
                                             bf16_t *__restrict__ inter, int I, int H, int top_k, int stride_x) {
@@ -151,7 +151,7 @@ __device__ __forceinline__ void bmoe1g_body(const bf16_t *__restrict__ w13, cons
 }
 
 // Grouped GEMM2: grid (H / 64, S group bounds), 4 warps each one 16-row stripe over all of I.
-template <int PIPE>
+template <bool PIPE>
 __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                             const int *__restrict__ groups, const int *__restrict__ grp_expert,
                                             const float *__restrict__ tw, bf16_t *__restrict__ y, int H, int I) {
@@ -182,31 +182,24 @@ __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const
 BMOE1(2, 1)
 BMOE1(4, 1)
 BMOE1(8, 1)
-BMOE1(2, 4)     // a ring of 4 K blocks in flight (k_loop): the same operations, loads issued earlier
-BMOE1(4, 4)
 
-#define BMOE2(K, P)                                                                                   \
-  extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2_k##K##_p##P(                     \
+#define BMOE2(K)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2_k##K##_p1(                       \
       const bf16_t *w2, const bf16_t *inter, const int *ids, const float *tw, bf16_t *out, int H,     \
       int I, int stride_o) {                                                                           \
     pdl_wait();                                                                                      \
-    bmoe2_body<K, P>(w2, inter, ids, tw, out, H, I, stride_o);                                       \
+    bmoe2_body<K, true>(w2, inter, ids, tw, out, H, I, stride_o);                                    \
   }
-#define BMOE2_PIPES(K) BMOE2(K, 1) BMOE2(K, 3) BMOE2(K, 4)
-BMOE2_PIPES(1)
-BMOE2_PIPES(2)
-BMOE2_PIPES(4)
-BMOE2_PIPES(6)
-BMOE2_PIPES(8)
+BMOE2(1)
+BMOE2(2)
+BMOE2(4)
+BMOE2(6)
+BMOE2(8)
 
-#define BMOE2G(P)                                                                                     \
-  extern "C" __global__ void __launch_bounds__(128) moe_bf16_gemv2g_p##P(                             \
-      const bf16_t *w2, const bf16_t *inter, const int *groups, const int *grp_expert,                \
-      const int *num_groups, const float *tw, bf16_t *y, int H, int I) {                               \
-    pdl_wait();                                                                                      \
-    if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
-    bmoe2g_body<P>(w2, inter, groups, grp_expert, tw, y, H, I);                                      \
-  }
-BMOE2G(1)
-BMOE2G(3)
-BMOE2G(4)
+extern "C" __global__ void __launch_bounds__(128) moe_bf16_gemv2g_p1(
+    const bf16_t *w2, const bf16_t *inter, const int *groups, const int *grp_expert, const int *num_groups,
+    const float *tw, bf16_t *y, int H, int I) {
+  pdl_wait();
+  if (blockIdx.y >= __ldg(num_groups)) return;
+  bmoe2g_body<true>(w2, inter, groups, grp_expert, tw, y, H, I);
+}

@@ -38,7 +38,7 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
 // stepped by K block: the same pointer for a dense stripe, two where the halves come from different
 // 128-row blocks). PIPE: two register buffers, each block's loads issued one block ahead of its use.
 // xl: the lane's x row of each tile (lane_x<NT, 2>; nullptr: zeros).
-template <int NT, int PIPE>
+template <int NT, bool PIPE>
 __device__ __forceinline__ void stripe_dot_x(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
                                              const bf16_t *const (&xl)[NT], int kb0, int kb1,
                                              const float *__restrict__ sg, const float *__restrict__ s8,
@@ -85,7 +85,7 @@ __device__ __forceinline__ void stripe_dot_x(const uint8_t *__restrict__ rg, con
 }
 
 // stripe_dot_x over rows 0 .. M - 1 of x (row stride stride_xm).
-template <int NT, int PIPE>
+template <int NT, bool PIPE>
 __device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
                                            const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
                                            int kb1, const float *__restrict__ sg, const float *__restrict__ s8,
@@ -101,7 +101,7 @@ __device__ __forceinline__ const uint8_t *lane_row(const uint8_t *w, size_t r, i
 }
 
 // Dense: block = one 16-row stripe, its K blocks split between the WARPS warps (contiguous ranges).
-template <int WARPS, int NT, int PIPE>
+template <int WARPS, int NT, bool PIPE>
 __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const bf16_t *__restrict__ x,
                                           const float *__restrict__ scale, bf16_t *__restrict__ out,
                                           int M, int N, int K, int stride_xm, int stride_om, int stride_sn) {
@@ -142,7 +142,7 @@ GEMV(8, 2, 0)
 // GEMM1: grid (I / 8 stripes, T * top_k slots). Stripe s of w13 [E, 2I, H] = gate rows 8s..8s+7 (as
 // rows g) and up rows I+8s..I+8s+7 (as rows g + 8), so silu(gate) * up is in one lane.
 // inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
-template <int WARPS, int PIPE>
+template <int WARPS, bool PIPE>
 __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                           const float *__restrict__ s13, const int *__restrict__ ids,
                                           bf16_t *__restrict__ inter, int I, int H, int stride_se,
@@ -167,7 +167,7 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const
 
 // GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
 // out[token, H] = sum over its slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
-template <int TOPK, int PIPE>
+template <int TOPK, bool PIPE>
 __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                           const float *__restrict__ s2, const int *__restrict__ ids,
                                           const float *__restrict__ tw, bf16_t *__restrict__ out, int H,
@@ -206,8 +206,6 @@ MOE1(2, 1)
 MOE1(4, 0)
 MOE1(4, 1)
 MOE1(8, 0)
-MOE1(2, 4)      // a ring of 4 K blocks in flight (k_loop): the same operations, loads issued earlier
-MOE1(4, 4)
 
 #define MOE2(K, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
@@ -216,13 +214,12 @@ MOE1(4, 4)
     pdl_wait();                                                                                      \
     moe2_body<K, P>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);               \
   }
-#define MOE2_PIPES(K) MOE2(K, 1) MOE2(K, 3) MOE2(K, 4) MOE2(K, 6)
-MOE2_PIPES(1)
-MOE2_PIPES(2)
-MOE2_PIPES(4)
-MOE2_PIPES(6)
-MOE2_PIPES(8)
+MOE2(1, 1)
+MOE2(2, 1)
+MOE2(4, 1)
+MOE2(6, 1)
 MOE2(8, 0)
+MOE2(8, 1)
 
 // ---------------------------------------------------------------- fused MoE, 2-16 tokens, grouped by expert
 // A verify's tokens share experts (8 tokens: 11-13 distinct of their 64 slots after a prefill), and
@@ -233,7 +230,7 @@ MOE2(8, 0)
 // token's row is bit for bit what moe_gemv1 / moe_gemv2 give it (tests/gpu/test_fp8_gemv_gpu.py).
 //
 // GEMM1: grid (I / 8 stripes, S group bounds); blocks past num_groups exit. inter[pair, I] as moe1_body.
-template <int WARPS, int PIPE>
+template <int WARPS, bool PIPE>
 __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                            const float *__restrict__ s13, const int *__restrict__ groups,
                                            const int *__restrict__ grp_expert, bf16_t *__restrict__ inter,
@@ -256,7 +253,7 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
 
 // GEMM2: grid (H / 64, S group bounds), 4 warps, each one 16-row stripe over all of I (as moe2_body's
 // warps): y[pair, H] = bf16(w_pair * (inter[pair] @ down_e.T)), combined by moe_combine.
-template <int PIPE>
+template <bool PIPE>
 __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                            const float *__restrict__ s2, const int *__restrict__ groups,
                                            const int *__restrict__ grp_expert, const float *__restrict__ tw,
@@ -285,18 +282,11 @@ MOE1G(2, 1)
 MOE1G(4, 0)
 MOE1G(4, 1)
 MOE1G(8, 0)
-MOE1G(2, 4)
-MOE1G(4, 4)
 
-#define MOE2G(P)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(128) moe_gemv2g_p##P(                                  \
-      const uint8_t *w2, const bf16_t *inter, const float *s2, const int *groups, const int *grp_expert, \
-      const int *num_groups, const float *tw, bf16_t *y, int H, int I, int stride_se, int stride_sn) {  \
-    pdl_wait();                                                                                      \
-    if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
-    moe2g_body<P>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);              \
-  }
-MOE2G(1)
-MOE2G(3)
-MOE2G(4)
-MOE2G(6)
+extern "C" __global__ void __launch_bounds__(128) moe_gemv2g_p1(
+    const uint8_t *w2, const bf16_t *inter, const float *s2, const int *groups, const int *grp_expert,
+    const int *num_groups, const float *tw, bf16_t *y, int H, int I, int stride_se, int stride_sn) {
+  pdl_wait();
+  if (blockIdx.y >= __ldg(num_groups)) return;
+  moe2g_body<true>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);
+}

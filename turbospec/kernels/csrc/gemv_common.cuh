@@ -110,28 +110,12 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a comp
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// The loop over K blocks kb0 .. kb1: load(kb, buf) then compute(buf), the blocks computed in order
-// whatever PIPE is (it moves loads, never an operation: the same bits). PIPE 0: one buffer; 1: two,
-// each block's loads issued one block ahead of its use; n >= 2: a ring of n buffers, n blocks in
-// flight (a short K, as an expert's GEMM2 of I = 768, is then one or two memory round trips).
-template <int PIPE, typename Buf, typename Load, typename Compute>
+// The loop over K blocks kb0 .. kb1: load(kb, buf) then compute(buf). PIPE: two buffers, each
+// block's loads issued one block ahead of its use.
+template <bool PIPE, typename Buf, typename Load, typename Compute>
 __device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, Compute &&compute) {
   Buf a;
-  if (PIPE >= 2) {
-    Buf ring[PIPE >= 2 ? PIPE : 1];
-#pragma unroll
-    for (int i = 0; i < PIPE; ++i)
-      if (kb0 + i < kb1) load(kb0 + i, ring[i]);
-    for (int kb = kb0; kb < kb1; kb += PIPE) {
-#pragma unroll
-      for (int i = 0; i < PIPE; ++i) {
-        if (kb + i < kb1) {
-          compute(ring[i]);
-          if (kb + i + PIPE < kb1) load(kb + i + PIPE, ring[i]);
-        }
-      }
-    }
-  } else if (!PIPE) {
+  if (!PIPE) {
     for (int kb = kb0; kb < kb1; ++kb) {
       load(kb, a);
       compute(a);
