@@ -39,7 +39,9 @@ def test_neutral_call_arguments_change_nothing(llm):
 
 @pytest.mark.parametrize("call,words", [
     (lambda llm: llm.generate("x", greedy(), lora_request=object()), "merge the adapter"),
-    (lambda llm: llm.generate(["x", "y"], greedy(), priority=[0, 1]), "first come"),
+    (lambda llm: llm.generate(["x", "y"], greedy(), priority=[0, 1]),
+     "prompt[1]: priority=1 needs priority scheduling, which is off: start the engine with scheduling_policy='priority'"),
+    (lambda llm: llm.generate(["x", "y"], greedy(), priority=[0]), "got 2 prompts but 1 priorities"),
     (lambda llm: llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, chat_template_content_format="openai"),
      "one string"),
     (lambda llm: llm.chat(MESSAGES, greedy(), chat_template=TEMPLATE, lora_request=object()), "lora_request"),

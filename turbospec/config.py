@@ -256,6 +256,9 @@ class EngineConfig:
     # unset (as the LLM API and the server apply them), so start-up captures the burst graphs they
     # decode in; "vllm": the file is ignored
     generation_config: str = "auto"
+    # vLLM's: "fcfs" (first come, first served) or "priority" (requests' `priority`, lower first;
+    # engine/scheduler.py)
+    scheduling_policy: str = "fcfs"
 
     def validate(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -267,6 +270,9 @@ class EngineConfig:
         if self.generation_config not in ("auto", "vllm"):
             raise ValueError(f"generation_config={self.generation_config!r}: use 'auto' (the model's "
                              "generation_config.json sampling defaults, as vLLM) or 'vllm' (ignore them)")
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling_policy={self.scheduling_policy!r}: use 'fcfs' (first come, first served, "
+                             "the default) or 'priority' (each request's priority, lower values first)")
         if self.num_scheduler_steps is not None and not 1 <= self.num_scheduler_steps <= 64:
             raise ValueError(f"num_scheduler_steps={self.num_scheduler_steps} must be in [1, 64]")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:

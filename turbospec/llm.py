@@ -28,7 +28,7 @@ class LLM:
                  seed: int | None = 0, generation_config: str = "auto", revision: str | None = None,
                  tokenizer_revision: str | None = None, download_dir: str | None = None,
                  max_logprobs: int | None = None, override_generation_config: dict[str, Any] | None = None,
-                 **vllm_kwargs):
+                 scheduling_policy: str = "fcfs", **vllm_kwargs):
         """`model` / `tokenizer`: a local directory or a Hugging Face id (fetched through the Hub
         cache, vLLM's `revision`, `tokenizer_revision` and `download_dir`: turbospec/hub.py).
         `dtype` "auto" (vLLM's default): config.resolve_dtype. `seed` (vLLM's, default 0 as in
@@ -39,8 +39,9 @@ class LLM:
         (`get_default_sampling_params`); "vllm" ignores them; `override_generation_config` (vLLM's)
         sets or overrides them. `max_logprobs` (vLLM's): the most `logprobs` / `prompt_logprobs` a
         request may ask for (None: no cap, vLLM's default is 20; -1: no cap, and a request may
-        ask for -1, every token of the vocabulary, as vLLM allows only then). Other vLLM arguments:
-        turbospec/vllm_args.py."""
+        ask for -1, every token of the vocabulary, as vLLM allows only then). `scheduling_policy`
+        (vLLM's): "fcfs", or "priority" for `generate(..., priority=[...])` (lower values first).
+        Other vLLM arguments: turbospec/vllm_args.py."""
         import inspect
         known = [p for p in inspect.signature(LLM.__init__).parameters if p not in ("self", "vllm_kwargs")]
         for name, value in check_llm_kwargs(vllm_kwargs, known).items():       # vLLM's names for ours
@@ -59,14 +60,15 @@ class LLM:
         if speculative_config is not None:
             from turbospec.spec.factory import check_speculative_config
             check_speculative_config(speculative_config)              # a typo: before any download or load
-        model_dir = resolve_model(model, revision=revision, download_dir=download_dir)
-        self._sampling_defaults = override_generation_defaults(read_sampling_defaults(model_dir, generation_config),
-                                                               override_generation_config)
         ec = EngineConfig(block_size=block_size, num_kv_blocks=num_kv_blocks,
                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                           enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
-                          generation_config=generation_config)
+                          generation_config=generation_config, scheduling_policy=scheduling_policy)
+        ec.validate()                          # a bad value before the model loads
+        model_dir = resolve_model(model, revision=revision, download_dir=download_dir)
+        self._sampling_defaults = override_generation_defaults(read_sampling_defaults(model_dir, generation_config),
+                                                               override_generation_config)
         self.model = model
         self.llm_engine = LLMEngine.from_config(model_dir, device=device, dtype=dtype,
                                                 speculative_config=speculative_config,
@@ -101,14 +103,15 @@ class LLM:
         "length", as vLLM's LLM does; a min_tokens the context cannot hold still is); if the call is
         interrupted (Ctrl-C, an error), its requests are aborted and their KV cache freed. Text
         prompts get the tokenizer's special tokens (a Llama BOS), as transformers' and vLLM's do.
-        vLLM's `lora_request`, `priority` and `tokenization_kwargs` are accepted at their neutral values
-        (None or a None per prompt; zeros; None or {}). `use_tqdm`: True for tqdm's bar, or vLLM's
-        callable that makes one (called as tqdm is: total=, desc=, unit=)."""
-        check_call_args(lora_request, priority, tokenization_kwargs)
-        return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True)
+        `priority` (vLLM's): one integer per prompt, lower values scheduled first; other than zeros
+        only with LLM(scheduling_policy="priority"). vLLM's `lora_request` and `tokenization_kwargs`
+        are accepted at their neutral values (None or a None per prompt; None or {}). `use_tqdm`: True
+        for tqdm's bar, or vLLM's callable that makes one (called as tqdm is: total=, desc=, unit=)."""
+        check_call_args(lora_request, tokenization_kwargs)
+        return self._generate(prompts, sampling_params, use_tqdm, add_special_tokens=True, priority=priority)
 
     def _generate(self, prompts, sampling_params, use_tqdm, add_special_tokens: bool,
-                  label: str = "prompt[{}]") -> list[RequestOutput]:
+                  label: str = "prompt[{}]", priority: list[int] | None = None) -> list[RequestOutput]:
         """`label`: how a refusal names the prompt it is about, when there are several."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
@@ -123,6 +126,10 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams: pass one, "
                              "or one per prompt")
+        priority = [0] * len(prompts) if priority is None else list(priority)
+        if len(priority) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(priority)} priorities: pass one per prompt "
+                             "(or none)")
         for p in params:
             if not isinstance(p, SamplingParams):
                 raise ValueError(f"sampling_params must be a SamplingParams (or a list of them), not "
@@ -139,8 +146,10 @@ class LLM:
         bar = None
         try:
             try:                               # all or none: a refusal takes nothing, moves no counter
-                eng.add_requests([NewRequest(rid, prompt, p.for_sample(j), add_special_tokens, cap_to_context=True)
-                                  for g, prompt, p in zip(groups, prompts, params) for j, rid in enumerate(g)])
+                eng.add_requests([NewRequest(rid, prompt, p.for_sample(j), add_special_tokens, cap_to_context=True,
+                                             priority=pr)
+                                  for g, prompt, p, pr in zip(groups, prompts, params, priority)
+                                  for j, rid in enumerate(g)])
             except BatchRefused as e:
                 if len(prompts) == 1:
                     raise
@@ -217,7 +226,7 @@ class LLM:
         "phi4_mini_json" or "pythonic").
         Text content parts reach the template joined into one string (vLLM's
         `chat_template_content_format="string"`, which "auto" picks for text-only templates)."""
-        check_call_args(lora_request, None, tokenization_kwargs)
+        check_call_args(lora_request, tokenization_kwargs)
         if chat_template_content_format not in ("auto", "string"):
             raise ValueError(f"chat_template_content_format={chat_template_content_format!r} is not supported: "
                              "turbospec renders message content as one string (text parts joined); use "

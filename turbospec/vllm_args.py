@@ -123,10 +123,10 @@ def _old_spec_message(old: dict[str, Any]) -> str:
             "'draft_model', 'eagle3', 'dflash' or 'mtp'; README 'Speculative methods')")
 
 
-def check_call_args(lora_request, priority, tokenization_kwargs=None) -> None:
-    """vLLM's per-call `lora_request` / `priority` / `tokenization_kwargs`: turbospec has neither LoRA
-    adapters nor priority scheduling and tokenizes as vLLM's defaults do, so only their neutral values
-    pass (None, or one None per prompt; zeros; None or {}: a wrapper forwarding them runs unchanged)."""
+def check_call_args(lora_request, tokenization_kwargs=None) -> None:
+    """vLLM's per-call `lora_request` / `tokenization_kwargs`: turbospec has no LoRA adapters and
+    tokenizes as vLLM's defaults do, so only their neutral values pass (None, or one None per prompt;
+    None or {}: a wrapper forwarding them runs unchanged). `priority` is implemented (LLM.generate)."""
     if tokenization_kwargs:
         raise ValueError(f"tokenization_kwargs={tokenization_kwargs!r} is not supported: turbospec tokenizes with "
                          "the tokenizer's defaults (text prompts get its special tokens); for anything else tokenize "
@@ -137,9 +137,6 @@ def check_call_args(lora_request, priority, tokenization_kwargs=None) -> None:
         raise ValueError("lora_request is not supported: turbospec serves no LoRA adapters; merge the adapter "
                          "into the base weights (peft's merge_and_unload, then save_pretrained) and load that "
                          "directory")
-    if priority is not None and any(p != 0 for p in priority):
-        raise ValueError(f"priority={priority!r} is not supported: turbospec schedules requests first come, first "
-                         "served; leave it out (or pass zeros)")
 
 
 # vLLM's prompt-dict keys (TextPrompt / TokensPrompt) besides prompt and prompt_token_ids: the

@@ -62,8 +62,8 @@ def test_each_bad_value_is_one_line_naming_its_flag(no_load, busy_port, flag, va
     assert r.exit_code == 2 and no_load == [] and lines == [f"turbospec serve: {line}"], r.output
 
 
-@pytest.mark.parametrize("flag, value", [("--block-size", "3"),
-                                         ("--gpu-memory-utilization", "1.5"), ("--generation-config", "hf")])
+@pytest.mark.parametrize("flag, value", [("--block-size", "3"), ("--gpu-memory-utilization", "1.5"),
+                                         ("--generation-config", "hf"), ("--scheduling-policy", "lifo")])
 def test_engine_config_errors_come_in_flag_terms(no_load, busy_port, flag, value):
     """EngineConfig's own checks, as `--flag VALUE ...`: no Python name, no `=`, no None."""
     r, lines = _serve("--port", str(busy_port), flag, value)

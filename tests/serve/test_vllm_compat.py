@@ -55,7 +55,6 @@ def test_vllm_extras_at_their_defaults_are_served(server):
 @pytest.mark.parametrize("field,value,words", [
     ("length_penalty", 2.0, "accepted only as 1.0"),
     ("spaces_between_special_tokens", False, "accepted only as true"),
-    ("priority", 5, "accepted only as 0"),
 ])
 def test_vllm_extras_it_does_not_implement_are_refused_by_name(server, field, value, words):
     """Not 'unknown parameter' (they are vLLM's documented fields) but unsupported, with what to do."""
@@ -166,3 +165,18 @@ def test_openai_reasoning_options_are_accepted_and_ignored(server, field, value)
         r = c.post("/v1/chat/completions", json={**body, field: value})
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == plain.json()["choices"][0]["message"]["content"]
+
+
+def test_a_priority_needs_a_priority_server(server):
+    """vLLM's rule: a nonzero `priority` on a server of the default --scheduling-policy fcfs is a 400 that
+    says how to turn priority scheduling on; 0 is served (tests/serve/test_priority_server.py: a priority server)."""
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
+        body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2}
+        r = c.post("/v1/chat/completions", json={**body, "priority": 5})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == "invalid_value", err
+        assert "priority=5 needs priority scheduling" in err["message"] and "--scheduling-policy priority" in \
+            err["message"], err["message"]
+        r = c.post("/v1/completions", json={"model": MODEL_NAME, "prompt": "x", "max_tokens": 2, "priority": "high"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "priority", r.text
+        assert c.post("/v1/chat/completions", json={**body, "priority": 0}).status_code == 200

@@ -24,7 +24,7 @@ from turbospec.engine.fast_paths import MAX_GRAPH_BATCH, setup_fast_paths  # noq
 from turbospec.engine.grammar import GrammarCompiler
 from turbospec.engine.kv_sizing import capped_len_message, choose_num_blocks
 from turbospec.engine.model_runner import ModelRunner
-from turbospec.engine.request_input import BatchRefused, NewRequest, build_sequence
+from turbospec.engine.request_input import BatchRefused, NewRequest, build_sequence, check_priority
 from turbospec.engine.scheduler import Scheduler, split_mixed
 from turbospec.engine.sequence import Sequence, SequenceStatus
 from turbospec.engine.spec_step import SpecDecodeStats, accept_step
@@ -87,7 +87,7 @@ class LLMEngine:
         config.max_model_len = self.max_model_len          # vLLM's llm.llm_engine.model_config.max_model_len
         self.scheduler = Scheduler(self.block_manager, engine_config.max_num_seqs,
                                    max(engine_config.max_num_batched_tokens, self.max_model_len),
-                                   on_preempt=self._on_preempt)
+                                   on_preempt=self._on_preempt, policy=engine_config.scheduling_policy)
         self.seqs: dict[str, Sequence] = {}
         self.detok: dict[str, IncrementalDetokenizer] = {}
         self.grammars = GrammarCompiler(tokenizer, config.vocab_size, config.eos_token_ids)   # structured outputs
@@ -118,12 +118,14 @@ class LLMEngine:
 
     # ---- requests -------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt, params: SamplingParams | None = None,
-                    add_special_tokens: bool = True, cap_to_context: bool = False) -> None:
+                    add_special_tokens: bool = True, cap_to_context: bool = False, priority: int = 0) -> None:
         """`add_special_tokens`: a text prompt gets the tokenizer's BOS (as transformers and vLLM's
         generate / completions do); False for text a chat template rendered, which holds its own.
         `cap_to_context`: max_tokens past the context stops there (request_input.build_sequence).
+        `priority`: under scheduling_policy "priority", lower values are scheduled first (vLLM's).
         A refused request is a ValueError that says how to fix it."""
-        self._take([self._sequence(NewRequest(request_id, prompt, params, add_special_tokens, cap_to_context))])
+        self._take([self._sequence(NewRequest(request_id, prompt, params, add_special_tokens, cap_to_context,
+                                              priority))])
 
     def add_requests(self, requests: list[NewRequest]) -> None:
         """Several requests, all or none: each is validated before any is taken, so a refused one
@@ -143,10 +145,12 @@ class LLMEngine:
         """r's validated Sequence (its grammar state too); the engine is not changed."""
         if r.request_id in self.seqs:
             raise ValueError(f"request_id {r.request_id!r} is already in use: pass a unique id")
+        check_priority(r.priority, self.scheduler.policy)
         seq = build_sequence(r.request_id, r.prompt, r.params or SamplingParams(), self.tokenizer, self.model_config,
                              self.device, self.max_model_len, r.add_special_tokens, r.cap_to_context)
         if seq.params.structured_outputs is not None:
             seq.grammar = self.grammars.state(seq.params.structured_outputs, seq.prompt_token_ids)
+        seq.priority = r.priority
         return seq
 
     def _take(self, seqs: list[Sequence]) -> None:

@@ -26,6 +26,16 @@ class NewRequest:
     params: SamplingParams | None = None
     add_special_tokens: bool = True
     cap_to_context: bool = False
+    priority: int = 0                        # the "priority" scheduling policy's: lower runs first
+
+
+def check_priority(priority, policy: str) -> None:
+    """A request's `priority`: an integer; other than 0 only under scheduling_policy "priority" (vLLM's rule)."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValueError(f"priority={priority!r} must be an integer (lower values are scheduled first)")
+    if priority != 0 and policy != "priority":
+        raise ValueError(f"priority={priority} needs priority scheduling, which is off: start the engine with "
+                         "scheduling_policy='priority' (`turbospec serve --scheduling-policy priority`), or send 0")
 
 
 class TokenizedText(str):

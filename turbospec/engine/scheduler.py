@@ -5,9 +5,16 @@ the budget runs out): a fresh prompt is a prefill, a running sequence a one-toke
 preempted one a recompute. Decoding sequences may also get `num_draft_slots` extra KV slots for
 speculative tokens. Admission is by free blocks; when blocks run out, the most recently admitted
 running sequence is preempted (its blocks are freed and it is recomputed later).
+
+Policies (vLLM's `scheduling_policy`): "fcfs" (the default) takes requests in arrival order;
+"priority" orders the waiting queue by (priority, arrival), a lower value first, gives the running
+ones the step's token budget in that order, and preempts the one that comes last in it (the lowest
+priority, the latest arrival among equals) when blocks run out. A waiting request never preempts a
+running one (as in vLLM): a high-priority arrival waits for a seat or for blocks, then goes first.
 """
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
@@ -57,19 +64,38 @@ def split_mixed(scheduled: list[ScheduledSeq], max_decode_rows: int) -> list[lis
     return [decodes, prefills]
 
 
+POLICIES = ("fcfs", "priority")
+
+
+def priority_key(seq: Sequence) -> tuple[int, int]:
+    """The "priority" policy's order: lower priority values first, then arrival (seq_id grows)."""
+    return seq.priority, seq.seq_id
+
+
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 on_preempt: Callable[[Sequence], None] | None = None):
+                 on_preempt: Callable[[Sequence], None] | None = None, policy: str = "fcfs"):
+        if policy not in POLICIES:
+            raise ValueError(f"scheduling_policy={policy!r}: use 'fcfs' (first come, first served) or 'priority'")
         self.bm = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.policy = policy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.on_preempt = on_preempt
         self.num_preemptions = 0
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        if self.policy == "priority":
+            self._queue(seq)
+        else:
+            self.waiting.append(seq)
+
+    def _queue(self, seq: Sequence) -> None:
+        """Into the waiting queue at its place in the priority order (after its equals)."""
+        keys = [priority_key(s) for s in self.waiting]
+        self.waiting.insert(bisect.bisect_right(keys, priority_key(seq)), seq)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -87,7 +113,9 @@ class Scheduler:
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
 
-        # 1. running sequences, oldest first; preempt from the back when blocks run out
+        # 1. running sequences, oldest (or, by priority, first) first; preempt from the back when blocks run out
+        if self.policy == "priority":
+            self.running.sort(key=priority_key)
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -136,7 +164,10 @@ class Scheduler:
         self.running.remove(seq)
         self.bm.free(seq)
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        if self.policy == "priority":
+            self._queue(seq)
+        else:
+            self.waiting.appendleft(seq)
         self.num_preemptions += 1
         if self.on_preempt is not None:
             self.on_preempt(seq)

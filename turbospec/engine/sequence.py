@@ -56,6 +56,7 @@ class Sequence:
                  params: SamplingParams, device: torch.device, max_model_len: int):
         self.seq_id = next(_seq_counter)
         self.request_id = request_id
+        self.priority = 0                     # the "priority" scheduling policy's: lower runs first
         self.prompt = prompt
         self.token_ids: list[int] = list(prompt_token_ids)
         self.prompt_token_ids: list[int] = self.token_ids[:]     # the outputs' copy, made once

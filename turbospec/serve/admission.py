@@ -19,8 +19,8 @@ def admit_batch(engine, requests: list[AddRequest], safe_abort: Callable[[str], 
     """Hand the requests to the engine, all or none; the first refusal in order, or None.
     `safe_abort`: the engine thread's abort (it marks the engine dead if freeing fails), for
     what an engine error may have left behind."""
-    new = [NewRequest(add.request_id, add.prompt, add.params, add.add_special_tokens, add.cap_to_context)
-           for add in requests]
+    new = [NewRequest(add.request_id, add.prompt, add.params, add.add_special_tokens, add.cap_to_context,
+                      add.priority) for add in requests]
     try:
         engine.add_requests(new)
     except BatchRefused as e:

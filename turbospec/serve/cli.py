@@ -97,6 +97,10 @@ def serve(
     max_num_seqs: int = typer.Option(256, help="Most requests batched in one step."),
     max_num_batched_tokens: int = typer.Option(8192, help="Token budget per engine step (longer prefills "
                                                "are chunked)."),
+    scheduling_policy: str = typer.Option(
+        "fcfs", help="fcfs: requests run in arrival order; priority: by each request's `priority` field, lower "
+                     "values first (then arrival), the last in that order preempted when KV blocks run out. "
+                     "A request's nonzero priority needs priority (vLLM's rule)."),
     tensor_parallel_size: int = typer.Option(
         1, "--tensor-parallel-size", "-tp", help="Accepted for vLLM launch lines at 1 only: turbospec serves "
                                                  "a model on one GPU (start one server per GPU)."),
@@ -174,7 +178,7 @@ def serve(
                                      gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                                      max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
                                      enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps,
-                                     generation_config=generation_config)
+                                     generation_config=generation_config, scheduling_policy=scheduling_policy)
         engine_config.validate()
     except ValueError as e:
         typer.echo(f"turbospec serve: {as_serve_flags(str(e), SERVE_FLAGS, dtype)}", err=True)

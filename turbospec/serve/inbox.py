@@ -22,18 +22,19 @@ class AddRequest:
     cap_to_context: bool = False             # max_tokens past the context stops there ("length")
     arrival: float = field(default_factory=time.time)
     tokens_as_ids: bool = False              # vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:N"
+    priority: int = 0                        # --scheduling-policy priority: lower runs first
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop, request_id: str, params: SamplingParams, *,
            prompt: str | list[int], add_special_tokens: bool | None = None,
-           cap_to_context: bool = False, tokens_as_ids: bool = False) -> "AddRequest":
+           cap_to_context: bool = False, tokens_as_ids: bool = False, priority: int = 0) -> "AddRequest":
         """`prompt`: a string or token ids (a chat conversation was rendered into a string by the
         tokenizer worker). `add_special_tokens` (vLLM's): None is true. `cap_to_context`:
         max_tokens is a default (generation_config's max_new_tokens), so prompt + max_tokens past
         the context stops at the context instead of a 400. `tokens_as_ids`: logprob tokens shown as
-        "token_id:N" (vLLM's return_tokens_as_token_ids)."""
+        "token_id:N" (vLLM's return_tokens_as_token_ids). `priority`: vLLM's (the engine checks it)."""
         return cls(request_id, prompt, params, True if add_special_tokens is None else add_special_tokens, loop,
-                   asyncio.Queue(), cap_to_context, tokens_as_ids=tokens_as_ids)
+                   asyncio.Queue(), cap_to_context, tokens_as_ids=tokens_as_ids, priority=priority)
 
 
 @dataclass

@@ -39,7 +39,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
     # vLLM's own request extras (its docs list them), so a vLLM client's body is never "unknown"
     "spaces_between_special_tokens": (True, None),
-    "priority": (0, None),
     "length_penalty": (1.0, None),                # beam search only
     "logits_processors": (None, []),
     "prompt_embeds": (None,),

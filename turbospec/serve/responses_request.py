@@ -32,7 +32,7 @@ from turbospec.serve.sampling_fields import NullableBool
 # the chat path's fields a Responses request may send too, as vLLM's extras (same meaning)
 FORWARDED = ("top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed", "stop",
              "stop_token_ids", "ignore_eos", "min_tokens", "logit_bias", "skip_special_tokens",
-             "include_stop_str_in_output", "chat_template_kwargs", "include_reasoning")
+             "include_stop_str_in_output", "chat_template_kwargs", "include_reasoning", "priority")
 # Responses fields served only at these values (anything else needs what this server lacks)
 _NEUTRAL = {"max_tool_calls": (None,), "prompt": (None,), "top_logprobs": (None, 0)}
 _HARMLESS = frozenset({"prompt_cache_retention"})

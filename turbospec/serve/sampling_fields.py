@@ -56,6 +56,7 @@ class SamplingFields(StructuredOptions):
     min_p: float | None = None                    # vLLM's, [0, 1]
     stream: NullableBool = False
     stream_options: StreamOptions | None = None
+    priority: int = 0                             # vLLM's: lower first (a server of --scheduling-policy priority)
     prompt_logprobs: int | None = None            # vLLM's: the prompt tokens' logprobs, top k each
     allowed_token_ids: list[int] | None = None    # vLLM's: only these ids may be generated
     bad_words: list[str] | None = None            # vLLM's: words the output never contains

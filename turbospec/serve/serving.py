@@ -94,7 +94,7 @@ class OpenAIServing:
                         logprob_fields=LogprobFields(echo=req.echo and req.prompt_logprobs is None))
         streams = await start_choices(start, rid, params, [
             {"prompt": p, "add_special_tokens": req.add_special_tokens, "cap_to_context": cap,
-             "tokens_as_ids": req.return_tokens_as_token_ids} for p in prompts],
+             "tokens_as_ids": req.return_tokens_as_token_ids, "priority": req.priority} for p in prompts],
             req.num_samples)
         if req.stream:
             return SSEResponse(self._completion_events(rid, req, streams))
@@ -211,7 +211,7 @@ class OpenAIServing:
         await compile_constraint(self.engine.engine, params, req, tools)
         prompt = {"messages": req.template_messages(), "template_kwargs": req.template_kwargs(tools),
                   "add_special_tokens": req.add_special_tokens, "cap_to_context": self._default_max_tokens(req),
-                  "tokens_as_ids": req.return_tokens_as_token_ids}
+                  "tokens_as_ids": req.return_tokens_as_token_ids, "priority": req.priority}
         start = partial(self._start, max_tokens_name=max_tokens_name or req.max_tokens_name,
                         num_samples=req.num_samples, stream=req.stream,
                         logprob_fields=LogprobFields(logprobs="top_logprobs"))
