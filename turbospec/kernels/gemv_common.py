@@ -18,9 +18,11 @@ GEMV_MAX_M = 16                 # rows served (2 tiles of the MMA's 8-wide side)
 # At 2 sequences a draft of 8-15 tokens (DFlash's 15) would no longer fit: none would be made.
 AUTO_MAX_SEQS = 1
 # Whether "auto" engines send an MoE's experts to the CUDA MoE GEMVs too (kernels/moe_gemv.py; "1" always does).
-# On since their GPU tests passed (H100, 2026-12-07: 82 + 3 passed, every token's row the bits of its one-token
-# call, plain == n-gram k = 15 in an MoE engine) and they timed faster than Triton at 1-16 uniform tokens
-# (30b-a3b b1 decode: FP8 44.7% -> 48.0% of roofline, bf16 62.4% -> 66.3%; docs/benchmarks.md).
+# On since their GPU tests passed (H100, 2026-12-07: every token's row the bits of its one-token call, plain ==
+# n-gram k = 15 in an MoE engine; then the whole GPU suite with it on, 623 passed) and they timed faster than
+# Triton at 1-16 uniform tokens (30b-a3b b1 decode: FP8 44.7% -> 48.0% of roofline, bf16 62.4% -> 66.3%;
+# docs/benchmarks.md). Where 16 tokens share few experts (full groups) the grouped kernels are slower than
+# Triton (docs/fp8_moe.md): a verify of 16 on a real model's concentrated routing may cost more than before.
 AUTO_EXPERTS = True
 _CAPABILITY: dict[int, bool] = {}
 _WARNED: set[tuple[int, str]] = set()
