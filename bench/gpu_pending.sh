@@ -46,7 +46,8 @@
 #            then bench/moe_verify_probe.py (Triton / per-slot / grouped at T = 1..16), then qwen3-30b-a3b FP8
 #            and bf16 bench decode b1 with both switches 0, then auto, then the FP8 oracle (k 7, AL 4, auto length)
 #   moeab    (session 41) the MoE engine test and the one-token bad-words case, then 30b-a3b FP8 / bf16 b1 decode
-#            and the FP8 oracle, experts on Triton (defaults then) against switches 1 (the MoE GEMV), in one call
+#            and the FP8 oracle, defaults against switches 1 (the MoE GEMV), in one call. Run before AUTO_EXPERTS
+#            was turned on, when the defaults kept the experts on Triton; now both sides of a b1 pair take the GEMV
 #   profile  (session 41) bench decode --profile (PDL off) for 30b-a3b FP8 / bf16 and 8b FP8 at b1
 #   moelean  (session 40) moegroup's GPU tests (MOE_K: a -k filter), then its probe if AUTO_LIMIT leaves time
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
