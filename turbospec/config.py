@@ -241,6 +241,9 @@ class ModelConfig:
                              "expert's MLP width): add it to config.json")
 
 
+SCHEDULING_POLICIES = ("fcfs", "priority")     # vLLM's scheduling_policy values (engine/scheduler.py)
+
+
 @dataclass
 class EngineConfig:
     """Engine knobs. Defaults suit a single GPU; CPU tests shrink them."""
@@ -270,7 +273,7 @@ class EngineConfig:
         if self.generation_config not in ("auto", "vllm"):
             raise ValueError(f"generation_config={self.generation_config!r}: use 'auto' (the model's "
                              "generation_config.json sampling defaults, as vLLM) or 'vllm' (ignore them)")
-        if self.scheduling_policy not in ("fcfs", "priority"):
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling_policy={self.scheduling_policy!r}: use 'fcfs' (first come, first served, "
                              "the default) or 'priority' (each request's priority, lower values first)")
         if self.num_scheduler_steps is not None and not 1 <= self.num_scheduler_steps <= 64:

@@ -41,23 +41,23 @@ def test_a_high_priority_request_overtakes_a_waiting_low_priority_one(priority_s
             texts[name] = r.choices[0].message.content
         done[name] = time.monotonic()
 
-    long = threading.Thread(target=run, args=("long", 0, 1000))
+    long = threading.Thread(target=run, args=("long", 0, 1500))
     long.start()
     deadline = time.monotonic() + 30
-    while priority_server.metric("vllm:num_requests_running") < 1:        # the one seat is taken
-        assert time.monotonic() < deadline, priority_server.log()[-2000:]
-        time.sleep(0.05)
-    low = threading.Thread(target=run, args=("low", 10, 8))
+
+    def wait_for(metric: str, value: int) -> None:
+        while priority_server.metric(metric) < value:
+            assert "long" not in done, "the long request ended before the others waited: raise its max_tokens"
+            assert time.monotonic() < deadline, priority_server.log()[-2000:]
+            time.sleep(0.05)
+    wait_for("vllm:num_requests_running", 1)                             # the one seat is taken
+    low = threading.Thread(target=run, args=("low", 10, 48))
     low.start()
-    while priority_server.metric("vllm:num_requests_waiting") < 1:
-        assert time.monotonic() < deadline, priority_server.log()[-2000:]
-        time.sleep(0.05)
-    high = threading.Thread(target=run, args=("high", -5, 8))
+    wait_for("vllm:num_requests_waiting", 1)
+    high = threading.Thread(target=run, args=("high", -5, 48))
     high.start()
-    while priority_server.metric("vllm:num_requests_waiting") < 2:
-        assert time.monotonic() < deadline, priority_server.log()[-2000:]
-        time.sleep(0.05)
-    assert "long" not in done, "the long request ended before both others waited: raise its max_tokens"
+    wait_for("vllm:num_requests_waiting", 2)
+    assert "long" not in done, "the long request ended before the others waited: raise its max_tokens"
     for t in (long, low, high):
         t.join(120)
     assert set(done) == {"long", "low", "high"}

@@ -172,11 +172,14 @@ def test_a_priority_needs_a_priority_server(server):
     says how to turn priority scheduling on; 0 is served (tests/serve/test_priority_server.py: a priority server)."""
     with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as c:
         body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2}
-        r = c.post("/v1/chat/completions", json={**body, "priority": 5})
-        err = r.json()["error"]
-        assert r.status_code == 400 and err["code"] == "invalid_value", err
-        assert "priority=5 needs priority scheduling" in err["message"] and "--scheduling-policy priority" in \
-            err["message"], err["message"]
+        for path, extra in (("/v1/chat/completions", body), ("/v1/completions", {"prompt": "x", "max_tokens": 2}),
+                            ("/v1/responses", {"input": "x", "max_output_tokens": 2})):
+            r = c.post(path, json={"model": MODEL_NAME, **extra, "priority": 5})
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["code"] == "invalid_value" and err["param"] == "priority", (path, err)
+            assert "priority=5 needs priority scheduling" in err["message"] and "--scheduling-policy priority" in \
+                err["message"], err["message"]
         r = c.post("/v1/completions", json={"model": MODEL_NAME, "prompt": "x", "max_tokens": 2, "priority": "high"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "priority", r.text
-        assert c.post("/v1/chat/completions", json={**body, "priority": 0}).status_code == 200
+        for value in (0, None):                                 # null: the default, as before priority was served
+            assert c.post("/v1/chat/completions", json={**body, "priority": value}).status_code == 200, value

@@ -145,12 +145,12 @@ class LLMEngine:
         """r's validated Sequence (its grammar state too); the engine is not changed."""
         if r.request_id in self.seqs:
             raise ValueError(f"request_id {r.request_id!r} is already in use: pass a unique id")
-        check_priority(r.priority, self.scheduler.policy)
+        priority = check_priority(r.priority, self.scheduler.policy)
         seq = build_sequence(r.request_id, r.prompt, r.params or SamplingParams(), self.tokenizer, self.model_config,
                              self.device, self.max_model_len, r.add_special_tokens, r.cap_to_context)
         if seq.params.structured_outputs is not None:
             seq.grammar = self.grammars.state(seq.params.structured_outputs, seq.prompt_token_ids)
-        seq.priority = r.priority
+        seq.priority = priority
         return seq
 
     def _take(self, seqs: list[Sequence]) -> None:

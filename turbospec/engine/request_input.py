@@ -3,6 +3,7 @@ and finding the tokenizer."""
 from __future__ import annotations
 
 import glob
+import operator
 import os
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,13 +30,19 @@ class NewRequest:
     priority: int = 0                        # the "priority" scheduling policy's: lower runs first
 
 
-def check_priority(priority, policy: str) -> None:
-    """A request's `priority`: an integer; other than 0 only under scheduling_policy "priority" (vLLM's rule)."""
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise ValueError(f"priority={priority!r} must be an integer (lower values are scheduled first)")
+def check_priority(priority, policy: str) -> int:
+    """A request's `priority` as an int: an integer (a numpy one too); other than 0 only under
+    scheduling_policy "priority" (vLLM's rule)."""
+    try:
+        if isinstance(priority, bool):
+            raise TypeError
+        priority = operator.index(priority)          # an int, or a numpy integer
+    except TypeError:
+        raise ValueError(f"priority={priority!r} must be an integer (lower values are scheduled first)") from None
     if priority != 0 and policy != "priority":
         raise ValueError(f"priority={priority} needs priority scheduling, which is off: start the engine with "
                          "scheduling_policy='priority' (`turbospec serve --scheduling-policy priority`), or send 0")
+    return priority
 
 
 class TokenizedText(str):

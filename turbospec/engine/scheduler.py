@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from turbospec.config import SCHEDULING_POLICIES
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.sequence import Sequence, SequenceStatus
 
@@ -64,9 +65,6 @@ def split_mixed(scheduled: list[ScheduledSeq], max_decode_rows: int) -> list[lis
     return [decodes, prefills]
 
 
-POLICIES = ("fcfs", "priority")
-
-
 def priority_key(seq: Sequence) -> tuple[int, int]:
     """The "priority" policy's order: lower priority values first, then arrival (seq_id grows)."""
     return seq.priority, seq.seq_id
@@ -75,7 +73,7 @@ def priority_key(seq: Sequence) -> tuple[int, int]:
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  on_preempt: Callable[[Sequence], None] | None = None, policy: str = "fcfs"):
-        if policy not in POLICIES:
+        if policy not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling_policy={policy!r}: use 'fcfs' (first come, first served) or 'priority'")
         self.bm = block_manager
         self.max_num_seqs = max_num_seqs
@@ -93,9 +91,13 @@ class Scheduler:
             self.waiting.append(seq)
 
     def _queue(self, seq: Sequence) -> None:
-        """Into the waiting queue at its place in the priority order (after its equals)."""
-        keys = [priority_key(s) for s in self.waiting]
-        self.waiting.insert(bisect.bisect_right(keys, priority_key(seq)), seq)
+        """Into the waiting queue at its place in the priority order (after its equals): an append when
+        it goes last (requests of one priority arrive in order), else a binary search."""
+        key = priority_key(seq)
+        if not self.waiting or priority_key(self.waiting[-1]) <= key:
+            self.waiting.append(seq)
+        else:
+            self.waiting.insert(bisect.bisect_right(self.waiting, key, key=priority_key), seq)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from turbospec.engine.request_input import check_priority
 from turbospec.generation_defaults import apply_defaults
 from turbospec.sampling_params import SamplingParams, is_one_of
 from turbospec.serve.errors import bad_request
@@ -24,6 +25,7 @@ MAX_CHOICES = 128            # prompts x n per request: each is an engine reques
 # OpenAI's `stream`, `echo` and chat's `logprobs` are nullable ("boolean or null"), as in vLLM: null
 # is the default (false). The `openai` client sends null for an argument passed as None.
 NullableBool = Annotated[bool, BeforeValidator(lambda v: False if v is None else v)]
+NullableInt0 = Annotated[int, BeforeValidator(lambda v: 0 if v is None else v)]       # null: 0
 
 
 class StreamOptions(BaseModel):
@@ -56,7 +58,7 @@ class SamplingFields(StructuredOptions):
     min_p: float | None = None                    # vLLM's, [0, 1]
     stream: NullableBool = False
     stream_options: StreamOptions | None = None
-    priority: int = 0                             # vLLM's: lower first (a server of --scheduling-policy priority)
+    priority: NullableInt0 = 0                    # vLLM's: lower first (a server of --scheduling-policy priority)
     prompt_logprobs: int | None = None            # vLLM's: the prompt tokens' logprobs, top k each
     allowed_token_ids: list[int] | None = None    # vLLM's: only these ids may be generated
     bad_words: list[str] | None = None            # vLLM's: words the output never contains
@@ -160,3 +162,12 @@ class SamplingFields(StructuredOptions):
 
 def _show(values: tuple[Any, ...]) -> str:
     return " or ".join(json.dumps(v) for v in values)
+
+
+def check_priority_field(priority: int, engine) -> None:
+    """A request's `priority` against the engine's scheduling policy (vLLM's rule: other than 0 only under
+    --scheduling-policy priority), before any work is done for it: a 400 naming `priority`."""
+    try:
+        check_priority(priority, getattr(getattr(engine, "scheduler", None), "policy", "fcfs"))
+    except ValueError as e:
+        raise bad_request(str(e), param="priority") from None

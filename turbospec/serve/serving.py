@@ -29,6 +29,7 @@ from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, Ch
                                        ChatCompletionResponse, CompletionChoice, CompletionResponse,
                                        CompletionStreamChoice, DeltaMessage, SpeculativeDecodingInfo,
                                        UsageInfo, json_with_choices, prompt_logprobs_json, sse)
+from turbospec.serve.sampling_fields import check_priority_field
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.structured import compile_constraint
 from turbospec.serve.token_bytes import TextOffsets
@@ -62,6 +63,7 @@ class OpenAIServing:
         """The choices' engine requests (serve/choices.py: `num_samples` per prompt), their text
         encoded off the engine thread, checked against --max-logprob-entries, and admitted all or
         none; a refusal is the client's error (serve/refusals.py)."""
+        check_priority_field(requests[0][2].get("priority", 0), self.engine.engine)
         try:
             prepared = await self.engine.prepare(requests)
             limit = self.max_logprob_entries or default_max_logprob_entries(self.engine.max_model_len)
