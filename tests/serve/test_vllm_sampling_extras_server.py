@@ -113,14 +113,19 @@ def test_return_token_ids_on_both_endpoints_streamed_or_not(client, llm):
                                        temperature=0, extra_body=extra)
     assert r.model_dump()["prompt_token_ids"] == chat.prompt_token_ids
     assert r.choices[0].model_dump()["token_ids"] == chat.outputs[0].token_ids
-    ids, prompt_ids = [], None
+    ids, bodies = [], []
     for ch in client.chat.completions.create(model=MODEL_NAME, messages=messages, max_completion_tokens=10,
-                                             temperature=0, extra_body=extra, stream=True):
-        body = ch.model_dump()
-        prompt_ids = prompt_ids or body.get("prompt_token_ids")
-        ids += (body["choices"][0].get("token_ids") or []) if body["choices"] else []
-    assert ids == chat.outputs[0].token_ids and prompt_ids == chat.prompt_token_ids
-    assert tok.decode(ids) == r.choices[0].message.content
+                                             temperature=0, extra_body=extra, stream=True, n=2):
+        bodies.append(ch.model_dump())
+        ids += [(c["index"], t) for c in bodies[-1]["choices"] for t in c.get("token_ids") or []]
+    assert [t for i, t in ids if i == 0] == chat.outputs[0].token_ids == [t for i, t in ids if i == 1]
+    # as vLLM: the first chunk of each choice is its role chunk, and it carries the prompt's ids; no other does
+    firsts = bodies[:2]
+    assert sorted(b["choices"][0]["index"] for b in firsts) == [0, 1]
+    assert all(b["choices"][0]["delta"]["role"] == "assistant" and b["prompt_token_ids"] == chat.prompt_token_ids
+               for b in firsts)
+    assert all(b.get("prompt_token_ids") is None for b in bodies[2:])
+    assert tok.decode([t for i, t in ids if i == 0]) == r.choices[0].message.content
 
 
 def test_return_tokens_as_token_ids_names_logprob_tokens_by_id(client):

@@ -227,18 +227,23 @@ class OpenAIServing:
         def chunk(choices, usage_info=None, spec=None, prompt_ids=None) -> str:
             return sse(ChatCompletionChunk(id=rid, created=created, model=req.model, choices=choices,
                                            usage=usage_info, speculative_decoding=spec, prompt_token_ids=prompt_ids))
+        role = [ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))
+                for i in range(len(streams))]
+        defer = req.return_token_ids        # vLLM: then the role chunks come with the first output, and the prompt's ids
         try:
-            for i in range(len(streams)):
-                yield chunk([ChatChunkChoice(index=i, delta=DeltaMessage(role="assistant", content=""))])
+            for c in [] if defer else role:
+                yield chunk([c])
             async for i, d in events:
+                for c in role if defer else []:
+                    yield chunk([c], prompt_ids=list(d.prompt[1]) if d.prompt is not None else None)
+                defer = False
                 if not (d.text or d.finished or d.token_ids):
                     continue
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
                 deltas = outputs[i].deltas(d)     # a parser may hold text back, or split it
                 finish_reason = outputs[i].finish_reason(d.finish_reason)
                 if not deltas:                    # all held back: a chunk only to carry something else
-                    if not (d.finished or d.logprobs or req.usage_in_every_chunk or
-                            (req.return_token_ids and (d.token_ids or d.prompt is not None))):
+                    if not (d.finished or d.logprobs or req.usage_in_every_chunk or (req.return_token_ids and d.token_ids)):
                         continue
                     deltas = [DeltaMessage()]
                 ids = _token_ids(req, d)
@@ -250,8 +255,7 @@ class OpenAIServing:
                                                  finish_reason=finish_reason if last else None,
                                                  stop_reason=d.stop_reason if last else None,
                                                  token_ids=None if new_ids is None else new_ids if first else [])],
-                                _running_usage(req, d) if last else None, spec if last else None,
-                                ids.get("prompt_token_ids") if first else None)
+                                _running_usage(req, d) if last else None, spec if last else None)
                 if d.finished:
                     finals[i] = d
             if req.include_usage_in_stream:
