@@ -244,6 +244,12 @@ class ModelConfig:
 SCHEDULING_POLICIES = ("fcfs", "priority")     # vLLM's scheduling_policy values (engine/scheduler.py)
 
 
+def check_scheduling_policy(policy: str) -> None:
+    if policy not in SCHEDULING_POLICIES:
+        raise ValueError(f"scheduling_policy={policy!r}: use 'fcfs' (first come, first served, the default) or "
+                         "'priority' (each request's priority, lower values first)")
+
+
 @dataclass
 class EngineConfig:
     """Engine knobs. Defaults suit a single GPU; CPU tests shrink them."""
@@ -273,9 +279,7 @@ class EngineConfig:
         if self.generation_config not in ("auto", "vllm"):
             raise ValueError(f"generation_config={self.generation_config!r}: use 'auto' (the model's "
                              "generation_config.json sampling defaults, as vLLM) or 'vllm' (ignore them)")
-        if self.scheduling_policy not in SCHEDULING_POLICIES:
-            raise ValueError(f"scheduling_policy={self.scheduling_policy!r}: use 'fcfs' (first come, first served, "
-                             "the default) or 'priority' (each request's priority, lower values first)")
+        check_scheduling_policy(self.scheduling_policy)
         if self.num_scheduler_steps is not None and not 1 <= self.num_scheduler_steps <= 64:
             raise ValueError(f"num_scheduler_steps={self.num_scheduler_steps} must be in [1, 64]")
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from turbospec.config import SCHEDULING_POLICIES
+from turbospec.config import check_scheduling_policy
 from turbospec.engine.block_manager import BlockManager
 from turbospec.engine.sequence import Sequence, SequenceStatus
 
@@ -73,8 +73,7 @@ def priority_key(seq: Sequence) -> tuple[int, int]:
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  on_preempt: Callable[[Sequence], None] | None = None, policy: str = "fcfs"):
-        if policy not in SCHEDULING_POLICIES:
-            raise ValueError(f"scheduling_policy={policy!r}: use 'fcfs' (first come, first served) or 'priority'")
+        check_scheduling_policy(policy)
         self.bm = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens

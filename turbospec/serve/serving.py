@@ -231,12 +231,14 @@ class OpenAIServing:
                 for i in range(len(streams))]
         defer = req.return_token_ids        # vLLM: then the role chunks come with the first output, and the prompt's ids
         try:
-            for c in [] if defer else role:
-                yield chunk([c])
+            if not defer:
+                for c in role:
+                    yield chunk([c])
             async for i, d in events:
-                for c in role if defer else []:
-                    yield chunk([c], prompt_ids=list(d.prompt[1]) if d.prompt is not None else None)
-                defer = False
+                if defer:
+                    for c in role:
+                        yield chunk([c], prompt_ids=list(d.prompt[1]) if d.prompt is not None else None)
+                    defer = False
                 if not (d.text or d.finished or d.token_ids):
                     continue
                 spec = SpeculativeDecodingInfo.of(d.spec) if d.finished else None
