@@ -50,6 +50,8 @@
 #            was turned on, when the defaults kept the experts on Triton; now both sides of a b1 pair take the GEMV
 #   profile  (session 41) bench decode --profile (PDL off) for 30b-a3b FP8 / bf16 and 8b FP8 at b1
 #   moelean  (session 40) moegroup's GPU tests (MOE_K: a -k filter), then its probe if AUTO_LIMIT leaves time
+#   tinyab   (session 42) the opt-in launch savers with the GEMVs on: qwen3-30b-a3b FP8 b1 decode with defaults,
+#            TURBOSPEC_FUSE_ROUTER=1, TURBOSPEC_ATTN_REDUCE=fused, both, defaults again; then bf16 defaults / both
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -153,6 +155,18 @@ for part in "$@"; do
                 >> "$OUT/moeab_bench.txt" 2>&1
             done
             grep -E "^###|^# bench|^ +[0-9]|^batch|^verify" "$OUT/moeab_bench.txt" | grep -oE "^###.*|^ +[0-9].*|^batch.*|^verify.*|CUDA GEMVs [^|]*|env [^|]*$" ;;
+    tinyab) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
+            S30="--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
+            for e in "" "TURBOSPEC_FUSE_ROUTER=1" "TURBOSPEC_ATTN_REDUCE=fused" \
+                     "TURBOSPEC_FUSE_ROUTER=1 TURBOSPEC_ATTN_REDUCE=fused" ""; do
+              (( SECONDS + 70 > ${AUTO_LIMIT:-560} )) && break
+              env $e bash -c "$(declare -f bench_rows); OUT=$OUT; bench_rows tinyab.txt 80 '$S30 --quantization fp8'"
+            done
+            for e in "" "TURBOSPEC_FUSE_ROUTER=1 TURBOSPEC_ATTN_REDUCE=fused"; do
+              (( SECONDS + 70 > ${AUTO_LIMIT:-560} )) && break
+              env $e bash -c "$(declare -f bench_rows); OUT=$OUT; bench_rows tinyab.txt 80 '$S30'"
+            done
+            grep -E "^###|^ +[0-9]" "$OUT/tinyab.txt" | grep -oE "^###.*|^ +[0-9].*|env [^|]*$" ;;
     profile) # (session 41) where a b1 step's GPU time goes: bench decode --profile, PDL off (each kernel its own time),
             # for qwen3-30b-a3b FP8 and bf16 and qwen3-8b FP8, after one defaults row of 30b FP8
             export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
