@@ -50,8 +50,11 @@
 #            was turned on, when the defaults kept the experts on Triton; now both sides of a b1 pair take the GEMV
 #   profile  (session 41) bench decode --profile (PDL off) for 30b-a3b FP8 / bf16 and 8b FP8 at b1
 #   moelean  (session 40) moegroup's GPU tests (MOE_K: a -k filter), then its probe if AUTO_LIMIT leaves time
-#   tinyab   (session 42) the opt-in launch savers with the GEMVs on: qwen3-30b-a3b FP8 b1 decode with defaults,
-#            TURBOSPEC_FUSE_ROUTER=1, TURBOSPEC_ATTN_REDUCE=fused, both, defaults again; then bf16 defaults / both
+#   tinyab   (session 42) launch savers with the GEMVs on: qwen3-30b-a3b FP8 b1 decode under each setting of
+#            TINY_ENVS (default: defaults, TURBOSPEC_FUSE_ROUTER=1, TURBOSPEC_ATTN_REDUCE=fused, both, defaults
+#            again; settings separated by ';'), then bf16 under TINY_BF16_ENVS, while AUTO_LIMIT leaves time
+#   routerab (session 42) the CUDA router GEMV + top-k (kernels/router_gemv.py): its GPU tests, the Triton
+#            router's and the MoE engine test, then tinyab with the router auto / 1 / off and the merge in launch
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -157,16 +160,21 @@ for part in "$@"; do
             grep -E "^###|^# bench|^ +[0-9]|^batch|^verify" "$OUT/moeab_bench.txt" | grep -oE "^###.*|^ +[0-9].*|^batch.*|^verify.*|CUDA GEMVs [^|]*|env [^|]*$" ;;
     tinyab) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
             S30="--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64"
-            for e in "" "TURBOSPEC_FUSE_ROUTER=1" "TURBOSPEC_ATTN_REDUCE=fused" \
-                     "TURBOSPEC_FUSE_ROUTER=1 TURBOSPEC_ATTN_REDUCE=fused" ""; do
-              (( SECONDS + 70 > ${AUTO_LIMIT:-560} )) && break
-              env $e bash -c "$(declare -f bench_rows); OUT=$OUT; bench_rows tinyab.txt 80 '$S30 --quantization fp8'"
-            done
-            for e in "" "TURBOSPEC_FUSE_ROUTER=1 TURBOSPEC_ATTN_REDUCE=fused"; do
-              (( SECONDS + 70 > ${AUTO_LIMIT:-560} )) && break
-              env $e bash -c "$(declare -f bench_rows); OUT=$OUT; bench_rows tinyab.txt 80 '$S30'"
+            IFS=';' read -ra fp8envs <<< "${TINY_ENVS:-;TURBOSPEC_FUSE_ROUTER=1;TURBOSPEC_ATTN_REDUCE=fused;TURBOSPEC_FUSE_ROUTER=1 TURBOSPEC_ATTN_REDUCE=fused;}"
+            IFS=';' read -ra bf16envs <<< "${TINY_BF16_ENVS:-;TURBOSPEC_FUSE_ROUTER=1 TURBOSPEC_ATTN_REDUCE=fused}"
+            for e in "${fp8envs[@]}" "bf16" "${bf16envs[@]}"; do
+              [[ $e == bf16 ]] && { q=""; continue; }
+              (( SECONDS + 70 > ${AUTO_LIMIT:-560} )) && { echo "### (out of time: '$e' not run)" >> "$OUT/tinyab.txt"; break; }
+              env $e bash -c "$(declare -f bench_rows); OUT=$OUT; bench_rows tinyab.txt 80 '$S30 ${q- --quantization fp8}'"
             done
             grep -E "^###|^ +[0-9]" "$OUT/tinyab.txt" | grep -oE "^###.*|^ +[0-9].*|env [^|]*$" ;;
+    routerab) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
+            PYTHONPATH=. timeout 200 $T tests/gpu/test_router_gemv_gpu.py tests/gpu/test_router_topk.py \
+              tests/gpu/test_gemv_auto_gpu.py -k "not small_engines and not larger" > "$OUT/router_tests.txt" 2>&1
+            grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/router_tests.txt" | head -20
+            TINY_ENVS="${TINY_ENVS:-;TURBOSPEC_FUSE_ROUTER=auto;TURBOSPEC_ATTN_REDUCE=fused;TURBOSPEC_FUSE_ROUTER=auto TURBOSPEC_ATTN_REDUCE=fused;TURBOSPEC_FUSE_ROUTER=1;;TURBOSPEC_FUSE_ROUTER=auto}" \
+              TINY_BF16_ENVS="${TINY_BF16_ENVS:-;TURBOSPEC_FUSE_ROUTER=auto}" AUTO_LIMIT=$(( ${AUTO_LIMIT:-560} - SECONDS )) \
+              bash "$0" tinyab | grep -v "^name" ;;
     profile) # (session 41) where a b1 step's GPU time goes: bench decode --profile, PDL off (each kernel its own time),
             # for qwen3-30b-a3b FP8 and bf16 and qwen3-8b FP8, after one defaults row of 30b FP8
             export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
