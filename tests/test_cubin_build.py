@@ -30,7 +30,9 @@ def _moe_names(prefix: str, gemm1: dict) -> list[str]:
 
 def _bf16_gemv_names() -> list[str]:
     from turbospec.kernels.bf16_gemv import VARIANTS
-    return [f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1)
+    routers = [f"router_topk_w{w}_nt{nt}" for w in (4, 8) for nt in (1, 2)]         # kernels/router_gemv.py
+    return ([f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1)
+            + routers)
 
 
 @needs_nvcc
@@ -54,6 +56,9 @@ def test_sources_build_with_nvrtc_where_nvcc_is_absent(tmp_path, monkeypatch):
     assert out.name.endswith("-sm90a-nvrtc.cubin") and out.read_bytes()[:4] == b"\x7fELF"
     missing = [n for n in _fp8_gemv_names() if n.encode() not in out.read_bytes()]
     assert not missing, missing
+    bf16 = cubin.build("bf16_gemv.cu")
+    assert bf16.name.endswith("-sm90a-nvrtc.cubin")
+    assert not [n for n in _bf16_gemv_names() if n.encode() not in bf16.read_bytes()]
     bf16 = cubin.build("bf16_gemv.cu").read_bytes()
     assert all(n.encode() in bf16 for n in _bf16_gemv_names()), [n for n in _bf16_gemv_names() if n.encode() not in bf16]
     assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["bf16_gemv", "fp8_gemv"]   # no leftovers
