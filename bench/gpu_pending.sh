@@ -53,8 +53,6 @@
 #   tinyab   (session 42) launch savers with the GEMVs on: qwen3-30b-a3b FP8 b1 decode under each setting of
 #            TINY_ENVS (default: defaults, TURBOSPEC_FUSE_ROUTER=1, TURBOSPEC_ATTN_REDUCE=fused, both, defaults
 #            again; settings separated by ';'), then bf16 under TINY_BF16_ENVS, while AUTO_LIMIT leaves time
-#   routerab (session 42) the CUDA router GEMV + top-k (kernels/router_gemv.py): its GPU tests, the Triton
-#            router's and the MoE engine test, then tinyab with the router auto / 1 / off and the merge in launch
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -168,13 +166,6 @@ for part in "$@"; do
               env $e bash -c "$(declare -f bench_rows); OUT=$OUT; bench_rows tinyab.txt 80 '$S30 ${q- --quantization fp8}'"
             done
             grep -E "^###|^ +[0-9]" "$OUT/tinyab.txt" | grep -oE "^###.*|^ +[0-9].*|env [^|]*$" ;;
-    routerab) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
-            PYTHONPATH=. timeout 200 $T tests/gpu/test_router_gemv_gpu.py tests/gpu/test_router_topk.py \
-              tests/gpu/test_gemv_auto_gpu.py -k "not small_engines and not larger" > "$OUT/router_tests.txt" 2>&1
-            grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/router_tests.txt" | head -20
-            TINY_ENVS="${TINY_ENVS:-;TURBOSPEC_FUSE_ROUTER=auto;TURBOSPEC_ATTN_REDUCE=fused;TURBOSPEC_FUSE_ROUTER=auto TURBOSPEC_ATTN_REDUCE=fused;TURBOSPEC_FUSE_ROUTER=1;;TURBOSPEC_FUSE_ROUTER=auto}" \
-              TINY_BF16_ENVS="${TINY_BF16_ENVS:-;TURBOSPEC_FUSE_ROUTER=auto}" AUTO_LIMIT=$(( ${AUTO_LIMIT:-560} - SECONDS )) \
-              bash "$0" tinyab | grep -v "^name" ;;
     profile) # (session 41) where a b1 step's GPU time goes: bench decode --profile, PDL off (each kernel its own time),
             # for qwen3-30b-a3b FP8 and bf16 and qwen3-8b FP8, after one defaults row of 30b FP8
             export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV

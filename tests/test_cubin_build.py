@@ -30,9 +30,7 @@ def _moe_names(prefix: str, gemm1: dict) -> list[str]:
 
 def _bf16_gemv_names() -> list[str]:
     from turbospec.kernels.bf16_gemv import VARIANTS
-    routers = [f"router_topk_w{w}_nt{nt}" for w in (4, 8) for nt in (1, 2)]         # kernels/router_gemv.py
-    return ([f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1)
-            + routers)
+    return [f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1)
 
 
 @needs_nvcc

@@ -125,7 +125,7 @@ def test_fused_moe_module_routes_through_its_config():
 def test_forward_with_router_off_cuda_is_gate_then_forward():
     """On the CPU (and wherever `fuses_router` says no) the fused entry is exactly today's path."""
     from turbospec.layers.linear import ReplicatedLinear
-    from turbospec.layers.moe import fuses_router, fuses_router_gemv
+    from turbospec.layers.moe import fuses_router
     torch.manual_seed(0)
     cfg = RoutingConfig(top_k=2, scoring="sigmoid", n_group=2, topk_group=1, routed_scaling_factor=1.5)
     moe = FusedMoE(8, 2, 16, 8, renormalize=True, routing=cfg)
@@ -136,19 +136,19 @@ def test_forward_with_router_off_cuda_is_gate_then_forward():
     x, bias = torch.randn(5, 16), torch.randn(8)
     gate_bf16 = ReplicatedLinear(16, 8).to(torch.bfloat16)
     assert not fuses_router(x.to(torch.bfloat16), gate_bf16, cfg, 8)                # CPU tensors
-    assert not fuses_router_gemv(x.to(torch.bfloat16), gate_bf16, RoutingConfig(top_k=2), None)
     assert torch.equal(moe.forward_with_router(x, gate, bias), moe(x, gate(x), bias))
     assert torch.equal(moe.forward_with_router(x, gate), moe(x, gate(x)))
 
 
-def test_fuse_router_switch_accepts_0_1_and_auto(monkeypatch):
-    from turbospec.layers.moe import router_mode
-    for value in ("0", "1", "auto"):
+def test_fuse_router_switch_accepts_only_0_and_1(monkeypatch):
+    from turbospec.layers.moe import env_switch
+    for value, on in (("0", False), ("1", True)):
         monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", value)
-        assert router_mode() == value
+        assert env_switch("TURBOSPEC_FUSE_ROUTER") is on
     monkeypatch.delenv("TURBOSPEC_FUSE_ROUTER")
-    assert router_mode() == "0" and router_mode(default="auto") == "auto"
-    for bad in ("", "yes", "2", "true", "AUTO"):
+    assert env_switch("TURBOSPEC_FUSE_ROUTER") is True
+    assert env_switch("TURBOSPEC_FUSE_ROUTER", default="0") is False
+    for bad in ("", "yes", "2", "true"):
         monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", bad)
-        with pytest.raises(ValueError, match="TURBOSPEC_FUSE_ROUTER=.*auto.*1.*0"):
-            router_mode()
+        with pytest.raises(ValueError, match="TURBOSPEC_FUSE_ROUTER.*0.*1"):
+            env_switch("TURBOSPEC_FUSE_ROUTER")

@@ -124,7 +124,7 @@ def test_moe_layer_uses_it_for_decode_sizes_only(monkeypatch):
     on `router_topk`'s routing, bit for bit), unfused above 64 rows, for float32, with
     TURBOSPEC_FUSE_ROUTER off and under an expert budget (bitwise `forward(x, gate(x))`)."""
     import turbospec.layers.moe as moe_mod
-    monkeypatch.setattr(moe_mod, "FUSE_ROUTER", "1")                           # opt-in
+    monkeypatch.setattr(moe_mod, "FUSE_ROUTER", True)                          # opt-in
     from turbospec.kernels.router_topk import router_topk
     from turbospec.layers.linear import ReplicatedLinear
     from turbospec.layers.moe import FusedMoE, fuses_router
@@ -147,6 +147,6 @@ def test_moe_layer_uses_it_for_decode_sizes_only(monkeypatch):
     fused = moe.forward_with_router(x[:16], gate)
     assert torch.equal(fused, moe._experts(x[:16], *router_topk(x[:16], gate.weight, cfg)))
     assert torch.equal(moe.forward_with_router(x, gate), moe(x, gate(x)))
-    monkeypatch.setattr(moe_mod, "FUSE_ROUTER", "0")
+    monkeypatch.setattr(moe_mod, "FUSE_ROUTER", False)
     assert not fuses_router(x[:8], gate, cfg, E)
     assert torch.equal(moe.forward_with_router(x[:16], gate), moe(x[:16], gate(x[:16])))

@@ -8,8 +8,7 @@ the PyTorch reference below loops over the experts that received tokens, in expe
 accumulates with `index_add_` in the hidden dtype — the same operations, in the same order, as
 transformers' eager Qwen3-MoE, so that CPU float32 results match it exactly.
 `FusedMoE.forward_with_router(hidden, gate)` takes the router instead of its logits: for decode and
-verify sizes on CUDA the router GEMM and the routing can be one launch (`kernels/router_gemv.py`,
-`kernels/router_topk.py`; TURBOSPEC_FUSE_ROUTER).
+verify sizes on CUDA the router GEMM and the routing are then one launch (`kernels/router_topk.py`).
 """
 from __future__ import annotations
 
@@ -96,49 +95,11 @@ def env_switch(name: str, default: str = "1") -> bool:
     return value == "1"
 
 
-def router_mode(name: str = "TURBOSPEC_FUSE_ROUTER", default: str = "0") -> str:
-    """TURBOSPEC_FUSE_ROUTER: "auto" — a router the CUDA bf16 GEMV serves (kernels/bf16_gemv.py: 1-16
-    tokens in an engine of one sequence) and its top-k routing are one CUDA launch (`kernels.router_gemv`);
-    "1" — that, and elsewhere the Triton `kernels.router_topk` for 1..INVARIANT_MAX_M tokens; "0" — two
-    launches (router linear, then `route`)."""
-    value = os.environ.get(name, default)
-    if value not in ("0", "1", "auto"):
-        raise ValueError(f"{name}={value!r}: use auto (the CUDA router GEMV + top-k where the bf16 GEMV serves "
-                         f"the router), 1 (also the Triton router + top-k) or 0 (two launches); default {default}")
-    return value
-
-
-# Router GEMM + top-k routing as one launch. The Triton form ("1") was no faster on an H200
-# (2026-11-30, qwen3-30b-a3b batch 1) than the two launches, whose second one PDL already overlaps
-# (docs/benchmarks.md); the CUDA form ("auto") is not yet timed.
-FUSE_ROUTER = router_mode()
+# Router GEMM + top-k routing as one launch (`kernels.router_topk`) for 1..INVARIANT_MAX_M tokens.
+# Opt-in: on an H200 (2026-11-30, qwen3-30b-a3b batch 1) it was no faster than the two launches,
+# whose second one PDL already overlaps (docs/benchmarks.md).
+FUSE_ROUTER = env_switch("TURBOSPEC_FUSE_ROUTER", default="0")
 _KERNEL_ROUTER_TOPK = None
-_ROUTER_GEMV = None
-
-
-def _router_gemv():
-    """`kernels.router_gemv` (imported lazily: it builds CUDA code on first use)."""
-    global _ROUTER_GEMV
-    if _ROUTER_GEMV is None:
-        from turbospec.kernels import router_gemv
-        _ROUTER_GEMV = router_gemv
-    return _ROUTER_GEMV
-
-
-def _plain_gate(hidden: torch.Tensor, gate: nn.Module) -> bool:
-    """CUDA rows and an unquantized bias-free gate whose forward is `linear(hidden, weight)`, no expert budget."""
-    return (hidden.is_cuda and hidden.dim() == 2 and moe_routing._BUDGET is None
-            and isinstance(getattr(gate, "quant_method", None), UnquantizedLinearMethod)
-            and getattr(gate, "bias", None) is None and isinstance(getattr(gate, "weight", None), torch.Tensor)
-            and not (hidden.requires_grad or gate.weight.requires_grad))
-
-
-def fuses_router_gemv(hidden: torch.Tensor, gate: nn.Module, routing: RoutingConfig,
-                      expert_bias: torch.Tensor | None) -> bool:
-    """Whether `FusedMoE.forward_with_router` runs `router_gemv.router_topk`: TURBOSPEC_FUSE_ROUTER auto or 1,
-    a plain gate (`_plain_gate`) the bf16 GEMV serves and a routing the kernel does (`router_gemv.eligible`)."""
-    return (FUSE_ROUTER != "0" and _plain_gate(hidden, gate)
-            and _router_gemv().eligible(hidden, gate.weight, routing, expert_bias))
 
 
 def _router_topk_kernel():
@@ -157,11 +118,15 @@ def fuses_router(hidden: torch.Tensor, gate: nn.Module, routing: RoutingConfig, 
     """Whether `FusedMoE.forward_with_router` runs `router_topk`: CUDA, 1..INVARIANT_MAX_M rows, an
     unquantized bias-free gate whose bf16/fp16 weight has hidden's dtype, invariant GEMMs (not
     TURBOSPEC_GEMM=cublas), no expert budget (moe_routing, lossy), a layer shape the kernel takes,
-    and TURBOSPEC_FUSE_ROUTER=1 (opt-in; checked after `fuses_router_gemv`)."""
-    if not (FUSE_ROUTER == "1" and INVARIANT_GEMMS and _plain_gate(hidden, gate)
-            and 1 <= hidden.shape[0] <= INVARIANT_MAX_M and gate.weight.dtype == hidden.dtype
-            and hidden.dtype in (torch.bfloat16, torch.float16)
-            and hidden.stride(-1) == 1 and gate.weight.stride(-1) == 1):
+    and TURBOSPEC_FUSE_ROUTER=1 (opt-in)."""
+    weight = getattr(gate, "weight", None)
+    if not (FUSE_ROUTER and hidden.is_cuda and INVARIANT_GEMMS and hidden.dim() == 2
+            and 1 <= hidden.shape[0] <= INVARIANT_MAX_M and moe_routing._BUDGET is None
+            and isinstance(getattr(gate, "quant_method", None), UnquantizedLinearMethod)
+            and getattr(gate, "bias", None) is None and weight is not None
+            and weight.dtype == hidden.dtype and hidden.dtype in (torch.bfloat16, torch.float16)
+            and not (hidden.requires_grad or weight.requires_grad)
+            and hidden.stride(-1) == 1 and weight.stride(-1) == 1):
         return False
     kernel = _router_topk_kernel()
     return bool(kernel) and kernel.supports(num_experts, routing)
@@ -222,9 +187,6 @@ class FusedMoE(nn.Module):
         """hidden [T, H] -> [T, H] with router_logits = gate(hidden). Decode and verify sizes on CUDA
         (`fuses_router`): the router GEMM and the routing are one launch; otherwise exactly
         `forward(hidden, gate(hidden), expert_bias)`."""
-        if fuses_router_gemv(hidden, gate, self.routing, expert_bias):
-            topk_weights, topk_ids = _router_gemv().router_topk(hidden, gate.weight, self.routing, expert_bias)
-            return self._experts(hidden, topk_weights, topk_ids)
         if fuses_router(hidden, gate, self.routing, self.num_experts):
             topk_weights, topk_ids = _router_topk_kernel().router_topk(hidden, gate.weight, self.routing,
                                                                        expert_bias)

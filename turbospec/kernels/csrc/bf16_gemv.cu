@@ -12,7 +12,6 @@
 // block's warps, partial sums added in warp order.
 #include "gemv_common.cuh"
 #include "moe_common.cuh"
-#include "route_warp.cuh"
 
 // xl: the lane's x row of each tile (lane_x<NT, 1>; nullptr: zeros).
 template <int NT, bool PIPE>
@@ -82,43 +81,6 @@ BF16_GEMV(8, 1, 0)
 BF16_GEMV(8, 1, 1)
 BF16_GEMV(4, 2, 1)
 BF16_GEMV(8, 2, 1)
-
-// ---------------------------------------------------------------- router GEMV + top-k routing
-// An MoE router (bf16 [E, H], E <= 256) and its routing in one launch (kernels/router_gemv.py): the
-// blocks compute logits [M, E] exactly as bf16_gemv (same warps, K split and bits, so the unfused path's
-// logits); the last block to finish (an arrival counter, re-armed by it) routes the M tokens, a warp
-// each (route_warp.cuh). One launch instead of the GEMV and kernels/moe_align.fused_topk.
-template <int WARPS, int NT>
-__device__ __forceinline__ void router_topk_body(const bf16_t *__restrict__ w, const bf16_t *__restrict__ x,
-                                                 const float *__restrict__ bias, bf16_t *logits, int *__restrict__ ids,
-                                                 float *__restrict__ tw, unsigned *counter, int M, int E, int K,
-                                                 int stride_xm, int top_k, float scale, float eps, int flags) {
-  bf16_gemv_body<WARPS, NT, true>(w, x, logits, M, E, K, stride_xm, E);
-  __shared__ bool last;
-  __threadfence();                                              // this block's logits before its arrival
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x == 0) *counter = 0;                           // re-armed for the next launch
-  for (int m = threadIdx.x / 32; m < M; m += WARPS)
-    route_row_warp(logits + (size_t)m * E, bias, E, top_k, scale, eps, flags, ids + m * top_k, tw + m * top_k);
-}
-
-#define ROUTER_TOPK(W, NT)                                                                            \
-  extern "C" __global__ void __launch_bounds__(W * 32) router_topk_w##W##_nt##NT(                      \
-      const bf16_t *w, const bf16_t *x, const float *bias, bf16_t *logits, int *ids, float *tw,       \
-      unsigned *counter, int M, int E, int K, int stride_xm, int top_k, float scale, float eps,       \
-      int flags) {                                                                                     \
-    pdl_wait();                                                                                      \
-    router_topk_body<W, NT>(w, x, bias, logits, ids, tw, counter, M, E, K, stride_xm, top_k, scale,  \
-                            eps, flags);                                                             \
-  }
-ROUTER_TOPK(4, 1)
-ROUTER_TOPK(4, 2)
-ROUTER_TOPK(8, 1)
-ROUTER_TOPK(8, 2)
 
 // ---------------------------------------------------------------- fused MoE with bf16 experts
 // fp8_gemv.cu's MoE kernels without the conversion (and the same bit-for-bit contract): w13 [E, 2I, H],
