@@ -49,6 +49,8 @@
 #            and the FP8 oracle, defaults against switches 1 (the MoE GEMV), in one call. Run before AUTO_EXPERTS
 #            was turned on, when the defaults kept the experts on Triton; now both sides of a b1 pair take the GEMV
 #   profile  (session 41) bench decode --profile (PDL off) for 30b-a3b FP8 / bf16 and 8b FP8 at b1
+#   bounds   (session 42) bench/fusion_probe.py on qwen3-30b-a3b FP8 b1 (GEMVs on): base, nonorm, norope, noattn,
+#            base again, one process each: what removing each family of small launches could save at most
 #   moelean  (session 40) moegroup's GPU tests (MOE_K: a -k filter), then its probe if AUTO_LIMIT leaves time
 #   tinyab   (session 42) launch savers with the GEMVs on: qwen3-30b-a3b FP8 b1 decode under each setting of
 #            TINY_ENVS (default: defaults, TURBOSPEC_FUSE_ROUTER=1, TURBOSPEC_ATTN_REDUCE=fused, both, defaults
@@ -166,6 +168,13 @@ for part in "$@"; do
               env $e bash -c "$(declare -f bench_rows); OUT=$OUT; bench_rows tinyab.txt 80 '$S30 ${q- --quantization fp8}'"
             done
             grep -E "^###|^ +[0-9]" "$OUT/tinyab.txt" | grep -oE "^###.*|^ +[0-9].*|env [^|]*$" ;;
+    bounds) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
+            for v in base nonorm norope noattn base; do
+              (( SECONDS + 75 > ${AUTO_LIMIT:-560} )) && { echo "(out of time: $v not run)" >> "$OUT/bounds.txt"; break; }
+              PYTHONPATH=. timeout 110 python3 bench/fusion_probe.py $v --shape qwen3-30b-a3b --quantization fp8 \
+                --batch-sizes 1 --prompt-len 256 --gen-len 64 --repeats 2 >> "$OUT/bounds.txt" 2>&1
+            done
+            grep -E "^# |^RESULT|Error|error" "$OUT/bounds.txt" | cut -c1-260 ;;
     profile) # (session 41) where a b1 step's GPU time goes: bench decode --profile, PDL off (each kernel its own time),
             # for qwen3-30b-a3b FP8 and bf16 and qwen3-8b FP8, after one defaults row of 30b FP8
             export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
