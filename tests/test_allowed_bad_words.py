@@ -152,6 +152,8 @@ def test_truncate_lets_a_prompt_longer_than_the_context_run(codelm_dir):
     (dict(allowed_token_ids="12"), "must be a list of token ids"),
     (dict(bad_words="return"), "bad_words=['return']"),
     (dict(bad_words=["ok", " "]), "non-empty strings"),
+    (dict(bad_words=["ok", "a\ud800"]), "bad_words[1] holds a lone UTF-16 surrogate ('\\ud800') at character 1"),
+    (dict(stop=["x", "\udfff"]), "stop[1] holds a lone UTF-16 surrogate"),
     (dict(truncate_prompt_tokens=0), "truncate_prompt_tokens=0 must be a positive integer"),
     (dict(truncate_prompt_tokens=2.5), "truncate_prompt_tokens=2.5"),
 ])

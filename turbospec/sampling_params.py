@@ -112,6 +112,7 @@ class SamplingParams:
             raise ValueError(f"n={self.n!r} must be a positive integer")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop={self.stop!r} must be a non-empty string or a list of non-empty strings")
+        _check_text("stop", self.stop)
         if any(not is_int(t) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids={self.stop_token_ids!r} must be a list of non-negative integers")
         for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens", "detokenize"):
@@ -222,6 +223,18 @@ def _checked_allowed_ids(ids) -> list[int] | None:
     return sorted(set(out))
 
 
+def _check_text(name: str, strings: list[str]) -> None:
+    """No lone UTF-16 surrogate (JSON's "\\ud800" decodes to one): no text holds it, no tokenizer
+    encodes it, so a stop string could never match and a bad word could not be encoded."""
+    for i, text in enumerate(strings):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{name}[{i}] holds a lone UTF-16 surrogate ({text[e.start]!r}) at character {e.start}, "
+                             "which is not a Unicode character: send valid text (an escaped surrogate must come "
+                             "in a high + low pair)") from None
+
+
 def _checked_bad_words(words) -> list[str] | None:
     """A list of non-empty strings (vLLM's bad_words), or None when empty."""
     if words is None:
@@ -233,6 +246,7 @@ def _checked_bad_words(words) -> list[str] | None:
     out = list(words)
     if any(not isinstance(w, str) or not w.strip() for w in out):
         raise ValueError(f"bad_words={out[:8]!r} must be non-empty strings (words that are not only spaces)")
+    _check_text("bad_words", out)
     if len(out) > MAX_BAD_WORDS:                 # each is encoded, and checked at every step of the request
         raise ValueError(f"bad_words has {len(out)} words; at most {MAX_BAD_WORDS} are taken: ban single tokens "
                          "with allowed_token_ids or logit_bias instead")

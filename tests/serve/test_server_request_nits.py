@@ -1,8 +1,9 @@
 """Small API-contract points from the s36 review: a non-object body named in JSON's words (not
 Python's `NoneType`), `stream_options.include_usage: null` taken as its default (vLLM's
 Optional[bool]), ignored fields still type-checked (`"user": 5`), a lone surrogate in a chat
-message pointed at in that message's content (not in the rendered prompt), a gzip body said to be
-one, and HEAD /metrics answered as HEAD /health is."""
+message pointed at in that message's content (not in the rendered prompt), in `stop` / `bad_words` a
+400 naming the field, in a Responses input one naming `input`, a gzip body said to be one, and HEAD
+/metrics answered as HEAD /health is."""
 from __future__ import annotations
 
 import gzip
@@ -50,6 +51,31 @@ def test_a_lone_surrogate_in_a_message_names_the_message(server):
     err = r.json()["error"]
     assert r.status_code == 400 and err["param"] == "messages.1.content", r.text
     assert err["message"].startswith("messages[1].content holds a lone UTF-16 surrogate ('\\ud83d') at character 1")
+
+
+@pytest.mark.parametrize("path, field, body", [
+    ("/v1/completions", "stop", b'"prompt": "ab", "stop": ["ok", "x\\ud800"]'),
+    ("/v1/completions", "bad_words", b'"prompt": "ab", "bad_words": ["\\udc00"]'),
+    ("/v1/chat/completions", "bad_words", b'"messages": [{"role": "user", "content": "hi"}], "bad_words": ["a\\ud800"]'),
+])
+def test_a_lone_surrogate_in_stop_or_bad_words_is_a_400_naming_the_field(server, path, field, body):
+    """Before: a stop string that could never match was taken silently, and bad_words failed to encode on the
+    engine thread (a 500)."""
+    raw = b'{"model": "codelm", "max_tokens": 2, ' + body + b"}"
+    r = httpx.post(f"{server.url}{path}", content=raw, headers=JSON, timeout=30)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == field, r.text
+    assert "lone UTF-16 surrogate" in err["message"] and err["message"].startswith(f"{field}["), err
+    ok = httpx.post(f"{server.url}/v1/completions", json={**GOOD, field: ["\U0001F600"]}, headers=AUTH, timeout=30)
+    assert ok.status_code == 200, ok.text                 # a surrogate pair (an emoji) is text
+
+
+def test_a_lone_surrogate_in_a_responses_input_names_the_input(server):
+    raw = b'{"model": "codelm", "input": "a\\ud800b", "max_output_tokens": 2}'
+    r = httpx.post(f"{server.url}/v1/responses", content=raw, headers=JSON, timeout=30)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "input", r.text
+    assert err["message"].startswith("input holds a lone UTF-16 surrogate"), err["message"]
 
 
 def test_a_gzip_body_is_said_to_be_one(server):

@@ -20,6 +20,8 @@ path's rule (serve/sampling_fields.py: harmless ones accepted, others refused by
 """
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -218,5 +220,6 @@ def renamed(e: APIError) -> APIError:
         message = message.replace(old, new)
         param = param.replace(old, new) if param else param
     if param is not None and (param == "messages" or param.startswith("messages.")):
-        param = "input"
+        param = "input"         # the chat path's message index is not the input item's: name the field only
+        message = re.sub(r"\bmessages(\[\d+\]|\.\d+)(\.\w+)*", "input", message)
     return APIError(e.status, message, code=e.code, param=param, type=e.type)
