@@ -33,6 +33,8 @@ OK = ["audit", "--endpoint", "http://127.0.0.1:9", "--model", "m"]
 @pytest.mark.parametrize("extra,message", [
     (["--concurrency", "0"], "--concurrency '0': give positive integers separated by commas, e.g. --concurrency 1,4,16"),
     (["--concurrency", "1,x"], "give positive integers"),
+    (["--concurrency", "1,,2"], "--concurrency '1,,2': give positive integers"),    # was run as 1,2
+    (["--request-rate", "0.5,"], "--request-rate '0.5,': give positive requests per second"),
     (["--request-rate", "-1"], "--request-rate '-1': give positive requests per second"),
     # a repeated level merged two levels' /metrics windows: tokens per step read 1.25 instead of 1.67
     (["--concurrency", "1,4,4"], "--concurrency '1,4,4' repeats a level: give each once (e.g. --concurrency 1,4)"),

@@ -50,12 +50,17 @@ def test_wrong_path_names_the_route_it_tried(scripted_base, tmp_path):
     assert f"{scripted_base}/s/{FAST}/v2/v1/chat/completions is not an OpenAI route here" in text
 
 
-def test_missing_and_wrong_keys(scripted_base, tmp_path):
+def test_missing_and_wrong_keys(scripted_base, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     url = f"{scripted_base}/s/{FAST},key=k1"
     code, text = audit(url, tmp_path / "a")
     assert code == 1 and "http 401 (invalid api key)" in text and "pass --api-key KEY" in text
     code, text = audit(url, tmp_path / "a", "--api-key", "k2")
     assert code == 1 and "the key was refused: check --api-key" in text
+    monkeypatch.setenv("OPENAI_API_KEY", "k2")             # a wrong key from the environment is named as such
+    code, text = audit(url, tmp_path / "a")
+    assert code == 1 and "the key from $OPENAI_API_KEY was refused: pass the server's key with --api-key" in text
+    monkeypatch.delenv("OPENAI_API_KEY")
     code, text = audit(url, tmp_path / "a", "--api-key", "k1")
     assert code == 0, text
 

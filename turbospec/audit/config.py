@@ -26,7 +26,7 @@ def parse_concurrency(text: str | None) -> tuple[int, ...]:
     if text is None or not text.strip():
         return ()
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in text.split(","))       # an empty item ("1,,4"): a typo, refused
     except ValueError:
         values = ()
     if not values or any(v < 1 for v in values):
@@ -48,7 +48,7 @@ def parse_rates(text: str | None) -> tuple[float, ...]:
     if text is None or not text.strip():
         return ()
     try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
+        values = tuple(float(v) for v in text.split(","))
     except ValueError:
         values = ()
     if not values or any(not 0 < v < math.inf for v in values):

@@ -40,6 +40,14 @@ class PreflightError(ValueError):
     """An endpoint cannot work as configured; the message says how to fix it."""
 
 
+def _refused(ep: Endpoint) -> str:
+    """The fix for a key the endpoint refused, naming where that key came from (keys.py)."""
+    if ep.api_key_source == "$OPENAI_API_KEY":
+        return ("the key from $OPENAI_API_KEY was refused: pass the server's key with --api-key (it takes "
+                "precedence), or fix OPENAI_API_KEY")
+    return "the key was refused: check --api-key"
+
+
 async def served_models(http: httpx.AsyncClient, ep: Endpoint) -> list[str] | str:
     """The ids GET <base>/v1/models lists, or a sentence saying why there are none."""
     url = f"{ep.base_url}/v1/models"
@@ -51,7 +59,7 @@ async def served_models(http: httpx.AsyncClient, ep: Endpoint) -> list[str] | st
         return f"GET {url} failed ({type(e).__name__}: {e or 'no detail'})"
     if resp.status_code in (401, 403):
         return (f"GET {url} answered http {resp.status_code}: " + (
-            "the key was refused: check --api-key" if ep.api_key else
+            _refused(ep) if ep.api_key else
             "the endpoint wants a key: pass --api-key KEY (or set OPENAI_API_KEY for a single server)"))
     if resp.status_code >= 400:
         return f"GET {url} answered http {resp.status_code}"
@@ -159,7 +167,7 @@ async def _explain(http: httpx.AsyncClient, ep: Endpoint, rec: RequestRecord) ->
                 "\"stream\": true; check that --endpoint is the OpenAI API root and the server or proxy streams")
     status = _status(rec)
     if status in (401, 403):
-        how = "the key was refused: check --api-key" if ep.api_key else \
+        how = _refused(ep) if ep.api_key else \
             "the endpoint wants a key: pass --api-key KEY (or set OPENAI_API_KEY, which is sent only when every " \
             "endpoint is one server)"
         return f"{said}. {how}"
