@@ -53,8 +53,21 @@ def test_duration_limit_cancels_without_counting_failures(scripted_base, run_aud
     assert res["verdict"]["decision"] == "inconclusive"
     # nothing failed: the reason names the cancellations and the fix (it read '0 of 0 requests failed (100% > 5%)')
     assert res["verdict"]["reasons"] == [
-        "no request finished: 2 were cancelled unfinished (--max-duration or Ctrl-C): raise --max-duration, "
+        "no request finished: 2 were cancelled unfinished at --max-duration: raise --max-duration, "
         "or lower --max-tokens or --num-prompts, then audit again"]
+
+
+def test_a_stop_before_any_request_finished_says_to_audit_again():
+    """Ctrl-C before the first request finished: the reason named --max-duration, which played no part."""
+    from turbospec.audit.verdict import VerdictInput, decide
+    v = decide(VerdictInput("e", 0, 0, None, None, "none", None, num_cancelled=1, interrupted=True))
+    assert v["decision"] == "inconclusive"
+    assert v["reasons"] == ["no request finished: the audit was stopped (Ctrl-C or SIGTERM) with 1 in flight: "
+                            "audit again and let it run to the end"]
+    v = decide(VerdictInput("e", 3, 0, None, None, "none", "concurrency 4", target_ok=0, target_failed=0,
+                            target_chosen=True, num_cancelled=2, interrupted=True))
+    assert "the audit was stopped (Ctrl-C or SIGTERM) first" in v["reasons"][0], v["reasons"]
+    assert "--max-duration" not in v["reasons"][0]
 
 
 def test_the_warmup_does_not_count_against_max_duration(scripted_base, run_audit_here):

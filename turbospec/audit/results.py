@@ -69,7 +69,7 @@ def build_results(audit: AuditRun, cfg: LoadConfig, econ: Economics, settings: d
         shared[(r.level, r.endpoint.metrics_url)].append(r)
     runs = [_run_entry(r, cfg, econ, shared[(r.level, r.endpoint.metrics_url)]) for r in audit.runs]
     asked = tuple(lv.concurrency for lv in cfg.levels if lv.concurrency)
-    verdicts = [endpoint_verdict(ep, [r for r in runs if r["endpoint"] == ep.url], econ, asked)
+    verdicts = [endpoint_verdict(ep, [r for r in runs if r["endpoint"] == ep.url], econ, asked, audit.interrupted)
                 for ep in cfg.endpoints]
     return {
         "schema_version": SCHEMA_VERSION,

@@ -83,8 +83,10 @@ def _failed_levels(runs: list[dict], target: dict | None) -> tuple[str, ...]:
                  for r in runs if r["num_failed"] and r is not target)
 
 
-def endpoint_verdict(ep: Endpoint, runs: list[dict], econ, asked: tuple[int, ...] = ()) -> dict:
-    """econ: results.Economics; asked: the --concurrency levels of the audit."""
+def endpoint_verdict(ep: Endpoint, runs: list[dict], econ, asked: tuple[int, ...] = (),
+                     interrupted: bool = False) -> dict:
+    """econ: results.Economics; asked: the --concurrency levels of the audit; interrupted: it was stopped
+    (Ctrl-C or SIGTERM), so its cancelled requests are the stop's, not --max-duration's."""
     url = ep.url
     num_ok = sum(r["num_ok"] for r in runs)
     num_failed = sum(r["num_failed"] for r in runs)
@@ -96,7 +98,7 @@ def endpoint_verdict(ep: Endpoint, runs: list[dict], econ, asked: tuple[int, ...
     if run is None:
         return decide(VerdictInput(url, num_ok, num_failed, None, None, "none", None, num_cancelled=num_cancelled,
                                    other_failures=_failed_levels(runs, None), num_not_sent=num_not_sent,
-                                   not_sent_reason=not_sent_reason))
+                                   not_sent_reason=not_sent_reason, interrupted=interrupted))
     p, annual = run["projection"], run["annual"]
     batch1 = next((r for r in runs if r["concurrency"] == 1 and r["roofline"]), None)
     b1 = (batch1 or {}).get("projection") or {}      # the ceiling check compares batch 1 with batch 1's own figures
@@ -117,7 +119,7 @@ def endpoint_verdict(ep: Endpoint, runs: list[dict], econ, asked: tuple[int, ...
         annual_cost=annual["annual_cost"],
         verify_overhead=econ.assumed.verify_overhead, target_chosen=chosen,
         other_failures=_failed_levels(runs, run), num_not_sent=num_not_sent,
-        target_not_sent=run.get("num_not_sent", 0), not_sent_reason=not_sent_reason))
+        target_not_sent=run.get("num_not_sent", 0), not_sent_reason=not_sent_reason, interrupted=interrupted))
     v["target_run"] = run["label"]
     v["annual"] = annual
     return v

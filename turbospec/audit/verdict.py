@@ -71,6 +71,7 @@ class VerdictInput:
     tokens_per_step: float | None = None   # tokens per decode step (the threshold); None: acceptance_length
     ceiling_tokens_per_step: float | None = None   # the batch-1 level's own, for the ceiling check
     no_drafts: bool = False            # speculating, but the drafter made no drafts at the target load
+    interrupted: bool = False          # stopped by Ctrl-C or SIGTERM: cancelled requests are the stop's
 
 
 def beside(value: float, threshold: float, digits: int = 2) -> str:
@@ -193,8 +194,11 @@ def _health(v: VerdictInput, at: str) -> str | None:
     """Why the numbers cannot decide anything (None when the endpoint was healthy enough)."""
     total = v.num_ok + v.num_failed
     if total == 0:
+        if v.num_cancelled and v.interrupted:
+            return (f"no request finished: the audit was stopped (Ctrl-C or SIGTERM) with {v.num_cancelled} in "
+                    "flight: audit again and let it run to the end")
         if v.num_cancelled:
-            return (f"no request finished: {v.num_cancelled} were cancelled unfinished (--max-duration or Ctrl-C): "
+            return (f"no request finished: {v.num_cancelled} were cancelled unfinished at --max-duration: "
                     "raise --max-duration, or lower --max-tokens or --num-prompts, then audit again")
         return "no request was measured: the audit was stopped (Ctrl-C or SIGTERM) before the first one finished"
     gone = v.target_not_sent if v.target_chosen else v.num_not_sent
@@ -204,7 +208,11 @@ def _health(v: VerdictInput, at: str) -> str | None:
                 "not the one asked for: restart it (or find why it fell over, or hangs) and audit again")
     t_total = (v.target_ok or 0) + (v.target_failed or 0)
     if v.target_chosen and t_total == 0:
-        return (f"no request finished {at}, the load the verdict is about (cancelled at --max-duration or Ctrl-C): "
+        if v.interrupted:
+            return (f"no request finished {at}, the load the verdict is about: the audit was stopped (Ctrl-C or "
+                    "SIGTERM) first; audit again and let it run, or decide at another measured load with "
+                    "--target-concurrency")
+        return (f"no request finished {at}, the load the verdict is about (cancelled at --max-duration): "
                 "raise --max-duration, or decide at another measured load with --target-concurrency")
     if t_total and v.target_failed / t_total > MAX_FAILURE_RATE:
         rate = v.target_failed / t_total
