@@ -72,9 +72,17 @@ def test_another_model_directory_is_refused_even_with_overwrite(tiny_target, cod
 
 def test_an_earlier_turbospec_export_is_still_replaced_on_request(tiny_target, code_jsonl, tmp_path):
     out = tmp_path / "e3"
-    loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=1)))
-    with pytest.raises(ValueError, match=r"config.json already exists \(an earlier run's work\).*--overwrite"):
+    cfg = TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=1))
+    loop.train(cfg)
+    with pytest.raises(ValueError, match=r"config.json already exists \(an earlier run's work\): pass --resume to "
+                                         r"continue its training state, pass --overwrite"):
         TrainConfig(**_kw(tiny_target, code_jsonl, out))
+    state = os.path.join(cfg.state_dir, "train_state.pt")
+    os.rename(state, state + ".away")                   # an export without its training state (a shipped drafter)
+    with pytest.raises(ValueError, match=r"already exists \(an earlier run's work\): its training state is not "
+                                         r"there to continue \(.*train_state.pt is missing\), so pass --overwrite"):
+        TrainConfig(**_kw(tiny_target, code_jsonl, out))
+    os.rename(state + ".away", state)
     r = loop.train(TrainConfig(**_kw(tiny_target, code_jsonl, out, steps=2, overwrite=True)))
     assert r["step"] == 2 and "interrupted" not in r
 

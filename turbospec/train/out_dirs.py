@@ -53,8 +53,10 @@ def check_out(cfg) -> None:
     found = [os.path.join(cfg.out, fn) for fn in EXPORT_FILES if os.path.isfile(os.path.join(cfg.out, fn))]
     found += [state] if os.path.isfile(state) else []
     if found:
-        raise ValueError(f"{found[0]} already exists (an earlier run's work): pass --resume to continue "
-                         "its training state, --overwrite to replace it, or another --out")
+        resume = ("pass --resume to continue its training state, " if os.path.isfile(state) else
+                  f"its training state is not there to continue ({state} is missing), so ")
+        raise ValueError(f"{found[0]} already exists (an earlier run's work): {resume}pass --overwrite to replace "
+                         "it, or another --out")
 
 
 def export_info(directory: str) -> dict | None:
