@@ -151,14 +151,19 @@ def test_penalty_flags_match_the_python_api(tiny_qwen3):
 
 def test_a_tree_that_is_not_an_object_is_refused(codelm_dir):
     """"tree": "yes" was refused as 'unknown tree key(s) ['e', 's', 'y']', "tree": 5 as 'could not load
-    the model: TypeError', and a topk of true ran as topk 1."""
+    the model: TypeError', a topk of true ran as topk 1, and a budget beyond the tree's candidates was
+blamed on the KV cache."""
     eagle3 = codelm_dir.parent / "codelm-12m-eagle3"
     if not (eagle3 / "config.json").is_file():
         pytest.skip(f"EAGLE-3 drafter not found at {eagle3}")
     for tree, words in (('"yes"', "error: speculative_config tree='yes' must be an object"),
                         ("5", "error: speculative_config tree=5 must be an object"),
                         ('{"topk": true, "depth": 3, "budget": 8}',
-                         "error: tree topk=True must be a positive integer")):
+                         "error: tree topk=True must be a positive integer"),
+                        # was refused as a KV cache too small for 100000 draft tokens
+                        ('{"topk": 2, "depth": 3, "budget": 100000}',
+                         "error: tree budget=100000 is more nodes than a tree of topk=2 and depth=3 drafts (10 "
+                         "candidates): pass a budget of at most 10")):
         cfg = f'{{"method": "eagle3", "model": "{eagle3}", "num_speculative_tokens": 3, "tree": {tree}}}'
         line = one_error_line(gen(codelm_dir, "--speculative-config", cfg))
         assert line.startswith(words), (tree, line)
