@@ -106,3 +106,14 @@ def test_a_lock_file_that_cannot_be_opened_is_a_clear_error(tmp_path):
     (tmp_path / LOCK_FILE).mkdir()
     with pytest.raises(ValueError, match=r"cannot open .*turbospec-audit.lock .*pass an --out this user can write to"):
         OutDirLock(str(tmp_path)).acquire()
+
+
+def test_an_out_that_cannot_be_created_says_so(tmp_path):
+    """--out under /proc (or a read-only parent): it read 'could not lock ... (it kept being replaced)', twenty
+    tries later."""
+    for path in ("/proc/turbospec-no-such-dir", str(tmp_path / "a_file" / "sub")):
+        if path.endswith("sub"):
+            (tmp_path / "a_file").write_text("x")
+        with pytest.raises(ValueError, match=r"--out '.*': cannot create this directory \(.*\): pass an --out this "
+                                             r"user can create and write to"):
+            OutDirLock(path).acquire()

@@ -39,6 +39,10 @@ class OutDirLock:
         for _ in range(20):
             try:
                 os.makedirs(self.path, exist_ok=True)
+            except OSError as e:       # e.g. under /proc, a read-only parent, a file in the way
+                raise ValueError(f"--out {self.path!r}: cannot create this directory ({e.strerror or e}): pass an "
+                                 "--out this user can create and write to") from None
+            try:
                 fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
             except FileNotFoundError:  # --out removed by an audit releasing it as we opened
                 continue
