@@ -88,6 +88,18 @@ def _target_copy(tiny_target, tmp_path, name: str, tokenizer_edit=None, config_e
     return t
 
 
+def test_chat_lines_without_a_template_are_named_with_the_other_bad_lines(tiny_target, tmp_path, monkeypatch):
+    """One pass finds every bad line: a chat record for a target without a chat template was found only
+    after the file's other bad lines were fixed."""
+    data = tmp_path / "mix.jsonl"
+    rows = [{"text": "def f(x):\n    return x\n"}, {"foo": 1}, _chat(1)[0], {"prompt_token_ids": [1, 99999]}]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    err = _train_error(tmp_path, monkeypatch, tiny_target, data, eagle3=Eagle3Options(ttt_steps=2, draft_vocab_size=64))
+    assert err.startswith(f"3 bad lines in {data} (fix or remove them):"), err
+    assert f"{data}:3: a chat record, but the target's tokenizer has no chat template: pass --chat-template" in err
+    assert f"{data}:2:" in err and f"{data}:4:" in err
+
+
 def test_regenerate_names_the_record_the_targets_template_refuses(tiny_target, tmp_path):
     target = _target_copy(tiny_target, tmp_path, "chattgt", config_edit=lambda d: d.update(chat_template=NO_SYSTEM))
     data = write_jsonl(tmp_path / "c.jsonl", _chat(4, system_at=(2,)))

@@ -32,7 +32,8 @@ def test_existing_work_is_refused_unless_resume_or_overwrite(tiny_target, code_j
     TrainConfig(**_kw(tiny_target, code_jsonl, out))                     # an empty directory: fine
     (out / "model.safetensors").write_bytes(b"x")
     (out / "training_info.json").write_text(json.dumps({"method": "dflash", "config": {}}))   # our export
-    with pytest.raises(ValueError, match=r"model.safetensors already exists.*--resume.*--overwrite"):
+    with pytest.raises(ValueError, match=r"model.safetensors already exists.*training state is not there to "
+                                         r"continue.*--overwrite"):     # no state: --resume could not work
         TrainConfig(**_kw(tiny_target, code_jsonl, out))
     TrainConfig(**_kw(tiny_target, code_jsonl, out, overwrite=True))
     with pytest.raises(ValueError, match="no train_state.pt"):           # resume needs a state, checked early
@@ -40,7 +41,7 @@ def test_existing_work_is_refused_unless_resume_or_overwrite(tiny_target, code_j
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     torch.save({"config": {"method": "dflash"}}, ckpt / "train_state.pt")   # read (its method) when resumed
-    with pytest.raises(ValueError, match="train_state.pt already exists"):   # a state alone counts too
+    with pytest.raises(ValueError, match="train_state.pt already exists.*pass --resume"):   # a state alone counts too
         TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "new", checkpoint_dir=str(ckpt)))
     TrainConfig(**_kw(tiny_target, code_jsonl, tmp_path / "new", checkpoint_dir=str(ckpt), resume=True))
     with pytest.raises(ValueError, match="exclude each other"):

@@ -85,12 +85,13 @@ def _chat_messages(path, n, row) -> list[dict]:
     return out
 
 
-def parse_records(path: str, vocab_size: int, sources: dict[int, str] | None = None
+def parse_records(path: str, vocab_size: int, sources: dict[int, str] | None = None, chat_ok: bool = True
                   ) -> list[tuple[int, str, object]]:
     """Every line checked (JSON, schema, types) before anything is tokenized; every bad line is
     counted and the first few are named, so one pass over the file finds them all.
     Returns (line number, schema, payload); `sources`, when given, receives {line: the record's
-    string `source` field} for token-id records (regenerate writes the record its prompt came from)."""
+    string `source` field} for token-id records (regenerate writes the record its prompt came from).
+    chat_ok False (a tokenizer without a chat template): chat records are bad lines too."""
     out, errors, bad_lines = [], [], []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
@@ -102,7 +103,10 @@ def parse_records(path: str, vocab_size: int, sources: dict[int, str] | None = N
                 except UnicodeDecodeError as e:
                     raise _fail(path, n, f"not UTF-8 text (byte {e.start} of the line): convert the file to "
                                 "UTF-8") from None
-                out.append(_parse_line(path, n, line, vocab_size, sources))
+                record = _parse_line(path, n, line, vocab_size, sources)
+                if record[1] == "chat" and not chat_ok:
+                    raise _fail(path, n, f"a chat record, but {_NO_TEMPLATE}")
+                out.append(record)
             except ValueError as e:
                 bad_lines.append(n)
                 if len(errors) < _MAX_ERRORS:
@@ -118,6 +122,8 @@ def parse_records(path: str, vocab_size: int, sources: dict[int, str] | None = N
 
 
 _MAX_ERRORS = 5
+_NO_TEMPLATE = ("the target's tokenizer has no chat template: pass --chat-template FILE.jinja, or convert "
+                "the data to text / prompt+completion")
 
 
 def _parse_line(path: str, n: int, line: str, vocab_size: int, sources: dict[int, str] | None = None
@@ -180,8 +186,7 @@ def tokenize_records(records, tokenizer, path: str, loss_on_prompt: bool, templa
                          "tokenizer: add tokenizer files to the target directory or use prompt_token_ids")
     if any(r[1] == "chat" for r in records) and not getattr(tokenizer, "chat_template", None):
         line = next(r[0] for r in records if r[1] == "chat")
-        raise ValueError(f"{path}:{line} is a chat record but the target's tokenizer has no chat template: "
-                         "pass --chat-template FILE.jinja, or convert the data to text / prompt+completion")
+        raise ValueError(f"{path}:{line} is a chat record but {_NO_TEMPLATE}")
     errors: list[str] = []              # records the chat template fails on
     bad_lines: list[int] = []
     vocab_errors: list[str] = []        # records that tokenize past the target's vocabulary
@@ -240,7 +245,8 @@ def load_dataset(path: str, tokenizer, vocab_size: int, max_seq_len: int, trunca
     embedding rows). Too-long samples are an error unless `truncate`. `chat_template`: the
     --chat-template path the tokenizer carries, named in errors."""
     sources: dict[int, str] = {}
-    records = parse_records(path, vocab_size, sources)
+    chat_ok = tokenizer is None or bool(getattr(tokenizer, "chat_template", None))    # no tokenizer: said next
+    records = parse_records(path, vocab_size, sources, chat_ok)
     tokenized, counts = tokenize_records(records, tokenizer, path, loss_on_prompt, chat_template, vocab_size)
     too_long = [(line, len(ids)) for line, ids, _ in tokenized if len(ids) > max_seq_len]
     if too_long and not truncate:
