@@ -99,6 +99,8 @@ def test_an_earlier_audit_is_kept_unless_overwrite(scripted_base, tmp_path):
     code, text = audit(url, out, "--num-prompts", "3")
     assert code == 2 and f"--out '{out}' already holds an audit (results.json finished at" in text
     assert "pass --overwrite" in text and (out / "results.json").read_bytes() == first
+    code, text = audit(url, out, "--num-prompts", "3", "--concurrency", "-1")     # a bad value: named first
+    assert code == 2 and "--concurrency '-1': give positive integers" in text and "already holds" not in text
     code, text = audit(url, out, "--num-prompts", "3", "--overwrite")
     assert code == 0, text
     assert json.loads((out / "results.json").read_text())["runs"][0]["num_ok"] == 3

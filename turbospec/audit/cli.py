@@ -149,9 +149,6 @@ def _audit(settings: dict, api_key: list[str], lock: OutDirLock) -> None:
     endpoint, model, timeout, out = settings["endpoint"], settings["model"], settings["timeout"], settings["out"]
     try:
         _check_finite(settings)
-        claim_out_dir(lock, settings["overwrite"])
-        if lock.note:
-            typer.secho(f"Note: {lock.note}: this audit takes --out over", fg=typer.colors.YELLOW, err=True)
         choice = choose_keys(endpoint, api_key, os.environ.get(ENV_VAR))
         args = dict(settings, api_key=choice.keys, api_key_source=choice.sources)
         settings["api_key_source"] = choice.sources
@@ -161,6 +158,9 @@ def _audit(settings: dict, api_key: list[str], lock: OutDirLock) -> None:
             for line in describe(endpoint, choice.sources):
                 typer.echo(line, err=True)
         built = _build(args, model or ["?"] * len(endpoint))       # every argument checked before any request
+        claim_out_dir(lock, settings["overwrite"])                 # then --out (a bad value first: it is the fix)
+        if lock.note:
+            typer.secho(f"Note: {lock.note}: this audit takes --out over", fg=typer.colors.YELLOW, err=True)
         if not model:
             keys = [e.api_key for e in built[0].endpoints]
             model = asyncio.run(resolve_models(endpoint, keys, timeout))
