@@ -11,7 +11,8 @@ import os
 # prompt 256 + 64, against the previous merge that took the rows one after another in the launch):
 # qwen3-8b decode (GQA 4) batch 1 5.108 -> 4.935 ms per step with the merge in the launch, 4.880 with
 # two launches (batch 16: 5.520 -> 5.485 / 5.329); qwen3-30b-a3b (GQA 8) 3.677 -> 3.800 / 3.705.
-# Earlier, codelm-12m (GQA 3) gained from the in-launch merge (4,402 -> 4,487 tok/s).
+# Earlier, codelm-12m (GQA 3) gained from the in-launch merge (4,402 -> 4,487 tok/s). H100, 2026-12-07, with
+# the CUDA GEMVs: qwen3-30b-a3b FP8 b1 2.473 ms per step with "fused" against 2.348-2.367 with auto.
 # "auto": in the launch up to FUSED_MAX_ROWS rows per program (decode with GQA <= 3), else two
 # launches (verify, wider GQA); "fused" / "two" force one. Both merge with the same arithmetic:
 # the same bits (tests/gpu/test_attention_kernels.py), so decode and verify may differ in mode.
