@@ -21,7 +21,6 @@ path's rule (serve/sampling_fields.py: harmless ones accepted, others refused by
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict

@@ -47,11 +47,11 @@ def parse_tree(tree: dict[str, Any] | None, num_speculative_tokens: int) -> dict
         if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
             raise ValueError(f"tree {key}={val!r} must be a positive integer, e.g. "
                              '{"topk": 4, "depth": 5, "budget": 24}')
-    most = out["topk"] + (out["depth"] - 1) * out["topk"] ** 2      # the candidates `_tree` scores: topk, then topk^2 a level
+    most = out["topk"] + (out["depth"] - 1) * out["topk"] ** 2      # `_tree`'s candidates: topk, then topk^2 a level
     if out["budget"] > most:
         raise ValueError(f"tree budget={out['budget']} is more nodes than a tree of topk={out['topk']} and "
-                         f"depth={out['depth']} drafts ({most} candidates): pass a budget of at most {most}, or a larger "
-                         "topk or depth")
+                         f"depth={out['depth']} drafts ({most} candidates): pass a budget of at most {most}, or a "
+                         "larger topk or depth")
     return out
 
 
