@@ -169,7 +169,7 @@ for part in "$@"; do
             done
             grep -E "^###|^ +[0-9]" "$OUT/tinyab.txt" | grep -oE "^###.*|^ +[0-9].*|env [^|]*$" ;;
     bounds) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV
-            for v in base nonorm norope noattn base; do
+            for v in ${BOUNDS_VARIANTS:-base nonorm norope noattn base}; do
               (( SECONDS + 75 > ${AUTO_LIMIT:-560} )) && { echo "(out of time: $v not run)" >> "$OUT/bounds.txt"; break; }
               PYTHONPATH=. timeout 110 python3 bench/fusion_probe.py $v --shape qwen3-30b-a3b --quantization fp8 \
                 --batch-sizes 1 --prompt-len 256 --gen-len 64 --repeats 2 >> "$OUT/bounds.txt" 2>&1
