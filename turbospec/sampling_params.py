@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
 from turbospec.sampling_vllm_fields import NEUTRAL_VALUES, install, is_one_of  # noqa: F401  (re-exported)
-from turbospec.scalars import is_int, is_number, python_scalar
+from turbospec.scalars import check_encodable, is_int, is_number, python_scalar
 from turbospec.structured_outputs import GuidedDecodingParams, StructuredOutputsParams
 
 __all__ = ["GuidedDecodingParams", "RequestOutputKind", "SamplingParams", "StructuredOutputsParams"]
@@ -224,15 +224,9 @@ def _checked_allowed_ids(ids) -> list[int] | None:
 
 
 def _check_text(name: str, strings: list[str]) -> None:
-    """No lone UTF-16 surrogate (JSON's "\\ud800" decodes to one): no text holds it, no tokenizer
-    encodes it, so a stop string could never match and a bad word could not be encoded."""
+    """No lone UTF-16 surrogate: a stop string holding one could never match, a bad word could not be encoded."""
     for i, text in enumerate(strings):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"{name}[{i}] holds a lone UTF-16 surrogate ({text[e.start]!r}) at character {e.start}, "
-                             "which is not a Unicode character: send valid text (an escaped surrogate must come "
-                             "in a high + low pair)") from None
+        check_encodable(text, f"{name}[{i}]")
 
 
 def _checked_bad_words(words) -> list[str] | None:

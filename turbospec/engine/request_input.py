@@ -14,7 +14,7 @@ from turbospec.config import ModelConfig
 from turbospec.engine.bad_words import encode_bad_words
 from turbospec.engine.sequence import Sequence
 from turbospec.sampling_params import SamplingParams
-from turbospec.scalars import is_int, python_scalar
+from turbospec.scalars import check_encodable, is_int, python_scalar
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
@@ -85,17 +85,6 @@ def load_tokenizer(model_dir: str):
     except Exception as e:  # a broken tokenizer must not make the weights unusable
         raise ValueError(f"could not load the tokenizer in {model_dir!r} ({e}); fix it or remove the "
                          "tokenizer files to use token-id prompts only") from e
-
-
-def check_encodable(text: str) -> None:
-    """A str may hold a lone UTF-16 surrogate (JSON's "\\ud800" escape decodes to one), which is
-    no Unicode character and which no tokenizer encodes: say where, as a bad request."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"the prompt holds a lone UTF-16 surrogate ({text[e.start]!r}) at character {e.start}, "
-                         "which is not a Unicode character: send valid text (an escaped surrogate must come "
-                         "in a high + low pair)") from None
 
 
 def prompt_too_long(max_model_len: int, num_tokens: int | str) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from turbospec.chat_template import ChatTemplateError, content_text, message_for_template, template_kwargs
-from turbospec.engine.request_input import check_encodable
+from turbospec.scalars import check_encodable
 from turbospec.serve.errors import bad_request
 
 
@@ -56,10 +56,9 @@ def messages_for_template(messages: list[ChatMessage]) -> list[dict[str, Any]]:
                 "tool_calls" if m.tool_calls is not None else None      # the one list left to check there
             raise ChatTemplateError(str(e), f"messages.{i}" + (f".{field}" if field else "")) from None
         try:
-            check_encodable(out[-1]["content"])
+            check_encodable(out[-1]["content"], f"messages[{i}].content")
         except ValueError as e:       # a lone surrogate: where in the content, not in the rendered prompt
-            raise ChatTemplateError(str(e).replace("the prompt", f"messages[{i}].content", 1),
-                                    f"messages.{i}.content") from None
+            raise ChatTemplateError(str(e), f"messages.{i}.content") from None
     return out
 
 

@@ -26,7 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from turbospec.chat_template import render_chat
-from turbospec.engine.request_input import TokenizedText, check_encodable, prompt_to_ids, prompt_too_long
+from turbospec.engine.request_input import TokenizedText, prompt_to_ids, prompt_too_long
+from turbospec.scalars import check_encodable
 from turbospec.serve.request_stream import RequestFailed
 from turbospec.serve.token_bound import TokenBound
 
