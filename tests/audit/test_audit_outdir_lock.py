@@ -111,9 +111,8 @@ def test_a_lock_file_that_cannot_be_opened_is_a_clear_error(tmp_path):
 def test_an_out_that_cannot_be_created_says_so(tmp_path):
     """--out under /proc (or a read-only parent): it read 'could not lock ... (it kept being replaced)', twenty
     tries later."""
+    (tmp_path / "a_file").write_text("x")
     for path in ("/proc/turbospec-no-such-dir", str(tmp_path / "a_file" / "sub")):
-        if path.endswith("sub"):
-            (tmp_path / "a_file").write_text("x")
         with pytest.raises(ValueError, match=r"--out '.*': cannot create this directory \(.*\): pass an --out this "
                                              r"user can create and write to"):
             OutDirLock(path).acquire()
