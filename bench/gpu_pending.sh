@@ -55,6 +55,10 @@
 #   tinyab   (session 42) launch savers with the GEMVs on: qwen3-30b-a3b FP8 b1 decode under each setting of
 #            TINY_ENVS (default: defaults, TURBOSPEC_FUSE_ROUTER=1, TURBOSPEC_ATTN_REDUCE=fused, both, defaults
 #            again; settings separated by ';'), then bf16 under TINY_BF16_ENVS, while AUTO_LIMIT leaves time
+#   earlyab  (session 43) TURBOSPEC_GEMV_EARLY=1 (the GEMVs' first weight loads before their PDL wait):
+#            the four b1 target rows with it 0 then 1, and between them tests/gpu/test_gemv_early_gpu.py and the
+#            auto-engine GEMV tests under it (EARLY_ROWS_FIRST before the tests, EARLY_ROWS_THEN after; each pair while AUTO_LIMIT
+#            leaves time)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -138,6 +142,21 @@ for part in "$@"; do
                 > "$OUT/moegroup_probe.txt" 2>&1
               cat "$OUT/moegroup_probe.txt"
             fi ;;
+    earlyab) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV TURBOSPEC_GEMV_EARLY
+            rows=("--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                  "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+                  "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                  "--shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64")
+            pairs() { for i in "$@"; do
+                (( SECONDS + 110 > ${AUTO_LIMIT:-570} )) && { echo "### (out of time: row $i not run)" >> "$OUT/early_bench.txt"; return; }
+                for v in 0 1; do TURBOSPEC_GEMV_EARLY=$v bench_rows early_bench.txt 90 "${rows[$i]}"; done
+              done; }
+            pairs ${EARLY_ROWS_FIRST:-0 1}           # the rows first (the tests reuse their cubins), then the tests
+            PYTHONPATH=. timeout 150 $T tests/gpu/test_gemv_early_gpu.py > "$OUT/early_tests.txt" 2>&1
+            PYTHONPATH=. TURBOSPEC_GEMV_EARLY=1 timeout 150 $T tests/gpu/test_gemv_auto_gpu.py >> "$OUT/early_tests.txt" 2>&1
+            grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/early_tests.txt" | head -20
+            pairs ${EARLY_ROWS_THEN:-2 3}
+            grep -E "^###|roofline|^ +[0-9]" "$OUT/early_bench.txt" | tail -40 ;;
     moeab)  # (session 41) the MoE engine test after its fix, the one-token bad-words burst case, then
             # qwen3-30b-a3b FP8 / bf16 b1 decode and the FP8 oracle with defaults (experts on Triton) against
             # both switches 1 (experts on the CUDA GEMVs at 1-16 tokens), each pair in this call

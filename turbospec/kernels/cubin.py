@@ -19,6 +19,12 @@ from turbospec.kernels import nvrtc
 
 CSRC = Path(__file__).parent / "csrc"
 _SWITCHES = {"fp8_gemv.cu": "TURBOSPEC_FP8_GEMV", "bf16_gemv.cu": "TURBOSPEC_BF16_GEMV"}     # what turns each on
+# TURBOSPEC_GEMV_EARLY=1 builds the sources with GEMV_EARLY (csrc/gemv_common.cuh: the weight loads of a
+# kernel's first K blocks issued before its PDL wait); read once, at import. Off by default (A/B runs).
+_EARLY = os.environ.get("TURBOSPEC_GEMV_EARLY", "0")
+if _EARLY not in ("0", "1"):
+    raise ValueError(f"TURBOSPEC_GEMV_EARLY={_EARLY!r}: use 0 (default) or 1")
+DEFINES = (f"GEMV_EARLY={_EARLY}",)
 
 
 def cache_dir() -> Path:
@@ -39,6 +45,7 @@ def build(source: str | Path) -> Path:
     h = hashlib.sha256(src.read_bytes())
     for header in headers:
         h.update(header.read_bytes())
+    h.update(" ".join(DEFINES).encode())                   # and the build's defines
     digest = h.hexdigest()[:16]
     nvcc = find_nvcc()
     out = cache_dir() / f"{src.stem}-{digest}-sm90a{'' if nvcc else '-nvrtc'}.cubin"
@@ -61,12 +68,13 @@ def build(source: str | Path) -> Path:
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         tmp_out = Path(tmp) / out.name
         if nvcc:
-            cmd = [nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(tmp_out), str(src)]
+            cmd = [nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", *(f"-D{d}" for d in DEFINES),
+                   "-o", str(tmp_out), str(src)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
                 raise RuntimeError(f"building {source} failed ({' '.join(cmd)}):\n{res.stderr[-2000:]}")
         else:
-            tmp_out.write_bytes(nvrtc.compile_cubin(found[0], src, headers))
+            tmp_out.write_bytes(nvrtc.compile_cubin(found[0], src, headers, defines=DEFINES))
         os.replace(tmp_out, out)
     return out
 

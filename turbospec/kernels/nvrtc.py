@@ -70,8 +70,10 @@ def find(cuda: str | None = None) -> tuple[ctypes.CDLL, tuple[int, int]] | None:
     return found[0] if found else None
 
 
-def compile_cubin(lib: ctypes.CDLL, src: Path, headers: list[Path], arch: str = "sm_90a") -> bytes:
-    """src and the headers it includes (by file name) compiled to a cubin; RuntimeError with the log."""
+def compile_cubin(lib: ctypes.CDLL, src: Path, headers: list[Path], arch: str = "sm_90a",
+                  defines: tuple[str, ...] = ()) -> bytes:
+    """src and the headers it includes (by file name) compiled to a cubin, with `defines` ("NAME=VALUE");
+    RuntimeError with the log."""
     lib.nvrtcGetErrorString.restype = ctypes.c_char_p
     prog = ctypes.c_void_p()
     names = (ctypes.c_char_p * len(headers))(*[h.name.encode() for h in headers])
@@ -79,7 +81,7 @@ def compile_cubin(lib: ctypes.CDLL, src: Path, headers: list[Path], arch: str = 
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), src.read_bytes(), src.name.encode(), len(headers),
                                        texts, names), "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17"]
+        opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", *(f"-D{d}".encode() for d in defines)]
         rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
         if rc != 0:
             size = ctypes.c_size_t()

@@ -13,18 +13,22 @@
 #include "gemv_common.cuh"
 #include "moe_common.cuh"
 
-// xl: the lane's x row of each tile (lane_x<NT, 1>; nullptr: zeros).
-template <int NT, bool PIPE>
+// xl: the lane's x row of each tile (lane_x<NT, 1>; nullptr: zeros). EARLY: k_loop's.
+template <int NT, bool PIPE, bool EARLY = false>
 __device__ __forceinline__ void stripe_dot_bf16_x(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
                                                   const bf16_t *const (&xl)[NT], int kb0, int kb1, float (&acc)[NT][4]) {
   using Buf = KBlock<8, NT>;
-  auto load = [&](int kb, Buf &buf) {
+  auto load_w = [&](int kb, Buf &buf) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       buf.w[2 * i] = __ldg(reinterpret_cast<const uint4 *>(rg + (size_t)kb * 128 + x_off<1>(i)));      // row g
       buf.w[2 * i + 1] = __ldg(reinterpret_cast<const uint4 *>(rg8 + (size_t)kb * 128 + x_off<1>(i))); // row g + 8
     }
-    load_x<NT, 1>(buf.x, xl, kb);
+  };
+  auto load_x_ = [&](int kb, Buf &buf) { load_x<NT, 1>(buf.x, xl, kb); };
+  auto load = [&](int kb, Buf &buf) {
+    load_w(kb, buf);
+    load_x_(kb, buf);
   };
   auto compute = [&](const Buf &buf) {
 #pragma unroll
@@ -39,19 +43,19 @@ __device__ __forceinline__ void stripe_dot_bf16_x(const bf16_t *__restrict__ rg,
       }
     }
   };
-  k_loop<PIPE, Buf>(kb0, kb1, load, compute);
+  k_loop<PIPE, EARLY, Buf>(kb0, kb1, load, load_w, load_x_, compute);
 }
 
-template <int NT, bool PIPE>
+template <int NT, bool PIPE, bool EARLY = false>
 __device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
                                                 const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
                                                 int kb1, float (&acc)[NT][4]) {
   const bf16_t *xl[NT];
   lane_x<NT, 1>(xl, x, M, stride_xm);
-  stripe_dot_bf16_x<NT, PIPE>(rg, rg8, xl, kb0, kb1, acc);
+  stripe_dot_bf16_x<NT, PIPE, EARLY>(rg, rg8, xl, kb0, kb1, acc);
 }
 
-template <int WARPS, int NT, bool PIPE>
+template <int WARPS, int NT, bool PIPE, bool EARLY>
 __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, const bf16_t *__restrict__ x,
                                                bf16_t *__restrict__ out, int M, int N, int K, int stride_xm,
                                                int stride_om) {
@@ -61,7 +65,7 @@ __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, con
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const bf16_t *rg = w + ((size_t)stripe * 16 + g) * K + 8 * t;
   float acc[NT][4] = {};
-  stripe_dot_bf16<NT, PIPE>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc);
+  stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
   if (threadIdx.x / 32 == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
@@ -71,8 +75,8 @@ __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, con
   extern "C" __global__ void __launch_bounds__(W * 32) bf16_gemv_w##W##_nt##NT##_p##P(                 \
       const bf16_t *w, const bf16_t *x, bf16_t *out, int M, int N, int K, int stride_xm, \
       int stride_om) {                                                                                 \
-    pdl_wait();                                                                                      \
-    bf16_gemv_body<W, NT, P>(w, x, out, M, N, K, stride_xm, stride_om);                              \
+    if (!GEMV_EARLY) pdl_wait();                                                                     \
+    bf16_gemv_body<W, NT, P, GEMV_EARLY>(w, x, out, M, N, K, stride_xm, stride_om);                  \
   }
 BF16_GEMV(2, 1, 1)
 BF16_GEMV(4, 1, 0)
@@ -110,7 +114,7 @@ __device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const
 }
 
 // GEMM2 + combine, one token per blockIdx.y, one warp per slot over all of I, summed in slot order.
-template <int TOPK, bool PIPE>
+template <int TOPK, bool PIPE, bool EARLY>
 __device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                            const int *__restrict__ ids, const float *__restrict__ tw,
                                            bf16_t *__restrict__ out, int H, int I, int stride_o) {
@@ -119,7 +123,7 @@ __device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const 
   const int e = __ldg(ids + token * TOPK + slot);
   const bf16_t *rg = lane_row_bf16(w2, (size_t)e * H + stripe * 16 + g, I);
   float acc[1][4] = {};
-  stripe_dot_bf16<1, PIPE>(rg, rg + (size_t)8 * I, inter + (size_t)(token * TOPK + slot) * I, 1, 0, 0, I / 128, acc);
+  stripe_dot_bf16<1, PIPE, EARLY>(rg, rg + (size_t)8 * I, inter + (size_t)(token * TOPK + slot) * I, 1, 0, 0, I / 128, acc);
   const float w = __ldg(tw + token * TOPK + slot);
   acc[0][0] = bf2f(f2bf(acc[0][0] * w));  // each slot's row rounded, as moe_combine reads it
   acc[0][2] = bf2f(f2bf(acc[0][2] * w));
@@ -151,7 +155,7 @@ __device__ __forceinline__ void bmoe1g_body(const bf16_t *__restrict__ w13, cons
 }
 
 // Grouped GEMM2: grid (H / 64, S group bounds), 4 warps each one 16-row stripe over all of I.
-template <bool PIPE>
+template <bool PIPE, bool EARLY>
 __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                             const int *__restrict__ groups, const int *__restrict__ grp_expert,
                                             const float *__restrict__ tw, bf16_t *__restrict__ y, int H, int I) {
@@ -161,7 +165,7 @@ __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const
   const bf16_t *rg = lane_row_bf16(w2, (size_t)e * H + stripe * 16 + g, I);
   const bf16_t *xl[1] = {group_x<1>(groups, grp, inter, 1, I)};
   float acc[1][4] = {};
-  stripe_dot_bf16_x<1, PIPE>(rg, rg + (size_t)8 * I, xl, 0, I / 128, acc);
+  stripe_dot_bf16_x<1, PIPE, EARLY>(rg, rg + (size_t)8 * I, xl, 0, I / 128, acc);
   store_group_y(acc, groups, grp, tw, y, H, stripe);
 }
 
@@ -187,8 +191,8 @@ BMOE1(8, 1)
   extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2_k##K##_p1(                       \
       const bf16_t *w2, const bf16_t *inter, const int *ids, const float *tw, bf16_t *out, int H,     \
       int I, int stride_o) {                                                                           \
-    pdl_wait();                                                                                      \
-    bmoe2_body<K, true>(w2, inter, ids, tw, out, H, I, stride_o);                                    \
+    if (!GEMV_EARLY) pdl_wait();        /* ids, tw: top-k's, written two launches back */            \
+    bmoe2_body<K, true, GEMV_EARLY>(w2, inter, ids, tw, out, H, I, stride_o);                        \
   }
 BMOE2(1)
 BMOE2(2)
@@ -199,7 +203,7 @@ BMOE2(8)
 extern "C" __global__ void __launch_bounds__(128) moe_bf16_gemv2g_p1(
     const bf16_t *w2, const bf16_t *inter, const int *groups, const int *grp_expert, const int *num_groups,
     const float *tw, bf16_t *y, int H, int I) {
-  pdl_wait();
+  if (!GEMV_EARLY) pdl_wait();          // the groups: moe_group's, written two launches back
   if (blockIdx.y >= __ldg(num_groups)) return;
-  bmoe2g_body<true>(w2, inter, groups, grp_expert, tw, y, H, I);
+  bmoe2g_body<true, GEMV_EARLY>(w2, inter, groups, grp_expert, tw, y, H, I);
 }

@@ -37,24 +37,36 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
 // (rg / rg8: rows g and g + 8 of the stripe, advanced by the lane's 16t bytes; sg / s8: their scales,
 // stepped by K block: the same pointer for a dense stripe, two where the halves come from different
 // 128-row blocks). PIPE: two register buffers, each block's loads issued one block ahead of its use.
-// xl: the lane's x row of each tile (lane_x<NT, 2>; nullptr: zeros).
-template <int NT, bool PIPE>
+// xl: the lane's x row of each tile (lane_x<NT, 2>; nullptr: zeros). EARLY: k_loop's (the caller has not
+// waited for its predecessor).
+template <int NT, bool PIPE, bool EARLY = false>
 __device__ __forceinline__ void stripe_dot_x(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
                                              const bf16_t *const (&xl)[NT], int kb0, int kb1,
                                              const float *__restrict__ sg, const float *__restrict__ s8,
                                              float (&acc)[NT][4]) {
   using Buf = KBlock<4, NT>;
-  auto load = [&](int kb, Buf &buf) {
+  auto load_w = [&](int kb, Buf &buf) {
     const uint8_t *a = rg + (size_t)kb * 128, *b = rg8 + (size_t)kb * 128;
 #pragma unroll
     for (int L = 0; L < 2; ++L) {                                   // x pieces 2L, 2L + 1: k 16t + 64L ..
       buf.w[2 * L] = __ldg(reinterpret_cast<const uint4 *>(a + x_off<2>(2 * L)));       // row g
       buf.w[2 * L + 1] = __ldg(reinterpret_cast<const uint4 *>(b + x_off<2>(2 * L)));   // row g + 8
     }
-    load_x<NT, 2>(buf.x, xl, kb);
+  };
+  auto load_s = [&](int kb, Buf &buf) {
     buf.sg = __ldg(sg + kb) * 72057594037927936.0f;               // scale * 2^56
     buf.s8 = __ldg(s8 + kb) * 72057594037927936.0f;
   };
+  auto load = [&](int kb, Buf &buf) {
+    load_w(kb, buf);
+    load_x<NT, 2>(buf.x, xl, kb);
+    load_s(kb, buf);
+  };
+  auto load_ws = [&](int kb, Buf &buf) {
+    load_w(kb, buf);
+    load_s(kb, buf);
+  };
+  auto load_x_ = [&](int kb, Buf &buf) { load_x<NT, 2>(buf.x, xl, kb); };
   auto compute = [&](const Buf &buf) {
     float d[NT][4];
 #pragma unroll
@@ -81,18 +93,18 @@ __device__ __forceinline__ void stripe_dot_x(const uint8_t *__restrict__ rg, con
       acc[n][3] = fmaf(d[n][3], buf.s8, acc[n][3]);
     }
   };
-  k_loop<PIPE, Buf>(kb0, kb1, load, compute);
+  k_loop<PIPE, EARLY, Buf>(kb0, kb1, load, load_ws, load_x_, compute);
 }
 
 // stripe_dot_x over rows 0 .. M - 1 of x (row stride stride_xm).
-template <int NT, bool PIPE>
+template <int NT, bool PIPE, bool EARLY = false>
 __device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
                                            const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
                                            int kb1, const float *__restrict__ sg, const float *__restrict__ s8,
                                            float (&acc)[NT][4]) {
   const bf16_t *xl[NT];
   lane_x<NT, 2>(xl, x, M, stride_xm);
-  stripe_dot_x<NT, PIPE>(rg, rg8, xl, kb0, kb1, sg, s8, acc);
+  stripe_dot_x<NT, PIPE, EARLY>(rg, rg8, xl, kb0, kb1, sg, s8, acc);
 }
 
 // Row r of a row-major [rows, K] FP8 matrix, advanced by lane t's 16t bytes.
@@ -101,7 +113,7 @@ __device__ __forceinline__ const uint8_t *lane_row(const uint8_t *w, size_t r, i
 }
 
 // Dense: block = one 16-row stripe, its K blocks split between the WARPS warps (contiguous ranges).
-template <int WARPS, int NT, bool PIPE>
+template <int WARPS, int NT, bool PIPE, bool EARLY>
 __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const bf16_t *__restrict__ x,
                                           const float *__restrict__ scale, bf16_t *__restrict__ out,
                                           int M, int N, int K, int stride_xm, int stride_om, int stride_sn) {
@@ -112,7 +124,7 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
   const uint8_t *rg = lane_row(w, (size_t)stripe * 16 + g, K);
   const float *srow = scale + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[NT][4] = {};
-  stripe_dot<NT, PIPE>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc);
+  stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
   if (threadIdx.x / 32 == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
@@ -122,8 +134,8 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
   extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P(                  \
       const uint8_t *w, const bf16_t *x, const float *scale, bf16_t *out, int M, int N,   \
       int K, int stride_xm, int stride_om, int stride_sn) {                                            \
-    pdl_wait();                                                                                      \
-    gemv_body<W, NT, P>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);                  \
+    if (!GEMV_EARLY) pdl_wait();                                                                     \
+    gemv_body<W, NT, P, GEMV_EARLY>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);      \
   }
 GEMV(2, 1, 0)
 GEMV(4, 1, 0)
@@ -167,7 +179,7 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const
 
 // GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
 // out[token, H] = sum over its slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
-template <int TOPK, bool PIPE>
+template <int TOPK, bool PIPE, bool EARLY>
 __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                           const float *__restrict__ s2, const int *__restrict__ ids,
                                           const float *__restrict__ tw, bf16_t *__restrict__ out, int H,
@@ -183,7 +195,7 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const 
   const uint8_t *rg = lane_row(w2, (size_t)e * H + stripe * 16 + g, I);
   const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[1][4] = {};
-  stripe_dot<1, PIPE>(rg, rg + (size_t)8 * I, inter + (size_t)slot * I, 1, 0, 0, kblocks, srow, srow, acc);
+  stripe_dot<1, PIPE, EARLY>(rg, rg + (size_t)8 * I, inter + (size_t)slot * I, 1, 0, 0, kblocks, srow, srow, acc);
   const float w = __ldg(tw + slot);
   acc[0][0] = bf2f(f2bf(acc[0][0] * w));  // each slot's row rounded, as moe_sum
   acc[0][2] = bf2f(f2bf(acc[0][2] * w));
@@ -211,8 +223,8 @@ MOE1(8, 0)
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
       const uint8_t *w2, const bf16_t *inter, const float *s2, const int *ids, const float *tw, \
       bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
-    pdl_wait();                                                                                      \
-    moe2_body<K, P>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);               \
+    if (!GEMV_EARLY) pdl_wait();        /* ids, tw: top-k's, written two launches back */            \
+    moe2_body<K, P, GEMV_EARLY>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);   \
   }
 MOE2(1, 1)
 MOE2(2, 1)
@@ -253,7 +265,7 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
 
 // GEMM2: grid (H / 64, S group bounds), 4 warps, each one 16-row stripe over all of I (as moe2_body's
 // warps): y[pair, H] = bf16(w_pair * (inter[pair] @ down_e.T)), combined by moe_combine.
-template <bool PIPE>
+template <bool PIPE, bool EARLY>
 __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                            const float *__restrict__ s2, const int *__restrict__ groups,
                                            const int *__restrict__ grp_expert, const float *__restrict__ tw,
@@ -265,7 +277,7 @@ __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const
   const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
   const bf16_t *xl[1] = {group_x<2>(groups, grp, inter, 1, I)};
   float acc[1][4] = {};
-  stripe_dot_x<1, PIPE>(rg, rg + (size_t)8 * I, xl, 0, I / 128, srow, srow, acc);
+  stripe_dot_x<1, PIPE, EARLY>(rg, rg + (size_t)8 * I, xl, 0, I / 128, srow, srow, acc);
   store_group_y(acc, groups, grp, tw, y, H, stripe);
 }
 
@@ -286,7 +298,7 @@ MOE1G(8, 0)
 extern "C" __global__ void __launch_bounds__(128) moe_gemv2g_p1(
     const uint8_t *w2, const bf16_t *inter, const float *s2, const int *groups, const int *grp_expert,
     const int *num_groups, const float *tw, bf16_t *y, int H, int I, int stride_se, int stride_sn) {
-  pdl_wait();
+  if (!GEMV_EARLY) pdl_wait();          // the groups: moe_group's, written two launches back
   if (blockIdx.y >= __ldg(num_groups)) return;
-  moe2g_body<true>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);
+  moe2g_body<true, GEMV_EARLY>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);
 }

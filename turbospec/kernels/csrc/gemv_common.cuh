@@ -110,21 +110,52 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a comp
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// GEMV_EARLY (a build define: TURBOSPEC_GEMV_EARLY, kernels/cubin.py; default 0): the kernels whose
+// weights (and what they read of them) no kernel of the step writes issue their first K blocks' weight
+// loads before their PDL wait, so that those loads are in flight while the kernel before still runs
+// (under PDL a kernel's blocks are resident from the start of its predecessor's, and wait). The loads
+// and the arithmetic are the same, only issued earlier: not a bit of the result changes.
+#ifndef GEMV_EARLY
+#define GEMV_EARLY 0
+#endif
+
 // The loop over K blocks kb0 .. kb1: load(kb, buf) then compute(buf). PIPE: two buffers, each
-// block's loads issued one block ahead of its use.
-template <bool PIPE, typename Buf, typename Load, typename Compute>
-__device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, Compute &&compute) {
+// block's loads issued one block ahead of its use. EARLY: the kernel has not waited for its
+// predecessor (`pdl_wait`); the loop does, after load_w(kb, buf) (load's part that no kernel of the
+// step writes: weights, scales) of its first (PIPE: two) blocks, whose load_x (the rest) follows it.
+template <bool PIPE, bool EARLY, typename Buf, typename Load, typename LoadW, typename LoadX, typename Compute>
+__device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, LoadW &&load_w, LoadX &&load_x,
+                                       Compute &&compute) {
   Buf a;
   if (!PIPE) {
+    if (EARLY) {
+      if (kb0 < kb1) load_w(kb0, a);
+      pdl_wait();
+    }
     for (int kb = kb0; kb < kb1; ++kb) {
-      load(kb, a);
+      if (EARLY && kb == kb0)
+        load_x(kb, a);
+      else
+        load(kb, a);
       compute(a);
     }
   } else {
     Buf b;
-    if (kb0 < kb1) load(kb0, a);
+    if (EARLY) {
+      if (kb0 < kb1) load_w(kb0, a);
+      if (kb0 + 1 < kb1) load_w(kb0 + 1, b);
+      pdl_wait();
+      if (kb0 < kb1) load_x(kb0, a);
+    } else if (kb0 < kb1) {
+      load(kb0, a);
+    }
     for (int kb = kb0; kb < kb1; kb += 2) {
-      if (kb + 1 < kb1) load(kb + 1, b);
+      if (kb + 1 < kb1) {
+        if (EARLY && kb == kb0)
+          load_x(kb + 1, b);
+        else
+          load(kb + 1, b);
+      }
       compute(a);
       if (kb + 2 < kb1) load(kb + 2, a);
       if (kb + 1 < kb1) compute(b);
