@@ -75,6 +75,7 @@ def test_a_state_of_this_split_or_of_sourceless_data_resumes_quietly(tiny_target
     loop.train(_cfg(tiny_target, data, out, steps=3, resume=True))        # saved by this version
     log = capsys.readouterr().out
     assert "held-out split" not in log and "resumed from" in log
+    assert "training for steps 3-3 (1 left)" in log, log                  # what this run trains, not --steps
     assert "heldout_note" not in json.loads((out / "training_info.json").read_text())
     plain = tmp_path / "plain"                                             # no sources: the split never changed
     loop.train(_cfg(tiny_target, code_jsonl, plain, heldout_fraction=0.1, max_seq_len=256))

@@ -154,7 +154,8 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
             export_drafter(cfg.method, draft, cfg.out, tcfg, parse_dtype(cfg.export_dtype),
                            {**info, "step": step, "heldout": metrics})
 
-    plan = [f"{total_steps} steps"] if total_steps else []
+    plan = [f"{total_steps} steps" if not step else f"steps {step + 1}-{total_steps} ({total_steps - step} left)"
+            ] if total_steps and step < total_steps else []  # resumed at `step`: the steps this run trains
     plan += [f"{cfg.max_minutes:g} min"] if budget else []
     first = ", whichever comes first" if len(plan) > 1 else ""
     log.print(f"setup {time.perf_counter() - t_setup:.1f} s; training for {' or '.join(plan)}{first}")
