@@ -48,8 +48,8 @@ def test_sources_build_and_hold_every_launched_kernel(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
 def test_the_early_build_holds_every_kernel_and_caches_apart(compiler, tmp_path, monkeypatch):
-    """TURBOSPEC_GEMV_EARLY=1's build (cubin.DEFINES, read at import): its own cache entry, every
-    launched kernel in it, with nvcc and with NVRTC."""
+    """The build of TURBOSPEC_GEMV_EARLY=0 (cubin.DEFINES, read at import) beside the default's: its own
+    cache entry with every launched kernel in it, with nvcc and with NVRTC."""
     if compiler == "nvcc" and cubin.find_nvcc() is None:
         pytest.skip("nvcc not installed")
     if compiler == "nvrtc":
@@ -57,23 +57,25 @@ def test_the_early_build_holds_every_kernel_and_caches_apart(compiler, tmp_path,
             pytest.skip("no libnvrtc found (nvidia-cuda-nvrtc)")
         monkeypatch.setattr(cubin, "find_nvcc", lambda: None)
     monkeypatch.setenv("TURBOSPEC_CACHE_DIR", str(tmp_path))
-    default = cubin.build("bf16_gemv.cu")
-    monkeypatch.setattr(cubin, "DEFINES", ("GEMV_EARLY=1",))
-    early = cubin.build("bf16_gemv.cu")
-    assert early != default and early.read_bytes() != default.read_bytes()
-    assert not [n for n in _bf16_gemv_names() if n.encode() not in early.read_bytes()]
-    data = cubin.build("fp8_gemv.cu").read_bytes()
-    assert not [n for n in _fp8_gemv_names() if n.encode() not in data]
+    built = {cubin.build("bf16_gemv.cu")}
+    for early in ("0",):
+        monkeypatch.setattr(cubin, "DEFINES", (f"GEMV_EARLY={early}",))
+        out = cubin.build("bf16_gemv.cu")
+        assert out not in built and out.read_bytes() not in {b.read_bytes() for b in built}
+        built.add(out)
+        assert not [n for n in _bf16_gemv_names() if n.encode() not in out.read_bytes()]
+        data = cubin.build("fp8_gemv.cu").read_bytes()
+        assert not [n for n in _fp8_gemv_names() if n.encode() not in data]
 
 
 def test_the_early_switch_is_checked(monkeypatch):
     import importlib
     monkeypatch.setenv("TURBOSPEC_GEMV_EARLY", "yes")
-    with pytest.raises(ValueError, match="TURBOSPEC_GEMV_EARLY='yes': use 0 \\(default\\) or 1"):
+    with pytest.raises(ValueError, match="TURBOSPEC_GEMV_EARLY='yes': use 1 \\(default\\) or 0"):
         importlib.reload(cubin)
     monkeypatch.delenv("TURBOSPEC_GEMV_EARLY")
     importlib.reload(cubin)
-    assert cubin.DEFINES == ("GEMV_EARLY=0",)
+    assert cubin.DEFINES == ("GEMV_EARLY=1",)
 
 
 @needs_nvrtc

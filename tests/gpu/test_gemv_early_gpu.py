@@ -1,9 +1,9 @@
-"""TURBOSPEC_GEMV_EARLY=1 (csrc/gemv_common.cuh's GEMV_EARLY: the CUDA GEMVs issue their first K
-blocks' weight loads, and the MoE GEMM2s read their routing, before their PDL wait) against the
-default build, on an sm_90 GPU: chains of a Triton producer (the RMSNorm, top-k) and the GEMVs,
-each captured in a CUDA graph with PDL and replayed on new inputs, give bit for bit what they give
-run eagerly, and what the other build gives. The build is chosen at import (kernels/cubin.py), so the
-other build runs in a child process.
+"""TURBOSPEC_GEMV_EARLY (csrc/gemv_common.cuh's GEMV_EARLY: by default, 1, the CUDA GEMVs issue their
+first K blocks' weight loads, and the MoE GEMM2s read their routing, before their PDL wait; 0 waits
+first) on an sm_90 GPU: chains of a Triton producer (the RMSNorm, top-k) and the GEMVs, each captured
+in a CUDA graph with PDL and replayed on new inputs, give bit for bit what they give run eagerly, and
+what the other build gives. The build is chosen at import (kernels/cubin.py), so each build runs in a
+child process.
 
     PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_gemv_early_gpu.py
 """
@@ -106,8 +106,8 @@ def _run(early: str, path: Path) -> dict[str, torch.Tensor]:
 def test_early_and_default_builds_agree_bit_for_bit(tmp_path):
     """Both builds, each in its own process (the define is read at import), on the same chains and
     inputs; in each, every graph replay equals the eager run."""
-    early, default = _run("1", tmp_path / "early.pt"), _run("0", tmp_path / "default.pt")
+    early, default = _run("1", tmp_path / "early.pt"), _run("0", tmp_path / "waits_first.pt")
     assert early.keys() == default.keys() and len(early) == 7
     for name in early:
         assert torch.isfinite(early[name].float()).all(), name
-        assert torch.equal(early[name], default[name]), f"{name}: the GEMV_EARLY build differs from the default"
+        assert torch.equal(early[name], default[name]), f"{name}: GEMV_EARLY 1 and 0 differ"

@@ -19,11 +19,12 @@ from turbospec.kernels import nvrtc
 
 CSRC = Path(__file__).parent / "csrc"
 _SWITCHES = {"fp8_gemv.cu": "TURBOSPEC_FP8_GEMV", "bf16_gemv.cu": "TURBOSPEC_BF16_GEMV"}     # what turns each on
-# TURBOSPEC_GEMV_EARLY=1 builds the sources with GEMV_EARLY (csrc/gemv_common.cuh: the weight loads of a
-# kernel's first K blocks issued before its PDL wait); read once, at import. Off by default (A/B runs).
-_EARLY = os.environ.get("TURBOSPEC_GEMV_EARLY", "0")
+# TURBOSPEC_GEMV_EARLY: the GEMV_EARLY the sources are built with (csrc/gemv_common.cuh): 1 (the default
+# since 2026-12-07: the weight loads of a kernel's first K blocks issued before its PDL wait) or 0 (after it,
+# as before; A/B runs). Read once, at import.
+_EARLY = os.environ.get("TURBOSPEC_GEMV_EARLY", "1")
 if _EARLY not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_GEMV_EARLY={_EARLY!r}: use 0 (default) or 1")
+    raise ValueError(f"TURBOSPEC_GEMV_EARLY={_EARLY!r}: use 1 (default) or 0")
 DEFINES = (f"GEMV_EARLY={_EARLY}",)
 
 

@@ -75,8 +75,8 @@ __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, con
   extern "C" __global__ void __launch_bounds__(W * 32) bf16_gemv_w##W##_nt##NT##_p##P(                 \
       const bf16_t *w, const bf16_t *x, bf16_t *out, int M, int N, int K, int stride_xm, \
       int stride_om) {                                                                                 \
-    if (!GEMV_EARLY) pdl_wait();                                                                     \
-    bf16_gemv_body<W, NT, P, GEMV_EARLY>(w, x, out, M, N, K, stride_xm, stride_om);                  \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    bf16_gemv_body<W, NT, P, EARLY_WAIT>(w, x, out, M, N, K, stride_xm, stride_om);                  \
   }
 BF16_GEMV(2, 1, 1)
 BF16_GEMV(4, 1, 0)
@@ -191,8 +191,8 @@ BMOE1(8, 1)
   extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2_k##K##_p1(                       \
       const bf16_t *w2, const bf16_t *inter, const int *ids, const float *tw, bf16_t *out, int H,     \
       int I, int stride_o) {                                                                           \
-    if (!GEMV_EARLY) pdl_wait();        /* ids, tw: top-k's, written two launches back */            \
-    bmoe2_body<K, true, GEMV_EARLY>(w2, inter, ids, tw, out, H, I, stride_o);                        \
+    if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
+    bmoe2_body<K, true, EARLY_WAIT>(w2, inter, ids, tw, out, H, I, stride_o);                        \
   }
 BMOE2(1)
 BMOE2(2)
@@ -203,7 +203,7 @@ BMOE2(8)
 extern "C" __global__ void __launch_bounds__(128) moe_bf16_gemv2g_p1(
     const bf16_t *w2, const bf16_t *inter, const int *groups, const int *grp_expert, const int *num_groups,
     const float *tw, bf16_t *y, int H, int I) {
-  if (!GEMV_EARLY) pdl_wait();          // the groups: moe_group's, written two launches back
+  if (!EARLY_WAIT) pdl_wait();           // the groups: moe_group's, written two launches back
   if (blockIdx.y >= __ldg(num_groups)) return;
-  bmoe2g_body<true, GEMV_EARLY>(w2, inter, groups, grp_expert, tw, y, H, I);
+  bmoe2g_body<true, EARLY_WAIT>(w2, inter, groups, grp_expert, tw, y, H, I);
 }

@@ -134,8 +134,8 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
   extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P(                  \
       const uint8_t *w, const bf16_t *x, const float *scale, bf16_t *out, int M, int N,   \
       int K, int stride_xm, int stride_om, int stride_sn) {                                            \
-    if (!GEMV_EARLY) pdl_wait();                                                                     \
-    gemv_body<W, NT, P, GEMV_EARLY>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);      \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    gemv_body<W, NT, P, EARLY_WAIT>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);      \
   }
 GEMV(2, 1, 0)
 GEMV(4, 1, 0)
@@ -223,8 +223,8 @@ MOE1(8, 0)
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
       const uint8_t *w2, const bf16_t *inter, const float *s2, const int *ids, const float *tw, \
       bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
-    if (!GEMV_EARLY) pdl_wait();        /* ids, tw: top-k's, written two launches back */            \
-    moe2_body<K, P, GEMV_EARLY>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);   \
+    if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
+    moe2_body<K, P, EARLY_WAIT>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);   \
   }
 MOE2(1, 1)
 MOE2(2, 1)
@@ -298,7 +298,7 @@ MOE1G(8, 0)
 extern "C" __global__ void __launch_bounds__(128) moe_gemv2g_p1(
     const uint8_t *w2, const bf16_t *inter, const float *s2, const int *groups, const int *grp_expert,
     const int *num_groups, const float *tw, bf16_t *y, int H, int I, int stride_se, int stride_sn) {
-  if (!GEMV_EARLY) pdl_wait();          // the groups: moe_group's, written two launches back
+  if (!EARLY_WAIT) pdl_wait();           // the groups: moe_group's, written two launches back
   if (blockIdx.y >= __ldg(num_groups)) return;
-  moe2g_body<true, GEMV_EARLY>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);
+  moe2g_body<true, EARLY_WAIT>(w2, inter, s2, groups, grp_expert, tw, y, H, I, stride_se, stride_sn);
 }

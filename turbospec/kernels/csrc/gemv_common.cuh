@@ -110,14 +110,18 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a comp
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// GEMV_EARLY (a build define: TURBOSPEC_GEMV_EARLY, kernels/cubin.py; default 0): the kernels whose
+// GEMV_EARLY (a build define: TURBOSPEC_GEMV_EARLY, kernels/cubin.py; default 1): the kernels whose
 // weights (and what they read of them) no kernel of the step writes issue their first K blocks' weight
 // loads before their PDL wait, so that those loads are in flight while the kernel before still runs
-// (under PDL a kernel's blocks are resident from the start of its predecessor's, and wait). The loads
-// and the arithmetic are the same, only issued earlier: not a bit of the result changes.
+// (under PDL a kernel's blocks are resident from the start of its predecessor's, and wait); 0 waits
+// first. The loads and the arithmetic are the same, only issued earlier: not a bit of the result
+// changes (tests/gpu/test_gemv_early_gpu.py). H100, 2026-12-07: qwen3-30b-a3b b1 decode 1.0-1.7% faster,
+// qwen3-8b unchanged; prefetching the rest of each warp's weight blocks into L2 there as well was slower
+// (docs/benchmarks.md).
 #ifndef GEMV_EARLY
-#define GEMV_EARLY 0
+#define GEMV_EARLY 1
 #endif
+#define EARLY_WAIT (GEMV_EARLY != 0)    // the kernels' EARLY template argument
 
 // The loop over K blocks kb0 .. kb1: load(kb, buf) then compute(buf). PIPE: two buffers, each
 // block's loads issued one block ahead of its use. EARLY: the kernel has not waited for its
