@@ -55,10 +55,10 @@
 #   tinyab   (session 42) launch savers with the GEMVs on: qwen3-30b-a3b FP8 b1 decode under each setting of
 #            TINY_ENVS (default: defaults, TURBOSPEC_FUSE_ROUTER=1, TURBOSPEC_ATTN_REDUCE=fused, both, defaults
 #            again; settings separated by ';'), then bf16 under TINY_BF16_ENVS, while AUTO_LIMIT leaves time
-#   earlyab  (session 43) TURBOSPEC_GEMV_EARLY=1 (the GEMVs' first weight loads before their PDL wait):
-#            the four b1 target rows with it 0 then 1, and between them tests/gpu/test_gemv_early_gpu.py and the
-#            auto-engine GEMV tests under it (EARLY_ROWS_FIRST before the tests, EARLY_ROWS_THEN after; each pair while AUTO_LIMIT
-#            leaves time)
+#   earlyab  (session 43) TURBOSPEC_GEMV_EARLY (the GEMVs' first weight loads before their PDL wait; 1 is the
+#            default since): the four b1 target rows with it 0 then 1; between them tests/gpu/test_gemv_early_gpu.py
+#            and the auto-engine GEMV tests under 1 (EARLY_ROWS_FIRST before the tests, EARLY_ROWS_THEN after; each
+#            pair while AUTO_LIMIT leaves time)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
