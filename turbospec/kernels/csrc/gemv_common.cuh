@@ -115,7 +115,7 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a comp
 // loads before their PDL wait, so that those loads are in flight while the kernel before still runs
 // (under PDL a kernel's blocks are resident from the start of its predecessor's, and wait); 0 waits
 // first. The loads and the arithmetic are the same, only issued earlier: not a bit of the result
-// changes (tests/gpu/test_gemv_early_gpu.py). H100, 2026-12-07: qwen3-30b-a3b b1 decode 1.0-1.7% faster,
+// changes (tests/gpu/test_gemv_early_gpu.py). H100, 2026-12-07: qwen3-30b-a3b b1 decode 0.9-1.7% faster,
 // qwen3-8b unchanged; prefetching the rest of each warp's weight blocks into L2 there as well was slower
 // (docs/benchmarks.md).
 #ifndef GEMV_EARLY
