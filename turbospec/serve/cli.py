@@ -10,6 +10,7 @@ SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests fini
 """
 from __future__ import annotations
 
+import gc
 import functools
 import inspect
 import logging
@@ -253,6 +254,8 @@ def _load_and_serve(sockets, *, model, spec, host, device, dtype, quantization, 
                 f"{f'; reasoning parser {reasoning_parser}' if reasoning_parser else ''}"
                 f"{f'; tool call parser {tool_call_parser}' if tool_call_parser != 'hermes' else ''}"
                 f"{' (the tokenizer splits <think> / </think>: structured outputs hold from the first token)' if split_tags else ''}")
+    gc.collect()          # the start-up heap (model, tokenizer, kernels), never garbage, kept out of the
+    gc.freeze()           # collector's full passes, which otherwise walk it mid-request (as vLLM does)
     server.run(sockets=sockets)
     if not server.started:            # e.g. the app's start-up failed: uvicorn logged why
         sys.exit(1)

@@ -294,10 +294,3 @@ def sse(payload: BaseModel | dict[str, Any]) -> str:
 
 SSE_DONE = "data: [DONE]\n\n"
 
-
-def json_with_choices(body: BaseModel, choices: list[BaseModel]) -> bytes:
-    """`body` (built with `choices=[]`) as JSON with `choices` in it, serialized one choice at a
-    time: one call over a 30 MB response held the GIL, so the event loop, for 0.16 s. Inside
-    JSON strings every quote is escaped, so the first `"choices":[]` is the key."""
-    parts = ",".join(c.model_dump_json() for c in choices)
-    return body.model_dump_json().replace('"choices":[]', f'"choices":[{parts}]', 1).encode("utf-8")

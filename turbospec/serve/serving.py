@@ -25,10 +25,11 @@ from turbospec.serve.protocol import ChatCompletionRequest, CompletionRequest, r
 from turbospec.serve.reasoning import ChoiceReasoning, enable_thinking
 from turbospec.serve.refusals import refusal_error
 from turbospec.serve.request_body import read_request
+from turbospec.serve.response_json import json_with_choices
 from turbospec.serve.responses import (SSE_DONE, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                        ChatCompletionResponse, CompletionChoice, CompletionResponse,
                                        CompletionStreamChoice, DeltaMessage, SpeculativeDecodingInfo,
-                                       UsageInfo, json_with_choices, prompt_logprobs_json, sse)
+                                       UsageInfo, prompt_logprobs_json, sse)
 from turbospec.serve.sampling_fields import check_priority_field
 from turbospec.serve.streaming import ClientGone, SSEResponse, wait_or_disconnect
 from turbospec.serve.structured import compile_constraint
@@ -117,7 +118,7 @@ class OpenAIServing:
                                                 **_token_ids(req, d)))
             return json_with_choices(CompletionResponse(
                 id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
-                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices)
+                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices, finals)
         return Response(await asyncio.to_thread(body), media_type="application/json")   # off the event loop
 
     async def _completion_events(self, rid: str, req: CompletionRequest,
@@ -184,7 +185,7 @@ class OpenAIServing:
                 id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
                 prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
                 speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)),
-                prompt_token_ids=_token_ids(req, finals[0]).get("prompt_token_ids")), choices)
+                prompt_token_ids=_token_ids(req, finals[0]).get("prompt_token_ids")), choices, finals)
         return Response(await asyncio.to_thread(body), media_type="application/json")   # off the event loop
 
     async def start_chat(self, req: ChatCompletionRequest, rid: str, max_tokens_name: str | None = None
