@@ -50,9 +50,10 @@ def value_json(value: Any, annotation: Any) -> str:
 
 
 def model_json(model: BaseModel) -> str:
-    """`model.model_dump_json()`'s content, its BIG fields last and built in chunks."""
+    """`model.model_dump_json()`'s content, its BIG fields that are set last and built in chunks (an
+    unset one stays where the model's own serializer puts it, or leaves it out)."""
     fields = type(model).model_fields
-    big = [name for name in BIG if name in fields]
+    big = [name for name in BIG if name in fields and getattr(model, name) is not None]
     head = model.model_dump_json(exclude=set(big))
     tail = ",".join(f'"{name}":{value_json(getattr(model, name), fields[name].annotation)}' for name in big)
     if not tail:
