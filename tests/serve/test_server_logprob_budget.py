@@ -5,8 +5,8 @@ work here, and /health blocked for 15 s while it was serialized on the event loo
 400 naming what to lower; a response that is allowed is built and serialized on a worker thread,
 so /health keeps answering (n 4, 16.5 MB: /health took up to 1.1 s before, 0.3 s then). On
 2026-12-07 the same machine showed 0.9-1.9 s: the worker's single pydantic calls over a 4.6 MB
-choice, the collector's full passes over the whole heap and freeing ~10^5 objects at once each held
-the GIL. The choices are now written and freed in chunks (serve/response_json.py) and the start-up
+choice (0.2-0.4 s) and the collector's full passes over the whole heap (0.23-0.33 s each) held the
+GIL. The choices are now written and freed in chunks (serve/response_json.py) and the start-up
 heap frozen (`gc.freeze`, serve/cli.py): 0.1-0.2 s in most runs (a separate probe process), with a
 spike of 1-2 s in some (up to 1.99 s in this test), not yet explained. The bound is set above that,
 well under the 15 s of the original response built on the loop."""

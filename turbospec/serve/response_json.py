@@ -3,11 +3,11 @@ keeps running.
 
 The body is serialized on a worker thread (serving.py), but each pydantic call holds the GIL until it
 returns, and so does freeing a graph of objects. One choice of a 2,046-token prompt scored with 20
-logprobs (echo) is 4-5 MB of JSON and ~10^5 objects: `model_dump_json` over it took 0.2-0.4 s and
-freeing a response of four such choices up to a second (2-core CPU, 2026-12-07), and /health waited
-as long. So the fields that grow with the tokens (`BIG`) are serialized CHUNK list items per call,
-with the same pydantic serializers (hence the same text: numbers, escapes) as one call would use,
-after the model's other keys; and `release` empties the lists CHUNK items at a time.
+logprobs (echo) is 4-5 MB of JSON and ~10^5 objects: `model_dump_json` over it took 0.2-0.4 s (2-core
+CPU, 2026-12-07), and /health waited as long. So the fields that grow with the tokens (`BIG`) are
+serialized CHUNK list items per call, with the same pydantic serializers (hence the same text:
+numbers, escapes) as one call would use, after the model's other keys; and `release` empties the
+lists CHUNK items at a time, so that freeing them is short steps too.
 """
 from __future__ import annotations
 
