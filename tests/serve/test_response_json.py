@@ -1,12 +1,11 @@
 """serve/response_json.py: a whole response's JSON built in chunks says what one `model_dump_json`
-says (parsed: the big fields come last), and `release` empties what the response held."""
+says (parsed: the big fields come last)."""
 from __future__ import annotations
 
 import json
 import math
 
-from turbospec.serve.deltas import StreamDelta, TokenLogprob
-from turbospec.serve.response_json import CHUNK, json_with_choices, model_json, release
+from turbospec.serve.response_json import CHUNK, json_with_choices, model_json
 from turbospec.serve.responses import (ChatChoice, ChatCompletionResponse, ChatLogprobs, ChatMessageOut,
                                        ChatTokenLogprob, CompletionChoice, CompletionLogprobs, CompletionResponse,
                                        PromptLogprob, TopLogprob, UsageInfo)
@@ -50,25 +49,11 @@ def test_whole_responses_with_choices_and_a_big_body_field():
     choices = [_completion_choice(i) for i in range(3)]
     body = CompletionResponse(id="cmpl-1", model="m", choices=[])
     one = json.loads(CompletionResponse(id="cmpl-1", model="m", choices=choices, created=body.created).model_dump_json())
-    first = choices[0]
     assert json.loads(json_with_choices(body, choices)) == one
-    assert choices == [] and first.prompt_logprobs == [] and first.logprobs.top_logprobs == []   # released
     prompt = _completion_choice(0).prompt_logprobs
     chat = ChatCompletionResponse(id="chat-1", model="m", choices=[], prompt_logprobs=prompt,
                                   usage=UsageInfo(prompt_tokens=N, completion_tokens=1, total_tokens=N + 1))
     want = json.loads(chat.model_dump_json())["prompt_logprobs"]
     got = json.loads(json_with_choices(chat, [_chat_choice()]))
-    assert got["prompt_logprobs"] == want and chat.prompt_logprobs == []
+    assert got["prompt_logprobs"] == want
     assert len(got["choices"]) == 1 and len(got["choices"][0]["logprobs"]["content"]) == N
-
-
-def test_release_empties_the_models_and_the_engine_deltas():
-    choice = _completion_choice(0)
-    top = [TokenLogprob(token="a", token_id=1, logprob=-0.5, top=[("a", -0.5, b"a")] * 3) for _ in range(N)]
-    delta = StreamDelta(text="a", token_ids=[1] * N, logprobs=top, finish_reason="length", stop_reason=None,
-                        num_prompt_tokens=N, num_output_tokens=N, prompt_logprob_dicts=[{1: 0.5}] * N)
-    kept = top[0]
-    release([choice], [delta])
-    assert choice.prompt_logprobs == [] and choice.logprobs.top_logprobs == [] and choice.logprobs.tokens == []
-    assert delta.logprobs == [] and delta.prompt_logprob_dicts == [] and delta.token_ids == []
-    assert kept.top == []                                                     # what a list held, first

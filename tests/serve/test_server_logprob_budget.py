@@ -6,10 +6,11 @@ work here, and /health blocked for 15 s while it was serialized on the event loo
 so /health keeps answering (n 4, 16.5 MB: /health took up to 1.1 s before, 0.3 s then). On
 2026-12-07 the same machine showed 0.9-1.9 s: the worker's single pydantic calls over a 4.6 MB
 choice (0.2-0.4 s) and the collector's full passes over the whole heap (0.23-0.33 s each) held the
-GIL. The choices are now written and freed in chunks (serve/response_json.py) and the start-up
-heap frozen (`gc.freeze`, serve/cli.py): 0.1-0.2 s in most runs (a separate probe process), with a
-spike of 1-2 s in some (up to 1.99 s in this test), not yet explained. The bound is set above that,
-well under the 15 s of the original response built on the loop."""
+GIL. The choices are now written in chunks (serve/response_json.py) and the start-up heap frozen
+(`gc.freeze`, serve/cli.py). Probed from another process, the worst answer was then 0.12-0.32 s in 9
+of 17 runs and 0.96-1.7 s in 8 (up to 1.99 s in this test), near the end of the response, not yet
+explained. The bound is set above that, well under the 15 s of the original response built on the
+loop."""
 from __future__ import annotations
 
 import asyncio

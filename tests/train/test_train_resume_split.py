@@ -122,3 +122,9 @@ def test_v2_holds_out_a_record_where_v1_held_out_nothing(tiny_target, tmp_path):
     note = split_scheme_note({"heldout_split": "source-record"}, ds, _cfg(tiny_target, data, tmp_path / "x",
                                                                           heldout_fraction=0.2))
     assert note is not None and "'source-record'" in note and SPLIT_SCHEME in note
+
+
+def test_the_start_line_names_the_steps_this_run_trains():
+    assert loop._steps_plan(0, 6) == "6 steps"
+    assert loop._steps_plan(4, 6) == "steps 5-6 (2 left)"
+    assert loop._steps_plan(6, 6) == "no more steps (the saved run is at step 6 of 6)"

@@ -10,8 +10,8 @@ SIGINT/SIGTERM shut down gracefully: stop accepting, let in-flight requests fini
 """
 from __future__ import annotations
 
-import gc
 import functools
+import gc
 import inspect
 import logging
 import sys

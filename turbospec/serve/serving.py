@@ -118,7 +118,7 @@ class OpenAIServing:
                                                 **_token_ids(req, d)))
             return json_with_choices(CompletionResponse(
                 id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
-                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices, finals)
+                speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals))), choices)
         return Response(await asyncio.to_thread(body), media_type="application/json")   # off the event loop
 
     async def _completion_events(self, rid: str, req: CompletionRequest,
@@ -185,7 +185,7 @@ class OpenAIServing:
                 id=rid, model=req.model, choices=[], usage=usage(finals, req.num_samples),
                 prompt_logprobs=prompt_logprobs_json(finals[0].prompt_logprob_dicts),
                 speculative_decoding=SpeculativeDecodingInfo.of(spec_total(finals)),
-                prompt_token_ids=_token_ids(req, finals[0]).get("prompt_token_ids")), choices, finals)
+                prompt_token_ids=_token_ids(req, finals[0]).get("prompt_token_ids")), choices)
         return Response(await asyncio.to_thread(body), media_type="application/json")   # off the event loop
 
     async def start_chat(self, req: ChatCompletionRequest, rid: str, max_tokens_name: str | None = None

@@ -154,8 +154,7 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
             export_drafter(cfg.method, draft, cfg.out, tcfg, parse_dtype(cfg.export_dtype),
                            {**info, "step": step, "heldout": metrics})
 
-    plan = [f"{total_steps} steps" if not step else f"steps {step + 1}-{total_steps} ({total_steps - step} left)"
-            ] if total_steps and step < total_steps else []  # resumed at `step`: the steps this run trains
+    plan = [_steps_plan(step, total_steps)] if total_steps else []
     plan += [f"{cfg.max_minutes:g} min"] if budget else []
     first = ", whichever comes first" if len(plan) > 1 else ""
     log.print(f"setup {time.perf_counter() - t_setup:.1f} s; training for {' or '.join(plan)}{first}")
@@ -330,3 +329,12 @@ def _train(cfg: TrainConfig, progress: dict, created: list[str]) -> dict:
         dist.barrier()
         dist.destroy_process_group()
     return result
+
+
+def _steps_plan(step: int, total_steps: int) -> str:
+    """The steps this run trains, from `step` (a resumed run's) to `total_steps`."""
+    if not step:
+        return f"{total_steps} steps"
+    if step >= total_steps:
+        return f"no more steps (the saved run is at step {step} of {total_steps})"
+    return f"steps {step + 1}-{total_steps} ({total_steps - step} left)"
