@@ -6,7 +6,8 @@
   `moe_route`'s routing, FP8 and bf16 experts, and every token of a 2-16-token call (`moe_route`, then
   the grouped kernels) gets the bits its one-token call gets: what lets an engine decode one token and
   verify up to 16 through them losslessly.
-(Graph replays under PDL, where GEMM2 reads the logits before its wait: tests/gpu/test_gemv_early_gpu.py.)
+(Graph replays under PDL, where GEMM2 reads the logits before its wait: tests/gpu/test_gemv_early_gpu.py;
+which logits and routers the kernels take: tests/test_moe_route_args.py, on the CPU.)
 
     PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_moe_route_gpu.py
 """
@@ -92,16 +93,3 @@ def test_routed_kernels_equal_route_then_experts_at_every_token_count(name, E, k
         assert torch.equal(moe_gemv_routed(x[:n], logits[:n], cfg, bias, w13, w2, s13, s2), one[:n]), \
             f"{name}: {n} tokens differ from their one-token calls"
 
-
-def test_route_ok_refuses_what_the_kernels_do_not_route():
-    from turbospec.kernels.moe_gemv import route_ok
-    from turbospec.layers.moe_routing import RoutingConfig
-    logits = torch.zeros(2, 128, dtype=torch.bfloat16, device="cuda")
-    cfg = RoutingConfig(top_k=8)
-    assert route_ok(logits, cfg, None)
-    assert not route_ok(logits, RoutingConfig(top_k=8, n_group=8, topk_group=4), None)      # groups
-    assert not route_ok(logits, RoutingConfig(top_k=3), None)                               # no k=3 GEMM2
-    assert not route_ok(logits.float(), cfg, None)
-    assert not route_ok(torch.zeros(2, 512, dtype=torch.bfloat16, device="cuda"), cfg, None)  # > 256
-    assert not route_ok(logits, cfg, torch.zeros(128, dtype=torch.bfloat16, device="cuda"))   # bias dtype
-    assert route_ok(logits, cfg, torch.zeros(128, device="cuda"))
