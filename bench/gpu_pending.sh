@@ -163,7 +163,7 @@ for part in "$@"; do
             # (ROUTE_ROWS: indices into the rows below), the engine and PDL-chain tests, then the bf16 row
             # (ROUTE_ROWS_THEN), each while time is left (AUTO_LIMIT)
             export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV TURBOSPEC_GEMV_ROUTE
-            PYTHONPATH=. timeout 120 $T tests/gpu/test_moe_route_gpu.py > "$OUT/route_tests.txt" 2>&1
+            PYTHONPATH=. TURBOSPEC_GEMV_ROUTE=1 timeout 120 $T tests/gpu/test_moe_route_gpu.py > "$OUT/route_tests.txt" 2>&1
             grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/route_tests.txt" | head -20
             rows=("--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
                   "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64")
@@ -174,7 +174,7 @@ for part in "$@"; do
             rpairs ${ROUTE_ROWS:-0}
             for f in ${ROUTE_TESTS:-test_gemv_auto_gpu.py test_gemv_early_gpu.py}; do
               left=$(( ${AUTO_LIMIT:-560} - SECONDS )); (( left < 40 )) && { echo "### $f not run (time)" >> "$OUT/route_tests2.txt"; continue; }
-              PYTHONPATH=. timeout $left $T tests/gpu/$f -k "${ROUTE_K:-moe or early}" >> "$OUT/route_tests2.txt" 2>&1
+              PYTHONPATH=. TURBOSPEC_GEMV_ROUTE=1 timeout $left $T tests/gpu/$f -k "${ROUTE_K:-moe or early}" >> "$OUT/route_tests2.txt" 2>&1
             done
             grep -E "(FAILED|ERROR) tests/|passed|failed|not run" "$OUT/route_tests2.txt" | head -20
             rpairs ${ROUTE_ROWS_THEN:-1}

@@ -38,11 +38,13 @@ def _router(E, kw, with_bias, T, seed=0):
 
 
 @pytest.mark.parametrize("name,E,kw,with_bias", ROUTERS, ids=[r[0] for r in ROUTERS])
-def test_moe_route_chooses_the_references_experts_and_weights(name, E, kw, with_bias):
+def test_moe_route_chooses_the_references_experts_and_weights(name, E, kw, with_bias, monkeypatch):
+    from turbospec.kernels import moe_gemv
     from turbospec.kernels.moe_align import fused_topk
     from turbospec.kernels.moe_gemv import moe_route, route_ok
     from turbospec.layers.moe_routing import route_torch
     logits, cfg, bias = _router(E, kw, with_bias, T=16)
+    monkeypatch.setattr(moe_gemv, "ROUTE", "1")
     assert route_ok(logits, cfg, bias)
     tw, ids = moe_route(logits, cfg, bias)
     assert ids.dtype == torch.int32 and tw.dtype == torch.float32 and ids.shape == (16, cfg.top_k)

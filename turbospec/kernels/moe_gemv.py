@@ -37,14 +37,14 @@ MOE_MAX_PAIRS = 128                     # (token, slot) pairs moe_group sorts: 1
 FP8_MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
 BF16_MOE1 = {"w2_p1": 2, "w4_p1": 4, "w8_p1": 8}
 BF16_MOE1_DEFAULT = "w4_p1"
-# TURBOSPEC_GEMV_ROUTE: where the MoE GEMVs' tokens are routed (csrc/route_warp.cuh). 1 (the default): by
-# the GEMVs, one token in the prologues of its two expert launches (no top-k launch between the router
-# and GEMM1), 2-16 tokens by `moe_route` before the grouped launches; 0: kernels/moe_align.fused_topk's
-# launch, as before 2026-12-07. Both give a token the same routing at every token count they serve.
-ROUTE = os.environ.get("TURBOSPEC_GEMV_ROUTE", "1")
+# TURBOSPEC_GEMV_ROUTE: where the MoE GEMVs' tokens are routed (csrc/route_warp.cuh). 1: by the GEMVs, one
+# token in the prologues of its two expert launches (no top-k launch between the router and GEMM1), 2-16
+# tokens by `moe_route` before the grouped launches; 0 (the default): kernels/moe_align.fused_topk's launch.
+# Each gives a token the same routing at every token count it serves.
+ROUTE = os.environ.get("TURBOSPEC_GEMV_ROUTE", "0")
 if ROUTE not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_GEMV_ROUTE={ROUTE!r}: use 1 (the default: the MoE GEMVs route their tokens) "
-                     "or 0 (a top-k launch before them)")
+    raise ValueError(f"TURBOSPEC_GEMV_ROUTE={ROUTE!r}: use 1 (the MoE GEMVs route their tokens) or 0 (the "
+                     "default: a top-k launch before them)")
 MAX_ROUTE_EXPERTS = 256                 # route_warp.cuh: 8 experts per lane
 
 
