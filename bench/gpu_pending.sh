@@ -37,7 +37,6 @@
 #            workers (the image has pytest-xdist; most of the suite's time is Triton / nvcc compiling;
 #            each worker's engines size their KV cache from the free memory at their start, so a failure
 #            for memory here is to be re-run alone before it is believed)
-#   routeab  (session 44) TURBOSPEC_GEMV_ROUTE 0 / 1 on the 30b rows, with the routing's GPU tests
 #   auto     (session 38) the GEMVs' default "auto" (engines of max_num_seqs 1): tests/gpu/test_gemv_auto_gpu.py
 #            and the GEMV / structured-output tests; then bench decode at batch 1 (an engine of one sequence)
 #            with both switches 0, then unset (auto), for the four target shapes; then the #8 oracle row
@@ -158,27 +157,6 @@ for part in "$@"; do
             grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/early_tests.txt" | head -20
             pairs ${EARLY_ROWS_THEN:-2 3}
             grep -E "^###|roofline|^ +[0-9]" "$OUT/early_bench.txt" | tail -40 ;;
-    routeab) # (session 44) the MoE GEMVs routing their own tokens (TURBOSPEC_GEMV_ROUTE=1, no top-k launch at
-            # one token) against a top-k launch before them (=0): the routing tests, the 30b FP8 row both ways
-            # (ROUTE_ROWS: indices into the rows below), the engine and PDL-chain tests, then the bf16 row
-            # (ROUTE_ROWS_THEN), each while time is left (AUTO_LIMIT)
-            export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV TURBOSPEC_GEMV_ROUTE
-            PYTHONPATH=. TURBOSPEC_GEMV_ROUTE=1 timeout 120 $T tests/gpu/test_moe_route_gpu.py > "$OUT/route_tests.txt" 2>&1
-            grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/route_tests.txt" | head -20
-            rows=("--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
-                  "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64")
-            rpairs() { for i in "$@"; do for v in ${ROUTE_ORDER:-0 1}; do
-                (( SECONDS + 75 > ${AUTO_LIMIT:-560} )) && { echo "### (out of time: row $i $v not run)" >> "$OUT/route_bench.txt"; continue; }
-                TURBOSPEC_GEMV_ROUTE=$v bench_rows route_bench.txt 80 "${rows[$i]}"
-              done; done; }
-            rpairs ${ROUTE_ROWS:-0}
-            for f in ${ROUTE_TESTS:-test_gemv_auto_gpu.py test_gemv_early_gpu.py}; do
-              left=$(( ${AUTO_LIMIT:-560} - SECONDS )); (( left < 40 )) && { echo "### $f not run (time)" >> "$OUT/route_tests2.txt"; continue; }
-              PYTHONPATH=. TURBOSPEC_GEMV_ROUTE=1 timeout $left $T tests/gpu/$f -k "${ROUTE_K:-moe or early}" >> "$OUT/route_tests2.txt" 2>&1
-            done
-            grep -E "(FAILED|ERROR) tests/|passed|failed|not run" "$OUT/route_tests2.txt" | head -20
-            rpairs ${ROUTE_ROWS_THEN:-1}
-            grep -E "^###|roofline|^ +[0-9]" "$OUT/route_bench.txt" | tail -24 ;;
     moeab)  # (session 41) the MoE engine test after its fix, the one-token bad-words burst case, then
             # qwen3-30b-a3b FP8 / bf16 b1 decode and the FP8 oracle with defaults (experts on Triton) against
             # both switches 1 (experts on the CUDA GEMVs at 1-16 tokens), each pair in this call

@@ -23,9 +23,9 @@ def _fp8_gemv_names() -> list[str]:
 
 def _moe_names(prefix: str, gemm1: dict) -> list[str]:
     """The MoE kernels kernels/moe_gemv.py launches from one source."""
-    names = [f"{prefix}1{form}_{v}" for v in gemm1 for form in ("", "g", "r")]
-    names += [f"{prefix}2{form}_k{k}_p1" for k in moe_gemv.MOE_TOP_K for form in ("", "r")]
-    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine", "moe_route"]
+    names = [f"{prefix}1_{v}" for v in gemm1] + [f"{prefix}1g_{v}" for v in gemm1]
+    names += [f"{prefix}2_k{k}_p1" for k in moe_gemv.MOE_TOP_K]
+    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine"]
 
 
 def _bf16_gemv_names() -> list[str]:

@@ -23,9 +23,8 @@ def launches(monkeypatch):
     from turbospec.kernels import bf16_gemv, fp8_gemv, moe_gemv
     if bf16_gemv._MODE != "auto" or fp8_gemv._MODE != "auto":
         pytest.skip("TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV are set: these tests check their default, auto")
-    count = {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0, "moe_16": 0, "moe_routed": 0}
+    count = {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0, "moe_16": 0}
     real_bf16, real_fp8, real_moe = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv, moe_gemv.moe_gemv
-    real_routed = moe_gemv.moe_gemv_routed
 
     def bf16(x, w):
         count["bf16"] += 1
@@ -38,12 +37,7 @@ def launches(monkeypatch):
         count["moe" if hidden.shape[0] == 1 else "moe_grouped"] += 1
         count["moe_16"] += hidden.shape[0] == 16
         return real_moe(hidden, *a, **k)
-    def routed(hidden, *a, **k):         # one token: its own launches; more: moe_route, then moe_gemv (counted)
-        count["moe"] += hidden.shape[0] == 1
-        count["moe_routed"] += 1
-        return real_routed(hidden, *a, **k)
     monkeypatch.setattr(bf16_gemv, "bf16_gemv", bf16)
-    monkeypatch.setattr(moe_gemv, "moe_gemv_routed", routed)
     monkeypatch.setattr(moe_gemv, "moe_gemv", moe)
     monkeypatch.setattr(fp8_gemv, "fp8_gemv", fp8)
     return count
@@ -100,8 +94,6 @@ def test_an_moe_engine_decodes_and_verifies_its_experts_through_the_gemv(tiny_ch
     assert plain.llm_engine.decode_gemvs == want and plain.llm_engine.exact_rows == 16
     ref = _tokens(plain)
     assert launches["moe"] > 0, launches
-    from turbospec.kernels import moe_gemv
-    assert (launches["moe_routed"] > 0) == (moe_gemv.ROUTE == "1"), launches    # TURBOSPEC_GEMV_ROUTE
     spec = LLM(str(path), **kw, speculative_config={"method": "ngram", "num_speculative_tokens": 15})
     got = _tokens(spec)
     # verifies of k + 1 = 16 take the grouped kernels (counted at start-up's capture and in eager steps; a

@@ -1,6 +1,6 @@
 """TURBOSPEC_GEMV_EARLY (csrc/gemv_common.cuh's GEMV_EARLY: by default, 1, the CUDA GEMVs issue their
-first K blocks' weight loads, and the MoE GEMM2s read (or compute, from the router's logits) their
-routing, before their PDL wait; 0 waits first) on an sm_90 GPU: chains of a Triton producer (the RMSNorm, top-k) and the GEMVs, each captured
+first K blocks' weight loads, and the MoE GEMM2s read their routing, before their PDL wait; 0 waits
+first) on an sm_90 GPU: chains of a Triton producer (the RMSNorm, top-k) and the GEMVs, each captured
 in a CUDA graph with PDL and replayed on new inputs, give bit for bit what they give run eagerly, and
 what the other build gives. The build is chosen at import (kernels/cubin.py), so each build runs in a
 child process.
@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _chains():
     """name -> (fn, inputs to refill between replays). Every GEMV reads the output of the launch just
-    before it; the MoE GEMM2s read routing (or logits) written two launches back."""
+    before it; the MoE GEMM2s read routing written two launches back."""
     from turbospec.kernels.bf16_gemv import bf16_gemv
     from turbospec.kernels.fp8_gemv import fp8_gemv
     from turbospec.kernels.moe_align import fused_topk
-    from turbospec.kernels.moe_gemv import moe_gemv, moe_gemv_routed
+    from turbospec.kernels.moe_gemv import moe_gemv
     from turbospec.kernels.rmsnorm import rms_norm
     from turbospec.layers.moe_routing import RoutingConfig
     from turbospec.layers.quant.fp8 import quantize_fp8
@@ -70,11 +70,6 @@ def _chains():
                 tw, ids = fused_topk(bf16_gemv(h, router), cfg)
                 return moe_gemv(h, e13, e2, tw, ids, sc13, sc2)
             chains[f"moe {name} T={T}"] = (moe, [x])
-
-            def routed(x=x, e13=e13, e2=e2, sc13=sc13, sc2=sc2):     # T = 1: GEMM2 reads the logits early
-                h = rms_norm(x, nw, 1e-6)
-                return moe_gemv_routed(h, bf16_gemv(h, router), cfg, None, e13, e2, sc13, sc2)
-            chains[f"moe routed {name} T={T}"] = (routed, [x])
     return chains
 
 
@@ -111,7 +106,7 @@ def test_early_loads_and_waiting_first_agree_bit_for_bit(tmp_path):
     """Both builds (GEMV_EARLY 1, the default, and 0), each in its own process (the define is read at
     import), on the same chains and inputs; in each, every graph replay equals the eager run."""
     early, first = _run("1", tmp_path / "early.pt"), _run("0", tmp_path / "waits_first.pt")
-    assert early.keys() == first.keys() and len(early) == 11
+    assert early.keys() == first.keys() and len(early) == 7
     for name in early:
         assert torch.isfinite(early[name].float()).all(), name
         assert torch.equal(early[name], first[name]), f"{name}: GEMV_EARLY 1 and 0 differ"

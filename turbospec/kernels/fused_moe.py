@@ -137,25 +137,6 @@ def _gemm_config(T, N, E, top_k, block_k, slot_mode, device, user: dict | None) 
     return {**cfg, **user}
 
 
-def routed_experts(hidden: torch.Tensor, router_logits: torch.Tensor, routing, expert_bias: torch.Tensor | None,
-                   w13: torch.Tensor, w2: torch.Tensor, w13_scale: torch.Tensor | None = None,
-                   w2_scale: torch.Tensor | None = None, block_shape: tuple[int, int] | None = None
-                   ) -> torch.Tensor | None:
-    """`fused_experts(hidden, ..., *route(router_logits, routing, expert_bias))` where the CUDA MoE GEMVs
-    take the experts and their routing (moe_gemv.route_ok, TURBOSPEC_GEMV_ROUTE=1, no lossy expert
-    budget): one token's routing then happens inside its two expert launches. None elsewhere."""
-    from turbospec.layers import moe_routing
-    if moe_routing._BUDGET is not None or not moe_gemv.route_ok(router_logits, routing, expert_bias):
-        return None
-    x = hidden if hidden.stride(-1) == 1 and hidden.stride(0) == hidden.shape[1] else hidden.contiguous()
-    fp8 = w13_scale is not None
-    k = routing.top_k
-    if not (fp8_gemv.moe_eligible(x, w13, w2, w13_scale, w2_scale, tuple(block_shape), k) if fp8
-            else bf16_gemv.moe_eligible(x, w13, w2, k)) or router_logits.shape[0] != x.shape[0]:
-        return None
-    return moe_gemv.moe_gemv_routed(x, router_logits, routing, expert_bias, w13, w2, w13_scale, w2_scale)
-
-
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                   topk_ids: torch.Tensor, w13_scale: torch.Tensor | None = None,
                   w2_scale: torch.Tensor | None = None, block_shape: tuple[int, int] | None = None,

@@ -22,12 +22,9 @@ near-uniform routing, over it where 16 tokens share 16 experts (full groups of 8
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from turbospec.kernels.cubin import module
-from turbospec.layers.moe_routing import RoutingConfig
 
 MOE_TOP_K = (1, 2, 4, 6, 8)             # the top-k values the one-token GEMM2 kernels are built for
 MOE_MAX_PAIRS = 128                     # (token, slot) pairs moe_group sorts: 16 tokens x top-8
@@ -37,15 +34,6 @@ MOE_MAX_PAIRS = 128                     # (token, slot) pairs moe_group sorts: 1
 FP8_MOE1 = {"w2_p1": 2, "w4_p0": 4, "w4_p1": 4, "w8_p0": 8}
 BF16_MOE1 = {"w2_p1": 2, "w4_p1": 4, "w8_p1": 8}
 BF16_MOE1_DEFAULT = "w4_p1"
-# TURBOSPEC_GEMV_ROUTE: where the MoE GEMVs' tokens are routed (csrc/route_warp.cuh). 1: by the GEMVs, one
-# token in the prologues of its two expert launches (no top-k launch between the router and GEMM1), 2-16
-# tokens by `moe_route` before the grouped launches; 0 (the default): kernels/moe_align.fused_topk's launch.
-# Each gives a token the same routing at every token count it serves.
-ROUTE = os.environ.get("TURBOSPEC_GEMV_ROUTE", "0")
-if ROUTE not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_GEMV_ROUTE={ROUTE!r}: use 1 (the MoE GEMVs route their tokens) or 0 (the "
-                     "default: a top-k launch before them)")
-MAX_ROUTE_EXPERTS = 256                 # route_warp.cuh: 8 experts per lane
 
 
 def experts_of(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -113,66 +101,4 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     mod.launch(f"{name}2g_p1", (H // 64, S), 128,
                [w2, inter] + s2[:1] + [groups, grp_expert, num_groups, tw, y, H, I] + s2[1:], pdl)
     mod.launch("moe_combine", (H // 128, T), 128, [y, out, H, k, H], pdl)
-    return out
-
-
-def route_ok(logits: torch.Tensor, cfg: RoutingConfig, bias: torch.Tensor | None) -> bool:
-    """Whether the GEMVs route these logits [T, E] (TURBOSPEC_GEMV_ROUTE=1): bf16 rows, no expert
-    groups, at most 256 experts, a top-k the one-token GEMM2 is built for, an fp32 expert bias."""
-    E = logits.shape[-1]
-    return (ROUTE == "1" and logits.dim() == 2 and logits.dtype == torch.bfloat16 and logits.stride(1) == 1
-            and cfg.n_group == 1 and 0 < E <= MAX_ROUTE_EXPERTS and cfg.top_k in MOE_TOP_K
-            and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous() and bias.numel() == E)))
-
-
-def _route_args(logits: torch.Tensor, cfg: RoutingConfig, bias: torch.Tensor | None) -> tuple[list, list]:
-    """(the bias pointer, [scale, eps, flags]): route_warp.cuh's arguments."""
-    flags = (1 if cfg.scoring == "sigmoid" else 0) | (2 if bias is not None else 0) | (4 if cfg.renormalize else 0)
-    return [bias if bias is not None else logits], [float(cfg.routed_scaling_factor), float(cfg.renorm_eps), flags]
-
-
-def moe_route(logits: torch.Tensor, cfg: RoutingConfig, bias: torch.Tensor | None = None,
-              source: str = "bf16_gemv.cu") -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [T, E] bf16 -> (topk_weights [T, k] float32, topk_ids [T, k] int32), a warp per token:
-    the routing the one-token kernels compute in their prologues, bit for bit (`route_ok` first)."""
-    from turbospec.kernels.pdl import pdl_enabled
-    T, E = logits.shape
-    k = cfg.top_k
-    ids = torch.empty(T, k, dtype=torch.int32, device=logits.device)
-    tw = torch.empty(T, k, dtype=torch.float32, device=logits.device)
-    if T:
-        b, rest = _route_args(logits, cfg, bias)
-        module(source, logits.device).launch("moe_route", (-(-T // 4), 1), 128,
-                                             [logits] + b + [ids, tw, T, E, k, logits.stride(0)] + rest,
-                                             pdl_enabled(logits.device))
-    return tw, ids
-
-
-def moe_gemv_routed(hidden: torch.Tensor, logits: torch.Tensor, cfg: RoutingConfig, bias: torch.Tensor | None,
-                    w13: torch.Tensor, w2: torch.Tensor, w13_scale: torch.Tensor | None = None,
-                    w2_scale: torch.Tensor | None = None, grouped: bool | None = None,
-                    variant: str | None = None) -> torch.Tensor:
-    """`moe_gemv(hidden, ..., *moe_route(logits, cfg, bias))` (`route_ok` first): one token is routed in
-    the prologues of its two launches (GEMM1 after its PDL wait, GEMM2 before its own: the logits are
-    two launches back by then), 2-16 tokens by `moe_route` before the grouped launches."""
-    from turbospec.kernels.pdl import pdl_enabled
-    T, H = hidden.shape
-    fp8 = w13_scale is not None
-    source = "fp8_gemv.cu" if fp8 else "bf16_gemv.cu"
-    if T != 1 or grouped:
-        tw, ids = moe_route(logits, cfg, bias, source)
-        return moe_gemv(hidden, w13, w2, tw, ids, w13_scale, w2_scale, grouped, variant)
-    E, I, k = w13.shape[0], w13.shape[1] // 2, cfg.top_k
-    mod, pdl = module(source, hidden.device), pdl_enabled(hidden.device)
-    name = "moe_gemv" if fp8 else "moe_bf16_gemv"
-    var, warps = _variant(fp8, variant)
-    s13 = [w13_scale, w13_scale.stride(0), w13_scale.stride(1)] if fp8 else []
-    s2 = [w2_scale, w2_scale.stride(0), w2_scale.stride(1)] if fp8 else []
-    b, rest = _route_args(logits, cfg, bias)
-    inter = torch.empty(k, I, dtype=hidden.dtype, device=hidden.device)            # [k, I]
-    out = torch.empty(1, H, dtype=hidden.dtype, device=hidden.device)
-    mod.launch(f"{name}1r_{var}", (I // 8, k), 32 * warps,
-               [w13, hidden] + s13[:1] + [logits] + b + [inter, I, H] + s13[1:] + [E, k] + rest, pdl)
-    mod.launch(f"{name}2r_k{k}_p1", (H // 16, 1), 32 * k,
-               [w2, inter] + s2[:1] + [logits] + b + [out, H, I] + s2[1:] + [E] + rest, pdl)
     return out

@@ -69,19 +69,6 @@ def fused_experts_torch(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tenso
 
 
 _KERNEL_FUSED_EXPERTS = None
-_FUSED_MOE = None
-
-
-def _fused_moe_kernels():
-    """`turbospec.kernels.fused_moe` (CUDA only, imported lazily), or False without Triton."""
-    global _FUSED_MOE
-    if _FUSED_MOE is None:
-        try:
-            from turbospec.kernels import fused_moe as kernels
-        except ImportError:
-            kernels = False
-        _FUSED_MOE = kernels
-    return _FUSED_MOE
 
 
 def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
@@ -191,13 +178,7 @@ class FusedMoE(nn.Module):
 
     def forward(self, hidden: torch.Tensor, router_logits: torch.Tensor,
                 expert_bias: torch.Tensor | None = None) -> torch.Tensor:
-        """hidden [T, H], router_logits [T, E] -> [T, H]. Routing: layers/moe_routing.py; where the CUDA
-        MoE GEMVs take the experts, inside their launches (kernels/fused_moe.routed_experts)."""
-        if hidden.is_cuda and _fused_moe_kernels():
-            out = _fused_moe_kernels().routed_experts(hidden, router_logits, self.routing, expert_bias,
-                                                      self.gate_up_proj, self.down_proj, **self._fp8_args())
-            if out is not None:
-                return out
+        """hidden [T, H], router_logits [T, E] -> [T, H]. Routing: layers/moe_routing.py."""
         topk_weights, topk_ids = route(router_logits, self.routing, expert_bias)
         return self._experts(hidden, topk_weights, topk_ids)
 
@@ -214,14 +195,11 @@ class FusedMoE(nn.Module):
 
     def _experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         """hidden [T, H], routing [T, k] -> [T, H]: the experts (bf16 or block-FP8 weights)."""
-        return fused_experts(hidden, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, **self._fp8_args())
-
-    def _fp8_args(self) -> dict:
-        """The block-FP8 experts' scales and block (layers/quant/fp8.py), or {} for bf16 experts."""
-        if getattr(self, "fp8_block", None) is None:
-            return {}
-        return dict(w13_scale=self.gate_up_proj_scale_inv, w2_scale=self.down_proj_scale_inv,
-                    block_shape=self.fp8_block)
+        fp8 = {}
+        if getattr(self, "fp8_block", None) is not None:                # layers/quant/fp8.py
+            fp8 = dict(w13_scale=self.gate_up_proj_scale_inv, w2_scale=self.down_proj_scale_inv,
+                       block_shape=self.fp8_block)
+        return fused_experts(hidden, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, **fp8)
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, top_k={self.top_k}, hidden={self.hidden_size}, "

@@ -12,7 +12,6 @@
 // block's warps, partial sums added in warp order.
 #include "gemv_common.cuh"
 #include "moe_common.cuh"
-#include "route_warp.cuh"
 
 // xl: the lane's x row of each tile (lane_x<NT, 1>; nullptr: zeros). EARLY: k_loop's.
 template <int NT, bool PIPE, bool EARLY = false>
@@ -96,12 +95,14 @@ __device__ __forceinline__ const bf16_t *lane_row_bf16(const bf16_t *w, size_t r
   return w + r * K + 8 * (threadIdx.x % 4);
 }
 
-// GEMM1, one (token, slot) per blockIdx.y (e: its expert): inter[slot, I] = silu(x @ gate.T) * (x @ up.T).
+// GEMM1, one (token, slot) per blockIdx.y: inter[slot, I] = silu(x @ gate.T) * (x @ up.T).
 template <int WARPS, bool PIPE>
-__device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x, int e,
-                                           bf16_t *__restrict__ inter, int I, int H, int top_k, int stride_x) {
+__device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x,
+                                           const int *__restrict__ ids, bf16_t *__restrict__ inter, int I, int H,
+                                           int top_k, int stride_x) {
   const int stripe = blockIdx.x, slot = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + slot);
   int kb0, kb1;
   warp_k_range<WARPS>(H / 128, kb0, kb1);
   const bf16_t *rg = lane_row_bf16(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
@@ -112,16 +113,18 @@ __device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const
   if (warp == 0 && t == 0) inter[(size_t)slot * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
 }
 
-// GEMM2 + combine, one token per blockIdx.y, one warp per slot over all of I (e, w: the warp's slot's
-// expert and weight), summed in slot order.
+// GEMM2 + combine, one token per blockIdx.y, one warp per slot over all of I, summed in slot order.
 template <int TOPK, bool PIPE, bool EARLY>
-__device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter, int e,
-                                           float w, bf16_t *__restrict__ out, int H, int I, int stride_o) {
+__device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
+                                           const int *__restrict__ ids, const float *__restrict__ tw,
+                                           bf16_t *__restrict__ out, int H, int I, int stride_o) {
   const int stripe = blockIdx.x, token = blockIdx.y;
   const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + token * TOPK + slot);
   const bf16_t *rg = lane_row_bf16(w2, (size_t)e * H + stripe * 16 + g, I);
   float acc[1][4] = {};
   stripe_dot_bf16<1, PIPE, EARLY>(rg, rg + (size_t)8 * I, inter + (size_t)(token * TOPK + slot) * I, 1, 0, 0, I / 128, acc);
+  const float w = __ldg(tw + token * TOPK + slot);
   acc[0][0] = bf2f(f2bf(acc[0][0] * w));  // each slot's row rounded, as moe_combine reads it
   acc[0][2] = bf2f(f2bf(acc[0][2] * w));
   __shared__ float red[TOPK * 128];
@@ -171,14 +174,7 @@ __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const
       const bf16_t *w13, const bf16_t *x, const int *ids, bf16_t *inter, int I, int H, int top_k,      \
       int stride_x) {                                                                                  \
     pdl_wait();                                                                                      \
-    bmoe1_body<W, P>(w13, x, __ldg(ids + blockIdx.y), inter, I, H, top_k, stride_x);                 \
-  }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(W * 32) moe_bf16_gemv1r_w##W##_p##P(                    \
-      const bf16_t *w13, const bf16_t *x, const bf16_t *logits, const float *bias, bf16_t *inter,      \
-      int I, int H, int E, int top_k, float scale, float eps, int flags) {                             \
-    pdl_wait();                          /* logits: the router's, the launch before */               \
-    const Route r = route_lane(logits, bias, E, top_k, scale, eps, flags);                           \
-    bmoe1_body<W, P>(w13, x, route_id(r, blockIdx.y), inter, I, H, top_k, 0);                         \
+    bmoe1_body<W, P>(w13, x, ids, inter, I, H, top_k, stride_x);                                     \
   }                                                                                                  \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_bf16_gemv1g_w##W##_p##P(                    \
       const bf16_t *w13, const bf16_t *x, const int *groups, const int *grp_expert,                   \
@@ -196,16 +192,7 @@ BMOE1(8, 1)
       const bf16_t *w2, const bf16_t *inter, const int *ids, const float *tw, bf16_t *out, int H,     \
       int I, int stride_o) {                                                                           \
     if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
-    const int at = blockIdx.y * K + threadIdx.x / 32;                                                \
-    bmoe2_body<K, true, EARLY_WAIT>(w2, inter, __ldg(ids + at), __ldg(tw + at), out, H, I, stride_o); \
-  }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2r_k##K##_p1(                      \
-      const bf16_t *w2, const bf16_t *inter, const bf16_t *logits, const float *bias, bf16_t *out,     \
-      int H, int I, int E, float scale, float eps, int flags) {                                        \
-    if (!EARLY_WAIT) pdl_wait();         /* logits: the router's, written two launches back */        \
-    const Route r = route_lane(logits, bias, E, K, scale, eps, flags);                               \
-    const int slot = threadIdx.x / 32;                                                               \
-    bmoe2_body<K, true, EARLY_WAIT>(w2, inter, route_id(r, slot), route_w(r, slot), out, H, I, H);   \
+    bmoe2_body<K, true, EARLY_WAIT>(w2, inter, ids, tw, out, H, I, stride_o);                        \
   }
 BMOE2(1)
 BMOE2(2)

@@ -18,7 +18,6 @@
 // 2^64 and the block's result by scale * 2^56.
 #include "gemv_common.cuh"
 #include "moe_common.cuh"
-#include "route_warp.cuh"
 
 __device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t w, uint32_t &lo, uint32_t &hi) {
   // bytes (w0, w1, w2, w3) -> lo = bf16x2(w0, w1), hi = bf16x2(w2, w3), each value * 2^-120
@@ -152,16 +151,18 @@ GEMV(8, 2, 0)
 // ---------------------------------------------------------------- fused MoE, T tokens, each on its own
 // Every (token, slot) and every token's combine is its own block, so a token's row does not depend
 // on T (kernels/moe_gemv.py serves one token with them; 2-16 tokens take the grouped kernels below).
-// GEMM1: grid (I / 8 stripes, T * top_k slots), e: the block's slot's expert. Stripe s of w13 [E, 2I, H] = gate rows 8s..8s+7 (as
+// GEMM1: grid (I / 8 stripes, T * top_k slots). Stripe s of w13 [E, 2I, H] = gate rows 8s..8s+7 (as
 // rows g) and up rows I+8s..I+8s+7 (as rows g + 8), so silu(gate) * up is in one lane.
 // inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
 template <int WARPS, bool PIPE>
 __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
-                                          const float *__restrict__ s13, int e, bf16_t *__restrict__ inter,
-                                          int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {
+                                          const float *__restrict__ s13, const int *__restrict__ ids,
+                                          bf16_t *__restrict__ inter, int I, int H, int stride_se,
+                                          int stride_sn, int top_k, int stride_x) {
   const int stripe = blockIdx.x, slot = blockIdx.y;
   x += (size_t)(slot / top_k) * stride_x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + slot);
   const int kblocks = H / 128;
   int kb0, kb1;
   warp_k_range<WARPS>(kblocks, kb0, kb1);
@@ -176,22 +177,26 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const
     inter[(size_t)slot * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
 }
 
-// GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I (e, w:
-// the warp's slot's expert and weight); out[token, H] = sum over its slots in slot order of
-// bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
+// GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
+// out[token, H] = sum over its slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
 template <int TOPK, bool PIPE, bool EARLY>
 __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
-                                          const float *__restrict__ s2, int e, float w, bf16_t *__restrict__ out,
-                                          int H, int I, int stride_se, int stride_sn, int stride_o) {
+                                          const float *__restrict__ s2, const int *__restrict__ ids,
+                                          const float *__restrict__ tw, bf16_t *__restrict__ out, int H,
+                                          int I, int stride_se, int stride_sn, int stride_o) {
   const int stripe = blockIdx.x, token = blockIdx.y;
+  ids += token * TOPK;
+  tw += token * TOPK;
   inter += (size_t)token * TOPK * I;
   out += (size_t)token * stride_o;
   const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int e = __ldg(ids + slot);
   const int kblocks = I / 128;
   const uint8_t *rg = lane_row(w2, (size_t)e * H + stripe * 16 + g, I);
   const float *srow = s2 + (size_t)e * stride_se + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[1][4] = {};
   stripe_dot<1, PIPE, EARLY>(rg, rg + (size_t)8 * I, inter + (size_t)slot * I, 1, 0, 0, kblocks, srow, srow, acc);
+  const float w = __ldg(tw + slot);
   acc[0][0] = bf2f(f2bf(acc[0][0] * w));  // each slot's row rounded, as moe_sum
   acc[0][2] = bf2f(f2bf(acc[0][2] * w));
   __shared__ float red[TOPK * 128];
@@ -207,16 +212,7 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const 
       const uint8_t *w13, const bf16_t *x, const float *s13, const int *ids, bf16_t *inter, \
       int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {                           \
     pdl_wait();                                                                                      \
-    moe1_body<W, P>(w13, x, s13, __ldg(ids + blockIdx.y), inter, I, H, stride_se, stride_sn, top_k, stride_x); \
-  }                                                                                                  \
-  /* One token routed in the prologue (route_warp.cuh): logits [E], the router's (the launch before). */ \
-  extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1r_w##W##_p##P(                         \
-      const uint8_t *w13, const bf16_t *x, const float *s13, const bf16_t *logits, const float *bias,  \
-      bf16_t *inter, int I, int H, int stride_se, int stride_sn, int E, int top_k, float scale,       \
-      float eps, int flags) {                                                                         \
-    pdl_wait();                                                                                      \
-    const Route r = route_lane(logits, bias, E, top_k, scale, eps, flags);                           \
-    moe1_body<W, P>(w13, x, s13, route_id(r, blockIdx.y), inter, I, H, stride_se, stride_sn, top_k, 0); \
+    moe1_body<W, P>(w13, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x);           \
   }
 MOE1(2, 1)
 MOE1(4, 0)
@@ -228,19 +224,7 @@ MOE1(8, 0)
       const uint8_t *w2, const bf16_t *inter, const float *s2, const int *ids, const float *tw, \
       bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
     if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
-    const int at = blockIdx.y * K + threadIdx.x / 32;                                                \
-    moe2_body<K, P, EARLY_WAIT>(w2, inter, s2, __ldg(ids + at), __ldg(tw + at), out, H, I, stride_se, \
-                                stride_sn, stride_o);                                                \
-  }                                                                                                  \
-  /* One token routed before the wait: logits [E], the router's, written two launches back. */       \
-  extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2r_k##K##_p##P(                         \
-      const uint8_t *w2, const bf16_t *inter, const float *s2, const bf16_t *logits, const float *bias, \
-      bf16_t *out, int H, int I, int stride_se, int stride_sn, int E, float scale, float eps, int flags) { \
-    if (!EARLY_WAIT) pdl_wait();                                                                     \
-    const Route r = route_lane(logits, bias, E, K, scale, eps, flags);                               \
-    const int slot = threadIdx.x / 32;                                                               \
-    moe2_body<K, P, EARLY_WAIT>(w2, inter, s2, route_id(r, slot), route_w(r, slot), out, H, I, stride_se, \
-                                stride_sn, H);                                                       \
+    moe2_body<K, P, EARLY_WAIT>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);   \
   }
 MOE2(1, 1)
 MOE2(2, 1)
