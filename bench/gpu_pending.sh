@@ -59,6 +59,9 @@
 #            default since): the four b1 target rows with it 0 then 1; between them tests/gpu/test_gemv_early_gpu.py
 #            and the auto-engine GEMV tests under 1 (EARLY_ROWS_FIRST before the tests, EARLY_ROWS_THEN after; each
 #            pair while AUTO_LIMIT leaves time)
+#   foldab   (session 45) the RMSNorm folded into the CUDA GEMVs (csrc/norm_fold.cuh, TURBOSPEC_NORM_EPILOGUE=1):
+#            FOLD_ROWS_FIRST of the four b1 target rows with it 0 then 1, then tests/gpu/test_gemv_norm_fold_gpu.py,
+#            then FOLD_ROWS_THEN (each pair while AUTO_LIMIT leaves time)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
 cd "$(dirname "$0")/.."
@@ -157,6 +160,21 @@ for part in "$@"; do
             grep -E "(FAILED|ERROR) tests/|passed|failed" "$OUT/early_tests.txt" | head -20
             pairs ${EARLY_ROWS_THEN:-2 3}
             grep -E "^###|roofline|^ +[0-9]" "$OUT/early_bench.txt" | tail -40 ;;
+    foldab) export TURBOSPEC_CACHE_DIR=$OUT/cache; unset TURBOSPEC_FP8_GEMV TURBOSPEC_BF16_GEMV TURBOSPEC_NORM_EPILOGUE
+            rows=("--shape qwen3-30b-a3b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                  "--shape qwen3-8b --dtype bf16 --quantization fp8 --batch-sizes 1 --prompt-len 512 --gen-len 64" \
+                  "--shape qwen3-30b-a3b --dtype bf16 --batch-sizes 1 --prompt-len 256 --gen-len 64" \
+                  "--shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64")
+            fpairs() { for i in "$@"; do
+                (( SECONDS + 130 > ${AUTO_LIMIT:-570} )) && { echo "### (out of time: row $i not run)" >> "$OUT/fold_bench.txt"; return; }
+                for v in 0 1; do TURBOSPEC_NORM_EPILOGUE=$v bench_rows fold_bench.txt 150 "${rows[$i]}"; done
+              done; }
+            fpairs ${FOLD_ROWS_FIRST:-0}
+            grep -E "^###|roofline|^ +[0-9]" "$OUT/fold_bench.txt" | tail -20
+            PYTHONPATH=. timeout ${FOLD_TEST_LIMIT:-220} $T tests/gpu/test_gemv_norm_fold_gpu.py > "$OUT/fold_tests.txt" 2>&1
+            grep -E "(FAILED|ERROR) tests/|passed|failed|Error" "$OUT/fold_tests.txt" | head -20
+            fpairs ${FOLD_ROWS_THEN:-1 2 0}
+            grep -E "^###|roofline|^ +[0-9]" "$OUT/fold_bench.txt" | tail -40 ;;
     moeab)  # (session 41) the MoE engine test after its fix, the one-token bad-words burst case, then
             # qwen3-30b-a3b FP8 / bf16 b1 decode and the FP8 oracle with defaults (experts on Triton) against
             # both switches 1 (experts on the CUDA GEMVs at 1-16 tokens), each pair in this call

@@ -18,19 +18,25 @@ needs_nvrtc = pytest.mark.skipif(nvrtc.find() is None, reason="no libnvrtc found
 def _fp8_gemv_names() -> list[str]:
     from turbospec.kernels import fp8_gemv
     names = [f"fp8_gemv_{v.split('_')[0]}_nt{nt}_{v.split('_')[1]}" for nt, vs in fp8_gemv._DENSE.items() for v in vs]
-    return names + _moe_names("moe_gemv", moe_gemv.FP8_MOE1)
+    return names + _norm_names("fp8_gemv") + _moe_names("moe_gemv", moe_gemv.FP8_MOE1)
+
+
+def _norm_names(prefix: str) -> list[str]:
+    """The folded-norm twins of the dense kernels a folded launch takes (`warps_for`'s 4 or 8 warps, pipelined)."""
+    return [f"{prefix}_w{w}_nt{nt}_p1_e{e}" for w in (4, 8) for nt in (1, 2) for e in (1, 2)]
 
 
 def _moe_names(prefix: str, gemm1: dict) -> list[str]:
     """The MoE kernels kernels/moe_gemv.py launches from one source."""
-    names = [f"{prefix}1_{v}" for v in gemm1] + [f"{prefix}1g_{v}" for v in gemm1]
-    names += [f"{prefix}2_k{k}_p1" for k in moe_gemv.MOE_TOP_K]
-    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine"]
+    names = [f"{prefix}1{n}_{v}" for v in gemm1 for n in ("", "g", "n", "gn")]
+    names += [f"{prefix}2{n}_k{k}_p1" for k in moe_gemv.MOE_TOP_K for n in ("", "n")]
+    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine", "moe_combine_n"]
 
 
 def _bf16_gemv_names() -> list[str]:
     from turbospec.kernels.bf16_gemv import VARIANTS
-    return [f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1)
+    return ([f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _norm_names("bf16_gemv")
+            + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1))
 
 
 @needs_nvcc

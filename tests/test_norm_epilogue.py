@@ -164,3 +164,32 @@ def test_models_that_cannot_fold_keep_their_norms(monkeypatch):
     monkeypatch.setattr(norm_epilogue, "CPU_REFERENCE", True)
     model = SarvamMoEForCausalLM(ModelConfig.from_dict(sarvam_config()))
     assert model.model.folds_norms() is False
+
+
+def test_folded_moe_decode_matches_unfolded(monkeypatch, tiny_checkpoint_factory):
+    """A Qwen3-MoE model, float32 on the CPU: greedy tokens with the norms folded into the router and
+    the experts (`Qwen3MoeSparseMoeBlock.forward_folded`: GEMM1's rows scaled by rstd, the next norm
+    folded after the expert sum; the reference arithmetic of csrc/norm_fold.cuh) equal the unfolded
+    model's, and every sparse layer took the folded path; the fold's hidden states stay within float32
+    rounding of the unfolded ones."""
+    from turbospec import LLM, SamplingParams
+    from turbospec.layers.moe import FusedMoE
+    d = tiny_checkpoint_factory("qwen3_moe", name="fold_moe")
+    prompts = ["def fibonacci(n):\n", "import os\nimport sys\n\nclass Config:\n"]
+    sp = SamplingParams(temperature=0.0, max_tokens=24)
+    llm = LLM(str(d), device="cpu", dtype="float32")
+    model = llm.llm_engine.model.model
+    assert model.folds_norms()
+    base = [o.outputs[0].token_ids for o in llm.generate(prompts, sp)]
+    calls = []
+    real = FusedMoE.forward_folded
+    monkeypatch.setattr(FusedMoE, "forward_folded", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(norm_epilogue, "ENABLED", True)
+    monkeypatch.setattr(norm_epilogue, "CPU_REFERENCE", True)
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, sp)] == base
+    L = len(model.layers)
+    assert len(calls) >= L * (sp.max_tokens - 1) and len(calls) % L == 0     # every layer of every decode step
+    calls.clear()
+    monkeypatch.setattr(FusedMoE, "takes_folded_norm", lambda self, h: False)   # an MoE kernel that cannot fold
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, sp)] == base
+    assert calls == []

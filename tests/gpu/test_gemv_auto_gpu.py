@@ -26,13 +26,13 @@ def launches(monkeypatch):
     count = {"bf16": 0, "fp8": 0, "moe": 0, "moe_grouped": 0, "moe_16": 0}
     real_bf16, real_fp8, real_moe = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv, moe_gemv.moe_gemv
 
-    def bf16(x, w):
+    def bf16(x, w, *a):                                   # *a: a folded norm (TURBOSPEC_NORM_EPILOGUE)
         count["bf16"] += 1
-        return real_bf16(x, w)
+        return real_bf16(x, w, *a)
 
-    def fp8(x, w, s):
+    def fp8(x, w, s, *a):
         count["fp8"] += 1
-        return real_fp8(x, w, s)
+        return real_fp8(x, w, s, *a)
     def moe(hidden, *a, **k):
         count["moe" if hidden.shape[0] == 1 else "moe_grouped"] += 1
         count["moe_16"] += hidden.shape[0] == 16

@@ -8,7 +8,7 @@ AUTO_MAX_SEQS sequences sends its bf16 linears' launches of at most 16 rows here
 weights), and its bf16 experts' of at most 16 tokens (kernels/moe_gemv.py) while
 gemv_common.AUTO_EXPERTS is on (the default); `1` — every `skinny_linear` and
 `fused_experts` of at most 16 rows; `0` — never. A launch takes it with no
-bias, no folded norm, N % 16 == 0, K % 128 == 0, contiguous 16-byte aligned weight and x rows (a fused
+bias (a folded norm too: csrc/norm_fold.cuh), N % 16 == 0, K % 128 == 0, contiguous 16-byte aligned weight and x rows (a fused
 SiLU-and-mul input is applied first); more rows keep the Triton skinny GEMM, whose K order differs,
 so in such an engine a request's tokens may depend on how many others decode beside it, and
 `bitwise_exact` speculation keeps verifies within 16 rows (`prepare`'s bound). It is compiled once
@@ -21,8 +21,8 @@ import torch
 from turbospec.kernels.cubin import module
 from torch.utils.weak import WeakIdKeyDictionary
 
-from turbospec.kernels.gemv_common import (GEMV_MAX_M, aligned, auto_build, hopper, serves, serves_experts,
-                                           switch_mode, warps_for)
+from turbospec.kernels.gemv_common import (GEMV_MAX_M, aligned, auto_build, hopper, norm_launch, serves,
+                                           serves_experts, switch_mode, warps_for)
 from turbospec.kernels.moe_gemv import experts_of, shape_ok
 
 SOURCE = "bf16_gemv.cu"
@@ -69,17 +69,21 @@ def moe_eligible(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_
             and aligned(hidden))
 
 
-def bf16_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def bf16_gemv(x: torch.Tensor, w: torch.Tensor, epi=None):
     """x [M <= 16, K] bf16, w [N, K] bf16 -> [M, N] bf16 (fp32 sums). The warps (`warps_for`, set by
-    N and the SM count) are the same for 1-8 and 9-16 rows, so a row's bits do not depend on M."""
+    N and the SM count) are the same for 1-8 and 9-16 rows, so a row's bits do not depend on M. epi: an
+    RMSNorm folded into the output (`layers.norm_epilogue`, where `gemv_common.norm_ok`; `AddNorm`
+    returns `NormedRows`)."""
     from turbospec.kernels.pdl import pdl_enabled
     M, K = x.shape
     N = w.shape[0]
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     warps = warps_for(N, x.device)
-    module(SOURCE, x.device).launch(f"bf16_gemv_w{warps}_nt{1 if M <= 8 else 2}_p1", (N // 16, 1), 32 * warps,
-                                    [w, x, out, M, N, K, x.stride(0), N], pdl_enabled(x.device))
-    return out
+    suffix, epi_args, result = norm_launch(epi, out)
+    module(SOURCE, x.device).launch(f"bf16_gemv_w{warps}_nt{1 if M <= 8 else 2}_p1{suffix}", (N // 16, 1),
+                                    32 * warps, [w, x, out, M, N, K, x.stride(0), N] + epi_args,
+                                    pdl_enabled(x.device))
+    return result
 
 
 def prepare(model: torch.nn.Module, device: torch.device, max_num_seqs: int,

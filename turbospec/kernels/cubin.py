@@ -114,13 +114,14 @@ class Module:
                                "CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU")
 
     def launch(self, name: str, grid: tuple[int, int], threads: int, args: list, pdl: bool) -> None:
-        """args: tensors (passed as device pointers) and ints (int32)."""
+        """args: tensors (passed as device pointers), ints (int32) and floats (float32)."""
         fn = self.fns.get(name)
         if fn is None:
             fn = ctypes.c_void_p()
             self._ok(self.cu.cuModuleGetFunction(ctypes.byref(fn), self.mod, name.encode()), name)
             self.fns[name] = fn
-        vals = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        vals = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor)
+                else ctypes.c_float(a) if isinstance(a, float) else ctypes.c_int(a) for a in args]
         ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
         attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=(1).to_bytes(4, "little") + bytes(60))
         with torch.cuda.device(self.device):

@@ -36,6 +36,7 @@ from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.norm_epilogue import launch_args
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels import fp8_config, fp8_gemv
+from turbospec.kernels.gemv_common import norm_ok
 from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, pick_config  # noqa: F401
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
@@ -217,11 +218,11 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     N = w.shape[0]
     if x.shape[1] != (2 * K if silu_mul else K):
         raise ValueError(f"fp8_gemm: x {tuple(x.shape)} does not fit w {tuple(w.shape)} (silu_mul={silu_mul})")
-    if (config is None and bias is None and epi is None and M <= fp8_gemv.GEMV_MAX_M and fp8_gemv.takes(w, x.device)
+    if (config is None and bias is None and M <= fp8_gemv.GEMV_MAX_M and fp8_gemv.takes(w, x.device)
             and fp8_gemv.dense_weight_ok(w, scale_inv, block)):          # TURBOSPEC_FP8_GEMV (fp8_gemv.prepare)
         xa = apply_input_act(x, "silu_mul") if silu_mul else x
-        if fp8_gemv.dense_eligible(xa, w, scale_inv, block):
-            return fp8_gemv.fp8_gemv(xa, w, scale_inv)
+        if fp8_gemv.dense_eligible(xa, w, scale_inv, block) and norm_ok(epi, xa, N):
+            return fp8_gemv.fp8_gemv(xa, w, scale_inv, epi)
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     if M == 0:
         return launch_args(epi, x[:, :K], out, dict(BLOCK_N=64))[2]

@@ -18,8 +18,8 @@ and launched by kernels/cubin.py.
 - `0`: never.
 The experts' kernels (kernels/moe_gemv.py) round a token's row alike whatever the number of tokens in the
 launch: a verify of k + 1 <= 16 tokens rounds each token as its one-token decode.
-A dense launch takes it with block scales 128 x 128, bf16, no bias, no folded norm
-(`TURBOSPEC_NORM_EPILOGUE`: those linears keep the Triton kernel), N % 16 == 0, K % 128 == 0,
+A dense launch takes it with block scales 128 x 128, bf16, no bias (a norm folded into it,
+`TURBOSPEC_NORM_EPILOGUE`: csrc/norm_fold.cuh), N % 16 == 0, K % 128 == 0,
 contiguous 16-byte aligned weight and x rows (a fused SiLU-and-mul input is applied first).
 
 Why not every engine: a request's tokens may depend on how many others decode beside it (rows 1-16
@@ -36,8 +36,8 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from turbospec.kernels.cubin import module
-from turbospec.kernels.gemv_common import (GEMV_MAX_M, aligned, auto_build, hopper, serves, serves_experts,
-                                           switch_mode, warps_for)
+from turbospec.kernels.gemv_common import (GEMV_MAX_M, aligned, auto_build, hopper, norm_launch, serves,
+                                           serves_experts, switch_mode, warps_for)
 from turbospec.kernels.moe_gemv import FP8_MOE1, experts_of, shape_ok
 
 SOURCE = "fp8_gemv.cu"
@@ -87,16 +87,25 @@ def _dense_variant(N: int, nt: int, device: torch.device) -> tuple[str, int]:
     return f"fp8_gemv_{warps}_nt{nt}_{pipe}", int(warps[1:])
 
 
-def fp8_gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x [M <= 16, K] bf16, w fp8 [N, K], block scales [N / 128, K / 128] -> [M, N] bf16."""
+def fp8_gemv(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, epi=None):
+    """x [M <= 16, K] bf16, w fp8 [N, K], block scales [N / 128, K / 128] -> [M, N] bf16. epi: an RMSNorm
+    folded into the output (`layers.norm_epilogue`, where `gemv_common.norm_ok`; `AddNorm` returns
+    `NormedRows`): the pipelined variant of `warps_for`'s warps, whatever TURBOSPEC_FP8_GEMV_VARIANT says."""
     from turbospec.kernels.pdl import pdl_enabled
     M, K = x.shape
     N = w.shape[0]
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    name, warps = _dense_variant(N, 1 if M <= 8 else 2, x.device)
+    nt = 1 if M <= 8 else 2
+    suffix, epi_args, result = norm_launch(epi, out)
+    if epi is None:
+        name, warps = _dense_variant(N, nt, x.device)
+    else:
+        warps = warps_for(N, x.device)
+        name = f"fp8_gemv_w{warps}_nt{nt}_p1{suffix}"
     module(SOURCE, x.device).launch(name, (N // 16, 1), 32 * warps,
-                                    [w, x, scale, out, M, N, K, x.stride(0), N, scale.stride(0)], pdl_enabled(x.device))
-    return out
+                                    [w, x, scale, out, M, N, K, x.stride(0), N, scale.stride(0)] + epi_args,
+                                    pdl_enabled(x.device))
+    return result
 
 
 def _moe_shape_ok(w13: torch.Tensor, w2: torch.Tensor, w13_scale, w2_scale, block, top_k: int) -> bool:

@@ -103,3 +103,41 @@ def warps_for(N: int, device: torch.device) -> int:
     qwen3-8b o / down and 30b o with 8)."""
     from turbospec.kernels.split_k import num_sms         # GPU-only module (Triton): lazily
     return 4 if N // 16 >= 2.3 * num_sms(device) else 8
+
+
+NORM_MAX_NP = 512               # csrc/norm_fold.cuh: a consumer's row of sums of r^2 fits one warp's 32 x 16 values
+
+
+def norm_ok(epi, x: torch.Tensor, N: int) -> bool:
+    """Whether the GEMVs take `epi` (layers/norm_epilogue.py: None, `RowRstd` or `AddNorm`) for x [M, K]
+    and N outputs: a consumer's sums [M, np] contiguous fp32 of 16 or 32 columns each (np <= NORM_MAX_NP);
+    a producer's residual [M, N] contiguous in x's dtype and its bf16 norm weight [N]."""
+    from turbospec.layers.norm_epilogue import AddNorm, RowRstd
+    M, K = x.shape
+    if epi is None:
+        return True
+    if isinstance(epi, RowRstd):
+        sq = epi.sq
+        return (sq.dtype == torch.float32 and sq.dim() == 2 and sq.shape[0] == M and sq.is_contiguous()
+                and sq.shape[1] * 16 in (K, 2 * K) and sq.shape[1] <= NORM_MAX_NP)
+    if isinstance(epi, AddNorm):
+        res, g = epi.residual, epi.norm.weight
+        return (res.shape == (M, N) and res.is_contiguous() and res.dtype == x.dtype and g.shape == (N,)
+                and g.dtype == torch.bfloat16 and g.is_contiguous())
+    return False
+
+
+def norm_launch(epi, out: torch.Tensor) -> tuple[str, list, object]:
+    """(kernel name suffix, the epilogue's kernel arguments, what the call returns instead of out [M, N])
+    for an `epi` that `norm_ok` took: "" for None; "_e1" (sums, np, eps) for `RowRstd`; "_e2" (residual,
+    norm weight, r, sums, np) for `AddNorm`, returning `NormedRows` with 16-column sums of r^2."""
+    from turbospec.layers.norm_epilogue import AddNorm, NormedRows, RowRstd
+    if epi is None:
+        return "", [], out
+    if isinstance(epi, RowRstd):
+        return "_e1", [epi.sq, epi.sq.shape[1], float(epi.eps)], out
+    assert isinstance(epi, AddNorm)
+    M, N = out.shape
+    r = torch.empty_like(out)                                                  # [M, N] the residual stream
+    sq = torch.empty(M, N // 16, dtype=torch.float32, device=out.device)       # [M, N / 16] sums of r^2
+    return "_e2", [epi.residual, epi.norm.weight, r, sq, N // 16], NormedRows(out, r, RowRstd(sq, epi.norm.eps))

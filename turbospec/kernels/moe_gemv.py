@@ -64,10 +64,15 @@ def _variant(fp8: bool, variant: str | None) -> tuple[str, int]:
 
 def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
              topk_ids: torch.Tensor, w13_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
-             grouped: bool | None = None, variant: str | None = None) -> torch.Tensor:
+             grouped: bool | None = None, variant: str | None = None, rstd=None, add_norm=None):
     """hidden [T <= 16, H] bf16, topk [T, k] -> [T, H]. FP8 experts with their block scales
     [E, 2I / 128, H / 128] / [E, H / 128, I / 128], or bf16 experts (no scales). grouped: None (the
-    default: from 2 tokens), or forced either way (tests, probes); variant: GEMM1's (probes)."""
+    default: from 2 tokens), or forced either way (tests, probes); variant: GEMM1's (probes). RMSNorms
+    folded in (layers/norm_epilogue.py, csrc/norm_fold.cuh; where `gemv_common.norm_ok`): rstd (a
+    `RowRstd`): hidden is round(r * weight) and GEMM1's gate and up rows are scaled by the token's rstd;
+    add_norm (an `AddNorm`): the output goes through the residual add and the next norm, and the call
+    returns `NormedRows`."""
+    from turbospec.kernels.gemv_common import norm_launch
     from turbospec.kernels.pdl import pdl_enabled
     T, H = hidden.shape
     I, k = w13.shape[1] // 2, topk_ids.shape[1]
@@ -82,23 +87,27 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     tw = topk_weights.reshape(-1).to(torch.float32)
     inter = torch.empty(S, I, dtype=hidden.dtype, device=hidden.device)             # [T * k, I]
     out = torch.empty(T, H, dtype=hidden.dtype, device=hidden.device)
+    n1, in_args, _ = norm_launch(rstd, inter)                                       # "", or "_e1" + (sq, np, eps)
+    n1 = "n" if n1 else ""
+    n2, out_args, result = norm_launch(add_norm, out)                               # "", or "_e2" + (res .. np)
+    n2 = "n" if n2 else ""
     if not (T > 1 if grouped is None else grouped):
-        mod.launch(f"{name}1_{var}", (I // 8, S), 32 * warps,
-                   [w13, hidden] + s13[:1] + [ids, inter, I, H] + s13[1:] + [k, hidden.stride(0)], pdl)
-        mod.launch(f"{name}2_k{k}_p1", (H // 16, T), 32 * k,
-                   [w2, inter] + s2[:1] + [ids, tw, out, H, I] + s2[1:] + [H], pdl)
-        return out
+        mod.launch(f"{name}1{n1}_{var}", (I // 8, S), 32 * warps,
+                   [w13, hidden] + s13[:1] + [ids, inter, I, H] + s13[1:] + [k, hidden.stride(0)] + in_args, pdl)
+        mod.launch(f"{name}2{n2}_k{k}_p1", (H // 16, T), 32 * k,
+                   [w2, inter] + s2[:1] + [ids, tw, out, H, I] + s2[1:] + [H] + out_args, pdl)
+        return result
     if S > MOE_MAX_PAIRS:
         raise ValueError(f"moe_gemv groups at most {MOE_MAX_PAIRS} (token, slot) pairs, got {T} x {k}")
     groups = torch.empty(S, 8, dtype=torch.int32, device=hidden.device)             # [S bound, 8] pair ids
     meta = torch.empty(S + 1, dtype=torch.int32, device=hidden.device)              # group experts, count
     grp_expert, num_groups = meta[:S], meta[S:]
     mod.launch("moe_group", (1, 1), MOE_MAX_PAIRS, [ids, S, groups, grp_expert, num_groups], pdl)
-    mod.launch(f"{name}1g_{var}", (I // 8, S), 32 * warps,
+    mod.launch(f"{name}1g{n1}_{var}", (I // 8, S), 32 * warps,
                [w13, hidden] + s13[:1] + [groups, grp_expert, num_groups, inter, I, H] + s13[1:]
-               + [k, hidden.stride(0)], pdl)
+               + [k, hidden.stride(0)] + in_args, pdl)
     y = torch.empty(S, H, dtype=hidden.dtype, device=hidden.device)                 # [T * k, H]
     mod.launch(f"{name}2g_p1", (H // 64, S), 128,
                [w2, inter] + s2[:1] + [groups, grp_expert, num_groups, tw, y, H, I] + s2[1:], pdl)
-    mod.launch("moe_combine", (H // 128, T), 128, [y, out, H, k, H], pdl)
-    return out
+    mod.launch(f"moe_combine{'_n' if n2 else ''}", (H // 128, T), 128, [y, out, H, k, H] + out_args, pdl)
+    return result

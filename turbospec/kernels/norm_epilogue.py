@@ -101,11 +101,14 @@ def launch_args(epi, x: torch.Tensor, out: torch.Tensor, cfg: dict) -> tuple[tup
         return (out, out, out, out, 1, 0.0), dict(EPI=EPI_NONE, NP=1, NPP=1), out
     if isinstance(epi, RowRstd):
         K = x.shape[1]
-        if (epi.sq.shape != (M, K // CHUNK) or K % CHUNK or epi.sq.dtype != torch.float32
-                or not epi.sq.is_contiguous()):
+        # 32-column sums (these kernels') or 16-column ones (the CUDA GEMVs', csrc/norm_fold.cuh: a pair
+        # of them is a 32-column sum, so the tree over either is the same, bit for bit)
+        if (epi.sq.dim() != 2 or epi.sq.shape[0] != M or epi.sq.shape[1] not in (K // CHUNK, 2 * K // CHUNK)
+                or K % CHUNK or epi.sq.dtype != torch.float32 or not epi.sq.is_contiguous()):
             raise ValueError(f"RowRstd: chunk sums {tuple(epi.sq.shape)} {epi.sq.dtype} do not fit "
-                             f"{M} rows of width {K} (want contiguous float32 [{M}, {K // CHUNK}])")
-        NP = K // CHUNK
+                             f"{M} rows of width {K} (want contiguous float32 [{M}, {K // CHUNK}] or "
+                             f"[{M}, {2 * K // CHUNK}])")
+        NP = epi.sq.shape[1]
         consts = dict(EPI=EPI_ROW_RSTD, NP=NP, NPP=triton.next_power_of_2(NP))
         return (out, out, out, epi.sq, K, float(epi.eps)), consts, out
     if not isinstance(epi, AddNorm):

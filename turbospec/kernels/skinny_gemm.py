@@ -52,6 +52,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels import bf16_gemv
+from turbospec.kernels.gemv_common import norm_ok
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.norm_epilogue import launch_args
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
@@ -293,11 +294,13 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         if act is not None:
             return skinny_linear(apply_input_act(x, act), weight, bias, epi=epi)
         return reference_linear(x, weight, bias, epi)
-    if epi is not None:
-        return skinny_gemm(x2, weight, bias, silu_mul=act == "silu_mul", epi=epi)
     if (bias is None and x2.shape[0] <= bf16_gemv.GEMV_MAX_M and bf16_gemv.takes(weight, x.device)
             and bf16_gemv.weight_ok(weight)):                                  # TURBOSPEC_BF16_GEMV (bf16_gemv.prepare)
         xa = apply_input_act(x2, act) if act is not None else x2
-        if bf16_gemv.eligible(xa, weight):
+        if bf16_gemv.eligible(xa, weight) and norm_ok(epi, xa, weight.shape[0]):
+            if epi is not None:
+                return bf16_gemv.bf16_gemv(xa, weight, epi)
             return bf16_gemv.bf16_gemv(xa, weight).view(*x.shape[:-1], weight.shape[0])
+    if epi is not None:
+        return skinny_gemm(x2, weight, bias, silu_mul=act == "silu_mul", epi=epi)
     return skinny_gemm(x2, weight, bias, silu_mul=act == "silu_mul").view(*x.shape[:-1], weight.shape[0])

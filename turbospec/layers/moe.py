@@ -39,10 +39,11 @@ def select_experts(router_logits: torch.Tensor, top_k: int, renormalize: bool
 
 def fused_experts_torch(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                         topk_weights: torch.Tensor, topk_ids: torch.Tensor, w13_scale=None,
-                        w2_scale=None, block_shape=None) -> torch.Tensor:
+                        w2_scale=None, block_shape=None, row_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Reference: hidden [T, H], w13 [E, 2I, H], w2 [E, H, I], topk_* [T, k] -> [T, H]. Block-FP8
     experts (with `*_scale`) are dequantized to the hidden dtype one selected expert at a time
-    (layers/quant/fp8.py): all E of them at every call cost 27x fp32's time at 8 experts, 280x at 64."""
+    (layers/quant/fp8.py): all E of them at every call cost 27x fp32's time at 8 experts, 280x at 64.
+    row_scale [T] fp32: each token's gate and up rows scaled by it before the SiLU (a folded norm's rstd)."""
     def expert(w: torch.Tensor, scale: torch.Tensor | None, e: int) -> torch.Tensor:
         if scale is None:
             return w[e]
@@ -62,7 +63,10 @@ def fused_experts_torch(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tenso
         slots = order[start:start + n]                                    # [n] into T * k
         start += n
         tokens = slots // k                                               # [n] (distinct tokens)
-        h = silu_and_mul(linear(hidden[tokens], expert(w13, w13_scale, e)))   # [n, I]
+        gate_up = linear(hidden[tokens], expert(w13, w13_scale, e))          # [n, 2I]
+        if row_scale is not None:
+            gate_up = (gate_up.float() * row_scale[tokens, None]).to(gate_up.dtype)
+        h = silu_and_mul(gate_up)                                             # [n, I]
         y = linear(h, expert(w2, w2_scale, e)) * flat_weights[slots, None]     # [n, H]
         out.index_add_(0, tokens, y.to(out.dtype))
     return out
@@ -200,6 +204,42 @@ class FusedMoE(nn.Module):
             fp8 = dict(w13_scale=self.gate_up_proj_scale_inv, w2_scale=self.down_proj_scale_inv,
                        block_shape=self.fp8_block)
         return fused_experts(hidden, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, **fp8)
+
+    def _fp8_args(self) -> tuple:
+        if getattr(self, "fp8_block", None) is None:
+            return None, None, None
+        return self.gate_up_proj_scale_inv, self.down_proj_scale_inv, self.fp8_block
+
+    def takes_folded_norm(self, hidden: torch.Tensor) -> bool:
+        """Whether the experts take an RMSNorm folded into them (layers/norm_epilogue.py) for rows like
+        hidden [T, H]: on CUDA the MoE GEMVs' (kernels/moe_gemv.py: 1-16 tokens, an engine of one sequence
+        or the switches at 1), on the CPU the PyTorch reference where a test asks (CPU_REFERENCE)."""
+        from turbospec.layers import norm_epilogue
+        if not hidden.is_cuda:
+            return norm_epilogue.CPU_REFERENCE
+        from turbospec.kernels import bf16_gemv, fp8_gemv
+        from turbospec.kernels.gemv_common import NORM_MAX_NP
+        s13, s2, block = self._fp8_args()
+        w13, w2, k = self.gate_up_proj, self.down_proj, self.routing.top_k
+        return (hidden.shape[-1] // 16 <= NORM_MAX_NP
+                and (fp8_gemv.moe_eligible(hidden, w13, w2, s13, s2, block, k) if block is not None
+                     else bf16_gemv.moe_eligible(hidden, w13, w2, k)))
+
+    def forward_folded(self, x: torch.Tensor, rstd, gate: nn.Module, add_norm=None,
+                       expert_bias: torch.Tensor | None = None):
+        """`forward_with_router` on a folded norm's rows (where `takes_folded_norm`): x = round(r *
+        norm weight) [T, H] and `rstd` (a `RowRstd`) for the router and GEMM1; add_norm (an `AddNorm`):
+        the next norm folded into the output, returning `NormedRows`; else [T, H]."""
+        from turbospec.layers.norm_epilogue import add_norm as add_norm_rows
+        topk_weights, topk_ids = route(gate(x, epi=rstd), self.routing, expert_bias)
+        s13, s2, block = self._fp8_args()
+        if x.is_cuda:
+            from turbospec.kernels.moe_gemv import moe_gemv
+            return moe_gemv(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, s13, s2,
+                            rstd=rstd, add_norm=add_norm)
+        out = fused_experts_torch(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, s13, s2, block,
+                                  row_scale=rstd.rstd(x.shape[1]))
+        return out if add_norm is None else add_norm_rows(out, add_norm)
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_experts}, top_k={self.top_k}, hidden={self.hidden_size}, "

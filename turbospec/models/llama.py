@@ -24,7 +24,7 @@ from turbospec.layers.attention import Attention
 from turbospec.layers.embed_head import ParallelLMHead, VocabEmbedding
 from turbospec.layers import norm_epilogue
 from turbospec.layers.layernorm import RMSNorm
-from turbospec.layers.norm_epilogue import AddNorm, RowRstd
+from turbospec.layers.norm_epilogue import AddNorm, NormedRows, RowRstd
 from turbospec.layers.linear import MergedColumnLinear, QKVLinear, RowLinear
 from turbospec.layers.rotary import get_rope
 
@@ -39,6 +39,22 @@ class LlamaMLP(nn.Module):
         gate_up = self.gate_up_proj(x)                                 # [T, 2I]
         # down_proj(silu(gate) * up): SiluAndMul then the GEMM (fused in its x load when opted in: layers/linear.py)
         return self.down_proj(gate_up, act="silu_mul")                 # [T, H]
+
+    def folds_norms(self) -> bool:
+        return type(self) is LlamaMLP
+
+    def takes_folded_norm(self, hidden: torch.Tensor) -> bool:
+        return True
+
+    def forward_folded(self, rows: NormedRows, next_norm: RMSNorm | None
+                       ) -> tuple[torch.Tensor, torch.Tensor, RowRstd | None]:
+        """The MLP on the folded post-attention norm's rows (`layers.norm_epilogue`), with `next_norm`
+        folded into down_proj; `LlamaDecoderLayer.forward_folded`'s contract for what it returns."""
+        gate_up = self.gate_up_proj(rows.x, epi=rows.rstd)             # [T, 2I]
+        if next_norm is None:
+            return self.down_proj(gate_up, act="silu_mul"), rows.residual, None
+        rows = self.down_proj(gate_up, act="silu_mul", epi=AddNorm(rows.residual, next_norm))
+        return rows.x, rows.residual, rows.rstd
 
 
 class LlamaAttention(nn.Module):
@@ -100,17 +116,17 @@ class LlamaDecoderLayer(nn.Module):
         elif rstd is None:
             hidden, residual = self.input_layernorm(hidden, residual)
         out = self.self_attn.attend(positions, hidden, rstd)           # [T, nh * D]
+        if not self.mlp.takes_folded_norm(hidden):                     # (an MoE whose experts' kernel cannot)
+            hidden, residual = self.post_attention_layernorm(self.self_attn.o_proj(out), residual)
+            return self.mlp(hidden), residual, None
         rows = self.self_attn.o_proj(out, epi=AddNorm(residual, self.post_attention_layernorm))
-        gate_up = self.mlp.gate_up_proj(rows.x, epi=rows.rstd)         # [T, 2I]
-        if next_norm is None:
-            return self.mlp.down_proj(gate_up, act="silu_mul"), rows.residual, None
-        rows = self.mlp.down_proj(gate_up, act="silu_mul", epi=AddNorm(rows.residual, next_norm))
-        return rows.x, rows.residual, rows.rstd
+        return self.mlp.forward_folded(rows, next_norm)
 
     def folds_norms(self) -> bool:
         """Whether `forward_folded` computes what `forward` does for this layer (a subclass that
-        changes the layer, its attention or its MLP keeps the unfused path)."""
-        return (type(self).forward is LlamaDecoderLayer.forward and type(self.mlp) is LlamaMLP
+        changes the layer, its attention or its MLP keeps the unfused path; an MLP folds where it
+        says so: `LlamaMLP`, Qwen3-MoE's sparse block)."""
+        return (type(self).forward is LlamaDecoderLayer.forward and getattr(self.mlp, "folds_norms", lambda: False)()
                 and type(self.self_attn).forward is LlamaAttention.forward
                 and type(self.self_attn).attend is LlamaAttention.attend)
 

@@ -19,6 +19,7 @@ from turbospec.config import ModelConfig
 from turbospec.layers.layernorm import RMSNorm
 from turbospec.layers.linear import ReplicatedLinear
 from turbospec.layers.moe import FusedMoE
+from turbospec.layers.norm_epilogue import AddNorm, NormedRows, RowRstd
 from turbospec.models.llama import LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
 from turbospec.models.qwen3 import Qwen3Attention
 
@@ -32,6 +33,22 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.experts.forward_with_router(hidden, self.gate)                  # [T, H]
+
+    def folds_norms(self) -> bool:
+        return type(self) is Qwen3MoeSparseMoeBlock
+
+    def takes_folded_norm(self, hidden: torch.Tensor) -> bool:
+        return self.experts.takes_folded_norm(hidden)
+
+    def forward_folded(self, rows: NormedRows, next_norm: RMSNorm | None
+                       ) -> tuple[torch.Tensor, torch.Tensor, RowRstd | None]:
+        """As `LlamaMLP.forward_folded`: the router and the experts' GEMM1 take the folded norm's rows,
+        GEMM2 (or the combine) folds `next_norm` (layers/norm_epilogue.py)."""
+        add = AddNorm(rows.residual, next_norm) if next_norm is not None else None
+        out = self.experts.forward_folded(rows.x, rows.rstd, self.gate, add)
+        if add is None:
+            return out, rows.residual, None
+        return out.x, out.residual, out.rstd
 
 
 class Qwen3MoeDecoderLayer(LlamaDecoderLayer):

@@ -12,11 +12,13 @@
 // block's warps, partial sums added in warp order.
 #include "gemv_common.cuh"
 #include "moe_common.cuh"
+#include "norm_fold.cuh"
 
 // xl: the lane's x row of each tile (lane_x<NT, 1>; nullptr: zeros). EARLY: k_loop's.
-template <int NT, bool PIPE, bool EARLY = false>
+template <int NT, bool PIPE, bool EARLY = false, typename Wait = PdlWait>
 __device__ __forceinline__ void stripe_dot_bf16_x(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
-                                                  const bf16_t *const (&xl)[NT], int kb0, int kb1, float (&acc)[NT][4]) {
+                                                  const bf16_t *const (&xl)[NT], int kb0, int kb1, float (&acc)[NT][4],
+                                                  Wait wait = Wait()) {
   using Buf = KBlock<8, NT>;
   auto load_w = [&](int kb, Buf &buf) {
 #pragma unroll
@@ -43,33 +45,65 @@ __device__ __forceinline__ void stripe_dot_bf16_x(const bf16_t *__restrict__ rg,
       }
     }
   };
-  k_loop<PIPE, EARLY, Buf>(kb0, kb1, load, load_w, load_x_, compute);
+  k_loop<PIPE, EARLY, Buf>(kb0, kb1, load, load_w, load_x_, compute, wait);
 }
 
-template <int NT, bool PIPE, bool EARLY = false>
+template <int NT, bool PIPE, bool EARLY = false, typename Wait = PdlWait>
 __device__ __forceinline__ void stripe_dot_bf16(const bf16_t *__restrict__ rg, const bf16_t *__restrict__ rg8,
                                                 const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
-                                                int kb1, float (&acc)[NT][4]) {
+                                                int kb1, float (&acc)[NT][4], Wait wait = Wait()) {
   const bf16_t *xl[NT];
   lane_x<NT, 1>(xl, x, M, stride_xm);
-  stripe_dot_bf16_x<NT, PIPE, EARLY>(rg, rg8, xl, kb0, kb1, acc);
+  stripe_dot_bf16_x<NT, PIPE, EARLY>(rg, rg8, xl, kb0, kb1, acc, wait);
 }
 
-template <int WARPS, int NT, bool PIPE, bool EARLY>
+// EPI (norm_fold.cuh): 0 none, 1 rows scaled by their rstd (`nin`), 2 the residual add + norm (`nout`).
+template <int WARPS, int NT, bool PIPE, bool EARLY, int EPI = 0>
 __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, const bf16_t *__restrict__ x,
                                                bf16_t *__restrict__ out, int M, int N, int K, int stride_xm,
-                                               int stride_om) {
+                                               int stride_om, NormIn nin = {}, NormOut nout = {}) {
   const int stripe = blockIdx.x, kblocks = K / 128;
   int kb0, kb1;
   warp_k_range<WARPS>(kblocks, kb0, kb1);
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const bf16_t *rg = w + ((size_t)stripe * 16 + g) * K + 8 * t;
   float acc[NT][4] = {};
-  stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc);
+  __shared__ float rs[16];
+  auto wait = [&]() {
+    pdl_wait();
+    if (EPI == 1) rows_rstd<WARPS, 1>(nin, K, M, rs);
+  };
+  if (EPI == 1 && !EARLY) rows_rstd<WARPS, 1>(nin, K, M, rs);        // the kernel has waited
+  stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc, wait);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
-  if (threadIdx.x / 32 == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
+  if (threadIdx.x / 32 == 0) {
+    if (EPI == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
+    if (EPI == 1) store_rows_rstd<NT>(acc, out, M, stride_om, stripe, rs);
+    if (EPI == 2) store_add_norm<NT>(acc, out, M, stride_om, stripe, nout, N);
+  }
 }
+
+// The folded-norm twins of a dense kernel (norm_fold.cuh): _e1 a consumer, _e2 a producer (out = xn).
+#define BF16_GEMV_NORM(W, NT, P)                                                                      \
+  extern "C" __global__ void __launch_bounds__(W * 32) bf16_gemv_w##W##_nt##NT##_p##P##_e1(            \
+      const bf16_t *w, const bf16_t *x, bf16_t *out, int M, int N, int K, int stride_xm,               \
+      int stride_om, const float *sq, int np, float eps) {                                             \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    bf16_gemv_body<W, NT, P, EARLY_WAIT, 1>(w, x, out, M, N, K, stride_xm, stride_om,                 \
+                                            NormIn{sq, np, eps});                                     \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) bf16_gemv_w##W##_nt##NT##_p##P##_e2(            \
+      const bf16_t *w, const bf16_t *x, bf16_t *out, int M, int N, int K, int stride_xm,               \
+      int stride_om, const bf16_t *res, const bf16_t *gamma, bf16_t *rout, float *sq, int np) {        \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    bf16_gemv_body<W, NT, P, EARLY_WAIT, 2>(w, x, out, M, N, K, stride_xm, stride_om, NormIn{},       \
+                                            NormOut{res, gamma, rout, sq, np});                       \
+  }
+BF16_GEMV_NORM(4, 1, 1)
+BF16_GEMV_NORM(8, 1, 1)
+BF16_GEMV_NORM(4, 2, 1)
+BF16_GEMV_NORM(8, 2, 1)
 
 #define BF16_GEMV(W, NT, P)                                                                           \
   extern "C" __global__ void __launch_bounds__(W * 32) bf16_gemv_w##W##_nt##NT##_p##P(                 \
@@ -96,13 +130,14 @@ __device__ __forceinline__ const bf16_t *lane_row_bf16(const bf16_t *w, size_t r
 }
 
 // GEMM1, one (token, slot) per blockIdx.y: inter[slot, I] = silu(x @ gate.T) * (x @ up.T).
-template <int WARPS, bool PIPE>
+template <int WARPS, bool PIPE, bool NORM = false>
 __device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                            const int *__restrict__ ids, bf16_t *__restrict__ inter, int I, int H,
-                                           int top_k, int stride_x) {
+                                           int top_k, int stride_x, NormIn nin = {}) {
   const int stripe = blockIdx.x, slot = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int e = __ldg(ids + slot);
+  const float rs = NORM && warp == 0 ? row_rstd(nin, H, slot / top_k) : 1.f;
   int kb0, kb1;
   warp_k_range<WARPS>(H / 128, kb0, kb1);
   const bf16_t *rg = lane_row_bf16(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
@@ -110,14 +145,16 @@ __device__ __forceinline__ void bmoe1_body(const bf16_t *__restrict__ w13, const
   stripe_dot_bf16<1, PIPE>(rg, rg + (size_t)I * H, x + (size_t)(slot / top_k) * stride_x, 1, 0, kb0, kb1, acc);
   __shared__ float red[WARPS * 128];
   warp_sum<WARPS, 1>(acc, red);
-  if (warp == 0 && t == 0) inter[(size_t)slot * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
+  if (warp == 0 && t == 0)
+    inter[(size_t)slot * I + stripe * 8 + g] = NORM ? silu_mul(acc[0][0] * rs, acc[0][2] * rs)
+                                                    : silu_mul(acc[0][0], acc[0][2]);
 }
 
 // GEMM2 + combine, one token per blockIdx.y, one warp per slot over all of I, summed in slot order.
-template <int TOPK, bool PIPE, bool EARLY>
+template <int TOPK, bool PIPE, bool EARLY, bool NORM = false>
 __device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                            const int *__restrict__ ids, const float *__restrict__ tw,
-                                           bf16_t *__restrict__ out, int H, int I, int stride_o) {
+                                           bf16_t *__restrict__ out, int H, int I, int stride_o, NormOut nout = {}) {
   const int stripe = blockIdx.x, token = blockIdx.y;
   const int slot = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int e = __ldg(ids + token * TOPK + slot);
@@ -129,18 +166,27 @@ __device__ __forceinline__ void bmoe2_body(const bf16_t *__restrict__ w2, const 
   acc[0][2] = bf2f(f2bf(acc[0][2] * w));
   __shared__ float red[TOPK * 128];
   warp_sum<TOPK, 1>(acc, red);
-  if (slot == 0 && t == 0) {
+  if (NORM) {
+    if (slot == 0) {                                                // the token's row as one row of [1, H]
+      const NormOut n{nout.res + (size_t)token * H, nout.gamma, nout.rout + (size_t)token * H,
+                      nout.sq + (size_t)token * nout.np, nout.np};
+      store_add_norm<1>(acc, out + (size_t)token * stride_o, 1, 0, stripe, n, H);
+    }
+  } else if (slot == 0 && t == 0) {
     out[(size_t)token * stride_o + stripe * 16 + g] = f2bf(acc[0][0]);
     out[(size_t)token * stride_o + stripe * 16 + g + 8] = f2bf(acc[0][2]);
   }
 }
 
 // Grouped GEMM1: grid (I / 8, S group bounds).
-template <int WARPS, bool PIPE>
+template <int WARPS, bool PIPE, bool NORM = false>
 __device__ __forceinline__ void bmoe1g_body(const bf16_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                             const int *__restrict__ groups, const int *__restrict__ grp_expert,
-                                            bf16_t *__restrict__ inter, int I, int H, int top_k, int stride_x) {
+                                            bf16_t *__restrict__ inter, int I, int H, int top_k, int stride_x,
+                                            NormIn nin = {}) {
   const int stripe = blockIdx.x, grp = blockIdx.y;
+  __shared__ float rs[GEMV_MAX_TOKENS];
+  if (NORM) rows_rstd<WARPS, 4>(nin, H, gridDim.y / top_k, rs);    // every token's (gridDim.y = T * top_k)
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const int e = __ldg(grp_expert + grp);
   int kb0, kb1;
@@ -151,7 +197,7 @@ __device__ __forceinline__ void bmoe1g_body(const bf16_t *__restrict__ w13, cons
   stripe_dot_bf16_x<1, PIPE>(rg, rg + (size_t)I * H, xl, kb0, kb1, acc);
   __shared__ float red[WARPS * 128];
   warp_sum<WARPS, 1>(acc, red);
-  if (warp == 0) store_group_inter(acc, groups, grp, inter, I, stripe);
+  if (warp == 0) store_group_inter<NORM>(acc, groups, grp, inter, I, stripe, rs, top_k);
 }
 
 // Grouped GEMM2: grid (H / 64, S group bounds), 4 warps each one 16-row stripe over all of I.
@@ -182,6 +228,21 @@ __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const
     pdl_wait();                                                                                      \
     if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
     bmoe1g_body<W, P>(w13, x, groups, grp_expert, inter, I, H, top_k, stride_x);                     \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_bf16_gemv1n_w##W##_p##P(                    \
+      const bf16_t *w13, const bf16_t *x, const int *ids, bf16_t *inter, int I, int H, int top_k,      \
+      int stride_x, const float *sq, int np, float eps) {                                              \
+    pdl_wait();                                                                                      \
+    bmoe1_body<W, P, true>(w13, x, ids, inter, I, H, top_k, stride_x, NormIn{sq, np, eps});          \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_bf16_gemv1gn_w##W##_p##P(                   \
+      const bf16_t *w13, const bf16_t *x, const int *groups, const int *grp_expert,                   \
+      const int *num_groups, bf16_t *inter, int I, int H, int top_k, int stride_x, const float *sq,    \
+      int np, float eps) {                                                                             \
+    pdl_wait();                                                                                      \
+    if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
+    bmoe1g_body<W, P, true>(w13, x, groups, grp_expert, inter, I, H, top_k, stride_x,                \
+                            NormIn{sq, np, eps});                                                     \
   }
 BMOE1(2, 1)
 BMOE1(4, 1)
@@ -193,6 +254,13 @@ BMOE1(8, 1)
       int I, int stride_o) {                                                                           \
     if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
     bmoe2_body<K, true, EARLY_WAIT>(w2, inter, ids, tw, out, H, I, stride_o);                        \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2n_k##K##_p1(                      \
+      const bf16_t *w2, const bf16_t *inter, const int *ids, const float *tw, bf16_t *out, int H,     \
+      int I, int stride_o, const bf16_t *res, const bf16_t *gamma, bf16_t *rout, float *sq, int np) {  \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    bmoe2_body<K, true, EARLY_WAIT, true>(w2, inter, ids, tw, out, H, I, stride_o,                    \
+                                          NormOut{res, gamma, rout, sq, np});                         \
   }
 BMOE2(1)
 BMOE2(2)

@@ -18,6 +18,7 @@
 // 2^64 and the block's result by scale * 2^56.
 #include "gemv_common.cuh"
 #include "moe_common.cuh"
+#include "norm_fold.cuh"
 
 __device__ __forceinline__ void fp8x4_to_bf16x4(uint32_t w, uint32_t &lo, uint32_t &hi) {
   // bytes (w0, w1, w2, w3) -> lo = bf16x2(w0, w1), hi = bf16x2(w2, w3), each value * 2^-120
@@ -39,11 +40,11 @@ __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t v) {
 // 128-row blocks). PIPE: two register buffers, each block's loads issued one block ahead of its use.
 // xl: the lane's x row of each tile (lane_x<NT, 2>; nullptr: zeros). EARLY: k_loop's (the caller has not
 // waited for its predecessor).
-template <int NT, bool PIPE, bool EARLY = false>
+template <int NT, bool PIPE, bool EARLY = false, typename Wait = PdlWait>
 __device__ __forceinline__ void stripe_dot_x(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
                                              const bf16_t *const (&xl)[NT], int kb0, int kb1,
                                              const float *__restrict__ sg, const float *__restrict__ s8,
-                                             float (&acc)[NT][4]) {
+                                             float (&acc)[NT][4], Wait wait = Wait()) {
   using Buf = KBlock<4, NT>;
   auto load_w = [&](int kb, Buf &buf) {
     const uint8_t *a = rg + (size_t)kb * 128, *b = rg8 + (size_t)kb * 128;
@@ -93,18 +94,18 @@ __device__ __forceinline__ void stripe_dot_x(const uint8_t *__restrict__ rg, con
       acc[n][3] = fmaf(d[n][3], buf.s8, acc[n][3]);
     }
   };
-  k_loop<PIPE, EARLY, Buf>(kb0, kb1, load, load_ws, load_x_, compute);
+  k_loop<PIPE, EARLY, Buf>(kb0, kb1, load, load_ws, load_x_, compute, wait);
 }
 
 // stripe_dot_x over rows 0 .. M - 1 of x (row stride stride_xm).
-template <int NT, bool PIPE, bool EARLY = false>
+template <int NT, bool PIPE, bool EARLY = false, typename Wait = PdlWait>
 __device__ __forceinline__ void stripe_dot(const uint8_t *__restrict__ rg, const uint8_t *__restrict__ rg8,
                                            const bf16_t *__restrict__ x, int M, int stride_xm, int kb0,
                                            int kb1, const float *__restrict__ sg, const float *__restrict__ s8,
-                                           float (&acc)[NT][4]) {
+                                           float (&acc)[NT][4], Wait wait = Wait()) {
   const bf16_t *xl[NT];
   lane_x<NT, 2>(xl, x, M, stride_xm);
-  stripe_dot_x<NT, PIPE, EARLY>(rg, rg8, xl, kb0, kb1, sg, s8, acc);
+  stripe_dot_x<NT, PIPE, EARLY>(rg, rg8, xl, kb0, kb1, sg, s8, acc, wait);
 }
 
 // Row r of a row-major [rows, K] FP8 matrix, advanced by lane t's 16t bytes.
@@ -113,10 +114,12 @@ __device__ __forceinline__ const uint8_t *lane_row(const uint8_t *w, size_t r, i
 }
 
 // Dense: block = one 16-row stripe, its K blocks split between the WARPS warps (contiguous ranges).
-template <int WARPS, int NT, bool PIPE, bool EARLY>
+// EPI (norm_fold.cuh): 0 none, 1 rows scaled by their rstd (`nin`), 2 the residual add + norm (`nout`).
+template <int WARPS, int NT, bool PIPE, bool EARLY, int EPI = 0>
 __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const bf16_t *__restrict__ x,
                                           const float *__restrict__ scale, bf16_t *__restrict__ out,
-                                          int M, int N, int K, int stride_xm, int stride_om, int stride_sn) {
+                                          int M, int N, int K, int stride_xm, int stride_om, int stride_sn,
+                                          NormIn nin = {}, NormOut nout = {}) {
   const int stripe = blockIdx.x, kblocks = K / 128;
   int kb0, kb1;
   warp_k_range<WARPS>(kblocks, kb0, kb1);
@@ -124,11 +127,39 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
   const uint8_t *rg = lane_row(w, (size_t)stripe * 16 + g, K);
   const float *srow = scale + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[NT][4] = {};
-  stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc);
+  __shared__ float rs[16];
+  auto wait = [&]() {
+    pdl_wait();
+    if (EPI == 1) rows_rstd<WARPS, 1>(nin, K, M, rs);
+  };
+  if (EPI == 1 && !EARLY) rows_rstd<WARPS, 1>(nin, K, M, rs);        // the kernel has waited
+  stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc, wait);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
-  if (threadIdx.x / 32 == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
+  if (threadIdx.x / 32 == 0) {
+    if (EPI == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
+    if (EPI == 1) store_rows_rstd<NT>(acc, out, M, stride_om, stripe, rs);
+    if (EPI == 2) store_add_norm<NT>(acc, out, M, stride_om, stripe, nout, N);
+  }
 }
+
+// The folded-norm twins of a dense kernel (norm_fold.cuh): _e1 a consumer, _e2 a producer (out = xn).
+#define GEMV_NORM(W, NT, P)                                                                           \
+  extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P##_e1(             \
+      const uint8_t *w, const bf16_t *x, const float *scale, bf16_t *out, int M, int N, int K,         \
+      int stride_xm, int stride_om, int stride_sn, const float *sq, int np, float eps) {               \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    gemv_body<W, NT, P, EARLY_WAIT, 1>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn,    \
+                                       NormIn{sq, np, eps});                                          \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P##_e2(             \
+      const uint8_t *w, const bf16_t *x, const float *scale, bf16_t *out, int M, int N, int K,         \
+      int stride_xm, int stride_om, int stride_sn, const bf16_t *res, const bf16_t *gamma,             \
+      bf16_t *rout, float *sq, int np) {                                                               \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    gemv_body<W, NT, P, EARLY_WAIT, 2>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn,    \
+                                       NormIn{}, NormOut{res, gamma, rout, sq, np});                  \
+  }
 
 #define GEMV(W, NT, P)                                                                                \
   extern "C" __global__ void __launch_bounds__(W * 32) fp8_gemv_w##W##_nt##NT##_p##P(                  \
@@ -137,6 +168,10 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
     if (!EARLY_WAIT) pdl_wait();                                                                      \
     gemv_body<W, NT, P, EARLY_WAIT>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);      \
   }
+GEMV_NORM(4, 1, 1)
+GEMV_NORM(8, 1, 1)
+GEMV_NORM(4, 2, 1)
+GEMV_NORM(8, 2, 1)
 GEMV(2, 1, 0)
 GEMV(4, 1, 0)
 GEMV(8, 1, 0)
@@ -154,15 +189,17 @@ GEMV(8, 2, 0)
 // GEMM1: grid (I / 8 stripes, T * top_k slots). Stripe s of w13 [E, 2I, H] = gate rows 8s..8s+7 (as
 // rows g) and up rows I+8s..I+8s+7 (as rows g + 8), so silu(gate) * up is in one lane.
 // inter[slot, I] = silu(x[slot / top_k] @ gate.T) * (x[slot / top_k] @ up.T), rounded to bf16 once.
-template <int WARPS, bool PIPE>
+// NORM (norm_fold.cuh): x is round(r * gamma) and gate, up are scaled by the token's rstd (`nin`).
+template <int WARPS, bool PIPE, bool NORM = false>
 __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                           const float *__restrict__ s13, const int *__restrict__ ids,
                                           bf16_t *__restrict__ inter, int I, int H, int stride_se,
-                                          int stride_sn, int top_k, int stride_x) {
+                                          int stride_sn, int top_k, int stride_x, NormIn nin = {}) {
   const int stripe = blockIdx.x, slot = blockIdx.y;
   x += (size_t)(slot / top_k) * stride_x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int e = __ldg(ids + slot);
+  const float rs = NORM && warp == 0 ? row_rstd(nin, H, slot / top_k) : 1.f;
   const int kblocks = H / 128;
   int kb0, kb1;
   warp_k_range<WARPS>(kblocks, kb0, kb1);
@@ -174,16 +211,18 @@ __device__ __forceinline__ void moe1_body(const uint8_t *__restrict__ w13, const
   __shared__ float red[WARPS * 128];
   warp_sum<WARPS, 1>(acc, red);
   if (warp == 0 && t == 0)                                         // token 0: acc 0 = gate, acc 2 = up
-    inter[(size_t)slot * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
+    inter[(size_t)slot * I + stripe * 8 + g] = NORM ? silu_mul(acc[0][0] * rs, acc[0][2] * rs)
+                                                    : silu_mul(acc[0][0], acc[0][2]);
 }
 
 // GEMM2 + combine: grid (H / 16 stripes, T), one warp per slot (TOPK warps), each over all of I;
 // out[token, H] = sum over its slots in slot order of bf16(w_slot * (inter[slot] @ down_e.T)), in fp32.
-template <int TOPK, bool PIPE, bool EARLY>
+// NORM (norm_fold.cuh): the token's row goes through the residual add + norm (`nout`; out = xn).
+template <int TOPK, bool PIPE, bool EARLY, bool NORM = false>
 __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const bf16_t *__restrict__ inter,
                                           const float *__restrict__ s2, const int *__restrict__ ids,
                                           const float *__restrict__ tw, bf16_t *__restrict__ out, int H,
-                                          int I, int stride_se, int stride_sn, int stride_o) {
+                                          int I, int stride_se, int stride_sn, int stride_o, NormOut nout = {}) {
   const int stripe = blockIdx.x, token = blockIdx.y;
   ids += token * TOPK;
   tw += token * TOPK;
@@ -201,7 +240,13 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const 
   acc[0][2] = bf2f(f2bf(acc[0][2] * w));
   __shared__ float red[TOPK * 128];
   warp_sum<TOPK, 1>(acc, red);
-  if (slot == 0 && t == 0) {
+  if (NORM) {
+    if (slot == 0) {                                                // the token's row as one row of [1, H]
+      const NormOut n{nout.res + (size_t)token * H, nout.gamma, nout.rout + (size_t)token * H,
+                      nout.sq + (size_t)token * nout.np, nout.np};
+      store_add_norm<1>(acc, out, 1, 0, stripe, n, H);
+    }
+  } else if (slot == 0 && t == 0) {
     out[stripe * 16 + g] = f2bf(acc[0][0]);
     out[stripe * 16 + g + 8] = f2bf(acc[0][2]);
   }
@@ -213,6 +258,14 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const 
       int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {                           \
     pdl_wait();                                                                                      \
     moe1_body<W, P>(w13, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x);           \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1n_w##W##_p##P(                         \
+      const uint8_t *w13, const bf16_t *x, const float *s13, const int *ids, bf16_t *inter,           \
+      int I, int H, int stride_se, int stride_sn, int top_k, int stride_x, const float *sq, int np,    \
+      float eps) {                                                                                     \
+    pdl_wait();                                                                                      \
+    moe1_body<W, P, true>(w13, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x,      \
+                          NormIn{sq, np, eps});                                                       \
   }
 MOE1(2, 1)
 MOE1(4, 0)
@@ -225,6 +278,14 @@ MOE1(8, 0)
       bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
     if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
     moe2_body<K, P, EARLY_WAIT>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);   \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2n_k##K##_p##P(                         \
+      const uint8_t *w2, const bf16_t *inter, const float *s2, const int *ids, const float *tw,       \
+      bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o, const bf16_t *res,        \
+      const bf16_t *gamma, bf16_t *rout, float *sq, int np) {                                          \
+    if (!EARLY_WAIT) pdl_wait();                                                                      \
+    moe2_body<K, P, EARLY_WAIT, true>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn,        \
+                                      stride_o, NormOut{res, gamma, rout, sq, np});                   \
   }
 MOE2(1, 1)
 MOE2(2, 1)
@@ -242,12 +303,15 @@ MOE2(8, 1)
 // token's row is bit for bit what moe_gemv1 / moe_gemv2 give it (tests/gpu/test_fp8_gemv_gpu.py).
 //
 // GEMM1: grid (I / 8 stripes, S group bounds); blocks past num_groups exit. inter[pair, I] as moe1_body.
-template <int WARPS, bool PIPE>
+template <int WARPS, bool PIPE, bool NORM = false>
 __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, const bf16_t *__restrict__ x,
                                            const float *__restrict__ s13, const int *__restrict__ groups,
                                            const int *__restrict__ grp_expert, bf16_t *__restrict__ inter,
-                                           int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {
+                                           int I, int H, int stride_se, int stride_sn, int top_k, int stride_x,
+                                           NormIn nin = {}) {
   const int stripe = blockIdx.x, grp = blockIdx.y;
+  __shared__ float rs[GEMV_MAX_TOKENS];
+  if (NORM) rows_rstd<WARPS, 4>(nin, H, gridDim.y / top_k, rs);       // every token's (gridDim.y = T * top_k)
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const int e = __ldg(grp_expert + grp);
   int kb0, kb1;
@@ -260,7 +324,7 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
                         se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);
   __shared__ float red[WARPS * 128];
   warp_sum<WARPS, 1>(acc, red);
-  if (warp == 0) store_group_inter(acc, groups, grp, inter, I, stripe);
+  if (warp == 0) store_group_inter<NORM>(acc, groups, grp, inter, I, stripe, rs, top_k);
 }
 
 // GEMM2: grid (H / 64, S group bounds), 4 warps, each one 16-row stripe over all of I (as moe2_body's
@@ -289,6 +353,15 @@ __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const
     pdl_wait();                                                                                      \
     if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
     moe1g_body<W, P>(w13, x, s13, groups, grp_expert, inter, I, H, stride_se, stride_sn, top_k, stride_x); \
+  }                                                                                                  \
+  extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1gn_w##W##_p##P(                        \
+      const uint8_t *w13, const bf16_t *x, const float *s13, const int *groups, const int *grp_expert, \
+      const int *num_groups, bf16_t *inter, int I, int H, int stride_se, int stride_sn, int top_k,     \
+      int stride_x, const float *sq, int np, float eps) {                                              \
+    pdl_wait();                                                                                      \
+    if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
+    moe1g_body<W, P, true>(w13, x, s13, groups, grp_expert, inter, I, H, stride_se, stride_sn, top_k,  \
+                           stride_x, NormIn{sq, np, eps});                                            \
   }
 MOE1G(2, 1)
 MOE1G(4, 0)

@@ -127,14 +127,21 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a comp
 // block's loads issued one block ahead of its use. EARLY: the kernel has not waited for its
 // predecessor (`pdl_wait`); the loop does, after load_w(kb, buf) (load's part that no kernel of the
 // step writes: weights, scales) of its first (PIPE: two) blocks, whose load_x (the rest) follows it.
-template <bool PIPE, bool EARLY, typename Buf, typename Load, typename LoadW, typename LoadX, typename Compute>
+// `wait`: pdl_wait and what the kernel does right after it (`PdlWait`: nothing more; the folded norm's
+// consumers compute their rows' rstd there, norm_fold.cuh).
+struct PdlWait {
+  __device__ __forceinline__ void operator()() const { pdl_wait(); }
+};
+
+template <bool PIPE, bool EARLY, typename Buf, typename Load, typename LoadW, typename LoadX, typename Compute,
+          typename Wait = PdlWait>
 __device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, LoadW &&load_w, LoadX &&load_x,
-                                       Compute &&compute) {
+                                       Compute &&compute, Wait wait = Wait()) {
   Buf a;
   if (!PIPE) {
     if (EARLY) {
       if (kb0 < kb1) load_w(kb0, a);
-      pdl_wait();
+      wait();
     }
     for (int kb = kb0; kb < kb1; ++kb) {
       if (EARLY && kb == kb0)
@@ -148,7 +155,7 @@ __device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, LoadW &&lo
     if (EARLY) {
       if (kb0 < kb1) load_w(kb0, a);
       if (kb0 + 1 < kb1) load_w(kb0 + 1, b);
-      pdl_wait();
+      wait();
       if (kb0 < kb1) load_x(kb0, a);
     } else if (kb0 < kb1) {
       load(kb0, a);

@@ -2,6 +2,9 @@
 // (token, slot) pairs by expert, and the combine of a token's slot rows.
 #pragma once
 #include "gemv_common.cuh"
+#include "norm_fold.cuh"
+
+#define GEMV_MAX_TOKENS 16   // the tokens of one launch (kernels/gemv_common.py GEMV_MAX_M)
 
 __device__ __forceinline__ bf16_t silu_mul(float gate, float up) { return f2bf(gate / (1.0f + __expf(-gate)) * up); }
 
@@ -58,10 +61,24 @@ __device__ __forceinline__ const bf16_t *group_x(const int *__restrict__ groups,
 
 // Grouped GEMM1's epilogue (warp 0, after warp_sum): lane (g, t) holds columns 2t and 2t + 1 of the
 // group (acc 0 / 1: gate row g, acc 2 / 3: up row g, stripe `stripe` of 8 rows): inter[pair, I].
+// NORM: gate and up scaled by rs[token] first (the folded norm's rstd, token = pair / top_k).
+template <bool NORM = false>
 __device__ __forceinline__ void store_group_inter(const float (&acc)[1][4], const int *__restrict__ groups, int grp,
-                                                  bf16_t *__restrict__ inter, int I, int stripe) {
+                                                  bf16_t *__restrict__ inter, int I, int stripe,
+                                                  const float *rs = nullptr, int top_k = 1) {
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const int p0 = __ldg(groups + grp * 8 + 2 * t), p1 = __ldg(groups + grp * 8 + 2 * t + 1);
+  if (NORM) {
+    if (p0 >= 0) {
+      const float r = rs[p0 / top_k];
+      inter[(size_t)p0 * I + stripe * 8 + g] = silu_mul(acc[0][0] * r, acc[0][2] * r);
+    }
+    if (p1 >= 0) {
+      const float r = rs[p1 / top_k];
+      inter[(size_t)p1 * I + stripe * 8 + g] = silu_mul(acc[0][1] * r, acc[0][3] * r);
+    }
+    return;
+  }
   if (p0 >= 0) inter[(size_t)p0 * I + stripe * 8 + g] = silu_mul(acc[0][0], acc[0][2]);
   if (p1 >= 0) inter[(size_t)p1 * I + stripe * 8 + g] = silu_mul(acc[0][1], acc[0][3]);
 }
@@ -95,4 +112,29 @@ extern "C" __global__ void __launch_bounds__(128) moe_combine(const bf16_t *__re
   float s = bf2f(yr[0]);
   for (int j = 1; j < top_k; ++j) s += bf2f(yr[(size_t)j * H]);
   out[(size_t)token * stride_o + h] = f2bf(s);
+}
+
+// moe_combine with the folded norm's producer epilogue (norm_fold.cuh): o = the combined row, rounded;
+// r = round(o + res) to rout, xn = round(r * gamma) to out, and each 16 columns' pair sum of r^2 (the
+// lanes of a 16-column run are adjacent: pairs xor 1, 2, 4, 8) to sq[token, h / 16]. res, rout: [T, H].
+extern "C" __global__ void __launch_bounds__(128) moe_combine_n(const bf16_t *__restrict__ y, bf16_t *__restrict__ out,
+                                                                int H, int top_k, int stride_o,
+                                                                const bf16_t *__restrict__ res,
+                                                                const bf16_t *__restrict__ gamma,
+                                                                bf16_t *__restrict__ rout, float *__restrict__ sq,
+                                                                int np) {
+  pdl_wait();
+  const int token = blockIdx.y, h = blockIdx.x * 128 + threadIdx.x;
+  const bf16_t *yr = y + (size_t)token * top_k * H + h;
+  float s = bf2f(yr[0]);
+  for (int j = 1; j < top_k; ++j) s += bf2f(yr[(size_t)j * H]);
+  const size_t at = (size_t)token * H + h;
+  const bf16_t r = f2bf(bf2f(f2bf(s)) + bf2f(res[at]));
+  rout[at] = r;
+  const float rf = bf2f(r);
+  out[(size_t)token * stride_o + h] = f2bf(rf * bf2f(gamma[h]));
+  float q = rf * rf;
+#pragma unroll
+  for (int o = 1; o < 16; o *= 2) q += __shfl_xor_sync(0xffffffffu, q, o);
+  if (h % 16 == 0) sq[(size_t)token * np + h / 16] = q;
 }
