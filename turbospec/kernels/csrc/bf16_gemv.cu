@@ -69,12 +69,12 @@ __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, con
   const bf16_t *rg = w + ((size_t)stripe * 16 + g) * K + 8 * t;
   float acc[NT][4] = {};
   __shared__ float rs[16];
-  auto wait = [&]() {
-    pdl_wait();
-    if (EPI == 1) rows_rstd<WARPS, 1>(nin, K, M, rs);
-  };
   if (EPI == 1 && !EARLY) rows_rstd<WARPS, 1>(nin, K, M, rs);        // the kernel has waited
-  stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc, wait);
+  if (EPI == 1)
+    stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc,
+                                     RstdWait<WARPS>{nin, K, M, rs});
+  else
+    stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
   if (threadIdx.x / 32 == 0) {
@@ -186,13 +186,13 @@ __device__ __forceinline__ void bmoe1g_body(const bf16_t *__restrict__ w13, cons
                                             NormIn nin = {}) {
   const int stripe = blockIdx.x, grp = blockIdx.y;
   __shared__ float rs[GEMV_MAX_TOKENS];
-  if (NORM) rows_rstd<WARPS, 4>(nin, H, gridDim.y / top_k, rs);    // every token's (gridDim.y = T * top_k)
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const int e = __ldg(grp_expert + grp);
   int kb0, kb1;
   warp_k_range<WARPS>(H / 128, kb0, kb1);
   const bf16_t *rg = lane_row_bf16(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
   const bf16_t *xl[1] = {group_x<1>(groups, grp, x, top_k, stride_x)};
+  if (NORM) rows_rstd<WARPS, WARPS >= 8 ? 2 : 4>(nin, H, gridDim.y / top_k, rs);   // every token's (gridDim.y = T * top_k)
   float acc[1][4] = {};
   stripe_dot_bf16_x<1, PIPE>(rg, rg + (size_t)I * H, xl, kb0, kb1, acc);
   __shared__ float red[WARPS * 128];

@@ -128,12 +128,12 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
   const float *srow = scale + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[NT][4] = {};
   __shared__ float rs[16];
-  auto wait = [&]() {
-    pdl_wait();
-    if (EPI == 1) rows_rstd<WARPS, 1>(nin, K, M, rs);
-  };
   if (EPI == 1 && !EARLY) rows_rstd<WARPS, 1>(nin, K, M, rs);        // the kernel has waited
-  stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc, wait);
+  if (EPI == 1)
+    stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc,
+                                RstdWait<WARPS>{nin, K, M, rs});
+  else
+    stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
   if (threadIdx.x / 32 == 0) {
@@ -311,7 +311,6 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
                                            NormIn nin = {}) {
   const int stripe = blockIdx.x, grp = blockIdx.y;
   __shared__ float rs[GEMV_MAX_TOKENS];
-  if (NORM) rows_rstd<WARPS, 4>(nin, H, gridDim.y / top_k, rs);       // every token's (gridDim.y = T * top_k)
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const int e = __ldg(grp_expert + grp);
   int kb0, kb1;
@@ -319,6 +318,7 @@ __device__ __forceinline__ void moe1g_body(const uint8_t *__restrict__ w13, cons
   const uint8_t *rg = lane_row(w13, (size_t)e * 2 * I + stripe * 8 + g, H);
   const float *se = s13 + (size_t)e * stride_se;
   const bf16_t *xl[1] = {group_x<2>(groups, grp, x, top_k, stride_x)};
+  if (NORM) rows_rstd<WARPS, WARPS >= 8 ? 2 : 4>(nin, H, gridDim.y / top_k, rs);   // every token's (gridDim.y = T * top_k)
   float acc[1][4] = {};
   stripe_dot_x<1, PIPE>(rg, rg + (size_t)I * H, xl, kb0, kb1, se + (size_t)(stripe * 8 / 128) * stride_sn,
                         se + (size_t)((I + stripe * 8) / 128) * stride_sn, acc);

@@ -127,10 +127,12 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {   // i: a comp
 // block's loads issued one block ahead of its use. EARLY: the kernel has not waited for its
 // predecessor (`pdl_wait`); the loop does, after load_w(kb, buf) (load's part that no kernel of the
 // step writes: weights, scales) of its first (PIPE: two) blocks, whose load_x (the rest) follows it.
-// `wait`: pdl_wait and what the kernel does right after it (`PdlWait`: nothing more; the folded norm's
-// consumers compute their rows' rstd there, norm_fold.cuh).
+// `wait`: its operator() waits (pdl_wait), its after_x() runs once the first K block's x loads are issued
+// (`PdlWait`: nothing; the folded norm's consumers compute their rows' rstd there, norm_fold.cuh, so that
+// the loads of its sums are in flight with the first x loads).
 struct PdlWait {
   __device__ __forceinline__ void operator()() const { pdl_wait(); }
+  __device__ __forceinline__ void after_x() const {}
 };
 
 template <bool PIPE, bool EARLY, typename Buf, typename Load, typename LoadW, typename LoadX, typename Compute,
@@ -144,12 +146,15 @@ __device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, LoadW &&lo
       wait();
     }
     for (int kb = kb0; kb < kb1; ++kb) {
-      if (EARLY && kb == kb0)
+      if (EARLY && kb == kb0) {
         load_x(kb, a);
-      else
+        wait.after_x();
+      } else {
         load(kb, a);
+      }
       compute(a);
     }
+    if (EARLY && kb0 >= kb1) wait.after_x();
   } else {
     Buf b;
     if (EARLY) {
@@ -157,6 +162,7 @@ __device__ __forceinline__ void k_loop(int kb0, int kb1, Load &&load, LoadW &&lo
       if (kb0 + 1 < kb1) load_w(kb0 + 1, b);
       wait();
       if (kb0 < kb1) load_x(kb0, a);
+      wait.after_x();
     } else if (kb0 < kb1) {
       load(kb0, a);
     }

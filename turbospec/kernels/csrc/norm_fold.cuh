@@ -82,6 +82,17 @@ __device__ __forceinline__ void rows_rstd(const NormIn &n, int K, int T, float *
   }
 }
 
+// k_loop's `wait` for a dense consumer (EARLY): pdl_wait, then its rows' rstd into rs once the first x
+// loads are issued.
+template <int WARPS>
+struct RstdWait {
+  NormIn n;
+  int K, M;
+  float *rs;
+  __device__ __forceinline__ void operator()() const { pdl_wait(); }
+  __device__ __forceinline__ void after_x() const { rows_rstd<WARPS, 1>(n, K, M, rs); }
+};
+
 // store_rows (gemv_common.cuh) with each row scaled by rs[m] before the rounding.
 template <int NT>
 __device__ __forceinline__ void store_rows_rstd(const float (&acc)[NT][4], bf16_t *__restrict__ out, int M,
