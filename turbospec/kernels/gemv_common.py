@@ -119,7 +119,7 @@ def norm_ok(epi, x: torch.Tensor, N: int) -> bool:
     if isinstance(epi, RowRstd):
         sq = epi.sq
         return (sq.dtype == torch.float32 and sq.dim() == 2 and sq.shape[0] == M and sq.is_contiguous()
-                and sq.shape[1] * 16 in (K, 2 * K) and sq.shape[1] <= NORM_MAX_NP)
+                and K % 32 == 0 and sq.shape[1] in (K // 16, K // 32) and sq.shape[1] <= NORM_MAX_NP)
     if isinstance(epi, AddNorm):
         res, g = epi.residual, epi.norm.weight
         return (res.shape == (M, N) and res.is_contiguous() and res.dtype == x.dtype and g.shape == (N,)
