@@ -59,8 +59,8 @@
 #            default since): the four b1 target rows with it 0 then 1; between them tests/gpu/test_gemv_early_gpu.py
 #            and the auto-engine GEMV tests under 1 (EARLY_ROWS_FIRST before the tests, EARLY_ROWS_THEN after; each
 #            pair while AUTO_LIMIT leaves time)
-#   foldab   (session 45) the RMSNorm folded into the CUDA GEMVs (csrc/norm_fold.cuh, TURBOSPEC_NORM_EPILOGUE=1):
-#            FOLD_ROWS_FIRST of the four b1 target rows with it 0 then 1, then tests/gpu/test_gemv_norm_fold_gpu.py,
+#   foldab   (session 45) the RMSNorm folded into the CUDA GEMVs (csrc/norm_fold.cuh, TURBOSPEC_NORM_EPILOGUE=gemv):
+#            FOLD_ROWS_FIRST of the four b1 target rows with it 0 then gemv, then tests/gpu/test_gemv_norm_fold_gpu.py,
 #            then FOLD_ROWS_THEN (each pair while AUTO_LIMIT leaves time)
 #   OUT=/path bash bench/gpu_pending.sh draw engine archs norm targets
 set -u
@@ -167,7 +167,7 @@ for part in "$@"; do
                   "--shape qwen3-8b --dtype bf16 --batch-sizes 1 --prompt-len 512 --gen-len 64")
             fpairs() { for i in "$@"; do
                 (( SECONDS + 130 > ${AUTO_LIMIT:-570} )) && { echo "### (out of time: row $i not run)" >> "$OUT/fold_bench.txt"; return; }
-                for v in 0 1; do TURBOSPEC_NORM_EPILOGUE=$v bench_rows fold_bench.txt 150 "${rows[$i]}"; done
+                for v in 0 gemv; do TURBOSPEC_NORM_EPILOGUE=$v bench_rows fold_bench.txt 150 "${rows[$i]}"; done
               done; }
             fpairs ${FOLD_ROWS_FIRST:-0}
             grep -E "^###|roofline|^ +[0-9]" "$OUT/fold_bench.txt" | tail -20

@@ -18,25 +18,27 @@ needs_nvrtc = pytest.mark.skipif(nvrtc.find() is None, reason="no libnvrtc found
 def _fp8_gemv_names() -> list[str]:
     from turbospec.kernels import fp8_gemv
     names = [f"fp8_gemv_{v.split('_')[0]}_nt{nt}_{v.split('_')[1]}" for nt, vs in fp8_gemv._DENSE.items() for v in vs]
-    return names + _norm_names("fp8_gemv") + _moe_names("moe_gemv", moe_gemv.FP8_MOE1)
-
-
-def _norm_names(prefix: str) -> list[str]:
-    """The folded-norm twins of the dense kernels a folded launch takes (`warps_for`'s 4 or 8 warps, pipelined)."""
-    return [f"{prefix}_w{w}_nt{nt}_p1_e{e}" for w in (4, 8) for nt in (1, 2) for e in (1, 2)]
+    return names + _moe_names("moe_gemv", moe_gemv.FP8_MOE1)
 
 
 def _moe_names(prefix: str, gemm1: dict) -> list[str]:
     """The MoE kernels kernels/moe_gemv.py launches from one source."""
-    names = [f"{prefix}1{n}_{v}" for v in gemm1 for n in ("", "g", "n", "gn")]
-    names += [f"{prefix}2{n}_k{k}_p1" for k in moe_gemv.MOE_TOP_K for n in ("", "n")]
-    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine", "moe_combine_n"]
+    names = [f"{prefix}1_{v}" for v in gemm1] + [f"{prefix}1g_{v}" for v in gemm1]
+    names += [f"{prefix}2_k{k}_p1" for k in moe_gemv.MOE_TOP_K]
+    return names + [f"{prefix}2g_p1", "moe_group", "moe_combine"]
+
+
+def _norm_names(prefix: str, moe_prefix: str, gemm1: dict) -> list[str]:
+    """The folded-norm twins (TURBOSPEC_NORM_EPILOGUE=gemv's build): the dense kernels a folded launch takes
+    (`warps_for`'s 4 or 8 warps, pipelined) and every MoE GEMM1 / GEMM2 / combine kernel's."""
+    names = [f"{prefix}_w{w}_nt{nt}_p1_e{e}" for w in (4, 8) for nt in (1, 2) for e in (1, 2)]
+    names += [f"{moe_prefix}1{n}_{v}" for v in gemm1 for n in ("n", "gn")]
+    return names + [f"{moe_prefix}2n_k{k}_p1" for k in moe_gemv.MOE_TOP_K] + ["moe_combine_n"]
 
 
 def _bf16_gemv_names() -> list[str]:
     from turbospec.kernels.bf16_gemv import VARIANTS
-    return ([f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _norm_names("bf16_gemv")
-            + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1))
+    return [f"bf16_gemv_{v}" for vs in VARIANTS.values() for v in vs] + _moe_names("moe_bf16_gemv", moe_gemv.BF16_MOE1)
 
 
 @needs_nvcc
@@ -50,6 +52,28 @@ def test_sources_build_and_hold_every_launched_kernel(tmp_path, monkeypatch):
     assert cubin.build("fp8_gemv.cu") == out and out.stat().st_mtime_ns == mtime        # cached
     bf16 = cubin.build("bf16_gemv.cu").read_bytes()
     assert all(n.encode() in bf16 for n in _bf16_gemv_names()), [n for n in _bf16_gemv_names() if n.encode() not in bf16]
+
+
+@pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
+def test_the_norm_fold_build_adds_the_folded_twins(compiler, tmp_path, monkeypatch):
+    """TURBOSPEC_NORM_EPILOGUE=gemv's build (cubin.DEFINES + NORM_FOLD=1) holds every kernel of the default
+    build and the folded-norm twins kernels/fp8_gemv.py, bf16_gemv.py and moe_gemv.py launch; the default
+    build has none of the twins (its kernels' code is the build's before them, PTX compared on 2026-12-07)."""
+    if compiler == "nvcc" and cubin.find_nvcc() is None:
+        pytest.skip("nvcc not installed")
+    if compiler == "nvrtc":
+        if nvrtc.find() is None:
+            pytest.skip("no libnvrtc found (nvidia-cuda-nvrtc)")
+        monkeypatch.setattr(cubin, "find_nvcc", lambda: None)
+    monkeypatch.setenv("TURBOSPEC_CACHE_DIR", str(tmp_path))
+    fp8_twins = _norm_names("fp8_gemv", "moe_gemv", moe_gemv.FP8_MOE1)
+    bf16_twins = _norm_names("bf16_gemv", "moe_bf16_gemv", moe_gemv.BF16_MOE1)
+    default = cubin.build("bf16_gemv.cu").read_bytes()
+    assert not [n for n in bf16_twins if n.encode() in default]
+    monkeypatch.setattr(cubin, "DEFINES", cubin.DEFINES + ("NORM_FOLD=1",))
+    for source, names in (("fp8_gemv.cu", _fp8_gemv_names() + fp8_twins), ("bf16_gemv.cu", _bf16_gemv_names() + bf16_twins)):
+        data = cubin.build(source).read_bytes()
+        assert not [n for n in names if n.encode() not in data], source
 
 
 @pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])

@@ -1,14 +1,31 @@
 """Which folded norms the CUDA GEMVs take (kernels/gemv_common.py `norm_ok`) and the launch arguments
 they get (`norm_launch`), on the CPU: a consumer's sums of r^2 of 16 columns (the GEMVs' own) or 32
 (the Triton producers'), at most NORM_MAX_NP of them; a producer's residual in x's dtype and a bf16 norm
-weight; anything else goes to the Triton kernels or the reference."""
+weight; anything else (and every folded norm unless TURBOSPEC_NORM_EPILOGUE=gemv) goes to the Triton
+kernels or the reference."""
 from __future__ import annotations
 
 import torch
 
+import pytest
+
 from turbospec.kernels.gemv_common import norm_launch, norm_ok
+from turbospec.layers import norm_epilogue
 from turbospec.layers.layernorm import RMSNorm
 from turbospec.layers.norm_epilogue import AddNorm, NormedRows, RowRstd
+
+
+@pytest.fixture(autouse=True)
+def gemv_fold(monkeypatch):
+    monkeypatch.setattr(norm_epilogue, "GEMV_FOLD", True)      # TURBOSPEC_NORM_EPILOGUE=gemv
+
+
+def test_only_the_gemv_mode_folds_into_the_gemvs(monkeypatch):
+    x = torch.zeros(3, 2048, dtype=torch.bfloat16)
+    rr = RowRstd(torch.zeros(3, 128), 1e-6)
+    assert norm_ok(rr, x, 128)
+    monkeypatch.setattr(norm_epilogue, "GEMV_FOLD", False)     # "1": the Triton kernels fold
+    assert not norm_ok(rr, x, 128) and norm_ok(None, x, 128)
 
 
 def test_consumer_sums_of_either_width_are_taken_and_others_refused():

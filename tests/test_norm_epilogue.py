@@ -167,7 +167,7 @@ def test_models_that_cannot_fold_keep_their_norms(monkeypatch):
 
 
 def test_folded_moe_decode_matches_unfolded(monkeypatch, tiny_checkpoint_factory):
-    """A Qwen3-MoE model, float32 on the CPU: greedy tokens with the norms folded into the router and
+    """A Qwen3-MoE model (TURBOSPEC_NORM_EPILOGUE=gemv; under 1 an MoE folds nothing), float32 on the CPU: greedy tokens with the norms folded into the router and
     the experts (`Qwen3MoeSparseMoeBlock.forward_folded`: GEMM1's rows scaled by rstd, the next norm
     folded after the expert sum; the reference arithmetic of csrc/norm_fold.cuh) equal the unfolded
     model's, and every sparse layer took the folded path; the fold's hidden states stay within float32
@@ -177,6 +177,8 @@ def test_folded_moe_decode_matches_unfolded(monkeypatch, tiny_checkpoint_factory
     d = tiny_checkpoint_factory("qwen3_moe", name="fold_moe")
     prompts = ["def fibonacci(n):\n", "import os\nimport sys\n\nclass Config:\n"]
     sp = SamplingParams(temperature=0.0, max_tokens=24)
+    assert not LLM(str(d), device="cpu", dtype="float32").llm_engine.model.model.folds_norms()   # "1": dense only
+    monkeypatch.setattr(norm_epilogue, "GEMV_FOLD", True)                                       # "gemv"
     llm = LLM(str(d), device="cpu", dtype="float32")
     model = llm.llm_engine.model.model
     assert model.folds_norms()
@@ -193,3 +195,15 @@ def test_folded_moe_decode_matches_unfolded(monkeypatch, tiny_checkpoint_factory
     monkeypatch.setattr(FusedMoE, "takes_folded_norm", lambda self, h: False)   # an MoE kernel that cannot fold
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, sp)] == base
     assert calls == []
+
+
+@pytest.mark.parametrize("value,ok", [("0", True), ("1", True), ("gemv", True), ("yes", False), ("true", False)])
+def test_the_switch_is_checked(value, ok):
+    import subprocess
+    env = {**__import__("os").environ, "TURBOSPEC_NORM_EPILOGUE": value}
+    res = subprocess.run([sys.executable, "-c", "import turbospec.layers.norm_epilogue as n; print(n.ENABLED, n.GEMV_FOLD)"],
+                         capture_output=True, text=True, env=env)
+    if ok:
+        assert res.returncode == 0 and res.stdout.split() == [str(value != "0"), str(value == "gemv")], res.stderr
+    else:
+        assert res.returncode != 0 and "use 0 (off, the default), 1" in res.stderr and "gemv" in res.stderr

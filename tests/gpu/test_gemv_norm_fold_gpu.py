@@ -1,4 +1,4 @@
-"""An RMSNorm folded into the CUDA GEMVs (csrc/norm_fold.cuh; TURBOSPEC_NORM_EPILOGUE=1), on an sm_90 GPU:
+"""An RMSNorm folded into the CUDA GEMVs (csrc/norm_fold.cuh; TURBOSPEC_NORM_EPILOGUE=gemv), on an sm_90 GPU:
 
 - a producer (dense FP8 / bf16 GEMV; the MoE's one-token GEMM2 or its grouped combine) gives the
   unfused kernel's row o, then exactly r = round(o + residual), xn = round(r * weight) and the
@@ -181,6 +181,7 @@ def test_a_folded_engine_of_one_sequence_speculates_exactly(tiny_checkpoint_fact
     monkeypatch.setattr(moe_gemv, "moe_gemv", lambda *a, **k: seen.__setitem__("moe", seen["moe"] + (
         k.get("rstd") is not None)) or real_m(*a, **k))
     monkeypatch.setattr(norm_epilogue, "ENABLED", True)
+    monkeypatch.setattr(norm_epilogue, "GEMV_FOLD", True)                      # TURBOSPEC_NORM_EPILOGUE=gemv
     plain = LLM(str(path), **kw)
     ref = [o.outputs[0].token_ids for o in plain.generate(prompts, sp)]
     assert seen["e1"] > 0 and seen["e2"] > 0 and (seen["moe"] > 0) == (arch == "qwen3_moe"), seen

@@ -25,7 +25,9 @@ _SWITCHES = {"fp8_gemv.cu": "TURBOSPEC_FP8_GEMV", "bf16_gemv.cu": "TURBOSPEC_BF1
 _EARLY = os.environ.get("TURBOSPEC_GEMV_EARLY", "1")
 if _EARLY not in ("0", "1"):
     raise ValueError(f"TURBOSPEC_GEMV_EARLY={_EARLY!r}: use 1 (default) or 0")
-DEFINES = (f"GEMV_EARLY={_EARLY}",)
+# TURBOSPEC_NORM_EPILOGUE=gemv (checked by layers/norm_epilogue.py) builds the kernels' folded-norm twins too
+# (csrc/norm_fold.cuh: NORM_FOLD=1); the default build leaves them out (half the compile time).
+DEFINES = (f"GEMV_EARLY={_EARLY}",) + (("NORM_FOLD=1",) if os.environ.get("TURBOSPEC_NORM_EPILOGUE") == "gemv" else ())
 
 
 def cache_dir() -> Path:

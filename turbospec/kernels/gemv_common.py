@@ -110,12 +110,15 @@ NORM_MAX_NP = 512               # csrc/norm_fold.cuh: a consumer's row of sums o
 
 def norm_ok(epi, x: torch.Tensor, N: int) -> bool:
     """Whether the GEMVs take `epi` (layers/norm_epilogue.py: None, `RowRstd` or `AddNorm`) for x [M, K]
-    and N outputs: a consumer's sums [M, np] contiguous fp32 of 16 or 32 columns each (np <= NORM_MAX_NP);
+    and N outputs (a folded norm only under TURBOSPEC_NORM_EPILOGUE=gemv): a consumer's sums [M, np] contiguous fp32 of 16 or 32 columns each (np <= NORM_MAX_NP);
     a producer's residual [M, N] contiguous in x's dtype and its bf16 norm weight [N]."""
+    from turbospec.layers import norm_epilogue
     from turbospec.layers.norm_epilogue import AddNorm, RowRstd
     M, K = x.shape
     if epi is None:
         return True
+    if not norm_epilogue.GEMV_FOLD:             # TURBOSPEC_NORM_EPILOGUE=gemv only (1: the Triton kernels fold)
+        return False
     if isinstance(epi, RowRstd):
         sq = epi.sq
         return (sq.dtype == torch.float32 and sq.dim() == 2 and sq.shape[0] == M and sq.is_contiguous()

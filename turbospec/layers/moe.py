@@ -217,6 +217,8 @@ class FusedMoE(nn.Module):
         from turbospec.layers import norm_epilogue
         if not hidden.is_cuda:
             return norm_epilogue.CPU_REFERENCE
+        if not norm_epilogue.GEMV_FOLD:
+            return False
         from turbospec.kernels import bf16_gemv, fp8_gemv
         from turbospec.kernels.gemv_common import NORM_MAX_NP
         s13, s2, block = self._fp8_args()

@@ -19,6 +19,12 @@ rounding (every step of at most 64 rows takes a kernel, so decode and verify sti
 Off by default: on an H100 (2026-12-06) qwen3-8b bf16 decodes 1.2% faster per step at batch 1 and
 1.0-1.4% slower at batch 64, FP8 unchanged (docs/benchmarks.md). One setting must serve every
 batch size (decode and verify rows must round alike), so it is for batch-1 latency.
+
+`TURBOSPEC_NORM_EPILOGUE`: `0` (default) off; `1` the Triton GEMMs of dense layers fold (a linear
+that would take a CUDA GEMV takes the Triton kernel instead); `gemv` as `1`, and the CUDA GEMVs of
+an engine of one sequence fold too (kernels/csrc/norm_fold.cuh), the Qwen3-MoE router and experts
+included (`FusedMoE.forward_folded`). `gemv` was written without a GPU (2026-12-07): its GPU tests
+(tests/gpu/test_gemv_norm_fold_gpu.py) and timings (`bash bench/gpu_pending.sh foldab`) have not run.
 """
 from __future__ import annotations
 
@@ -30,7 +36,12 @@ import torch.nn.functional as F
 
 from turbospec.layers.linear import INVARIANT_GEMMS, INVARIANT_MAX_M
 
-ENABLED = os.environ.get("TURBOSPEC_NORM_EPILOGUE", "0") == "1"
+_MODE = os.environ.get("TURBOSPEC_NORM_EPILOGUE", "0")
+if _MODE not in ("0", "1", "gemv"):
+    raise ValueError(f"TURBOSPEC_NORM_EPILOGUE={_MODE!r}: use 0 (off, the default), 1 (fold the norms into the "
+                     "Triton GEMMs of dense layers) or gemv (and into the CUDA GEMVs, MoE layers too; experimental)")
+ENABLED = _MODE in ("1", "gemv")
+GEMV_FOLD = _MODE == "gemv"  # the CUDA GEMVs and the MoE GEMVs take folded norms (kernels/gemv_common.norm_ok)
 CPU_REFERENCE = False       # tests: fold the norms on the CPU too (the reference arithmetic)
 CHUNK = 32                  # columns per chunk sum of r^2 (a producer kernel's BLOCK_N is a multiple)
 MAX_ROWS = INVARIANT_MAX_M  # the rows the batch-invariant Triton GEMMs take
@@ -118,7 +129,7 @@ def check_norm_fold(model, device: torch.device, drafter: str) -> None:
     2026-12-06, cause not found: bench/fold_capture_diag.py.)"""
     folds = getattr(getattr(model, "model", None), "folds_norms", None)
     if ENABLED and torch.device(device).type == "cuda" and folds is not None and folds():
-        raise ValueError(f"TURBOSPEC_NORM_EPILOGUE=1 (RMSNorm folded into the GEMMs) does not run with {drafter}, "
+        raise ValueError(f"TURBOSPEC_NORM_EPILOGUE=1 or gemv (RMSNorm folded into the GEMMs) does not run with {drafter}, "
                          "which reads the target's hidden states: unset TURBOSPEC_NORM_EPILOGUE, or use an n-gram "
                          "or draft-model drafter")
 

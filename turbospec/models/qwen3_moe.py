@@ -18,6 +18,7 @@ from torch import nn
 from turbospec.config import ModelConfig
 from turbospec.layers.layernorm import RMSNorm
 from turbospec.layers.linear import ReplicatedLinear
+from turbospec.layers import norm_epilogue
 from turbospec.layers.moe import FusedMoE
 from turbospec.layers.norm_epilogue import AddNorm, NormedRows, RowRstd
 from turbospec.models.llama import LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
@@ -35,7 +36,8 @@ class Qwen3MoeSparseMoeBlock(nn.Module):
         return self.experts.forward_with_router(hidden, self.gate)                  # [T, H]
 
     def folds_norms(self) -> bool:
-        return type(self) is Qwen3MoeSparseMoeBlock
+        """Under TURBOSPEC_NORM_EPILOGUE=gemv only: the experts fold through the CUDA MoE GEMVs."""
+        return type(self) is Qwen3MoeSparseMoeBlock and norm_epilogue.GEMV_FOLD
 
     def takes_folded_norm(self, hidden: torch.Tensor) -> bool:
         return self.experts.takes_folded_norm(hidden)

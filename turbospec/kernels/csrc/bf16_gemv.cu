@@ -100,10 +100,12 @@ __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, con
     bf16_gemv_body<W, NT, P, EARLY_WAIT, 2>(w, x, out, M, N, K, stride_xm, stride_om, NormIn{},       \
                                             NormOut{res, gamma, rout, sq, np});                       \
   }
+#if NORM_FOLD
 BF16_GEMV_NORM(4, 1, 1)
 BF16_GEMV_NORM(8, 1, 1)
 BF16_GEMV_NORM(4, 2, 1)
 BF16_GEMV_NORM(8, 2, 1)
+#endif
 
 #define BF16_GEMV(W, NT, P)                                                                           \
   extern "C" __global__ void __launch_bounds__(W * 32) bf16_gemv_w##W##_nt##NT##_p##P(                 \
@@ -228,7 +230,12 @@ __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const
     pdl_wait();                                                                                      \
     if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
     bmoe1g_body<W, P>(w13, x, groups, grp_expert, inter, I, H, top_k, stride_x);                     \
-  }                                                                                                  \
+  }
+BMOE1(2, 1)
+BMOE1(4, 1)
+BMOE1(8, 1)
+#if NORM_FOLD
+#define BMOE1N(W, P)                                                                                 \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_bf16_gemv1n_w##W##_p##P(                    \
       const bf16_t *w13, const bf16_t *x, const int *ids, bf16_t *inter, int I, int H, int top_k,      \
       int stride_x, const float *sq, int np, float eps) {                                              \
@@ -244,9 +251,10 @@ __device__ __forceinline__ void bmoe2g_body(const bf16_t *__restrict__ w2, const
     bmoe1g_body<W, P, true>(w13, x, groups, grp_expert, inter, I, H, top_k, stride_x,                \
                             NormIn{sq, np, eps});                                                     \
   }
-BMOE1(2, 1)
-BMOE1(4, 1)
-BMOE1(8, 1)
+BMOE1N(2, 1)
+BMOE1N(4, 1)
+BMOE1N(8, 1)
+#endif
 
 #define BMOE2(K)                                                                                      \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2_k##K##_p1(                       \
@@ -254,7 +262,14 @@ BMOE1(8, 1)
       int I, int stride_o) {                                                                           \
     if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
     bmoe2_body<K, true, EARLY_WAIT>(w2, inter, ids, tw, out, H, I, stride_o);                        \
-  }                                                                                                  \
+  }
+BMOE2(1)
+BMOE2(2)
+BMOE2(4)
+BMOE2(6)
+BMOE2(8)
+#if NORM_FOLD
+#define BMOE2N(K)                                                                                    \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_bf16_gemv2n_k##K##_p1(                      \
       const bf16_t *w2, const bf16_t *inter, const int *ids, const float *tw, bf16_t *out, int H,     \
       int I, int stride_o, const bf16_t *res, const bf16_t *gamma, bf16_t *rout, float *sq, int np) {  \
@@ -262,11 +277,12 @@ BMOE1(8, 1)
     bmoe2_body<K, true, EARLY_WAIT, true>(w2, inter, ids, tw, out, H, I, stride_o,                    \
                                           NormOut{res, gamma, rout, sq, np});                         \
   }
-BMOE2(1)
-BMOE2(2)
-BMOE2(4)
-BMOE2(6)
-BMOE2(8)
+BMOE2N(1)
+BMOE2N(2)
+BMOE2N(4)
+BMOE2N(6)
+BMOE2N(8)
+#endif
 
 extern "C" __global__ void __launch_bounds__(128) moe_bf16_gemv2g_p1(
     const bf16_t *w2, const bf16_t *inter, const int *groups, const int *grp_expert, const int *num_groups,

@@ -168,10 +168,12 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
     if (!EARLY_WAIT) pdl_wait();                                                                      \
     gemv_body<W, NT, P, EARLY_WAIT>(w, x, scale, out, M, N, K, stride_xm, stride_om, stride_sn);      \
   }
+#if NORM_FOLD
 GEMV_NORM(4, 1, 1)
 GEMV_NORM(8, 1, 1)
 GEMV_NORM(4, 2, 1)
 GEMV_NORM(8, 2, 1)
+#endif
 GEMV(2, 1, 0)
 GEMV(4, 1, 0)
 GEMV(8, 1, 0)
@@ -258,7 +260,13 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const 
       int I, int H, int stride_se, int stride_sn, int top_k, int stride_x) {                           \
     pdl_wait();                                                                                      \
     moe1_body<W, P>(w13, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x);           \
-  }                                                                                                  \
+  }
+MOE1(2, 1)
+MOE1(4, 0)
+MOE1(4, 1)
+MOE1(8, 0)
+#if NORM_FOLD
+#define MOE1N(W, P)                                                                                  \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1n_w##W##_p##P(                         \
       const uint8_t *w13, const bf16_t *x, const float *s13, const int *ids, bf16_t *inter,           \
       int I, int H, int stride_se, int stride_sn, int top_k, int stride_x, const float *sq, int np,    \
@@ -267,10 +275,11 @@ __device__ __forceinline__ void moe2_body(const uint8_t *__restrict__ w2, const 
     moe1_body<W, P, true>(w13, x, s13, ids, inter, I, H, stride_se, stride_sn, top_k, stride_x,      \
                           NormIn{sq, np, eps});                                                       \
   }
-MOE1(2, 1)
-MOE1(4, 0)
-MOE1(4, 1)
-MOE1(8, 0)
+MOE1N(2, 1)
+MOE1N(4, 0)
+MOE1N(4, 1)
+MOE1N(8, 0)
+#endif
 
 #define MOE2(K, P)                                                                                    \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2_k##K##_p##P(                          \
@@ -278,7 +287,15 @@ MOE1(8, 0)
       bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o) {                  \
     if (!EARLY_WAIT) pdl_wait();         /* ids, tw: top-k's, written two launches back */            \
     moe2_body<K, P, EARLY_WAIT>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn, stride_o);   \
-  }                                                                                                  \
+  }
+MOE2(1, 1)
+MOE2(2, 1)
+MOE2(4, 1)
+MOE2(6, 1)
+MOE2(8, 0)
+MOE2(8, 1)
+#if NORM_FOLD
+#define MOE2N(K, P)                                                                                  \
   extern "C" __global__ void __launch_bounds__(K * 32) moe_gemv2n_k##K##_p##P(                         \
       const uint8_t *w2, const bf16_t *inter, const float *s2, const int *ids, const float *tw,       \
       bf16_t *out, int H, int I, int stride_se, int stride_sn, int stride_o, const bf16_t *res,        \
@@ -287,12 +304,13 @@ MOE1(8, 0)
     moe2_body<K, P, EARLY_WAIT, true>(w2, inter, s2, ids, tw, out, H, I, stride_se, stride_sn,        \
                                       stride_o, NormOut{res, gamma, rout, sq, np});                   \
   }
-MOE2(1, 1)
-MOE2(2, 1)
-MOE2(4, 1)
-MOE2(6, 1)
-MOE2(8, 0)
-MOE2(8, 1)
+MOE2N(1, 1)
+MOE2N(2, 1)
+MOE2N(4, 1)
+MOE2N(6, 1)
+MOE2N(8, 0)
+MOE2N(8, 1)
+#endif
 
 // ---------------------------------------------------------------- fused MoE, 2-16 tokens, grouped by expert
 // A verify's tokens share experts (8 tokens: 11-13 distinct of their 64 slots after a prefill), and
@@ -353,7 +371,13 @@ __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const
     pdl_wait();                                                                                      \
     if (blockIdx.y >= __ldg(num_groups)) return;                                                     \
     moe1g_body<W, P>(w13, x, s13, groups, grp_expert, inter, I, H, stride_se, stride_sn, top_k, stride_x); \
-  }                                                                                                  \
+  }
+MOE1G(2, 1)
+MOE1G(4, 0)
+MOE1G(4, 1)
+MOE1G(8, 0)
+#if NORM_FOLD
+#define MOE1GN(W, P)                                                                                 \
   extern "C" __global__ void __launch_bounds__(W * 32) moe_gemv1gn_w##W##_p##P(                        \
       const uint8_t *w13, const bf16_t *x, const float *s13, const int *groups, const int *grp_expert, \
       const int *num_groups, bf16_t *inter, int I, int H, int stride_se, int stride_sn, int top_k,     \
@@ -363,10 +387,11 @@ __device__ __forceinline__ void moe2g_body(const uint8_t *__restrict__ w2, const
     moe1g_body<W, P, true>(w13, x, s13, groups, grp_expert, inter, I, H, stride_se, stride_sn, top_k,  \
                            stride_x, NormIn{sq, np, eps});                                            \
   }
-MOE1G(2, 1)
-MOE1G(4, 0)
-MOE1G(4, 1)
-MOE1G(8, 0)
+MOE1GN(2, 1)
+MOE1GN(4, 0)
+MOE1GN(4, 1)
+MOE1GN(8, 0)
+#endif
 
 extern "C" __global__ void __launch_bounds__(128) moe_gemv2g_p1(
     const uint8_t *w2, const bf16_t *inter, const float *s2, const int *groups, const int *grp_expert,

@@ -114,6 +114,7 @@ extern "C" __global__ void __launch_bounds__(128) moe_combine(const bf16_t *__re
   out[(size_t)token * stride_o + h] = f2bf(s);
 }
 
+#if NORM_FOLD
 // moe_combine with the folded norm's producer epilogue (norm_fold.cuh): o = the combined row, rounded;
 // r = round(o + res) to rout, xn = round(r * gamma) to out, and each 16 columns' pair sum of r^2 (the
 // lanes of a 16-column run are adjacent: pairs xor 1, 2, 4, 8) to sq[token, h / 16]. res, rout: [T, H].
@@ -138,3 +139,4 @@ extern "C" __global__ void __launch_bounds__(128) moe_combine_n(const bf16_t *__
   for (int o = 1; o < 16; o *= 2) q += __shfl_xor_sync(0xffffffffu, q, o);
   if (h % 16 == 0) sq[(size_t)token * np + h / 16] = q;
 }
+#endif

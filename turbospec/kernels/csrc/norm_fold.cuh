@@ -14,6 +14,12 @@
 #pragma once
 #include "gemv_common.cuh"
 
+// NORM_FOLD (a build define: TURBOSPEC_NORM_EPILOGUE=gemv, kernels/cubin.py): 1 builds the folded twins of
+// the kernels (_e1 / _e2, moe_*n, moe_combine_n); 0 (the default) leaves them out, and the build as it was.
+#ifndef NORM_FOLD
+#define NORM_FOLD 0
+#endif
+
 struct NormIn {            // a consumer's rows: sq [M, np] fp32 sums of r^2, eps
   const float *sq;
   int np;
