@@ -171,7 +171,8 @@ for part in "$@"; do
               done; }
             fpairs ${FOLD_ROWS_FIRST:-0}
             grep -E "^###|roofline|^ +[0-9]" "$OUT/fold_bench.txt" | tail -20
-            PYTHONPATH=. timeout ${FOLD_TEST_LIMIT:-220} $T tests/gpu/test_gemv_norm_fold_gpu.py > "$OUT/fold_tests.txt" 2>&1
+            PYTHONPATH=. TURBOSPEC_NORM_EPILOGUE=gemv timeout ${FOLD_TEST_LIMIT:-220} $T tests/gpu/test_gemv_norm_fold_gpu.py \
+              > "$OUT/fold_tests.txt" 2>&1
             grep -E "(FAILED|ERROR) tests/|passed|failed|Error" "$OUT/fold_tests.txt" | head -20
             fpairs ${FOLD_ROWS_THEN:-1 2 0}
             grep -E "^###|roofline|^ +[0-9]" "$OUT/fold_bench.txt" | tail -40 ;;

@@ -9,7 +9,10 @@
 - every row's bits are those of its one-row call (1-16 rows; an MoE verify's tokens, grouped by expert,
   are their one-token decodes), and a folded engine decodes plain == n-gram k = 15.
 
-    PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_gemv_norm_fold_gpu.py
+The folded kernels are in the build of TURBOSPEC_NORM_EPILOGUE=gemv only (kernels/cubin.py reads it at
+import), so the tests run under it (and are skipped without it):
+
+    TURBOSPEC_NORM_EPILOGUE=gemv PYTHONPATH=. python3 -m pytest -q -m gpu tests/gpu/test_gemv_norm_fold_gpu.py
 """
 from __future__ import annotations
 
@@ -17,8 +20,10 @@ import pytest
 import torch
 
 from tests.gpu.gemv_checks import SM90, rel
+from turbospec.kernels import cubin
 
-pytestmark = SM90
+pytestmark = SM90 + [pytest.mark.skipif("NORM_FOLD=1" not in cubin.DEFINES,
+                                        reason="needs TURBOSPEC_NORM_EPILOGUE=gemv (the folded kernels' build)")]
 MS = (1, 2, 5, 8, 9, 16)
 
 
@@ -169,6 +174,8 @@ def test_a_folded_engine_of_one_sequence_speculates_exactly(tiny_checkpoint_fact
     kw = dict(device="cuda", dtype="bfloat16", max_model_len=256, max_num_seqs=1, quantization=quantization)
     prompts = ["def parse(data):\n    return ", "import os\nimport sys\n\n", "class Stack:\n    def __init__(self):\n"]
     sp = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    monkeypatch.setattr(norm_epilogue, "ENABLED", False)                       # the unfolded engine first
+    monkeypatch.setattr(norm_epilogue, "GEMV_FOLD", False)
     unfolded = [o.outputs[0].token_ids for o in LLM(str(path), **kw).generate(prompts, sp)]
     seen = {"e1": 0, "e2": 0, "moe": 0}
     real_b, real_f, real_m = bf16_gemv.bf16_gemv, fp8_gemv.fp8_gemv, moe_gemv.moe_gemv
