@@ -69,10 +69,10 @@ __device__ __forceinline__ void bf16_gemv_body(const bf16_t *__restrict__ w, con
   const bf16_t *rg = w + ((size_t)stripe * 16 + g) * K + 8 * t;
   float acc[NT][4] = {};
   __shared__ float rs[16];
-  if (EPI == 1 && !EARLY) rows_rstd<WARPS, 1>(nin, K, M, rs);        // the kernel has waited
+  if (EPI == 1 && !EARLY) rows_rstd<WARPS, rstd_rows<WARPS, NT>()>(nin, K, M, rs);        // the kernel has waited
   if (EPI == 1)
     stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc,
-                                     RstdWait<WARPS>{nin, K, M, rs});
+                                     RstdWait<WARPS, NT>{nin, K, M, rs});
   else
     stripe_dot_bf16<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, acc);
   __shared__ float red[WARPS * NT * 128];

@@ -128,10 +128,10 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
   const float *srow = scale + (size_t)(stripe * 16 / 128) * stride_sn;
   float acc[NT][4] = {};
   __shared__ float rs[16];
-  if (EPI == 1 && !EARLY) rows_rstd<WARPS, 1>(nin, K, M, rs);        // the kernel has waited
+  if (EPI == 1 && !EARLY) rows_rstd<WARPS, rstd_rows<WARPS, NT>()>(nin, K, M, rs);        // the kernel has waited
   if (EPI == 1)
     stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc,
-                                RstdWait<WARPS>{nin, K, M, rs});
+                                RstdWait<WARPS, NT>{nin, K, M, rs});
   else
     stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc);
   __shared__ float red[WARPS * NT * 128];

@@ -88,15 +88,21 @@ __device__ __forceinline__ void rows_rstd(const NormIn &n, int K, int T, float *
   }
 }
 
+// The rows a dense consumer's warp takes at once: one for 1-8 rows (a decode: more would cost registers,
+// e.g. 106 -> 127 in the FP8 4-warp kernel, 128 -> 161 in the bf16 one), two for 9-16 (a verify: at most
+// two rounds of loads on 4 warps).
+template <int WARPS, int NT>
+__host__ __device__ constexpr int rstd_rows() { return NT == 1 ? 1 : 2; }
+
 // k_loop's `wait` for a dense consumer (EARLY): pdl_wait, then its rows' rstd into rs once the first x
 // loads are issued.
-template <int WARPS>
+template <int WARPS, int NT>
 struct RstdWait {
   NormIn n;
   int K, M;
   float *rs;
   __device__ __forceinline__ void operator()() const { pdl_wait(); }
-  __device__ __forceinline__ void after_x() const { rows_rstd<WARPS, 1>(n, K, M, rs); }
+  __device__ __forceinline__ void after_x() const { rows_rstd<WARPS, rstd_rows<WARPS, NT>()>(n, K, M, rs); }
 };
 
 // store_rows (gemv_common.cuh) with each row scaled by rs[m] before the rounding.
