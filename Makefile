@@ -23,7 +23,7 @@ demo: venv
 	$(BIN)/python -m turbospec.demo
 
 test: venv
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra --durations=25 tests
 
 clean:
 	rm -rf $(VENV)

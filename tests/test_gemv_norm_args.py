@@ -65,3 +65,17 @@ def test_launch_arguments():
     assert suffix == "_e1" and args[0] is sq and args[1] == 128 and args[2] == 1e-6 and type(args[2]) is float
     assert got is out
     assert norm_launch(None, out) == ("", [], out)
+
+
+def test_moe_gemv_refuses_a_fold_it_cannot_take():
+    """Checked before any launch: more than 16 tokens (the grouped GEMM1's rstd table), an fp32 norm weight."""
+    from turbospec.kernels.moe_gemv import moe_gemv
+    E, H, I, k = 8, 256, 128, 2
+    w13, w2 = torch.zeros(E, 2 * I, H, dtype=torch.bfloat16), torch.zeros(E, H, I, dtype=torch.bfloat16)
+    n = RMSNorm(H, 1e-5).to(torch.bfloat16)
+    for T, norm in ((17, n), (4, RMSNorm(H, 1e-5))):
+        x = torch.zeros(T, H, dtype=torch.bfloat16)
+        tw, ids = torch.ones(T, k), torch.zeros(T, k, dtype=torch.long)
+        rr = RowRstd(torch.ones(T, H // 16), 1e-5)
+        with pytest.raises(ValueError, match="a folded norm takes 1-16 tokens"):
+            moe_gemv(x, w13, w2, tw, ids, rstd=rr, add_norm=AddNorm(torch.zeros(T, H, dtype=torch.bfloat16), norm))

@@ -40,6 +40,7 @@ from turbospec.kernels.gemv_common import norm_ok
 from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, pick_config  # noqa: F401
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
+from turbospec.layers import norm_epilogue
 from turbospec.layers.norm_epilogue import reference_linear
 _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56 (exact in fp32)
 
@@ -218,8 +219,8 @@ def fp8_gemm(x: torch.Tensor, w: torch.Tensor, scale_inv: torch.Tensor, bias: to
     N = w.shape[0]
     if x.shape[1] != (2 * K if silu_mul else K):
         raise ValueError(f"fp8_gemm: x {tuple(x.shape)} does not fit w {tuple(w.shape)} (silu_mul={silu_mul})")
-    if (config is None and bias is None and M <= fp8_gemv.GEMV_MAX_M and fp8_gemv.takes(w, x.device)
-            and fp8_gemv.dense_weight_ok(w, scale_inv, block)):          # TURBOSPEC_FP8_GEMV (fp8_gemv.prepare)
+    if (config is None and bias is None and M <= fp8_gemv.GEMV_MAX_M and (epi is None or norm_epilogue.GEMV_FOLD)
+            and fp8_gemv.takes(w, x.device) and fp8_gemv.dense_weight_ok(w, scale_inv, block)):   # fp8_gemv.prepare
         xa = apply_input_act(x, "silu_mul") if silu_mul else x
         if fp8_gemv.dense_eligible(xa, w, scale_inv, block) and norm_ok(epi, xa, N):
             return fp8_gemv.fp8_gemv(xa, w, scale_inv, epi)

@@ -112,11 +112,11 @@ def norm_ok(epi, x: torch.Tensor, N: int) -> bool:
     """Whether the GEMVs take `epi` (layers/norm_epilogue.py: None, `RowRstd` or `AddNorm`) for x [M, K]
     and N outputs (a folded norm only under TURBOSPEC_NORM_EPILOGUE=gemv): a consumer's sums [M, np] contiguous fp32 of 16 or 32 columns each (np <= NORM_MAX_NP);
     a producer's residual [M, N] contiguous in x's dtype and its bf16 norm weight [N]."""
+    if epi is None:
+        return True
     from turbospec.layers import norm_epilogue
     from turbospec.layers.norm_epilogue import AddNorm, RowRstd
     M, K = x.shape
-    if epi is None:
-        return True
     if not norm_epilogue.GEMV_FOLD:             # TURBOSPEC_NORM_EPILOGUE=gemv only (1: the Triton kernels fold)
         return False
     if isinstance(epi, RowRstd):

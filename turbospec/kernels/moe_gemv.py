@@ -72,9 +72,14 @@ def moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_wei
     `RowRstd`): hidden is round(r * weight) and GEMM1's gate and up rows are scaled by the token's rstd;
     add_norm (an `AddNorm`): the output goes through the residual add and the next norm, and the call
     returns `NormedRows`."""
-    from turbospec.kernels.gemv_common import norm_launch
-    from turbospec.kernels.pdl import pdl_enabled
+    from turbospec.kernels.gemv_common import GEMV_MAX_M, norm_launch, norm_ok
     T, H = hidden.shape
+    if (rstd is not None or add_norm is not None) and not (
+            T <= GEMV_MAX_M and norm_ok(rstd, hidden, H) and norm_ok(add_norm, hidden, H)):
+        raise ValueError(f"moe_gemv: a folded norm takes 1-{GEMV_MAX_M} tokens, bf16 norm weights and residuals of "
+                         f"[T, {H}], and sums of r^2 [T, {H // 16}] or [T, {H // 32}] fp32 (TURBOSPEC_NORM_EPILOGUE="
+                         f"gemv); got {T} tokens")
+    from turbospec.kernels.pdl import pdl_enabled
     I, k = w13.shape[1] // 2, topk_ids.shape[1]
     S = T * k
     fp8 = w13_scale is not None

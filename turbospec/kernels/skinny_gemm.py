@@ -59,6 +59,7 @@ from turbospec.kernels.pdl import pdl_launch, pdl_wait
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, split_k_for, store_split_k
 from turbospec.kernels.tuned_configs import load as load_tuned
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
+from turbospec.layers import norm_epilogue
 from turbospec.layers.norm_epilogue import reference_linear
 
 
@@ -294,8 +295,8 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         if act is not None:
             return skinny_linear(apply_input_act(x, act), weight, bias, epi=epi)
         return reference_linear(x, weight, bias, epi)
-    if (bias is None and x2.shape[0] <= bf16_gemv.GEMV_MAX_M and bf16_gemv.takes(weight, x.device)
-            and bf16_gemv.weight_ok(weight)):                                  # TURBOSPEC_BF16_GEMV (bf16_gemv.prepare)
+    if (bias is None and x2.shape[0] <= bf16_gemv.GEMV_MAX_M and (epi is None or norm_epilogue.GEMV_FOLD)
+            and bf16_gemv.takes(weight, x.device) and bf16_gemv.weight_ok(weight)):   # bf16_gemv.prepare
         xa = apply_input_act(x2, act) if act is not None else x2
         if bf16_gemv.eligible(xa, weight) and norm_ok(epi, xa, weight.shape[0]):
             if epi is not None:
