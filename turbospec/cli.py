@@ -68,8 +68,22 @@ class ReadableHelpGroup(TyperGroup):
             pass
 
 
-app = typer.Typer(cls=ReadableHelpGroup, rich_markup_mode=None, add_completion=False, no_args_is_help=True,
-                  help="turbospec: fast, lossless speculative decoding for open LLMs.")
+class _App(typer.Typer):
+    """The command: a `TURBOSPEC_*` switch given a value it does not take (env_switch.SwitchError, raised
+    where the switch is read, often at an import inside a command) ends it with one line and status 2,
+    as a bad flag does, not with a traceback."""
+
+    def __call__(self, *args, **kwargs):
+        from turbospec.env_switch import SwitchError
+        try:
+            return super().__call__(*args, **kwargs)
+        except SwitchError as e:
+            print(f"turbospec: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+app = _App(cls=ReadableHelpGroup, rich_markup_mode=None, add_completion=False, no_args_is_help=True,
+           help="turbospec: fast, lossless speculative decoding for open LLMs.")
 
 
 def _show_version(value: bool) -> None:

@@ -5,7 +5,6 @@ Without a drafter the same loop runs with an empty proposal (plain decoding).
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from turbospec.layers.norm_epilogue import check_norm_fold
 from turbospec.outputs import CompletionOutput, RequestOutput
 from turbospec.sampling_params import SamplingParams
 from turbospec.structured_outputs import grammar_failure
+from turbospec.env_switch import flag
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class LLMEngine:
                                                                   proposer, self.bitwise_exact)
         # decode rows of a step that also prefills run as a forward of their own (scheduler.split_mixed),
         # so that a greedy or seeded request's tokens do not depend on the prompts that arrive beside it
-        self.split_mixed_steps = self.bitwise_exact and os.environ.get("TURBOSPEC_SPLIT_MIXED", "1") != "0"
+        self.split_mixed_steps = flag("TURBOSPEC_SPLIT_MIXED") and self.bitwise_exact      # (the switch checked always)
         num_blocks = choose_num_blocks(config, engine_config, device, dtype)
         self.runner = ModelRunner(model, config, device, dtype, num_blocks, engine_config.block_size)
         self.block_manager = BlockManager(num_blocks, engine_config.block_size)

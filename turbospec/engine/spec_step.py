@@ -7,7 +7,6 @@ contiguous slots; blocks past the new length are released.
 from __future__ import annotations
 
 import functools
-import os
 import time
 
 import torch
@@ -20,6 +19,7 @@ from turbospec.layers.penalties import PenaltyTensors, apply_penalties, processe
 from turbospec.layers.sampler import SamplingTensors, compute_logprobs, compute_probs, logprobs_to_dicts, sample
 from turbospec.spec.proposer import Proposal, TargetFeatures
 from turbospec.spec.verify import couple_seeded_rows, greedy_chain, rejection_sample
+from turbospec.env_switch import flag
 
 
 class SpecDecodeStats:
@@ -164,7 +164,7 @@ def _unpack(packed: list[list[int]], bs: list[int], K: int) -> dict[int, tuple[l
 def _fused_greedy():
     """kernels/greedy_verify.py's one-launch accept rule, or None: no Triton (CPU-only installs) or
     TURBOSPEC_FUSED_GREEDY=0 (the PyTorch ops of `greedy_chain`; same tokens, for A/B runs)."""
-    if os.environ.get("TURBOSPEC_FUSED_GREEDY", "1") == "0":
+    if not flag("TURBOSPEC_FUSED_GREEDY"):
         return None
     try:
         from turbospec.kernels.greedy_verify import greedy_chain_packed

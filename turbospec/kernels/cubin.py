@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from turbospec.kernels import nvrtc
+from turbospec.env_switch import SwitchError
 
 CSRC = Path(__file__).parent / "csrc"
 _SWITCHES = {"fp8_gemv.cu": "TURBOSPEC_FP8_GEMV", "bf16_gemv.cu": "TURBOSPEC_BF16_GEMV"}     # what turns each on
@@ -24,7 +25,7 @@ _SWITCHES = {"fp8_gemv.cu": "TURBOSPEC_FP8_GEMV", "bf16_gemv.cu": "TURBOSPEC_BF1
 # as before; A/B runs). Read once, at import.
 _EARLY = os.environ.get("TURBOSPEC_GEMV_EARLY", "1")
 if _EARLY not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_GEMV_EARLY={_EARLY!r}: use 1 (default) or 0")
+    raise SwitchError(f"TURBOSPEC_GEMV_EARLY={_EARLY!r}: use 1 (default) or 0")
 # TURBOSPEC_NORM_EPILOGUE=gemv (checked by layers/norm_epilogue.py) builds the kernels' folded-norm twins too
 # (csrc/norm_fold.cuh: NORM_FOLD=1); the default build leaves them out (half the compile time).
 DEFINES = (f"GEMV_EARLY={_EARLY}",) + (("NORM_FOLD=1",) if os.environ.get("TURBOSPEC_NORM_EPILOGUE") == "gemv" else ())

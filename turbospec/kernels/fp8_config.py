@@ -21,12 +21,13 @@ import triton
 from turbospec.kernels.split_k import split_k_for
 from turbospec.kernels.tuned_configs import load as load_tuned
 from turbospec.layers.linear import INVARIANT_MAX_M
+from turbospec.env_switch import SwitchError
 
 FP8_TRITON_MAX_M = 256
 
 _MIN = os.environ.get("TURBOSPEC_FP8_LARGE_MIN_M", "17")
 if not _MIN.isdigit():
-    raise ValueError(f"TURBOSPEC_FP8_LARGE_MIN_M={_MIN!r}: give a row count (17 by default; 0 turns the "
+    raise SwitchError(f"TURBOSPEC_FP8_LARGE_MIN_M={_MIN!r}: give a row count (17 by default; 0 turns the "
                      "32-row config off)")
 LARGE_MIN_M = int(_MIN)           # 0: one config for every M <= INVARIANT_MAX_M
 

@@ -41,7 +41,9 @@ from turbospec.kernels.fp8_config import FP8_TRITON_MAX_M, TUNED, large_config, 
 from turbospec.kernels.split_k import num_sms, program_tiles, split_buffers, store_split_k
 from turbospec.layers.linear import INVARIANT_MAX_M, InputAct, apply_input_act
 from turbospec.layers import norm_epilogue
+from turbospec.env_switch import choice
 from turbospec.layers.norm_epilogue import reference_linear
+
 _TWO_64, _TWO_56 = 18446744073709551616.0, 72057594037927936.0      # 2^64, 2^56 (exact in fp32)
 
 
@@ -180,7 +182,7 @@ _FAST_CVT: dict = {}
 def fast_cvt_enabled(device: torch.device) -> bool:
     """The integer fp8 -> bf16 path, after checking it once on this device against the reference
     (all 256 bit patterns). Skipped (plain conversion) while a CUDA graph is being captured."""
-    if os.environ.get("TURBOSPEC_FP8_CVT", "fast") == "native" or os.environ.get("TRITON_INTERPRET") == "1":
+    if choice("TURBOSPEC_FP8_CVT", ("fast", "native"), "fast") == "native" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     if device not in _FAST_CVT:
         if torch.cuda.is_current_stream_capturing():

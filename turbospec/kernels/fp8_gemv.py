@@ -39,6 +39,7 @@ from turbospec.kernels.cubin import module
 from turbospec.kernels.gemv_common import (GEMV_MAX_M, aligned, auto_build, hopper, norm_launch, serves,
                                            serves_experts, switch_mode, warps_for)
 from turbospec.kernels.moe_gemv import FP8_MOE1, experts_of, shape_ok
+from turbospec.env_switch import SwitchError
 
 SOURCE = "fp8_gemv.cu"
 SWITCH = "TURBOSPEC_FP8_GEMV"
@@ -47,7 +48,7 @@ _ON = _MODE == "1"                      # every engine (tests turn it on here)
 _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0", "w4_p1", "w8_p0", "w8_p1")}
 _VARIANT = os.environ.get("TURBOSPEC_FP8_GEMV_VARIANT", "")     # A/B runs: one launch variant everywhere
 if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(FP8_MOE1):
-    raise ValueError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(FP8_MOE1))} "
+    raise SwitchError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(FP8_MOE1))} "
                      "(warps, unpipelined p0 / pipelined p1), or leave it unset")
 
 _CHOSEN = WeakIdKeyDictionary()         # dense weights and experts' w13 an "auto" engine sends here (`prepare`)

@@ -46,6 +46,7 @@ from turbospec.kernels.pdl import pdl_launch
 from turbospec.kernels.split_k import num_sms, split_buffers
 from turbospec.layers.linear import INVARIANT_MAX_M
 from turbospec.layers.moe import env_switch
+from turbospec.env_switch import SwitchError
 
 SLOT_MODE_MAX_TOKENS = 1
 INVARIANT_MAX_TOKENS = INVARIANT_MAX_M    # tokens up to which every row rounds alike whatever T is
@@ -59,7 +60,7 @@ INVARIANT_MAX_TOKENS = INVARIANT_MAX_M    # tokens up to which every row rounds 
 # TURBOSPEC_MOE_BF16_STAGES overrides it (A/B runs).
 _STAGES = os.environ.get("TURBOSPEC_MOE_BF16_STAGES", "6")
 if not (_STAGES.isdigit() and 1 <= int(_STAGES) <= 8):
-    raise ValueError(f"TURBOSPEC_MOE_BF16_STAGES={_STAGES!r}: give a number of pipeline stages from 1 to 8 (default 6)")
+    raise SwitchError(f"TURBOSPEC_MOE_BF16_STAGES={_STAGES!r}: give a number of pipeline stages from 1 to 8 (default 6)")
 BF16_DECODE_STAGES = int(_STAGES)
 # Slot mode's combine inside GEMM2 (SUM_LAST: the last slot of a token to finish sums the token's
 # y tiles; same bits as `moe_sum`), opt-in: on the H200 it measured no faster than GEMM2 then

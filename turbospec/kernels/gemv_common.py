@@ -9,6 +9,8 @@ import warnings
 
 import torch
 
+from turbospec.env_switch import SwitchError
+
 GEMV_MAX_M = 16                 # rows served (2 tiles of the MMA's 8-wide side); more rows: Triton
 # TURBOSPEC_FP8_GEMV / TURBOSPEC_BF16_GEMV = "auto" (the default): an engine of one sequence (max_num_seqs 1, a
 # latency deployment) decodes its linears (and its experts, with AUTO_EXPERTS) through the GEMVs. Its
@@ -34,7 +36,7 @@ def switch_mode(name: str) -> str:
     AUTO_MAX_SEQS sequences); anything else is refused."""
     value = os.environ.get(name, "auto")
     if value not in ("0", "1", "auto"):
-        raise ValueError(f"{name}={value!r}: use auto (the default: engines with max_num_seqs {AUTO_MAX_SEQS}), "
+        raise SwitchError(f"{name}={value!r}: use auto (the default: engines with max_num_seqs {AUTO_MAX_SEQS}), "
                          "1 (every engine) or 0 (never)")
     return value
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from turbospec.env_switch import SwitchError, count
+
 # Where partials are merged. The last split program to arrive merges all its rows at once
 # (`_merge_rows`); a second launch merges every row in its own program. On an H200 (2026-11-30,
 # prompt 256 + 64, against the previous merge that took the rows one after another in the launch):
@@ -18,8 +20,8 @@ import os
 # the same bits (tests/gpu/test_attention_kernels.py), so decode and verify may differ in mode.
 REDUCE = os.environ.get("TURBOSPEC_ATTN_REDUCE", "auto")
 if REDUCE not in ("auto", "fused", "two"):
-    raise ValueError(f"TURBOSPEC_ATTN_REDUCE={REDUCE!r}: use auto (default), fused or two")
-FUSED_MAX_ROWS = int(os.environ.get("TURBOSPEC_ATTN_FUSED_MAX_ROWS", "3"))
+    raise SwitchError(f"TURBOSPEC_ATTN_REDUCE={REDUCE!r}: use auto (default), fused or two")
+FUSED_MAX_ROWS = count("TURBOSPEC_ATTN_FUSED_MAX_ROWS", 3)
 # Programs per SM the split over partitions aims at (`split_programs`: at least two per row block);
 # TURBOSPEC_ATTN_PROGRAMS_PER_SM overrides it (A/B runs).
 _PPS = os.environ.get("TURBOSPEC_ATTN_PROGRAMS_PER_SM", "2")
@@ -28,7 +30,7 @@ try:
 except ValueError:
     PROGRAMS_PER_SM = -1.0
 if not 0 < PROGRAMS_PER_SM <= 64:
-    raise ValueError(f"TURBOSPEC_ATTN_PROGRAMS_PER_SM={_PPS!r}: give a number of programs per SM "
+    raise SwitchError(f"TURBOSPEC_ATTN_PROGRAMS_PER_SM={_PPS!r}: give a number of programs per SM "
                      f"in (0, 64] (default 2)")
 FUSED_REDUCE: bool | None = None if REDUCE == "auto" else REDUCE == "fused"
 
@@ -64,7 +66,7 @@ def split_programs(row_programs: int, splits: int, sms: int) -> int:
 # program per row block at batch 16 27.5. TURBOSPEC_ATTN_LARGE_DECODE=0 turns it off (A/B runs).
 _LD = os.environ.get("TURBOSPEC_ATTN_LARGE_DECODE", "1")
 if _LD not in ("0", "1"):
-    raise ValueError(f"TURBOSPEC_ATTN_LARGE_DECODE={_LD!r}: use 1 (default) or 0")
+    raise SwitchError(f"TURBOSPEC_ATTN_LARGE_DECODE={_LD!r}: use 1 (default) or 0")
 LARGE_DECODE = _LD == "1"
 LARGE_ROW_PROGRAMS = 3.0
 LARGE_PROGRAMS_PER_SM = 4.0

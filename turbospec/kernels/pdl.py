@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from turbospec.env_switch import choice
+
 try:                                                        # Triton >= 3.3
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
     _HAS_GDC = True
@@ -34,7 +36,7 @@ except ImportError:                                         # pragma: no cover -
     _HAS_GDC = False
 
 _ENABLED: dict = {}
-_MODE = os.environ.get("TURBOSPEC_PDL", "1")    # read once: "0" off, "small" GEMMs > 8 MiB in order
+_MODE = choice("TURBOSPEC_PDL", ("1", "0", "small"), "1", "small: GEMMs over 8 MiB in order")   # read once
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 

@@ -44,7 +44,6 @@ the fused qwen3-8b down_proj was slower than the two launches.
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 
 import torch
@@ -52,6 +51,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels import bf16_gemv
+from turbospec.env_switch import count
 from turbospec.kernels.gemv_common import norm_ok
 from turbospec.kernels.activation import act_rows, load_silu_mul_tile
 from turbospec.kernels.norm_epilogue import launch_args
@@ -155,7 +155,7 @@ TUNED: dict[tuple[int, int, int], dict] = {
 # per SM streaming too little). H200, 2026-11-30, `bench/skinny_tiles.py`, us at M = 1 / 16 against
 # the config above: qwen3-8b qkv 15.4 / 15.8 (17.8 / 18.0), o 11.8 / 12.2 (13.2 / 13.4), down
 # 27.8 / 28.2 (29.8 / 30.6); qwen3-30b-a3b qkv 9.3 / 9.6 (10.0 / 10.2), o 8.1 / 8.2 (8.9 / 9.2).
-SMALL_MAX_M = int(os.environ.get("TURBOSPEC_SKINNY_SMALL_MAX_M", "16"))     # 0: one config for every M
+SMALL_MAX_M = count("TURBOSPEC_SKINNY_SMALL_MAX_M", 16, "0: one config for every M")
 _W = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, SWAP_AB=True)
 TUNED_SMALL: dict[tuple[int, int, int], dict] = {
     (132, 6144, 4096): dict(_W, BLOCK_K=256, SPLIT_K=1, num_stages=4),    # qwen3-8b qkv

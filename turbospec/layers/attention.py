@@ -9,13 +9,13 @@ lazily so that CPU machines never import Triton).
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from turbospec.engine.forward_context import AttentionMetadata, get_forward_context
+from turbospec.env_switch import choice, flag
 
 
 def store_kv_torch(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -138,7 +138,7 @@ class Attention(nn.Module):
 
     # class-level: `microbench_layers.layer_path("native")` turns the fusion off, so that RoPE runs
     # on its PyTorch path (the baseline) even where the Triton backend attends
-    fuse_rope_store = os.environ.get("TURBOSPEC_FUSE_ROPE_STORE", "1") != "0"
+    fuse_rope_store = flag("TURBOSPEC_FUSE_ROPE_STORE")
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()
@@ -193,7 +193,7 @@ def _backend_for(q: torch.Tensor):
 def backend_for_device(device: torch.device):
     """Triton kernels on CUDA when they import; the PyTorch path everywhere else."""
     global _TRITON_BACKEND
-    if device.type != "cuda" or os.environ.get("TURBOSPEC_ATTENTION") == "torch":
+    if device.type != "cuda" or choice("TURBOSPEC_ATTENTION", ("triton", "torch"), "triton") == "torch":
         return TorchBackend
     if _TRITON_BACKEND is None:
         try:

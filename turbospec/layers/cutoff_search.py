@@ -39,6 +39,8 @@ import os
 
 import torch
 
+from turbospec.env_switch import SwitchError
+
 MODES = ("kernel", "torch", "sort")
 FIXED_POINT_BITS = 40          # a weight of 1 (the row's top token) is 2^40; V x 2^40 < 2^63 for V < 2^22
 MAX_VOCAB = 1 << 22
@@ -58,7 +60,7 @@ def top_p_mode() -> str:
     """TURBOSPEC_TOP_P, or the default, "kernel" (module docstring)."""
     mode = os.environ.get("TURBOSPEC_TOP_P") or "kernel"
     if mode not in MODES:
-        raise ValueError(f"TURBOSPEC_TOP_P={mode!r}: use one of {', '.join(MODES)} (or leave it unset: "
+        raise SwitchError(f"TURBOSPEC_TOP_P={mode!r}: use one of {', '.join(MODES)} (or leave it unset: "
                          "kernel)")
     return mode
 

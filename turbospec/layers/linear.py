@@ -19,7 +19,6 @@ its slice; `shard_ids` lists the pieces that must all arrive (see `model_loader`
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Literal
 
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbospec.layers.activation import SiluAndMul
+from turbospec.env_switch import choice, count
 
 
 class WeightShapeError(ValueError):
@@ -53,7 +53,7 @@ def default_weight_loader(param: nn.Parameter, loaded_weight: torch.Tensor, shar
 
 
 INVARIANT_MAX_M = 64          # rows up to which CUDA matmuls round each row alike whatever M is
-INVARIANT_GEMMS = os.environ.get("TURBOSPEC_GEMM", "skinny") != "cublas"
+INVARIANT_GEMMS = choice("TURBOSPEC_GEMM", ("skinny", "cublas"), "skinny") != "cublas"
 
 
 # Up to this many rows a GEMM whose input is silu(gate) * up computes it in its x-tile load
@@ -66,7 +66,7 @@ INVARIANT_GEMMS = os.environ.get("TURBOSPEC_GEMM", "skinny") != "cublas"
 # Off by default (0): on an H200 the fused qwen3-8b down_proj ran slower than SiLU-and-mul + GEMM
 # (all skinny GEMMs of a step 4.12 -> 4.57 ms against 49 us saved), the silu tile computed inside
 # the K loop apparently stalling its loads. TURBOSPEC_SILU_FUSE_MAX_M=16 turns it on (bitwise equal).
-SILU_MUL_FUSE_MAX_M = int(os.environ.get("TURBOSPEC_SILU_FUSE_MAX_M", "0"))
+SILU_MUL_FUSE_MAX_M = count("TURBOSPEC_SILU_FUSE_MAX_M", 0)
 
 InputAct = Literal["silu_mul"] | None       # an activation a linear applies to its input first
 _SILU_AND_MUL = SiluAndMul()

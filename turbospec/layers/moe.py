@@ -12,7 +12,6 @@ verify sizes on CUDA the router GEMM and the routing are then one launch (`kerne
 """
 from __future__ import annotations
 
-import os
 
 import torch
 from torch import nn
@@ -22,6 +21,7 @@ from turbospec.layers.activation import silu_and_mul
 from turbospec.layers.linear import (INVARIANT_GEMMS, INVARIANT_MAX_M, UnquantizedLinearMethod, copy_checked,
                                      linear)
 from turbospec.layers.moe_routing import RoutingConfig, route
+from turbospec.env_switch import flag
 
 
 def select_experts(router_logits: torch.Tensor, top_k: int, renormalize: bool
@@ -92,11 +92,8 @@ def fused_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
 
 
 def env_switch(name: str, default: str = "1") -> bool:
-    """An on/off environment switch: "1" on, "0" off; anything else is refused."""
-    value = os.environ.get(name, default)
-    if value not in ("0", "1"):
-        raise ValueError(f"{name}={value!r}: use 0 (off) or 1 (on, the default is {default})")
-    return value == "1"
+    """An on/off environment switch: "1" on, "0" off; anything else is refused (`env_switch.flag`)."""
+    return flag(name, default)
 
 
 # Router GEMM + top-k routing as one launch (`kernels.router_topk`) for 1..INVARIANT_MAX_M tokens.

@@ -18,7 +18,6 @@ stays lossless.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence as Seq
 
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 
 from turbospec.engine.bad_words import banned_ids, split_words, verify_row_bans
+from turbospec.env_switch import flag
 from turbospec.spec.tree import ancestor_matrix
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def apply_penalties(logits: torch.Tensor, pt: PenaltyTensors, ban_left: torch.Te
     logprobs). Rows without bias or penalties come out unchanged, bit for bit. ban_left [N, 1]
     (a decode burst's rows): a row's ban holds only where it is > 0. On CUDA one kernel
     (kernels/penalty_kernel.py, the same bits; TURBOSPEC_PENALTY_KERNEL=0 turns it off)."""
-    if logits.is_cuda and os.environ.get("TURBOSPEC_PENALTY_KERNEL", "1") != "0":
+    if logits.is_cuda and flag("TURBOSPEC_PENALTY_KERNEL"):
         from turbospec.kernels.penalty_kernel import apply_penalties_cuda     # imports Triton
         return apply_penalties_cuda(logits, pt, ban_left)
     logits = logits.float()
