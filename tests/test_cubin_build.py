@@ -71,7 +71,8 @@ def test_the_norm_fold_build_adds_the_folded_twins(compiler, tmp_path, monkeypat
     default = cubin.build("bf16_gemv.cu").read_bytes()
     assert not [n for n in bf16_twins if n.encode() in default]
     monkeypatch.setattr(cubin, "DEFINES", cubin.DEFINES + ("NORM_FOLD=1",))
-    for source, names in (("fp8_gemv.cu", _fp8_gemv_names() + fp8_twins), ("bf16_gemv.cu", _bf16_gemv_names() + bf16_twins)):
+    for source, names in (("fp8_gemv.cu", _fp8_gemv_names() + fp8_twins),
+                          ("bf16_gemv.cu", _bf16_gemv_names() + bf16_twins)):
         data = cubin.build(source).read_bytes()
         assert not [n for n in names if n.encode() not in data], source
 

@@ -167,11 +167,12 @@ def test_models_that_cannot_fold_keep_their_norms(monkeypatch):
 
 
 def test_folded_moe_decode_matches_unfolded(monkeypatch, tiny_checkpoint_factory):
-    """A Qwen3-MoE model (TURBOSPEC_NORM_EPILOGUE=gemv; under 1 an MoE folds nothing), float32 on the CPU: greedy tokens with the norms folded into the router and
-    the experts (`Qwen3MoeSparseMoeBlock.forward_folded`: GEMM1's rows scaled by rstd, the next norm
-    folded after the expert sum; the reference arithmetic of csrc/norm_fold.cuh) equal the unfolded
-    model's, and every sparse layer took the folded path; the fold's hidden states stay within float32
-    rounding of the unfolded ones."""
+    """A Qwen3-MoE model (TURBOSPEC_NORM_EPILOGUE=gemv; under 1 an MoE folds nothing), float32 on the
+    CPU: greedy tokens with the norms folded into the router and the experts
+    (`Qwen3MoeSparseMoeBlock.forward_folded`: GEMM1's rows scaled by rstd, the next norm folded after the
+    expert sum; the reference arithmetic of csrc/norm_fold.cuh) equal the unfolded model's, every sparse
+    layer took the folded path at every step, and an MoE whose kernel cannot take the fold keeps its
+    norms and gives the same tokens."""
     from turbospec import LLM, SamplingParams
     from turbospec.layers.moe import FusedMoE
     d = tiny_checkpoint_factory("qwen3_moe", name="fold_moe")
@@ -201,8 +202,8 @@ def test_folded_moe_decode_matches_unfolded(monkeypatch, tiny_checkpoint_factory
 def test_the_switch_is_checked(value, ok):
     import subprocess
     env = {**__import__("os").environ, "TURBOSPEC_NORM_EPILOGUE": value}
-    res = subprocess.run([sys.executable, "-c", "import turbospec.layers.norm_epilogue as n; print(n.ENABLED, n.GEMV_FOLD)"],
-                         capture_output=True, text=True, env=env)
+    code = "import turbospec.layers.norm_epilogue as n; print(n.ENABLED, n.GEMV_FOLD)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if ok:
         assert res.returncode == 0 and res.stdout.split() == [str(value != "0"), str(value == "gemv")], res.stderr
     else:
