@@ -1,5 +1,6 @@
 """The CUDA C++ MoE GEMVs (issue #4): an MoE layer's experts for 1-16 tokens, bf16 activations, FP8
-block-128 experts (csrc/fp8_gemv.cu) or bf16 experts (csrc/bf16_gemv.cu), sharing csrc/moe_common.cuh.
+block-128 experts (csrc/fp8_moe.cuh, in fp8_gemv.cu's build) or bf16 experts (csrc/bf16_gemv.cu),
+sharing csrc/moe_common.cuh.
 
 out[t] = sum over t's k slots, in slot order, of bf16(w_slot * down_e(silu(gate_e(x_t)) * up_e(x_t))),
 the slot rows rounded to bf16 and summed in fp32 (the rounding of kernels/moe_sum.py).

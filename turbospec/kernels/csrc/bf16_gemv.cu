@@ -123,7 +123,7 @@ BF16_GEMV(4, 2, 1)
 BF16_GEMV(8, 2, 1)
 
 // ---------------------------------------------------------------- fused MoE with bf16 experts
-// fp8_gemv.cu's MoE kernels without the conversion (and the same bit-for-bit contract): w13 [E, 2I, H],
+// fp8_moe.cuh's MoE kernels without the conversion (and the same bit-for-bit contract): w13 [E, 2I, H],
 // w2 [E, H, I]. One token: moe_bf16_gemv1 / moe_bf16_gemv2, each (token, slot) its own blocks; 2-16
 // tokens: moe_group, then moe_bf16_gemv1g / moe_bf16_gemv2g over groups of pairs of one expert (a
 // column each), then moe_combine. Lane (g, t)'s row pointers are advanced by 8t (x_off<1>).

@@ -1,4 +1,4 @@
-// Shared by the CUDA MoE GEMVs (fp8_gemv.cu, bf16_gemv.cu): SiLU-and-mul, the grouping of a launch's
+// Shared by the CUDA MoE GEMVs (fp8_moe.cuh in fp8_gemv.cu, bf16_gemv.cu): SiLU-and-mul, the grouping of a launch's
 // (token, slot) pairs by expert, and the combine of a token's slot rows.
 #pragma once
 #include "gemv_common.cuh"
