@@ -54,18 +54,23 @@ def test_sources_build_and_hold_every_launched_kernel(tmp_path, monkeypatch):
     assert all(n.encode() in bf16 for n in _bf16_gemv_names()), [n for n in _bf16_gemv_names() if n.encode() not in bf16]
 
 
-@pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
-def test_the_norm_fold_build_adds_the_folded_twins(compiler, tmp_path, monkeypatch):
-    """TURBOSPEC_NORM_EPILOGUE=gemv's build (cubin.DEFINES + NORM_FOLD=1) holds every kernel of the default
-    build and the folded-norm twins kernels/fp8_gemv.py, bf16_gemv.py and moe_gemv.py launch; the default
-    build has none of the twins (its kernels' code is the build's before them, PTX compared on 2026-12-07)."""
+def _use(compiler: str, cache, monkeypatch) -> None:
+    """Build with `compiler` ("nvcc", or "nvrtc": nvcc hidden) into the cache `cache`; skip where it is absent."""
     if compiler == "nvcc" and cubin.find_nvcc() is None:
         pytest.skip("nvcc not installed")
     if compiler == "nvrtc":
         if nvrtc.find() is None:
             pytest.skip("no libnvrtc found (nvidia-cuda-nvrtc)")
         monkeypatch.setattr(cubin, "find_nvcc", lambda: None)
-    monkeypatch.setenv("TURBOSPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TURBOSPEC_CACHE_DIR", str(cache))
+
+
+@pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
+def test_the_norm_fold_build_adds_the_folded_twins(compiler, tmp_path, monkeypatch):
+    """TURBOSPEC_NORM_EPILOGUE=gemv's build (cubin.DEFINES + NORM_FOLD=1) holds every kernel of the default
+    build and the folded-norm twins kernels/fp8_gemv.py, bf16_gemv.py and moe_gemv.py launch; the default
+    build has none of the twins (its kernels' code is the build's before them, PTX compared on 2026-12-07)."""
+    _use(compiler, tmp_path, monkeypatch)
     fp8_twins = _norm_names("fp8_gemv", "moe_gemv", moe_gemv.FP8_MOE1)
     bf16_twins = _norm_names("bf16_gemv", "moe_bf16_gemv", moe_gemv.BF16_MOE1)
     default = cubin.build("bf16_gemv.cu").read_bytes()
@@ -81,13 +86,7 @@ def test_the_norm_fold_build_adds_the_folded_twins(compiler, tmp_path, monkeypat
 def test_the_early_build_holds_every_kernel_and_caches_apart(compiler, tmp_path, monkeypatch):
     """The build of TURBOSPEC_GEMV_EARLY=0 (cubin.DEFINES, read at import) beside the default's: its own
     cache entry with every launched kernel in it, with nvcc and with NVRTC."""
-    if compiler == "nvcc" and cubin.find_nvcc() is None:
-        pytest.skip("nvcc not installed")
-    if compiler == "nvrtc":
-        if nvrtc.find() is None:
-            pytest.skip("no libnvrtc found (nvidia-cuda-nvrtc)")
-        monkeypatch.setattr(cubin, "find_nvcc", lambda: None)
-    monkeypatch.setenv("TURBOSPEC_CACHE_DIR", str(tmp_path))
+    _use(compiler, tmp_path, monkeypatch)
     default = cubin.build("bf16_gemv.cu")
     monkeypatch.setattr(cubin, "DEFINES", ("GEMV_EARLY=0",))
     out = cubin.build("bf16_gemv.cu")

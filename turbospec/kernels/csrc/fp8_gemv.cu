@@ -136,11 +136,7 @@ __device__ __forceinline__ void gemv_body(const uint8_t *__restrict__ w, const b
     stripe_dot<NT, PIPE, EARLY>(rg, rg + (size_t)8 * K, x, M, stride_xm, kb0, kb1, srow, srow, acc);
   __shared__ float red[WARPS * NT * 128];
   warp_sum<WARPS, NT>(acc, red);
-  if (threadIdx.x / 32 == 0) {
-    if (EPI == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
-    if (EPI == 1) store_rows_rstd<NT>(acc, out, M, stride_om, stripe, rs);
-    if (EPI == 2) store_add_norm<NT>(acc, out, M, stride_om, stripe, nout, N);
-  }
+  if (threadIdx.x / 32 == 0) store_epi<EPI, NT>(acc, out, M, stride_om, stripe, rs, nout, N);
 }
 
 // The folded-norm twins of a dense kernel (norm_fold.cuh): _e1 a consumer, _e2 a producer (out = xn).

@@ -161,3 +161,13 @@ __device__ __forceinline__ void store_add_norm(const float (&acc)[NT][4], bf16_t
     if (ok && g == 0) n.sq[(size_t)m * n.np + stripe] = s;
   }
 }
+
+// A dense GEMV's store (warp 0, after warp_sum) by its EPI: 0 store_rows, 1 its rows scaled by rs,
+// 2 the residual add + norm (out = xn; res / rout rows of N).
+template <int EPI, int NT>
+__device__ __forceinline__ void store_epi(const float (&acc)[NT][4], bf16_t *__restrict__ out, int M, int stride_om,
+                                          int stripe, const float *rs, const NormOut &nout, int N) {
+  if (EPI == 0) store_rows<NT>(acc, out, M, stride_om, stripe);
+  if (EPI == 1) store_rows_rstd<NT>(acc, out, M, stride_om, stripe, rs);
+  if (EPI == 2) store_add_norm<NT>(acc, out, M, stride_om, stripe, nout, N);
+}
