@@ -148,7 +148,9 @@ def test_fuse_router_switch_accepts_only_0_and_1(monkeypatch):
     monkeypatch.delenv("TURBOSPEC_FUSE_ROUTER")
     assert env_switch("TURBOSPEC_FUSE_ROUTER") is True
     assert env_switch("TURBOSPEC_FUSE_ROUTER", default="0") is False
-    for bad in ("", "yes", "2", "true"):
+    monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", "")                    # empty: as unset (env_switch.choice)
+    assert env_switch("TURBOSPEC_FUSE_ROUTER", default="0") is False
+    for bad in ("yes", "2", "true"):
         monkeypatch.setenv("TURBOSPEC_FUSE_ROUTER", bad)
         with pytest.raises(ValueError, match="TURBOSPEC_FUSE_ROUTER.*0.*1"):
             env_switch("TURBOSPEC_FUSE_ROUTER")

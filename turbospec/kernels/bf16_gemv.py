@@ -9,8 +9,8 @@ weights), and its bf16 experts' of at most 16 tokens (kernels/moe_gemv.py) while
 gemv_common.AUTO_EXPERTS is on (the default); `1` — every `skinny_linear` and
 `fused_experts` of at most 16 rows; `0` — never. A launch takes it with no
 bias (a folded norm too, TURBOSPEC_NORM_EPILOGUE=gemv: csrc/norm_fold.cuh), N % 16 == 0, K % 128 == 0,
-contiguous 16-byte aligned weight and x rows (a fused SiLU-and-mul input is applied first); more rows keep the Triton skinny GEMM, whose K order differs,
-so in such an engine a request's tokens may depend on how many others decode beside it, and
+contiguous 16-byte aligned weight and x rows (a fused SiLU-and-mul input is applied first); more rows
+keep the Triton skinny GEMM, whose K order differs, so in such an engine a request's tokens may depend on how many others decode beside it, and
 `bitwise_exact` speculation keeps verifies within 16 rows (`prepare`'s bound). It is compiled once
 (nvcc, or NVRTC where nvcc is absent), at engine start by `prepare`.
 """

@@ -28,7 +28,8 @@ if _EARLY not in ("0", "1"):
     raise SwitchError(f"TURBOSPEC_GEMV_EARLY={_EARLY!r}: use 1 (default) or 0")
 # TURBOSPEC_NORM_EPILOGUE=gemv (checked by layers/norm_epilogue.py) builds the kernels' folded-norm twins too
 # (csrc/norm_fold.cuh: NORM_FOLD=1); the default build leaves them out (half the compile time).
-DEFINES = (f"GEMV_EARLY={_EARLY}",) + (("NORM_FOLD=1",) if os.environ.get("TURBOSPEC_NORM_EPILOGUE") == "gemv" else ())
+_NORM_FOLD = os.environ.get("TURBOSPEC_NORM_EPILOGUE") == "gemv"
+DEFINES = (f"GEMV_EARLY={_EARLY}",) + (("NORM_FOLD=1",) if _NORM_FOLD else ())
 
 
 def cache_dir() -> Path:

@@ -28,7 +28,7 @@ FP8_TRITON_MAX_M = 256
 _MIN = os.environ.get("TURBOSPEC_FP8_LARGE_MIN_M", "17")
 if not _MIN.isdigit():
     raise SwitchError(f"TURBOSPEC_FP8_LARGE_MIN_M={_MIN!r}: give a row count (17 by default; 0 turns the "
-                     "32-row config off)")
+                      "32-row config off)")
 LARGE_MIN_M = int(_MIN)           # 0: one config for every M <= INVARIANT_MAX_M
 
 # (SM count, N, K) -> config for M <= INVARIANT_MAX_M (128x128 scale blocks), measured by

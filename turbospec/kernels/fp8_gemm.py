@@ -182,7 +182,8 @@ _FAST_CVT: dict = {}
 def fast_cvt_enabled(device: torch.device) -> bool:
     """The integer fp8 -> bf16 path, after checking it once on this device against the reference
     (all 256 bit patterns). Skipped (plain conversion) while a CUDA graph is being captured."""
-    if choice("TURBOSPEC_FP8_CVT", ("fast", "native"), "fast") == "native" or os.environ.get("TRITON_INTERPRET") == "1":
+    native = choice("TURBOSPEC_FP8_CVT", ("fast", "native"), "fast") == "native"
+    if native or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     if device not in _FAST_CVT:
         if torch.cuda.is_current_stream_capturing():

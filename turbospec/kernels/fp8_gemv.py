@@ -49,7 +49,7 @@ _DENSE = {1: ("w2_p0", "w4_p0", "w8_p0", "w2_p1", "w4_p1", "w8_p1"), 2: ("w4_p0"
 _VARIANT = os.environ.get("TURBOSPEC_FP8_GEMV_VARIANT", "")     # A/B runs: one launch variant everywhere
 if _VARIANT and _VARIANT not in set(_DENSE[2]) | set(FP8_MOE1):
     raise SwitchError(f"TURBOSPEC_FP8_GEMV_VARIANT={_VARIANT!r}: give one of {sorted(set(_DENSE[2]) | set(FP8_MOE1))} "
-                     "(warps, unpipelined p0 / pipelined p1), or leave it unset")
+                      "(warps, unpipelined p0 / pipelined p1), or leave it unset")
 
 _CHOSEN = WeakIdKeyDictionary()         # dense weights and experts' w13 an "auto" engine sends here (`prepare`)
 

@@ -37,7 +37,7 @@ def switch_mode(name: str) -> str:
     value = os.environ.get(name, "auto")
     if value not in ("0", "1", "auto"):
         raise SwitchError(f"{name}={value!r}: use auto (the default: engines with max_num_seqs {AUTO_MAX_SEQS}), "
-                         "1 (every engine) or 0 (never)")
+                          "1 (every engine) or 0 (never)")
     return value
 
 

@@ -31,7 +31,7 @@ except ValueError:
     PROGRAMS_PER_SM = -1.0
 if not 0 < PROGRAMS_PER_SM <= 64:
     raise SwitchError(f"TURBOSPEC_ATTN_PROGRAMS_PER_SM={_PPS!r}: give a number of programs per SM "
-                     f"in (0, 64] (default 2)")
+                      f"in (0, 64] (default 2)")
 FUSED_REDUCE: bool | None = None if REDUCE == "auto" else REDUCE == "fused"
 
 

@@ -61,7 +61,7 @@ def top_p_mode() -> str:
     mode = os.environ.get("TURBOSPEC_TOP_P") or "kernel"
     if mode not in MODES:
         raise SwitchError(f"TURBOSPEC_TOP_P={mode!r}: use one of {', '.join(MODES)} (or leave it unset: "
-                         "kernel)")
+                          "kernel)")
     return mode
 
 

@@ -40,7 +40,7 @@ from turbospec.env_switch import SwitchError
 _MODE = os.environ.get("TURBOSPEC_NORM_EPILOGUE", "0")
 if _MODE not in ("0", "1", "gemv"):
     raise SwitchError(f"TURBOSPEC_NORM_EPILOGUE={_MODE!r}: use 0 (off, the default), 1 (fold the norms into the "
-                     "Triton GEMMs of dense layers) or gemv (and into the CUDA GEMVs, MoE layers too; experimental)")
+                      "Triton GEMMs of dense layers) or gemv (and into the CUDA GEMVs, MoE layers too; experimental)")
 ENABLED = _MODE in ("1", "gemv")
 GEMV_FOLD = _MODE == "gemv"  # the CUDA GEMVs and the MoE GEMVs take folded norms (kernels/gemv_common.norm_ok)
 CPU_REFERENCE = False       # tests: fold the norms on the CPU too (the reference arithmetic)
@@ -131,8 +131,8 @@ def check_norm_fold(model, device: torch.device, drafter: str) -> None:
     folds = getattr(getattr(model, "model", None), "folds_norms", None)
     if ENABLED and torch.device(device).type == "cuda" and folds is not None and folds():
         raise SwitchError(f"TURBOSPEC_NORM_EPILOGUE=1 or gemv (RMSNorm folded into the GEMMs) does not run with {drafter}, "
-                         "which reads the target's hidden states: unset TURBOSPEC_NORM_EPILOGUE, or use an n-gram "
-                         "or draft-model drafter")
+                          "which reads the target's hidden states: unset TURBOSPEC_NORM_EPILOGUE, or use an n-gram "
+                          "or draft-model drafter")
 
 
 def applies(hidden: torch.Tensor) -> bool:
