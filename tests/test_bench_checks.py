@@ -38,11 +38,12 @@ def test_env_names_only_the_kernel_switches(monkeypatch):
 
 def test_kernel_switches_are_the_ones_the_code_reads():
     """The list the header names is the set of TURBOSPEC_* variables read in turbospec/ (os.environ,
-    env_switch, the GEMVs' switch_mode(SWITCH), serve's envvar), every one in docs/internals.md's table or its notes; a new switch
+    env_switch, env_switch.py's choice / flag / count, the GEMVs' switch_mode(SWITCH), serve's envvar), every one in docs/internals.md's table or its notes; a new switch
     added without the list fails here."""
     from turbospec.benchmarks.cli_args import _SECRET, KERNEL_SWITCHES, KNOWN_NOT_SWITCHES
     read = set()
-    pat = re.compile(r"""(?:environ\.get\(|environ\[|getenv\(|env_switch\(|switch_mode\(|envvar=|SWITCH = )\s*["'](TURBOSPEC_[A-Z0-9_]+)""")
+    pat = re.compile(r"""(?:environ\.get\(|environ\[|getenv\(|env_switch\(|switch_mode\(|envvar=|SWITCH = |"""
+                     r"""\bchoice\(|\bflag\(|\bcount\()\s*["'](TURBOSPEC_[A-Z0-9_]+)""")
     for path in (REPO / "turbospec").rglob("*.py"):
         read |= set(pat.findall(path.read_text()))
     assert read == set(KERNEL_SWITCHES) | set(KNOWN_NOT_SWITCHES), read ^ (set(KERNEL_SWITCHES) | set(KNOWN_NOT_SWITCHES))
