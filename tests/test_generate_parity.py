@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from tests.conftest import REPO
@@ -58,28 +59,57 @@ def test_qwen2_matches_transformers(tiny_checkpoint_factory, hf_model_factory):
     check_parity(tiny_checkpoint_factory("qwen2", "parity_qwen2", seed=6), hf_model_factory, PROMPTS)
 
 
-def test_mistral_within_its_window_matches_transformers(tiny_checkpoint_factory, hf_model_factory):
-    """Mistral with a sliding window of 64: the context is capped to it (max_model_len 64), where full
-    attention is exact; transformers runs its own sliding-window attention over the same tokens."""
+def test_mistral_past_its_window_matches_transformers(tiny_checkpoint_factory, hf_model_factory):
+    """Mistral with a sliding window of 8 (the fixture's): prompts and generations far past it, in one
+    batch of three lengths, give transformers' tokens and logprobs; its context is not capped."""
     d = tiny_checkpoint_factory("mistral", "parity_mistral", tokenizer=False, seed=7)
     llm = LLM(str(d), device="cpu", dtype="float32")
-    assert llm.llm_engine.max_model_len == 64 and llm.llm_engine.model_config.sliding_window == 64
-    check_parity(d, hf_model_factory, [[5, 17, 300, 42, 7], list(range(100, 130))])     # 30 + 32 <= 64
+    assert llm.llm_engine.max_model_len == 2048 and llm.llm_engine.model_config.sliding_window == 8
+    check_parity(d, hf_model_factory, [[5, 17, 300, 42, 7], list(range(100, 130)), [9] * 3 + list(range(40, 60))])
+
+
+def test_a_window_changes_the_tokens_past_it(tiny_checkpoint_factory, tiny_dir_factory):
+    """Guards the test above from passing vacuously: the same weights without the window give other
+    logprobs once a query's window leaves out keys, and the same ones while it does not."""
+    d = tiny_checkpoint_factory("mistral", "parity_mistral_nowin", tokenizer=False, seed=7)
+    full = tiny_dir_factory(d, config_updates={"sliding_window": None})
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=0)
+
+    def lps(path, prompt):
+        out = LLM(str(path), device="cpu", dtype="float32").generate([{"prompt_token_ids": prompt}], params)[0]
+        return [lp[t].logprob for lp, t in zip(out.outputs[0].logprobs, out.outputs[0].token_ids)]
+    short, long = [5, 17, 300], list(range(100, 130))
+    assert max(abs(a - b) for a, b in zip(lps(d, short)[:5], lps(full, short)[:5])) < 1e-5   # 3 + 5 <= 8
+    assert max(abs(a - b) for a, b in zip(lps(d, long), lps(full, long))) > 1e-2
 
 
 def test_sliding_window_only_when_the_config_turns_it_on():
     from turbospec.config import ModelConfig
     base = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
             "num_attention_heads": 4, "max_position_embeddings": 32768, "sliding_window": 4096}
-    assert ModelConfig.from_dict({**base, "use_sliding_window": False}).max_position_embeddings == 32768
-    assert ModelConfig.from_dict(base).max_position_embeddings == 32768      # absent: off, as transformers
+    assert ModelConfig.from_dict({**base, "use_sliding_window": False}).sliding_window is None
+    assert ModelConfig.from_dict(base).sliding_window is None                 # absent: off, as transformers
     llama = {**base, "architectures": ["LlamaForCausalLM"], "use_sliding_window": True}
     assert ModelConfig.from_dict(llama).sliding_window is None               # no window in Llama's layers
-    on = ModelConfig.from_dict({**base, "use_sliding_window": True})
-    assert (on.max_position_embeddings, on.sliding_window) == (4096, 4096)
+    # Qwen2 / Qwen3: the layers from max_window_layers (28 when absent) on, or as layer_types lists them
+    on = ModelConfig.from_dict({**base, "use_sliding_window": True, "max_window_layers": 1})
+    assert (on.max_position_embeddings, on.sliding_window, on.window_layers) == (32768, 4096, (1,))
+    assert [on.layer_window(i) for i in range(2)] == [None, 4096]
+    assert ModelConfig.from_dict({**base, "use_sliding_window": True}).sliding_window is None   # 28 > 2 layers
+    typed = ModelConfig.from_dict({**base, "use_sliding_window": True,
+                                   "layer_types": ["sliding_attention", "full_attention"]})
+    assert typed.window_layers == (0,)
+    moe2 = ModelConfig.from_dict({**base, "architectures": ["Qwen2MoeForCausalLM"], "use_sliding_window": True,
+                                  "num_hidden_layers": 5, "max_window_layers": 4, "num_experts": 4,
+                                  "num_experts_per_tok": 2, "moe_intermediate_size": 32})
+    assert moe2.window_layers == (0, 2)                                    # transformers: even layers below it
     mistral = {**base, "architectures": ["MistralForCausalLM"]}
-    assert ModelConfig.from_dict(mistral).max_position_embeddings == 4096            # v0.1: a window
-    assert ModelConfig.from_dict({**mistral, "sliding_window": None}).max_position_embeddings == 32768   # v0.3
+    v01 = ModelConfig.from_dict(mistral)                                   # v0.1: a window in every layer
+    assert (v01.max_position_embeddings, v01.sliding_window, v01.window_layers) == (32768, 4096, (0, 1))
+    assert ModelConfig.from_dict({**mistral, "sliding_window": None}).sliding_window is None            # v0.3
+    assert ModelConfig.from_dict({**mistral, "sliding_window": 32768}).sliding_window is None   # covers all
+    with pytest.raises(ValueError, match="layer_types lists 1 layers, num_hidden_layers is 2"):
+        ModelConfig.from_dict({**base, "use_sliding_window": True, "layer_types": ["sliding_attention"]})
 
 
 def test_codelm_64_greedy_tokens_match_transformers(codelm_dir, hf_model_factory):

@@ -119,19 +119,20 @@ PHI3_MINI_4K = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "voc
                 "sliding_window": 2047, "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": False}
 
 
-def test_sliding_window_caps_the_context(phi3_factory, hf_model_factory):
-    """Phi-3-mini-4k's window 2047 caps its 4096 positions to 2047 (as Mistral's); a tiny model with a
-    window of 24 serves 24 tokens and equals transformers' sliding-window model inside them."""
+def test_sliding_window_runs_past_the_window(phi3_factory, hf_model_factory):
+    """Phi-3-mini-4k's window 2047 leaves its 4096 positions served; a tiny model with a window of 24
+    decodes far past it (8 + 32 tokens) and equals transformers' sliding-window model."""
     cfg = ModelConfig.from_dict(PHI3_MINI_4K)
-    assert (cfg.max_position_embeddings, cfg.sliding_window) == (2047, 2047)
-    assert ModelConfig.from_dict({**PHI3_MINI_4K, "sliding_window": None}).max_position_embeddings == 4096
+    assert (cfg.max_position_embeddings, cfg.sliding_window) == (4096, 2047)
+    assert ModelConfig.from_dict({**PHI3_MINI_4K, "sliding_window": None}).sliding_window is None
     d = phi3_factory("window", sliding_window=24)
     llm = LLM(str(d), device="cpu", dtype="float32")
-    assert llm.llm_engine.max_model_len == llm.llm_engine.model_config.max_model_len == 24   # (vLLM's spelling)
-    out = llm.generate([{"prompt_token_ids": [5, 17, 300, 42, 7, 9, 11, 13]}],
+    assert llm.llm_engine.max_model_len == llm.llm_engine.model_config.max_model_len == 2048   # (vLLM's spelling)
+    prompt = [5, 17, 300, 42, 7, 9, 11, 13]
+    out = llm.generate([{"prompt_token_ids": prompt}],
                        SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True))[0].outputs[0]
-    assert len(out.token_ids) == 16 and out.finish_reason == "length"            # stopped at the window
-    assert out.token_ids == hf_greedy(hf_model_factory(d), [5, 17, 300, 42, 7, 9, 11, 13], 16)[0]
+    assert len(out.token_ids) == 32 and out.finish_reason == "length"
+    assert out.token_ids == hf_greedy(hf_model_factory(d), prompt, 32)[0]
 
 
 def _greedy_equals_transformers(llm: LLM, model_dir, hf_model_factory, prompt: list[int], steps: int = 16):

@@ -83,6 +83,25 @@ def _sliding_window(arch: str, raw: dict[str, Any]) -> int | None:
     return int(window) if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
+def _window_layers(arch: str, raw: dict[str, Any], num_layers: int) -> tuple[int, ...]:
+    """Which layers attend within the window, as transformers 5 decides. Qwen2, Qwen3 and Qwen2-MoE:
+    the config's `layer_types` ("sliding_attention") where it lists them, else their defaults from
+    `max_window_layers` (28 when absent): Qwen2 / Qwen3 the layers from it on, Qwen2-MoE the even layers
+    below it. Mistral, Mixtral, Phi-3 and Qwen3-MoE: every layer (their modeling code reads no layer types)."""
+    if arch not in ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM"):
+        return tuple(range(num_layers))
+    types = raw.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) != num_layers:
+            raise ValueError(f"config.json's layer_types lists {len(types)} layers, num_hidden_layers is "
+                             f"{num_layers}: make them agree")
+        return tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    first = int(raw.get("max_window_layers", 28) or 0)
+    if arch == "Qwen2MoeForCausalLM":
+        return tuple(i for i in range(num_layers) if i % 2 == 0 and i < first)
+    return tuple(range(first, num_layers))
+
+
 @dataclass
 class ModelConfig:
     """Architecture of a decoder-only target, normalised from config.json."""
@@ -113,9 +132,11 @@ class ModelConfig:
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
     quantization_config: dict[str, Any] | None = None
-    # the checkpoint's sliding attention window, when it has one: max_position_embeddings is capped
-    # to it, so every context fits the window and full attention computes exactly what it would
+    # the checkpoint's sliding attention window, when it has one below the context (a window that
+    # covers every position is none): a query at position p sees keys p - W < j <= p in the layers
+    # `window_layers` (`layer_window`), full causal attention in the others
     sliding_window: int | None = None
+    window_layers: tuple[int, ...] = ()
     # the context an engine serving this model gives each sequence (set by LLMEngine, as vLLM's
     # llm.llm_engine.model_config.max_model_len reads it); None outside an engine
     max_model_len: int | None = None
@@ -124,6 +145,10 @@ class ModelConfig:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    def layer_window(self, layer_idx: int) -> int | None:
+        """The attention window of layer `layer_idx` in tokens, None for full attention."""
+        return self.sliding_window if layer_idx in self.window_layers else None
 
     def is_sparse_layer(self, layer_idx: int) -> bool:
         """Qwen3-MoE rule: a layer is sparse unless listed in mlp_only_layers or off the sparse step."""
@@ -162,6 +187,11 @@ class ModelConfig:
             num_experts = 0
         window = _sliding_window(arch, raw)
         rope = RopeConfig.from_hf(raw)
+        max_pos = rope.context_len(int(raw.get("max_position_embeddings", 4096)))
+        if window is not None and window >= max_pos:          # Phi-4-mini: 262144 over 131072 positions
+            window = None
+        n_layers = int(raw["num_hidden_layers"])
+        window_layers = _window_layers(arch, raw, n_layers) if window else ()
         if arch == "SarvamMoEForCausalLM":      # its modeling code rotates the whole head, whatever the key says
             rope = replace(rope, partial_rotary_factor=1.0)
         rope.check_head(head_dim)
@@ -174,14 +204,14 @@ class ModelConfig:
             vocab_size=int(raw["vocab_size"]),
             hidden_size=hidden,
             intermediate_size=intermediate,
-            num_hidden_layers=int(raw["num_hidden_layers"]),
+            num_hidden_layers=n_layers,
             num_attention_heads=n_heads,
             num_key_value_heads=int(raw.get("num_key_value_heads") or n_heads),
             head_dim=int(head_dim),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            max_position_embeddings=min(rope.context_len(int(raw.get("max_position_embeddings", 4096))),
-                                        window or 2**62),
-            sliding_window=window,
+            max_position_embeddings=max_pos,
+            sliding_window=window if window_layers else None,
+            window_layers=window_layers,
             rope=rope,
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             attention_bias=bool(raw.get("attention_bias", False)),

@@ -290,3 +290,179 @@ def test_large_decode_batch_bits_equal_default_policy():
     for s in (0, 21, B - 1):
         alone = _decode(c.q[s:s + 1], c, m.seq_lens[s:s + 1], m.block_tables[s:s + 1], ctx[s] + 1)
         _assert_same(batch[s:s + 1], alone, f"seq {s} (ctx {ctx[s]}) alone")
+
+
+# ---------------------------------------------------------------- sliding window (bf16)
+
+
+def _window_reference(case, window, meta=None):
+    """[T, H, D] fp32 from the definition: sequence s's queries see its context and the new tokens
+    their causal / tree row allows, and only keys j > p - window, p = ctx_len + the query's index
+    (a tree node's: its depth, the Trues of its mask row less one)."""
+    m = meta or case.metas[0]
+    kc, vc = case.k_cache.float().nan_to_num(0.0), case.v_cache.float().nan_to_num(0.0)
+    _, bs, KVH, D = kc.shape
+    T, H, _ = case.q.shape
+    qsl, lens = m.query_start_loc.tolist(), m.seq_lens.tolist()
+    out = torch.zeros(T, H, D, device=case.q.device)
+    for s, L in enumerate(lens):
+        a, b = qsl[s], qsl[s + 1]
+        nq, ctx = b - a, L - (b - a)
+        if L <= 0 or nq == 0:
+            continue
+        pos = torch.arange(L, device=kc.device)                                    # [L]
+        slots = m.block_tables[s, pos // bs].long() * bs + pos % bs
+        k = kc.view(-1, KVH, D)[slots].repeat_interleave(H // KVH, 1)             # [L, H, D]
+        v = vc.view(-1, KVH, D)[slots].repeat_interleave(H // KVH, 1)
+        if m.tree_mask is None:
+            new = torch.ones(nq, nq, dtype=torch.bool, device=kc.device).tril()
+        else:
+            new = m.tree_mask[s, :nq, :nq].bool()
+        depth = new.sum(-1) - 1                                                    # [nq]
+        seen = torch.cat([torch.ones(nq, ctx, dtype=torch.bool, device=kc.device), new], 1)   # [nq, L]
+        seen &= pos[None, :] > (ctx + depth)[:, None] - window
+        sc = torch.einsum("qhd,khd->hqk", case.q[a:b].float(), k) * case.scale
+        out[a:b] = torch.einsum("hqk,khd->qhd", sc.masked_fill(~seen[None], float("-inf")).softmax(-1), v)
+    return out
+
+
+def _check_window(case, out, window, meta=None):
+    from turbospec.kernels.microbench import rel_err
+    err = rel_err(out, _window_reference(case, window, meta))
+    assert err < TOL[case.q.dtype], f"window {window}: rel err {err:.2e}"
+
+
+def _poison_below(case, bounds, meta=None):
+    """Sequence s's KV positions < bounds[s] set to NaN in place: the kernel must skip them (a
+    load, even times zero, gives NaN)."""
+    m = meta or case.metas[0]
+    bs = case.k_cache.shape[1]
+    for s, n in enumerate(bounds):
+        pos = torch.arange(n, device="cuda")
+        slots = m.block_tables[s, pos // bs].long() * bs + pos % bs
+        for cache in (case.k_cache, case.v_cache):
+            cache.view(-1, *cache.shape[2:])[slots] = float("nan")
+
+
+def _decode_skip_bounds(ctx, q_len, window, p_min=64, max_parts=32):
+    """Per sequence, the lowest partition start its rows' windows need (paged_decode's rule)."""
+    out = []
+    for c in ctx:
+        starts = []
+        for i in range(q_len):
+            L = c + i + 1
+            P = p_min * max(1, -(-L // (p_min * max_parts)))
+            starts.append(max(L - window, 0) // P * P)
+        out.append(min(starts))
+    return out
+
+
+def _window_decode(q, case, seq_lens, block_tables, bound, window, **kw):
+    from turbospec.kernels.paged_decode import paged_decode_attention
+    return paged_decode_attention(q, case.k_cache, case.v_cache, seq_lens, block_tables, case.scale, bound,
+                                  window=window, **kw)
+
+
+@pytest.mark.parametrize("window", [1, 64, 100, 1024, 4096])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(8, 8, 64), (32, 8, 128), (64, 8, 128)])
+def test_window_decode(window, heads, kv_heads, head_dim):
+    """Decode with a sliding window against the reference; the KV below each row's first window
+    partition is NaN (never loaded); contexts up to 20000 (partitions of 640 tokens)."""
+    from turbospec.kernels.backend import TritonBackend
+    ctx = [0, 1, 17, 255, 1000, 3001, 5000, 20000]
+    c = _case([1] * len(ctx), ctx, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, seed=20)
+    _poison_below(c, _decode_skip_bounds(ctx, 1, window))
+    _check_window(c, TritonBackend.attention(c.q, c.k_cache, c.v_cache, c.metas[0], c.scale, window=window),
+                  window)
+
+
+@pytest.mark.parametrize("window", [1, 5, 64, 700])
+@pytest.mark.parametrize("tree", [False, True])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(32, 8, 128), (8, 8, 64)])
+def test_window_verify(window, tree, heads, kv_heads, head_dim):
+    """Ragged verify blocks and trees (the multi-token kernel) with a window; the KV below the
+    first tile any row's window needs is NaN."""
+    ctx = [2047, 100, 513, 0, 4000]
+    c = _case([8, 2, 16, 5, 1], ctx, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, tree=tree,
+              seed=21)
+    _poison_below(c, [max(n + 1 - window, 0) // 64 * 64 for n in ctx])
+    _check_window(c, _attend(c, window=window), window)
+    _check_window(c, _attend(c, window=window, num_splits=8, block_m=32, block_n=32), window)
+
+
+@pytest.mark.parametrize("window", [64, 256, 1000])
+def test_window_prefill_with_context(window):
+    """Fresh and chunked prefill (several q blocks) and decode tokens in one mixed batch, a window
+    shorter than the prompts; splits automatic, 2 and 8."""
+    ctx = [0, 700, 33, 1, 5000]
+    c = _case([300, 129, 1, 64, 1], ctx, seed=22)
+    _poison_below(c, [max(n + 1 - window, 0) // 64 * 64 for n in ctx])
+    _check_window(c, _attend(c, window=window), window)
+    _check_window(c, _attend(c, window=window, block_m=64, num_splits=2), window)
+    _check_window(c, _attend(c, window=window, num_splits=8), window)
+
+
+@pytest.mark.parametrize("window", [64, 1000])
+@pytest.mark.parametrize("q_len", [1, 2, 8])
+@pytest.mark.parametrize("heads,kv_heads", GQA)
+def test_window_chain_verify_rows_equal_decode_bits(window, q_len, heads, kv_heads):
+    """With a window, token i of a chain verify (through the backend) has the bits of the decode of
+    that token, run as a batch of every token (another batch, another bound) and alone."""
+    from turbospec.kernels.backend import TritonBackend
+    ctx = [1, 15, 16, 17, 500, 4100, 2045, 4090]
+    c = _case([q_len] * len(ctx), ctx, num_heads=heads, num_kv_heads=kv_heads, head_dim=128, seed=23 + q_len)
+    m = c.metas[0]
+    verify = TritonBackend.attention(c.q, c.k_cache, c.v_cache, m, c.scale, window=window)
+    _check_window(c, verify, window)
+    lens = torch.tensor([n + i + 1 for n in ctx for i in range(q_len)], dtype=torch.int32, device="cuda")
+    tables = m.block_tables.repeat_interleave(q_len, 0)                  # [B * q_len, max_blocks]
+    _assert_same(verify, _window_decode(c.q, c, lens, tables, 8192, window), "verify vs decodes")
+    last = slice(len(lens) - 1, len(lens))
+    _assert_same(verify[last], _window_decode(c.q[last], c, lens[last], tables[last], int(lens[-1]), window),
+                 "alone")
+
+
+@pytest.mark.parametrize("window", [100, 1000])
+@pytest.mark.parametrize("q_len", [1, 8])
+def test_window_fused_reduce_and_programs_bits(window, q_len):
+    """With a window: the merge in the launch == in a second launch, for any G, eagerly and in a
+    CUDA graph; the arrival counters are re-armed."""
+    from turbospec.kernels.paged_decode import _LOCKS
+    ctx = [40, 700, 2040, 2050, 5000, 9000]
+    c = _case([q_len] * len(ctx), ctx, num_heads=32, num_kv_heads=8, head_dim=128, seed=24)
+    m = c.metas[0]
+
+    def run(g, fused):
+        return _window_decode(c.q, c, m.seq_lens, m.block_tables, m.max_seq_len, window, q_len=q_len,
+                              fused_reduce=fused, programs_per_row=g)
+    two = run(None, False)
+    _check_window(c, two, window)
+    for g in (1, 2, 3, 32):
+        for fused in (True, False):
+            _assert_same(run(g, fused), two, f"G={g} fused={fused}")
+    g, out = capture(lambda: run(None, True))
+    g.replay()
+    _assert_same(out, two, "fused, graph replay")
+    torch.cuda.synchronize()
+    assert int(_LOCKS[c.q.device].abs().sum()) == 0, "arrival counters not re-armed"
+
+
+@pytest.mark.parametrize("q_len", [1, 8])
+def test_window_cuda_graph_bits_equal_eager(q_len):
+    """A windowed step captured at the 8192 bucket, replayed with shorter lengths (graph padding
+    included): the bits of eager calls with the exact bound; seq_len 0 gives zeros."""
+    from turbospec.kernels.backend import TritonBackend
+    cap, window = 8192, 1000
+    c = _case([q_len] * 4, [cap - q_len] * 4, seed=25)
+    m = c.metas[0]
+    g, out = capture(lambda: TritonBackend.attention(c.q, c.k_cache, c.v_cache, m, c.scale, window=window))
+    for lens in ([cap, 3000, 17 + q_len, 2 * q_len], [q_len, 600, 2049, q_len]):
+        m.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        g.replay()
+        eager = TritonBackend.attention(c.q, c.k_cache, c.v_cache, dataclasses.replace(m, max_seq_len=max(lens)),
+                                        c.scale, window=window)
+        _assert_same(out, eager, f"lengths {lens}")
+    if q_len == 1:
+        m.seq_lens.copy_(torch.tensor([0, 5, 0, 9], dtype=torch.int32))
+        g.replay()
+        assert torch.equal(out[0], torch.zeros_like(out[0])) and torch.isfinite(out).all()

@@ -1,6 +1,6 @@
-"""Qwen2 (q/k/v biases through the skinny GEMM's bias path) and Mistral (Llama's layers, context
-capped to its sliding window) on CUDA: float32 graphs give the CPU reference's greedy tokens, and
-bf16 speculation equals plain decoding."""
+"""Qwen2 (q/k/v biases through the skinny GEMM's bias path) and Mistral (Llama's layers with a
+sliding window of 8: the prompts and generations run past it, through the windowed Triton kernels) on
+CUDA: float32 graphs give the CPU reference's greedy tokens, and bf16 speculation equals plain decoding."""
 from __future__ import annotations
 
 import pytest

@@ -34,10 +34,8 @@ def choose_num_blocks(config: ModelConfig, ec: EngineConfig, device: torch.devic
 def capped_len_message(ec: EngineConfig, config: ModelConfig, got: int, pool_tokens: int, k: int) -> str:
     """The warning when max_model_len was lowered to what the model or the KV pool allows."""
     if got == config.max_position_embeddings:
-        window = (", its sliding attention window: contexts up to it are exact with full attention"
-                  if config.sliding_window == got else "")
         limit = config.rope.limit_text(config.max_position_embeddings)
-        return (f"max_model_len={ec.max_model_len} is over the model's {limit[:-1]}{window}): requests are "
+        return (f"max_model_len={ec.max_model_len} is over the model's {limit}: requests are "
                 f"limited to {got} tokens")
     need = -(-(ec.max_model_len + k + 1) // ec.block_size) + 1
     return (f"max_model_len={ec.max_model_len} does not fit the KV cache ({pool_tokens} tokens): requests are "

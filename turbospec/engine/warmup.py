@@ -111,3 +111,6 @@ def _warm_kernels(runner, dtype: torch.dtype, tree: bool) -> None:
     from turbospec.kernels.paged_prefill import warm_up
     a = layers[0]
     warm_up(a.k_cache, a.v_cache, a.num_heads, dtype, tree=tree)
+    windows = {getattr(x, "sliding_window", None) or 0 for x in layers} - {0}
+    if windows:                           # windowed layers run the kernels' HAS_WINDOW variants
+        warm_up(a.k_cache, a.v_cache, a.num_heads, dtype, tree=tree, window=min(windows))

@@ -56,13 +56,14 @@ class TritonBackend:
 
     @staticmethod
     def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                  meta: AttentionMetadata, scale: float, window: int = 0) -> torch.Tensor:
         """q [T, H, D] -> [T, H, D]. Uniform causal steps (decode, chain verify) take the
         batch-invariant kernel; everything else (prefill, tree verify, mixed batches) the
-        multi-token one."""
+        multi-token one. window > 0: a sliding window, a query at position p sees keys j with
+        p - window < j <= p (a tree node's p: ctx_len + its depth); 0: none."""
         if is_uniform_chain(q, meta):
             return paged_decode_attention(q, k_cache, v_cache, meta.seq_lens, meta.block_tables,
-                                          scale, meta.max_seq_len, q_len=meta.max_query_len)
+                                          scale, meta.max_seq_len, q_len=meta.max_query_len, window=window)
         return paged_prefill_attention(q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens,
                                        meta.block_tables, scale, meta.max_query_len,
-                                       meta.max_seq_len, meta.tree_mask)
+                                       meta.max_seq_len, meta.tree_mask, window=window)

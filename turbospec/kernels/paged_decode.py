@@ -43,6 +43,21 @@ the decode of that token has). Every floating-point operation producing the row 
   for positions in [L_r, tile end): both are masked to -inf / multiplied by p = 0.
 - A verify program whose rows straddle a step of P(L) (a multiple of 2048) runs two passes, one
   per partition size, each storing only its rows.
+- **Sliding window** (`window` W > 0, the HAS_WINDOW variant; W = 0 compiles the kernels of
+  before): row r sees [max(L_r - W, 0), L_r). The partitions stay those of P(L_r); r's partials
+  are partitions floor(max(L_r - W, 0) / P) to cdiv(L_r, P) - 1 (`_window_partition`), and the
+  merge reads exactly those: the ones below are never written (uninitialised memory). A pass
+  starts at the program's first partition at or above its first row's first window partition
+  (that row has the smallest L, so the smallest window start): a partition wholly below every
+  row's window is not walked, its K/V not read. The bits still depend on (q, KV, L, W) only: each
+  partition r merges is walked whole by whichever program owns it, decode or verify, with the
+  same tiles and the mask `L_r - W <= n < L_r`, a function of L_r; a tile wholly before r's window
+  is an exact no-op on the empty state (qk = -inf, m stays -inf, `_attend_kv`'s m_use = 0, alpha =
+  exp2(-inf) = 0 on acc = 0 and l = 0, p = 0). A partition a verify program walks for its earlier
+  rows but below r's window is stored for r (lse = m + log2(1) = -inf, o = 0 where r saw nothing)
+  and never merged for it; in the merge, a partition below r's first is masked like one past its
+  last. A merged partition always holds a key r sees. W >= L: window start 0, the operations of
+  no window (the interpreter tests check the bits; the GPU binary is another one).
 
 Limits: a different Triton/ptxas version or GPU may round differently, but still the same for
 decode and verify (the GPU tests check decode == verify bit for bit on the machine they run on);
@@ -60,7 +75,8 @@ import triton.language as tl
 from turbospec.kernels.paged_decode_policy import (FUSED_MAX_ROWS, FUSED_REDUCE, LARGE_DECODE_MAXNREG, decode_stages,
                                                    default_block_n, large_decode, large_decode_programs,
                                                    split_programs)
-from turbospec.kernels.paged_merge import MERGE_UNROLL, _jit_unspecialised, _merge_rows, _reduce_partitions_kernel
+from turbospec.kernels.paged_merge import (MERGE_UNROLL, _jit_unspecialised, _merge_rows, _reduce_partitions_kernel,
+                                           _window_partition)
 from turbospec.kernels.paged_tiles import _attend_tile, _kv_rows, _tile_positions
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 
@@ -69,17 +85,17 @@ P_MIN = 64          # smallest partition, tokens: one 64-token tile (at ctx 512,
 MAX_PARTS = 32      # most partitions per row: bounds the partials and the merge at long context
 
 
-@_jit_unspecialised(["q_len", "tok_per_prog", "progs_per_seq", "part_stride", "stride_bt"],
+@_jit_unspecialised(["q_len", "tok_per_prog", "progs_per_seq", "part_stride", "stride_bt", "window"],
                     ["block_tables", "seq_lens"])
 def _paged_decode_kernel(
         q_ptr, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, qk_scale,
         q_len, tok_per_prog, progs_per_seq, part_stride,
         stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_bt,
-        out_ptr, stride_ot, stride_oh, lock_ptr,
+        out_ptr, stride_ot, stride_oh, lock_ptr, window,
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, P_MIN: tl.constexpr, MAX_PARTS: tl.constexpr,
-        PARTS_PAD: tl.constexpr, FUSED_REDUCE: tl.constexpr, PDL: tl.constexpr):
+        PARTS_PAD: tl.constexpr, FUSED_REDUCE: tl.constexpr, PDL: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """Grid (num_seqs * progs_per_seq, num_kv_heads, G): the partials of partitions g, g + G,
     g + 2G, ... (g = `program_id(2)`) for `tok_per_prog` tokens of one sequence (its tokens
     0..q_len-1 are packed at seq * q_len + i; token i sees ctx_len + i + 1 positions, ctx_len =
@@ -89,7 +105,10 @@ def _paged_decode_kernel(
     operations whatever G is.
     FUSED_REDUCE: the last of a (sequence block, kv head)'s split programs to finish merges its
     rows' partials (`_merge_rows`, the same arithmetic as `_reduce_partitions_kernel`), as
-    split_k.store_split_k does: one launch instead of two; the counter is re-armed after."""
+    split_k.store_split_k does: one launch instead of two; the counter is re-armed after.
+    HAS_WINDOW: row r sees [max(L_r - window, 0), L_r); a pass starts at program g's first partition
+    at or above its first row's first window partition (`_window_partition`: that row has the
+    pass's smallest L, so the smallest window start), and every tile masks n < L_r - window too."""
     STEP: tl.constexpr = P_MIN * MAX_PARTS
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -124,23 +143,30 @@ def _paged_decode_kernel(
         in_pass = tl.where(c == 0, L_row <= bound, L_row > bound)                  # [M]
         limit = tl.where(c == 0, tl.minimum(L_hi, bound), L_hi)
         tiles_per_part = size // BLOCK_N
-        my_parts = tl.maximum(tl.cdiv(tl.cdiv(limit, size) - g, G), 0)             # g, g + G, ...
+        if HAS_WINDOW:                                # partitions below every row's window: skipped
+            p_first = _window_partition(tl.where(c == 0, L_lo, bound + 1), window, size)
+            g0 = g + tl.cdiv(p_first - g, G) * G          # program g's first partition >= p_first
+        else:
+            g0 = g
+        my_parts = tl.maximum(tl.cdiv(tl.cdiv(limit, size) - g0, G), 0)            # g0, g0 + G, ...
         acc = tl.zeros([GROUP_PAD, BLOCK_D], dtype=tl.float32)
         m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
         total = my_parts * tiles_per_part
-        _, _, _, n_nx, ok_nx = _tile_positions(0, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
+        _, _, _, n_nx, ok_nx = _tile_positions(0, g0, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
         rows_nx = _kv_rows(bt_row, n_nx, BLOCK_SIZE, stride_kb, stride_kt, True, ok_nx & (total > 0))
         for i in range(0, total):                         # one flat (pipelined) loop over the tiles
-            part, ti, start, n, n_ok = _tile_positions(i, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
+            part, ti, start, n, n_ok = _tile_positions(i, g0, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
             rows = rows_nx                                # this tile's KV rows, looked up last iteration
-            _, _, _, n_nx, ok_nx = _tile_positions(i + 1, g, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
+            _, _, _, n_nx, ok_nx = _tile_positions(i + 1, g0, G, size, tiles_per_part, limit, offs_n, BLOCK_N)
             rows_nx = _kv_rows(bt_row, n_nx, BLOCK_SIZE, stride_kb, stride_kt, True, ok_nx & (i + 1 < total))
             first = ti == 0                               # a partition starts from an empty state
             acc = tl.where(first, 0.0, acc)
             m_i = tl.where(first, float("-inf"), m_i)
             l_i = tl.where(first, 0.0, l_i)
             valid = n[None, :] < L_row[:, None]                                    # [M, N]
+            if HAS_WINDOW:
+                valid = valid & (n[None, :] >= L_row[:, None] - window)
             acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok,
                                          qk_scale, valid, n_ok, True, BLOCK_D == HEAD_DIM)
             if ti == tiles_per_part - 1:                  # the partition's last tile: its partial
@@ -157,7 +183,7 @@ def _paged_decode_kernel(
         if arrived == tl.num_programs(2) - 1:      # all rows of the program at once
             _merge_rows(part_o, part_lse, (tok_g * NUM_HEADS + heads) * part_stride, L_row,
                         out_ptr + tok_g * stride_ot + heads * stride_oh, row_ok, part_stride,
-                        HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, MERGE_UNROLL, True)
+                        HEAD_DIM, BLOCK_D, P_MIN, MAX_PARTS, PARTS_PAD, MERGE_UNROLL, True, window, HAS_WINDOW)
             tl.atomic_xchg(lock, 0)                 # re-armed for the next launch
 
 
@@ -191,7 +217,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            tokens_per_program: int | None = None, min_partition: int = P_MIN,
                            max_partitions: int = MAX_PARTS, num_warps: int = 4,
                            num_stages: int | None = None, fused_reduce: bool | None = FUSED_REDUCE,
-                           programs_per_row: int | None = None, maxnreg: int | None = None) -> torch.Tensor:
+                           programs_per_row: int | None = None, maxnreg: int | None = None,
+                           window: int = 0) -> torch.Tensor:
     """q [B * q_len, H, D] (q_len tokens per sequence, causal among themselves: decode q_len = 1,
     chain verify q_len = k + 1), caches [num_blocks, block_size, KVH, D] -> [B * q_len, H, D].
 
@@ -200,13 +227,14 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     programs_per_row: G of the kernel (None: `split_programs`, or `large_decode_programs` for a large
     decode batch); it changes which program computes a partition, never a bit of the result.
     maxnreg: a register cap for the kernel (None: `LARGE_DECODE_MAXNREG` for a large decode batch,
-    else none); it changes how many programs an SM holds, not an operation. Keyword overrides
-    are for benchmarks."""
+    else none); it changes how many programs an SM holds, not an operation. window: a sliding
+    window of that many keys (a row seeing L positions attends to [max(L - window, 0), L)); 0: none,
+    the kernels of before. Keyword overrides are for benchmarks."""
     T, H, D = q.shape
     B = seq_lens.shape[0]
     _, block_size, KVH, _ = k_cache.shape
     assert H % KVH == 0 and q.stride(2) == 1 and k_cache.stride() == v_cache.stride()
-    assert k_cache.stride(3) == 1 and block_tables.stride(1) == 1 and T == B * q_len
+    assert k_cache.stride(3) == 1 and block_tables.stride(1) == 1 and T == B * q_len and window >= 0
     group = H // KVH
     group_pad = max(16, triton.next_power_of_2(group))
     block_n = block_n or default_block_n(D)
@@ -227,6 +255,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     else:
         G = programs_per_row or split_programs(row_programs, splits, sms)
     G = max(1, min(G, splits))
+    if window > 0:                          # a program beyond a row block's window partitions idles
+        G = min(G, triton.cdiv(window + tpp - 1, min_partition) + 1)
     if fused_reduce is None:                # one program per row block: it merges what it wrote
         fused_reduce = tpp * group <= FUSED_MAX_ROWS or (G == 1 and not large)
     locks = _locks(B * progs_per_seq * KVH, q.device) if fused_reduce else part_lse
@@ -234,16 +264,17 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q, k_cache, v_cache, block_tables, seq_lens, part_o, part_lse, scale * LOG2E,
         q_len, tpp, progs_per_seq, splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), out, out.stride(0), out.stride(1), locks,
+        block_tables.stride(0), out, out.stride(0), out.stride(1), locks, window,
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_N=block_n, BLOCK_SIZE=block_size, P_MIN=min_partition, MAX_PARTS=max_partitions,
-        PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, num_warps=num_warps,
+        PARTS_PAD=parts_pad, FUSED_REDUCE=fused_reduce, HAS_WINDOW=window > 0, num_warps=num_warps,
         num_stages=num_stages or decode_stages(q_len), **({"maxnreg": maxnreg} if maxnreg else {}),
         **pdl_launch(q.device))
     if fused_reduce:
         return out
     _reduce_partitions_kernel[(T, H)](
-        part_o, part_lse, seq_lens, out, q_len, splits, out.stride(0), out.stride(1), NUM_HEADS=H,
-        HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), P_MIN=min_partition,
-        MAX_PARTS=max_partitions, PARTS_PAD=parts_pad, num_warps=4, **pdl_launch(q.device))
+        part_o, part_lse, seq_lens, out, q_len, splits, out.stride(0), out.stride(1), window,
+        NUM_HEADS=H, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D), P_MIN=min_partition,
+        MAX_PARTS=max_partitions, PARTS_PAD=parts_pad, HAS_WINDOW=window > 0, num_warps=4,
+        **pdl_launch(q.device))
     return out

@@ -13,6 +13,11 @@ batches the KV run is cut into `num_splits` equal pieces (`_pick_splits`) merged
 KV positions split in two loops: those visible to every row of the block (the context, plus the new
 tokens before the block's first token when causal) take no mask; the rest take the causal or tree
 mask. New token j of a sequence sits at KV index `ctx_len + j`, `ctx_len = seq_len - q_len`.
+
+A sliding window (`window` > 0; 0 compiles the kernel of before) limits a row at position p to keys
+p - window < n <= p (a tree node's p: ctx_len + its depth). Tiles below every row of the block's
+window are skipped (the splits share only the tiles from the first needed one), tiles no row's
+window or causal edge cuts take the unmasked loop, and the rest the masked one.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import triton
 import triton.language as tl
 
 from turbospec.kernels.paged_decode import LOG2E, num_sms
-from turbospec.kernels.paged_tiles import _attend_tile, _kv_rows
+from turbospec.kernels.paged_tiles import _attend_tile, _kv_rows, _masked_tile, _window_starts
 from turbospec.kernels.pdl import pdl_launch, pdl_wait
 
 MAX_SPLITS = 32
@@ -88,17 +93,21 @@ def reduce_splits(part_o, part_lse, out, num_splits: int) -> None:
 # strides nor the metadata pointers' alignment (slices of one packed upload, at offsets that follow
 # the batch size) are specialised: each specialisation compiles (about 1 s) at its first use, and
 # these vary from step to step (engine/warmup.py compiles the remaining variants at start-up).
-@triton.jit(do_not_specialize=["stride_bt", "stride_tm_b", "stride_tm_q", "num_splits"],
+@triton.jit(do_not_specialize=["stride_bt", "stride_tm_b", "stride_tm_q", "num_splits", "window"],
             do_not_specialize_on_alignment=["block_tables", "seq_lens", "query_start_loc", "tree_mask"])
 def _paged_prefill_kernel(
         q_ptr, k_cache, v_cache, block_tables, seq_lens, query_start_loc, tree_mask, out_ptr,
         part_o, part_lse, qk_scale,
         stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_kt, stride_kh, stride_bt,
-        stride_tm_b, stride_tm_q, num_splits,
+        stride_tm_b, stride_tm_q, num_splits, window,
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_SIZE: tl.constexpr, SPLIT: tl.constexpr, IS_TREE: tl.constexpr,
-        PDL: tl.constexpr):
+        PDL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """HAS_WINDOW: row r sees keys n >= ws_r = max(pos_r + 1 - window, 0) only, pos_r its absolute
+    position (ctx_len + token index, or ctx_len + depth for a tree node). Tiles below every row's
+    ws are skipped (the splits divide only the tiles from the first needed one); tiles at or above
+    the largest ws and below `full` take the unmasked loop; the rest the masked one."""
     pdl_wait(PDL)
     TOK_BLOCK: tl.constexpr = BLOCK_M // GROUP_PAD
     qblk = tl.program_id(0)
@@ -134,8 +143,16 @@ def _paged_prefill_kernel(
     kv_end = tl.where(active, tl.maximum(kv_end, 0), 0)
     full = tl.maximum(full_end, 0) // BLOCK_N
     num_tiles = tl.cdiv(kv_end, BLOCK_N)
-    per = tl.cdiv(num_tiles, num_splits)
-    t_lo = split * per
+    if HAS_WINDOW:
+        ws = _window_starts(tree_mask + seq.to(tl.int64) * stride_tm_b, tok, row_ok, ctx_len, q_len,
+                            window, stride_tm_q, BLOCK_N, IS_TREE)                   # [M]
+        tile0 = tl.minimum(tl.min(tl.where(row_ok, ws, kv_end), 0) // BLOCK_N, num_tiles)
+        w_full = tl.cdiv(tl.max(tl.where(row_ok, ws, 0), 0), BLOCK_N)  # from here no row's window cuts
+        per = tl.cdiv(num_tiles - tile0, num_splits)
+        t_lo = tile0 + split * per
+    else:
+        per = tl.cdiv(num_tiles, num_splits)
+        t_lo = split * per
     t_hi = tl.minimum(t_lo + per, num_tiles)
 
     bt_row = block_tables + seq.to(tl.int64) * stride_bt
@@ -145,25 +162,32 @@ def _paged_prefill_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for t in range(t_lo, tl.minimum(t_hi, full)):
+    if HAS_WINDOW:            # tiles every row sees whole: [u_lo, u_hi); masked: [t_lo, u_lo), [u_hi, t_hi)
+        t_hi = tl.maximum(t_hi, t_lo)
+        u_lo = tl.minimum(tl.maximum(w_full, t_lo), t_hi)
+        u_hi = tl.minimum(tl.maximum(full, u_lo), t_hi)
+        lo, hi = u_lo, u_hi
+    else:
+        ws = 0
+        lo, hi = t_lo, tl.minimum(t_hi, full)
+    for t in range(lo, hi):
         n = t * BLOCK_N + offs_n
         rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, False, n)
         acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
                                      0, n, False, BLOCK_D == HEAD_DIM)
     tm_row = tree_mask + seq.to(tl.int64) * stride_tm_b
-    for t in range(tl.maximum(t_lo, full), t_hi):
-        n = t * BLOCK_N + offs_n                       # [N]
-        n_ok = n < kv_end
-        rel = n - ctx_len                              # index among the new tokens (< 0: context)
-        if IS_TREE:
-            tm_ok = row_ok[:, None] & (rel >= 0)[None, :] & n_ok[None, :]
-            seen = tl.load(tm_row + tok[:, None] * stride_tm_q + rel[None, :], mask=tm_ok, other=0) != 0
-        else:
-            seen = rel[None, :] <= tok[:, None]
-        valid = ((rel < 0)[None, :] | seen) & n_ok[None, :]                      # [M, N]
-        rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, n_ok)
-        acc, m_i, l_i = _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
-                                     valid, n_ok, True, BLOCK_D == HEAD_DIM)
+    if HAS_WINDOW:                                     # one masked loop (one body) over both runs
+        lo, hi = t_lo, t_hi - (u_hi - u_lo)
+    else:
+        lo, hi = tl.maximum(t_lo, full), t_hi
+    for t in range(lo, hi):
+        tile = t
+        if HAS_WINDOW:
+            tile = tl.where(t < u_lo, t, t + (u_hi - u_lo))
+        acc, m_i, l_i = _masked_tile(tile, q, acc, m_i, l_i, k_head, v_head, bt_row, tm_row, tok, row_ok,
+                                     ctx_len, kv_end, ws, window, offs_n, offs_d, d_ok, qk_scale, stride_tm_q,
+                                     stride_kb, stride_kt, BLOCK_N, BLOCK_SIZE, IS_TREE, HAS_WINDOW,
+                                     BLOCK_D == HEAD_DIM)
     _store_result(acc, m_i, l_i, out_ptr, part_o, part_lse, tok_g, heads, split, row_ok & active,
                   offs_d, d_ok, stride_ot, stride_oh, num_splits, NUM_HEADS, HEAD_DIM, SPLIT)
 
@@ -174,8 +198,10 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             max_seq_len: int, tree_mask: torch.Tensor | None = None, *,
                             num_splits: int | None = None, block_m: int | None = None,
                             block_n: int | None = None, num_warps: int | None = None,
-                            num_stages: int = 3) -> torch.Tensor:
+                            num_stages: int = 3, window: int = 0) -> torch.Tensor:
     """q [T, H, D] packed new tokens -> [T, H, D]; tree_mask [B, Lq, Lq] bool or None (causal).
+    window > 0: a sliding window of that many keys (position p sees p - window < j <= p; a tree
+    node's p is ctx_len + its depth); 0: none, the kernel of before.
 
     `max_query_len` bounds the grid (q blocks); `max_seq_len` only sizes the split count. Rows of
     tokens past `query_start_loc[-1]` (graph padding) hold unspecified values."""
@@ -195,8 +221,10 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if num_warps is None:
         num_warps = 4 if block_m <= 32 else 8       # 4 warps at 64 rows: ~250 registers (tree)
     q_blocks = triton.cdiv(max(max_query_len, 1), block_m // group_pad)
-    if num_splits is None:
-        num_splits = _pick_splits(B * KVH * q_blocks, max_seq_len, block_n, num_sms(q.device),
+    assert window >= 0
+    if num_splits is None:                 # a window bounds the keys a q block reads
+        max_kv = min(max_seq_len, window + max_query_len) if window else max_seq_len
+        num_splits = _pick_splits(B * KVH * q_blocks, max_kv, block_n, num_sms(q.device),
                                   rows=max(max_query_len, 1) * group)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if out.shape[0] == 0 or seq_lens.shape[0] == 0:       # nothing scheduled: no empty grid
@@ -216,10 +244,10 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, tm, out, part_o, part_lse,
         scale * LOG2E, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        stride_tm_b, stride_tm_q, num_splits,
+        stride_tm_b, stride_tm_q, num_splits, window,
         NUM_HEADS=H, GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=D, BLOCK_D=triton.next_power_of_2(D),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_SIZE=block_size, SPLIT=num_splits > 1,
-        IS_TREE=tree_mask is not None, num_warps=num_warps, num_stages=num_stages,
+        IS_TREE=tree_mask is not None, HAS_WINDOW=window > 0, num_warps=num_warps, num_stages=num_stages,
         **pdl_launch(q.device))
     if num_splits > 1:
         reduce_splits(part_o, part_lse, out, num_splits)
@@ -227,9 +255,10 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 
 def warm_up(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, dtype: torch.dtype,
-            tree: bool = False) -> None:
+            tree: bool = False, window: int = 0) -> None:
     """Compile every variant a step can launch (each row-tile size, one split or several, tree
-    masks when `tree`) and the split merges: one sequence over the null block (block 0), whose
+    masks when `tree`; the sliding-window ones when `window` > 0, the plain ones at 0: call once
+    per kind of layer) and the split merges: one sequence over the null block (block 0), whose
     output is thrown away."""
     dev = k_cache.device
     _, block_size, kvh, d = k_cache.shape
@@ -243,7 +272,8 @@ def warm_up(k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int, dtype:
         for splits in (1, 2):
             for tm in ([None, torch.ones(1, q_len, q_len, dtype=torch.bool, device=dev)] if tree else [None]):
                 paged_prefill_attention(q, k_cache, v_cache, qsl, seq_lens, tables, 1.0, q_len,
-                                        q_len + block_size, tm, num_splits=splits, block_m=block_m)
+                                        q_len + block_size, tm, num_splits=splits, block_m=block_m,
+                                        window=window)
     for splits in (1 << i for i in range(1, MAX_SPLITS.bit_length())):
         part_o = torch.zeros(1, num_heads, splits, d, dtype=torch.float32, device=dev)
         part_lse = torch.zeros(1, num_heads, splits, dtype=torch.float32, device=dev)

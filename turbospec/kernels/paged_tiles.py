@@ -1,7 +1,8 @@
 """Tile-level pieces of the paged attention kernels (`paged_decode`, `paged_prefill`): where a KV
 tile's rows live in the cache, which positions a decode program's tile i covers, the K / V loads and
-one online-softmax step (the load and the step apart, as `_load_kv` and `_attend_kv`). Triton
-inlines each into its caller."""
+one online-softmax step (the load and the step apart, as `_load_kv` and `_attend_kv`), and the
+prefill kernel's masked step (causal or tree mask, sliding window) with the rows' window starts.
+Triton inlines each into its caller."""
 from __future__ import annotations
 
 import triton
@@ -80,3 +81,49 @@ def _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale,
     rows [BLOCK_N] int64; valid [M, BLOCK_N] (MASKED)."""
     k, v = _load_kv(k_head, v_head, rows, offs_d, d_ok, n_ok, MASKED, EVEN_D)
     return _attend_kv(q, acc, m_i, l_i, k, v, qk_scale, valid, MASKED)
+
+
+@triton.jit
+def _window_starts(tm_row, tok, row_ok, ctx_len, q_len, window, stride_tm_q, BLOCK_N: tl.constexpr,
+                   IS_TREE: tl.constexpr):
+    """[M] first KV index each row's sliding window sees: max(pos + 1 - window, 0), pos = ctx_len +
+    token index (causal), or ctx_len + depth for a tree node, depth = the Trues in its tree-mask row
+    (itself and its ancestors) minus one, counted here over the row's q_len columns."""
+    if IS_TREE:
+        cnt = tl.zeros(tok.shape, dtype=tl.int32)                                 # [M]
+        for j0 in range(0, q_len, BLOCK_N):
+            cols = j0 + tl.arange(0, BLOCK_N)                                      # [N]
+            ld = row_ok[:, None] & (cols < q_len)[None, :]
+            hit = tl.load(tm_row + tok[:, None] * stride_tm_q + cols[None, :], mask=ld, other=0) != 0
+            cnt += tl.sum(hit.to(tl.int32), 1)
+        pos = ctx_len + cnt - 1
+    else:
+        pos = ctx_len + tok
+    return tl.maximum(pos + 1 - window, 0)
+
+
+@triton.jit
+def _masked_tile(t, q, acc, m_i, l_i, k_head, v_head, bt_row, tm_row, tok, row_ok, ctx_len, kv_end,
+                 ws, window, offs_n, offs_d, d_ok, qk_scale, stride_tm_q, stride_kb, stride_kt,
+                 BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, IS_TREE: tl.constexpr,
+                 HAS_WINDOW: tl.constexpr, EVEN_D: tl.constexpr):
+    """One online-softmax step over KV tile t with the causal or tree mask, and with HAS_WINDOW the
+    sliding window too: row r sees key n only if n >= ws[r] ([M], its first visible key; causal
+    rows test tok - rel < window instead, the same condition without a per-row vector)."""
+    n = t * BLOCK_N + offs_n                       # [N]
+    n_ok = n < kv_end
+    rel = n - ctx_len                              # index among the new tokens (< 0: context)
+    if IS_TREE:
+        tm_ok = row_ok[:, None] & (rel >= 0)[None, :] & n_ok[None, :]
+        seen = tl.load(tm_row + tok[:, None] * stride_tm_q + rel[None, :], mask=tm_ok, other=0) != 0
+    else:
+        seen = rel[None, :] <= tok[:, None]
+    valid = ((rel < 0)[None, :] | seen) & n_ok[None, :]                      # [M, N]
+    if HAS_WINDOW:
+        if IS_TREE:
+            valid = valid & (n[None, :] >= ws[:, None])
+        else:                                      # n >= ctx_len + tok + 1 - window, ws unused
+            valid = valid & (tok[:, None] - rel[None, :] < window)
+    rows = _kv_rows(bt_row, n, BLOCK_SIZE, stride_kb, stride_kt, True, n_ok)
+    return _attend_tile(q, acc, m_i, l_i, k_head, v_head, rows, offs_d, d_ok, qk_scale, valid, n_ok,
+                        True, EVEN_D)

@@ -52,9 +52,27 @@ class _PaddedLayout:
             gather_idx = rel.clamp(0, Lq - 1).expand(B, Lq, Lk)
             new_ok = torch.gather(tm, 2, gather_idx)
         mask = in_ctx | (is_new & new_ok)                            # [B, Lq, Lk]
+        self.pad_rows = qpos[None, :] >= q_lens[:, None]             # [B, Lq]
         # padded query rows must see something, else softmax gives NaN; their output is dropped
-        mask[:, :, 0] |= (qpos[None, :] >= q_lens[:, None])
+        mask[:, :, 0] |= self.pad_rows
         self.mask = mask[:, None]                                    # [B, 1, Lq, Lk]
+        # each query's position: ctx_len + its index (causal), or + its depth in the tree (the
+        # ancestors its tree-mask row sees, itself included, less one)
+        depth = qpos[None, :] if meta.tree_mask is None else meta.tree_mask.to(device).sum(-1) - 1
+        self.q_abs = ctx_lens[:, None] + depth                       # [B, Lq]
+        self.kpos = kpos
+        self._windowed: dict[int, torch.Tensor] = {}
+
+    def window_mask(self, window: int) -> torch.Tensor:
+        """`mask` within a sliding window: a query at position p also needs key j > p - window.
+        [B, 1, Lq, Lk], cached per window (layers share it)."""
+        m = self._windowed.get(window)
+        if m is None:
+            near = self.kpos[None, None, :] > self.q_abs[:, :, None] - window   # [B, Lq, Lk]
+            m = self.mask[:, 0] & near
+            m[:, :, 0] |= self.pad_rows
+            m = self._windowed[window] = m[:, None]
+        return m
 
 
 # A query longer than this attends on its own. The padded grid costs num_seqs x max_query_len x
@@ -64,16 +82,18 @@ PAD_MAX_QUERY_LEN = 64
 
 
 def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """q: [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
+                          meta: AttentionMetadata, scale: float, window: int = 0) -> torch.Tensor:
+    """q: [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]. window > 0: a
+    query at position p sees only keys j with p - window < j <= p (a sliding window, as Hugging
+    Face's and vLLM's: `window` keys, itself included)."""
     parts = getattr(meta, "_torch_parts", False)
     if parts is False:
         parts = meta._torch_parts = _split_long_queries(meta)
     if parts is None:
-        return _padded_attention(q, k_cache, v_cache, meta, scale)
+        return _padded_attention(q, k_cache, v_cache, meta, scale, window)
     out = torch.empty_like(q)
     for token_idx, sub in parts:
-        out[token_idx] = _padded_attention(q[token_idx], k_cache, v_cache, sub, scale)
+        out[token_idx] = _padded_attention(q[token_idx], k_cache, v_cache, sub, scale, window)
     return out
 
 
@@ -105,7 +125,7 @@ def _split_long_queries(meta: AttentionMetadata) -> list[tuple[torch.Tensor, Att
 
 
 def _padded_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                      meta: AttentionMetadata, scale: float, window: int = 0) -> torch.Tensor:
     """Every sequence's queries padded to [num_seqs, max_query_len]; q as paged_attention_torch."""
     T, H, D = q.shape
     layout = getattr(meta, "_torch_layout", None)
@@ -126,7 +146,8 @@ def _padded_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         k = k.repeat_interleave(H // KVH, dim=1)
         v = v.repeat_interleave(H // KVH, dim=1)
     out = F.scaled_dot_product_attention(qp, k.to(q.dtype), v.to(q.dtype),
-                                         attn_mask=layout.mask, scale=scale)  # [B, H, Lq, D]
+                                         attn_mask=layout.window_mask(window) if window > 0 else layout.mask,
+                                         scale=scale)                   # [B, H, Lq, D]
     out = out.transpose(1, 2).reshape(B * Lq, H, D)
     return out[layout.flat_index]
 
@@ -140,9 +161,13 @@ class Attention(nn.Module):
     # on its PyTorch path (the baseline) even where the Triton backend attends
     fuse_rope_store = flag("TURBOSPEC_FUSE_ROPE_STORE")
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float,
+                 sliding_window: int | None = None):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+        # keys within this many positions of the query (itself included), None: all (the model sets
+        # it per layer from `ModelConfig.layer_window`)
+        self.sliding_window = sliding_window
         # set by the model runner once the KV pool is allocated
         self.k_cache = torch.empty(0)
         self.v_cache = torch.empty(0)
@@ -156,7 +181,7 @@ class Attention(nn.Module):
         v = v.view(T, self.num_kv_heads, self.head_dim)
         backend = _backend_for(q)
         backend.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-        out = backend.attention(q, self.k_cache, self.v_cache, meta, self.scale)
+        out = backend.attention(q, self.k_cache, self.v_cache, meta, self.scale, window=self.sliding_window or 0)
         return out.reshape(T, self.num_heads * self.head_dim)
 
     def forward_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -174,7 +199,7 @@ class Attention(nn.Module):
         meta = get_forward_context()
         q = fused(positions, q, k, v, rotary_emb, q_norm, k_norm, self.k_cache, self.v_cache,
                   meta.slot_mapping)                                 # [T, H, D]; k, v: cached
-        out = backend.attention(q, self.k_cache, self.v_cache, meta, self.scale)
+        out = backend.attention(q, self.k_cache, self.v_cache, meta, self.scale, window=self.sliding_window or 0)
         return out.reshape(T, self.num_heads * self.head_dim)
 
 

@@ -139,6 +139,10 @@ class LlamaModel(nn.Module):
         self.num_layers = config.num_hidden_layers
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(decoder_layer_cls(config, i) for i in range(self.num_layers))
+        for i, layer in enumerate(self.layers):           # the checkpoint's sliding window, per layer
+            for m in layer.modules():
+                if isinstance(m, Attention):
+                    m.sliding_window = config.layer_window(i)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self._folds: bool | None = None
 

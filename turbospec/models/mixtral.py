@@ -7,7 +7,7 @@ Sparse MLP:  router_logits = gate(x)                                      [T, E]
              p = softmax(router_logits) in float32; the top-k (2) of p, renormalised to sum 1
              y = sum_k p_k * w2_e(silu(w1_e(x)) * w3_e(x))                 over the top-k experts e
 
-A config's `sliding_window` (null in the published ones) caps the context to it (config.py).
+A config's `sliding_window` (null in the published ones) is attended within in every layer (config.py).
 
 Checkpoint names: HF's (the hub's, and what transformers 5's save_pretrained writes), q/k/v ->
 `qkv_proj`; router `block_sparse_moe.gate.weight` [E, H]; experts

@@ -9,8 +9,8 @@ Checkpoint names: HF's, which are ours: `self_attn.qkv_proj.weight` [(Hq + 2 Hkv
 then k, then v) and `mlp.gate_up_proj.weight` [2I, H] (rows gate, then up) load whole into the fused
 parameters (shard id None); split q/k/v or gate/up tensors load as Llama's do.
 RoPE: default, or longrope (`rope_scaling` type "longrope" / "su": Phi-3 128k, Phi-3.5) with vLLM's
-choice of factors (rope_config.py). A `sliding_window` below the context (Phi-3-mini-4k: 2047) caps
-the context to it (config.py), where full attention is exact. Phi-4-mini's `partial_rotary_factor`
+choice of factors (rope_config.py). A `sliding_window` below the context (Phi-3-mini-4k: 2047) is
+attended within in every layer, over the whole context (config.py). Phi-4-mini's `partial_rotary_factor`
 0.75 rotates the first 96 of each 128-wide head (its longrope factors span those), the rest passing
 through (layers/rotary.py).
 """

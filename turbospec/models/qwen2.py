@@ -5,7 +5,8 @@ Layer:  h = x + o_proj(attn(rope(q), rope(k), v))   q, k, v = qkv_proj(input_lay
         y = h + down_proj(silu(gate) * up)         gate, up = gate_up_proj(post_attention_layernorm(h))
 
 Checkpoint names: HF's, with q/k/v (weights and biases) -> `qkv_proj`, gate/up -> `gate_up_proj`.
-A config with `use_sliding_window` true caps the context to its window (config.py).
+A config with `use_sliding_window` true attends within its window in the layers transformers names
+(`layer_types`, else from `max_window_layers` on: `ModelConfig.layer_window`).
 """
 from __future__ import annotations
 
