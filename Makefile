@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 # without a GPU: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
+# pytest-xdist workers for `make test` (each runs torch with one intra-op thread: tests/conftest.py)
+TEST_WORKERS ?= 2
 
 .PHONY: demo test venv clean
 
@@ -23,7 +25,7 @@ demo: venv
 	$(BIN)/python -m turbospec.demo
 
 test: venv
-	$(BIN)/python -m pytest -q -ra --durations=25 tests
+	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --durations=25 tests
 
 clean:
 	rm -rf $(VENV)

@@ -43,6 +43,9 @@ os.environ["HF_HUB_CACHE"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tu
 
 import torch  # noqa: E402
 
+if os.environ.get("PYTEST_XDIST_WORKER"):     # make test: one worker per core, so no intra-op threads
+    torch.set_num_threads(1)                  # fighting the other worker for it
+
 REPO = Path(__file__).resolve().parents[1]
 CODELM_DIR = REPO / "models" / "codelm-12m"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -67,9 +70,9 @@ DEFAULTS = {
 DEFAULTS["qwen2"] = dict(_COMMON, vocab_size=8192, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
                          pad_token_id=1, use_sliding_window=False, sliding_window=64,
                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
-# Mistral: Llama's layers with a sliding window (v0.1's 4096 here 64: the engine caps the context to it)
+# Mistral: Llama's layers with a sliding window (v0.1's 4096, here 8: every test prompt runs past it)
 DEFAULTS["mistral"] = dict(_COMMON, vocab_size=512, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-                           sliding_window=64, max_position_embeddings=2048,
+                           sliding_window=8, max_position_embeddings=2048,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 # Mixtral: Llama's attention, MoE in every layer (experts intermediate_size wide), top-k renormalised
 DEFAULTS["mixtral"] = dict(_COMMON, num_hidden_layers=2, vocab_size=512, tie_word_embeddings=False, bos_token_id=1,
