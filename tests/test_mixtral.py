@@ -95,7 +95,7 @@ def test_config_window_and_expert_width():
             "max_position_embeddings": 32768}
     assert ModelConfig.from_dict({**base, "sliding_window": None}).max_position_embeddings == 32768   # published
     windowed = ModelConfig.from_dict({**base, "sliding_window": 4096})
-    assert (windowed.max_position_embeddings, windowed.sliding_window) == (4096, 4096)
+    assert (windowed.max_position_embeddings, windowed.sliding_window, windowed.window_layers) == (32768, 4096, (0, 1))
     stray = {**base, "moe_intermediate_size": 32}                    # read by neither transformers nor vLLM
     assert ModelConfig.from_dict(stray).moe_intermediate_size == 96 == model_bytes(stray).expert_bytes / (3 * 64 * 2)
 
