@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.triton_interpret import ROOT, interpreter_shim, needs_triton, run_case
+from tests.triton_interpret import ROOT, interpreter_shim, needs_triton, row_exact_dot, run_case
 
 CASES = ["decode_batch", "chain_vs_decode", "defaults_and_padding", "fused_reduce", "programs_per_row"]
 SMALL = dict(min_partition=16, block_n=16, max_partitions=2)        # partition size steps at 32, 64, ...
@@ -72,16 +72,6 @@ def test_large_decode_policy_and_its_switch():
 
 
 # ------------------------------------------------------------- run inside the subprocess
-
-
-def _row_exact_dot() -> None:
-    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        acc = d.data.dtype
-        prod = a.data.astype(acc)[..., :, :, None] * b.data.astype(acc)[..., None, :, :]   # [M, K, N]
-        return TensorHandle(prod.sum(axis=-2) + d.data, d.dtype.scalar)
-    InterpreterBuilder.create_dot = create_dot
 
 
 def _case(q_lens, ctx_lens, H, KVH, D, dtype="float32", seed=0):
@@ -224,6 +214,6 @@ def run_programs_per_row():
 
 if __name__ == "__main__":
     interpreter_shim()
-    _row_exact_dot()
+    row_exact_dot()
     globals()["run_" + sys.argv[1]]()
     print("ok", sys.argv[1])

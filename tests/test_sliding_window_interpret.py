@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from tests.triton_interpret import interpreter_shim, needs_triton, run_case
+from tests.triton_interpret import interpreter_shim, needs_triton, row_exact_dot, run_case
 
 CASES = ["decode_reference", "decode_invariance", "chain_vs_decode", "prefill_causal", "prefill_tree",
          "padding_and_backend"]
@@ -47,16 +47,6 @@ def _nan_empty() -> None:
         t = orig(*args, **kw)
         return t.fill_(float("nan")) if t.is_floating_point() else t
     torch.empty = empty
-
-
-def _row_exact_dot() -> None:
-    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        acc = d.data.dtype
-        prod = a.data.astype(acc)[..., :, :, None] * b.data.astype(acc)[..., None, :, :]   # [M, K, N]
-        return TensorHandle(prod.sum(axis=-2) + d.data, d.dtype.scalar)
-    InterpreterBuilder.create_dot = create_dot
 
 
 def _case(q_lens, ctx_lens, H, KVH, D=32, tree=False, seed=0):
@@ -319,7 +309,7 @@ def run_padding_and_backend():
 
 if __name__ == "__main__":
     interpreter_shim()
-    _row_exact_dot()
+    row_exact_dot()
     _nan_empty()
     globals()["run_" + sys.argv[1]]()
     print("ok", sys.argv[1])

@@ -34,3 +34,16 @@ def interpreter_shim() -> None:
         orig(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
     ti._patch_lang_tensor = patched
+
+
+def row_exact_dot() -> None:
+    """Replace the interpreter's `tl.dot` with a row-exact one (a sum over K per element): numpy's
+    matmul rounds a row differently depending on where it sits in the matrix (BLAS edge kernels),
+    which a tensor core does not, so bit-equality tests of rows need this."""
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        acc = d.data.dtype
+        prod = a.data.astype(acc)[..., :, :, None] * b.data.astype(acc)[..., None, :, :]   # [M, K, N]
+        return TensorHandle(prod.sum(axis=-2) + d.data, d.dtype.scalar)
+    InterpreterBuilder.create_dot = create_dot
