@@ -7,7 +7,7 @@
   a decode row's window, below the first tile of a prefill block's rows' windows) are NaN, and so
   is every fresh `torch.empty` (the partials): a load of one, even times zero, shows as NaN;
 - batch invariance of the decode / chain-verify kernel with a window (bit for bit; the row-exact
-  `tl.dot` of test_attention_invariance_interpret.py): alone vs in a batch, under a larger
+  `tl.dot`, `triton_interpret.row_exact_dot`): alone vs in a batch, under a larger
   `max_seq_len`, chain-verify token i vs its decode, fused vs two-launch merge, any G;
 - W >= L gives the bits of no window; seq_len 0 rows give zeros.
 
