@@ -13,16 +13,23 @@ from turbospec.layers.attention import paged_attention_torch
 BLOCK, KVH, H, D = 16, 2, 6, 64
 
 
-def _step(q_lens: list[int], seq_lens: list[int], tree: bool = False):
-    """Random q and KV pool, block tables handed out in shuffled order; (q, k_cache, v_cache, meta)."""
-    g = torch.Generator().manual_seed(0)
-    blocks = [-(-s // BLOCK) for s in seq_lens]
+def shuffled_tables(seq_lens: list[int], block: int, g: torch.Generator) -> tuple[torch.Tensor, int]:
+    """Block tables [B, max_blocks] int32 for `seq_lens`, the pool's blocks (1.., 0 is the null
+    block) handed out in shuffled order; and the pool's block count."""
+    blocks = [-(-s // block) for s in seq_lens]
     num_blocks = sum(blocks) + 1
     order = (torch.randperm(num_blocks - 1, generator=g) + 1).tolist()
     tables = torch.zeros(len(seq_lens), max(blocks), dtype=torch.int32)
     for i, n in enumerate(blocks):
         tables[i, :n] = torch.tensor(order[:n])
         order = order[n:]
+    return tables, num_blocks
+
+
+def _step(q_lens: list[int], seq_lens: list[int], tree: bool = False):
+    """Random q and KV pool, block tables handed out in shuffled order; (q, k_cache, v_cache, meta)."""
+    g = torch.Generator().manual_seed(0)
+    tables, num_blocks = shuffled_tables(seq_lens, BLOCK, g)
     qsl = torch.tensor([0] + q_lens).cumsum(0).to(torch.int32)
     Lq = max(q_lens)
     tree_mask = None

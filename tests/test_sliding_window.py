@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.test_attention_long_query import shuffled_tables
 from tests.test_generate_parity import check_parity
 from turbospec import LLM, SamplingParams
 from turbospec.engine.forward_context import AttentionMetadata
@@ -30,13 +31,7 @@ def _tree(parents: list[int]) -> torch.Tensor:
 def _step(q_lens: list[int], seq_lens: list[int], trees: list[list[int]] | None = None, seed: int = 0):
     """Random q and paged KV (tables in shuffled order); trees: per sequence its parents (a tree step)."""
     g = torch.Generator().manual_seed(seed)
-    blocks = [-(-s // BLOCK) for s in seq_lens]
-    num_blocks = sum(blocks) + 1
-    order = (torch.randperm(num_blocks - 1, generator=g) + 1).tolist()
-    tables = torch.zeros(len(seq_lens), max(blocks), dtype=torch.int32)
-    for i, n in enumerate(blocks):
-        tables[i, :n] = torch.tensor(order[:n])
-        order = order[n:]
+    tables, num_blocks = shuffled_tables(seq_lens, BLOCK, g)
     Lq = max(q_lens)
     tree_mask = None
     if trees is not None:
